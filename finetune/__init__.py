@@ -1,0 +1,1 @@
+"""finetune package of sesame-lm."""

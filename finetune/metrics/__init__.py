@@ -1,0 +1,1 @@
+"""finetune/metrics package of sesame-lm."""

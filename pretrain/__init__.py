@@ -1,0 +1,1 @@
+"""pretrain package of sesame-lm."""

@@ -1,0 +1,53 @@
+"""Shared pytest set-up: offline, quiet and deterministic; tiny fixtures written by the tests."""
+
+from __future__ import annotations
+
+import os
+
+# Must be set before transformers / datasets / huggingface_hub are imported anywhere.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+TINY_TEXT = [
+    "The Senate adjourned after a long debate on the budget.",
+    "It rained in the afternoon, and the streets of the city were wet.",
+    "Elizabeth walked to the house and spoke with her sister about the ball.",
+    "The whale rose from the sea; the sailors shouted and lowered the boats.",
+    "Congress shall make no law respecting an establishment of religion.",
+    "A quick brown fox jumps over the lazy dog near the river bank.",
+]
+
+
+def write_corpus(path: Path, documents: list[list[str]], gz: bool | None = None) -> Path:
+    """Write documents (lists of paragraph lines) separated by blank lines, as the corpus files are."""
+    text = "\n\n".join("\n".join(doc) for doc in documents) + "\n"
+    if gz if gz is not None else path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path: Path) -> Path:
+    """A small plain-text corpus: 30 documents of 6 sentences, ~2k words."""
+    docs = [[TINY_TEXT[(i + j) % len(TINY_TEXT)] for j in range(6)] for i in range(30)]
+    return write_corpus(tmp_path / "tiny.txt", docs)
+
+
+@pytest.fixture
+def tiny_corpus_gz(tmp_path: Path) -> Path:
+    """The same kind of corpus, gzip-compressed."""
+    docs = [[TINY_TEXT[(i * 5 + j) % len(TINY_TEXT)] for j in range(6)] for i in range(30)]
+    return write_corpus(tmp_path / "tiny.txt.gz", docs)

@@ -1,0 +1,42 @@
+"""Project-level checks: CI runs the README's test command, the bundled corpus is well-formed."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bash_blocks(markdown: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", markdown, flags=re.S)]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    readme_blocks = _bash_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    test_command = next(b for b in readme_blocks if "pytest" in b)
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert test_command in ci_lines, f"README test command {test_command!r} is not a line of .ci/run"
+
+
+def test_readme_main_job_command_runs_pretrain():
+    blocks = _bash_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert blocks[0].endswith("accelerate launch pretrain")
+
+
+def _documents(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    assert text.endswith("\n") and not text.endswith("\n\n"), f"{path} must end with a single newline"
+    return text[:-1].split("\n\n")
+
+
+def test_bundled_corpus_is_well_formed_and_disjoint():
+    corpus = ROOT / "pretrain" / "corpus"
+    train, validation = _documents(corpus / "train.txt.gz"), _documents(corpus / "validation.txt.gz")
+    # The counts in pretrain/corpus/README.md.
+    assert (len(train), len(validation)) == (525, 4)
+    assert sum(len(d.split()) for d in train) == 1_784_176
+    assert all(d.strip() == d and d for d in train + validation), "documents are stripped and non-empty"
+    assert not set(train) & set(validation), "validation documents must not occur in training"

@@ -1,0 +1,1 @@
+"""tokenizer package of sesame-lm."""

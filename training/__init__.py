@@ -1,0 +1,1 @@
+"""training package of sesame-lm."""
