@@ -1,1 +1,38 @@
-"""tokenizer package of sesame-lm."""
+"""Tokenizer training for sesame-lm.
+
+* :func:`train_wordpiece_tokenizer` -- a BERT WordPiece tokenizer (BERT normalizer and pre-tokenizer,
+  ``##`` continuation pieces, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ``[CLS] A [SEP] B [SEP]`` with
+  token_type_ids) trained with the ``tokenizers`` library and saved as a Hugging Face fast tokenizer.
+* The word + character tokenizer of the ELMo-style models lives in ``tokenizer.elmo_*``.
+* :mod:`tokenizer.corpus` -- streaming reading of ``.txt`` / ``.txt.gz`` corpora and atomic output folders,
+  shared with ``pretrain``.
+
+Command line: ``python -m tokenizer train --model_type {bert,elmo} --train_file F [F ...] --vocab_size N
+--output_dir D``. Importing this package is light: ``tokenizers`` / ``transformers`` are imported only
+when a trainer is first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tokenizer.corpus import atomic_output_dir, check_text_files, iter_text_batches, iter_text_lines
+
+if TYPE_CHECKING:
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+__all__ = [
+    "atomic_output_dir",
+    "check_text_files",
+    "iter_text_batches",
+    "iter_text_lines",
+    "train_wordpiece_tokenizer",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "train_wordpiece_tokenizer":
+        from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+        return train_wordpiece_tokenizer
+    raise AttributeError(f"module 'tokenizer' has no attribute {name!r}")

@@ -1,0 +1,234 @@
+"""Streaming reading of plain-text corpora (``.txt`` / ``.txt.gz``) and atomic writing of output folders.
+
+Shared by the tokenizer trainers (WordPiece for BERT-like models, word + character vocabularies for
+ELMo-style models) and by ``pretrain``. A corpus is one or more UTF-8 text files, plain or gzip-compressed,
+one paragraph (or sentence) per line, documents separated by blank lines. Files are read line by line
+through a fixed-size buffer, so a corpus larger than memory can be used; only one line is held at a time.
+
+Every refusal raises :class:`training.errors.InputError` with a message that names the argument, the file
+and what was expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Union
+
+from training.errors import InputError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Read buffer for the files (bytes); lines are split from it, never the whole file.
+READ_BUFFER_BYTES = 1 << 20
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_UNSUPPORTED_SUFFIXES = {".bz2", ".xz", ".lzma", ".zst", ".zip", ".7z", ".tar"}
+_WHITESPACE_BYTES = b" \t\r\n\x0b\x0c"
+
+
+def _as_list(files: PathLike | Iterable[PathLike]) -> list[Path]:
+    if isinstance(files, (str, os.PathLike)):
+        return [Path(files)]
+    return [Path(f) for f in files]
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    """Open ``path`` for reading bytes, transparently decompressing ``.gz``."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb", buffering=READ_BUFFER_BYTES)
+
+
+def check_text_files(files: PathLike | Iterable[PathLike], arg_name: str = "--train_file") -> list[Path]:
+    """Check that every corpus file exists and holds text; return their resolved paths.
+
+    Only the start of each file is read (up to its first non-whitespace byte); decoding errors further in
+    are reported by :func:`iter_text_lines` when reached.
+
+    Args:
+        files: one path or several paths (``str`` / ``os.PathLike``); ``.gz`` files are gzip-compressed.
+        arg_name: the command-line argument the files came from, used in error messages.
+
+    Returns:
+        The resolved paths, in the given order.
+
+    Raises:
+        InputError: no file given; a file is missing, is a directory, is empty (0 bytes, or only
+            whitespace, also after decompression), uses an unsupported compression (``.bz2``, ``.xz``,
+            ``.zst``, ...), is named ``.gz`` but is not gzip, or is gzip but not named ``.gz``.
+    """
+    paths = _as_list(files)
+    if not paths:
+        raise InputError(f"{arg_name}: no file given; expected one or more .txt or .txt.gz files")
+    resolved = []
+    for path in paths:
+        where = f"{arg_name} {path}"
+        if not path.exists():
+            raise InputError(f"{where}: no such file; expected a .txt or .txt.gz file")
+        if path.is_dir():
+            raise InputError(f"{where}: is a directory; expected a .txt or .txt.gz file")
+        if path.suffix.lower() in _UNSUPPORTED_SUFFIXES:
+            raise InputError(f"{where}: unsupported compression {path.suffix!r}; expected .txt or .txt.gz")
+        try:
+            with open(path, "rb") as raw:
+                head = raw.read(2)
+        except OSError as err:
+            raise InputError(f"{where}: cannot be read ({err.strerror}); expected a readable text file") from err
+        if not head:
+            raise InputError(f"{where}: file is empty (0 bytes); expected UTF-8 text")
+        if path.suffix == ".gz" and head != _GZIP_MAGIC:
+            raise InputError(f"{where}: not a gzip file (named .gz); expected gzip-compressed UTF-8 text")
+        if path.suffix != ".gz" and head == _GZIP_MAGIC:
+            raise InputError(f"{where}: looks gzip-compressed but is not named .gz; rename it to {path.name}.gz")
+        if not _has_text(path, where):
+            what = "decompresses to nothing but whitespace" if path.suffix == ".gz" else "holds only whitespace"
+            raise InputError(f"{where}: file is empty ({what}); expected UTF-8 text")
+        resolved.append(path.resolve())
+    return resolved
+
+
+def _has_text(path: Path, where: str) -> bool:
+    """Whether ``path`` (decompressed) has a non-whitespace byte; reads chunk by chunk until it finds one."""
+    try:
+        with _open_binary(path) as f:
+            while chunk := f.read(1 << 16):
+                if chunk.strip(_WHITESPACE_BYTES):
+                    return True
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise InputError(f"{where}: corrupt gzip data ({err}); expected gzip-compressed UTF-8 text") from err
+    return False
+
+
+def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--train_file") -> Iterator[str]:
+    """Yield the stripped, non-empty lines of the corpus files, one at a time, in file order.
+
+    Streaming: the files are read through a fixed-size buffer (plus one line), never whole. Text must be
+    strict UTF-8 (a leading byte-order mark is dropped). Call :func:`check_text_files` first for clear
+    errors about missing or empty files.
+
+    Args:
+        files: one path or several paths; ``.gz`` files are decompressed on the fly.
+        arg_name: the command-line argument the files came from, used in error messages.
+
+    Yields:
+        ``str`` lines with surrounding whitespace (and the newline) removed; blank lines are skipped.
+
+    Raises:
+        InputError: a file cannot be opened; a byte is not valid UTF-8 (the message gives the file, the
+            1-based line number and the 0-based byte offset -- of the decompressed stream for ``.gz``);
+            corrupt or truncated gzip data.
+    """
+    for path in _as_list(files):
+        where = f"{arg_name} {path}"
+        try:
+            f = _open_binary(path)
+        except OSError as err:
+            raise InputError(f"{where}: cannot be read ({err.strerror}); expected a .txt or .txt.gz file") from err
+        with f:
+            offset = 0
+            lineno = 0
+            try:
+                for raw in f:
+                    lineno += 1
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as err:
+                        bad = raw[err.start]
+                        stream = " of the decompressed text" if path.suffix == ".gz" else ""
+                        raise InputError(
+                            f"{where}: line {lineno}, byte offset {offset + err.start}{stream}: "
+                            f"invalid byte 0x{bad:02x} ({err.reason}); expected UTF-8 text"
+                        ) from None
+                    if lineno == 1 and line.startswith("\ufeff"):
+                        line = line[1:]
+                    offset += len(raw)
+                    line = line.strip()
+                    if line:
+                        yield line
+            except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+                raise InputError(
+                    f"{where}: corrupt gzip data after line {lineno} ({err}); expected gzip-compressed UTF-8 text"
+                ) from err
+
+
+def iter_text_batches(
+    files: PathLike | Iterable[PathLike], batch_size: int = 1000, arg_name: str = "--train_file"
+) -> Iterator[list[str]]:
+    """Yield the lines of :func:`iter_text_lines` in lists of at most ``batch_size`` (for
+    ``tokenizers.Tokenizer.train_from_iterator``); the last list may be shorter, none is empty.
+
+    Raises:
+        InputError: as :func:`iter_text_lines`.
+        ValueError: ``batch_size < 1`` (a programming error).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch: list[str] = []
+    for line in iter_text_lines(files, arg_name=arg_name):
+        batch.append(line)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> Iterator[Path]:
+    """Write an output folder atomically: yield a fresh temporary folder next to ``output_dir``, and move
+    its contents into ``output_dir`` only when the ``with`` block succeeds.
+
+    If ``output_dir`` does not exist, the temporary folder is renamed to it (one atomic rename). If it
+    exists, each entry of the temporary folder replaces the entry of the same name there (other entries
+    are kept). If the block raises, the temporary folder is removed and ``output_dir`` is left as it was
+    (not created if it did not exist).
+
+    Args:
+        output_dir: the folder to write; its parent folders are created if needed.
+        arg_name: the command-line argument it came from, used in error messages.
+
+    Yields:
+        The temporary folder (a ``Path`` in the same parent as ``output_dir``) to write into.
+
+    Raises:
+        InputError: ``output_dir`` (or one of its parents) is an existing file, or its parent cannot be created.
+    """
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{arg_name} {out}: is an existing file; expected a directory (new or existing)")
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise InputError(f"{arg_name} {out}: a parent is an existing file; expected a directory path") from err
+    except OSError as err:
+        raise InputError(f"{arg_name} {out}: cannot create its parent folder ({err.strerror})") from err
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    try:
+        yield tmp
+        if not out.exists():
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
+            os.replace(tmp, out)
+        else:
+            for entry in sorted(tmp.iterdir()):
+                target = out / entry.name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                os.replace(entry, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
