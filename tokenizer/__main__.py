@@ -1,0 +1,91 @@
+"""Command line: ``python -m tokenizer train`` -- train a tokenizer on plain-text files and save it.
+
+    python -m tokenizer train --model_type bert --train_file corpus.txt.gz [more.txt ...] \\
+        --vocab_size 16000 --output_dir out/tok [--no-lowercase] [--min_frequency 2]
+
+``--model_type bert`` trains a WordPiece tokenizer (:func:`tokenizer.wordpiece.train_wordpiece_tokenizer`);
+``--model_type elmo`` the word + character tokenizer of the ELMo-style models
+(``tokenizer.elmo_training.train_elmo_tokenizer``). Either way ``AutoTokenizer.from_pretrained(output_dir)``
+loads the result. Refused input (missing / empty / non-UTF-8 file, too small ``--vocab_size``, an
+``--output_dir`` that is a file) gives one ``error:`` line and exit status 2; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from training.errors import add_debug_argument, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m tokenizer``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tokenizer", description="Train a tokenizer for sesame-lm models on plain-text files."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = commands.add_parser(
+        "train",
+        help="train a tokenizer and save it (save_pretrained) in --output_dir",
+        description="Train a WordPiece (bert) or word + character (elmo) tokenizer on .txt / .txt.gz files.",
+    )
+    train.add_argument("--model_type", choices=["bert", "elmo"], required=True, help="the model family")
+    train.add_argument(
+        "--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files, read streaming"
+    )
+    train.add_argument("--vocab_size", type=int, required=True, help="vocabulary size, special tokens included")
+    train.add_argument("--output_dir", required=True, help="folder to save the tokenizer in (written atomically)")
+    train.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lowercase (and, for bert, strip accents); --no-lowercase keeps case "
+        "(default: lowercase for bert, as uncased BERT; the ELMo trainer's default, cased, for elmo)",
+    )
+    train.add_argument(
+        "--min_frequency",
+        type=int,
+        default=None,
+        help="minimum corpus count of a word piece (bert, default 2) / of a word (elmo, the trainer's default)",
+    )
+    add_debug_argument(train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, train, save and print a one-line summary; returns the exit status (0)."""
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    # Options left out keep the trainer's own defaults.
+    options = {k: v for k in ("lowercase", "min_frequency") if (v := getattr(args, k)) is not None}
+    start = time.perf_counter()
+    if args.model_type == "bert":
+        from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+        tok = train_wordpiece_tokenizer(
+            args.train_file,
+            vocab_size=args.vocab_size,
+            output_dir=args.output_dir,
+            show_progress=sys.stderr.isatty(),
+            **options,
+        )
+    else:
+        from tokenizer.elmo_training import train_elmo_tokenizer  # built separately; imported only here
+
+        tok = train_elmo_tokenizer(args.train_file, vocab_size=args.vocab_size, output_dir=args.output_dir, **options)
+    seconds = time.perf_counter() - start
+    size = f"vocab_size {len(tok)}"
+    if len(tok) != args.vocab_size:
+        size += f" (of {args.vocab_size} asked: the corpus has no more at this --min_frequency)"
+    print(
+        f"trained {args.model_type} tokenizer: {size} on {len(args.train_file)} file(s) "
+        f"({', '.join(args.train_file)}) -> {args.output_dir} in {seconds:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,137 @@
+"""Training of a BERT WordPiece tokenizer on a plain-text corpus, saved as a Hugging Face fast tokenizer.
+
+The pipeline is the one of the original BERT (Devlin et al., 2019, "BERT: Pre-training of Deep
+Bidirectional Transformers for Language Understanding", section 3 and appendix A; WordPiece from Wu et
+al., 2016) as the ``tokenizers`` library implements it:
+
+* normalizer ``BertNormalizer``: clean text (drop control characters, map whitespace to spaces), put
+  spaces around CJK ideographs, lowercase and strip accents when ``lowercase`` (the "uncased" model);
+* pre-tokenizer ``BertPreTokenizer``: split on whitespace and punctuation;
+* model ``WordPiece`` with the ``##`` continuation prefix, greedy longest-match-first; a word with a
+  character outside the vocabulary becomes ``[UNK]``;
+* decoder ``WordPiece`` (joins ``##`` pieces and cleans up the spaces before punctuation);
+* special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` with ids 0..4;
+* post-processor ``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]`` with token_type_ids 0 for ``[CLS] A [SEP]``
+  and 1 for ``B [SEP]``.
+
+The vocabulary is learnt with ``tokenizers.trainers.WordPieceTrainer`` from a streaming iterator over the
+files (:func:`tokenizer.corpus.iter_text_batches`), so a corpus larger than memory can be used: the
+trainer holds the word counts, not the text. The result is a ``transformers.BertTokenizer`` -- in
+transformers v5 the ``tokenizers``-backed (fast) class; ``BertTokenizerFast`` is an alias of it -- which
+rebuilds exactly this pipeline from ``vocab`` + ``do_lower_case`` when loaded with
+``AutoTokenizer.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizer.corpus import atomic_output_dir, check_text_files, iter_text_batches
+from training.errors import InputError
+
+#: Special tokens in id order: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+#: Continuation prefix of word pieces inside a word.
+CONTINUING_SUBWORD_PREFIX = "##"
+#: Longest input a BERT-like model of this project takes by default (position embeddings), in tokens.
+DEFAULT_MODEL_MAX_LENGTH = 512
+
+
+def train_wordpiece_tokenizer(
+    files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    vocab_size: int,
+    output_dir: str | os.PathLike[str] | None = None,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    limit_alphabet: int | None = 1000,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    show_progress: bool = False,
+    batch_size: int = 1000,
+):
+    """Train a BERT WordPiece tokenizer on ``.txt`` / ``.txt.gz`` files and return it as a fast tokenizer.
+
+    Args:
+        files: one or more corpus files (UTF-8, one paragraph or sentence per line; ``.gz`` decompressed
+            on the fly), read streaming.
+        vocab_size: size of the vocabulary in tokens, special tokens and the character alphabet included.
+        output_dir: if given, the tokenizer is saved there with ``save_pretrained`` (``tokenizer.json``,
+            ``tokenizer_config.json``) plus the classic BERT ``vocab.txt``, written atomically: nothing is
+            written if training fails.
+        lowercase: lowercase and strip accents (an "uncased" tokenizer); ``False`` keeps case and accents.
+        min_frequency: a merge (a new word piece) must occur at least this many times in the corpus.
+        limit_alphabet: keep at most this many distinct characters (the most frequent; the others become
+            ``[UNK]``), as BERT's vocabulary builders do; ``None`` keeps every character.
+        model_max_length: the longest sequence (in tokens) the tokenizer prepares for, e.g. for
+            ``truncation=True``.
+        show_progress: show the trainer's progress bar (on stderr).
+        batch_size: lines per batch handed to ``train_from_iterator``.
+
+    Returns:
+        A ``transformers.BertTokenizer`` (``is_fast`` is ``True``) with ``len(tokenizer) <= vocab_size``,
+        special token ids ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``.
+
+    Raises:
+        InputError: a corpus file is missing, empty, not gzip though named ``.gz``, or not UTF-8 (see
+            :mod:`tokenizer.corpus`); ``vocab_size`` leaves no room beyond the special tokens, or is smaller
+            than the special tokens plus the corpus alphabet (the message gives the size needed);
+            ``min_frequency < 1``; ``output_dir`` is an existing file.
+    """
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import WordPiece
+    from transformers import BertTokenizer
+
+    if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
+        raise InputError(
+            f"--vocab_size {vocab_size}: smaller than needed for the {len(SPECIAL_TOKENS)} special tokens "
+            f"{' '.join(SPECIAL_TOKENS)} plus an alphabet; expected an integer > {len(SPECIAL_TOKENS)} "
+            f"(typically 8000-32000)"
+        )
+    if not isinstance(min_frequency, int) or min_frequency < 1:
+        raise InputError(f"--min_frequency {min_frequency}: expected an integer >= 1")
+    if output_dir is not None and Path(output_dir).exists() and not Path(output_dir).is_dir():
+        raise InputError(f"--output_dir {output_dir}: is an existing file; expected a directory (new or existing)")
+    paths = check_text_files(files, arg_name="--train_file")
+
+    backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
+    # The same normalizer as transformers.BertTokenizer(do_lower_case=lowercase) builds when reloading.
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
+        show_progress=show_progress,
+    )
+    backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
+
+    vocab = backend.get_vocab()
+    if len(vocab) > vocab_size:
+        raise InputError(
+            f"--vocab_size {vocab_size}: too small for this corpus: the {len(SPECIAL_TOKENS)} special tokens and "
+            f"the alphabet of {len(vocab) - len(SPECIAL_TOKENS)} characters (with their {CONTINUING_SUBWORD_PREFIX} "
+            f"continuation forms) already need {len(vocab)}; expected --vocab_size >= {len(vocab)}"
+        )
+    for i, token in enumerate(SPECIAL_TOKENS):  # the trainer puts them first, in order
+        assert vocab[token] == i, (token, vocab[token])
+
+    tokenizer = BertTokenizer(
+        vocab=vocab,
+        do_lower_case=lowercase,
+        tokenize_chinese_chars=True,
+        strip_accents=None,
+        model_max_length=model_max_length,
+    )
+    if output_dir is not None:
+        with atomic_output_dir(output_dir, arg_name="--output_dir") as tmp:
+            tokenizer.save_pretrained(tmp)
+            # The classic BERT vocabulary file (one token per line, line number = id) for tools that read it.
+            id_to_token = sorted(vocab, key=vocab.__getitem__)
+            (tmp / "vocab.txt").write_text("".join(t + "\n" for t in id_to_token), encoding="utf-8")
+    return tokenizer
