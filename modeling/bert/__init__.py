@@ -1,6 +1,67 @@
-"""The BERT-like encoder (SesameBert). Filled in by the BERT-like issue."""
+"""The BERT-like encoder (SesameBert): config, models, heads, presets, Auto registration.
 
-from transformers import PretrainedConfig
+Importing this package registers every class with the transformers Auto classes in-process
+(``AutoConfig``, ``AutoModel``, ``AutoModelForMaskedLM``, ``AutoModelForPreTraining``,
+``AutoModelForSequenceClassification``, ``AutoModelForQuestionAnswering``, ``AutoModelForTokenClassification``)
+and marks them with ``register_for_auto_class``, so that ``save_pretrained`` writes ``auto_map`` plus the model
+code (``configuration_sesame_bert.py``, ``modeling_sesame_bert.py``) and a process without this package loads the
+directory with ``trust_remote_code=True``.
 
-PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {}
-__all__: list[str] = []
+``python -m modeling.bert.convert --source DIR|REPO --output_dir D`` converts a Hugging Face BERT checkpoint.
+"""
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    PretrainedConfig,
+)
+
+from . import modeling_sesame_bert
+from .configuration_sesame_bert import SesameBertConfig
+from .modeling_sesame_bert import (
+    SesameBertForMaskedLM,
+    SesameBertForPreTraining,
+    SesameBertForPreTrainingOutput,
+    SesameBertForQuestionAnswering,
+    SesameBertForSequenceClassification,
+    SesameBertForTokenClassification,
+    SesameBertModel,
+    SesameBertPreTrainedModel,
+)
+
+#: Auto class -> SesameBert class (registered in-process and marked for ``auto_map``).
+AUTO_CLASSES = {
+    AutoModel: SesameBertModel,
+    AutoModelForMaskedLM: SesameBertForMaskedLM,
+    AutoModelForPreTraining: SesameBertForPreTraining,
+    AutoModelForSequenceClassification: SesameBertForSequenceClassification,
+    AutoModelForQuestionAnswering: SesameBertForQuestionAnswering,
+    AutoModelForTokenClassification: SesameBertForTokenClassification,
+}
+
+AutoConfig.register(SesameBertConfig.model_type, SesameBertConfig, exist_ok=True)
+SesameBertConfig.register_for_auto_class()
+for _auto, _model in AUTO_CLASSES.items():
+    _auto.register(SesameBertConfig, _model, exist_ok=True)
+    _model.register_for_auto_class(_auto.__name__)
+
+
+def _sizes(layers: int, hidden: int, heads: int) -> dict:
+    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden)
+
+
+#: The compact BERT sizes of Turc et al. 2019 ("Well-Read Students Learn Better"), intermediate size 4H,
+#: vocab_size 30522 (pretrain overrides it with the tokenizer's).
+PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
+    "bert-tiny": (SesameBertConfig, _sizes(2, 128, 2)),
+    "bert-mini": (SesameBertConfig, _sizes(4, 256, 4)),
+    "bert-small": (SesameBertConfig, _sizes(4, 512, 8)),
+    "bert-base": (SesameBertConfig, _sizes(12, 768, 12)),
+}
+
+__all__ = ["SesameBertConfig", *modeling_sesame_bert.__all__]

@@ -1,0 +1,215 @@
+"""Convert a Hugging Face BERT checkpoint (and its tokenizer) into a SesameBert model directory.
+
+    python -m modeling.bert.convert --source HF_BERT_DIR|REPO --output_dir D [--overwrite_output_dir] [--seed 0]
+
+The source may hold a ``BertModel``, ``BertForMaskedLM`` or ``BertForPreTraining`` checkpoint (safetensors or
+PyTorch, sharded or not; with or without the ``bert.`` prefix), read through transformers'
+``BertForPreTraining.from_pretrained``. Heads missing from the source (the MLM transform / bias, the NSP
+classifier, the pooler) are initialised as BERT does (N(0, initializer_range), zero biases, seeded by ``--seed``)
+and reported. The output is ``SesameBertForPreTraining.save_pretrained`` output (``config.json`` with ``auto_map``,
+``model.safetensors``, the model code) plus the source's tokenizer, written atomically. After conversion both
+models run on a sample sentence pair and the largest differences are reported (they are ~1e-6 in fp32).
+
+Errors: :class:`training.errors.InputError` (exit status 2 under the CLI) for a missing source, a source without a
+BERT config or without weights or without a tokenizer, an unsupported BERT variant, or a non-empty output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from training.errors import InputError, add_debug_argument, run_cli
+
+from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
+from .modeling_sesame_bert import SesameBertForPreTraining
+
+#: BertConfig fields copied as they are (the SesameBert fields have the same names and meanings).
+COPIED_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+    "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout", "tie_word_embeddings",
+)
+#: transformers BERT parameter name part -> SesameBert name part (Q, K, V are fused into ``attn.qkv``).
+RENAMES = (
+    ("embeddings.LayerNorm.", "embeddings.norm."),
+    ("attention.output.dense.", "attn.out."),
+    ("attention.output.LayerNorm.", "norm1."),
+    ("intermediate.dense.", "ffn.fc1."),
+    ("output.dense.", "ffn.fc2."),
+    ("output.LayerNorm.", "norm2."),
+    ("cls.predictions.transform.dense.", "cls.dense."),
+    ("cls.predictions.transform.LayerNorm.", "cls.norm."),
+    ("cls.predictions.decoder.", "cls.decoder."),
+    ("cls.seq_relationship.", "nsp."),
+)
+#: missing-key prefix in a BertForPreTraining load -> the part it belongs to (for the report).
+HEADS = {"cls.predictions.": "MLM head", "cls.seq_relationship.": "NSP head", "bert.pooler.": "pooler"}
+SAMPLE = ("The quick brown fox jumps over the lazy dog.", "It was not amused.")
+
+
+def sesame_config_from_bert(bert_config) -> SesameBertConfig:
+    """A :class:`SesameBertConfig` with the same architecture as a transformers ``BertConfig`` (post-LN, learned
+    positions, cls pooling). Raises :class:`InputError` for BERT variants SesameBert does not implement."""
+    if getattr(bert_config, "model_type", None) != "bert":
+        raise InputError(
+            f"config.json: model_type={getattr(bert_config, 'model_type', None)!r}; expected a BERT checkpoint "
+            "(model_type 'bert')"
+        )
+    position = getattr(bert_config, "position_embedding_type", "absolute")
+    if position not in (None, "absolute"):
+        raise InputError(f"config.json: position_embedding_type={position!r}; only 'absolute' BERT can be converted")
+    if getattr(bert_config, "is_decoder", False) or getattr(bert_config, "add_cross_attention", False):
+        raise InputError("config.json: is_decoder / add_cross_attention is set; only BERT encoders can be converted")
+    if bert_config.hidden_act not in HIDDEN_ACTS:
+        raise InputError(f"config.json: hidden_act={bert_config.hidden_act!r}; expected one of {', '.join(HIDDEN_ACTS)}")
+    return SesameBertConfig(**{name: getattr(bert_config, name) for name in COPIED_FIELDS if hasattr(bert_config, name)})
+
+
+def convert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """Map a transformers ``BertForPreTraining`` state dict to ``SesameBertForPreTraining`` names.
+
+    Q, K and V (each (H, H) weight, (H,) bias) are concatenated in that order into ``attn.qkv`` ((3H, H), (3H,));
+    ``cls.predictions.bias`` (the same tensor as the decoder bias) and buffers are dropped.
+    """
+    out = {}
+    for key, value in state.items():
+        if ".attention.self." in key or key in ("cls.predictions.bias",) or key.endswith("position_ids"):
+            continue
+        if key.endswith("token_type_ids"):
+            continue
+        for old, new in RENAMES:
+            key = key.replace(old, new)
+        out[key] = value
+    for i in range(num_layers):
+        prefix = f"bert.encoder.layer.{i}.attention.self."
+        for kind in ("weight", "bias"):
+            out[f"bert.encoder.layer.{i}.attn.qkv.{kind}"] = torch.cat(
+                [state[f"{prefix}{name}.{kind}"] for name in ("query", "key", "value")]
+            )
+    return out
+
+
+def _load_source(source: str):
+    """(BertForPreTraining in eval mode, missing keys, tokenizer) from a local directory or a hub repo id."""
+    from transformers import AutoConfig, AutoTokenizer, BertForPreTraining
+
+    path = Path(source)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--source {source}: is a file; expected a model directory or a hub repo id")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise InputError(f"--source {source}: no config.json; expected a Hugging Face BERT model directory")
+    if not path.is_dir() and (source.startswith((".", "/", "~")) or source.count("/") > 1):
+        raise InputError(f"--source {source}: no such directory")
+    try:
+        bert_config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--source {source}: cannot read a config ({err.__class__.__name__}: {err})") from err
+    sesame_config_from_bert(bert_config)  # refuse unsupported variants before reading the weights
+    try:
+        model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True)
+    except OSError as err:
+        raise InputError(
+            f"--source {source}: no readable weights (model.safetensors / pytorch_model.bin): {err}"
+        ) from err
+    missing = list(info.get("missing_keys", []))
+    # A checkpoint that matches no BERT parameter at all is not a BERT checkpoint.
+    if any(k.startswith("bert.embeddings.word_embeddings") for k in missing):
+        raise InputError(f"--source {source}: the weights hold no BERT encoder (embeddings missing)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError) as err:
+        raise InputError(f"--source {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}") from err
+    return model.eval(), missing, tokenizer
+
+
+def convert(source: str, output_dir: str | os.PathLike, overwrite: bool = False, seed: int = 0) -> dict:
+    """Convert ``source`` (a BERT directory or hub repo id) into a SesameBert directory at ``output_dir``.
+
+    Returns the report: ``architecture`` (what the source held), ``initialized`` (heads that were missing and
+    are newly initialised), ``max_abs_diff`` (largest |difference| of last hidden state, MLM logits and NSP
+    logits on a sample pair, fp32). Raises :class:`InputError` as described in the module docstring.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(f"--output_dir {output_dir}: is a file; expected a directory")
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
+        raise InputError(f"--output_dir {output_dir}: exists and is not empty; pass --overwrite_output_dir")
+    torch.manual_seed(seed)
+    hf_model, missing, tokenizer = _load_source(source)
+    config = sesame_config_from_bert(hf_model.config)
+    initialized = sorted({name for key in missing for prefix, name in HEADS.items() if key.startswith(prefix)})
+    architectures = getattr(hf_model.config, "architectures", None) or ["unknown"]
+
+    model = SesameBertForPreTraining(config).eval()
+    state = convert_state_dict(hf_model.state_dict(), config.num_hidden_layers)
+    model.load_state_dict(state, strict=True)
+    if config.tie_word_embeddings and model.cls.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
+        raise RuntimeError("the MLM decoder lost its tie to the word embeddings")
+
+    batch = tokenizer(*SAMPLE, return_tensors="pt", return_token_type_ids=True)
+    batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        ref = hf_model(**batch, output_hidden_states=True)
+        new = model(**batch, output_hidden_states=True)
+    diff = {
+        "last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item(),
+        "prediction_logits": (ref.prediction_logits - new.prediction_logits).abs().max().item(),
+        "seq_relationship_logits": (ref.seq_relationship_logits - new.seq_relationship_logits).abs().max().item(),
+    }
+    if max(diff.values()) > 1e-3:
+        raise RuntimeError(f"converted model disagrees with the source: {diff}")
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it the permissions of a normal directory
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if output_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
+            os.replace(output_dir, old / "dir")
+            os.replace(tmp, output_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "source": str(source),
+        "output_dir": str(output_dir),
+        "architecture": architectures[0],
+        "initialized": initialized,
+        "max_abs_diff": diff,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m modeling.bert.convert",
+        description="Convert a Hugging Face BERT checkpoint and its tokenizer into a SesameBert directory.",
+    )
+    parser.add_argument("--source", required=True, help="BERT model directory or hub repo id")
+    parser.add_argument("--output_dir", required=True, help="where to write the SesameBert directory")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="replace a non-empty --output_dir")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation of missing heads")
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
+    report = convert(args.source, args.output_dir, overwrite=args.overwrite_output_dir, seed=args.seed)
+    if report["initialized"]:
+        print(f"initialised (not in the source): {', '.join(report['initialized'])}", file=sys.stderr)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
