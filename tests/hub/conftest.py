@@ -1,0 +1,89 @@
+"""Fixtures for the hub tests: a Hub-compatible server on 127.0.0.1 and a real client in subprocesses.
+
+``huggingface_hub`` reads ``HF_ENDPOINT``, ``HF_HOME``, ``HF_HUB_OFFLINE`` and ``HF_HUB_DISABLE_XET`` once,
+at import time, and the test process has imported it already with ``HF_HUB_OFFLINE=1`` (tests/conftest.py).
+So every client call runs in a fresh ``python`` subprocess whose environment points at the server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("sesame_tests_hub_server", _HERE / "hub_server.py")
+hub_server = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = hub_server
+_spec.loader.exec_module(hub_server)
+
+#: Tokens the test Hub knows: alice may write (and read her private repos) with the first, only read
+#: with the second; bob writes in his own namespace only.
+WRITE_TOKEN = "hf_alice_write_0123456789"
+READ_TOKEN = "hf_alice_read_0123456789"
+OTHER_TOKEN = "hf_bob_write_0123456789"
+TOKENS = {WRITE_TOKEN: ("alice", "write"), READ_TOKEN: ("alice", "read"), OTHER_TOKEN: ("bob", "write")}
+
+
+class Hub:
+    """The running test server plus helpers to run client code against it in a subprocess."""
+
+    write_token, read_token, other_token = WRITE_TOKEN, READ_TOKEN, OTHER_TOKEN
+
+    def __init__(self, server, tmp_path: Path):
+        self.server = server
+        self.url = server.url
+        self.tmp_path = tmp_path
+
+    def env(self, hf_home: Path, token: str | None = None, offline: bool = False) -> dict[str, str]:
+        """Environment of a client process: this server, a given ``HF_HOME``, optional ``HF_TOKEN``."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+        env.update(
+            HF_ENDPOINT=self.url,
+            HF_HOME=str(hf_home),
+            HF_HUB_DISABLE_XET="1",
+            HF_HUB_OFFLINE="1" if offline else "0",
+            TRANSFORMERS_OFFLINE="1" if offline else "0",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_PROGRESS_BARS="1",
+            HF_HUB_DISABLE_UPDATE_CHECK="1",
+            HF_HUB_ETAG_TIMEOUT="5",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONWARNINGS="ignore",
+        )
+        if token is not None:
+            env["HF_TOKEN"] = token
+        return env
+
+    def run(self, code: str, hf_home: Path, token: str | None = None, offline: bool = False,
+            timeout: float = 120, cwd: Path | None = None) -> dict:
+        """Run ``code`` in ``python -c``; it must print one JSON object as its last stdout line.
+
+        Returns that object. Fails the test (with stdout/stderr) when the process exits non-zero.
+        """
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)], env=self.env(hf_home, token, offline),
+            capture_output=True, text=True, timeout=timeout, cwd=cwd or self.tmp_path,
+        )
+        if proc.returncode != 0:
+            pytest.fail(f"client process failed ({proc.returncode})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        assert lines, f"no JSON result printed\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        return json.loads(lines[-1])
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A fresh Hub-compatible server (own repos, refs, LFS store) on 127.0.0.1, stopped after the test."""
+    server = hub_server.HubServer(TOKENS).start()
+    try:
+        yield Hub(server, tmp_path)
+    finally:
+        server.stop()
+        assert not server.running
