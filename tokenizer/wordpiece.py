@@ -70,7 +70,9 @@ def train_wordpiece_tokenizer(
 
     Returns:
         A ``transformers.BertTokenizer`` (``is_fast`` is ``True``) with ``len(tokenizer) <= vocab_size``,
-        special token ids ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``.
+        special token ids ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``. Training is not bit-for-bit
+        reproducible: ``tokenizers`` breaks ties between equally frequent merges in hash-map order, so
+        rare pieces and ids can differ between runs; reuse the saved folder.
 
     Raises:
         InputError: a corpus file is missing, empty, not gzip though named ``.gz``, or not UTF-8 (see
@@ -78,10 +80,6 @@ def train_wordpiece_tokenizer(
             than the special tokens plus the corpus alphabet (the message gives the size needed);
             ``min_frequency < 1``; ``output_dir`` is an existing file.
     """
-    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
-    from tokenizers.models import WordPiece
-    from transformers import BertTokenizer
-
     if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
         raise InputError(
             f"--vocab_size {vocab_size}: smaller than needed for the {len(SPECIAL_TOKENS)} special tokens "
@@ -93,6 +91,11 @@ def train_wordpiece_tokenizer(
     if output_dir is not None and Path(output_dir).exists() and not Path(output_dir).is_dir():
         raise InputError(f"--output_dir {output_dir}: is an existing file; expected a directory (new or existing)")
     paths = check_text_files(files, arg_name="--train_file")
+
+    # Imported here: refused input is reported without loading them, and `import tokenizer` stays light.
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import WordPiece
+    from transformers import BertTokenizer
 
     backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     # The same normalizer as transformers.BertTokenizer(do_lower_case=lowercase) builds when reloading.
@@ -109,6 +112,8 @@ def train_wordpiece_tokenizer(
         continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
         show_progress=show_progress,
     )
+    # Ties between equally frequent merges are broken in hash-map order inside `tokenizers` (its issue #1794),
+    # so two runs on the same corpus can differ in a few rare pieces: save the tokenizer to reuse it.
     backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
 
     vocab = backend.get_vocab()
