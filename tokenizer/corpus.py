@@ -40,9 +40,13 @@ def _as_list(files: PathLike | Iterable[PathLike]) -> list[Path]:
     return [Path(f) for f in files]
 
 
+def _is_gz(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
 def _open_binary(path: Path) -> io.BufferedIOBase:
     """Open ``path`` for reading bytes, transparently decompressing ``.gz``."""
-    if path.suffix == ".gz":
+    if _is_gz(path):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb", buffering=READ_BUFFER_BYTES)
 
@@ -84,12 +88,12 @@ def check_text_files(files: PathLike | Iterable[PathLike], arg_name: str = "--tr
             raise InputError(f"{where}: cannot be read ({err.strerror}); expected a readable text file") from err
         if not head:
             raise InputError(f"{where}: file is empty (0 bytes); expected UTF-8 text")
-        if path.suffix == ".gz" and head != _GZIP_MAGIC:
+        if _is_gz(path) and head != _GZIP_MAGIC:
             raise InputError(f"{where}: not a gzip file (named .gz); expected gzip-compressed UTF-8 text")
-        if path.suffix != ".gz" and head == _GZIP_MAGIC:
+        if not _is_gz(path) and head == _GZIP_MAGIC:
             raise InputError(f"{where}: looks gzip-compressed but is not named .gz; rename it to {path.name}.gz")
         if not _has_text(path, where):
-            what = "decompresses to nothing but whitespace" if path.suffix == ".gz" else "holds only whitespace"
+            what = "decompresses to nothing but whitespace" if _is_gz(path) else "holds only whitespace"
             raise InputError(f"{where}: file is empty ({what}); expected UTF-8 text")
         resolved.append(path.resolve())
     return resolved
@@ -110,7 +114,8 @@ def _has_text(path: Path, where: str) -> bool:
 def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--train_file") -> Iterator[str]:
     """Yield the stripped, non-empty lines of the corpus files, one at a time, in file order.
 
-    Streaming: the files are read through a fixed-size buffer (plus one line), never whole. Text must be
+    Streaming: the files are read through a fixed-size buffer (plus one line), never whole, so memory is
+    bounded by the longest line, not by the file size. Text must be
     strict UTF-8 (a leading byte-order mark is dropped). Call :func:`check_text_files` first for clear
     errors about missing or empty files.
 
@@ -142,7 +147,7 @@ def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--tra
                         line = raw.decode("utf-8")
                     except UnicodeDecodeError as err:
                         bad = raw[err.start]
-                        stream = " of the decompressed text" if path.suffix == ".gz" else ""
+                        stream = " of the decompressed text" if _is_gz(path) else ""
                         raise InputError(
                             f"{where}: line {lineno}, byte offset {offset + err.start}{stream}: "
                             f"invalid byte 0x{bad:02x} ({err.reason}); expected UTF-8 text"

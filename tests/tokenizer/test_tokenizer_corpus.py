@@ -23,6 +23,8 @@ def test_lines_plain_gz_and_several_files_in_order(tmp_path):
     assert check_text_files([a, str(b)]) == [a.resolve(), b.resolve()]
     assert list(iter_text_lines([a, b])) == ["First line.", "second  line", "Third — é.", "fourth"]
     assert list(iter_text_lines(a)) == ["First line.", "second  line"]  # one path, not a list
+    upper = _write(tmp_path / "C.TXT.GZ", b"shouted\n", gz=True)  # the suffix is matched case-insensitively
+    assert check_text_files([upper]) and list(iter_text_lines([upper])) == ["shouted"]
 
 
 def test_batches_cover_all_lines_in_order(tmp_path):
