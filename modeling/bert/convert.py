@@ -55,21 +55,21 @@ HEADS = {"cls.predictions.": "MLM head", "cls.seq_relationship.": "NSP head", "b
 SAMPLE = ("The quick brown fox jumps over the lazy dog.", "It was not amused.")
 
 
-def sesame_config_from_bert(bert_config) -> SesameBertConfig:
+def sesame_config_from_bert(bert_config, where: str = "config.json") -> SesameBertConfig:
     """A :class:`SesameBertConfig` with the same architecture as a transformers ``BertConfig`` (post-LN, learned
     positions, cls pooling). Raises :class:`InputError` for BERT variants SesameBert does not implement."""
     if getattr(bert_config, "model_type", None) != "bert":
         raise InputError(
-            f"config.json: model_type={getattr(bert_config, 'model_type', None)!r}; expected a BERT checkpoint "
+            f"{where}: model_type={getattr(bert_config, 'model_type', None)!r}; expected a BERT checkpoint "
             "(model_type 'bert')"
         )
     position = getattr(bert_config, "position_embedding_type", "absolute")
     if position not in (None, "absolute"):
-        raise InputError(f"config.json: position_embedding_type={position!r}; only 'absolute' BERT can be converted")
+        raise InputError(f"{where}: position_embedding_type={position!r}; only 'absolute' BERT can be converted")
     if getattr(bert_config, "is_decoder", False) or getattr(bert_config, "add_cross_attention", False):
-        raise InputError("config.json: is_decoder / add_cross_attention is set; only BERT encoders can be converted")
+        raise InputError(f"{where}: is_decoder / add_cross_attention is set; only BERT encoders can be converted")
     if bert_config.hidden_act not in HIDDEN_ACTS:
-        raise InputError(f"config.json: hidden_act={bert_config.hidden_act!r}; expected one of {', '.join(HIDDEN_ACTS)}")
+        raise InputError(f"{where}: hidden_act={bert_config.hidden_act!r}; expected one of {', '.join(HIDDEN_ACTS)}")
     return SesameBertConfig(**{name: getattr(bert_config, name) for name in COPIED_FIELDS if hasattr(bert_config, name)})
 
 
@@ -112,7 +112,7 @@ def _load_source(source: str):
         bert_config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
         raise InputError(f"--source {source}: cannot read a config ({err.__class__.__name__}: {err})") from err
-    sesame_config_from_bert(bert_config)  # refuse unsupported variants before reading the weights
+    sesame_config_from_bert(bert_config, f"--source {source}: config.json")  # refuse unsupported variants before reading the weights
     try:
         model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True)
     except OSError as err:
