@@ -1,0 +1,167 @@
+"""Configuration of the ELMo-style BiLM (``model_type = "sesame-elmo"``).
+
+Field names follow bilm-tf's ``options.json`` where one exists (``char_cnn.filters``, ``n_highway``,
+``lstm.dim`` = ``cell_size``, ``lstm.projection_dim``, ``cell_clip``, ``proj_clip``, ``n_negative_samples_batch``
+= ``num_sampled``). Imports only transformers/stdlib (remote code).
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+#: Peters et al. (2018) / bilm-tf character CNN: (width, number of filters); 2048 filters in all.
+ELMO_CNN_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+#: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
+#: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
+DEFAULT_AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.SesameElmoConfig",
+    "AutoModel": "modeling_elmo.SesameElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.SesameElmoForBidirectionalLM",
+    "AutoModelForSequenceClassification": "modeling_elmo.SesameElmoForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_elmo.SesameElmoForQuestionAnswering",
+    "AutoModelForTokenClassification": "modeling_elmo.SesameElmoForTokenClassification",
+}
+
+
+class SesameElmoConfig(PretrainedConfig):
+    r"""Configuration of :class:`SesameElmoModel` and its heads.
+
+    BiLM (Peters et al. 2018, "Deep contextualized word representations"; bilm-tf):
+
+    Args:
+        vocab_size (`int`, 30000): word vocabulary size (softmax outputs); the tokenizer's ``len()``.
+        char_vocab_size (`int`, 262): character ids 0..261 (ELMo ids, 0 = masked token).
+        max_characters_per_token (`int`, 50): characters per token.
+        char_embedding_dim (`int`, 16): character embedding size.
+        cnn_filters (`list[list[int]]`): ``[[width, n_filters], ...]`` of the character CNN (max-pooled over
+            the characters); default the paper's, 2048 filters.
+        cnn_activation (`str`, "relu"): "relu" | "tanh" after each convolution (ELMo: relu).
+        num_highway_layers (`int`, 2): highway layers on the concatenated CNN features.
+        projection_dim (`int`, 512): size of layer 0 (the projection after the highway layers) and of each
+            LSTM's output (its projection), as in bilm-tf where both equal ``lstm.projection_dim``.
+        cell_size (`int`, 4096): LSTM memory cell size (GRU hidden size for ``cell_type="gru"``).
+        num_layers (`int`, 2): LSTM layers per direction.
+        cell_type (`str`, "lstm"): "lstm" (``nn.LSTM(proj_size=projection_dim)``) | "gru" (``nn.GRU`` of
+            ``cell_size`` followed by a linear projection to ``projection_dim``).
+        cell_clip (`float`, optional): clip the LSTM memory cell to ``[-c, c]`` (bilm-tf: 3). ``None`` =
+            no clipping, the fast fused ``nn.LSTM``; set, a step-by-step loop with the same parameters.
+        proj_clip (`float`, optional): clip the LSTM projection output (bilm-tf: 3); as ``cell_clip``.
+        use_residual (`bool`, True): residual connection around every LSTM layer but the first.
+        dropout (`float`, 0.1): dropout on each LSTM layer's input and on the top layer before the softmax.
+        softmax (`str`, "full"): training softmax, "full" | "sampled" (Jean et al. 2015, log-uniform
+            sampler, ``num_sampled`` negatives shared by the batch) | "adaptive" (Grave et al. 2017).
+            Evaluation (``model.eval()``) always reports the exact normalised NLL.
+        num_sampled (`int`, 8192): negatives of the sampled softmax (ELMo used 8192).
+        adaptive_cutoffs (`list[int]`, optional): cluster cut-offs of the adaptive softmax (increasing,
+            < vocab_size); default ``[V/20, V/4]`` rounded (>= 2 words each).
+        adaptive_div_value (`float`, 4.0): size divisor of the tail clusters' projections.
+
+    Downstream heads (Peters et al. 2018, section 3.3: ELMo_k = gamma * sum_j softmax(s)_j h_{k,j}):
+
+    Args:
+        freeze_backbone (`bool`, True): keep the BiLM's weights frozen (and its dropout off); the heads
+            train only ScalarMix's gamma and s and the task layers. False fine-tunes the BiLM too.
+        scalar_mix_layer_norm (`bool`, False): layer-normalise each layer before mixing (AllenNLP's
+            ``do_layer_norm``).
+        task_hidden_size (`int`, 128): hidden size per direction of the task BiLSTM (0 = no BiLSTM).
+        pooling (`str`, "max"): sentence pooling "max" | "mean" | "attention" | "cnn" (Kim 2014).
+        cnn_pool_widths (`list[int]`, [3, 4, 5]): filter widths of the "cnn" pooling.
+        cnn_pool_filters (`int`, 100): filters per width of the "cnn" pooling.
+        classifier_hidden_size (`int`, 256): hidden size of the classification MLP (0 = linear).
+        classifier_dropout (`float`, 0.2): dropout on the mixed features and before the classifier.
+    """
+
+    model_type = "sesame-elmo"
+
+    def __init__(
+        self,
+        vocab_size: int = 30000,
+        char_vocab_size: int = 262,
+        max_characters_per_token: int = 50,
+        char_embedding_dim: int = 16,
+        cnn_filters: list[list[int]] | None = None,
+        cnn_activation: str = "relu",
+        num_highway_layers: int = 2,
+        projection_dim: int = 512,
+        cell_size: int = 4096,
+        num_layers: int = 2,
+        cell_type: str = "lstm",
+        cell_clip: float | None = None,
+        proj_clip: float | None = None,
+        use_residual: bool = True,
+        dropout: float = 0.1,
+        softmax: str = "full",
+        num_sampled: int = 8192,
+        adaptive_cutoffs: list[int] | None = None,
+        adaptive_div_value: float = 4.0,
+        initializer_range: float = 0.05,
+        freeze_backbone: bool = True,
+        scalar_mix_layer_norm: bool = False,
+        task_hidden_size: int = 128,
+        pooling: str = "max",
+        cnn_pool_widths: list[int] | None = None,
+        cnn_pool_filters: int = 100,
+        classifier_hidden_size: int = 256,
+        classifier_dropout: float = 0.2,
+        pad_token_id: int = 0,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.char_vocab_size = char_vocab_size
+        self.max_characters_per_token = max_characters_per_token
+        self.char_embedding_dim = char_embedding_dim
+        self.cnn_filters = [list(f) for f in (cnn_filters if cnn_filters is not None else ELMO_CNN_FILTERS)]
+        self.cnn_activation = cnn_activation
+        self.num_highway_layers = num_highway_layers
+        self.projection_dim = projection_dim
+        self.cell_size = cell_size
+        self.num_layers = num_layers
+        self.cell_type = cell_type
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.use_residual = use_residual
+        self.dropout = dropout
+        self.softmax = softmax
+        self.num_sampled = num_sampled
+        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs is not None else None
+        self.adaptive_div_value = adaptive_div_value
+        self.initializer_range = initializer_range
+        self.freeze_backbone = freeze_backbone
+        self.scalar_mix_layer_norm = scalar_mix_layer_norm
+        self.task_hidden_size = task_hidden_size
+        self.pooling = pooling
+        self.cnn_pool_widths = list(cnn_pool_widths) if cnn_pool_widths is not None else [3, 4, 5]
+        self.cnn_pool_filters = cnn_pool_filters
+        self.classifier_hidden_size = classifier_hidden_size
+        self.classifier_dropout = classifier_dropout
+        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+        self._validate()
+
+    def _validate(self) -> None:
+        choices = {"cnn_activation": ("relu", "tanh"), "cell_type": ("lstm", "gru"),
+                   "softmax": ("full", "sampled", "adaptive"), "pooling": ("max", "mean", "attention", "cnn")}
+        for field, allowed in choices.items():
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"SesameElmoConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
+            raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
+        if self.num_layers < 1:
+            raise ValueError(f"SesameElmoConfig.num_layers={self.num_layers}; expected >= 1")
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of every layer representation of :class:`SesameElmoModel`: ``2 * projection_dim``."""
+        return 2 * self.projection_dim
+
+    def resolved_adaptive_cutoffs(self) -> list[int]:
+        """The adaptive softmax cut-offs: ``adaptive_cutoffs`` or ``[V // 20, V // 4]`` (made increasing)."""
+        if self.adaptive_cutoffs:
+            return list(self.adaptive_cutoffs)
+        v = self.vocab_size
+        first = max(2, v // 20)
+        second = max(first + 2, v // 4)
+        return [first, second] if second < v else [first]

@@ -1,0 +1,45 @@
+"""Fixtures of the ELMo-style tests: the sentences of ``tiny_corpus``, a tokenizer trained on it, tiny configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+@pytest.fixture
+def elmo_sentences(tiny_corpus: Path) -> list[str]:
+    """The distinct sentences of the shared ``tiny_corpus`` fixture (6 sentences, ~70 words)."""
+    return list(dict.fromkeys(line for line in tiny_corpus.read_text(encoding="utf-8").splitlines() if line))
+
+
+@pytest.fixture
+def elmo_tokenizer(tiny_corpus: Path, tmp_path: Path):
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    return train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
+
+
+def tiny_config(vocab_size: int = 100, **overrides):
+    """A SesameElmoConfig small enough for a CPU test (a few thousand parameters)."""
+    from modeling.elmo import SesameElmoConfig
+
+    kwargs = dict(
+        vocab_size=vocab_size, char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8], [3, 16]], num_highway_layers=2,
+        projection_dim=16, cell_size=32, num_layers=2, dropout=0.0, task_hidden_size=8,
+        classifier_hidden_size=16, classifier_dropout=0.0, num_sampled=16, cnn_pool_filters=4,
+    )
+    kwargs.update(overrides)
+    return SesameElmoConfig(**kwargs)
+
+
+@pytest.fixture
+def tiny():
+    """The factory :func:`tiny_config` (import from a conftest is unreliable under importlib mode)."""
+    return tiny_config
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    yield

@@ -1,0 +1,90 @@
+"""SesameElmoTokenizer: ELMo character ids on hand-worked examples, words, pairs, padding, training, loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenizer.elmo_tokenization import SesameElmoTokenizer, word_to_char_ids
+from training.errors import InputError
+
+
+def _row(*head):
+    """A 50-long row: the given ids, then the padding character 261."""
+    return list(head) + [261] * (50 - len(head))
+
+
+def test_char_ids_hand_worked():
+    # "Hi": bow 259, 'H' = 0x48 = 72 -> 73, 'i' = 105 -> 106, eow 260, padding 261.
+    assert word_to_char_ids("Hi") == _row(259, 73, 106, 260)
+    # "é" is UTF-8 C3 A9 = 195 169 -> 196 170.
+    assert word_to_char_ids("é") == _row(259, 196, 170, 260)
+    # sentence markers: [bow, bos 257 | eos 258, eow]
+    assert word_to_char_ids("<S>") == _row(259, 257, 260)
+    assert word_to_char_ids("</S>") == _row(259, 258, 260)
+    # 60 x 'a' (97 -> 98): truncated to 48 bytes, eow in the last slot.
+    assert word_to_char_ids("a" * 60) == [259] + [98] * 48 + [260]
+    # 25 x 'é' = 50 bytes: truncated to 48 bytes = 24 characters.
+    assert word_to_char_ids("é" * 25) == [259] + [196, 170] * 24 + [260]
+    # 47 bytes: one padding character left after eow
+    assert word_to_char_ids("b" * 47) == [259] + [99] * 47 + [260, 261]
+
+
+def test_encode_single_and_unknown_word(elmo_tokenizer):
+    tok = elmo_tokenizer
+    enc = tok("The whale zzzq.")
+    words = ["<S>", "The", "whale", "zzzq", ".", "</S>"]
+    assert enc["input_ids"] == [tok.vocab.get(w, tok.vocab["<UNK>"]) for w in words]
+    assert enc["input_ids"][3] == tok.unk_token_id == 3
+    assert enc["char_ids"][3] == _row(259, ord("z") + 1, ord("z") + 1, ord("z") + 1, ord("q") + 1, 260)
+    assert enc["attention_mask"] == [1] * 6 and enc["token_type_ids"] == [0] * 6
+
+
+def test_pair_layout_and_padding(elmo_tokenizer):
+    tok = elmo_tokenizer
+    batch = tok(["The sea", "A dog near the river"], ["It", "wet"], padding=True, return_tensors="pt")
+    assert batch["char_ids"].shape == (2, 10, 50) and batch["char_ids"].dtype == torch.long
+    v = tok.vocab
+    assert batch["input_ids"][0].tolist() == [1, v["The"], v["sea"], 2, 1, v["It"], 2, 0, 0, 0]
+    assert batch["token_type_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]
+    assert batch["attention_mask"][0].tolist() == [1] * 7 + [0] * 3
+    assert batch["token_type_ids"][1].tolist() == [0] * 7 + [1] * 3
+    assert batch["attention_mask"][1].tolist() == [1] * 10
+    assert (batch["char_ids"][0, 7:] == 0).all() and (batch["char_ids"][0, :7] != 0).all()
+
+
+def test_pad_as_collator_and_truncation(elmo_tokenizer):
+    tok = elmo_tokenizer
+    feats = [tok("The sea"), tok("The whale rose from the sea")]
+    batch = tok.pad(feats, return_tensors="pt")
+    assert batch["char_ids"].shape == (2, 8, 50)
+    assert torch.equal(batch["char_ids"][0, :4], torch.tensor(feats[0]["char_ids"]))
+    assert (batch["char_ids"][0, 4:] == 0).all()
+    cut = tok("The whale rose from the sea", "It rained in the afternoon", truncation=True, max_length=8)
+    assert len(cut["input_ids"]) == 8 and cut["input_ids"].count(1) == 2 and cut["input_ids"].count(2) == 2
+
+
+def test_train_vocab_frequency_order(tmp_path):
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("b b b a a c\nB a b\n", encoding="utf-8")
+    tok = train_elmo_tokenizer([corpus], vocab_size=100)
+    assert tok.ids_to_tokens == ["<pad>", "<S>", "</S>", "<UNK>", "b", "a", "B", "c"]
+    small = train_elmo_tokenizer([corpus], vocab_size=6, lowercase=True)
+    assert small.ids_to_tokens == ["<pad>", "<S>", "</S>", "<UNK>", "b", "a"]
+    with pytest.raises(InputError, match="vocab_size"):
+        train_elmo_tokenizer([corpus], vocab_size=3)
+    with pytest.raises(InputError, match="no such file"):
+        train_elmo_tokenizer([tmp_path / "missing.txt"], vocab_size=10)
+
+
+def test_save_load_with_auto_tokenizer(elmo_tokenizer, tmp_path):
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert type(loaded) is SesameElmoTokenizer
+    text = ("The sailors shouted, and Elizabeth spoke.", "A dog.")
+    assert loaded(*text) == elmo_tokenizer(*text)
+    assert (tmp_path / "tok" / "elmo_tokenization.py").exists()
