@@ -1,0 +1,182 @@
+"""Batch collators: MLM masking (BERT-like, optionally whole-word and NSP) and BiLM batches (ELMo-style).
+
+Masking (Devlin et al. 2019, sec. 3.1 and appendix A.1): each non-special token is selected for prediction
+with probability ``mlm_probability`` (whole-word masking: each *word* is selected with that probability and
+all its pieces go together, so the expected fraction of selected tokens is still ``mlm_probability``); a
+selected token is replaced by ``[MASK]`` with probability ``mask_replace_prob``, by a random non-special token
+with ``random_replace_prob`` and kept otherwise; ``labels`` hold the original id at selected positions and
+-100 elsewhere. At least one token per sequence is selected.
+
+Randomness: the random numbers of an example come from a ``torch.Generator`` seeded with
+``(seed, epoch, example index)`` -- never from the global RNG. A batch is therefore masked identically
+whatever the number of processes, the data-loader workers, the prefetching, or a resume in the middle of an
+epoch (the loop sets the epoch with :meth:`MLMCollator.set_epoch`), while every epoch gets new masks (dynamic
+masking, as RoBERTa).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from pretrain.data import seed_for
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    candidates: torch.Tensor,
+    u_select: torch.Tensor,
+    u_replace: torch.Tensor,
+    random_tokens: torch.Tensor,
+    mask_token_id: int,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    word_start: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Apply MLM masking given the random numbers (pure, vectorised).
+
+    Args:
+        input_ids: ``(B, T)`` long.
+        candidates: ``(B, T)`` bool, tokens that may be selected (not special, not padding).
+        u_select: ``(B, T)`` float in [0, 1): selection draws (per token; with ``word_start``, the draw of a
+            word is the one at its first piece).
+        u_replace: ``(B, T)`` float in [0, 1): replacement draws.
+        random_tokens: ``(B, T)`` long, the random replacement ids.
+        word_start: ``(B, T)`` 0/1, 1 where a token begins a word: whole-word masking.
+
+    Returns:
+        ``(masked_input_ids, labels)``, both ``(B, T)`` long; labels are -100 where not selected.
+    """
+    if word_start is not None:
+        word_index = torch.cumsum(word_start.long(), dim=1) - 1  # (B, T), the word each token belongs to
+        word_index = word_index.clamp_min(0)
+        start_pos = torch.zeros_like(u_select).scatter_reduce(1, word_index, u_select * word_start, reduce="sum", include_self=False)
+        u_tok = start_pos.gather(1, word_index)
+    else:
+        u_tok = u_select
+    selected = candidates & (u_tok < mlm_probability)
+    # at least one prediction per sequence: the candidate (word) with the smallest draw
+    empty = ~selected.any(dim=1) & candidates.any(dim=1)
+    if empty.any():
+        best = torch.where(candidates, u_tok, torch.full_like(u_tok, 2.0)).min(dim=1, keepdim=True).values
+        selected = selected | (empty[:, None] & candidates & (u_tok == best))
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    to_mask = selected & (u_replace < mask_replace_prob)
+    to_random = selected & (u_replace >= mask_replace_prob) & (u_replace < mask_replace_prob + random_replace_prob)
+    out = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
+    out = torch.where(to_random, random_tokens, out)
+    return out, labels
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int, dtype=torch.long) -> torch.Tensor:
+    length = max(len(r) for r in rows)
+    if all(len(r) == length for r in rows):
+        return torch.tensor(rows, dtype=dtype)
+    out = torch.full((len(rows), length), value, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out
+
+
+class MLMCollator:
+    """Pad packed blocks (or NSP pairs) and mask them for MLM.
+
+    Examples are dicts with ``input_ids``, ``word_start`` and ``index`` (and, for NSP, ``token_type_ids`` and
+    ``next_sentence_label``). Output: ``input_ids`` (B, T) long, ``attention_mask`` (B, T) long, ``labels``
+    (B, T) long with -100 = not predicted, and ``token_type_ids`` / ``next_sentence_label`` when present.
+
+    Args:
+        tokenizer: gives ``mask_token_id``, ``pad_token_id``, the special ids and the vocabulary size.
+        seed: base seed of the per-example generators.
+        salt: mixed into the seed (e.g. 1 for validation, so its masks are fixed and differ from training's).
+    """
+
+    def __init__(self, tokenizer, mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
+                 random_replace_prob: float = 0.1, whole_word_mask: bool = False, seed: int = 42, salt: int = 0):
+        from training.errors import InputError
+
+        if not 0 < mlm_probability < 1:
+            raise InputError(f"--mlm_probability {mlm_probability}: expected a number in (0, 1)")
+        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
+            raise InputError(
+                f"--mask_replace_prob {mask_replace_prob} / --random_replace_prob {random_replace_prob}: expected "
+                "non-negative numbers with a sum <= 1"
+            )
+        if tokenizer.mask_token_id is None:
+            raise InputError("--tokenizer_name: the tokenizer has no mask token; expected a BERT-style [MASK]")
+        self.mask_token_id = tokenizer.mask_token_id
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        vocab = torch.arange(len(tokenizer))
+        self.random_ids = vocab[~torch.isin(vocab, self.special_ids)]
+        self.mlm_probability, self.mask_replace_prob, self.random_replace_prob = mlm_probability, mask_replace_prob, random_replace_prob
+        self.whole_word_mask, self.seed, self.salt, self.epoch = whole_word_mask, seed, salt, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """New masks every epoch (the training loop calls this; also at resume)."""
+        self.epoch = epoch
+
+    def random_draws(self, indices: Sequence[int], length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(u_select, u_replace, random_tokens)``, each ``(B, length)``, from the per-example generators."""
+        sel, rep, tok = [], [], []
+        n = len(self.random_ids)
+        for index in indices:
+            g = torch.Generator().manual_seed(seed_for(self.seed, self.salt, self.epoch, index))
+            u = torch.rand(2, length, generator=g)
+            sel.append(u[0])
+            rep.append(u[1])
+            tok.append(torch.randint(n, (length,), generator=g))
+        return torch.stack(sel), torch.stack(rep), self.random_ids[torch.stack(tok)]
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        input_ids = _pad([e["input_ids"] for e in examples], self.pad_token_id)
+        attention_mask = _pad([[1] * len(e["input_ids"]) for e in examples], 0)
+        word_start = _pad([e["word_start"] for e in examples], 1) if self.whole_word_mask else None
+        candidates = attention_mask.bool() & ~torch.isin(input_ids, self.special_ids)
+        u_sel, u_rep, rand_tok = self.random_draws([e["index"] for e in examples], input_ids.shape[1])
+        masked, labels = mask_tokens(
+            input_ids, candidates, u_sel, u_rep, rand_tok, self.mask_token_id,
+            self.mlm_probability, self.mask_replace_prob, self.random_replace_prob, word_start,
+        )
+        batch = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+        if "token_type_ids" in examples[0]:
+            batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], 0)
+        if "next_sentence_label" in examples[0]:
+            batch["next_sentence_label"] = torch.tensor([e["next_sentence_label"] for e in examples], dtype=torch.long)
+        return batch
+
+
+class BiLMCollator:
+    """Pad packed word blocks for the ELMo-style BiLM.
+
+    Examples are dicts with ``input_ids`` (word ids) and ``words`` (strings). Output: ``input_ids`` (B, T) long,
+    ``char_ids`` (B, T, 50) long (ELMo's byte ids with begin/end-of-word markers, zeros at padding),
+    ``attention_mask`` (B, T) long, ``labels`` (B, T) long = ``input_ids`` with -100 at padding. The model shifts
+    the labels itself (forward LM at t predicts labels[t+1], backward LM labels[t-1]). No randomness.
+    """
+
+    def __init__(self, tokenizer):
+        from tokenizer.elmo_tokenization import word_to_char_ids
+
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._to_chars = word_to_char_ids
+        self._cache: dict[str, list[int]] = {}
+
+    def chars(self, word: str) -> list[int]:
+        ids = self._cache.get(word)
+        if ids is None:
+            ids = self._cache[word] = self._to_chars(word)
+        return ids
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        input_ids = _pad([e["input_ids"] for e in examples], self.pad_token_id)
+        attention_mask = _pad([[1] * len(e["input_ids"]) for e in examples], 0)
+        B, T = input_ids.shape
+        width = len(self.chars("a"))
+        char_ids = torch.zeros(B, T, width, dtype=torch.long)
+        for i, e in enumerate(examples):
+            char_ids[i, : len(e["words"])] = torch.tensor([self.chars(w) for w in e["words"]], dtype=torch.long)
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        return {"input_ids": input_ids, "char_ids": char_ids, "attention_mask": attention_mask, "labels": labels}

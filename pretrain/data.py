@@ -1,0 +1,341 @@
+"""Pretraining data: corpus → documents → tokens (``datasets.map``) → packed blocks.
+
+* :func:`load_raw_datasets`: local ``.txt``/``.txt.gz`` files (one document per blank-line-separated block,
+  ``load_dataset("text", sample_by="paragraph")``), a hub dataset (``--dataset_name``), or the corpus bundled in
+  ``pretrain/corpus/``; a ``train`` and a ``validation`` split.
+* :func:`tokenize_bert` / :func:`tokenize_elmo`: batched, cached ``map`` (``--preprocessing_num_workers``).
+  BERT-like: per document its WordPiece ids, a **word-start flag** per token (from the fast tokenizer's
+  ``word_ids``, so whole-word masking still knows the words after packing) and the token offsets where its
+  lines (paragraphs, the NSP segments) end. ELMo-style: per document its word ids and word strings (the
+  characters of out-of-vocabulary words reach the char-CNN), each line wrapped in ``<S>`` ... ``</S>``.
+* :func:`pack_blocks` (MLM and BiLM): the documents of a map batch are concatenated (BERT: separated by
+  ``[SEP]``) and cut into blocks of exactly ``max_seq_length`` (BERT: ``[CLS]`` + ``max_seq_length - 1``
+  tokens); no token is dropped, only the last block of each map batch (``--packing_batch_size`` documents) can
+  be shorter, so practically no compute is spent on padding.
+* :func:`make_nsp_pairs`: BERT's sentence-pair blocks (Devlin et al. 2019, sec. 3.1 task 2, and Google's
+  ``create_pretraining_data.py``): ``[CLS] A [SEP] B [SEP]`` filled up to ``max_seq_length`` from consecutive
+  segments, B the actual continuation of A (IsNext, label 0) or, with probability 0.5, a span of a random other
+  document (NotNext, label 1; the unused segments are put back). Truncation removes tokens from the front of A
+  or the back of B only, so an IsNext A+B stays a contiguous span of its document.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.errors import InputError
+
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+DEFAULT_TRAIN_FILES = [str(CORPUS_DIR / "train.txt.gz")]
+DEFAULT_VALIDATION_FILE = str(CORPUS_DIR / "validation.txt.gz")
+
+
+# -- raw text ------------------------------------------------------------------------------------------------
+def load_raw_datasets(
+    train_files: list[str] | None,
+    validation_file: str | None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    text_column_name: str = "text",
+    validation_split_percentage: int = 5,
+    sample_by: str = "paragraph",
+    cache_dir: str | None = None,
+):
+    """A ``DatasetDict`` with ``train`` and ``validation`` splits of raw text in the column ``text``.
+
+    Args:
+        train_files: ``.txt``/``.txt.gz`` files; ``None`` (and no ``dataset_name``): the bundled corpus.
+        validation_file: a file; ``None``: the bundled validation file for the bundled corpus, else the last
+            ``validation_split_percentage`` % of the training documents.
+        dataset_name / dataset_config_name: a hub dataset (``load_dataset(name, config)``) instead of files.
+        text_column_name: the text column of a hub dataset.
+        sample_by: ``paragraph`` (one example per blank-line-separated document, the corpus format) or ``line``.
+
+    Raises:
+        InputError: a file is missing/empty/not text (see ``tokenizer.corpus.check_text_files``), the dataset
+            has no ``text_column_name`` column, or a split is empty.
+    """
+    from datasets import DatasetDict, load_dataset
+
+    if not 0 < validation_split_percentage < 100:
+        raise InputError(f"--validation_split_percentage {validation_split_percentage}: expected 1..99")
+    if dataset_name:
+        try:
+            raw = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
+        except Exception as err:  # noqa: BLE001 - any failure to load is a refusal of the name
+            raise InputError(f"--dataset_name {dataset_name}: could not be loaded ({type(err).__name__}: {err})") from err
+        if "train" not in raw:
+            raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
+        if text_column_name not in raw["train"].column_names:
+            raise InputError(
+                f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: {', '.join(raw['train'].column_names)})"
+            )
+        raw = DatasetDict({k: v.select_columns([text_column_name]).rename_column(text_column_name, "text") if text_column_name != "text" else v.select_columns(["text"]) for k, v in raw.items()})
+        if "validation" not in raw:
+            split = raw["train"].train_test_split(test_size=validation_split_percentage / 100, shuffle=False)
+            raw = DatasetDict({"train": split["train"], "validation": split["test"]})
+        return DatasetDict({"train": raw["train"], "validation": raw["validation"]})
+
+    from tokenizer.corpus import check_text_files
+
+    if sample_by not in ("paragraph", "line"):
+        raise InputError(f"--sample_by {sample_by!r}: expected 'paragraph' (documents) or 'line'")
+    bundled = not train_files
+    train_files = [str(p) for p in check_text_files(train_files or DEFAULT_TRAIN_FILES, "--train_file")]
+    if validation_file is None and bundled:
+        validation_file = DEFAULT_VALIDATION_FILE
+    data_files: dict[str, Any] = {"train": train_files}
+    if validation_file is not None:
+        data_files["validation"] = [str(p) for p in check_text_files([validation_file], "--validation_file")]
+    raw = load_dataset("text", data_files=data_files, sample_by=sample_by, cache_dir=cache_dir)
+    raw = raw.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
+    if "validation" not in raw:
+        split = raw["train"].train_test_split(test_size=validation_split_percentage / 100, shuffle=False)
+        raw = DatasetDict({"train": split["train"], "validation": split["test"]})
+    for name, what in (("train", "--train_file"), ("validation", "--validation_file")):
+        if len(raw[name]) == 0:
+            raise InputError(f"{what}: no text in the {name} split; expected at least one non-empty document")
+    return raw
+
+
+# -- tokenisation --------------------------------------------------------------------------------------------
+def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: bool = False):
+    """Tokenise documents with a fast WordPiece tokenizer (``datasets.map``, batched, cached).
+
+    Output columns per document: ``input_ids`` (list[int], no special tokens), ``word_start`` (list[int] 0/1,
+    1 where a token begins a word of the pre-tokenizer), ``line_ends`` (list[int], token offset after each
+    line: the NSP segments).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise InputError("--tokenizer_name: a fast tokenizer is needed (word ids for whole-word masking)")
+
+    def tokenize(batch):
+        out = {"input_ids": [], "word_start": [], "line_ends": []}
+        for text in batch["text"]:
+            lines = [ln for ln in text.split("\n") if ln.strip()]
+            enc = tokenizer(lines, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False, verbose=False) if lines else None
+            ids, starts, ends = [], [], []
+            for i in range(len(lines)):
+                line_ids = enc["input_ids"][i]
+                words = enc.word_ids(i)
+                prev = None
+                for w in words:
+                    starts.append(1 if w is None or w != prev else 0)
+                    prev = w
+                ids.extend(line_ids)
+                if line_ids:
+                    ends.append(len(ids))
+            out["input_ids"].append(ids)
+            out["word_start"].append(starts)
+            out["line_ends"].append(ends)
+        return out
+
+    return raw.map(
+        tokenize, batched=True, num_proc=num_proc, remove_columns=raw["train"].column_names,
+        load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)",
+    )
+
+
+def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: bool = False):
+    """Split documents into words for the ELMo-style BiLM (``datasets.map``, batched, cached).
+
+    Output columns per document: ``input_ids`` (word ids, every line wrapped in ``<S>`` ... ``</S>``) and
+    ``words`` (the word strings, ``<S>``/``</S>`` included), from which the collator builds ``char_ids``.
+    """
+    vocab = tokenizer.get_vocab()
+    unk = tokenizer.unk_token_id
+    bos, eos = tokenizer.bos_token, tokenizer.eos_token
+
+    def tokenize(batch):
+        out = {"input_ids": [], "words": []}
+        for text in batch["text"]:
+            words: list[str] = []
+            for line in text.split("\n"):
+                if line.strip():
+                    split = [w for w, _ in tokenizer.split_words(line)]
+                    if split:
+                        words.append(bos)
+                        words.extend(split)
+                        words.append(eos)
+            out["words"].append(words)
+            out["input_ids"].append([vocab.get(w, unk) for w in words])
+        return out
+
+    return raw.map(
+        tokenize, batched=True, num_proc=num_proc, remove_columns=raw["train"].column_names,
+        load_from_cache_file=not overwrite_cache, desc="tokenising (words)",
+    )
+
+
+# -- packing -------------------------------------------------------------------------------------------------
+def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_token_id: int | None,
+                batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False):
+    """Concatenate documents and cut them into blocks of ``max_seq_length`` tokens (``datasets.map``).
+
+    With ``cls_token_id``/``sep_token_id`` (BERT-like) documents are separated by ``[SEP]`` and each block is
+    ``[CLS]`` + ``max_seq_length - 1`` tokens; without (ELMo-style) the ``<S>``/``</S>``-wrapped lines are
+    concatenated as they are. Every token lands in exactly one block; only the last block of each map batch
+    may be shorter. Per-token columns other than ``input_ids`` (``word_start``, ``words``) are packed alongside;
+    ``word_start`` is forced to 1 at a block's first body token (a word cut by a block edge starts anew).
+    """
+    if max_seq_length < 2:
+        raise InputError(f"--max_seq_length {max_seq_length}: expected at least 2")
+    columns = [c for c in tokenized["train"].column_names if c not in ("line_ends",)]
+    per_token = [c for c in columns if c != "input_ids"]
+    bert = cls_token_id is not None
+    body = max_seq_length - 1 if bert else max_seq_length
+
+    def pack(batch):
+        stream: dict[str, list] = {c: [] for c in columns}
+        for i in range(len(batch["input_ids"])):
+            ids = batch["input_ids"][i]
+            if not ids:
+                continue
+            stream["input_ids"].extend(ids)
+            for c in per_token:
+                stream[c].extend(batch[c][i])
+            if bert:
+                stream["input_ids"].append(sep_token_id)
+                for c in per_token:
+                    stream[c].append(1 if c == "word_start" else "[SEP]")
+        out: dict[str, list] = {c: [] for c in columns}
+        n = len(stream["input_ids"])
+        for start in range(0, n, body):
+            for c in columns:
+                chunk = stream[c][start:start + body]
+                if c == "word_start":
+                    chunk = [1] + chunk[1:]
+                if bert:
+                    chunk = [cls_token_id if c == "input_ids" else 1 if c == "word_start" else "[CLS]"] + chunk
+                out[c].append(chunk)
+        return out
+
+    return tokenized.map(
+        pack, batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=tokenized["train"].column_names,
+        load_from_cache_file=not overwrite_cache, desc=f"packing into blocks of {max_seq_length}",
+    )
+
+
+def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_id: int, seed: int,
+                   batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False,
+                   random_next_probability: float = 0.5):
+    """Sentence-pair blocks for MLM + NSP (see the module docstring); deterministic for a given ``seed``.
+
+    Output columns: ``input_ids`` = ``[CLS] A [SEP] B [SEP]`` (at most ``max_seq_length``), ``token_type_ids``
+    (0 on ``[CLS] A [SEP]``, 1 on ``B [SEP]``), ``word_start``, ``next_sentence_label`` (0 IsNext, 1 NotNext).
+    Segments are the documents' lines; a line longer than half a block is split into half-block pieces.
+    """
+    max_tokens = max_seq_length - 3
+    if max_tokens < 2:
+        raise InputError(f"--max_seq_length {max_seq_length}: expected at least 5 with --nsp")
+    piece = max(1, max_tokens // 2)
+
+    def segments_of(ends: list[int]) -> list[tuple[int, int]]:
+        segs, start = [], 0
+        for end in ends:
+            for s in range(start, end, piece):
+                segs.append((s, min(s + piece, end)))
+            start = end
+        return segs
+
+    def pairs(batch, indices):
+        rng = random.Random(f"{seed}-nsp-{indices[0]}")
+        docs = batch["input_ids"]
+        starts = batch["word_start"]
+        segs_all = [segments_of(e) for e in batch["line_ends"]]
+        out = {"input_ids": [], "token_type_ids": [], "word_start": [], "next_sentence_label": []}
+
+        def emit(d_a, a, d_b, b, label):
+            ids = [cls_token_id] + docs[d_a][a[0]:a[1]] + [sep_token_id] + docs[d_b][b[0]:b[1]] + [sep_token_id]
+            ws = [1] + [1] + starts[d_a][a[0] + 1:a[1]] + [1] + [1] + starts[d_b][b[0] + 1:b[1]] + [1]
+            out["input_ids"].append(ids)
+            out["word_start"].append(ws)
+            out["token_type_ids"].append([0] * (a[1] - a[0] + 2) + [1] * (b[1] - b[0] + 1))
+            out["next_sentence_label"].append(label)
+
+        for d, segs in enumerate(segs_all):
+            i, chunk = 0, []
+            while i < len(segs):
+                chunk.append(segs[i])
+                length = chunk[-1][1] - chunk[0][0]
+                if i == len(segs) - 1 or length >= max_tokens:
+                    lo, hi = chunk[0][0], chunk[-1][1]
+                    if hi - lo >= 2:
+                        is_random = rng.random() < random_next_probability and len(docs) > 1
+                        if len(chunk) > 1:
+                            k = rng.randint(1, len(chunk) - 1)
+                            split = chunk[k][0]
+                        else:
+                            k, split = 1, rng.randint(lo + 1, hi - 1)
+                        a = [lo, split]
+                        if is_random:
+                            others = [j for j in range(len(docs)) if j != d and segs_all[j]]
+                            if others:
+                                o = rng.choice(others)
+                                s0 = segs_all[o][rng.randrange(len(segs_all[o]))][0]
+                                want = max(1, max_tokens - (a[1] - a[0]))
+                                b = [s0, min(s0 + want, len(docs[o]))]
+                                if len(chunk) > 1:
+                                    i -= len(chunk) - k  # put the unused segments back
+                                d_b, label = o, 1
+                            else:
+                                is_random = False
+                        if not is_random:
+                            b, d_b, label = [split, hi], d, 0
+                        while (a[1] - a[0]) + (b[1] - b[0]) > max_tokens:
+                            if a[1] - a[0] > b[1] - b[0]:
+                                a[0] += 1  # front of A
+                            else:
+                                b[1] -= 1  # back of B
+                        emit(d, a, d_b, b, label)
+                    chunk = []
+                i += 1
+        return out
+
+    return tokenized.map(
+        pairs, batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
+        remove_columns=tokenized["train"].column_names, load_from_cache_file=not overwrite_cache,
+        desc="building NSP sentence pairs",
+    )
+
+
+class IndexedDataset(torch.utils.data.Dataset):
+    """A ``datasets.Dataset`` as a torch dataset whose examples carry their row ``index`` (the collators seed
+    their per-example random numbers with it). Batched reads go through ``__getitems__``."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict:
+        return {**self.dataset[int(index)], "index": int(index)}
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        indices = [int(i) for i in indices]
+        columns = self.dataset[indices]
+        names = list(columns)
+        return [{**{c: columns[c][j] for c in names}, "index": i} for j, i in enumerate(indices)]
+
+
+def count_tokens(dataset) -> int:
+    """Total number of tokens in the ``input_ids`` column."""
+    return int(sum(len(x) for x in dataset["input_ids"]))
+
+
+def seed_for(*keys: int) -> int:
+    """A well-mixed 63-bit seed from integer keys (``numpy.random.SeedSequence``)."""
+    a, b = np.random.SeedSequence([int(k) & 0xFFFFFFFFFFFFFFFF for k in keys]).generate_state(2)
+    return int((int(a) << 31) ^ int(b)) & 0x7FFFFFFFFFFFFFFF
+
+
+__all__ = [
+    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "make_nsp_pairs", "IndexedDataset",
+    "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
+]

@@ -1,0 +1,595 @@
+"""The one accelerate training loop that pretraining and fine-tuning share.
+
+Usage (a script builds the model, datasets and collators; the loop does the rest)::
+
+    from training.loop import TrainingConfig, Trainer, add_training_arguments, make_accelerator, finish
+
+    parser = argparse.ArgumentParser(); add_training_arguments(parser)
+    args = parser.parse_args()
+    config = TrainingConfig.from_args(args)
+    accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
+    trainer = Trainer(accelerator, model, train_dataloader, config, eval_fn=my_eval)  # prepares everything
+    result = trainer.train()          # dict: train_loss, train_runtime_s, ... and the last eval metrics
+    model = trainer.unwrapped_model   # save it with save_pretrained on the main process
+    finish(accelerator, trainer)      # end trackers, free memory, destroy the process group
+
+What the loop guarantees:
+
+* **Optimizer steps.** One optimizer step consumes ``gradient_accumulation_steps`` (G) micro-batches per
+  process (fewer at the end of an epoch). The learning-rate schedule is stepped by the loop exactly once per
+  optimizer step (skipped when a mixed-precision step is skipped), so after N optimizer steps the schedule has
+  taken N steps for any G and any number of processes P (see :mod:`training.optim`; accelerate#662).
+* **Exact loss normalisation.** Each micro-batch's loss is the model's mean over its predicted items (tokens
+  for MLM/BiLM, examples for classification) and ``weight_fn(batch)`` counts those items. The loop sums the
+  counts of the G micro-batches on all P processes (one all-reduce per step) and back-propagates
+  ``loss_i * count_i * P / total_count`` inside ``accelerator.no_sync`` for all but the last micro-batch, so the
+  gradient is that of the mean over *all* items of the optimizer step, however they are split across
+  micro-batches and processes: a 2-process run follows the 1-process run with the same global batch. (This is
+  what ``accelerator.accumulate`` does, but with per-item rather than per-micro-batch averaging.)
+* **Clipping and non-finite values.** ``accelerator.clip_grad_norm_`` with ``max_grad_norm`` (the norm is always
+  computed and logged). A non-finite loss or gradient norm on any process stops every process before the
+  optimizer step with :class:`NonFiniteLossError` naming the step; the last checkpoint is left as it was.
+* **Checkpoints.** Every ``checkpointing_steps`` optimizer steps and at the end, ``<output_dir>/checkpoints/
+  step_N/`` written atomically (:mod:`training.checkpoint`), the last ``checkpoints_total_limit`` kept.
+* **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path) restores weights, optimizer, schedule,
+  every process's RNG states and the position in the data: the epoch is set on the sampler and collator, and
+  the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
+  them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
+  training data must be ordered by a sampler seeded from (seed, epoch) (e.g. :class:`EpochShuffleSampler`),
+  the DataLoader must have its own ``generator`` and the collator must draw its random numbers from its own
+  seeded generators, never from the global RNG (which belongs to dropout).
+* **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
+  item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
+  go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history.
+* **Evaluation.** ``eval_fn(trainer) -> dict`` every ``eval_steps`` and at the end, on all processes; use
+  :func:`evaluate_sums` (exact sums across processes, e.g. perplexity) or :func:`gather_predictions`
+  (``gather_for_metrics``, e.g. classification metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from training import checkpoint as ckpt
+from training.errors import InputError
+from training.optim import SCHEDULERS, create_optimizer, create_scheduler
+from training.trackers import REPORT_TO_CHOICES, log_with, prepare_environment, sanitize_config
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or the gradient norm became NaN or infinite; training stopped before the optimizer step."""
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """Settings of the shared loop (the ``--`` arguments of :func:`add_training_arguments`)."""
+
+    output_dir: str
+    """Run folder: checkpoints in ``checkpoints/``, TensorBoard runs in ``runs/``, wandb runs in ``wandb/``."""
+    learning_rate: float = 5e-4
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay, not applied to biases and normalisation weights."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    lr_scheduler_type: str = "linear"
+    """One of linear, cosine, constant, constant_with_warmup, warmup_stable_decay."""
+    num_warmup_steps: int = 0
+    """Optimizer steps of linear warmup."""
+    num_decay_steps: int | None = None
+    """warmup_stable_decay: optimizer steps of the final decay (default 10% of the run)."""
+    max_train_steps: int | None = None
+    """Optimizer steps of the run; overrides ``num_train_epochs``."""
+    num_train_epochs: float = 1.0
+    """Passes over the training data when ``max_train_steps`` is not given."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per process per optimizer step."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient L2 norm to this (None or 0: no clipping, the norm is still logged)."""
+    checkpointing_steps: int | None = None
+    """Write a checkpoint every N optimizer steps (one is always written at the end)."""
+    checkpoints_total_limit: int | None = 2
+    """Keep only the last K checkpoints (None or 0: keep all)."""
+    resume_from_checkpoint: str | None = None
+    """``latest`` or a checkpoint folder."""
+    logging_steps: int = 10
+    """Log train loss, lr, grad norm and throughput every N optimizer steps."""
+    eval_steps: int | None = None
+    """Evaluate every N optimizer steps (and always at the end)."""
+    report_to: str = "none"
+    """Trackers: none, tensorboard, wandb or all."""
+    project_name: str = "sesame-lm"
+    """Tracker project (TensorBoard sub-folder, wandb project)."""
+    seed: int = 42
+    """Seed of model initialisation, data order, masking and dropout."""
+
+    def __post_init__(self) -> None:
+        if self.gradient_accumulation_steps < 1:
+            raise InputError(f"--gradient_accumulation_steps {self.gradient_accumulation_steps}: expected an integer >= 1")
+        if self.max_train_steps is not None and self.max_train_steps < 1:
+            raise InputError(f"--max_train_steps {self.max_train_steps}: expected an integer >= 1")
+        if self.max_train_steps is None and not self.num_train_epochs > 0:
+            raise InputError(f"--num_train_epochs {self.num_train_epochs}: expected a number > 0")
+        if self.max_grad_norm is not None and self.max_grad_norm < 0:
+            raise InputError(f"--max_grad_norm {self.max_grad_norm}: expected a number >= 0")
+        if self.checkpointing_steps is not None and self.checkpointing_steps < 1:
+            raise InputError(f"--checkpointing_steps {self.checkpointing_steps}: expected an integer >= 1")
+        if self.logging_steps < 1:
+            raise InputError(f"--logging_steps {self.logging_steps}: expected an integer >= 1")
+        if self.eval_steps is not None and self.eval_steps < 1:
+            raise InputError(f"--eval_steps {self.eval_steps}: expected an integer >= 1")
+        if self.lr_scheduler_type not in SCHEDULERS:
+            raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
+        log_with(self.report_to)  # validates
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides: Any) -> "TrainingConfig":
+        """Build from parsed arguments (fields missing in ``args`` keep their defaults)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in vars(args).items() if k in names}
+        values.update(overrides)
+        return cls(**values)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
+    """Add the shared loop's arguments (Hugging Face example-script names) to ``parser``.
+
+    ``defaults`` overrides default values, e.g. ``learning_rate=2e-5`` for fine-tuning.
+    """
+    d = {f.name: f.default for f in dataclasses.fields(TrainingConfig) if f.default is not dataclasses.MISSING}
+    d.update({"per_device_train_batch_size": 32, "per_device_eval_batch_size": 64, "mixed_precision": None})
+    d.update(defaults)
+    g = parser.add_argument_group("training loop")
+    g.add_argument("--output_dir", default=d.get("output_dir"), help="run folder (model, checkpoints/, runs/, wandb/, all_results.json)")
+    g.add_argument("--per_device_train_batch_size", type=int, default=d["per_device_train_batch_size"], help="micro-batch size per process (default %(default)s)")
+    g.add_argument("--per_device_eval_batch_size", type=int, default=d["per_device_eval_batch_size"], help="evaluation batch size per process (default %(default)s)")
+    g.add_argument("--gradient_accumulation_steps", type=int, default=d["gradient_accumulation_steps"], help="micro-batches per process per optimizer step (default %(default)s)")
+    g.add_argument("--learning_rate", type=float, default=d["learning_rate"], help="peak learning rate (default %(default)s)")
+    g.add_argument("--weight_decay", type=float, default=d["weight_decay"], help="AdamW weight decay, not on biases/norms (default %(default)s)")
+    g.add_argument("--adam_beta1", type=float, default=d["adam_beta1"])
+    g.add_argument("--adam_beta2", type=float, default=d["adam_beta2"])
+    g.add_argument("--adam_epsilon", type=float, default=d["adam_epsilon"])
+    g.add_argument("--lr_scheduler_type", default=d["lr_scheduler_type"], choices=list(SCHEDULERS), help="learning-rate schedule (default %(default)s)")
+    g.add_argument("--num_warmup_steps", type=int, default=d["num_warmup_steps"], help="optimizer steps of linear warmup (default %(default)s)")
+    g.add_argument("--num_decay_steps", type=int, default=d["num_decay_steps"], help="warmup_stable_decay: steps of the final decay (default 10%% of the run)")
+    g.add_argument("--max_train_steps", type=int, default=d["max_train_steps"], help="optimizer steps of the run (overrides --num_train_epochs)")
+    g.add_argument("--num_train_epochs", type=float, default=d["num_train_epochs"], help="passes over the training data (default %(default)s)")
+    g.add_argument("--max_grad_norm", type=float, default=d["max_grad_norm"], help="gradient clipping norm, 0 = none (default %(default)s)")
+    g.add_argument("--checkpointing_steps", type=int, default=d["checkpointing_steps"], help="checkpoint every N optimizer steps (always one at the end)")
+    g.add_argument("--checkpoints_total_limit", type=int, default=d["checkpoints_total_limit"], help="keep the last K checkpoints, 0 = all (default %(default)s)")
+    g.add_argument("--resume_from_checkpoint", default=d["resume_from_checkpoint"], help="'latest' (newest in <output_dir>/checkpoints) or a checkpoint folder")
+    g.add_argument("--logging_steps", type=int, default=d["logging_steps"], help="log every N optimizer steps (default %(default)s)")
+    g.add_argument("--eval_steps", type=int, default=d["eval_steps"], help="evaluate every N optimizer steps (and at the end)")
+    g.add_argument("--report_to", default=d["report_to"], choices=list(REPORT_TO_CHOICES), help="trackers: tensorboard writes <output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials) (default %(default)s)")
+    g.add_argument("--seed", type=int, default=d["seed"], help="random seed (default %(default)s)")
+    g.add_argument("--mixed_precision", default=d["mixed_precision"], choices=["no", "fp16", "bf16"], help="override the accelerate config's mixed precision")
+
+
+def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None):
+    """An ``Accelerator`` for the shared loop: trackers from ``report_to``, project folder ``output_dir``.
+
+    ``rng_types=[]``: accelerate must not re-synchronise the global RNG at each epoch (dropout streams are
+    per process and restored from checkpoints). CPU / multi-process / mixed precision come from
+    ``accelerate launch`` (config file or flags); ``mixed_precision`` overrides.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, set_seed
+
+    prepare_environment(config.report_to, config.output_dir)
+    project = ProjectConfiguration(project_dir=config.output_dir, logging_dir=os.path.join(config.output_dir, "runs"))
+    accelerator = Accelerator(
+        cpu=_no_accelerator_device(),
+        mixed_precision=mixed_precision,
+        log_with=log_with(config.report_to),
+        project_config=project,
+        rng_types=[],
+        gradient_accumulation_steps=1,
+    )
+    set_seed(config.seed)
+    return accelerator
+
+
+def _no_accelerator_device() -> bool:
+    """True when no GPU/XPU/MPS is present: then ``Accelerator(cpu=True)``, so that 2 processes started by the
+    torchrun launcher (``configs/cpu-2proc.yaml``) form a gloo process group on the CPU."""
+    xpu = getattr(torch, "xpu", None)
+    mps = getattr(torch.backends, "mps", None)
+    return not (
+        torch.cuda.is_available()
+        or (xpu is not None and xpu.is_available())
+        or (mps is not None and mps.is_available())
+    )
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A random permutation of ``range(num_samples)`` that depends only on ``(seed, epoch)``.
+
+    Every process draws the same permutation (accelerate then shards it), the global RNG is not touched, and
+    the order of an epoch can be reproduced at resume time by :meth:`set_epoch`.
+    """
+
+    def __init__(self, num_samples: int, seed: int, shuffle: bool = True):
+        self.num_samples, self.seed, self.shuffle, self.epoch = num_samples, seed, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(self.num_samples))
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1)[0]))
+        return iter(torch.randperm(self.num_samples, generator=g).tolist())
+
+
+def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: int, shuffle: bool = True, num_workers: int = 0) -> DataLoader:
+    """A training DataLoader fit for exact resume: :class:`EpochShuffleSampler` and its own ``generator``.
+
+    Raises:
+        InputError: ``batch_size < 1`` or an empty dataset.
+    """
+    if batch_size < 1:
+        raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
+    if len(dataset) == 0:
+        raise InputError("the training data is empty after preprocessing; expected at least one example")
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=EpochShuffleSampler(len(dataset), seed, shuffle),
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+        drop_last=False,
+    )
+
+
+def default_loss_fn(model, batch: Mapping[str, Any]) -> torch.Tensor:
+    """``model(**batch).loss``: the model's mean loss over its predicted items."""
+    return model(**batch).loss
+
+
+def default_weight_fn(batch: Mapping[str, Any]) -> int:
+    """Items the loss averages over: labels != -100 for token-level labels, else the batch size."""
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() >= 2:
+        return int((labels != -100).sum())
+    first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
+    return int(first.shape[0])
+
+
+def default_tokens_fn(batch: Mapping[str, Any]) -> int:
+    """Non-padding tokens of a batch (``attention_mask`` sum; else all of ``input_ids``)."""
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
+
+
+class Trainer:
+    """The shared loop; see the module docstring.
+
+    Args:
+        accelerator: from :func:`make_accelerator`.
+        model: the model (not yet prepared); trained in place.
+        train_dataloader: not yet prepared; see :func:`make_train_dataloader` for exact resume.
+        config: the loop's settings.
+        optimizer: default :func:`training.optim.create_optimizer` from ``config``.
+        loss_fn: ``(model, batch) -> scalar loss``, the mean over the batch's predicted items.
+        weight_fn: ``batch -> int``, the number of items ``loss_fn`` averages over (known before the forward).
+        tokens_fn: ``batch -> int``, tokens processed (for tokens/s).
+        eval_fn: ``(trainer) -> dict[str, float]``, called on all processes.
+        run_config: hyper-parameters to record with the trackers.
+
+    Raises:
+        InputError: the training data gives no batch.
+    """
+
+    def __init__(
+        self,
+        accelerator,
+        model: torch.nn.Module,
+        train_dataloader: DataLoader,
+        config: TrainingConfig,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss_fn: Callable = default_loss_fn,
+        weight_fn: Callable = default_weight_fn,
+        tokens_fn: Callable = default_tokens_fn,
+        eval_fn: Callable | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ):
+        self.accelerator, self.config = accelerator, config
+        self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
+        self.run_config = dict(run_config or dataclasses.asdict(config))
+        if optimizer is None:
+            optimizer = create_optimizer(
+                model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
+            )
+        self.collator = train_dataloader.collate_fn
+        self.model, self.optimizer, self.train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+        if len(self.train_dataloader) == 0:
+            raise InputError("the training data gives no batch on this process; expected more examples than processes")
+        G = config.gradient_accumulation_steps
+        self.num_update_steps_per_epoch = math.ceil(len(self.train_dataloader) / G)
+        if config.max_train_steps is None:
+            self.max_train_steps = max(1, math.ceil(config.num_train_epochs * self.num_update_steps_per_epoch))
+        else:
+            self.max_train_steps = config.max_train_steps
+        self.scheduler = create_scheduler(
+            config.lr_scheduler_type, self.optimizer, config.num_warmup_steps, self.max_train_steps, config.num_decay_steps
+        )
+        accelerator.register_for_checkpointing(self.scheduler)
+        self.state: dict[str, Any] = {
+            "global_step": 0, "epoch": 0, "batches_in_epoch": 0, "loss_sum": 0.0, "weight_sum": 0.0,
+            "max_train_steps": self.max_train_steps, "num_processes": accelerator.num_processes,
+            "gradient_accumulation_steps": G, "eval_history": [],
+        }
+        self.log_history: list[dict[str, Any]] = []
+        self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    @property
+    def unwrapped_model(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+    def _set_epoch(self, epoch: int) -> None:
+        self.train_dataloader.set_epoch(epoch)
+        if hasattr(self.collator, "set_epoch"):
+            self.collator.set_epoch(epoch)
+
+    def _reduce(self, values: Sequence[float]) -> torch.Tensor:
+        t = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
+        if self.accelerator.num_processes > 1:
+            t = self.accelerator.reduce(t, reduction="sum")
+        return t
+
+    def save_checkpoint(self) -> str:
+        """Write ``checkpoints/step_<global_step>`` (all processes must call it)."""
+        path = ckpt.save_checkpoint(
+            self.accelerator, self.checkpoints_dir, self.state["global_step"], self.state, self.config.checkpoints_total_limit
+        )
+        self.last_checkpoint = str(path)
+        return str(path)
+
+    def _resume(self) -> None:
+        path = ckpt.resolve_checkpoint(self.config.resume_from_checkpoint, self.checkpoints_dir)
+        if path is None:
+            return
+        saved = ckpt.read_state(path)
+        if saved.get("max_train_steps") != self.max_train_steps:
+            logger.warning("resuming %s saved for %s training steps into a run of %s", path, saved.get("max_train_steps"), self.max_train_steps)
+        self.accelerator.load_state(str(path))
+        self.state.update({k: saved[k] for k in ("global_step", "epoch", "batches_in_epoch", "loss_sum", "weight_sum", "eval_history") if k in saved})
+        self.last_checkpoint = str(path)
+        if self.accelerator.is_main_process:
+            logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state["global_step"], self.state["epoch"], self.state["batches_in_epoch"])
+
+    def evaluate(self) -> dict[str, float]:
+        """Run ``eval_fn`` (all processes), record and log the metrics."""
+        if self.eval_fn is None:
+            return {}
+        metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
+        step = self.state["global_step"]
+        self.state["eval_history"].append({"step": step, **metrics})
+        self.accelerator.log(metrics, step=step)
+        if self.accelerator.is_main_process:
+            logger.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        return metrics
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Train to ``max_train_steps``; return ``train_loss`` (mean per item over the whole run, resumed parts
+        included), ``train_runtime_s``, ``train_tokens_per_second``, ``train_samples_per_second`` (this
+        session, evaluation and checkpointing excluded), ``global_step``, ``eval_history`` and the last eval
+        metrics.
+
+        Raises:
+            NonFiniteLossError: a NaN/inf loss or gradient norm (no optimizer step is taken with it).
+        """
+        acc, cfg, G = self.accelerator, self.config, self.config.gradient_accumulation_steps
+        self.last_checkpoint = None
+        if acc.is_main_process:
+            os.makedirs(cfg.output_dir, exist_ok=True)
+        if acc.log_with:
+            acc.init_trackers(cfg.project_name, config=sanitize_config(self.run_config))
+        self._resume()
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=self.max_train_steps, initial=self.state["global_step"], disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
+        per_epoch_batches = len(self.train_dataloader)
+        train_time = 0.0
+        session_tokens = session_samples = 0.0
+        interval = {"loss": 0.0, "weight": 0.0, "tokens": 0, "samples": 0, "time": 0.0, "steps": 0}
+        metrics: dict[str, float] = {}
+        t_start = time.perf_counter()
+        while self.state["global_step"] < self.max_train_steps:
+            self._set_epoch(self.state["epoch"])
+            loader = self.train_dataloader
+            if self.state["batches_in_epoch"]:
+                loader = acc.skip_first_batches(loader, self.state["batches_in_epoch"])
+            batches = iter(loader)
+            while self.state["global_step"] < self.max_train_steps:
+                t0 = time.perf_counter()
+                group = list(islice(batches, G))
+                if not group:
+                    break
+                weights = [float(self.weight_fn(b)) for b in group]
+                tokens = sum(self.tokens_fn(b) for b in group)
+                samples = sum(int(next(v for v in b.values() if isinstance(v, torch.Tensor)).shape[0]) for b in group)
+                total_weight = float(self._reduce([sum(weights)])[0])
+                scale = acc.num_processes / max(total_weight, 1e-12)
+                self.model.train()
+                loss_sum = torch.zeros((), dtype=torch.float64, device=acc.device)
+                nonfinite = 0.0
+                for i, batch in enumerate(group):
+                    sync = i == len(group) - 1
+                    with contextlib.nullcontext() if sync else acc.no_sync(self.model):
+                        loss = self.loss_fn(self.model, batch)
+                        acc.backward(loss * (weights[i] * scale))
+                    detached = loss.detach().double()
+                    if not torch.isfinite(detached):
+                        nonfinite = 1.0
+                    loss_sum += detached * weights[i]
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm else float("inf")
+                grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
+                grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+                reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples])
+                step_loss = float(reduced[0]) / max(total_weight, 1e-12)
+                step = self.state["global_step"] + 1
+                if reduced[1] > 0 or not math.isfinite(step_loss) or not math.isfinite(grad_norm):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    bar.close()
+                    where = f"epoch {self.state['epoch']}, micro-batches {self.state['batches_in_epoch'] + 1}-{self.state['batches_in_epoch'] + len(group)} of the epoch"
+                    kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written yet"
+                    raise NonFiniteLossError(
+                        f"non-finite loss ({step_loss}) or gradient norm ({grad_norm}) at optimizer step {step} ({where}); "
+                        f"training stopped before the update, {kept}; try a lower --learning_rate or --max_grad_norm, "
+                        "or check the data of that step"
+                    )
+                self.optimizer.step()
+                if not acc.optimizer_step_was_skipped:
+                    self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                dt = time.perf_counter() - t0
+                train_time += dt
+                session_tokens += float(reduced[2])
+                session_samples += float(reduced[3])
+                self.state["global_step"] = step
+                self.state["batches_in_epoch"] += len(group)
+                self.state["loss_sum"] += float(reduced[0])
+                self.state["weight_sum"] += total_weight
+                if self.state["batches_in_epoch"] >= per_epoch_batches:
+                    self.state["epoch"] += 1
+                    self.state["batches_in_epoch"] = 0
+                for key, value in (("loss", float(reduced[0])), ("weight", total_weight), ("tokens", float(reduced[2])), ("samples", float(reduced[3])), ("time", dt), ("steps", 1)):
+                    interval[key] += value
+                bar.update(1)
+                if step % cfg.logging_steps == 0 or step == self.max_train_steps:
+                    lr = self.scheduler.get_last_lr()[0]
+                    record = {
+                        "train_loss": interval["loss"] / max(interval["weight"], 1e-12),
+                        "learning_rate": lr,
+                        "grad_norm": grad_norm,
+                        "tokens_per_second": interval["tokens"] / max(interval["time"], 1e-9),
+                        "samples_per_second": interval["samples"] / max(interval["time"], 1e-9),
+                        "epoch": self.state["epoch"] + self.state["batches_in_epoch"] / per_epoch_batches,
+                    }
+                    acc.log(record, step=step)
+                    self.log_history.append({"step": step, **record})
+                    bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
+                    interval = dict.fromkeys(interval, 0.0)
+                if cfg.eval_steps and step % cfg.eval_steps == 0 and step != self.max_train_steps:
+                    metrics = self.evaluate()
+                if cfg.checkpointing_steps and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps:
+                    self.save_checkpoint()
+                if self.state["batches_in_epoch"] == 0:
+                    break  # epoch finished
+        bar.close()
+        metrics = self.evaluate() if self.eval_fn is not None else metrics
+        self.save_checkpoint()
+        result: dict[str, Any] = {
+            "train_loss": self.state["loss_sum"] / max(self.state["weight_sum"], 1e-12),
+            "train_runtime_s": time.perf_counter() - t_start,
+            "train_tokens_per_second": session_tokens / max(train_time, 1e-9),
+            "train_samples_per_second": session_samples / max(train_time, 1e-9),
+            "global_step": self.state["global_step"],
+            "epoch": self.state["epoch"] + self.state["batches_in_epoch"] / per_epoch_batches,
+        }
+        result.update(metrics)
+        result["eval_history"] = list(self.state["eval_history"])
+        return result
+
+
+# -- evaluation helpers --------------------------------------------------------------------------------------
+def evaluate_sums(
+    accelerator,
+    model: torch.nn.Module,
+    dataset,
+    collate_fn: Callable,
+    batch_size: int,
+    step_fn: Callable[[torch.nn.Module, Mapping[str, Any]], Mapping[str, torch.Tensor]],
+    keys: Sequence[str],
+) -> dict[str, float]:
+    """Sums of per-batch statistics over a whole dataset, exact across processes.
+
+    Each process evaluates a disjoint contiguous shard of ``dataset`` (no example twice, none left out) with
+    the unwrapped model in eval mode under ``accelerator.autocast()``; ``step_fn(model, batch)`` returns sums
+    (e.g. ``{"nll_sum": ..., "count": ...}``) which are added in float64 and summed over processes with one
+    all-reduce. Perplexity = ``exp(nll_sum / count)`` is then exact (sums and counts, never means of means).
+
+    Returns:
+        ``{key: global sum}`` for every name in ``keys``.
+    """
+    from accelerate.utils import send_to_device
+
+    n, P, rank = len(dataset), accelerator.num_processes, accelerator.process_index
+    indices = list(range(rank * n // P, (rank + 1) * n // P))
+    loader = DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+    net = accelerator.unwrap_model(model)
+    was_training = net.training
+    net.eval()
+    sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
+    with torch.no_grad(), accelerator.autocast():
+        for batch in loader:
+            batch = send_to_device(batch, accelerator.device)
+            out = step_fn(net, batch)
+            sums += torch.stack([torch.as_tensor(out[k], device=accelerator.device).double() for k in keys])
+    net.train(was_training)
+    if P > 1:
+        sums = accelerator.reduce(sums, reduction="sum")
+    return {k: float(v) for k, v in zip(keys, sums.tolist())}
+
+
+def gather_predictions(accelerator, model, dataloader, predict_fn: Callable) -> dict[str, torch.Tensor]:
+    """Per-example outputs over a prepared evaluation dataloader, gathered with ``gather_for_metrics``.
+
+    ``predict_fn(model, batch) -> dict[str, Tensor]`` returns tensors whose first dimension is the batch;
+    accelerate's duplicated padding examples on the last batch are dropped by ``gather_for_metrics``.
+
+    Returns:
+        ``{name: tensor of all examples in dataset order}`` on every process.
+    """
+    was_training = model.training
+    model.eval()
+    parts: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for batch in dataloader:
+            out = accelerator.gather_for_metrics(dict(predict_fn(model, batch)))
+            for k, v in out.items():
+                parts.setdefault(k, []).append(v.cpu())
+    model.train(was_training)
+    return {k: torch.cat(v) for k, v in parts.items()}
+
+
+def finish(accelerator, *holders: Any) -> None:
+    """Clean shutdown: end trackers, drop references held by the accelerator, destroy the process group.
+
+    Call after saving; delete your own references to the model/optimizer first (``holders`` such as the
+    :class:`Trainer` have theirs cleared). Destroying the process group avoids gloo's abort at exit.
+    """
+    accelerator.wait_for_everyone()
+    for holder in holders:
+        for name in ("model", "optimizer", "scheduler", "train_dataloader"):
+            if hasattr(holder, name):
+                setattr(holder, name, None)
+    accelerator.end_training()
+    accelerator.free_memory()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

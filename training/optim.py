@@ -1,0 +1,136 @@
+"""Optimizer and learning-rate schedule of the shared training loop.
+
+* :func:`create_optimizer`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization") with
+  weight decay on every weight matrix and embedding, none on biases and normalisation weights (as BERT's
+  ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
+* :func:`create_scheduler`: a schedule from :func:`transformers.get_scheduler` counted in **optimizer steps**.
+  The shared loop steps it itself, exactly once per optimizer step, so ``num_training_steps`` is the number of
+  optimizer updates whatever ``gradient_accumulation_steps`` and the number of processes are (the schedule is
+  deliberately *not* passed to ``accelerator.prepare``: accelerate's ``AcceleratedScheduler`` steps the wrapped
+  scheduler once per process, the pitfall of accelerate#662).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from training.errors import InputError
+
+#: ``--lr_scheduler_type`` values and the transformers schedule each maps to.
+SCHEDULERS = {
+    "linear": "linear",
+    "cosine": "cosine",
+    "constant": "constant",
+    "constant_with_warmup": "constant_with_warmup",
+    "warmup_stable_decay": "warmup_stable_decay",
+}
+
+#: Module types whose parameters are never decayed (normalisation layers).
+_NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
+if hasattr(nn, "RMSNorm"):
+    _NORM_TYPES = (*_NORM_TYPES, nn.RMSNorm)
+
+
+def no_decay_parameter_names(model: nn.Module) -> set[str]:
+    """Names of the parameters that get no weight decay: biases and the weights of normalisation layers.
+
+    A module counts as a normalisation layer if it is one of torch's norm layers or its class name contains
+    ``Norm`` (custom LayerNorm/RMSNorm implementations).
+    """
+    names: set[str] = set()
+    for module_name, module in model.named_modules():
+        is_norm = isinstance(module, _NORM_TYPES) or "norm" in type(module).__name__.lower()
+        for param_name, _ in module.named_parameters(recurse=False):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if is_norm or param_name == "bias" or param_name.endswith("_bias"):
+                names.add(full)
+    return names
+
+
+def create_optimizer(
+    model: nn.Module,
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters of ``model``, two groups: decayed and not decayed.
+
+    Args:
+        model: the (unwrapped) model.
+        learning_rate: peak learning rate (> 0).
+        weight_decay: decoupled weight decay for weight matrices and embeddings (>= 0); biases and
+            normalisation weights (see :func:`no_decay_parameter_names`) get 0.
+        betas, eps: Adam's moment coefficients and denominator epsilon.
+
+    Raises:
+        InputError: ``learning_rate <= 0``, ``weight_decay < 0`` or ``model`` has no trainable parameter.
+    """
+    if not learning_rate > 0 or not math.isfinite(learning_rate):
+        raise InputError(f"--learning_rate {learning_rate}: expected a positive finite number")
+    if not weight_decay >= 0:
+        raise InputError(f"--weight_decay {weight_decay}: expected a number >= 0")
+    no_decay = no_decay_parameter_names(model)
+    decay_params, other_params = [], []
+    seen: set[int] = set()
+    for name, param in model.named_parameters():
+        if not param.requires_grad or id(param) in seen:  # tied weights appear once
+            continue
+        seen.add(id(param))
+        (other_params if name in no_decay else decay_params).append(param)
+    if not decay_params and not other_params:
+        raise InputError("the model has no trainable parameter")
+    groups = [
+        {"params": decay_params, "weight_decay": weight_decay},
+        {"params": other_params, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
+
+
+def create_scheduler(
+    name: str,
+    optimizer: torch.optim.Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    num_decay_steps: int | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning-rate schedule ``name``, counted in optimizer steps.
+
+    Args:
+        name: a key of :data:`SCHEDULERS` (``linear``: linear warmup then linear decay to 0; ``cosine``: linear
+            warmup then half-cosine to 0; ``constant_with_warmup``; ``constant``; ``warmup_stable_decay``:
+            linear warmup, constant, then cosine decay to 0 over ``num_decay_steps``).
+        num_warmup_steps: optimizer steps of linear warmup from 0 to the peak learning rate.
+        num_training_steps: optimizer steps of the whole run (the loop's ``max_train_steps``).
+        num_decay_steps: ``warmup_stable_decay`` only; default 10% of ``num_training_steps``.
+
+    Raises:
+        InputError: unknown ``name``; negative or inconsistent step counts.
+    """
+    if name not in SCHEDULERS:
+        raise InputError(f"--lr_scheduler_type {name!r}: expected one of {', '.join(SCHEDULERS)}")
+    if num_warmup_steps < 0:
+        raise InputError(f"--num_warmup_steps {num_warmup_steps}: expected an integer >= 0")
+    if num_training_steps < 1:
+        raise InputError(f"number of training steps {num_training_steps}: expected at least 1")
+    from transformers import get_scheduler
+
+    kwargs = {}
+    if name == "warmup_stable_decay":
+        decay = max(1, num_training_steps // 10) if num_decay_steps is None else num_decay_steps
+        if decay < 0 or num_warmup_steps + decay > num_training_steps:
+            raise InputError(
+                f"--num_decay_steps {decay} with --num_warmup_steps {num_warmup_steps}: warmup + decay must not "
+                f"exceed the {num_training_steps} training steps"
+            )
+        kwargs = {"num_decay_steps": decay}
+    return get_scheduler(
+        SCHEDULERS[name],
+        optimizer,
+        num_warmup_steps=num_warmup_steps,
+        num_training_steps=num_training_steps,
+        scheduler_specific_kwargs=kwargs,
+    )
