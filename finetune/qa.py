@@ -229,6 +229,13 @@ def prepare_validation_features(
     return dict(encoded)
 
 
+def _column(rows: Any, key: str, default: Any = None) -> list[Any]:
+    """A column of a ``datasets.Dataset`` (read at once) or of a sequence of dicts; ``default`` if absent."""
+    if hasattr(rows, "column_names"):
+        return list(rows[key]) if key in rows.column_names else [default] * len(rows)
+    return [row.get(key, default) if default is not None else row[key] for row in rows]
+
+
 def _softmax(scores: np.ndarray) -> np.ndarray:
     exp = np.exp(scores - scores.max())
     return exp / exp.sum()
@@ -268,27 +275,29 @@ def postprocess_qa_predictions(
     """
     if len(features) != len(start_logits) or len(features) != len(end_logits):
         raise ValueError(f"{len(features)} features but {len(start_logits)} start / {len(end_logits)} end logit rows")
+    feature_ids = _column(features, "example_id")
+    feature_offsets = _column(features, "offset_mapping")
+    feature_cls = _column(features, "cls_index", default=0)
     windows: dict[str, list[int]] = collections.defaultdict(list)
-    for f, feature in enumerate(features):
-        windows[feature["example_id"]].append(f)
-    known = {ex["id"] for ex in examples}
-    unknown = set(windows) - known
+    for f, qid in enumerate(feature_ids):
+        windows[qid].append(f)
+    example_ids, contexts = _column(examples, "id"), _column(examples, "context")
+    unknown = set(windows) - set(example_ids)
     if unknown:
         raise ValueError(f"features of unknown example ids, e.g. {sorted(unknown)[:3]}")
 
     predictions: dict[str, str] = {}
     all_nbest: dict[str, list[dict[str, Any]]] = {}
     null_odds: dict[str, float] = {}
-    for example in examples:
-        qid, context = example["id"], example["context"]
+    for qid, context in zip(example_ids, contexts):
         candidates: list[dict[str, Any]] = []
         null: dict[str, Any] | None = None
         for f in windows.get(qid, []):
             starts = np.asarray(start_logits[f], dtype=np.float64)
             ends = np.asarray(end_logits[f], dtype=np.float64)
-            offsets = features[f]["offset_mapping"]
+            offsets = feature_offsets[f]
             length = min(len(offsets), len(starts), len(ends))
-            cls = int(features[f].get("cls_index", 0) or 0)
+            cls = int(feature_cls[f] or 0)
             null_score = starts[cls] + ends[cls]
             if null is None or null_score < null["score"]:
                 null = {"offsets": (0, 0), "score": null_score, "start_logit": starts[cls], "end_logit": ends[cls]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import datasets
 import numpy as np
 import pytest
 from transformers import BertTokenizer
@@ -224,6 +225,10 @@ def test_gold_positions_round_trip_through_postprocessing(tokenizer):
     features = [{"example_id": val["example_id"][i], "offset_mapping": val["offset_mapping"][i]} for i in range(n)]
     preds, _, _ = postprocess_qa_predictions(examples, features, start, end)
     assert preds == {ex["id"]: ex["answers"]["text"][0] for ex in examples}
+    # The same from datasets.Dataset columns (as after datasets.map), with the cls_index column.
+    preds_ds, _, _ = postprocess_qa_predictions(datasets.Dataset.from_list(examples), datasets.Dataset.from_dict(val),
+                                                start, end)
+    assert preds_ds == preds
 
 
 def test_postprocess_rejects_mismatched_inputs():
