@@ -156,6 +156,9 @@ class HubState:
         self.hub_url = ""  # set once the servers are bound
         self.store_url = ""
         self.requests: list[tuple[str, str]] = []  # (method, path) log, for tests
+        #: fault injection: ``{repo_id: n}`` drops the connection of the next n commit calls of that repo
+        #: after reading them (the client sees the connection die; nothing is committed).
+        self.drop_commits: dict[str, int] = {}
 
     # -- auth -----------------------------------------------------------------------------------
     def user_of(self, authorization: str | None) -> tuple[str, str] | None:
@@ -681,7 +684,15 @@ class HubHandler(StoreHandler):
 
     def commit(self, repo_id: str, revision: str) -> None:
         who = self.who()
-        lines = [json.loads(line) for line in self.read_body().splitlines() if line.strip()]
+        body = self.read_body()
+        with self.state.lock:
+            drop = self.state.drop_commits.get(repo_id, 0)
+            if drop:
+                self.state.drop_commits[repo_id] = drop - 1
+        if drop:  # simulate a connection lost mid-push: no answer, no commit
+            self.close_connection = True
+            return
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
         if not lines or lines[0].get("key") != "header":
             raise HubError(400, "The first NDJSON line must be the commit header")
         header = lines[0]["value"]

@@ -1,0 +1,127 @@
+"""Round trip through the real clients: ``training.hub.push_output_dir`` pushes, ``transformers`` loads.
+
+A tiny ``transformers`` BERT (MLM head tied to the word embeddings) and its tokenizer are saved here;
+a client process pushes them (main, a branch, a tag, a private repo), a second one with a fresh ``HF_HOME``
+loads them by repo id and must reproduce the saved logits exactly; after the server stops, a third one
+loads them from the cache with ``HF_HUB_OFFLINE=1``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "whale", "rose", "from", "sea", "a", "fox",
+         "##es", ".", "boats", "sailors"]
+TEXT = "the whale rose from the sea . the sailors"
+
+
+def _save_model(path, seed):
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32)
+    model = BertForMaskedLM(config).eval()
+    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(WORDS)})
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "checkpoints" / "step_5").mkdir(parents=True)  # must not be pushed
+    (path / "checkpoints" / "step_5" / "optimizer.bin").write_bytes(b"\0" * 64)
+    (path / "all_results.json").write_text(json.dumps({"train_loss": 2.5, "eval_loss": 2.25, "perplexity": 9.49}))
+    ids = tokenizer(TEXT, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**ids).logits
+    return ids["input_ids"][0].tolist(), logits[0].tolist()
+
+
+LOAD = """
+    import json, sys, torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    ref = json.load(open("ref.json"))
+    res = {}
+    def check(key, repo, **kw):
+        model = AutoModelForMaskedLM.from_pretrained(repo, **kw).eval()
+        tok = AutoTokenizer.from_pretrained(repo, **kw)
+        ids = tok(ref["text"], return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**ids).logits[0]
+        tied = model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+        res[key] = {"ids_equal": ids["input_ids"][0].tolist() == ref["ids"],
+                    "same_as": [name for name in ("a", "b") if torch.equal(logits, torch.tensor(ref[name]))],
+                    "tied": tied}
+"""
+
+
+@pytest.mark.slow  # two client processes that import torch + transformers: ~30 s on 2 busy cores
+def test_push_load_revisions_private_offline(hub, tmp_path):
+    ids_a, logits_a = _save_model(tmp_path / "model_a", seed=0)
+    ids_b, logits_b = _save_model(tmp_path / "model_b", seed=1)
+    assert ids_a == ids_b and logits_a != logits_b
+    (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b}))
+
+    pushed = hub.run(f"""
+        import json
+        from huggingface_hub import HfApi
+        from training.hub import push_output_dir
+        from training.model_card import render_model_card, results_from_dir
+        card = render_model_card(model_type="bert", repo_id="alice/tiny-bert", preset="tiny", task="fill-mask",
+                                 training_data="six test sentences", hyperparameters={{"learning_rate": 1e-3}},
+                                 results=results_from_dir("model_a"), license="apache-2.0")
+        c1 = push_output_dir("model_a", "alice/tiny-bert", model_card=card, commit_message="Upload model (step 10)")
+        HfApi().create_tag("alice/tiny-bert", tag="v1", revision=c1.oid)
+        c2 = push_output_dir("model_b", "alice/tiny-bert", revision="dev", commit_message="Upload model (step 20)")
+        c3 = push_output_dir("model_a", "alice/private-bert", private=True)
+        print(json.dumps({{"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}}))
+    """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
+
+    main = hub.server.repo("alice/tiny-bert")
+    assert main.branches == {"main": pushed["c1"], "dev": pushed["c2"]} and main.tags == {"v1": pushed["c1"]}
+    assert pushed["url"] == f"{hub.url}/alice/tiny-bert/commit/{pushed['c1']}"
+    files = set(main.commits[pushed["c1"]].files)
+    assert files == {".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer.json",
+                     "tokenizer_config.json", "all_results.json"}  # no checkpoints/, no *.bin
+    assert hub.server.is_lfs("alice/tiny-bert", "main", "model.safetensors")
+    assert main.commits[pushed["c1"]].title == "Upload model (step 10)"
+    assert hub.server.repo("alice/private-bert").private
+
+    home = tmp_path / "load_home"  # fresh cache, no token in the environment
+    loaded = hub.run(LOAD + f"""
+    check("main", "alice/tiny-bert")
+    check("branch", "alice/tiny-bert", revision="dev")
+    check("tag", "alice/tiny-bert", revision="v1")
+    check("sha", "alice/tiny-bert", revision={pushed["c2"]!r})
+    for key, kw in (("private_anon", {{}}), ("private_wrong", {{"token": "hf_wrong"}})):
+        try:
+            AutoModelForMaskedLM.from_pretrained("alice/private-bert", **kw)
+            res[key] = "loaded"
+        except OSError as err:
+            res[key] = str(err)
+    check("private_token", "alice/private-bert", token={hub.read_token!r})
+    from huggingface_hub import ModelCard
+    card = ModelCard.load("alice/tiny-bert")
+    res["card"] = {{"tags": card.data.tags, "library": card.data.library_name, "license": card.data.license,
+                   "metrics": {{r.metric_type: r.metric_value for r in card.data.eval_results}}}}
+    print(json.dumps(res))
+    """, home, cwd=tmp_path)
+
+    assert loaded["main"] == {"ids_equal": True, "same_as": ["a"], "tied": True}
+    assert loaded["branch"]["same_as"] == ["b"] and loaded["sha"]["same_as"] == ["b"]
+    assert loaded["tag"]["same_as"] == ["a"]
+    assert loaded["private_token"]["same_as"] == ["a"]
+    assert "alice/private-bert" in loaded["private_anon"] and "token" in loaded["private_anon"]
+    assert "Invalid credentials in Authorization header" in loaded["private_wrong"]
+    assert loaded["card"] == {"tags": ["sesame-lm", "bert", "fill-mask", "trust-remote-code"],
+                              "library": "transformers", "license": "apache-2.0",
+                              "metrics": {"loss": 2.25, "perplexity": 9.49}}
+
+    hub.server.stop()  # the hub is gone: the cache must do
+    offline = hub.run(LOAD + """
+    check("main", "alice/tiny-bert")
+    check("branch", "alice/tiny-bert", revision="dev")
+    print(json.dumps(res))
+    """, home, offline=True, cwd=tmp_path)
+    assert offline["main"]["same_as"] == ["a"] and offline["branch"]["same_as"] == ["b"]
+    assert offline["main"]["ids_equal"] and offline["main"]["tied"]

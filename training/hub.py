@@ -1,0 +1,375 @@
+"""Pushing a run's model directory to a model hub (huggingface.co or a self-hosted Hub-compatible server).
+
+The product side of ``--push_to_hub``: :func:`add_hub_arguments` adds the flags of the Hugging Face example
+scripts, :func:`validate_hub_args` checks them (and the token) before training starts, :func:`push_output_dir`
+(or :class:`HubPusher`, which remembers the settings) uploads a ``save_pretrained`` directory as one commit.
+Only standard ``huggingface_hub`` calls are used: ``whoami``, ``create_repo(exist_ok=True, private=...)``,
+``list_repo_refs``, ``create_branch``, ``list_repo_files`` and ``create_commit``.
+
+Which hub: ``HF_ENDPOINT`` (default ``https://huggingface.co``), read by ``huggingface_hub`` at import time.
+Which token: ``--hub_token``, else ``HF_TOKEN``, else the one stored by ``hf auth login``.
+
+What is pushed: everything in the output directory except checkpoints and pickles -- ``config.json``,
+``*.safetensors`` (+ index), tokenizer files, the model code referenced by ``auto_map`` (``*.py``),
+``all_results.json`` and the generated ``README.md`` (model card). Never ``checkpoints/`` (accelerate
+states), ``*.bin`` / ``*.pt`` / ``*.pkl`` (pickles), optimizer or RNG states. Remote weight files that the
+new push does not contain (e.g. ``model.safetensors`` after a switch to shards) are deleted in the same commit,
+so the repo never mixes weights of two pushes.
+
+Interrupted pushes: a push is ONE commit. Large files go to the LFS store first (``preupload`` + LFS batch
+upload); then a single ``commit`` call moves the branch, and the Hub applies a commit atomically. A push
+interrupted midway (network loss, Ctrl-C, a crash) therefore leaves the branch at its last complete commit,
+never at a half-pushed model; the error says which commit the remote keeps. Re-running the push resumes:
+LFS objects already uploaded are not sent again. (``upload_folder`` is not used on purpose: with ``hf_xet``
+installed it may split a folder over several commits.)
+
+Errors for refused input raise :class:`training.errors.InputError` naming the repo / revision and what to do:
+no token, an invalid token, a token without write access, a missing repo or revision, a revision that is a
+tag or a commit (not a branch), an interrupted push.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from training.errors import InputError
+
+#: Never pushed: accelerate checkpoints, pickled weights / states, caches, temporary files.
+DEFAULT_IGNORE_PATTERNS = (
+    "checkpoints/*", "checkpoint-*/*", "step_*/*", "runs/*", "wandb/*", "*.bin", "*.pt", "*.pth", "*.pkl",
+    "*.pickle", "*.ckpt", "*.npy", "*.npz", "optimizer*", "scheduler*", "rng_state*", "random_states*",
+    "training_args*", "*.lock", "*.tmp", "*.incomplete", "__pycache__/*", "*.pyc", ".*",
+)
+#: Weight files of a ``save_pretrained`` directory (deleted remotely when a push no longer has them).
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+HUB_STRATEGIES = ("end", "every_save")
+_TOKEN_URL = "https://huggingface.co/settings/tokens"
+
+
+def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--push_to_hub --hub_model_id --hub_token --hub_private_repo --hub_revision --hub_strategy``.
+
+    Names and meanings follow the Hugging Face example scripts / ``TrainingArguments``.
+    """
+    group = parser.add_argument_group("model hub (HF_ENDPOINT, default https://huggingface.co)")
+    group.add_argument("--push_to_hub", action="store_true",
+                       help="push the final model (and the model card) to a repo on the hub")
+    group.add_argument("--hub_model_id", default=None,
+                       help="repo id 'namespace/name' (default: the token's user and the --output_dir name)")
+    group.add_argument("--hub_token", default=None,
+                       help="token with write access (default: HF_TOKEN, then the token of `hf auth login`)")
+    group.add_argument("--hub_private_repo", action="store_true", help="create the repo as private")
+    group.add_argument("--hub_revision", default=None,
+                       help="branch to push to (created from main when missing; default: main)")
+    group.add_argument("--hub_strategy", choices=HUB_STRATEGIES, default="end",
+                       help="'end': push once after training; 'every_save': also at every checkpoint save")
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _http_status(err: BaseException) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None)
+
+
+@contextlib.contextmanager
+def hub_errors(repo_id: str | None, revision: str | None = None, action: str = "push") -> Iterator[None]:
+    """Turn ``huggingface_hub`` errors into :class:`InputError` naming the repo, revision and the remedy.
+
+    Raises:
+        InputError: no token, an invalid token (401), no write access (403), a missing repo or revision.
+        Other errors (network, 5xx) pass through unchanged.
+    """
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalTokenNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id!r}" + (f" (revision {revision!r})" if revision else "") + f" on {_endpoint()}"
+    try:
+        yield
+    except LocalTokenNotFoundError:
+        raise InputError(
+            f"--push_to_hub: no token to {action} {where}; pass --hub_token, set HF_TOKEN or run "
+            f"`hf auth login` with a token that has write access ({_TOKEN_URL})") from None
+    except RevisionNotFoundError:
+        raise InputError(
+            f"--hub_revision: revision {revision!r} not found in {repo_id!r} on {_endpoint()}; "
+            f"name an existing branch, tag or commit") from None
+    except RepositoryNotFoundError:
+        raise InputError(
+            f"--hub_model_id: repository {repo_id!r} not found on {_endpoint()} (or it is private and the token "
+            f"has no access to it); check the repo id and pass a token of its owner with --hub_token / HF_TOKEN"
+        ) from None
+    except HfHubHTTPError as err:
+        status = _http_status(err)
+        server = (getattr(err, "server_message", None) or "").strip()
+        if status == 401:
+            raise InputError(
+                f"--hub_token: the hub refused the token while trying to {action} {where} "
+                f"(401 {server or 'Unauthorized'}); the token is invalid, expired or missing -- create one "
+                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
+        if status == 403:
+            raise InputError(
+                f"--hub_token: the token has no write access to {where} (403 {server or 'Forbidden'}); "
+                f"use a token with the 'write' role for the namespace {repo_id.split('/')[0]!r} "
+                f"({_TOKEN_URL})") from None
+        raise
+
+
+def _resolve_token(token: str | None) -> str:
+    from huggingface_hub import get_token
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    token = token or get_token()
+    if not token:
+        raise LocalTokenNotFoundError("no token")
+    return token
+
+
+def _whoami(token: str, repo_id: str | None) -> dict:
+    """``whoami`` with a readable error for an invalid token; checks the role of classic tokens."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        info = HfApi().whoami(token=token)
+    except HfHubHTTPError as err:
+        if _http_status(err) == 401:
+            raise InputError(
+                f"--hub_token: the token was refused by {_endpoint()} (invalid or expired); create a token with "
+                f"write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
+        raise
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise InputError(
+            f"--hub_token: the token of user {info.get('name')!r} is read-only; pushing to "
+            f"{repo_id or 'the hub'} needs a token with the 'write' role ({_TOKEN_URL})")
+    return info
+
+
+def default_repo_id(output_dir: str | os.PathLike, user: str) -> str:
+    """Repo id derived as transformers does: the token's user and the ``output_dir`` folder name."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(output_dir).resolve().name).strip("-.") or "model"
+    name = re.sub(r"-{2,}", "-", name).replace("..", ".")
+    return f"{user}/{name[:96]}"
+
+
+def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> None:
+    """Check the hub flags before training (fail in seconds, not after hours); fills ``args.hub_model_id``.
+
+    Without ``--push_to_hub`` nothing is checked. With it: the token must exist and (``check_remote``) be
+    accepted by the hub with write access; a missing ``--hub_model_id`` becomes ``<user>/<output_dir name>``;
+    the repo id must be valid; ``--hub_revision`` must be a branch name. ``check_remote=False`` skips every
+    network call (then ``--hub_model_id`` must be given in full).
+
+    Raises:
+        InputError: for any of the above, naming the flag and what to do.
+    """
+    if not getattr(args, "push_to_hub", False):
+        return
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if getattr(args, "hub_strategy", "end") not in HUB_STRATEGIES:
+        raise InputError(f"--hub_strategy {args.hub_strategy!r}: expected one of {', '.join(HUB_STRATEGIES)}")
+    repo_id = args.hub_model_id
+    if check_remote:
+        with hub_errors(repo_id, args.hub_revision, "push to"):
+            token = _resolve_token(args.hub_token)
+        user = _whoami(token, repo_id).get("name")
+        if repo_id is None:
+            if not getattr(args, "output_dir", None):
+                raise InputError("--push_to_hub: give --hub_model_id (or --output_dir to derive the repo name from)")
+            repo_id = default_repo_id(args.output_dir, user)
+        elif "/" not in repo_id:
+            repo_id = f"{user}/{repo_id}"
+    elif repo_id is None or "/" not in repo_id:
+        raise InputError(f"--hub_model_id {repo_id!r}: expected 'namespace/name'")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise InputError(f"--hub_model_id {repo_id!r}: not a valid repo id ({err})") from None
+    if args.hub_revision is not None and (
+            re.fullmatch(r"[0-9a-f]{40}", args.hub_revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", args.hub_revision)
+            or args.hub_revision.startswith(("/", "-", "refs/")) or ".." in args.hub_revision):
+        raise InputError(f"--hub_revision {args.hub_revision!r}: expected a branch name such as 'dev' or 'run-2'")
+    args.hub_model_id = repo_id
+
+
+def prepare_repo(repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None) -> str:
+    """Create the repo (if missing) and the branch ``revision`` (from ``main``, if missing).
+
+    Returns:
+        The commit id the branch points to now.
+
+    Raises:
+        InputError: no / invalid / read-only token, no access, ``revision`` is a tag or a commit.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    branch = revision or "main"
+    with hub_errors(repo_id, revision, "create"):
+        token = _resolve_token(token)
+        api.create_repo(repo_id, token=token, private=private, exist_ok=True)
+        refs = api.list_repo_refs(repo_id, token=token)
+        heads = {ref.name: ref.target_commit for ref in refs.branches}
+        if branch in heads:
+            return heads[branch]
+        if branch in {ref.name for ref in refs.tags}:
+            raise InputError(f"--hub_revision {branch!r} is a tag of {repo_id!r}; pushes go to a branch -- "
+                             f"name a new or existing branch")
+        api.create_branch(repo_id, branch=branch, token=token, exist_ok=True)
+        refs = api.list_repo_refs(repo_id, token=token)
+        return {ref.name: ref.target_commit for ref in refs.branches}[branch]
+
+
+def _local_files(folder: Path, allow_patterns, ignore_patterns) -> list[str]:
+    from huggingface_hub.utils import filter_repo_objects
+
+    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return list(filter_repo_objects(paths, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
+
+
+def push_output_dir(
+    output_dir: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str = "Upload model",
+    model_card: str | None = None,
+    allow_patterns: Sequence[str] | None = None,
+    ignore_patterns: Sequence[str] = DEFAULT_IGNORE_PATTERNS,
+) -> str:
+    """Push a ``save_pretrained`` directory to ``repo_id`` (branch ``revision``) as one atomic commit.
+
+    Creates the repo (``private`` only matters then) and the branch when missing, uploads the files (LFS
+    objects first), deletes remote weight files the directory no longer has, and commits once.
+
+    Args:
+        output_dir: the directory (``config.json``, ``*.safetensors``, tokenizer files, model code, ...).
+        repo_id: ``"namespace/name"``.
+        token: a token with write access; None = ``HF_TOKEN`` or the stored login.
+        private: create the repo as private (ignored when it exists).
+        revision: branch to commit to (None = ``main``); created from ``main`` when missing.
+        commit_message: e.g. ``"Upload model (step 1000)"``.
+        model_card: README.md text to commit (replaces any README.md in ``output_dir``).
+        allow_patterns / ignore_patterns: ``fnmatch`` patterns over paths relative to ``output_dir``
+            (``*`` crosses ``/``); the default ignores checkpoints and pickles.
+
+    Returns:
+        The commit URL (a ``huggingface_hub.CommitInfo``, a ``str``; ``.oid`` is the commit id).
+
+    Raises:
+        InputError: missing directory or nothing to push; no / invalid / read-only token; a missing repo or
+            revision; a tag as ``revision``; a push interrupted midway (the message names the commit the
+            remote keeps -- commits are atomic, so nothing of the failed push is visible).
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        raise InputError(f"--output_dir {str(folder)!r}: not a directory; nothing to push to {repo_id!r}")
+    files = _local_files(folder, allow_patterns, list(ignore_patterns))
+    if model_card is not None:
+        files = [f for f in files if f != "README.md"]
+    if not files:
+        raise InputError(f"--output_dir {str(folder)!r}: no files to push to {repo_id!r} after the patterns "
+                         f"(ignored: {', '.join(ignore_patterns)})")
+    branch = revision or "main"
+    before = prepare_repo(repo_id, token=token, private=private, revision=revision)
+    token = _resolve_token(token)
+    api = HfApi()
+    operations = [CommitOperationAdd(path_in_repo=f, path_or_fileobj=str(folder / f)) for f in files]
+    if model_card is not None:
+        operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=model_card.encode("utf-8")))
+    with hub_errors(repo_id, revision, "push to"):
+        from huggingface_hub.utils import filter_repo_objects
+
+        remote = api.list_repo_files(repo_id, revision=branch, token=token)
+        stale = set(filter_repo_objects(remote, allow_patterns=list(WEIGHT_PATTERNS))) - set(files)
+        operations += [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
+        try:
+            return api.create_commit(repo_id, operations=operations, commit_message=commit_message,
+                                     revision=branch, token=token)
+        except ValueError:  # InputError, or README metadata refused by the hub (a bug of the card)
+            raise
+        except Exception as err:  # network loss, server error: say what the remote holds now
+            if _http_status(err) in (401, 403, 404):
+                raise  # refused input: hub_errors explains it
+            raise InputError(_interrupted_message(api, repo_id, branch, token, before, err)) from err
+
+
+def _interrupted_message(api, repo_id: str, branch: str, token: str, before: str, err: BaseException) -> str:
+    head = "the push to {!r} (branch {!r}) was interrupted: {}: {}".format(
+        repo_id, branch, type(err).__name__, str(err).splitlines()[0].rstrip(".") if str(err) else "")
+    try:
+        now = {r.name: r.target_commit for r in api.list_repo_refs(repo_id, token=token).branches}.get(branch)
+    except Exception:  # the hub may be unreachable now
+        now = None
+    if now == before:
+        state = f"nothing was committed: the remote keeps its last complete commit {before}"
+    elif now is not None:
+        state = f"the commit went through before the connection failed: the branch is now at {now}"
+    else:
+        state = (f"the hub could not be asked again; commits are atomic, so the branch holds either its last "
+                 f"complete commit {before} or the whole new commit, never part of it")
+    return f"{head}; {state}. Re-run the push to retry (LFS files already uploaded are not sent again)."
+
+
+class HubPusher:
+    """The hub settings of one run, for the training loop: ``prepare()`` once, then ``push(...)``.
+
+    ``push`` is called at the end of training, and also after every checkpoint save with
+    ``--hub_strategy every_save`` (see :meth:`should_push_on_save`).
+    """
+
+    def __init__(self, repo_id: str, token: str | None = None, private: bool = False,
+                 revision: str | None = None, strategy: str = "end"):
+        self.repo_id, self.token, self.private, self.revision, self.strategy = repo_id, token, private, revision, strategy
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> HubPusher | None:
+        """None without ``--push_to_hub``; call :func:`validate_hub_args` first (fills ``hub_model_id``)."""
+        if not getattr(args, "push_to_hub", False):
+            return None
+        if not args.hub_model_id:
+            raise InputError("--push_to_hub: --hub_model_id is not set; call validate_hub_args(args) first")
+        return cls(args.hub_model_id, args.hub_token, args.hub_private_repo, args.hub_revision, args.hub_strategy)
+
+    @property
+    def should_push_on_save(self) -> bool:
+        return self.strategy == "every_save"
+
+    def prepare(self) -> str:
+        """Create the repo / branch now (before training); returns the branch's current commit id."""
+        return prepare_repo(self.repo_id, token=self.token, private=self.private, revision=self.revision)
+
+    def push(self, output_dir: str | os.PathLike, step: int | None = None, model_card: str | None = None,
+             final: bool = True) -> str:
+        """Push ``output_dir``; message ``"Upload model (step N)"`` (``"Training in progress (step N)"``
+        when ``final`` is False). Returns the commit URL (``.oid`` = commit id)."""
+        what = "Upload model" if final else "Training in progress"
+        message = what + (f" (step {step})" if step is not None else "")
+        return push_output_dir(output_dir, self.repo_id, token=self.token, private=self.private,
+                               revision=self.revision, commit_message=message, model_card=model_card)
+
+
+__all__ = [
+    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "HubPusher", "add_hub_arguments", "default_repo_id",
+    "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_args",
+]

@@ -1,0 +1,226 @@
+"""Model cards: the README.md pushed with a model, with YAML metadata the Hub indexes.
+
+:func:`render_model_card` writes the card of a pretrained or fine-tuned sesame-lm model: YAML front matter
+(``library_name: transformers``, ``tags``, ``pipeline_tag``, ``datasets``, ``license``, ``base_model`` and the
+run's metrics as ``model-index`` results) rendered by ``huggingface_hub.ModelCardData`` -- not hand-written
+YAML -- and the sections of the Hub's model card guide (Mitchell et al. 2019, "Model Cards for Model
+Reporting"): model type and preset, training data, objective, hyperparameters, results, how to load it,
+limitations. :func:`results_from_dir` reads the run's ``all_results.json`` (flat keys: ``train_loss``,
+``eval_loss``, ``perplexity``, ``eval_<metric>``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from training.errors import InputError
+
+#: Auto class that loads the model for each pipeline task.
+AUTO_CLASS_BY_TASK = {
+    "fill-mask": "AutoModelForMaskedLM",
+    "feature-extraction": "AutoModel",
+    "text-classification": "AutoModelForSequenceClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "token-classification": "AutoModelForTokenClassification",
+}
+
+_OBJECTIVES = {
+    "mlm": ("Masked language modelling (MLM; Devlin et al., 2019): a fraction of the input tokens "
+            "(`mlm_probability`) is selected; of those, 80% are replaced by the mask token, 10% by a random "
+            "token and 10% kept, and the model predicts the original tokens (cross-entropy over the vocabulary)."),
+    "nsp": ("Next sentence prediction (NSP; Devlin et al., 2019): a binary classifier on the first token "
+            "predicts whether segment B followed segment A in the corpus (50% of pairs) or was sampled at random."),
+    "bilm": ("Bidirectional language modelling (BiLM; Peters et al., 2018): token representations from a "
+             "character CNN with highway layers feed a forward and a backward stacked LSTM; the forward LM "
+             "predicts the next token, the backward LM the previous one, and the loss is the mean of the two "
+             "directions' negative log-likelihoods. Downstream, the layers are combined by a learned ScalarMix."),
+}
+
+_EXAMPLE_INPUT = {
+    "fill-mask": 'f"Paris is the {pipe.tokenizer.mask_token} of France."',
+    "feature-extraction": '"The whale rose from the sea."',
+    "text-classification": '"A gripping, beautifully acted film."',
+    "token-classification": '"Elizabeth walked to Netherfield."',
+}
+
+
+def results_from_dir(output_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run's ``all_results.json`` as a dict; ``{}`` when the file does not exist.
+
+    Raises:
+        InputError: the file exists but is not a JSON object.
+    """
+    path = Path(output_dir) / "all_results.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid JSON ({err}); expected the run's flat results object") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object of results, got {type(data).__name__}")
+    return data
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(rows: Mapping[str, Any], header: tuple[str, str]) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| `{key}` | {_fmt(value)} |" for key, value in rows.items()]
+    return "\n".join(lines)
+
+
+def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
+    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime/speed) and ``perplexity``."""
+    skip = ("runtime", "per_second", "samples", "steps", "epoch")
+    out = {}
+    for key, value in results.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        if key == "perplexity" or (key.startswith("eval_") and not any(s in key for s in skip)):
+            out[key.removeprefix("eval_")] = float(value)
+    return out
+
+
+def render_model_card(
+    *,
+    model_type: str,
+    repo_id: str | None = None,
+    preset: str | None = None,
+    task: str = "fill-mask",
+    objective: str | Sequence[str] | None = None,
+    training_data: str | Sequence[str] | None = None,
+    datasets: Sequence[str] = (),
+    finetuned_task: str | None = None,
+    base_model: str | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
+    results: Mapping[str, Any] | None = None,
+    license: str | None = None,  # noqa: A002 - the model card field's name
+    language: str | Sequence[str] | None = None,
+    auto_class: str | None = None,
+    extra_tags: Sequence[str] = (),
+    limitations: Sequence[str] = (),
+) -> str:
+    """Render README.md (YAML front matter + markdown) for a sesame-lm model.
+
+    Args:
+        model_type: ``config.model_type``, e.g. ``"sesame-bert"`` or ``"sesame-elmo"``.
+        repo_id: where the model lives (used in the loading examples; ``"path/to/model"`` when None).
+        preset: the config preset name (``--config_name``), e.g. ``"bert-tiny"``.
+        task: pipeline tag: ``fill-mask`` / ``feature-extraction`` (pretraining), ``text-classification``,
+            ``question-answering``, ``token-classification`` (fine-tuning).
+        objective: ``"mlm"``, ``"nsp"``, ``"bilm"`` (or a list of them) or free text; default from the model type
+            for pretraining and "fine-tuned end to end" for fine-tuning tasks.
+        training_data: description(s) of the training data (file names, corpus name).
+        datasets: Hub dataset ids (go to the ``datasets`` metadata).
+        finetuned_task: e.g. ``"sst2"``, ``"squad_v2"``.
+        base_model: repo id (or path) of the pretrained model that was fine-tuned.
+        hyperparameters: shown as a table (learning rate, batch size, steps, warmup, ...).
+        results: the run's ``all_results.json``; ``eval_*`` metrics and ``perplexity`` also go to ``model-index``.
+        license: SPDX-like Hub license id (``"apache-2.0"``), when known.
+        language: ISO 639-1 code(s).
+        auto_class: Auto class of the loading example (default by task, see :data:`AUTO_CLASS_BY_TASK`).
+        extra_tags / limitations: more tags / limitation bullet points.
+
+    Returns:
+        The card text; ``huggingface_hub.ModelCard(text).data`` parses back to the metadata.
+
+    Raises:
+        InputError: an unknown ``task``.
+    """
+    from huggingface_hub import EvalResult, ModelCardData
+
+    if task not in AUTO_CLASS_BY_TASK:
+        raise InputError(f"model card task {task!r}: expected one of {', '.join(AUTO_CLASS_BY_TASK)}")
+    results = dict(results or {})
+    hyperparameters = dict(hyperparameters or {})
+    repo = repo_id or "path/to/model"
+    name = repo.rsplit("/", 1)[-1]
+    family = {"sesame-bert": "BERT-like Transformer encoder", "sesame-elmo": "ELMo-style character-CNN + BiLSTM "
+              "bidirectional language model"}.get(model_type, model_type)
+    finetuning = task not in ("fill-mask", "feature-extraction")
+    if objective is None:
+        objective = [] if finetuning else (["bilm"] if "elmo" in model_type else ["mlm"])
+    objectives = [objective] if isinstance(objective, str) else list(objective)
+    data_items = [training_data] if isinstance(training_data, str) else list(training_data or [])
+    metrics = _metric_results(results)
+
+    eval_results = None
+    if metrics:
+        dataset_type = datasets[0] if datasets else (finetuned_task or "custom")
+        dataset_name = (f"{dataset_type} ({finetuned_task})" if finetuned_task and datasets else
+                        finetuned_task or (datasets[0] if datasets else "held-out validation split"))
+        eval_results = [
+            EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name,
+                       dataset_config=finetuned_task if datasets else None, dataset_split="validation",
+                       metric_type=metric, metric_value=value)
+            for metric, value in metrics.items()
+        ]
+    tags = list(dict.fromkeys(["sesame-lm", model_type, task, *(["trust-remote-code"]), *extra_tags]))
+    data = ModelCardData(
+        library_name="transformers", pipeline_tag=task, tags=tags, license=license, language=language,
+        datasets=list(datasets) or None, base_model=base_model, metrics=list(metrics) or None,
+        model_name=name if eval_results else None, eval_results=eval_results,
+    )
+
+    auto = auto_class or AUTO_CLASS_BY_TASK[task]
+    out = [f"# {name}", ""]
+    what = f"A {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
+    out += [what + (f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "") if finetuning
+                    else ", pretrained from scratch") + ".", ""]
+    out += ["## Model", "", f"- Architecture: {family}", f"- Preset: `{preset}`" if preset else "- Preset: custom config"]
+    if base_model:
+        out.append(f"- Fine-tuned from: `{base_model}`")
+    out += ["", "## Training data", ""]
+    out += [f"- {d}" for d in data_items] or ["- (not recorded)"]
+    if datasets:
+        out += [f"- Hub dataset: `{d}`" for d in datasets]
+    out += ["", "## Objective", ""]
+    if finetuning:
+        out.append(f"Fine-tuned end to end for {task}" + (f" ({finetuned_task})" if finetuned_task else "") +
+                   ": a task head on top of the encoder, all weights trained with the task loss.")
+    out += [_OBJECTIVES.get(o.lower(), o) for o in objectives]
+    out += ["", "## Training hyperparameters", ""]
+    out += [_table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)"]
+    out += ["", "## Results", ""]
+    out += [_table(results, ("metric", "value")) if results else "(no results recorded)"]
+    out += ["", "## How to use", "",
+            "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
+            "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
+            "", "```python", f"from transformers import AutoTokenizer, {auto}, pipeline", "",
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
+            f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)', ""]
+    if task == "question-answering":
+        out += [f'qa = pipeline("question-answering", model="{repo}", trust_remote_code=True)',
+                'qa(question="Who walked to the house?", context="Elizabeth walked to the house.")']
+    else:
+        out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)',
+                f"pipe({_EXAMPLE_INPUT[task]})"]
+    out += ["```", "", "With sesame-lm installed, `import modeling` registers the classes and "
+            "`trust_remote_code` is not needed.", "", "## Limitations", ""]
+    bullets = [
+        "Trained on the data above only; it inherits that data's topics, period, language and biases, and "
+        "has not been evaluated for fairness or safety.",
+        "The results above are from this run's own validation split; expect lower scores on other domains.",
+    ]
+    if not finetuning:
+        bullets.append("A pretrained encoder: fine-tune it (or train a ScalarMix + head on its features) before "
+                       "using it for a downstream task.")
+    out += [f"- {b}" for b in [*bullets, *limitations]]
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
+
+
+__all__ = ["AUTO_CLASS_BY_TASK", "render_model_card", "results_from_dir"]
