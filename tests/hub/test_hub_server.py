@@ -20,7 +20,7 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
     (folder / "sub" / "notes.txt").write_text("regular file in a folder")
     out = hub.run(f"""
         import json, os
-        from huggingface_hub import HfApi, hf_hub_download
+        from huggingface_hub import HfApi, hf_hub_download, snapshot_download
         api = HfApi()
         me = api.whoami()
         url = api.create_repo("alice/tiny")
@@ -51,6 +51,9 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
             "top_level": sorted([e.path, type(e).__name__] for e in api.list_repo_tree("alice/tiny")),
             "exists": [api.file_exists("alice/tiny", "config.json"), api.file_exists("alice/tiny", "nope.txt")],
         }}
+        snap = snapshot_download("alice/tiny", revision="dev")
+        res["snapshot"] = sorted(os.path.relpath(os.path.join(d, f), snap) for d, _, fs in os.walk(snap) for f in fs)
+        res["commits"] = [c.title for c in api.list_repo_commits("alice/tiny", revision="dev")]
         c_noop = api.upload_folder(repo_id="alice/tiny", folder_path={str(folder)!r}, commit_message="same files")
         res["noop_sha"] = c_noop.oid
         print(json.dumps(res))
@@ -79,6 +82,8 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
     assert out["top_level"] == [[".gitattributes", "RepoFile"], ["config.json", "RepoFile"],
                                 ["model.safetensors", "RepoFile"], ["sub", "RepoFolder"]]
     assert out["exists"] == [True, False]
+    assert out["snapshot"] == [".gitattributes", "config.json", "dev.txt", "model.safetensors", "sub/notes.txt"]
+    assert out["commits"] == ["dev change", "Upload model (step 1)", "initial commit"]  # newest first
     assert out["noop_sha"] == out["c1"]  # unchanged files: the client skips the empty commit
 
 

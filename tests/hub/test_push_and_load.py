@@ -1,9 +1,10 @@
 """Round trip through the real clients: ``training.hub.push_output_dir`` pushes, ``transformers`` loads.
 
-A tiny ``transformers`` BERT (MLM head tied to the word embeddings) and its tokenizer are saved here;
-a client process pushes them (main, a branch, a tag, a private repo), a second one with a fresh ``HF_HOME``
-loads them by repo id and must reproduce the saved logits exactly; after the server stops, a third one
-loads them from the cache with ``HF_HUB_OFFLINE=1``.
+A tiny ``transformers`` BERT (MLM head tied to the word embeddings) and its tokenizer are saved here, and a
+model whose code exists only in its directory (``auto_map``); a client process pushes them (main, a branch,
+a tag, a private repo), a second one with a fresh ``HF_HOME`` -- where ``import modeling`` fails -- loads them
+by repo id (the last with ``trust_remote_code=True``) and must reproduce the saved outputs exactly; after the
+server stops, a third one loads them from the cache with ``HF_HUB_OFFLINE=1``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,58 @@ def _save_model(path, seed):
     return ids["input_ids"][0].tolist(), logits[0].tolist()
 
 
+CONFIGURATION_TINY = """
+from transformers import PretrainedConfig
+
+
+class TinyConfig(PretrainedConfig):
+    model_type = "tiny-remote"
+
+    def __init__(self, vocab_size=16, hidden_size=8, **kwargs):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+"""
+
+MODELING_TINY = """
+import torch
+from transformers import PreTrainedModel
+
+from .configuration_tiny import TinyConfig
+
+
+class TinyModel(PreTrainedModel):
+    config_class = TinyConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.emb = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.post_init()
+
+    def forward(self, input_ids):
+        return torch.tanh(self.emb(input_ids))
+"""
+
+
+def _save_remote_code_model(path):
+    """A model whose code only exists in its directory (``auto_map``): loadable only with trust_remote_code."""
+    from safetensors.torch import save_file
+
+    path.mkdir()
+    (path / "configuration_tiny.py").write_text(CONFIGURATION_TINY)
+    (path / "modeling_tiny.py").write_text(MODELING_TINY)
+    weight = torch.randn(16, 8, generator=torch.Generator().manual_seed(3))
+    save_file({"emb.weight": weight}, path / "model.safetensors", metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps({
+        "model_type": "tiny-remote", "vocab_size": 16, "hidden_size": 8, "architectures": ["TinyModel"],
+        "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"}}))
+    return torch.tanh(weight[[1, 2, 3]]).tolist()
+
+
 LOAD = """
-    import json, sys, torch
+    import sys
+    sys.modules["modeling"] = None  # the sesame-lm package must not be needed to load a pushed model
+    import json, torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     ref = json.load(open("ref.json"))
     res = {}
@@ -52,6 +103,12 @@ LOAD = """
         res[key] = {"ids_equal": ids["input_ids"][0].tolist() == ref["ids"],
                     "same_as": [name for name in ("a", "b") if torch.equal(logits, torch.tensor(ref[name]))],
                     "tied": tied}
+    def check_remote_code(key, repo):
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(repo, trust_remote_code=True)
+        with torch.no_grad():
+            out = model(torch.tensor([1, 2, 3]))
+        res[key] = [type(model).__name__, torch.equal(out, torch.tensor(ref["remote"]))]
 """
 
 
@@ -60,7 +117,9 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     ids_a, logits_a = _save_model(tmp_path / "model_a", seed=0)
     ids_b, logits_b = _save_model(tmp_path / "model_b", seed=1)
     assert ids_a == ids_b and logits_a != logits_b
-    (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b}))
+    remote = _save_remote_code_model(tmp_path / "remote_code")
+    (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b,
+                                                   "remote": remote}))
 
     pushed = hub.run(f"""
         import json
@@ -74,6 +133,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         HfApi().create_tag("alice/tiny-bert", tag="v1", revision=c1.oid)
         c2 = push_output_dir("model_b", "alice/tiny-bert", revision="dev", commit_message="Upload model (step 20)")
         c3 = push_output_dir("model_a", "alice/private-bert", private=True)
+        push_output_dir("remote_code", "alice/remote-code")
         print(json.dumps({{"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}}))
     """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
 
@@ -100,6 +160,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         except OSError as err:
             res[key] = str(err)
     check("private_token", "alice/private-bert", token={hub.read_token!r})
+    check_remote_code("remote_code", "alice/remote-code")
     from huggingface_hub import ModelCard
     card = ModelCard.load("alice/tiny-bert")
     res["card"] = {{"tags": card.data.tags, "library": card.data.library_name, "license": card.data.license,
@@ -111,6 +172,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     assert loaded["branch"]["same_as"] == ["b"] and loaded["sha"]["same_as"] == ["b"]
     assert loaded["tag"]["same_as"] == ["a"]
     assert loaded["private_token"]["same_as"] == ["a"]
+    assert loaded["remote_code"] == ["TinyModel", True]
     assert "alice/private-bert" in loaded["private_anon"] and "token" in loaded["private_anon"]
     assert "Invalid credentials in Authorization header" in loaded["private_wrong"]
     assert loaded["card"] == {"tags": ["sesame-lm", "bert", "fill-mask", "trust-remote-code"],
@@ -121,7 +183,9 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     offline = hub.run(LOAD + """
     check("main", "alice/tiny-bert")
     check("branch", "alice/tiny-bert", revision="dev")
+    check_remote_code("remote_code", "alice/remote-code")
     print(json.dumps(res))
     """, home, offline=True, cwd=tmp_path)
+    assert offline["remote_code"] == ["TinyModel", True]
     assert offline["main"]["same_as"] == ["a"] and offline["branch"]["same_as"] == ["b"]
     assert offline["main"]["ids_equal"] and offline["main"]["tied"]
