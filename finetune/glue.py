@@ -1,0 +1,369 @@
+"""``accelerate launch -m finetune.glue``: fine-tune a sequence classifier on a GLUE task or custom files.
+
+Thin by design: the task table (:mod:`finetune.tasks`), the data (:mod:`finetune.glue_data`), one
+preprocessing function (tokenize ``sentence1`` [+ ``sentence2``]), the Auto-loaded head
+(``AutoModelForSequenceClassification``: SesameBert end to end, SesameElmo frozen + ScalarMix unless
+``--unfreeze_backbone``, or any transformers model for a baseline), a metric module (:mod:`finetune.metrics`),
+and the shared loop (:mod:`training.loop`).
+
+Examples::
+
+    accelerate launch -m finetune.glue --model_name_or_path outputs/minilm-sesame --task_name sst2 \\
+        --glue_dir data/glue --output_dir outputs/sst2
+    python -m finetune.glue --model_name_or_path M --train_file train.tsv --validation_file dev.tsv \\
+        --sentence1_key premise --sentence2_key hypothesis --output_dir outputs/nli
+
+Outputs in ``--output_dir``: the fine-tuned model and tokenizer (``save_pretrained``, with ``id2label``),
+``all_results.json`` (``train_loss``, ``eval_loss``, ``eval_<metric>``; MNLI adds ``eval_matched_*`` and
+``eval_mismatched_*``), ``eval_history.json``, and with ``--do_predict`` one GLUE submission file per test
+split (``SST-2.tsv``, ``MNLI-m.tsv``, ...; ``predictions_<split>.tsv`` for custom tasks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from finetune.tasks import TASK_NAMES, GlueTask, get_task
+from training.errors import InputError, add_debug_argument, run_cli
+
+logger = logging.getLogger("finetune.glue")
+
+
+class LengthGroupedSampler(Sampler[int]):
+    """Training order in which consecutive ``batch_size`` examples have similar lengths (less padding).
+
+    A random permutation (depending only on ``(seed, epoch)``, like :class:`training.loop.EpochShuffleSampler`,
+    so that a resumed run sees the same order) is cut into mega-batches of ``mega_batch_factor`` batches, and
+    each mega-batch is sorted by decreasing length; the mega-batch holding the longest example goes first, so
+    that running out of memory happens at the first step (the scheme of transformers' ``LengthGroupedSampler``).
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, mega_batch_factor: int = 50):
+        self.lengths, self.batch_size, self.seed, self.factor, self.epoch = list(lengths), batch_size, seed, mega_batch_factor, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1)[0]))
+        order = torch.randperm(len(self.lengths), generator=g).tolist()
+        size = self.batch_size * self.factor
+        megas = [sorted(order[i : i + size], key=lambda j: -self.lengths[j]) for i in range(0, len(order), size)]
+        longest = max(range(len(megas)), key=lambda m: self.lengths[megas[m][0]])
+        megas[0], megas[longest] = megas[longest], megas[0]
+        return iter([i for mega in megas for i in mega])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from training.hub import add_hub_arguments
+    from training.loop import add_training_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="accelerate launch -m finetune.glue",
+        description="Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    m = parser.add_argument_group("model")
+    m.add_argument("--model_name_or_path", required=True, help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
+    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the model's)")
+    m.add_argument("--unfreeze_backbone", action="store_true", help="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head trained)")
+    m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")
+    m.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
+    d = parser.add_argument_group("data")
+    d.add_argument("--task_name", default=None, help=f"GLUE task: {', '.join(TASK_NAMES)} (omit for a custom task)")
+    d.add_argument("--glue_dir", default=None, help="the official GLUE data folder (SST-2/train.tsv, CoLA/train.tsv, ...)")
+    d.add_argument("--train_file", default=None, help="csv, tsv, json or jsonl training file (custom task, or a GLUE task from files)")
+    d.add_argument("--validation_file", default=None, help="validation file, same format")
+    d.add_argument("--test_file", default=None, help="test file (labels optional), predicted with --do_predict")
+    d.add_argument("--sentence1_key", default=None, help="column of the first text (default: the task's / sentence1 / premise / sentence / text)")
+    d.add_argument("--sentence2_key", default=None, help="column of the second text of pairs")
+    d.add_argument("--label_key", default="label", help="label column of custom files")
+    d.add_argument("--max_seq_length", type=int, default=128, help="longer inputs are truncated (tokens)")
+    d.add_argument("--pad_to_max_length", action="store_true", help="pad every batch to --max_seq_length (default: dynamic padding)")
+    d.add_argument("--no_group_by_length", dest="group_by_length", action="store_false", help="shuffle without grouping batches by length")
+    d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training examples")
+    d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N examples of each evaluation split")
+    d.add_argument("--do_predict", action="store_true", help="write predictions for the test split(s)")
+    add_training_arguments(parser, output_dir=None, learning_rate=2e-5, num_train_epochs=3.0, per_device_train_batch_size=32,
+                           per_device_eval_batch_size=64, project_name="sesame-lm-glue")
+    add_hub_arguments(parser)
+    add_debug_argument(parser)
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> GlueTask | None:
+    """Refuse inconsistent arguments before anything is loaded; returns the GLUE task (None = custom)."""
+    task = get_task(args.task_name) if args.task_name else None
+    if not args.output_dir:
+        raise InputError("--output_dir: required (the fine-tuned model and all_results.json go there)")
+    if args.glue_dir and (args.train_file or args.validation_file or args.test_file):
+        raise InputError("--glue_dir and --train_file/--validation_file/--test_file: give one data source, not both")
+    if task is None and not args.train_file:
+        raise InputError("a custom task needs --train_file (and --validation_file); or give a GLUE --task_name")
+    for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
+    for name in ("max_train_samples", "max_eval_samples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
+    return task
+
+
+def _is_default_label(name: str) -> bool:
+    return re.fullmatch(r"LABEL_\d+", str(name)) is not None
+
+
+def label_mapping(pretrained_config, label_names: list[str], args) -> dict[int, int] | None:
+    """Map task class ids to the pretrained head's, when the checkpoint already has a head with named labels.
+
+    Returns:
+        ``{task id: model id}`` when the pretrained head has the task's label names (maybe in another order);
+        ``None`` when there is no named pretrained head (a new head gets the task's names).
+
+    Raises:
+        InputError: the pretrained head's labels differ from the task's (unless ``--ignore_mismatched_sizes``).
+    """
+    id2label = getattr(pretrained_config, "id2label", None) or {}
+    names = [id2label[i] for i in sorted(id2label)]
+    if not label_names or not names or all(_is_default_label(n) for n in names):
+        return None
+    if sorted(n.lower() for n in names) == sorted(n.lower() for n in label_names):
+        to_model = {n.lower(): i for i, n in enumerate(names)}
+        return {i: to_model[n.lower()] for i, n in enumerate(label_names)}
+    if args.ignore_mismatched_sizes:
+        logger.warning("the pretrained head predicts %s, the task has %s: training a new head", names, label_names)
+        return None
+    raise InputError(f"--model_name_or_path {args.model_name_or_path}: its classification head predicts {names}, but the "
+                     f"task has the labels {label_names}; pass --ignore_mismatched_sizes to train a new head")
+
+
+def load_model_and_tokenizer(args, label_names: list[str], regression: bool, task_name: str | None):
+    """The tokenizer and an ``AutoModelForSequenceClassification`` with the task's labels in its config.
+
+    Returns:
+        (tokenizer, model, {task id: model id} or None).
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+
+    source = args.model_name_or_path
+    try:
+        pretrained = AutoConfig.from_pretrained(source, trust_remote_code=args.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--model_name_or_path {source}: cannot load the config / tokenizer ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0]})") from None
+    mapping = None if regression else label_mapping(pretrained, label_names, args)
+    overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
+                                 "problem_type": "regression" if regression else "single_label_classification",
+                                 "finetuning_task": task_name}
+    if mapping is None and not regression:
+        overrides["id2label"] = dict(enumerate(label_names))
+        overrides["label2id"] = {n: i for i, n in enumerate(label_names)}
+    if getattr(pretrained, "model_type", "") == "sesame-elmo":
+        overrides["freeze_backbone"] = not args.unfreeze_backbone
+    config = AutoConfig.from_pretrained(source, trust_remote_code=args.trust_remote_code, **overrides)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, trust_remote_code=args.trust_remote_code
+    )
+    return tokenizer, model, mapping
+
+
+def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accelerator):
+    """Tokenize every split (``datasets.map``); labelled splits get ``labels`` in the model's class ids."""
+    pair = "sentence2" in raw[next(iter(raw))].column_names
+    regression = raw[next(iter(raw))].features["label"].dtype in ("float32", "float64")
+
+    def preprocess(batch, labelled: bool):
+        texts = (batch["sentence1"], batch["sentence2"]) if pair else (batch["sentence1"],)
+        encoded = tokenizer(*texts, truncation=True, max_length=args.max_seq_length,
+                            padding="max_length" if args.pad_to_max_length else False)
+        if labelled:
+            encoded["labels"] = [float(v) for v in batch["label"]] if regression else \
+                [mapping[v] if mapping else v for v in batch["label"]]
+        return encoded
+
+    out = {}
+    with accelerator.main_process_first():
+        for split, ds in raw.items():
+            limit = args.max_train_samples if split == "train" else args.max_eval_samples
+            if limit is not None and limit < len(ds):
+                ds = ds.select(range(limit))
+            labelled = not split.startswith("test") or -1 not in set(ds["label"][:100])
+            out[split] = (ds, ds.map(preprocess, batched=True, remove_columns=ds.column_names,
+                                     fn_kwargs={"labelled": labelled}, desc=f"tokenize {split}"))
+    return out
+
+
+def metric_for(task: GlueTask | None, regression: bool):
+    """The shipped metric module of the task: ``glue/<task>``, or accuracy / ``glue/stsb`` for custom tasks."""
+    from finetune.metrics import load_metric
+
+    if task is not None:
+        return load_metric("glue", task.metric_config, keep_in_memory=True)
+    return load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    task = check_args(args)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    for noisy in ("datasets", "transformers", "accelerate.checkpointing", "accelerate.accelerator", "evaluate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from transformers import DataCollatorWithPadding
+
+    from finetune.glue_data import label_names_of, load_glue_data, write_submission
+    from training.hub import HubPusher, validate_hub_args
+    from training.loop import NonFiniteLossError, Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
+
+    # Everything the user gave is checked before the model is loaded and training starts.
+    raw = load_glue_data(args.task_name, glue_dir=args.glue_dir, train_file=args.train_file,
+                         validation_file=args.validation_file, test_file=args.test_file,
+                         sentence1_key=args.sentence1_key, sentence2_key=args.sentence2_key, label_key=args.label_key)
+    if "train" not in raw:
+        raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
+    label_names = label_names_of(raw["train"])
+    regression = not label_names
+    eval_splits = [s for s in raw if s.startswith("validation")]
+    test_splits = [s for s in raw if s.startswith("test")] if args.do_predict else []
+    validate_hub_args(args)
+    config = TrainingConfig.from_args(args)
+    accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
+    if not accelerator.is_main_process:
+        logging.getLogger().setLevel(logging.WARNING)
+    tokenizer, model, mapping = load_model_and_tokenizer(args, label_names, regression, args.task_name)
+    data = tokenize_splits({s: raw[s] for s in ["train", *eval_splits, *test_splits]}, tokenizer, args, mapping, accelerator)
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
+    train_ds = data["train"][1]
+    length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
+    if args.group_by_length:
+        sampler = LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
+    else:
+        from training.loop import EpochShuffleSampler
+
+        sampler = EpochShuffleSampler(len(train_ds), args.seed)
+    train_loader = torch.utils.data.DataLoader(train_ds, batch_size=args.per_device_train_batch_size, sampler=sampler,
+                                               collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
+    loaders = {s: accelerator.prepare(torch.utils.data.DataLoader(data[s][1], batch_size=args.per_device_eval_batch_size,
+                                                                  collate_fn=collator, shuffle=False))
+               for s in [*eval_splits, *test_splits]}
+    metric = metric_for(task, regression)
+    inverse = {m: t for t, m in mapping.items()} if mapping else None
+
+    def predict(trainer, split: str) -> dict[str, torch.Tensor]:
+        def step(model, batch):
+            labels = batch.pop("labels", None)
+            with accelerator.autocast():
+                logits = model(**batch).logits.float()
+            return {"logits": logits} if labels is None else {"logits": logits, "labels": labels}
+
+        return gather_predictions(accelerator, trainer.model, loaders[split], step)
+
+    def to_task_ids(logits: torch.Tensor) -> np.ndarray:
+        if regression:
+            return logits.squeeze(-1).numpy()
+        ids = logits.argmax(-1).numpy()
+        return np.array([inverse[i] for i in ids]) if inverse else ids
+
+    def eval_fn(trainer) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for n, split in enumerate(eval_splits):
+            out = predict(trainer, split)
+            logits, labels = out["logits"], out["labels"]
+            if regression:
+                loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels.float())
+            else:
+                loss = torch.nn.functional.cross_entropy(logits, labels.long())
+            refs = labels.numpy() if regression else np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
+            scores = {"loss": float(loss), **metric.compute(predictions=to_task_ids(logits), references=refs)}
+            suffix = split.split("_", 1)[1] if "_" in split else ""
+            for key, value in scores.items():
+                if n == 0:
+                    metrics[f"eval_{key}"] = value
+                if len(eval_splits) > 1:
+                    metrics[f"eval_{suffix}_{key}"] = value
+        return metrics
+
+    run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
+    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None, run_config=run_config)
+    del model
+    if accelerator.is_main_process:
+        logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+                    args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
+                    trainer.max_train_steps)
+    try:
+        result = trainer.train()
+    except NonFiniteLossError as err:
+        finish(accelerator, trainer)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    predictions = {split: to_task_ids(predict(trainer, split)["logits"]) for split in test_splits}
+    if accelerator.is_main_process:
+        save_outputs(args, trainer.unwrapped_model, tokenizer, result, eval_splits)
+        for split, preds in predictions.items():
+            idx = data[split][0]["idx"]
+            if task is not None and split in task.submission:
+                path = write_submission(args.output_dir, task, split, idx, preds)
+            else:
+                path = write_custom_predictions(args.output_dir, split, idx, preds, label_names)
+            logger.info("wrote %s", path)
+        logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
+    accelerator.wait_for_everyone()
+    pusher = HubPusher.from_args(args)
+    if pusher is not None and accelerator.is_main_process:
+        pusher.push(args.output_dir, step=result.get("global_step"))
+    finish(accelerator, trainer)
+    return 0
+
+
+def write_custom_predictions(output_dir: str, split: str, idx: Sequence[int], preds: np.ndarray, label_names: list[str]) -> Path:
+    """``predictions_<split>.tsv`` (``index\\tprediction``: label names, or scores for regression), atomically."""
+    import tempfile
+
+    target = Path(output_dir) / f"predictions_{split}.tsv"
+    rows = [f"{int(i)}\t{label_names[int(p)] if label_names else f'{float(p):.6g}'}" for i, p in zip(idx, preds)]
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("index\tprediction\n" + "".join(r + "\n" for r in rows))
+    os.replace(tmp, target)
+    return target
+
+
+#: all_results.json keys besides the ``eval_*`` metrics.
+_RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second", "global_step", "epoch")
+
+
+def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str]) -> None:
+    """Model + tokenizer (``save_pretrained``), ``all_results.json`` and ``eval_history.json``, atomically."""
+    from tokenizer.corpus import atomic_output_dir
+
+    flat = {k: result[k] for k in _RESULT_KEYS if k in result}
+    flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
+    with atomic_output_dir(args.output_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
+        (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
