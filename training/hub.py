@@ -7,6 +7,8 @@ Only standard ``huggingface_hub`` calls are used: ``whoami``, ``create_repo(exis
 ``list_repo_refs``, ``create_branch``, ``list_repo_files`` and ``create_commit``.
 
 Which hub: ``HF_ENDPOINT`` (default ``https://huggingface.co``), read by ``huggingface_hub`` at import time.
+A self-hosted Hub-compatible server without Xet storage needs ``HF_HUB_DISABLE_XET=1`` (large files then go
+through Git LFS); the error says so when it is missing.
 Which token: ``--hub_token``, else ``HF_TOKEN``, else the one stored by ``hf auth login``.
 
 What is pushed: everything in the output directory except checkpoints and pickles -- ``config.json``,
@@ -311,6 +313,11 @@ def push_output_dir(
         except Exception as err:  # network loss, server error: say what the remote holds now
             if _http_status(err) in (401, 403, 404):
                 raise  # refused input: hub_errors explains it
+            if "xet-write-token" in str(err) and not os.environ.get("HF_HUB_DISABLE_XET"):
+                raise InputError(
+                    f"the hub at {_endpoint()} does not offer Xet storage, which huggingface_hub uses for large "
+                    f"files when hf_xet is installed; set HF_HUB_DISABLE_XET=1 in the environment to upload them "
+                    f"through Git LFS instead (nothing was committed to {repo_id!r})") from err
             raise InputError(_interrupted_message(api, repo_id, branch, token, before, err)) from err
 
 

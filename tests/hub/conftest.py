@@ -41,7 +41,8 @@ class Hub:
         self.url = server.url
         self.tmp_path = tmp_path
 
-    def env(self, hf_home: Path, token: str | None = None, offline: bool = False) -> dict[str, str]:
+    def env(self, hf_home: Path, token: str | None = None, offline: bool = False,
+            xet: bool = False) -> dict[str, str]:
         """Environment of a client process: this server, a given ``HF_HOME``, optional ``HF_TOKEN``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
         env.update(
@@ -59,16 +60,18 @@ class Hub:
         )
         if token is not None:
             env["HF_TOKEN"] = token
+        if xet:  # let the client try Xet storage, which this server does not offer
+            del env["HF_HUB_DISABLE_XET"]
         return env
 
     def run(self, code: str, hf_home: Path, token: str | None = None, offline: bool = False,
-            timeout: float = 120, cwd: Path | None = None) -> dict:
+            timeout: float = 120, cwd: Path | None = None, xet: bool = False) -> dict:
         """Run ``code`` in ``python -c``; it must print one JSON object as its last stdout line.
 
         Returns that object. Fails the test (with stdout/stderr) when the process exits non-zero.
         """
         proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)], env=self.env(hf_home, token, offline),
+            [sys.executable, "-c", textwrap.dedent(code)], env=self.env(hf_home, token, offline, xet),
             capture_output=True, text=True, timeout=timeout, cwd=cwd or self.tmp_path,
         )
         if proc.returncode != 0:

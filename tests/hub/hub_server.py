@@ -281,6 +281,22 @@ class _Handler(BaseHTTPRequestHandler):
             headers["X-Error-Code"] = err.code
         self.send_json(err.status, {"error": err.message, **err.body}, headers)
 
+    def send_content(self, data: bytes, headers: dict) -> None:
+        """Answer with ``data``, honouring a ``Range: bytes=a-[b]`` request header (206)."""
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "").strip())
+        headers = {"Accept-Ranges": "bytes", **headers}
+        if match and self.command == "GET":
+            start = int(match.group(1))
+            end = int(match.group(2)) if match.group(2) else len(data) - 1
+            if start >= len(data):
+                raise HubError(416, "Requested range not satisfiable",
+                               headers={"Content-Range": f"bytes */{len(data)}"})
+            end = min(end, len(data) - 1)
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+            self.send(206, data[start:end + 1], headers, content_type="application/octet-stream")
+            return
+        self.send(200, data, headers, content_type="application/octet-stream")
+
     def dispatch(self) -> None:
         with self.state.lock:
             self.state.requests.append((self.command, self.path))
@@ -326,24 +342,7 @@ class StoreHandler(_Handler):
             return
         raise HubError(405, "Method not allowed")
 
-    def send_content(self, data: bytes, headers: dict) -> None:
-        """Answer with ``data``, honouring a ``Range: bytes=a-[b]`` request header (206)."""
-        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "").strip())
-        headers = {"Accept-Ranges": "bytes", **headers}
-        if match and self.command == "GET":
-            start = int(match.group(1))
-            end = int(match.group(2)) if match.group(2) else len(data) - 1
-            if start >= len(data):
-                raise HubError(416, "Requested range not satisfiable",
-                               headers={"Content-Range": f"bytes */{len(data)}"})
-            end = min(end, len(data) - 1)
-            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-            self.send(206, data[start:end + 1], headers, content_type="application/octet-stream")
-            return
-        self.send(200, data, headers, content_type="application/octet-stream")
-
-
-class HubHandler(StoreHandler):
+class HubHandler(_Handler):
     """The Hub itself: JSON API, LFS batch API and ``resolve``."""
 
     # -- helpers ---------------------------------------------------------------------------------

@@ -141,3 +141,49 @@ def test_client_auth_errors(hub, tmp_path):
     assert out["tag_of_missing_rev"][0] == "RevisionNotFoundError"
     assert hub.server.repo("alice/secret").private
     assert "alice/new" not in hub.server.state.repos
+
+
+def test_raw_protocol_redirect_range_and_signatures(hub):
+    """What the client relies on, byte for byte: LFS resolve = 302 + linked metadata; ranges; signed URLs."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    def request(url, method="GET", body=None, headers=None):
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
+                     headers={"Authorization": f"Bearer {hub.write_token}", **(headers or {})})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), data
+
+    payload = bytes(range(256)) * 40
+    sha = hashlib.sha256(payload).hexdigest()
+    assert request(f"{hub.url}/api/repos/create", "POST", json.dumps({"name": "raw"}))[0] == 200
+    status, _, body = request(f"{hub.url}/alice/raw.git/info/lfs/objects/batch", "POST", json.dumps(
+        {"operation": "upload", "transfers": ["basic"], "objects": [{"oid": sha, "size": len(payload)}]}))
+    upload = json.loads(body)["objects"][0]["actions"]["upload"]["href"]
+    assert request(upload.split("?")[0], "PUT", payload)[0] == 403  # unsigned
+    assert request(upload, "PUT", payload[:-1])[0] == 400  # content does not match the oid
+    assert request(upload, "PUT", payload)[0] == 200
+    ndjson = "\n".join(json.dumps(line) for line in (
+        {"key": "header", "value": {"summary": "raw commit"}},
+        {"key": "lfsFile", "value": {"path": "w.safetensors", "algo": "sha256", "oid": sha, "size": len(payload)}}))
+    status, _, body = request(f"{hub.url}/api/models/alice/raw/commit/main", "POST", ndjson,
+                              {"Content-Type": "application/x-ndjson"})
+    commit = json.loads(body)["commitOid"]
+
+    status, headers, _ = request(f"{hub.url}/alice/raw/resolve/main/w.safetensors", "HEAD")
+    assert status == 302 and headers["X-Repo-Commit"] == commit
+    assert headers["X-Linked-Etag"] == f'"{sha}"' and headers["X-Linked-Size"] == str(len(payload))
+    location = headers["Location"]
+    assert urlsplit(location).port != urlsplit(hub.url).port  # the store: another origin, no auth forwarded
+    status, headers, data = request(location, headers={"Range": "bytes=1000-"})
+    assert status == 206 and data == payload[1000:]
+    assert headers["Content-Range"] == f"bytes 1000-{len(payload) - 1}/{len(payload)}"
+    assert request(location, headers={"Range": f"bytes={len(payload)}-"})[0] == 416
+    assert request(location.split("?")[0])[0] == 403
+    status, headers, _ = request(f"{hub.url}/alice/raw/resolve/main/missing.txt", "HEAD")
+    assert status == 404 and headers["X-Error-Code"] == "EntryNotFound" and headers["X-Repo-Commit"] == commit

@@ -143,3 +143,22 @@ def test_validate_hub_args_offline():
     validate_hub_args(args, check_remote=False)
     assert args.hub_model_id == "alice/x"
     assert default_repo_id("/tmp/runs/my run!", "alice") == "alice/my-run"
+
+
+def test_push_without_xet_support_says_how_to_fix(hub, tmp_path):
+    """huggingface_hub 2.x uploads large files through Xet when hf_xet is installed; this server has no Xet."""
+    pytest.importorskip("hf_xet")
+    _output_dir(tmp_path / "run")
+    out = hub.run("""
+        import json
+        from training.errors import InputError
+        from training.hub import push_output_dir
+        try:
+            push_output_dir("run", "alice/m")
+            print(json.dumps({"error": None}))
+        except InputError as err:
+            print(json.dumps({"error": str(err)}))
+    """, tmp_path / "home", token=hub.write_token, cwd=tmp_path, xet=True)
+    assert "HF_HUB_DISABLE_XET=1" in out["error"] and "nothing was committed" in out["error"]
+    repo = hub.server.repo("alice/m")
+    assert list(repo.commits) == [repo.branches["main"]]  # only the initial commit
