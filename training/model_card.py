@@ -223,4 +223,57 @@ def render_model_card(
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
 
 
-__all__ = ["AUTO_CLASS_BY_TASK", "render_model_card", "results_from_dir"]
+#: Run arguments shown in the card's hyperparameter table (when present and not None).
+HYPERPARAMETER_ARGS = (
+    "config_name", "max_seq_length", "mlm_probability", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
+    "lr_scheduler_type", "num_warmup_steps", "warmup_ratio", "max_train_steps", "num_train_epochs", "doc_stride",
+    "mixed_precision", "seed",
+)
+
+
+def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-mask", repo_id: str | None = None,
+                 **overrides: Any) -> str:
+    """:func:`render_model_card` filled from a finished run: ``config.json`` and ``all_results.json`` in
+    ``output_dir``, hyperparameters and training data from the parsed arguments ``args``.
+
+    ``model_type`` comes from ``config.json``; the preset from ``--config_name`` when it is not a path; the
+    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``) / ``--task_name``;
+    ``base_model`` from ``--model_name_or_path`` for fine-tuning tasks. Keyword ``overrides`` win.
+
+    Raises:
+        InputError: ``output_dir`` has no readable ``config.json``; as :func:`render_model_card`.
+    """
+    config_path = Path(output_dir) / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{config_path}: cannot read the model config ({err}); expected save_pretrained output") from None
+    values = vars(args) if not isinstance(args, Mapping) else dict(args)
+    config_name = values.get("config_name")
+    files = values.get("train_file") or []
+    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    data = [f"`{Path(f).name}`" for f in files]
+    if values.get("dataset_name"):
+        data.append(f"`{values['dataset_name']}`" + (f" ({values['dataset_config_name']})"
+                                                     if values.get("dataset_config_name") else ""))
+    finetuning = task not in ("fill-mask", "feature-extraction")
+    kwargs: dict[str, Any] = dict(
+        model_type=config.get("model_type", "unknown"), repo_id=repo_id or values.get("hub_model_id"), task=task,
+        preset=config_name if config_name and not os.path.exists(str(config_name)) else None,
+        training_data=data or None, hyperparameters={k: values[k] for k in HYPERPARAMETER_ARGS
+                                                     if values.get(k) is not None},
+        results=results_from_dir(output_dir), finetuned_task=values.get("task_name"),
+    )
+    base = values.get("model_name_or_path")
+    if finetuning and base and not os.path.exists(str(base)):  # a Hub repo id (local paths are not metadata)
+        kwargs["base_model"] = base
+    if values.get("dataset_name") and not os.path.exists(str(values["dataset_name"])):
+        kwargs["datasets"] = [values["dataset_name"]]
+    if not finetuning and config.get("model_type") == "sesame-bert" and values.get("nsp"):
+        kwargs["objective"] = ["mlm", "nsp"]
+    kwargs.update(overrides)
+    return render_model_card(**kwargs)
+
+
+__all__ = ["AUTO_CLASS_BY_TASK", "HYPERPARAMETER_ARGS", "card_for_run", "render_model_card", "results_from_dir"]

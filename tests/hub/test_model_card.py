@@ -54,3 +54,23 @@ def test_finetuning_card_and_errors(tmp_path):
     (tmp_path / "all_results.json").write_text("[1, 2]")
     with pytest.raises(InputError, match="all_results.json"):
         results_from_dir(tmp_path)
+
+
+def test_card_for_run_reads_config_results_and_args(tmp_path):
+    import argparse
+
+    from training.model_card import card_for_run
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "sesame-bert", "hidden_size": 64}))
+    (tmp_path / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "train_runtime_s": 3.0}))
+    args = argparse.Namespace(config_name=None, model_name_or_path="alice/bert-small", task_name="rte",
+                              train_file=[str(tmp_path / "train.tsv")], dataset_name=None, learning_rate=2e-5,
+                              per_device_train_batch_size=32, seed=42, weight_decay=None, hub_model_id="alice/rte")
+    text = card_for_run(tmp_path, args, task="text-classification", license="mit")
+    data = ModelCard(text).data
+    assert data.base_model == "alice/bert-small" and data.license == "mit" and "sesame-bert" in data.tags
+    assert [(r.metric_type, r.metric_value, r.dataset_name) for r in data.eval_results] == [("accuracy", 0.75, "rte")]
+    assert "| `learning_rate` | 2e-05 |" in text and "| `seed` | 42 |" in text and "weight_decay" not in text
+    assert "`train.tsv`" in text and 'from_pretrained("alice/rte"' in text
+    with pytest.raises(InputError, match="config.json"):
+        card_for_run(tmp_path / "missing", args)
