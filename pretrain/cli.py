@@ -218,7 +218,7 @@ def lm_eval_step(model, batch):
 
     out = model(**batch)
     if "char_ids" in batch:  # BiLM: both directions
-        nf, nb = out.forward_token_count.double(), out.backward_token_count.double()
+        nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
         f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
         return {"nll_sum": f_sum + b_sum, "count": nf + nb, "fwd_nll_sum": f_sum, "fwd_count": nf, "bwd_nll_sum": b_sum, "bwd_count": nb}
     count = (batch["labels"] != -100).sum().double()

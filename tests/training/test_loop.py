@@ -1,0 +1,169 @@
+"""The shared loop in one process: optimizer groups, schedules, step counting with accumulation, exact
+resume, non-finite loss handling, checkpoint bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from training import checkpoint as ckpt
+from training.errors import InputError
+from training.loop import NonFiniteLossError, Trainer, TrainingConfig, make_train_dataloader
+from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
+
+
+def test_no_weight_decay_on_biases_and_norms(toy):
+    model = toy.model()
+    assert no_decay_parameter_names(model) == {"norm.weight", "norm.bias", "hidden.bias", "out.bias"}
+    opt = create_optimizer(model, 1e-3, weight_decay=0.1)
+    decay, other = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and {id(p) for p in decay["params"]} == {id(model.hidden.weight), id(model.out.weight)}
+    assert other["weight_decay"] == 0.0 and len(other["params"]) == 4
+    with pytest.raises(InputError, match="--learning_rate"):
+        create_optimizer(model, -1.0)
+
+
+@pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup", "warmup_stable_decay"])
+def test_schedules_follow_their_formulas(name):
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([param], lr=1.0)
+    W, N, D = 4, 20, 5
+    sched = create_scheduler(name, opt, W, N, num_decay_steps=D)
+
+    def expected(s):
+        if s < W:
+            return s / W
+        if name == "linear":
+            return max(0.0, (N - s) / (N - W))
+        if name == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * (s - W) / (N - W)))
+        if name == "constant_with_warmup":
+            return 1.0
+        if s < N - D:  # warmup_stable_decay: stable, then cosine decay over D steps
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * (s - (N - D)) / D))
+
+    for s in range(N + 1):
+        assert sched.get_last_lr()[0] == pytest.approx(expected(s), abs=1e-9), f"step {s}"
+        opt.step()
+        sched.step()
+
+
+def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_fn=None, seed=0, out="run"):
+    config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=steps,
+                            gradient_accumulation_steps=G, num_warmup_steps=2, checkpointing_steps=ckpt_steps,
+                            checkpoints_total_limit=0, resume_from_checkpoint=resume, logging_steps=1, seed=seed)
+    acc = toy.accelerator(config)
+    loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=seed)
+    kwargs = {"loss_fn": loss_fn} if loss_fn else {}
+    trainer = Trainer(acc, toy.model(seed), loader, config, **kwargs)
+    return trainer, trainer.train()
+
+
+def test_scheduler_takes_one_step_per_optimizer_step_with_accumulation(toy, tmp_path):
+    # 40 examples / batch 4 = 10 micro-batches per epoch; G = 3 -> 4 optimizer steps per epoch (3+3+3+1)
+    trainer, result = _run(toy, tmp_path, steps=7, G=3)
+    assert trainer.num_update_steps_per_epoch == 4
+    assert result["global_step"] == 7 and trainer.scheduler.last_epoch == 7
+    adam_steps = {int(s["step"]) for s in trainer.optimizer.state.values()}
+    assert adam_steps == {7}, "the optimizer stepped 7 times"
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.05 * (7 - 7) / (7 - 2))  # linear, end of run
+    assert trainer.state["epoch"] == 1 and trainer.state["batches_in_epoch"] == 9  # 10 + 9 micro-batches
+    lrs = [r["learning_rate"] for r in trainer.log_history]
+    assert lrs == pytest.approx([0.05 * min(s / 2, (7 - s) / 5) for s in range(1, 8)])
+
+
+def test_accumulation_gives_the_gradient_of_the_whole_batch(toy, tmp_path):
+    """G micro-batches of B/G examples follow the same trajectory as one batch of B (no dropout)."""
+    def run(G, bs, out):
+        config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=4,
+                                gradient_accumulation_steps=G, logging_steps=1)
+        acc = toy.accelerator(config)
+        loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=0)
+        trainer = Trainer(acc, toy.model(0, p_drop=0.0), loader, config)
+        trainer.train()
+        return trainer.log_history, trainer.unwrapped_model.state_dict()
+
+    log1, w1 = run(1, 8, "a")
+    log4, w4 = run(4, 2, "b")
+    assert [r["train_loss"] for r in log4] == pytest.approx([r["train_loss"] for r in log1], rel=1e-5)
+    for k in w1:
+        torch.testing.assert_close(w4[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_continues_bitwise(toy, tmp_path):
+    _, full = _run(toy, tmp_path, steps=9, G=2, ckpt_steps=3, out="full")
+    trainer_full_weights = {k: v.clone() for k, v in _last_weights(tmp_path / "full").items()}
+    # a second run that stops after step 3 (as if killed there), then a resumed run to the end
+    import shutil
+
+    os.makedirs(tmp_path / "part" / "checkpoints")
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step_3", tmp_path / "part" / "checkpoints" / "step_3")
+    trainer, resumed = _run(toy, tmp_path, steps=9, G=2, ckpt_steps=3, resume="latest", out="part")
+    for k, v in trainer.unwrapped_model.state_dict().items():
+        assert torch.equal(v, trainer_full_weights[k]), k
+    assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-12)
+    assert trainer.scheduler.last_epoch == 9
+
+
+def _last_weights(run_dir):
+    from safetensors.torch import load_file
+
+    step = ckpt.checkpoint_dirs(run_dir / "checkpoints")[-1][1]
+    return load_file(step / "model.safetensors")
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(toy, tmp_path):
+    calls = {"n": 0}
+
+    def loss_fn(model, batch):
+        calls["n"] += 1
+        loss = model(**batch).loss
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    with pytest.raises(NonFiniteLossError, match=r"optimizer step 5 \(epoch 0, micro-batches 5-5.*step_4"):
+        _run(toy, tmp_path, steps=8, ckpt_steps=2, loss_fn=loss_fn, out="nan")
+    saved = ckpt.checkpoint_dirs(tmp_path / "nan" / "checkpoints")
+    assert [s for s, _ in saved] == [2, 4]
+    assert ckpt.read_state(saved[-1][1])["global_step"] == 4
+    w = _last_weights(tmp_path / "nan")
+    assert all(torch.isfinite(v).all() for v in w.values())
+
+
+def test_checkpoint_bookkeeping(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (2, 10, 4):
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / ckpt.STATE_FILE).write_text(json.dumps({"global_step": step}))
+    (root / "step_12").mkdir()  # incomplete: no trainer_state.json
+    (root / ".tmp-step_14").mkdir()  # a save that was interrupted
+    assert [s for s, _ in ckpt.checkpoint_dirs(root)] == [2, 4, 10]
+    assert ckpt.resolve_checkpoint("latest", root).name == "step_10"
+    assert ckpt.resolve_checkpoint(None, root) is None
+    assert ckpt.resolve_checkpoint("latest", tmp_path / "none") is None
+    with pytest.raises(InputError, match="not a complete checkpoint"):
+        ckpt.resolve_checkpoint(str(root / "step_12"), root)
+    with pytest.raises(InputError, match="no such folder"):
+        ckpt.resolve_checkpoint(str(root / "step_99"), root)
+
+
+def test_keep_last_k_checkpoints(toy, tmp_path):
+    config = TrainingConfig(output_dir=str(tmp_path / "k"), max_train_steps=6, checkpointing_steps=1, checkpoints_total_limit=2)
+    acc = toy.accelerator(config)
+    trainer = Trainer(acc, toy.model(), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config)
+    trainer.train()
+    assert [s for s, _ in ckpt.checkpoint_dirs(tmp_path / "k" / "checkpoints")] == [5, 6]
+    assert not list((tmp_path / "k" / "checkpoints").glob(".tmp-*"))
+
+
+def test_bad_settings_are_refused(tmp_path):
+    with pytest.raises(InputError, match="--gradient_accumulation_steps 0"):
+        TrainingConfig(output_dir=str(tmp_path), gradient_accumulation_steps=0)
+    with pytest.raises(InputError, match="--report_to"):
+        TrainingConfig(output_dir=str(tmp_path), report_to="mlflow")
+    with pytest.raises(InputError, match="--per_device_train_batch_size 0"):
+        make_train_dataloader(list(range(3)), 0, None, seed=0)
