@@ -1,7 +1,8 @@
 """Round trip through the real clients: ``training.hub.push_output_dir`` pushes, ``transformers`` loads.
 
-A tiny ``transformers`` BERT (MLM head tied to the word embeddings) and its tokenizer are saved here, and a
-model whose code exists only in its directory (``auto_map``); a client process pushes them (main, a branch,
+A tiny ``transformers`` BERT (MLM head tied to the word embeddings) and its tokenizer are saved here, a tiny
+SesameBertForMaskedLM (``save_pretrained`` writes its code and ``auto_map``), and a model whose code exists
+only in its directory; a client process pushes them (main, a branch,
 a tag, a private repo), a second one with a fresh ``HF_HOME`` -- where ``import modeling`` fails -- loads them
 by repo id (the last with ``trust_remote_code=True``) and must reproduce the saved outputs exactly; after the
 server stops, a third one loads them from the cache with ``HF_HUB_OFFLINE=1``.
@@ -19,13 +20,19 @@ WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "whale", "rose", "
 TEXT = "the whale rose from the sea . the sailors"
 
 
-def _save_model(path, seed):
+def _save_model(path, seed, sesame=False):
+    """transformers' BERT (or, with ``sesame``, SesameBert: code saved next to the weights) + tokenizer."""
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
-    model = BertForMaskedLM(config).eval()
+    kwargs = dict(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=32, max_position_embeddings=32)
+    if sesame:
+        from modeling import SesameBertConfig, SesameBertForMaskedLM
+
+        model = SesameBertForMaskedLM(SesameBertConfig(**kwargs)).eval()
+    else:
+        model = BertForMaskedLM(BertConfig(**kwargs)).eval()
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(WORDS)})
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -88,7 +95,8 @@ def _save_remote_code_model(path):
 
 LOAD = """
     import sys
-    sys.modules["modeling"] = None  # the sesame-lm package must not be needed to load a pushed model
+    for name in ("modeling", "training", "tokenizer", "pretrain", "finetune"):
+        sys.modules[name] = None  # sesame-lm must not be needed to load a pushed model
     import json, torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     ref = json.load(open("ref.json"))
@@ -99,10 +107,10 @@ LOAD = """
         ids = tok(ref["text"], return_tensors="pt")
         with torch.no_grad():
             logits = model(**ids).logits[0]
-        tied = model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+        tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
         res[key] = {"ids_equal": ids["input_ids"][0].tolist() == ref["ids"],
-                    "same_as": [name for name in ("a", "b") if torch.equal(logits, torch.tensor(ref[name]))],
-                    "tied": tied}
+                    "same_as": [n for n in ("a", "b", "sesame") if torch.equal(logits, torch.tensor(ref[n]))],
+                    "tied": tied, "module": type(model).__module__.split(".")[0]}
     def check_remote_code(key, repo):
         from transformers import AutoModel
         model = AutoModel.from_pretrained(repo, trust_remote_code=True)
@@ -117,9 +125,10 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     ids_a, logits_a = _save_model(tmp_path / "model_a", seed=0)
     ids_b, logits_b = _save_model(tmp_path / "model_b", seed=1)
     assert ids_a == ids_b and logits_a != logits_b
+    _, logits_sesame = _save_model(tmp_path / "sesame", seed=2, sesame=True)
     remote = _save_remote_code_model(tmp_path / "remote_code")
     (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b,
-                                                   "remote": remote}))
+                                                   "sesame": logits_sesame, "remote": remote}))
 
     pushed = hub.run(f"""
         import json
@@ -134,6 +143,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         c2 = push_output_dir("model_b", "alice/tiny-bert", revision="dev", commit_message="Upload model (step 20)")
         c3 = push_output_dir("model_a", "alice/private-bert", private=True)
         push_output_dir("remote_code", "alice/remote-code")
+        push_output_dir("sesame", "alice/sesame-bert")
         print(json.dumps({{"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}}))
     """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
 
@@ -161,6 +171,10 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
             res[key] = str(err)
     check("private_token", "alice/private-bert", token={hub.read_token!r})
     check_remote_code("remote_code", "alice/remote-code")
+    check("sesame", "alice/sesame-bert", trust_remote_code=True)
+    from transformers import pipeline
+    fill = pipeline("fill-mask", model="alice/sesame-bert", trust_remote_code=True)
+    res["fill_mask"] = [p["token_str"] for p in fill("the whale [MASK] from the sea", top_k=3)]
     from huggingface_hub import ModelCard
     card = ModelCard.load("alice/tiny-bert")
     res["card"] = {{"tags": card.data.tags, "library": card.data.library_name, "license": card.data.license,
@@ -168,7 +182,11 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     print(json.dumps(res))
     """, home, cwd=tmp_path)
 
-    assert loaded["main"] == {"ids_equal": True, "same_as": ["a"], "tied": True}
+    assert loaded["main"] == {"ids_equal": True, "same_as": ["a"], "tied": True, "module": "transformers"}
+    # SesameBert through auto_map + the pushed code, with the project's packages blocked; decoder stays tied
+    assert loaded["sesame"] == {"ids_equal": True, "same_as": ["sesame"], "tied": True,
+                                "module": "transformers_modules"}
+    assert len(loaded["fill_mask"]) == 3 and set(loaded["fill_mask"]) <= set(WORDS)
     assert loaded["branch"]["same_as"] == ["b"] and loaded["sha"]["same_as"] == ["b"]
     assert loaded["tag"]["same_as"] == ["a"]
     assert loaded["private_token"]["same_as"] == ["a"]
@@ -184,8 +202,9 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     check("main", "alice/tiny-bert")
     check("branch", "alice/tiny-bert", revision="dev")
     check_remote_code("remote_code", "alice/remote-code")
+    check("sesame", "alice/sesame-bert", trust_remote_code=True)
     print(json.dumps(res))
     """, home, offline=True, cwd=tmp_path)
-    assert offline["remote_code"] == ["TinyModel", True]
+    assert offline["remote_code"] == ["TinyModel", True] and offline["sesame"]["same_as"] == ["sesame"]
     assert offline["main"]["same_as"] == ["a"] and offline["branch"]["same_as"] == ["b"]
     assert offline["main"]["ids_equal"] and offline["main"]["tied"]
