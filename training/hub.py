@@ -172,7 +172,8 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
     """Check the hub flags before training (fail in seconds, not after hours); fills ``args.hub_model_id``.
 
     Without ``--push_to_hub`` nothing is checked. With it: the token must exist and (``check_remote``) be
-    accepted by the hub with write access; a missing ``--hub_model_id`` becomes ``<user>/<output_dir name>``;
+    accepted by the hub with write access to the repo's namespace (the user or one of its organizations);
+    a missing ``--hub_model_id`` becomes ``<user>/<output_dir name>``, a bare name ``<user>/<name>``;
     the repo id must be valid; ``--hub_revision`` must be a branch name. ``check_remote=False`` skips every
     network call (then ``--hub_model_id`` must be given in full).
 
@@ -190,7 +191,8 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
     if check_remote:
         with hub_errors(repo_id, args.hub_revision, "push to"):
             token = _resolve_token(args.hub_token)
-        user = _whoami(token, repo_id).get("name")
+        info = _whoami(token, repo_id)
+        user = info.get("name")
         if repo_id is None:
             if not getattr(args, "output_dir", None):
                 raise InputError("--push_to_hub: give --hub_model_id (or --output_dir to derive the repo name from)")
@@ -203,6 +205,13 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise InputError(f"--hub_model_id {repo_id!r}: not a valid repo id ({err})") from None
+    if check_remote:
+        namespaces = {user, *(org.get("name") for org in info.get("orgs") or [])}
+        if repo_id.split("/")[0] not in namespaces:
+            raise InputError(
+                f"--hub_model_id {repo_id!r}: the token of user {user!r} cannot push to the namespace "
+                f"{repo_id.split('/')[0]!r} (its namespaces: {', '.join(sorted(n for n in namespaces if n))}); "
+                f"use a repo id in one of them or a token of that namespace")
     if args.hub_revision is not None and (
             re.fullmatch(r"[0-9a-f]{40}", args.hub_revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", args.hub_revision)
             or args.hub_revision.startswith(("/", "-", "refs/")) or ".." in args.hub_revision):

@@ -77,7 +77,8 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         res["progress"] = pusher.push("run", step=5, final=False).oid
         res["every_save"] = pusher.should_push_on_save
         for key, argv in (("validate_read_only", ["--hub_token", R]), ("validate_wrong", ["--hub_token", "hf_x"]),
-                          ("validate_tag_sha", ["--hub_token", W, "--hub_revision", "a" * 40])):
+                          ("validate_tag_sha", ["--hub_token", W, "--hub_revision", "a" * 40]),
+                          ("validate_namespace", ["--hub_token", BOB, "--hub_model_id", "alice/x"])):
             a = parser.parse_args(["--output_dir", "run", "--push_to_hub", *argv])
             outcome(key, lambda: validate_hub_args(a))
         outcome("interrupted", lambda: push_output_dir("run", "alice/flaky", token=W))
@@ -92,8 +93,9 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
     assert out["other_user"][0] == "InputError" and "no write access" in out["other_user"][1]
     assert "'alice/m'" in out["other_user"][1]
     assert out["to_tag"][0] == "InputError" and "'v1' is a tag" in out["to_tag"][1]
-    for key in ("validate_read_only", "validate_wrong", "validate_tag_sha"):
+    for key in ("validate_read_only", "validate_wrong", "validate_tag_sha", "validate_namespace"):
         assert out[key][0] == "InputError", (key, out[key])
+    assert "user 'bob' cannot push to the namespace 'alice'" in out["validate_namespace"][1]
     assert "--hub_revision" in out["validate_tag_sha"][1]
 
     repo = hub.server.repo("alice/m")
