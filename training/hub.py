@@ -98,7 +98,8 @@ def hub_errors(repo_id: str | None, revision: str | None = None, action: str = "
         RevisionNotFoundError,
     )
 
-    where = f"{repo_id!r}" + (f" (revision {revision!r})" if revision else "") + f" on {_endpoint()}"
+    where = (f"{repo_id!r}" if repo_id else "a repo") + (f" (revision {revision!r})" if revision else "") + \
+        f" on {_endpoint()}"
     try:
         yield
     except LocalTokenNotFoundError:
@@ -187,6 +188,10 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
 
     if getattr(args, "hub_strategy", "end") not in HUB_STRATEGIES:
         raise InputError(f"--hub_strategy {args.hub_strategy!r}: expected one of {', '.join(HUB_STRATEGIES)}")
+    if args.hub_revision is not None and (
+            re.fullmatch(r"[0-9a-f]{40}", args.hub_revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", args.hub_revision)
+            or args.hub_revision.startswith(("/", "-", "refs/")) or ".." in args.hub_revision):
+        raise InputError(f"--hub_revision {args.hub_revision!r}: expected a branch name such as 'dev' or 'run-2'")
     repo_id = args.hub_model_id
     if check_remote:
         with hub_errors(repo_id, args.hub_revision, "push to"):
@@ -212,10 +217,6 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
                 f"--hub_model_id {repo_id!r}: the token of user {user!r} cannot push to the namespace "
                 f"{repo_id.split('/')[0]!r} (its namespaces: {', '.join(sorted(n for n in namespaces if n))}); "
                 f"use a repo id in one of them or a token of that namespace")
-    if args.hub_revision is not None and (
-            re.fullmatch(r"[0-9a-f]{40}", args.hub_revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", args.hub_revision)
-            or args.hub_revision.startswith(("/", "-", "refs/")) or ".." in args.hub_revision):
-        raise InputError(f"--hub_revision {args.hub_revision!r}: expected a branch name such as 'dev' or 'run-2'")
     args.hub_model_id = repo_id
 
 
