@@ -1,0 +1,191 @@
+"""finetune.glue end to end on tiny fixture tasks (single sentence, pair, regression, 3-class custom, ELMo)
+and its refusals of bad input before training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import modeling  # noqa: F401  (registers the Auto classes)
+from finetune import glue
+from training.errors import InputError, run_cli
+
+WORDS = ("the a an cat dog sat on mat it was warm film movie good bad story he said yes no man is playing flute "
+         "plane taking off loves its characters charming journey bleak and of to in").split()
+COMMON = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
+          "--learning_rate", "1e-3", "--logging_steps", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer SesameBert (hidden 32) with a tiny WordPiece tokenizer, saved."""
+    from transformers import BertTokenizer
+
+    from modeling import SesameBertConfig, SesameBertModel
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + WORDS + [".", ",", "?", "!", "'", '"'])})
+    config = SesameBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    SesameBertModel(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _run(args: list[str]) -> dict:
+    assert glue.main(args) == 0
+    out = Path(args[args.index("--output_dir") + 1])
+    return json.loads((out / "all_results.json").read_text())
+
+
+def _config(out: Path) -> dict:
+    return json.loads((out / "config.json").read_text())
+
+
+def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
+    out = tmp_path / "sst2"
+    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir),
+                    "--output_dir", str(out), "--max_train_steps", "3", "--do_predict", *COMMON])
+    assert results["global_step"] == 3 and results["train_loss"] > 0
+    assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
+    config = _config(out)
+    assert config["id2label"] == {"0": "negative", "1": "positive"} and config["problem_type"] == "single_label_classification"
+    lines = (out / "SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and [l.split("\t")[0] for l in lines[1:]] == ["0", "1"]
+    assert all(l.split("\t")[1] in ("0", "1") for l in lines[1:])
+    # The fine-tuned model loads with the Auto class and predicts with the task's label names.
+    from transformers import pipeline
+
+    clf = pipeline("text-classification", model=str(out))
+    assert clf("a charming film")[0]["label"] in ("negative", "positive")
+
+
+def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
+    out = tmp_path / "mnli"
+    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "mnli", "--glue_dir", str(glue_dir),
+                    "--output_dir", str(out), "--max_train_steps", "2", "--do_predict", *COMMON])
+    for key in ("eval_accuracy", "eval_matched_accuracy", "eval_mismatched_accuracy", "eval_mismatched_loss"):
+        assert key in results
+    assert results["eval_accuracy"] == results["eval_matched_accuracy"]
+    assert sorted(p.name for p in out.glob("*.tsv")) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
+    names = {l.split("\t")[1] for l in (out / "MNLI-mm.tsv").read_text().splitlines()[1:]}
+    assert names <= {"entailment", "neutral", "contradiction"}
+
+
+def test_regression_task(tiny_bert, glue_dir, tmp_path):
+    out = tmp_path / "stsb"
+    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "stsb", "--glue_dir", str(glue_dir),
+                    "--output_dir", str(out), "--max_train_steps", "2", "--do_predict", *COMMON])
+    assert {"eval_pearson", "eval_spearmanr", "eval_loss"} <= set(results)
+    config = _config(out)
+    assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1
+    assert config["problem_type"] == "regression"
+    scores = [float(l.split("\t")[1]) for l in (out / "STS-B.tsv").read_text().splitlines()[1:]]
+    assert len(scores) == 2 and all(0.0 <= s <= 5.0 for s in scores)
+
+
+def _write_nli(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.write_text("index\tpremise\thypothesis\tlabel\n" + "".join(f"{i}\t{p}\t{h}\t{l}\n" for i, (p, h, l) in enumerate(rows)))
+    return path
+
+
+NLI = [("the cat sat on the mat .", "a cat sat .", "entailment"), ("the dog is bad .", "the dog is good .", "contradiction"),
+       ("he said yes .", "he is warm .", "neutral"), ("a man is playing .", "a man is playing a flute .", "neutral"),
+       ("the plane is taking off .", "the plane is on the mat .", "contradiction"), ("the film was good .", "it was good .", "entailment")]
+
+
+def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_path):
+    train, dev, test = (_write_nli(tmp_path / f"{s}.tsv", NLI) for s in ("train", "dev", "test"))
+    out = tmp_path / "custom"
+    results = _run(["--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--validation_file", str(dev),
+                    "--test_file", str(test), "--sentence1_key", "premise", "--sentence2_key", "hypothesis",
+                    "--output_dir", str(out), "--num_train_epochs", "2", "--do_predict", *COMMON])
+    assert {"eval_accuracy", "eval_macro_f1"} <= set(results) and results["global_step"] == 6  # 2 epochs x 3 batches
+    assert _config(out)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
+    assert len((out / "predictions_test.tsv").read_text().splitlines()) == 7
+    # Continue from the fine-tuned model with the MNLI label order: the head's labels are the same set, so the
+    # task labels are mapped onto the head's ids (predictions keep their meaning), and the head is kept.
+    again = tmp_path / "again"
+    _run(["--model_name_or_path", str(out), "--task_name", "mnli", "--train_file", str(train), "--validation_file",
+          str(dev), "--output_dir", str(again), "--max_train_steps", "1", *COMMON])
+    assert _config(again)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
+    # A head with other labels is refused (before training) unless --ignore_mismatched_sizes.
+    cola = tmp_path / "cola.tsv"
+    cola.write_text("sentence\tlabel\nthe cat sat .\t1\ncat the sat .\t0\n")
+    with pytest.raises(InputError, match=r"head predicts \['contradiction', 'entailment', 'neutral'\].*"
+                                         r"\['unacceptable', 'acceptable'\].*--ignore_mismatched_sizes"):
+        glue.main(["--model_name_or_path", str(out), "--task_name", "cola", "--train_file", str(cola),
+                   "--output_dir", str(tmp_path / "x"), *COMMON])
+    assert not (tmp_path / "x").exists()
+
+
+def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
+    from modeling.elmo import SesameElmoConfig, SesameElmoModel
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    model_dir = tmp_path / "tiny-elmo"
+    tok = train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
+    config = SesameElmoConfig(vocab_size=len(tok), char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8]], num_highway_layers=1,
+                              projection_dim=16, cell_size=32, num_layers=2, dropout=0.0, task_hidden_size=8,
+                              classifier_hidden_size=16, num_sampled=16, cnn_pool_filters=4)
+    torch.manual_seed(0)
+    backbone = SesameElmoModel(config)
+    backbone.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    train = _write_nli(tmp_path / "train.tsv", NLI)
+    out = tmp_path / "elmo-out"
+    results = _run(["--model_name_or_path", str(model_dir), "--train_file", str(train), "--validation_file", str(train),
+                    "--output_dir", str(out), "--max_train_steps", "2", *COMMON])
+    assert "eval_accuracy" in results and _config(out)["freeze_backbone"] is True
+    # Frozen: the BiLM weights are unchanged by fine-tuning.
+    from safetensors.torch import load_file
+
+    before, after = load_file(model_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    shared = [k for k in after if k in before or k.split(".", 1)[-1] in before]
+    assert shared
+    for key in shared:
+        ref = before[key] if key in before else before[key.split(".", 1)[-1]]
+        assert torch.equal(after[key], ref), key
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--task_name", "sst5"], "unknown GLUE task"),
+        (["--task_name", "sst2", "--train_file", "{train}", "--sentence1_key", "sentence"],
+         r"missing column\(s\) 'sentence' \(sentence1_key\); columns found"),
+        (["--task_name", "sst2", "--glue_dir", "{glue}", "--train_file", "{train}"], "give one data source"),
+        (["--train_file", "{train}", "--per_device_train_batch_size", "0"], "--per_device_train_batch_size 0"),
+    ],
+)
+def test_bad_input_is_refused_before_training(tiny_bert, glue_dir, tmp_path, capsys, args, message):
+    train = _write_nli(tmp_path / "train.tsv", NLI)
+    out = tmp_path / "refused"
+    argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(out)] + [
+        a.format(train=train, glue=glue_dir) for a in args]
+    assert run_cli(glue.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    import re
+
+    assert re.search(message, err)
+    assert not out.exists()  # nothing written
+
+
+def test_length_grouped_sampler_is_a_permutation_grouped_by_length():
+    lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 11, 12]
+    sampler = glue.LengthGroupedSampler(lengths, batch_size=2, seed=0, mega_batch_factor=2)
+    order = list(sampler)
+    assert sorted(order) == list(range(len(lengths)))
+    assert lengths[order[0]] == max(lengths)  # the longest example comes first
+    for start in range(0, len(order), 4):  # each mega-batch of 2 x 2 is sorted by decreasing length
+        chunk = [lengths[i] for i in order[start : start + 4]]
+        assert chunk == sorted(chunk, reverse=True)
+    assert list(sampler) == order  # same (seed, epoch) -> same order
+    sampler.set_epoch(1)
+    assert list(sampler) != order
