@@ -178,7 +178,8 @@ def render_model_card(
 
     auto = auto_class or AUTO_CLASS_BY_TASK[task]
     out = [f"# {name}", ""]
-    what = f"A {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
+    article = "An" if family[:1].upper() in "AEIOU" else "A"
+    what = f"{article} {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
     out += [what + (f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "") if finetuning
                     else ", pretrained from scratch") + ".", ""]
     out += ["## Model", "", f"- Architecture: {family}", f"- Preset: `{preset}`" if preset else "- Preset: custom config"]
@@ -225,7 +226,7 @@ def render_model_card(
 
 #: Run arguments shown in the card's hyperparameter table (when present and not None).
 HYPERPARAMETER_ARGS = (
-    "config_name", "max_seq_length", "mlm_probability", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "config_name", "max_seq_length", "mlm_probability", "whole_word_mask", "nsp", "per_device_train_batch_size", "gradient_accumulation_steps",
     "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
     "lr_scheduler_type", "num_warmup_steps", "warmup_ratio", "max_train_steps", "num_train_epochs", "doc_stride",
     "mixed_precision", "seed",
@@ -238,7 +239,8 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
     ``output_dir``, hyperparameters and training data from the parsed arguments ``args``.
 
     ``model_type`` comes from ``config.json``; the preset from ``--config_name`` when it is not a path; the
-    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``) / ``--task_name``;
+    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``), for pretraining without
+    either the bundled corpus (the ``pretrain`` default);
     ``base_model`` from ``--model_name_or_path`` for fine-tuning tasks. Keyword ``overrides`` win.
 
     Raises:
@@ -258,11 +260,13 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
         data.append(f"`{values['dataset_name']}`" + (f" ({values['dataset_config_name']})"
                                                      if values.get("dataset_config_name") else ""))
     finetuning = task not in ("fill-mask", "feature-extraction")
+    if not data and not finetuning:
+        data = ["the public-domain English prose corpus bundled with sesame-lm (`pretrain/corpus`)"]
     kwargs: dict[str, Any] = dict(
         model_type=config.get("model_type", "unknown"), repo_id=repo_id or values.get("hub_model_id"), task=task,
         preset=config_name if config_name and not os.path.exists(str(config_name)) else None,
         training_data=data or None, hyperparameters={k: values[k] for k in HYPERPARAMETER_ARGS
-                                                     if values.get(k) is not None},
+                                                     if values.get(k) not in (None, False)},
         results=results_from_dir(output_dir), finetuned_task=values.get("task_name"),
     )
     base = values.get("model_name_or_path")
