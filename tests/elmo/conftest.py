@@ -41,5 +41,10 @@ def tiny():
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
+    """Seed, and one intra-op thread: these models are tiny, and on a busy 2-core machine two OpenMP
+    threads spin against each other (measured 20x slower steps)."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
+    torch.set_num_threads(threads)

@@ -1,0 +1,216 @@
+"""The ELMo BiLM: directions, padding, losses, softmax kinds, clipping, ScalarMix, parameter count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeling.elmo import ScalarMix, SesameElmoConfig, SesameElmoForBidirectionalLM, SesameElmoModel
+from modeling.elmo.modeling_elmo import lstm_clipped, reverse_padded
+
+
+def _random_batch(b=2, t=9, vocab=100):
+    ids = torch.randint(4, vocab, (b, t))
+    chars = torch.randint(1, 262, (b, t, 50))
+    return ids, chars
+
+
+def test_direction_by_perturbation(tiny):
+    model = SesameElmoForBidirectionalLM(tiny(dropout=0.3)).eval()
+    _, chars = _random_batch(1, 10)
+    fwd, bwd = model.log_probs(chars)
+    t = 5
+    after = chars.clone()
+    after[0, t + 1 :] = torch.randint(1, 262, (10 - t - 1, 50))
+    fwd2, bwd2 = model.log_probs(after)
+    assert torch.equal(fwd[0, : t + 1], fwd2[0, : t + 1])  # forward LM at <= t never sees tokens after t
+    assert not torch.allclose(fwd[0, t + 1 :], fwd2[0, t + 1 :])
+    assert not torch.allclose(bwd[0, : t + 1], bwd2[0, : t + 1])
+    before = chars.clone()
+    before[0, :t] = torch.randint(1, 262, (t, 50))
+    fwd3, bwd3 = model.log_probs(before)
+    assert torch.equal(bwd[0, t:], bwd3[0, t:])  # backward LM at >= t never sees tokens before t
+    assert not torch.allclose(bwd[0, :t], bwd3[0, :t])
+    assert not torch.allclose(fwd[0, t:], fwd3[0, t:])
+
+
+def test_padding_does_not_change_outputs(tiny):
+    model = SesameElmoModel(tiny()).eval()
+    _, chars = _random_batch(1, 6)
+    alone = model(chars).hidden_states
+    padded = torch.cat([chars, torch.zeros(1, 3, 50, dtype=torch.long)], dim=1)
+    other = torch.randint(1, 262, (1, 9, 50))
+    batch = model(torch.cat([padded, other]), attention_mask=torch.tensor([[1] * 6 + [0] * 3, [1] * 9])).hidden_states
+    assert len(alone) == 3 and batch[0].shape == (2, 9, 32)
+    for a, b in zip(alone, batch):
+        torch.testing.assert_close(b[0, :6], a[0], rtol=1e-5, atol=1e-6)
+        assert (b[0, 6:] == 0).all()
+    # layer 0 is the context-free token representation duplicated to the width of [forward; backward]
+    torch.testing.assert_close(alone[0][..., :16], alone[0][..., 16:])
+    with pytest.raises(ValueError, match="right-padded"):
+        model(chars, attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]]))
+
+
+def test_loss_is_half_sum_of_directional_nll_with_counts(tiny):
+    model = SesameElmoForBidirectionalLM(tiny()).eval()
+    ids, chars = _random_batch(2, 7)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    chars[1, 4:] = 0
+    out = model(ids, chars, mask)
+    fwd, bwd = model.log_probs(chars, mask)
+    # reference: explicit loops over positions (forward at t -> t+1, backward at t -> t-1)
+    f_terms = [-fwd[b, t, ids[b, t + 1]] for b in range(2) for t in range(6) if mask[b, t + 1]]
+    b_terms = [-bwd[b, t, ids[b, t - 1]] for b in range(2) for t in range(1, 7) if mask[b, t]]
+    assert int(out.forward_num_tokens) == len(f_terms) == 6 + 3
+    assert int(out.backward_num_tokens) == len(b_terms) == 9
+    torch.testing.assert_close(out.forward_loss, torch.stack(f_terms).mean())
+    torch.testing.assert_close(out.backward_loss, torch.stack(b_terms).mean())
+    torch.testing.assert_close(out.loss, (out.forward_loss + out.backward_loss) / 2)
+    # explicit labels with -100 drop those targets
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[0, 3] = -100
+    out2 = model(ids, chars, mask, labels=labels)
+    assert int(out2.forward_num_tokens) == 8 and int(out2.backward_num_tokens) == 8
+
+
+def test_adaptive_log_probs_sum_to_one_and_eval_loss_exact(tiny):
+    model = SesameElmoForBidirectionalLM(tiny(softmax="adaptive", adaptive_cutoffs=[10, 40])).eval()
+    ids, chars = _random_batch(2, 6)
+    fwd, bwd = model.log_probs(chars)
+    torch.testing.assert_close(fwd.exp().sum(-1), torch.ones(2, 6))
+    torch.testing.assert_close(bwd.exp().sum(-1), torch.ones(2, 6))
+    out = model(ids, chars)
+    ref = -fwd[:, :-1].gather(-1, ids[:, 1:, None]).mean()
+    torch.testing.assert_close(out.forward_loss, ref)
+
+
+def test_sampled_softmax_is_train_only_and_eval_is_exact(tiny):
+    torch.manual_seed(1)
+    model = SesameElmoForBidirectionalLM(tiny(softmax="sampled", num_sampled=8))
+    ids, chars = _random_batch(2, 6)
+    model.eval()
+    exact = model(ids, chars).loss
+    fwd, bwd = model.log_probs(chars)
+    ref_f = -fwd[:, :-1].gather(-1, ids[:, 1:, None]).mean()
+    ref_b = -bwd[:, 1:].gather(-1, ids[:, :-1, None]).mean()
+    torch.testing.assert_close(exact, (ref_f + ref_b) / 2)
+    model.train()
+    sampled = [model(ids, chars).loss.item() for _ in range(3)]
+    assert len(set(sampled)) == 3  # fresh negatives each step
+    assert all(s < exact.item() for s in sampled)  # 1 + 8 candidates instead of 100 words
+
+
+def _train(config, sentences_ids, sentences_chars, mask, steps, lr=0.02, seed=0):
+    torch.manual_seed(seed)
+    model = SesameElmoForBidirectionalLM(config)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        model.train()
+        loss = model(sentences_ids, sentences_chars, mask).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        return model(sentences_ids, sentences_chars, mask)
+
+
+def test_tiny_model_overfits_and_sampled_adaptive_track_full(tiny, elmo_tokenizer, elmo_sentences):
+    batch = elmo_tokenizer(elmo_sentences, padding=True, return_tensors="pt")
+    ids, chars, mask = batch["input_ids"], batch["char_ids"], batch["attention_mask"]
+    v = len(elmo_tokenizer)
+    results = {}
+    for kind in ("full", "sampled", "adaptive"):
+        cfg = tiny(vocab_size=v, softmax=kind, num_sampled=20, adaptive_cutoffs=[12, 30], projection_dim=32, cell_size=64)
+        results[kind] = _train(cfg, ids, chars, mask, steps=120)
+    start = math.log(v)
+    full = results["full"]
+    # training perplexity -> near 1. The forward LM cannot know which of the 6 sentences follows <S>
+    # (5 distinct first words), so the floor is exp(log(6) / n_predicted) ~ 1.07 rather than 1.
+    assert math.exp(full.forward_loss) < 1.3 and math.exp(full.backward_loss) < 1.3
+    for kind in ("sampled", "adaptive"):  # exact eval NLL after training with the cheaper softmax
+        assert results[kind].loss < 0.25 * start, (kind, results[kind].loss, start)
+        assert abs(results[kind].loss - full.loss) < 0.5, (kind, results[kind].loss, full.loss)
+
+
+def test_clipped_lstm_equals_nn_lstm_without_clipping_and_clips():
+    lstm = torch.nn.LSTM(6, 10, batch_first=True, proj_size=4)
+    with torch.no_grad():
+        for p in lstm.parameters():
+            p.mul_(3.0)
+    x = torch.randn(3, 5, 6) * 3
+    torch.testing.assert_close(lstm_clipped(lstm, x, None, None), lstm(x)[0], rtol=1e-5, atol=1e-5)
+    clipped = lstm_clipped(lstm, x, 0.5, 0.2)
+    assert clipped.abs().max() <= 0.2 + 1e-6
+    assert not torch.allclose(clipped, lstm(x)[0])
+
+
+def test_clipping_config_uses_clipped_loop(tiny):
+    cfg = tiny(cell_clip=1e6, proj_clip=1e6)
+    clip_model = SesameElmoModel(cfg).eval()
+    plain = SesameElmoModel(tiny()).eval()
+    plain.load_state_dict(clip_model.state_dict())
+    _, chars = _random_batch(2, 5)
+    torch.testing.assert_close(clip_model(chars).last_hidden_state, plain(chars).last_hidden_state, rtol=1e-4, atol=1e-5)
+
+
+def test_gru_cell_type_runs_and_is_causal(tiny):
+    model = SesameElmoForBidirectionalLM(tiny(cell_type="gru")).eval()
+    _, chars = _random_batch(1, 6)
+    fwd, _ = model.log_probs(chars)
+    changed = chars.clone()
+    changed[0, 4:] = 7
+    torch.testing.assert_close(model.log_probs(changed)[0][0, :4], fwd[0, :4])
+
+
+def test_reverse_padded_is_an_involution():
+    x = torch.arange(12).reshape(2, 6, 1)
+    lengths = torch.tensor([6, 4])
+    rev = reverse_padded(x, lengths)
+    assert rev[1, :, 0].tolist() == [9, 8, 7, 6, 10, 11]
+    assert torch.equal(reverse_padded(rev, lengths), x)
+
+
+def test_scalar_mix_equals_formula():
+    mix = ScalarMix(3)
+    with torch.no_grad():
+        mix.scalar_parameters.copy_(torch.log(torch.tensor([1.0, 2.0, 3.0])))  # softmax -> 1/6, 2/6, 3/6
+        mix.gamma.fill_(2.0)
+    layers = [torch.full((2, 4, 5), float(k)) for k in (1, 2, 3)]
+    # hand: 2 * (1 * 1/6 + 2 * 2/6 + 3 * 3/6) = 2 * 14 / 6 = 14 / 3
+    torch.testing.assert_close(mix(layers), torch.full((2, 4, 5), 14 / 3))
+    norm_mix = ScalarMix(2, layer_norm=True)
+    h = [torch.tensor([[1.0, 2.0, 3.0, 6.0]]), torch.tensor([[0.0, 0.0, 4.0, 4.0]])]
+    # layer norm by hand: (x - mean) / sqrt(var + 1e-5), equal weights 1/2
+    n0 = (h[0] - 3.0) / math.sqrt(3.5 + 1e-5)
+    n1 = (h[1] - 2.0) / math.sqrt(4.0 + 1e-5)
+    torch.testing.assert_close(norm_mix(h), (n0 + n1) / 2)
+    with pytest.raises(ValueError):
+        mix(layers[:2])
+
+
+def test_presets_and_original_parameter_count():
+    import modeling
+
+    small = modeling.get_preset_config("elmo-small", vocab_size=8000)
+    original = modeling.get_preset_config("elmo-original", vocab_size=8000)
+    assert isinstance(original, SesameElmoConfig) and original.cell_size == 4096 and original.projection_dim == 512
+    assert small.cell_size <= 512 and small.projection_dim <= 128
+    with torch.device("meta"):
+        model = SesameElmoModel(original)
+    total = sum(p.numel() for p in model.parameters())
+    redundant = sum(p.numel() for n, p in model.named_parameters() if "bias_hh" in n)
+    # bilm-tf counts one LSTM bias: 93.6M parameters without the softmax (Peters et al. 2018)
+    assert total - redundant == 93_600_864
+    assert redundant == 4 * 4 * 4096
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="softmax"):
+        SesameElmoConfig(softmax="hierarchical")
+    with pytest.raises(ValueError, match="clip"):
+        SesameElmoConfig(cell_type="gru", cell_clip=3.0)
+    assert F is not None
