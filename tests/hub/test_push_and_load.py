@@ -78,6 +78,25 @@ class TinyModel(PreTrainedModel):
 """
 
 
+def _save_classifier(path):
+    """A SesameBert sentence classifier (labels neg/pos) + tokenizer; returns the expected pipeline answer."""
+    from transformers import BertTokenizer
+
+    from modeling import SesameBertConfig, SesameBertForSequenceClassification
+
+    torch.manual_seed(4)
+    config = SesameBertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32, max_position_embeddings=32, num_labels=2,
+                              id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    model = SesameBertForSequenceClassification(config).eval()
+    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(WORDS)})
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    with torch.no_grad():
+        probs = model(**tokenizer(TEXT, return_tensors="pt")).logits[0].softmax(-1)
+    return {"label": config.id2label[int(probs.argmax())], "score": float(probs.max())}
+
+
 def _save_remote_code_model(path):
     """A model whose code only exists in its directory (``auto_map``): loadable only with trust_remote_code."""
     from safetensors.torch import save_file
@@ -127,6 +146,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     assert ids_a == ids_b and logits_a != logits_b
     _, logits_sesame = _save_model(tmp_path / "sesame", seed=2, sesame=True)
     remote = _save_remote_code_model(tmp_path / "remote_code")
+    classified = _save_classifier(tmp_path / "classifier")
     (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b,
                                                    "sesame": logits_sesame, "remote": remote}))
 
@@ -144,6 +164,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         c3 = push_output_dir("model_a", "alice/private-bert", private=True)
         push_output_dir("remote_code", "alice/remote-code")
         push_output_dir("sesame", "alice/sesame-bert")
+        push_output_dir("classifier", "alice/sesame-clf")
         print(json.dumps({{"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}}))
     """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
 
@@ -175,6 +196,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     from transformers import pipeline
     fill = pipeline("fill-mask", model="alice/sesame-bert", trust_remote_code=True)
     res["fill_mask"] = [p["token_str"] for p in fill("the whale [MASK] from the sea", top_k=3)]
+    res["classify"] = pipeline("text-classification", model="alice/sesame-clf", trust_remote_code=True)(ref["text"])
     from huggingface_hub import ModelCard
     card = ModelCard.load("alice/tiny-bert")
     res["card"] = {{"tags": card.data.tags, "library": card.data.library_name, "license": card.data.license,
@@ -187,6 +209,8 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     assert loaded["sesame"] == {"ids_equal": True, "same_as": ["sesame"], "tied": True,
                                 "module": "transformers_modules"}
     assert len(loaded["fill_mask"]) == 3 and set(loaded["fill_mask"]) <= set(WORDS)
+    (got,) = loaded["classify"]  # pipeline by repo id, remote code: the classifier's own answer
+    assert got["label"] == classified["label"] and got["score"] == pytest.approx(classified["score"], abs=1e-6)
     assert loaded["branch"]["same_as"] == ["b"] and loaded["sha"]["same_as"] == ["b"]
     assert loaded["tag"]["same_as"] == ["a"]
     assert loaded["private_token"]["same_as"] == ["a"]
