@@ -1,7 +1,7 @@
 """``accelerate launch pretrain``: pretrain a BERT-like (MLM, optionally NSP) or ELMo-style (BiLM) model.
 
 With no arguments: the embedded default job -- a WordPiece tokenizer (8k) trained on the corpus bundled in
-``pretrain/corpus/``, a bert-mini-sized SesameBert, documents packed into 128-token blocks, MLM; a few minutes
+``pretrain/corpus/``, a bert-tiny-sized SesameBert (L2/H128), documents packed into 128-token blocks, MLM; a few minutes
 on a laptop CPU; writes ``outputs/pretrain-bert``.
 """
 
@@ -22,7 +22,7 @@ logger = logging.getLogger("pretrain")
 
 #: The embedded default job (used for every argument not given).
 DEFAULTS = {
-    "bert": dict(config_name="bert-mini", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
+    "bert": dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
                  learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.01),
     "elmo": dict(config_name="elmo-small", vocab_size=8000, max_seq_length=64, per_device_train_batch_size=32,
                  learning_rate=2e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.0),
@@ -36,14 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="accelerate launch pretrain",
         description=(
             "Pretrain a BERT-like encoder (MLM, optionally NSP) or an ELMo-style BiLM. With no arguments: a "
-            "bert-mini-sized model with an 8k WordPiece tokenizer trained on the bundled corpus, 128-token packed "
+            "bert-tiny-sized model with an 8k WordPiece tokenizer trained on the bundled corpus, 128-token packed "
             "blocks, 300 optimizer steps of batch 32 (a few minutes on a CPU), written to outputs/pretrain-bert."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     m = parser.add_argument_group("model")
     m.add_argument("--model_type", choices=["bert", "elmo"], default="bert", help="BERT-like (MLM) or ELMo-style (BiLM)")
-    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original) or a config path; default bert-mini / elmo-small")
+    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original) or a config path; default bert-tiny / elmo-small")
     m.add_argument("--model_name_or_path", default=None, help="continue pretraining these weights instead of a fresh model")
     m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo; default: train one on the training files (saved with the model)")
     m.add_argument("--vocab_size", type=int, default=None, help="vocabulary size of a trained tokenizer (default 8000)")
@@ -254,6 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.loop import NonFiniteLossError, Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
 
     config = TrainingConfig.from_args(args)
+    if args.train_file and not args.dataset_name:
+        from tokenizer.corpus import check_text_files
+
+        check_text_files(args.train_file, "--train_file")
+        if args.validation_file:
+            check_text_files([args.validation_file], "--validation_file")
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
     if not accelerator.is_main_process:
         logging.getLogger().setLevel(logging.WARNING)
@@ -318,13 +324,14 @@ def save_outputs(args, model, tokenizer, result: dict) -> None:
     from tokenizer.corpus import atomic_output_dir
 
     keys = ["train_loss", "eval_loss", "perplexity", "train_runtime_s", "train_tokens_per_second", "train_samples_per_second",
-            "global_step", "epoch", "eval_nsp_accuracy", "forward_perplexity", "backward_perplexity"]
+            "global_step", "epoch", "eval_nsp_accuracy", "forward_perplexity", "backward_perplexity", "replica_max_abs_diff"]
     flat = {k: result[k] for k in keys if k in result}
     with atomic_output_dir(args.output_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
         (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
+        (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
 
 
 def push(args) -> None:

@@ -122,6 +122,8 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         if self.gradient_accumulation_steps < 1:
             raise InputError(f"--gradient_accumulation_steps {self.gradient_accumulation_steps}: expected an integer >= 1")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise InputError(f"--learning_rate {self.learning_rate}: expected a positive finite number")
         if self.max_train_steps is not None and self.max_train_steps < 1:
             raise InputError(f"--max_train_steps {self.max_train_steps}: expected an integer >= 1")
         if self.max_train_steps is None and not self.num_train_epochs > 0:
@@ -412,6 +414,8 @@ class Trainer:
         self._resume()
         from tqdm.auto import tqdm
 
+        if cfg.eval_steps and self.state["global_step"] == 0 and self.eval_fn is not None:
+            self.evaluate()  # the starting point of the validation curve
         bar = tqdm(total=self.max_train_steps, initial=self.state["global_step"], disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
         per_epoch_batches = len(self.train_dataloader)
         train_time = 0.0
@@ -513,8 +517,20 @@ class Trainer:
             "epoch": self.state["epoch"] + self.state["batches_in_epoch"] / per_epoch_batches,
         }
         result.update(metrics)
+        result["replica_max_abs_diff"] = self.replica_difference()
         result["eval_history"] = list(self.state["eval_history"])
+        result["log_history"] = list(self.log_history)
         return result
+
+    def replica_difference(self) -> float:
+        """Largest difference between processes of the per-tensor parameter sums (0.0 when every process holds
+        the same weights, as data parallelism requires; always 0.0 with one process)."""
+        acc = self.accelerator
+        sums = torch.stack([p.detach().double().sum() for p in self.unwrapped_model.parameters()]).to(acc.device)
+        if acc.num_processes == 1:
+            return 0.0
+        gathered = acc.gather(sums[None]).reshape(acc.num_processes, -1)
+        return float((gathered - gathered[0]).abs().max())
 
 
 # -- evaluation helpers --------------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""``pretrain`` as users start it, in subprocesses: SIGKILL + ``--resume_from_checkpoint latest`` ends bitwise
+equal to an uninterrupted run (BERT-like and ELMo-style; 1 and 2 processes), and 2 CPU processes
+(``accelerate launch --config_file configs/cpu-2proc.yaml pretrain``) follow the 1-process run with the same
+global batch, with identical parameters on both ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    return env
+
+
+def _command(processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "pretrain"]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
+
+
+def _run(processes: int, args: list[str], timeout: int = 300) -> None:
+    proc = subprocess.run(_command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _run_and_kill(processes: int, args: list[str], out: Path, kill_after_checkpoint: int, timeout: int = 300) -> None:
+    """Start the run and SIGKILL its whole process group once ``step_<kill_after_checkpoint>`` exists."""
+    proc = subprocess.Popen(_command(processes) + args, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    target = out / "checkpoints" / f"step_{kill_after_checkpoint}"
+    deadline = time.time() + timeout
+    try:
+        while not target.exists():
+            assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+            assert time.time() < deadline
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "all_results.json").exists(), "killed before the end"
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(out / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Tiny corpus, a WordPiece and an ELMo tokenizer, and dropout-free / tiny model configs."""
+    import modeling
+    from tokenizer.elmo_training import train_elmo_tokenizer
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    root = tmp_path_factory.mktemp("launch")
+    import random
+
+    rng = random.Random(0)
+    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
+    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
+    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
+    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
+    train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    train_elmo_tokenizer([root / "train.txt"], 40, root / "elmo-tok")
+    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
+    modeling.get_preset_config("elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32,
+                               num_layers=2, dropout=0.1).save_pretrained(root / "elmo-tiny")
+    return root
+
+
+def _bert_args(shared: Path, out: Path, *extra: str) -> list[str]:
+    return ["--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
+            "--tokenizer_name", str(shared / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
+            "--per_device_train_batch_size", "4", "--max_train_steps", "12", "--checkpointing_steps", "3",
+            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3", "--num_warmup_steps", "2",
+            "--whole_word_mask", "--output_dir", str(out), *extra]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_bert_resume_after_sigkill_is_bitwise_equal(shared, tmp_path, processes):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    _run(processes, _bert_args(shared, full))
+    _run_and_kill(processes, _bert_args(shared, killed), killed, kill_after_checkpoint=6)
+    _run(processes, _bert_args(shared, killed, "--resume_from_checkpoint", "latest"))
+    a, b = _weights(full), _weights(killed)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    ra, rb = (json.loads((d / "all_results.json").read_text()) for d in (full, killed))
+    assert ra["train_loss"] == rb["train_loss"] and ra["perplexity"] == rb["perplexity"]
+    assert rb["replica_max_abs_diff"] == 0.0
+
+
+def test_elmo_resume_after_sigkill_is_bitwise_equal(shared, tmp_path):
+    def args(out, *extra):
+        return ["--model_type", "elmo", "--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
+                "--tokenizer_name", str(shared / "elmo-tok"), "--config_name", str(shared / "elmo-tiny"), "--max_seq_length", "16",
+                "--per_device_train_batch_size", "4", "--max_train_steps", "10", "--checkpointing_steps", "2",
+                "--checkpoints_total_limit", "0", "--output_dir", str(out), *extra]
+
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    _run(1, args(full))
+    _run_and_kill(1, args(killed), killed, kill_after_checkpoint=4)
+    _run(1, args(killed, "--resume_from_checkpoint", "latest"))
+    a, b = _weights(full), _weights(killed)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_two_processes_follow_one_process_with_the_same_global_batch(shared, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["--config_name", str(shared / "bert-nodrop"), "--max_train_steps", "8", "--checkpointing_steps", "100"]
+    _run(1, _bert_args(shared, one, "--per_device_train_batch_size", "8", *common))
+    _run(2, _bert_args(shared, two, "--per_device_train_batch_size", "4", *common))
+    log1, log2 = (json.loads((d / "trainer_log.json").read_text()) for d in (one, two))
+    assert [r["step"] for r in log1] == [r["step"] for r in log2] == list(range(1, 9))
+    loss1, loss2 = [r["train_loss"] for r in log1], [r["train_loss"] for r in log2]
+    assert loss2 == pytest.approx(loss1, rel=1e-5, abs=1e-6)
+    assert [r["learning_rate"] for r in log2] == pytest.approx([r["learning_rate"] for r in log1], rel=1e-12)
+    r1, r2 = (json.loads((d / "all_results.json").read_text()) for d in (one, two))
+    assert r2["replica_max_abs_diff"] == 0.0, "parameters identical on both ranks"
+    assert r2["perplexity"] == pytest.approx(r1["perplexity"], rel=1e-4)
+    a, b = _weights(one), _weights(two)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
