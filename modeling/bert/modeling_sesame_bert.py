@@ -300,6 +300,9 @@ class SesameBertPreTrainedModel(PreTrainedModel):
     config_class = SesameBertConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
+    # Attention always runs through scaled_dot_product_attention (explicit softmax for output_attentions=True), so
+    # attn_implementation="sdpa" / "eager" are accepted and do not change the computation.
+    _supports_sdpa = True
     _no_split_modules = ["SesameBertEmbeddings", "SesameBertLayer"]
 
     @torch.no_grad()

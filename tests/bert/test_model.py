@@ -198,7 +198,9 @@ def test_bert_initialisation(tiny_kwargs):
     assert torch.all(model.bert.embeddings.word_embeddings.weight[config.pad_token_id] == 0)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_kwargs, make_batch):
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated:FutureWarning")
+@pytest.mark.parametrize("method", ["gradient_checkpointing_enable", "activation_checkpointing_enable"])
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_kwargs, make_batch, method):
     torch.manual_seed(0)
     model = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
     batch = make_batch(model.config.vocab_size)
@@ -210,9 +212,16 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_kwargs, make_batch
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
     plain = grads()
-    model.gradient_checkpointing_enable()
+    getattr(model, method)()  # transformers 5.23 renamed it; the old name is a deprecated alias
     assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
+    calls, layer = [], model.bert.encoder.layer[0]
+    checkpoint = layer._gradient_checkpointing_func
+    layer._gradient_checkpointing_func = lambda *a, **k: calls.append(1) or checkpoint(*a, **k)
+    model.eval()(**batch)
+    assert calls == []  # not in eval mode
+    model.train()
     checkpointed = grads()
+    assert calls == [1]  # the layer went through torch.utils.checkpoint
     for name in plain:
         torch.testing.assert_close(plain[name], checkpointed[name], rtol=1e-5, atol=1e-7)
 
