@@ -125,12 +125,19 @@ class CharCNNEncoder(nn.Module):
         self.highway = Highway(n_filters, config.num_highway_layers)
         self.projection = nn.Linear(n_filters, config.projection_dim)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        b, t, c = char_ids.shape
-        x = self.char_embeddings(char_ids.reshape(b * t, c)).transpose(1, 2)  # (BT, E, C)
+    def encode_words(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """``(N, C)`` character ids -> ``(N, projection_dim)``: the per-token computation."""
+        x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, E, C)
         # bilm-tf: convolution, max over character positions, then the activation (relu is monotone).
         feats = torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convs], dim=-1)
-        return self.projection(self.highway(feats)).reshape(b, t, -1)
+        return self.projection(self.highway(feats))
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        b, t, c = char_ids.shape
+        # Layer 0 is context-free: compute it once per distinct token of the batch (a batch of running text
+        # holds far fewer distinct words than tokens), then scatter back; gradients add up through the index.
+        unique, inverse = torch.unique(char_ids.reshape(b * t, c), dim=0, return_inverse=True)
+        return self.encode_words(unique)[inverse].reshape(b, t, -1)
 
 
 # --------------------------------------------------------------------------------------------- LSTM stacks

@@ -54,6 +54,19 @@ def test_padding_does_not_change_outputs(tiny):
         model(chars, attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]]))
 
 
+def test_char_encoder_unique_tokens_equals_per_token(tiny):
+    model = SesameElmoModel(tiny())
+    chars = torch.randint(1, 262, (2, 5, 50))
+    chars[1, :3] = chars[0, :3]  # repeated words
+    chars[1, 4] = 0  # a padding token
+    out = model.char_encoder(chars)
+    ref = model.char_encoder.encode_words(chars.reshape(10, 50)).reshape(2, 5, -1)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    grad = torch.autograd.grad(out.square().sum(), model.char_encoder.projection.weight)[0]
+    ref_grad = torch.autograd.grad(ref.square().sum(), model.char_encoder.projection.weight)[0]
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-6)
+
+
 def test_loss_is_half_sum_of_directional_nll_with_counts(tiny):
     model = SesameElmoForBidirectionalLM(tiny()).eval()
     ids, chars = _random_batch(2, 7)
