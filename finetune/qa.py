@@ -4,7 +4,8 @@ Pre-processing (BERT, Devlin et al., 2019, Sec. 4.2-4.3; the sliding window of t
 with a *fast* tokenizer's character offsets:
 
 * each example becomes ``[CLS] question [SEP] context [SEP]`` (context first when the tokenizer pads on the
-  left); questions longer than ``max_query_length`` tokens are cut to that length; only the context is
+  left; ``<S> question </S> <S> context </S>`` with the word-level ELMo tokenizer, which has offsets but no
+  overflowing windows: its windows are cut here over the context's tokens, with the same stride); questions longer than ``max_query_length`` tokens are cut to that length; only the context is
   truncated (``"only_second"``), and a long context overflows into several windows ("features") that start
   ``max_seq_length - question - specials - doc_stride`` context tokens apart, so consecutive windows share
   ``doc_stride`` tokens;
@@ -51,8 +52,13 @@ def check_window_arguments(tokenizer: Any, max_seq_length: int, doc_stride: int,
             ``doc_stride`` is not smaller than the context room of a window with a full-length question.
     """
     if not getattr(tokenizer, "is_fast", False):
-        raise InputError(f"tokenizer {type(tokenizer).__name__}: span QA needs a fast tokenizer (character "
-                         f"offsets); load it with AutoTokenizer (use_fast=True)")
+        try:
+            probe = tokenizer("a", "b", return_offsets_mapping=True, return_token_type_ids=True)
+        except (NotImplementedError, TypeError, ValueError):
+            probe = {}
+        if "offset_mapping" not in probe or "token_type_ids" not in probe:
+            raise InputError(f"tokenizer {type(tokenizer).__name__}: span QA needs character offsets "
+                             f"(offset_mapping) and token_type_ids; load a fast tokenizer (AutoTokenizer, use_fast=True)")
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     room = max_seq_length - max_query_length - specials
     if max_query_length < 1 or room < 1:
@@ -95,14 +101,21 @@ def _tokenize_windows(
     doc_stride: int,
     max_query_length: int,
     pad_to_max_length: bool,
-) -> tuple[Any, int]:
-    """Tokenize a batch of examples into overflowing windows; returns (encoding, sequence id of the context)."""
-    context_first = tokenizer.padding_side == "left"
+) -> tuple[dict[str, list[Any]], list[int], list[list[tuple[int, int]]], list[list[bool]]]:
+    """Tokenize a batch of examples into overflowing windows.
+
+    Returns:
+        (model inputs per window, example index per window, character offsets into the *context* per token,
+        per token whether it is a context token).
+    """
     questions = _truncate_questions(
         [q.strip() for q in examples["question"]], examples["id"], tokenizer, max_seq_length, doc_stride,
         max_query_length,
     )
     contexts = list(examples["context"])
+    if not getattr(tokenizer, "is_fast", False):
+        return _word_windows(questions, contexts, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
+    context_first = tokenizer.padding_side == "left"
     first, second = (contexts, questions) if context_first else (questions, contexts)
     encoded = tokenizer(
         first,
@@ -114,7 +127,54 @@ def _tokenize_windows(
         return_offsets_mapping=True,
         padding="max_length" if pad_to_max_length else False,
     )
-    return encoded, 0 if context_first else 1
+    context_id = 0 if context_first else 1
+    is_context = [[s == context_id for s in encoded.sequence_ids(i)] for i in range(len(encoded["input_ids"]))]
+    sample_map = encoded.pop("overflow_to_sample_mapping")
+    offsets = [[tuple(o) for o in row] for row in encoded.pop("offset_mapping")]
+    return dict(encoded), list(sample_map), offsets, is_context
+
+
+def _word_windows(
+    questions: list[str], contexts: list[str], tokenizer: Any, max_seq_length: int, doc_stride: int,
+    pad_to_max_length: bool,
+) -> tuple[dict[str, list[Any]], list[int], list[list[tuple[int, int]]], list[list[bool]]]:
+    """Windows for a tokenizer without overflowing tokens (e.g. the word-level ELMo tokenizer).
+
+    The context is tokenized alone (with offsets) and cut into spans of at most ``room`` tokens, starting
+    ``room - doc_stride`` tokens apart (the last one ends at the context's end), as the fast path does; each
+    window's context text is then encoded with the question. The tokenizer must give ``offset_mapping`` and
+    ``token_type_ids`` (1 = context).
+    """
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    columns: dict[str, list[Any]] = collections.defaultdict(list)
+    sample_map: list[int] = []
+    all_offsets: list[list[tuple[int, int]]] = []
+    all_context: list[list[bool]] = []
+    question_lengths = [len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]]
+    for n, (question, context) in enumerate(zip(questions, contexts)):
+        spans = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        room = max_seq_length - question_lengths[n] - specials
+        step = room - doc_stride
+        starts = list(range(0, max(len(spans) - room, 0) + step, step)) if spans else [0]
+        for first in starts:
+            window = spans[first : first + room]
+            begin = window[0][0] if window else 0
+            text = context[begin : window[-1][1]] if window else ""
+            encoded = tokenizer(question, text, truncation="only_second", max_length=max_seq_length,
+                                return_offsets_mapping=True, return_token_type_ids=True,
+                                padding="max_length" if pad_to_max_length else False)
+            offsets = [tuple(o) for o in encoded.pop("offset_mapping")]
+            types = encoded["token_type_ids"]
+            mask = encoded.get("attention_mask", [1] * len(types))
+            flags = [t == 1 and m == 1 and o[1] > o[0] for t, m, o in zip(types, mask, offsets)]
+            all_offsets.append([(o[0] + begin, o[1] + begin) if f else o for o, f in zip(offsets, flags)])
+            all_context.append(flags)
+            sample_map.append(n)
+            for key, value in encoded.items():
+                columns[key].append(value)
+            if first + room >= len(spans):
+                break
+    return dict(columns), sample_map, all_offsets, all_context
 
 
 def _cls_index(input_ids: Sequence[int], tokenizer: Any) -> int:
@@ -122,9 +182,9 @@ def _cls_index(input_ids: Sequence[int], tokenizer: Any) -> int:
     return input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0
 
 
-def _context_span(sequence_ids: Sequence[int | None], context_id: int) -> tuple[int, int]:
+def _context_span(is_context: Sequence[bool]) -> tuple[int, int]:
     """First and last token index of the context in a window."""
-    positions = [i for i, s in enumerate(sequence_ids) if s == context_id]
+    positions = [i for i, flag in enumerate(is_context) if flag]
     return positions[0], positions[-1]
 
 
@@ -176,19 +236,18 @@ def prepare_train_features(
     Raises:
         InputError: a question that leaves no room for the context (naming its id).
     """
-    encoded, context_id = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length,
-                                            pad_to_max_length)
-    sample_map = encoded.pop("overflow_to_sample_mapping")
-    offset_mapping = encoded.pop("offset_mapping")
+    encoded, sample_map, offset_mapping, is_context = _tokenize_windows(
+        examples, tokenizer, max_seq_length, doc_stride, max_query_length, pad_to_max_length
+    )
     starts, ends = [], []
     for i, offsets in enumerate(offset_mapping):
         cls = _cls_index(encoded["input_ids"][i], tokenizer)
         answers = examples["answers"][sample_map[i]]
         span = None
-        if answers["answer_start"]:
+        if answers["answer_start"] and any(is_context[i]):
             start_char = answers["answer_start"][0]
             end_char = start_char + len(answers["text"][0])
-            context_start, context_end = _context_span(encoded.sequence_ids(i), context_id)
+            context_start, context_end = _context_span(is_context[i])
             span = answer_token_span(offsets, context_start, context_end, start_char, end_char)
         starts.append(span[0] if span else cls)
         ends.append(span[1] if span else cls)
@@ -217,13 +276,12 @@ def prepare_validation_features(
     Raises:
         InputError: a question that leaves no room for the context (naming its id).
     """
-    encoded, context_id = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length,
-                                            pad_to_max_length)
-    sample_map = encoded.pop("overflow_to_sample_mapping")
+    encoded, sample_map, offset_mapping, is_context = _tokenize_windows(
+        examples, tokenizer, max_seq_length, doc_stride, max_query_length, pad_to_max_length
+    )
     encoded["example_id"] = [examples["id"][s] for s in sample_map]
     encoded["offset_mapping"] = [
-        [tuple(o) if s == context_id else None for o, s in zip(offsets, encoded.sequence_ids(i))]
-        for i, offsets in enumerate(encoded["offset_mapping"])
+        [o if flag else None for o, flag in zip(offsets, flags)] for offsets, flags in zip(offset_mapping, is_context)
     ]
     encoded["cls_index"] = [_cls_index(ids, tokenizer) for ids in encoded["input_ids"]]
     return dict(encoded)

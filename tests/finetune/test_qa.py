@@ -247,3 +247,48 @@ def test_write_predictions(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["nbest_predictions.json", "null_odds.json", "predictions.json"]
     paths = write_predictions(out, {"a": "x"}, prefix="eval_new_wiki")
     assert paths["predictions"].name == "eval_new_wiki_predictions.json" and set(paths) == {"predictions"}
+
+
+@pytest.fixture(scope="module")
+def elmo_tokenizer(tmp_path_factory):
+    """The word + character ELMo tokenizer (offsets, no overflowing windows), trained on the test's words."""
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    root = tmp_path_factory.mktemp("elmo-tok")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(WORDS[i:] + list(PIECES) + [",", ".", "?"]) for i in range(5)) + "\n")
+    return train_elmo_tokenizer([corpus], vocab_size=100, output_dir=root / "tok")
+
+
+def test_word_level_tokenizer_windows_cover_answers_and_round_trip(elmo_tokenizer):
+    """The same properties with a tokenizer without overflowing tokens: windows are cut over its tokens."""
+    check_window_arguments(elmo_tokenizer, 40, 10, 8)
+    rng = random.Random(99)
+    examples = [random_example(rng, f"e{i}") for i in range(60)]
+    batch = as_batch(examples)
+    feats = prepare_train_features(batch, elmo_tokenizer, 40, 10, 8)
+    val = prepare_validation_features(batch, elmo_tokenizer, 40, 10, 8)
+    assert "char_ids" in feats and len(feats["input_ids"]) == len(val["example_id"]) > 2 * len(examples)
+    covered = set()
+    for i, ids in enumerate(feats["input_ids"]):
+        assert len(ids) <= 40
+        offsets, s, e = val["offset_mapping"][i], feats["start_positions"][i], feats["end_positions"][i]
+        ex = next(x for x in examples if x["id"] == val["example_id"][i])
+        # Context tokens: those of type 1 except the context's <S> and </S> markers.
+        types = feats["token_type_ids"][i]
+        assert all(t == 1 for t, o in zip(types, offsets) if o is not None)
+        assert sum(o is not None for o in offsets) == sum(types) - 2
+        if s == 0:
+            continue
+        assert ex["context"][offsets[s][0] : offsets[e][1]] == ex["answers"]["text"][0]
+        covered.add(ex["id"])
+    assert covered == {ex["id"] for ex in examples}
+    n = len(val["example_id"])
+    width = max(len(ids) for ids in feats["input_ids"])
+    start, end = np.zeros((n, width)), np.zeros((n, width))
+    for i in range(n):
+        start[i, feats["start_positions"][i]] += 10.0
+        end[i, feats["end_positions"][i]] += 10.0
+    preds, _, _ = postprocess_qa_predictions(examples, [{"example_id": val["example_id"][i], "offset_mapping":
+                                                         val["offset_mapping"][i]} for i in range(n)], start, end)
+    assert preds == {ex["id"]: ex["answers"]["text"][0] for ex in examples}
