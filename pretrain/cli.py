@@ -24,8 +24,8 @@ logger = logging.getLogger("pretrain")
 DEFAULTS = {
     "bert": dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
                  learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.01),
-    "elmo": dict(config_name="elmo-small", vocab_size=8000, max_seq_length=64, per_device_train_batch_size=32,
-                 learning_rate=2e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.0),
+    "elmo": dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
+                 learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50, weight_decay=0.0),
 }
 
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--text_column_name", default="text", help="text column of a hub dataset")
     d.add_argument("--validation_split_percentage", type=int, default=5)
     d.add_argument("--sample_by", choices=["paragraph", "line"], default="paragraph", help="examples of a text file: documents (blank-line separated) or lines")
-    d.add_argument("--max_seq_length", type=int, default=None, help="block length in tokens (default 128 BERT, 64 ELMo)")
+    d.add_argument("--max_seq_length", type=int, default=None, help="block length in tokens (default 128 BERT, 32 ELMo)")
     d.add_argument("--preprocessing_num_workers", type=int, default=None, help="processes for datasets.map")
     d.add_argument("--overwrite_cache", action="store_true", help="recompute the cached datasets.map results")
     d.add_argument("--packing_batch_size", type=int, default=1000, help="documents per packing map batch (only its last block may be short)")
@@ -68,10 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--random_replace_prob", type=float, default=0.1, help="of the selected tokens: replaced by a random token (the rest are kept)")
     o.add_argument("--whole_word_mask", action="store_true", help="select whole words (all their WordPiece pieces)")
     o.add_argument("--nsp", action="store_true", help="sentence-pair blocks and next-sentence prediction (SesameBertForPreTraining)")
-    h = parser.add_argument_group("hub")
-    h.add_argument("--push_to_hub", action="store_true", help="push the model directory to the hub at the end")
-    h.add_argument("--hub_model_id", default=None)
-    h.add_argument("--hub_token", default=None)
+    from training.hub import add_hub_arguments
+
+    add_hub_arguments(parser)
     add_training_arguments(parser, output_dir=None, learning_rate=None, max_train_steps=None, num_warmup_steps=None,
                            eval_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
                            project_name="sesame-lm-pretrain")
@@ -90,8 +89,6 @@ def _apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
         args.output_dir = os.path.join("outputs", f"pretrain-{args.model_type}")
     if args.nsp and args.model_type != "bert":
         raise InputError("--nsp: next-sentence prediction needs --model_type bert")
-    if args.push_to_hub and not args.hub_model_id:
-        args.hub_model_id = Path(args.output_dir).name
     for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size", "vocab_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
@@ -254,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.loop import NonFiniteLossError, Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
 
     config = TrainingConfig.from_args(args)
+    from training.hub import validate_hub_args
+
+    validate_hub_args(args)  # fail before training, not after it
     if args.train_file and not args.dataset_name:
         from tokenizer.corpus import check_text_files
 
@@ -309,40 +309,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         finish(accelerator, trainer)
         print(f"error: {err}", file=sys.stderr)
         return 1
+    state_dict = accelerator.get_state_dict(trainer.model)  # all processes (FSDP gathers the shards)
     if accelerator.is_main_process:
-        save_outputs(args, trainer.unwrapped_model, tokenizer, result)
+        save_outputs(args, trainer.unwrapped_model, tokenizer, result, state_dict)
         logger.info("wrote %s (perplexity %.2f)", args.output_dir, result.get("perplexity", float("nan")))
+        if args.push_to_hub:
+            push(args)
     accelerator.wait_for_everyone()
-    if args.push_to_hub and accelerator.is_main_process:
-        push(args)
     finish(accelerator, trainer)
     return 0
 
 
-def save_outputs(args, model, tokenizer, result: dict) -> None:
-    """Model + tokenizer (``save_pretrained``), ``all_results.json`` and ``eval_history.json`` into ``output_dir``."""
+def save_outputs(args, model, tokenizer, result: dict, state_dict=None) -> None:
+    """Model + tokenizer (``save_pretrained``), ``all_results.json``, ``eval_history.json``, ``trainer_log.json``
+    and a model card (``README.md``) into ``output_dir``, moved there only once all are written."""
     from tokenizer.corpus import atomic_output_dir
 
     keys = ["train_loss", "eval_loss", "perplexity", "train_runtime_s", "train_tokens_per_second", "train_samples_per_second",
             "global_step", "epoch", "eval_nsp_accuracy", "forward_perplexity", "backward_perplexity", "replica_max_abs_diff"]
     flat = {k: result[k] for k in keys if k in result}
     with atomic_output_dir(args.output_dir) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
         (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
         (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
+        try:
+            from training.model_card import card_for_run
+
+            task = "fill-mask" if args.model_type == "bert" else "feature-extraction"
+            (tmp / "README.md").write_text(card_for_run(tmp, args, task=task), encoding="utf-8")
+        except (ImportError, InputError) as err:  # the card is a courtesy; never lose the model over it
+            logger.warning("no model card written: %s", err)
 
 
 def push(args) -> None:
-    """Push ``output_dir`` (model, tokenizer, results) to ``--hub_model_id``."""
-    try:
-        from training.hub import push_to_hub
-    except ImportError:  # the hub helper is not there: plain huggingface_hub
-        from huggingface_hub import HfApi
+    """Push ``output_dir`` (model, tokenizer, results, model card; never checkpoints) to ``--hub_model_id``."""
+    from training.hub import push_output_dir
 
-        api = HfApi(token=args.hub_token)
-        api.create_repo(args.hub_model_id, exist_ok=True)
-        api.upload_folder(folder_path=args.output_dir, repo_id=args.hub_model_id, ignore_patterns=["checkpoints/*", "runs/*", "wandb/*", "tokenizer/*"])
-        return
-    push_to_hub(args.output_dir, args.hub_model_id, token=args.hub_token)
+    readme = Path(args.output_dir) / "README.md"
+    url = push_output_dir(
+        args.output_dir, args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
+        revision=args.hub_revision, commit_message=f"pretrain: {args.model_type} {args.config_name}",
+        model_card=readme.read_text(encoding="utf-8") if readme.exists() else None,
+    )
+    logger.info("pushed %s to %s", args.output_dir, url)

@@ -526,6 +526,8 @@ class Trainer:
         """Largest difference between processes of the per-tensor parameter sums (0.0 when every process holds
         the same weights, as data parallelism requires; always 0.0 with one process)."""
         acc = self.accelerator
+        if acc.distributed_type.name in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
+            return float("nan")  # sharded parameters: not replicas
         sums = torch.stack([p.detach().double().sum() for p in self.unwrapped_model.parameters()]).to(acc.device)
         if acc.num_processes == 1:
             return 0.0
