@@ -325,12 +325,12 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         """``output`` as is, or as a tuple when ``return_dict`` (default ``config.return_dict``) is False."""
         return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
-    def _flags(self, output_attentions, output_hidden_states, return_dict):
+    def _flags(self, output_attentions, output_hidden_states):
+        """The two output flags, defaulting to the config's."""
         c = self.config
         return (
             c.output_attentions if output_attentions is None else output_attentions,
             c.output_hidden_states if output_hidden_states is None else output_hidden_states,
-            c.return_dict if return_dict is None else return_dict,
         )
 
 
@@ -369,9 +369,7 @@ class SesameBertModel(SesameBertPreTrainedModel):
         output_hidden_states=None,
         return_dict=None,
     ):
-        output_attentions, output_hidden_states, return_dict = self._flags(
-            output_attentions, output_hidden_states, return_dict
-        )
+        output_attentions, output_hidden_states = self._flags(output_attentions, output_hidden_states)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids (B, T) or inputs_embeds (B, T, H)")
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
@@ -395,6 +393,7 @@ def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
     loss = mean over the predicted positions (label != -100) of -log p(label) (nats); ``None`` without labels.
     With ``sparse`` (training with labels) the head runs only at the predicted positions and the logits are
     (N, V) for those positions in row-major (batch, position) order; otherwise (B, T, V). The two losses are equal.
+    A batch without any predicted position gives a NaN loss (0 / 0), as transformers' BertForMaskedLM does.
     """
     if labels is None:
         return head(sequence_output), None

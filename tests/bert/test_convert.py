@@ -37,6 +37,10 @@ def test_random_bert_for_pretraining_parity(hf_bert_dir, tmp_path, make_batch):
     assert _max_diff(ref.seq_relationship_logits, fast.seq_relationship_logits) <= 1e-4
     for r, n in zip(ref.attentions, new.attentions):
         assert _max_diff(r, n) <= 1e-6
+    print("random BertForPreTraining parity, max abs diff:", {
+        "last_hidden_state": _max_diff(ref.hidden_states[-1][real], new.hidden_states[-1][real]),
+        "prediction_logits": _max_diff(ref.prediction_logits[real], fast.prediction_logits[real]),
+        "seq_relationship_logits": _max_diff(ref.seq_relationship_logits, fast.seq_relationship_logits)})
     assert _max_diff(new.prediction_logits, fast.prediction_logits) <= 1e-5
 
 
@@ -66,10 +70,14 @@ def test_training_step_parity(hf_bert_dir, tmp_path, make_batch):
     expected = convert_state_dict(hf_grads, hf.config.num_hidden_layers)
     got = dict(ours.named_parameters())
     assert set(got) <= set(expected)
+    worst = 0.0
     for name, param in got.items():
         scale = expected[name].abs().max().item()
         assert scale > 0, name
+        worst = max(worst, _max_diff(param.grad, expected[name]) / scale)
         assert _max_diff(param.grad, expected[name]) / scale <= 1e-5, name
+    print(f"training step: loss {new.loss.item():.6f} vs {ref.loss.item():.6f} "
+          f"(rel {abs(new.loss.item() - ref.loss.item()) / ref.loss.item():.2e}); max relative grad diff {worst:.2e}")
 
 
 def _sentences_for_minilm(sentences):
@@ -102,10 +110,15 @@ def test_minilm_real_weights_parity(minilm_dir, tmp_path, sentences):
         ref_heads, new_heads = hf_heads(**batch), ours(**batch)
     real = batch["attention_mask"].bool()
     assert batch["attention_mask"].sum(1).min() < batch["attention_mask"].shape[1]  # there is padding
-    assert _max_diff(ref.last_hidden_state[real], new.last_hidden_state[real]) <= 1e-5
-    assert _max_diff(ref.pooler_output, new.pooler_output) <= 1e-5
-    assert _max_diff(ref_heads.prediction_logits[real], new_heads.prediction_logits[real]) <= 1e-4
-    assert _max_diff(ref_heads.seq_relationship_logits, new_heads.seq_relationship_logits) <= 1e-4
+    diffs = {
+        "last_hidden_state": _max_diff(ref.last_hidden_state[real], new.last_hidden_state[real]),
+        "pooler_output": _max_diff(ref.pooler_output, new.pooler_output),
+        "prediction_logits": _max_diff(ref_heads.prediction_logits[real], new_heads.prediction_logits[real]),
+        "seq_relationship_logits": _max_diff(ref_heads.seq_relationship_logits, new_heads.seq_relationship_logits),
+    }
+    print(f"MiniLM parity on {len(batch['input_ids'])} sentences, max abs diff: {diffs}")  # shown with pytest -s
+    assert diffs["last_hidden_state"] <= 1e-5 and diffs["pooler_output"] <= 1e-5
+    assert diffs["prediction_logits"] <= 1e-4 and diffs["seq_relationship_logits"] <= 1e-4
 
 
 def test_bert_for_masked_lm_source_reports_nsp_head(tmp_path, tokenizer):
