@@ -329,3 +329,32 @@ def test_hub_dataset_offline_is_a_clear_error(tiny_sesame_bert, tmp_path, capsys
     assert run_cli(squad.main, args) == 2
     err = capsys.readouterr().err
     assert "rajpurkar/squad_v2" in err and "offline" in err and "--train_file" in err
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_path):
+    """``accelerate launch`` (2 CPU processes): the logits gathered with gather_for_metrics give the very
+    predictions of one process, with 7 questions (accelerate pads the last batch with repeats; they are dropped)."""
+    rows = QUESTIONS + [("q7", "whale", QUESTIONS[0][2], "What did the sailors lower?", "the boats")]
+    data = write_json(tmp_path / "seven.json", squad_document(rows))
+    model = tmp_path / "model"
+    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--output_dir", str(model),
+          "--max_train_steps", "3", "--learning_rate", "1e-3", *FAST])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    outs = {}
+    for processes in (1, 2):
+        outs[processes] = tmp_path / f"eval{processes}"
+        launch = [sys.executable, "-m", "finetune.squad"] if processes == 1 else \
+            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "cpu-2proc.yaml"),
+             "-m", "finetune.squad"]
+        proc = subprocess.run([*launch, "--model_name_or_path", str(model), "--validation_file", str(data), "--do_eval",
+                               "--output_dir", str(outs[processes]), *WINDOW, "--per_device_eval_batch_size", "2"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = (_json(outs[p] / "nbest_predictions.json") for p in (1, 2))
+    assert list(one) == list(two) and set(one) == {r[0] for r in rows}
+    for qid in one:
+        assert [(e["text"], e["offsets"]) for e in one[qid]] == [(e["text"], e["offsets"]) for e in two[qid]]
+        assert max(abs(a["start_logit"] - b["start_logit"]) for a, b in zip(one[qid], two[qid])) < 1e-5
+    assert _json(outs[1] / "predictions.json") == _json(outs[2] / "predictions.json")
