@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pretrain import data
     from pretrain.collators import BiLMCollator, MLMCollator
-    from training.loop import NonFiniteLossError, Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
+    from training.loop import NonFiniteLossError, Trainer, TrainingStopped, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
 
     config = TrainingConfig.from_args(args)
     from training.hub import validate_hub_args
@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         result = trainer.train()
-    except NonFiniteLossError as err:
+    except (NonFiniteLossError, TrainingStopped) as err:
         finish(accelerator, trainer)
         print(f"error: {err}", file=sys.stderr)
         return 1

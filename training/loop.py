@@ -75,6 +75,15 @@ class NonFiniteLossError(RuntimeError):
     """The loss or the gradient norm became NaN or infinite; training stopped before the optimizer step."""
 
 
+class TrainingStopped(RuntimeError):
+    """Training stopped on request (:meth:`Trainer.request_stop`, e.g. from a SIGTERM handler) after writing a
+    checkpoint; the message says how to resume."""
+
+    def __init__(self, message: str, checkpoint: str):
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
 @dataclasses.dataclass
 class TrainingConfig:
     """Settings of the shared loop (the ``--`` arguments of :func:`add_training_arguments`)."""
@@ -344,6 +353,7 @@ class Trainer:
             "gradient_accumulation_steps": G, "eval_history": [],
         }
         self.log_history: list[dict[str, Any]] = []
+        self.stop_requested = False
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -382,6 +392,12 @@ class Trainer:
         self.last_checkpoint = str(path)
         if self.accelerator.is_main_process:
             logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state["global_step"], self.state["epoch"], self.state["batches_in_epoch"])
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop after the current optimizer step: every process then writes the checkpoint of
+        that step and :meth:`train` raises :class:`TrainingStopped`. Safe to call from a signal handler on any
+        process (the flag is combined across processes with the step's statistics)."""
+        self.stop_requested = True
 
     def evaluate(self) -> dict[str, float]:
         """Run ``eval_fn`` (all processes), record and log the metrics."""
@@ -454,7 +470,7 @@ class Trainer:
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm else float("inf")
                 grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
                 grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
-                reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples])
+                reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples, float(self.stop_requested)])
                 step_loss = float(reduced[0]) / max(total_weight, 1e-12)
                 step = self.state["global_step"] + 1
                 if reduced[1] > 0 or not math.isfinite(step_loss) or not math.isfinite(grad_norm):
@@ -503,6 +519,13 @@ class Trainer:
                     metrics = self.evaluate()
                 if cfg.checkpointing_steps and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps:
                     self.save_checkpoint()
+                if reduced[4] > 0 and step != self.max_train_steps:
+                    bar.close()
+                    path = self.save_checkpoint()
+                    raise TrainingStopped(
+                        f"training stopped on request after optimizer step {step}; checkpoint {path} written; "
+                        f"resume with --resume_from_checkpoint latest (same --output_dir {cfg.output_dir})", path
+                    )
                 if self.state["batches_in_epoch"] == 0:
                     break  # epoch finished
         bar.close()

@@ -106,10 +106,12 @@ def test_wandb_offline_run_has_loss_and_lr(corpus_dir, tmp_path, fresh_state, mo
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc credentials
     out = tmp_path / "wb"
     assert run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--report_to", "wandb", "--logging_steps", "2")) == 0
-    summaries = list((out / "wandb").glob("offline-run-*/files/wandb-summary.json"))
-    assert summaries, "an offline run under <output_dir>/wandb"
-    summary = json.loads(summaries[0].read_text())
-    assert {"train_loss", "learning_rate", "perplexity"} <= set(summary)
+    runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, "one offline run under <output_dir>/wandb"
+    # wandb 0.31 ships no reader for its record files; the history records carry the metric names as text
+    records = runs[0].read_bytes()
+    for key in (b"train_loss", b"learning_rate", b"grad_norm", b"perplexity"):
+        assert key in records, key
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import torch
 
 from training import checkpoint as ckpt
 from training.errors import InputError
-from training.loop import NonFiniteLossError, Trainer, TrainingConfig, make_train_dataloader
+from training.loop import NonFiniteLossError, Trainer, TrainingConfig, TrainingStopped, make_train_dataloader
 from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
 
 
@@ -167,3 +167,26 @@ def test_bad_settings_are_refused(tmp_path):
         TrainingConfig(output_dir=str(tmp_path), report_to="mlflow")
     with pytest.raises(InputError, match="--per_device_train_batch_size 0"):
         make_train_dataloader(list(range(3)), 0, None, seed=0)
+
+
+def test_requested_stop_writes_a_checkpoint_and_resumes_exactly(toy, tmp_path):
+    _, full = _run(toy, tmp_path, steps=6, out="full")
+    holder = {}
+
+    def loss_fn(model, batch):
+        holder["calls"] = holder.get("calls", 0) + 1
+        if holder["calls"] == 3:
+            holder["trainer"].request_stop()  # e.g. a SIGTERM handler, during step 3
+        return model(**batch).loss
+
+    config = TrainingConfig(output_dir=str(tmp_path / "stop"), learning_rate=0.05, max_train_steps=6, num_warmup_steps=2,
+                            checkpoints_total_limit=0, logging_steps=1, seed=0)
+    acc = toy.accelerator(config)
+    trainer = Trainer(acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config, loss_fn=loss_fn)
+    holder["trainer"] = trainer
+    with pytest.raises(TrainingStopped, match="after optimizer step 3.*--resume_from_checkpoint latest"):
+        trainer.train()
+    assert [s for s, _ in ckpt.checkpoint_dirs(tmp_path / "stop" / "checkpoints")] == [3]
+    resumed_trainer, resumed = _run(toy, tmp_path, steps=6, resume="latest", out="stop")
+    for k, v in _last_weights(tmp_path / "full").items():
+        assert torch.equal(resumed_trainer.unwrapped_model.state_dict()[k], v), k
