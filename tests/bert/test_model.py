@@ -91,8 +91,8 @@ def test_padding_does_not_change_real_tokens(tiny_kwargs):
         assert c.attentions[0][..., 7:].abs().max() == 0  # no attention to padding
 
 
-def test_sinusoidal_table_and_not_saved(tiny_kwargs):
-    model = SesameBertModel(SesameBertConfig(**tiny_kwargs, position_embedding_type="sinusoidal"))
+def test_sinusoidal_table_and_not_saved(tiny_kwargs, tmp_path):
+    model = SesameBertModel(SesameBertConfig(**tiny_kwargs, position_embedding_type="sinusoidal")).eval()
     table = model.embeddings.position_embeddings.table
     h = model.config.hidden_size
     for i, j in [(0, 0), (3, 1), (17, 5), (63, 15)]:
@@ -100,6 +100,12 @@ def test_sinusoidal_table_and_not_saved(tiny_kwargs):
         assert table[i, 2 * j + 1].item() == pytest.approx(math.cos(i / 10000 ** (2 * j / h)), abs=1e-6)
     assert not any("position_embeddings" in k for k in model.state_dict())
     assert not any("position_embeddings" in n for n, _ in model.named_parameters())
+    model.save_pretrained(tmp_path / "m")  # the table is rebuilt on loading (from_pretrained starts on meta)
+    loaded = SesameBertModel.from_pretrained(tmp_path / "m").eval()
+    assert torch.equal(loaded.embeddings.position_embeddings.table, table)
+    ids = torch.randint(5, model.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
 def test_pooling_modes_by_hand(tiny_kwargs, make_batch):
