@@ -22,13 +22,18 @@ import argparse
 import copy
 import itertools
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+# Idle OpenMP threads sleep instead of spinning: on a shared machine, spinning threads of a busy process slow
+# every step by 10x and more (measured). Must be set before torch loads the OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

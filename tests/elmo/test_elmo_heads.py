@@ -68,6 +68,13 @@ def test_pooling_kinds_ignore_padding(tiny, elmo_tokenizer, pooling):
     torch.testing.assert_close(model(**batch).logits[:1], model(**alone).logits, rtol=1e-4, atol=1e-5)
 
 
+def test_empty_second_sentence_gives_finite_logits(tiny, elmo_tokenizer):
+    model = SesameElmoForSequenceClassification(tiny(vocab_size=len(elmo_tokenizer), num_labels=2, pooling="attention"))
+    batch = elmo_tokenizer(["The whale rose.", "It rained."], ["A dog.", "The sea."], padding=True, return_tensors="pt")
+    batch["token_type_ids"][1] = 0  # second row: a single sentence in a batch of pairs
+    assert torch.isfinite(model.eval()(**batch).logits).all()
+
+
 def test_regression_when_one_label(tiny, elmo_tokenizer):
     model = SesameElmoForSequenceClassification(tiny(vocab_size=len(elmo_tokenizer), num_labels=1)).eval()
     batch = elmo_tokenizer(["The whale rose.", "It rained."], ["A dog.", "The sea."], padding=True, return_tensors="pt")
