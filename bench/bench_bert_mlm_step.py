@@ -113,7 +113,8 @@ def main(argv=None):
                 losses[name] = loss
     medians = {k: statistics.median(v) for k, v in times.items()}
     result = {
-        "config": f"L{args.layers}/H{args.hidden_size}/A{args.heads}/S{args.seq_len}/B{args.batch_size}/V{args.vocab_size}",
+        "config": f"L{args.layers}/H{args.hidden_size}/A{args.heads}/S{args.seq_len}/B{args.batch_size}"
+                  f"/V{args.vocab_size}",
         "device": args.device,
         "threads": args.threads,
         "steps": args.steps,
@@ -125,7 +126,8 @@ def main(argv=None):
         result["ratio_transformers_over_sesame_dense"] = medians["transformers"] / medians["sesame_dense"]
     for name, seconds in medians.items():
         print(f"{name:>14}: median {seconds * 1000:8.1f} ms/step")
-    print(f"ratio transformers / SesameBert (sparse prediction): {result['ratio_transformers_over_sesame_sparse']:.2f}x")
+    ratio = result["ratio_transformers_over_sesame_sparse"]
+    print(f"ratio transformers / SesameBert (sparse prediction): {ratio:.2f}x")
     print(json.dumps(result))
     return result
 

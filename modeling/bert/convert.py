@@ -70,7 +70,8 @@ def sesame_config_from_bert(bert_config, where: str = "config.json") -> SesameBe
         raise InputError(f"{where}: is_decoder / add_cross_attention is set; only BERT encoders can be converted")
     if bert_config.hidden_act not in HIDDEN_ACTS:
         raise InputError(f"{where}: hidden_act={bert_config.hidden_act!r}; expected one of {', '.join(HIDDEN_ACTS)}")
-    return SesameBertConfig(**{name: getattr(bert_config, name) for name in COPIED_FIELDS if hasattr(bert_config, name)})
+    fields = {name: getattr(bert_config, name) for name in COPIED_FIELDS if hasattr(bert_config, name)}
+    return SesameBertConfig(**fields)
 
 
 def convert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
@@ -112,7 +113,8 @@ def _load_source(source: str):
         bert_config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
         raise InputError(f"--source {source}: cannot read a config ({err.__class__.__name__}: {err})") from err
-    sesame_config_from_bert(bert_config, f"--source {source}: config.json")  # refuse unsupported variants before reading the weights
+    # refuse unsupported BERT variants before reading the weights
+    sesame_config_from_bert(bert_config, f"--source {source}: config.json")
     try:
         model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True)
     except OSError as err:

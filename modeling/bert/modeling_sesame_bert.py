@@ -222,7 +222,8 @@ class SesameBertEncoder(nn.Module):
         x = self.final_norm(x)
         if output_hidden_states:
             hidden_states[-1] = x  # the last entry is always last_hidden_state (after the pre-LN final norm)
-        return x, (tuple(hidden_states) if output_hidden_states else None), (tuple(attentions) if output_attentions else None)
+        hidden_states = tuple(hidden_states) if output_hidden_states else None
+        return x, hidden_states, (tuple(attentions) if output_attentions else None)
 
 
 class SesameBertPooler(nn.Module):
@@ -387,6 +388,11 @@ class SesameBertModel(SesameBertPreTrainedModel):
         return self._finish(out, return_dict)
 
 
+def _extras(outputs) -> dict:
+    """The encoder's optional ``hidden_states`` / ``attentions``, passed on by every head."""
+    return dict(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
 def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
     """Run the MLM head; return (logits, loss).
 
@@ -403,7 +409,8 @@ def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
         logits = head(sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index))
         return logits, F.cross_entropy(logits.float(), flat.index_select(0, index))
     logits = head(sequence_output)
-    return logits, F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    flat_logits = logits.reshape(-1, logits.size(-1)).float()
+    return logits, F.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 class SesameBertForMaskedLM(SesameBertPreTrainedModel):
@@ -436,7 +443,7 @@ class SesameBertForMaskedLM(SesameBertPreTrainedModel):
                             output_attentions, output_hidden_states, return_dict=True)
         sparse = self.training and self.config.sparse_prediction
         logits, loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
-        out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        out = MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
         return self._finish(out, return_dict)
 
 
@@ -462,13 +469,16 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
     set_output_embeddings = SesameBertForMaskedLM.set_output_embeddings
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, output_attentions=None, output_hidden_states=None, return_dict=None):
+                labels=None, next_sentence_label=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                             output_attentions, output_hidden_states, return_dict=True)
         sparse = self.training and self.config.sparse_prediction
         logits, mlm_loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
         nsp_logits = self.nsp(outputs.pooler_output)
-        nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         out = SesameBertForPreTrainingOutput(
             loss=sum(losses) if losses else None,
@@ -476,8 +486,7 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
             seq_relationship_logits=nsp_logits,
             mlm_loss=mlm_loss,
             nsp_loss=nsp_loss,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            **_extras(outputs),
         )
         return self._finish(out, return_dict)
 
@@ -528,7 +537,7 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
                 loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
             else:
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-        out = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        out = SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
         return self._finish(out, return_dict)
 
 
@@ -546,7 +555,8 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None, return_dict=None):
+                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None):
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                             output_attentions, output_hidden_states, return_dict=True)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
@@ -560,8 +570,7 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
                 + F.cross_entropy(end_logits.float(), end, ignore_index=length)
             ) / 2
         out = QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(),
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(), **_extras(outputs)
         )
         return self._finish(out, return_dict)
 
@@ -587,7 +596,7 @@ class SesameBertForTokenClassification(SesameBertPreTrainedModel):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
-        out = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        out = TokenClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
         return self._finish(out, return_dict)
 
 

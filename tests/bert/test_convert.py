@@ -66,7 +66,8 @@ def test_training_step_parity(hf_bert_dir, tmp_path, make_batch):
     ref.loss.backward()
     new.loss.backward()
 
-    hf_grads = {k: hf.get_parameter(k).grad for k in hf.state_dict() if k in dict(hf.named_parameters(remove_duplicate=False))}
+    params = dict(hf.named_parameters(remove_duplicate=False))  # tied names included, as in the state dict
+    hf_grads = {k: params[k].grad for k in hf.state_dict() if k in params}
     expected = convert_state_dict(hf_grads, hf.config.num_hidden_layers)
     got = dict(ours.named_parameters())
     assert set(got) <= set(expected)
