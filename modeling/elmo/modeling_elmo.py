@@ -672,8 +672,13 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
             (fa, ma, _), (fb, mb, _) = self._segment_features(char_ids, attention_mask, token_type_ids)
             u, v = self._encode(fa, ma), self._encode(fb, mb)
             logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+            unused = self.classifier
         else:
             logits = self.classifier(self._encode(self._features(char_ids, attention_mask), attention_mask))
+            unused = self.pair_classifier
+        # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
+        # (find_unused_parameters=False) requires; the gradient it gets is 0.
+        logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
         loss = _classification_loss(self.config, logits, labels, self.num_labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

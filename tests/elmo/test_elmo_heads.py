@@ -23,8 +23,9 @@ def test_frozen_elmo_only_gamma_s_and_head_get_gradients(tiny, elmo_tokenizer):
     for name, p in model.named_parameters():
         if name.startswith("elmo."):
             assert not p.requires_grad and p.grad is None, name
-        elif not name.startswith("pair_classifier."):  # the pair classifier serves sentence pairs only
+        else:  # the pair classifier (pairs only) gets a zero gradient, so that DDP sees every parameter used
             assert p.grad is not None, name
+            assert (p.grad == 0).all() == name.startswith("pair_classifier."), name
     assert model.scalar_mix.gamma.grad.abs() > 0 and model.scalar_mix.scalar_parameters.grad.abs().sum() > 0
     # the frozen BiLM runs without dropout even in training mode: the features are deterministic
     feats = [model._features(batch["char_ids"], batch["attention_mask"]) for _ in range(2)]
