@@ -22,7 +22,8 @@ Deviations from bilm-tf (documented on purpose):
 * **Clipping**: bilm-tf clips the LSTM cell and projection (``cell_clip=3``, ``proj_clip=3``). ``nn.LSTM``
   cannot clip; with ``cell_clip``/``proj_clip`` set, a step-by-step loop with the *same parameters*
   (``weight_ih_l0``, ``weight_hh_l0``, ``bias_*``, ``weight_hr_l0``) is used instead, which is slower. The
-  presets leave clipping off (``None``) to keep the fused cuDNN / oneDNN kernel.
+  presets leave clipping off (``None``) to keep the fused kernel (cuDNN on GPU; on CPU PyTorch's native
+  LSTM kernel -- oneDNN does not take projections and says so in a one-time UserWarning).
 * ``nn.LSTM`` has two bias vectors (``bias_ih`` and ``bias_hh``) where TensorFlow's LSTMCell has one:
   4 * cell_size redundant parameters per layer and direction. bilm-tf's forget bias of 1.0 is the
   initial value of the forget slice of ``bias_ih``.
@@ -346,11 +347,11 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         if attention_mask is None:
             attention_mask = (char_ids != 0).any(dim=-1).long()
         lengths = _check_mask(attention_mask)
-        keep = attention_mask.unsqueeze(-1).to(torch.get_default_dtype())
-        x = self.char_encoder(char_ids) * keep
+        x = self.char_encoder(char_ids)
+        keep = attention_mask.unsqueeze(-1).to(x.dtype)
+        x = x * keep
         forward_layers = self.forward_stack(x)
         backward_layers = [reverse_padded(h, lengths) for h in self.backward_stack(reverse_padded(x, lengths))]
-        keep = keep.to(x.dtype)
         hidden = [torch.cat([x, x], dim=-1)]
         hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
         return SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
