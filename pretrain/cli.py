@@ -313,10 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if accelerator.is_main_process:
         save_outputs(args, trainer.unwrapped_model, tokenizer, result, state_dict)
         logger.info("wrote %s (perplexity %.2f)", args.output_dir, result.get("perplexity", float("nan")))
-        if args.push_to_hub:
-            push(args)
-    accelerator.wait_for_everyone()
+    del state_dict
     finish(accelerator, trainer)
+    if args.push_to_hub and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
+        push(args)
     return 0
 
 

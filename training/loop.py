@@ -38,6 +38,8 @@ What the loop guarantees:
   training data must be ordered by a sampler seeded from (seed, epoch) (e.g. :class:`EpochShuffleSampler`),
   the DataLoader must have its own ``generator`` and the collator must draw its random numbers from its own
   seeded generators, never from the global RNG (which belongs to dropout).
+* **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
+  finish the current optimizer step, write its checkpoint and raise :class:`TrainingStopped`.
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
   go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history.
@@ -469,11 +471,12 @@ class Trainer:
                     loss_sum += detached * weights[i]
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm else float("inf")
                 grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
-                grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+                measured = grad_norm is not None  # DeepSpeed clips inside its engine and returns None
+                grad_norm = float(grad_norm) if measured else float("nan")
                 reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples, float(self.stop_requested)])
                 step_loss = float(reduced[0]) / max(total_weight, 1e-12)
                 step = self.state["global_step"] + 1
-                if reduced[1] > 0 or not math.isfinite(step_loss) or not math.isfinite(grad_norm):
+                if reduced[1] > 0 or not math.isfinite(step_loss) or (measured and not math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
                     bar.close()
                     where = f"epoch {self.state['epoch']}, micro-batches {self.state['batches_in_epoch'] + 1}-{self.state['batches_in_epoch'] + len(group)} of the epoch"
