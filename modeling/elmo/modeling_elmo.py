@@ -416,10 +416,13 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         weight, bias = self.softmax.weight, self.softmax.bias
         v, s = self.config.vocab_size, samples.numel()
         true_logit = (h * weight[targets]).sum(-1) + bias[targets] - (math.log(s) + log_uniform_log_prob(targets, v))
-        sampled_logits = h @ weight[samples].t() + bias[samples] - (math.log(s) + log_uniform_log_prob(samples, v))
-        sampled_logits = sampled_logits.masked_fill(samples.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
-        logits = torch.cat([true_logit.unsqueeze(1), sampled_logits], dim=1).float()
-        return -(logits[:, 0] - torch.logsumexp(logits, dim=1)).sum()
+        corrected_bias = bias[samples] - (math.log(s) + log_uniform_log_prob(samples, v))
+        sampled_logits = torch.addmm(corrected_bias.to(h.dtype), h, weight[samples].t())  # (N, S)
+        # remove accidental hits (a negative equal to the target); in place: addmm's backward keeps no output
+        sampled_logits.masked_fill_(samples.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
+        true_logit = true_logit.float()
+        log_z = torch.logaddexp(true_logit, torch.logsumexp(sampled_logits.float(), dim=1))
+        return (log_z - true_logit).sum()
 
     def _draw_samples(self, device: torch.device) -> torch.Tensor:
         """``num_sampled`` ids from the log-uniform distribution (inverse CDF), with replacement."""

@@ -116,6 +116,27 @@ def test_sampled_softmax_is_train_only_and_eval_is_exact(tiny):
     assert all(s < exact.item() for s in sampled)  # 1 + 8 candidates instead of 100 words
 
 
+def test_sampled_softmax_loss_matches_a_loop_reference(tiny):
+    """Jean et al. (2015) / tf.nn.sampled_softmax_loss: logits corrected by log(S * Q(w)), Q log-uniform,
+    negatives equal to the target removed; checked against a plain loop in float64."""
+    model = SesameElmoForBidirectionalLM(tiny(vocab_size=50, softmax="sampled"))
+    h = torch.randn(4, 16)
+    targets = torch.tensor([0, 3, 7, 49])
+    samples = torch.tensor([3, 3, 1, 0, 20, 49, 5])  # with repeats and accidental hits
+    got = model._nll_sum(h, targets, samples)
+    w, b = model.softmax.weight.double(), model.softmax.bias.double()
+
+    def corrected(i, k):
+        q = (math.log(k + 2) - math.log(k + 1)) / math.log(51)
+        return float(h[i].double() @ w[k] + b[k]) - math.log(len(samples) * q)
+
+    ref = 0.0
+    for i, t in enumerate(targets.tolist()):
+        logits = [corrected(i, t)] + [corrected(i, k) for k in samples.tolist() if k != t]
+        ref += math.log(sum(math.exp(x) for x in logits)) - logits[0]
+    assert abs(got.item() - ref) < 1e-4 * max(1.0, abs(ref))
+
+
 def _train(config, sentences_ids, sentences_chars, mask, steps, lr=0.02, seed=0):
     torch.manual_seed(seed)
     model = SesameElmoForBidirectionalLM(config)
