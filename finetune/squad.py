@@ -246,7 +246,7 @@ def make_eval_fn(accelerator, args, examples, features, loader, metric):
 
     from finetune.qa import postprocess_qa_predictions
 
-    width = args.max_seq_length
+    width = -(-args.max_seq_length // 8) * 8  # >= any batch's length, also when padded to a multiple of 8
     post = features.select_columns(list(POSTPROCESS_COLUMNS))
 
     def step(model, batch):

@@ -331,6 +331,34 @@ def test_hub_dataset_offline_is_a_clear_error(tiny_sesame_bert, tmp_path, capsys
     assert "rajpurkar/squad_v2" in err and "offline" in err and "--train_file" in err
 
 
+def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(tiny_sesame_bert, squad_file, tmp_path, monkeypatch):
+    """--push_to_hub: hub arguments validated before training, then one push of the finished output_dir with a
+    model card rendered for question answering (the push itself is tested against a test Hub in tests/hub)."""
+    import training.hub
+
+    calls = []
+
+    def validate(args, check_remote=True):
+        calls.append(("validate", (tmp_path / "pushed").exists()))
+        args.hub_model_id = args.hub_model_id or "alice/squad-tiny"
+
+    def push(self, output_dir, step=None, model_card=None, final=True):
+        files = sorted(p.name for p in Path(output_dir).iterdir())
+        calls.append(("push", self.repo_id, step, files, model_card))
+        return "https://hub/commit/0"
+
+    monkeypatch.setattr(training.hub, "validate_hub_args", validate)
+    monkeypatch.setattr(training.hub.HubPusher, "push", push)
+    out = tmp_path / "pushed"
+    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file", str(squad_file),
+          "--output_dir", str(out), "--max_train_steps", "1", "--push_to_hub", *FAST])
+    assert calls[0] == ("validate", False) and len(calls) == 2
+    _, repo, step, files, card = calls[1]
+    assert repo == "alice/squad-tiny" and step == 1
+    assert {"config.json", "model.safetensors", "predictions.json", "all_results.json", "tokenizer.json"} <= set(files)
+    assert "question-answering" in card and "eval_f1" in card
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_path):
