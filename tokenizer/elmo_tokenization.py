@@ -32,6 +32,9 @@ What it returns (``tokenizer(text)`` / ``tokenizer(text_a, text_b)``):
   the pair heads of :mod:`modeling.elmo` can split the pair and run the BiLM on each sentence alone
   (ELMo never saw two sentences in one sequence).
 
+Pre-split input (``is_split_into_words=True``, e.g. for token classification): each given word is one token
+(only normalised), so word ``i`` of the first sentence is token ``i + 1``.
+
 Word splitting: the ``tokenizers`` library's ``BertPreTokenizer`` (whitespace, and punctuation as separate
 tokens) after NFC normalisation and, if ``lowercase``, lower-casing. The vocabulary (``vocab.txt``, one
 token per line, as bilm-tf's vocabulary file) is ordered by id: ``<pad>`` = 0, ``<S>`` = 1, ``</S>`` = 2,
@@ -226,9 +229,9 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             pairs = self.split_words(text)
             return [w for w, _ in pairs], [o for _, o in pairs]
         if isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text):
-            words: list[str] = []
-            for w in text:  # pre-split words: normalise each (lower-case) and split punctuation further
-                words.extend(self._tokenize(w) if is_split_into_words else [w])
+            # pre-split words stay one token each (normalised / lower-cased only), so that word-level labels
+            # line up: word i of the first sentence is token i + 1 (after <S>)
+            words = [self._normalizer.normalize_str(w) for w in text]
             return words, [(0, 0)] * len(words)
         raise ValueError(f"expected a string or a list of strings, got {type(text).__name__}")
 

@@ -53,6 +53,13 @@ def test_pair_layout_and_padding(elmo_tokenizer):
     assert (batch["char_ids"][0, 7:] == 0).all() and (batch["char_ids"][0, :7] != 0).all()
 
 
+def test_pre_split_words_stay_one_token_each(elmo_tokenizer):
+    enc = elmo_tokenizer(["The", "whale's", "sea"], is_split_into_words=True)
+    assert len(enc["input_ids"]) == 5
+    assert enc["char_ids"][2] == word_to_char_ids("whale's")
+    assert enc["input_ids"][1] == elmo_tokenizer.vocab["The"] and enc["input_ids"][2] == elmo_tokenizer.unk_token_id
+
+
 def test_pad_as_collator_and_truncation(elmo_tokenizer):
     tok = elmo_tokenizer
     feats = [tok("The sea"), tok("The whale rose from the sea")]
