@@ -339,7 +339,8 @@ class SesameBertModel(SesameBertPreTrainedModel):
     """The bare encoder. ``forward`` returns ``BaseModelOutputWithPooling``:
 
     ``last_hidden_state`` (B, T, H) float; ``pooler_output`` (B, H) (``None`` without pooling layer);
-    ``hidden_states`` (L + 1 tensors (B, T, H): embeddings, then each layer) and ``attentions``
+    ``hidden_states`` (L + 1 tensors (B, T, H): embeddings, then each layer; the last one is ``last_hidden_state``,
+    i.e. after the final norm with pre-LN) and ``attentions``
     (L tensors (B, A, T, T)) when asked for.
 
     Inputs: ``input_ids`` (B, T) long, or ``inputs_embeds`` (B, T, H); ``attention_mask`` (B, T) 1 = token,
