@@ -14,6 +14,12 @@ Example (the figures of the report)::
         --vocab_size 30000 --seq_len 128 --batch_size 32 --threads 2 --steps 10
 
 Prints a table and one JSON line. Not part of the test suite.
+
+Measured on the shared 2-core development machine (load average 4-12 from other jobs, so absolute times are
+inflated; the kinds are interleaved so the ratios hold), ``elmo-small``, V = 30,000, T = 128, B = 32,
+2 threads, median of 10 steps: full softmax 11.6 s/step (353 tokens/s), softmax 72.6% of it;
+sampled (1024 negatives) 3.61x, adaptive (cut-offs 1500 / 7500, div 4) 3.31x. With ELMo's 8192 negatives
+(27% of this vocabulary, 1% of ELMo's 793k) the sampled softmax gives 1.90x.
 """
 
 from __future__ import annotations
