@@ -12,6 +12,9 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine spinning threads of one
+# process starve the others (a tiny-model step went from 0.81 s to 0.07 s with this).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import gzip
 from pathlib import Path
