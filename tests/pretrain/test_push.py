@@ -1,0 +1,53 @@
+"""``pretrain --push_to_hub`` against the project's Hub-compatible test server (tests/hub/hub_server.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hf_alice_write_0123456789"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def hub_url():
+    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_pretrain", ROOT / "tests" / "hub" / "hub_server.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    server = module.HubServer({TOKEN: ("alice", "write")}).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_pretrain_pushes_the_model_without_checkpoints(hub_url, corpus_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_ENDPOINT=hub_url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
+               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
+               OMP_NUM_THREADS="1")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(corpus_dir / "train.txt"), "--validation_file",
+           str(corpus_dir / "valid.txt.gz"), "--config_name", "bert-tiny", "--vocab_size", "300", "--max_seq_length", "32",
+           "--per_device_train_batch_size", "8", "--max_train_steps", "3", "--output_dir", str(out),
+           "--push_to_hub", "--hub_model_id", "alice/tiny-mlm", "--hub_token", TOKEN]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = (
+        "import json; from huggingface_hub import HfApi; "
+        f"print(json.dumps(sorted(HfApi(token='{TOKEN}').list_repo_files('alice/tiny-mlm'))))"
+    )
+    listed = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    files = json.loads(listed.stdout.strip().splitlines()[-1])
+    assert {"config.json", "model.safetensors", "tokenizer.json", "all_results.json", "README.md"} <= set(files)
+    assert not [f for f in files if f.startswith("checkpoints/") or f.endswith((".pkl", ".bin"))]
