@@ -128,16 +128,21 @@ def test_elmo_resume_after_sigkill_is_bitwise_equal(shared, tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
-def test_two_processes_follow_one_process_with_the_same_global_batch(shared, tmp_path):
+def test_two_processes_with_accumulation_follow_one_process_with_the_same_global_batch(shared, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     common = ["--config_name", str(shared / "bert-nodrop"), "--max_train_steps", "8", "--checkpointing_steps", "100"]
     _run(1, _bert_args(shared, one, "--per_device_train_batch_size", "8", *common))
-    _run(2, _bert_args(shared, two, "--per_device_train_batch_size", "4", *common))
+    # same global batch of 8 blocks: 2 processes x 2 blocks x 2 accumulation steps
+    _run(2, _bert_args(shared, two, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", *common))
     log1, log2 = (json.loads((d / "trainer_log.json").read_text()) for d in (one, two))
     assert [r["step"] for r in log1] == [r["step"] for r in log2] == list(range(1, 9))
     loss1, loss2 = [r["train_loss"] for r in log1], [r["train_loss"] for r in log2]
     assert loss2 == pytest.approx(loss1, rel=1e-5, abs=1e-6)
     assert [r["learning_rate"] for r in log2] == pytest.approx([r["learning_rate"] for r in log1], rel=1e-12)
+    # the schedule took exactly one step per optimizer step: linear warmup 2, linear decay to 0 at step 8
+    assert [r["learning_rate"] for r in log2] == pytest.approx([2e-3 * min(s / 2, (8 - s) / 6) for s in range(1, 9)], abs=1e-12)
+    scheduler_state = torch.load(two / "checkpoints" / "step_8" / "custom_checkpoint_0.pkl", weights_only=False)
+    assert scheduler_state["last_epoch"] == 8 and scheduler_state["_step_count"] == 9
     r1, r2 = (json.loads((d / "all_results.json").read_text()) for d in (one, two))
     assert r2["replica_max_abs_diff"] == 0.0, "parameters identical on both ranks"
     assert r2["perplexity"] == pytest.approx(r1["perplexity"], rel=1e-4)
