@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m = parser.add_argument_group("model")
     m.add_argument("--model_name_or_path", required=True, help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
+    m.add_argument("--config_name", default=None, help="config path or repo (default: the model's)")
     m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the model's)")
+    m.add_argument("--revision", default=None, help="revision (branch, tag or commit id) of hub repos given by --model_name_or_path / --config_name / --tokenizer_name")
     m.add_argument("--unfreeze_backbone", action="store_true", help="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head trained)")
     m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")
     m.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
@@ -163,11 +165,14 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
 
     source = args.model_name_or_path
+    hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
     try:
-        pretrained = AutoConfig.from_pretrained(source, trust_remote_code=args.trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, trust_remote_code=args.trust_remote_code)
+        pretrained = AutoConfig.from_pretrained(args.config_name or source, **hub)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, **hub)
     except (OSError, ValueError) as err:
-        raise InputError(f"--model_name_or_path {source}: cannot load the config / tokenizer ({type(err).__name__}: "
+        what = " / ".join(f"--{n} {getattr(args, n)}" for n in ("model_name_or_path", "config_name", "tokenizer_name")
+                          if getattr(args, n)) + (f" (--revision {args.revision})" if args.revision else "")
+        raise InputError(f"{what}: cannot load the config / tokenizer ({type(err).__name__}: "
                          f"{str(err).splitlines()[0]})") from None
     mapping = None if regression else label_mapping(pretrained, label_names, args)
     overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
@@ -178,9 +183,9 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
         overrides["label2id"] = {n: i for i, n in enumerate(label_names)}
     if getattr(pretrained, "model_type", "") == "sesame-elmo":
         overrides["freeze_backbone"] = not args.unfreeze_backbone
-    config = AutoConfig.from_pretrained(source, trust_remote_code=args.trust_remote_code, **overrides)
+    config = AutoConfig.from_pretrained(args.config_name or source, **hub, **overrides)
     model = AutoModelForSequenceClassification.from_pretrained(
-        source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, trust_remote_code=args.trust_remote_code
+        source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, **hub
     )
     return tokenizer, model, mapping
 
@@ -310,12 +315,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
                     args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
                     trainer.max_train_steps)
-    try:
-        result = trainer.train()
-    except NonFiniteLossError as err:
-        finish(accelerator, trainer)
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    from training.loop import TrainingStopped
+    from training.signals import stop_on_signals
+
+    with stop_on_signals(trainer) as stopper:  # SIGTERM/SIGINT: finish the step, checkpoint, exit 143/130
+        try:
+            result = trainer.train()
+        except (NonFiniteLossError, TrainingStopped) as err:
+            finish(accelerator, trainer)
+            print(f"error: {err}", file=sys.stderr)
+            return stopper.exit_code if isinstance(err, TrainingStopped) else 1
     predictions = {split: to_task_ids(predict(trainer, split)["logits"]) for split in test_splits}
     if accelerator.is_main_process:
         save_outputs(args, trainer.unwrapped_model, tokenizer, result, eval_splits)
@@ -330,7 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     accelerator.wait_for_everyone()
     pusher = HubPusher.from_args(args)
     if pusher is not None and accelerator.is_main_process:
-        pusher.push(args.output_dir, step=result.get("global_step"))
+        from training.model_card import card_for_run
+
+        pusher.push(args.output_dir, step=result.get("global_step"),
+                    model_card=card_for_run(args.output_dir, args, task="text-classification"))
     finish(accelerator, trainer)
     return 0
 

@@ -150,9 +150,10 @@ def _whoami(token: str, repo_id: str | None) -> dict:
         info = HfApi().whoami(token=token)
     except HfHubHTTPError as err:
         if _http_status(err) == 401:
+            target = f" to push to {repo_id!r}" if repo_id else ""
             raise InputError(
-                f"--hub_token: the token was refused by {_endpoint()} (invalid or expired); create a token with "
-                f"write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
+                f"--hub_token: the token was refused by {_endpoint()}{target} (invalid or expired); create a token "
+                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
         raise
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
