@@ -159,7 +159,7 @@ def _whoami(token: str, repo_id: str | None) -> dict:
     if role == "read":
         raise InputError(
             f"--hub_token: the token of user {info.get('name')!r} is read-only; pushing to "
-            f"{repo_id or 'the hub'} needs a token with the 'write' role ({_TOKEN_URL})")
+            f"{repr(repo_id) if repo_id else 'the hub'} needs a token with the 'write' role ({_TOKEN_URL})")
     return info
 
 

@@ -38,8 +38,13 @@ class Hub:
 
     def __init__(self, server, tmp_path: Path):
         self.server = server
-        self.url = server.url
         self.tmp_path = tmp_path
+
+    @property
+    def url(self) -> str:
+        """The server's URL (a new port after ``server.stop(); server.start()``; the client cache does not
+        depend on it)."""
+        return self.server.url
 
     def env(self, hf_home: Path, token: str | None = None, offline: bool = False,
             xet: bool = False) -> dict[str, str]:
@@ -90,3 +95,13 @@ def hub(tmp_path):
     finally:
         server.stop()
         assert not server.running
+
+
+@pytest.fixture(scope="module")
+def module_hub(tmp_path_factory):
+    """One server for a whole test module (expensive pushes reused by several tests), stopped after it."""
+    server = hub_server.HubServer(TOKENS).start()
+    try:
+        yield Hub(server, tmp_path_factory.mktemp("module_hub"))
+    finally:
+        server.stop()
