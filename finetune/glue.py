@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from finetune.glue_data import label_names_of, load_glue_data, write_submission
     from training.hub import HubPusher, validate_hub_args
-    from training.loop import NonFiniteLossError, Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
+    from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
 
     # Everything the user gave is checked before the model is loaded and training starts.
     raw = load_glue_data(args.task_name, glue_dir=args.glue_dir, train_file=args.train_file,
@@ -315,16 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
                     args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
                     trainer.max_train_steps)
-    from training.loop import TrainingStopped
-    from training.signals import stop_on_signals
+    from training.signals import train_until_stopped
 
-    with stop_on_signals(trainer) as stopper:  # SIGTERM/SIGINT: finish the step, checkpoint, exit 143/130
-        try:
-            result = trainer.train()
-        except (NonFiniteLossError, TrainingStopped) as err:
-            finish(accelerator, trainer)
-            print(f"error: {err}", file=sys.stderr)
-            return stopper.exit_code if isinstance(err, TrainingStopped) else 1
+    result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
+    if result is None:
+        return status
     predictions = {split: to_task_ids(predict(trainer, split)["logits"]) for split in test_splits}
     if accelerator.is_main_process:
         save_outputs(args, trainer.unwrapped_model, tokenizer, result, eval_splits)

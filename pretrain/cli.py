@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pretrain import data
     from pretrain.collators import BiLMCollator, MLMCollator
-    from training.loop import NonFiniteLossError, Trainer, TrainingStopped, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
+    from training.loop import Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
 
     config = TrainingConfig.from_args(args)
     from training.hub import validate_hub_args
@@ -303,12 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.max_seq_length, trainer.max_train_steps, args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
             accelerator.num_processes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
         )
-    try:
-        result = trainer.train()
-    except (NonFiniteLossError, TrainingStopped) as err:
-        finish(accelerator, trainer)
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    from training.signals import train_until_stopped
+
+    result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
+    if result is None:
+        return status
     state_dict = accelerator.get_state_dict(trainer.model)  # all processes (FSDP gathers the shards)
     if accelerator.is_main_process:
         save_outputs(args, trainer.unwrapped_model, tokenizer, result, state_dict)

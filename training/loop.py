@@ -30,7 +30,10 @@ What the loop guarantees:
   computed and logged). A non-finite loss or gradient norm on any process stops every process before the
   optimizer step with :class:`NonFiniteLossError` naming the step; the last checkpoint is left as it was.
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps and at the end, ``<output_dir>/checkpoints/
-  step_N/`` written atomically (:mod:`training.checkpoint`), the last ``checkpoints_total_limit`` kept.
+  step_N/`` written atomically with a size + SHA-256 manifest (:mod:`training.checkpoint`), the last
+  ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as JSON in ``trainer_state.json``
+  (nothing is unpickled on resume). ``latest`` skips damaged checkpoints; a failed save (disk full) raises
+  :class:`training.checkpoint.CheckpointWriteError` and leaves the previous checkpoints intact.
 * **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path) restores weights, optimizer, schedule,
   every process's RNG states and the position in the data: the epoch is set on the sampler and collator, and
   the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
@@ -39,7 +42,8 @@ What the loop guarantees:
   the DataLoader must have its own ``generator`` and the collator must draw its random numbers from its own
   seeded generators, never from the global RNG (which belongs to dropout).
 * **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
-  finish the current optimizer step, write its checkpoint and raise :class:`TrainingStopped`.
+  finish the current optimizer step, write its checkpoint and raise :class:`TrainingStopped`;
+  :mod:`training.signals` calls it on SIGTERM / SIGINT.
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
   go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history.
@@ -150,6 +154,7 @@ class TrainingConfig:
         if self.lr_scheduler_type not in SCHEDULERS:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
         log_with(self.report_to)  # validates
+        ckpt.check_output_dir(self.output_dir)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> "TrainingConfig":
@@ -348,7 +353,7 @@ class Trainer:
         self.scheduler = create_scheduler(
             config.lr_scheduler_type, self.optimizer, config.num_warmup_steps, self.max_train_steps, config.num_decay_steps
         )
-        accelerator.register_for_checkpointing(self.scheduler)
+        # the schedule's state goes into trainer_state.json (JSON), not a pickled custom_checkpoint_0.pkl
         self.state: dict[str, Any] = {
             "global_step": 0, "epoch": 0, "batches_in_epoch": 0, "loss_sum": 0.0, "weight_sum": 0.0,
             "max_train_steps": self.max_train_steps, "num_processes": accelerator.num_processes,
@@ -376,8 +381,9 @@ class Trainer:
 
     def save_checkpoint(self) -> str:
         """Write ``checkpoints/step_<global_step>`` (all processes must call it)."""
+        state = dict(self.state, lr_scheduler=self.scheduler.state_dict())
         path = ckpt.save_checkpoint(
-            self.accelerator, self.checkpoints_dir, self.state["global_step"], self.state, self.config.checkpoints_total_limit
+            self.accelerator, self.checkpoints_dir, self.state["global_step"], state, self.config.checkpoints_total_limit
         )
         self.last_checkpoint = str(path)
         return str(path)
@@ -389,7 +395,16 @@ class Trainer:
         saved = ckpt.read_state(path)
         if saved.get("max_train_steps") != self.max_train_steps:
             logger.warning("resuming %s saved for %s training steps into a run of %s", path, saved.get("max_train_steps"), self.max_train_steps)
-        self.accelerator.load_state(str(path))
+        try:
+            self.accelerator.load_state(str(path))
+            if "lr_scheduler" in saved:
+                self.scheduler.load_state_dict(saved["lr_scheduler"])
+        except (RuntimeError, KeyError, ValueError) as err:  # shapes/names/param groups that do not fit
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise InputError(
+                f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
+                "expected a checkpoint written by a run with the same model config"
+            ) from err
         self.state.update({k: saved[k] for k in ("global_step", "epoch", "batches_in_epoch", "loss_sum", "weight_sum", "eval_history") if k in saved})
         self.last_checkpoint = str(path)
         if self.accelerator.is_main_process:

@@ -1,0 +1,90 @@
+"""Fixtures of the reliability tests: a tiny corpus, tiny tokenizers and model configs, written in tmp paths."""
+
+from __future__ import annotations
+
+import random
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+WORDS = ("the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats "
+         "it rained in afternoon and streets of city were wet").split()
+
+
+def documents(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))) + "." for _ in range(rng.randint(2, 6)))
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory) -> Path:
+    """``train.txt`` / ``valid.txt``, a WordPiece tokenizer ``wordpiece/`` (vocab ~120), a dropout-free
+    bert-tiny config ``bert-nodrop/`` and a saved tiny model ``tiny-model/`` (weights + tokenizer)."""
+    import modeling
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    root = tmp_path_factory.mktemp("reliability")
+    docs = documents(80)
+    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n", encoding="utf-8")
+    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n", encoding="utf-8")
+    tok = train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    config = modeling.get_preset_config("bert-tiny", vocab_size=len(tok), max_position_embeddings=64)
+    config.save_pretrained(root / "bert-tiny-config")
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.save_pretrained(root / "tiny-model")
+    tok.save_pretrained(root / "tiny-model")
+    return root
+
+
+class ToyRegressor(torch.nn.Module):
+    """x (B, 4) -> y (B,); MSE loss; dropout so that the RNG state matters for an exact resume."""
+
+    def __init__(self, hidden: int = 16):
+        super().__init__()
+        self.hidden = torch.nn.Linear(4, hidden)
+        self.drop = torch.nn.Dropout(0.2)
+        self.out = torch.nn.Linear(hidden, 1)
+
+    def forward(self, x, labels=None):
+        y = self.out(self.drop(torch.tanh(self.hidden(x)))).squeeze(-1)
+        return types.SimpleNamespace(loss=None if labels is None else ((y - labels) ** 2).mean(), logits=y)
+
+
+def _toy_data(n: int = 40):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+    return [{"x": x[i], "labels": y[i]} for i in range(n)]
+
+
+def _collate(examples):
+    return {"x": torch.stack([e["x"] for e in examples]), "labels": torch.stack([e["labels"] for e in examples])}
+
+
+@pytest.fixture
+def toy_run():
+    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16) -> (trainer, result)``: the shared loop on a
+    toy regressor, all checkpoints kept, in a fresh accelerate state."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+
+    def run(out, steps, ckpt_steps=2, resume=None, hidden=16):
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        config = TrainingConfig(output_dir=str(out), learning_rate=0.05, max_train_steps=steps, num_warmup_steps=1,
+                                checkpointing_steps=ckpt_steps, checkpoints_total_limit=0, resume_from_checkpoint=resume, seed=0)
+        acc = make_accelerator(config)
+        torch.manual_seed(0)
+        trainer = Trainer(acc, ToyRegressor(hidden), make_train_dataloader(_toy_data(), 4, _collate, seed=0), config)
+        return trainer, trainer.train()
+
+    yield run
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()

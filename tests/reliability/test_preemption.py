@@ -1,0 +1,127 @@
+"""Preemption, as a scheduler does it: SIGTERM to a running ``pretrain`` at a random step -> the step finishes,
+a checkpoint is written, the process exits 143 saying how to resume; the resumed run ends bitwise equal to an
+uninterrupted one. With 2 processes (``accelerate launch``, torchrun forwards the signal) every rank stops at
+the same step and the checkpoint is consistent. A second signal exits at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    return env
+
+
+def _command(processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "pretrain"]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
+
+
+def _args(assets: Path, out: Path, *extra: str) -> list[str]:
+    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"),
+            "--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
+            "--per_device_train_batch_size", "4", "--max_train_steps", "40", "--checkpointing_steps", "4",
+            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3",
+            "--num_warmup_steps", "2", "--output_dir", str(out), *extra]
+
+
+def _run(processes: int, args: list[str]) -> None:
+    proc = subprocess.run(_command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _start_and_signal(processes: int, args: list[str], out: Path, sig: int, delay: float, twice: bool = False):
+    """Start the run; once ``step_4`` exists wait ``delay`` s and send ``sig`` (to the process group for the
+    launcher, as a scheduler / terminal does; to the process itself with 1 process). Return (rc, stderr)."""
+    proc = subprocess.Popen(_command(processes) + args, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    first = out / "checkpoints" / "step_4"
+    deadline = time.time() + 300
+    try:
+        while not first.exists():
+            assert proc.poll() is None, f"the run ended early: {proc.stderr.read()[-2000:]}"
+            assert time.time() < deadline
+            time.sleep(0.01)
+        time.sleep(delay)
+        send = (lambda s: os.killpg(proc.pid, s)) if processes > 1 else proc.send_signal
+        send(sig)
+        if twice:
+            time.sleep(3.0)  # past the window in which a repeat counts as the launcher forwarding it
+            send(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err
+
+
+def _steps(out: Path) -> list[int]:
+    return sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))
+
+
+def test_sigterm_at_a_random_step_then_resume_is_bitwise_equal(assets, tmp_path):
+    full, stopped = tmp_path / "full", tmp_path / "stopped"
+    _run(1, _args(assets, full))
+    delay = random.Random().uniform(0.0, 0.5)
+    rc, err = _start_and_signal(1, _args(assets, stopped), stopped, signal.SIGTERM, delay)
+    assert rc == 143, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "--resume_from_checkpoint latest" in lines[0], err[-2000:]
+    assert not (stopped / "all_results.json").exists()
+    last = _steps(stopped)[-1]
+    assert 4 <= last < 40 and f"step_{last}" in lines[0]
+    state = json.loads((stopped / "checkpoints" / f"step_{last}" / "trainer_state.json").read_text())
+    assert state["global_step"] == last
+    _run(1, _args(assets, stopped, "--resume_from_checkpoint", "latest"))
+    from safetensors.torch import load_file
+
+    a, b = load_file(full / "model.safetensors"), load_file(stopped / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    ra, rb = (json.loads((d / "all_results.json").read_text()) for d in (full, stopped))
+    assert ra["train_loss"] == rb["train_loss"] and ra["perplexity"] == rb["perplexity"]
+
+
+def test_sigint_gives_130(assets, tmp_path):
+    out = tmp_path / "int"
+    rc, err = _start_and_signal(1, _args(assets, out), out, signal.SIGINT, 0.0)
+    assert rc == 130, err[-2000:]
+    assert "resume with --resume_from_checkpoint latest" in err
+
+
+def test_two_processes_stop_at_the_same_step_with_a_consistent_checkpoint(assets, tmp_path):
+    out = tmp_path / "two"
+    rc, err = _start_and_signal(2, _args(assets, out), out, signal.SIGTERM, random.Random().uniform(0.0, 0.3))
+    assert rc != 0, err[-2000:]
+    assert "resume with --resume_from_checkpoint latest" in err, err[-3000:]
+    last = _steps(out)[-1]
+    ckpt = out / "checkpoints" / f"step_{last}"
+    from training.checkpoint import read_state, verify_checkpoint
+
+    assert read_state(ckpt)["global_step"] == last and read_state(ckpt)["num_processes"] == 2
+    assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()
+    assert verify_checkpoint(ckpt) is None
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+    _run(2, _args(assets, out, "--resume_from_checkpoint", "latest", "--max_train_steps", str(last + 2)))
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["global_step"] == last + 2 and results["replica_max_abs_diff"] == 0.0
