@@ -166,6 +166,10 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
 
     source = args.model_name_or_path
     hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
+    for arg in ("model_name_or_path", "config_name", "tokenizer_name"):
+        name = getattr(args, arg)
+        if name and name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+            raise InputError(f"--{arg} {name}: no such folder; expected a folder written by save_pretrained or a hub repo id")
     try:
         pretrained = AutoConfig.from_pretrained(args.config_name or source, **hub)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, **hub)
@@ -173,7 +177,7 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
         what = " / ".join(f"--{n} {getattr(args, n)}" for n in ("model_name_or_path", "config_name", "tokenizer_name")
                           if getattr(args, n)) + (f" (--revision {args.revision})" if args.revision else "")
         raise InputError(f"{what}: cannot load the config / tokenizer ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0]})") from None
+                         f"{str(err).splitlines()[0]}); expected a model folder written by save_pretrained or a hub repo id") from None
     mapping = None if regression else label_mapping(pretrained, label_names, args)
     overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
                                  "problem_type": "regression" if regression else "single_label_classification",
@@ -184,10 +188,33 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
     if getattr(pretrained, "model_type", "") == "sesame-elmo":
         overrides["freeze_backbone"] = not args.unfreeze_backbone
     config = AutoConfig.from_pretrained(args.config_name or source, **hub, **overrides)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, **hub
-    )
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, **hub
+        )
+    except OSError as err:  # no weights file (or an unreadable one)
+        raise InputError(f"--model_name_or_path {source}: cannot load the weights ({type(err).__name__}: "
+                         f"{str(err).strip().splitlines()[0]}); expected a model folder with model.safetensors "
+                         "(save_pretrained) or a hub repo id") from None
+    check_model_fits(args, tokenizer, model.config)
     return tokenizer, model, mapping
+
+
+def check_model_fits(args, tokenizer, config) -> None:
+    """Refuse a tokenizer with more tokens than the model's vocabulary, or ``--max_seq_length`` beyond the
+    model's positions (either would index past an embedding table).
+
+    Raises:
+        InputError: naming the flag and the model's limit.
+    """
+    vocab = getattr(config, "vocab_size", None)
+    if vocab is not None and len(tokenizer) > vocab:
+        raise InputError(f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}: {len(tokenizer)} tokens but the "
+                         f"model's vocab_size is {vocab}; expected the tokenizer the model was trained with")
+    max_pos = getattr(config, "max_position_embeddings", None)
+    if max_pos is not None and args.max_seq_length > max_pos:
+        raise InputError(f"--max_seq_length {args.max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
+                         f"expected at most {max_pos}")
 
 
 def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accelerator):

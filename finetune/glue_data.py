@@ -101,7 +101,7 @@ def read_table(path: str | os.PathLike, column_names: Sequence[str] | None = Non
     path = Path(path)
     fmt = file_format(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise InputError(f"{path}: file not found; expected an existing csv, tsv, json or jsonl file")
     try:
         if fmt in ("csv", "tsv"):
             return _read_delimited(path, fmt, column_names)
@@ -220,8 +220,8 @@ def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str)
         else:
             bad.append((row, value))
     if bad:
-        raise InputError(f"{where}: {len(bad)} label(s) outside the label set {list(label_names)} (names or class "
-                         f"ids 0..{len(label_names) - 1}): {_shown(bad)}")
+        raise InputError(f"{where}: {len(bad)} label(s) outside the label set {list(label_names)}: {_shown(bad)}; "
+                         f"expected label names or class ids 0..{len(label_names) - 1}")
     return ids
 
 
@@ -270,7 +270,7 @@ def _require_columns(columns: dict[str, list[Any]], needed: dict[str, str | None
     missing = [f"{col!r} ({role})" for role, col in needed.items() if col is not None and col not in columns]
     if missing:
         raise InputError(f"{where}: missing column(s) {', '.join(missing)}; columns found: {list(columns)}"
-                         f" (choose them with --sentence1_key / --sentence2_key / --label_key)")
+                         f"; expected the columns named by --sentence1_key / --sentence2_key / --label_key")
 
 
 def normalize_split(

@@ -85,11 +85,11 @@ def read_squad_json(path: str | os.PathLike) -> list[dict[str, Any]]:
         with opener(path, "rt", encoding="utf-8-sig") as f:
             document = json.load(f)
     except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        raise InputError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start}); expected a UTF-8 SQuAD-format JSON file") from None
     except json.JSONDecodeError as err:
-        raise InputError(f"{path}: malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+        raise InputError(f"{path}: malformed JSON: {err.msg} at line {err.lineno} column {err.colno}; expected a SQuAD-format JSON file") from None
     except (OSError, EOFError) as err:
-        raise InputError(f"{path}: cannot read the file ({err})") from None
+        raise InputError(f"{path}: cannot read the file ({err}); expected a SQuAD-format .json or .json.gz file") from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         found = sorted(document) if isinstance(document, dict) else type(document).__name__
         raise InputError(f"{path}: missing key 'data' (a list of articles) at the top level; found {found}; "

@@ -88,7 +88,7 @@ def _apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
     if args.output_dir is None:
         args.output_dir = os.path.join("outputs", f"pretrain-{args.model_type}")
     if args.nsp and args.model_type != "bert":
-        raise InputError("--nsp: next-sentence prediction needs --model_type bert")
+        raise InputError(f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert (got {args.model_type})")
     for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size", "vocab_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
@@ -96,6 +96,18 @@ def _apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 
 # -- pieces ---------------------------------------------------------------------------------------------------
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _check_local_path(name: str, arg: str, expected: str) -> None:
+    """Refuse a path-like ``name`` (absolute, ``./``, ``../`` or ``~``) that does not exist, before the hub
+    client misreads it as a malformed repo id."""
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        raise InputError(f"{arg} {name}: no such folder; expected {expected}")
+
+
 def get_tokenizer(args, accelerator):
     """Load ``--tokenizer_name``, reuse ``<output_dir>/tokenizer`` (a resumed run) or train one on the main process."""
     from transformers import AutoTokenizer
@@ -103,10 +115,12 @@ def get_tokenizer(args, accelerator):
     import modeling  # noqa: F401  (registers the tokenizers with AutoTokenizer)
 
     if args.tokenizer_name:
+        _check_local_path(args.tokenizer_name, "--tokenizer_name", "a tokenizer folder (save_pretrained) or a hub repo id")
         try:
             return AutoTokenizer.from_pretrained(args.tokenizer_name)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--tokenizer_name {args.tokenizer_name}: could not be loaded ({type(err).__name__}: {err})") from err
+            raise InputError(f"--tokenizer_name {args.tokenizer_name}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+                             "expected a tokenizer folder (save_pretrained) or a hub repo id") from err
     tok_dir = Path(args.output_dir) / "tokenizer"
     if accelerator.is_main_process and not (tok_dir / "tokenizer_config.json").is_file():
         files = args.train_file
@@ -150,10 +164,12 @@ def build_model(args, tokenizer):
 
     auto = AutoModelForPreTraining if (args.nsp or args.model_type == "elmo") else AutoModelForMaskedLM
     if args.model_name_or_path:
+        _check_local_path(args.model_name_or_path, "--model_name_or_path", "a model folder (save_pretrained) or a hub repo id")
         try:
             model = auto.from_pretrained(args.model_name_or_path)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--model_name_or_path {args.model_name_or_path}: could not be loaded ({type(err).__name__}: {err})") from err
+            raise InputError(f"--model_name_or_path {args.model_name_or_path}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+                             "expected a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id") from err
     else:
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:
@@ -170,9 +186,12 @@ def build_model(args, tokenizer):
         model = auto.from_config(config)
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and args.max_seq_length > max_pos:
-        raise InputError(f"--max_seq_length {args.max_seq_length}: exceeds the model's max_position_embeddings {max_pos}")
+        raise InputError(f"--max_seq_length {args.max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
+                         f"expected at most {max_pos}")
     if model.config.vocab_size < len(tokenizer):
-        raise InputError(f"--tokenizer_name: {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
+        raise InputError(f"--tokenizer_name {args.tokenizer_name}: {len(tokenizer)} tokens but the model's vocab_size is "
+                         f"{model.config.vocab_size}; expected the tokenizer the model was trained with (at most "
+                         f"{model.config.vocab_size} tokens)")
     return model
 
 

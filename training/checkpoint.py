@@ -90,6 +90,20 @@ def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike) -> 
             f"--resume_from_checkpoint latest: every checkpoint in {checkpoints_dir} is damaged ({'; '.join(damaged)}); "
             "expected at least one intact checkpoint (delete the checkpoints folder to start from scratch)"
         )
+    path = check_checkpoint_path(spec)
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, e.g. 'latest'")
+    return path
+
+
+def check_checkpoint_path(spec: str) -> Path:
+    """Cheap check of a ``--resume_from_checkpoint`` folder (exists, holds ``trainer_state.json``), done before
+    any work; :func:`resolve_checkpoint` verifies its files at resume time.
+
+    Raises:
+        InputError: no such folder, or not a complete checkpoint.
+    """
     path = Path(spec)
     if not path.is_dir():
         raise InputError(f"--resume_from_checkpoint {spec}: no such folder; expected 'latest' or a checkpoint folder")
@@ -98,9 +112,6 @@ def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike) -> 
             f"--resume_from_checkpoint {spec}: not a complete checkpoint (no {STATE_FILE}); expected a folder "
             "written by the training loop, e.g. <output_dir>/checkpoints/step_N"
         )
-    problem = verify_checkpoint(path)
-    if problem is not None:
-        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, e.g. 'latest'")
     return path
 
 

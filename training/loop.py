@@ -155,6 +155,8 @@ class TrainingConfig:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
         log_with(self.report_to)  # validates
         ckpt.check_output_dir(self.output_dir)
+        if self.resume_from_checkpoint not in (None, "", "latest"):
+            ckpt.check_checkpoint_path(self.resume_from_checkpoint)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> "TrainingConfig":

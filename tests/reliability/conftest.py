@@ -39,6 +39,8 @@ def assets(tmp_path_factory) -> Path:
     model = AutoModelForSequenceClassification.from_config(config)
     model.save_pretrained(root / "tiny-model")
     tok.save_pretrained(root / "tiny-model")
+    big = train_wordpiece_tokenizer([root / "train.txt"], 400, root / "wordpiece-big", min_frequency=1)
+    assert len(big) > len(tok), "a tokenizer with more tokens than the tiny model's vocabulary"
     return root
 
 
