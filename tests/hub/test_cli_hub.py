@@ -111,7 +111,7 @@ def runs(module_hub, tmp_path_factory):
     return root
 
 
-def test_wrong_and_read_only_tokens_fail_before_training(module_hub, tmp_path):
+def test_wrong_and_read_only_tokens_fail_before_training(module_hub, runs, tmp_path):
     hub = module_hub
     (tmp_path / "train.txt").write_text(_documents(4, 3))
     for token, expected in (("hf_wrong", "refused"), (hub.read_token, "read-only")):
@@ -124,6 +124,14 @@ def test_wrong_and_read_only_tokens_fail_before_training(module_hub, tmp_path):
         assert len(errors) == 1 and "'alice/refused'" in errors[0] and expected in errors[0], errors
         assert "Traceback" not in proc.stderr and not out.exists()  # refused before anything was written
     assert "alice/refused" not in hub.server.state.repos
+    # a revision the repo does not have: one clear line, nothing written
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe whale rose\tpos\nthe dog sat\tneg\n")
+    out = tmp_path / "clf"
+    proc = _command(hub, ["finetune.glue", "--model_name_or_path", "alice/cli-bert", "--revision", "no-such-branch",
+                          "--train_file", str(tmp_path / "train.tsv"), "--output_dir", str(out)], tmp_path / "home", tmp_path)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert "alice/cli-bert" in errors[0] and "--revision no-such-branch" in errors[0] and not out.exists(), errors
 
 
 def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, runs, tmp_path):
