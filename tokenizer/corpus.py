@@ -12,6 +12,7 @@ and what was expected.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
 import os
@@ -204,7 +205,9 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
         The temporary folder (a ``Path`` in the same parent as ``output_dir``) to write into.
 
     Raises:
-        InputError: ``output_dir`` (or one of its parents) is an existing file, or its parent cannot be created.
+        InputError: ``output_dir`` (or one of its parents) is an existing file, or its parent cannot be created,
+            or writing into the temporary folder failed with an ``OSError`` (e.g. disk full; then the temporary
+            folder is removed and ``output_dir`` is unchanged).
     """
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
@@ -216,9 +219,18 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
         raise InputError(f"{arg_name} {out}: a parent is an existing file; expected a directory path") from err
     except OSError as err:
         raise InputError(f"{arg_name} {out}: cannot create its parent folder ({err.strerror})") from err
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:
-        yield tmp
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    except OSError as err:
+        raise InputError(f"{arg_name} {out}: cannot create a folder in {parent} ({err.strerror}); expected a writable "
+                         "location") from err
+    try:
+        try:
+            yield tmp
+        except OSError as err:  # disk full, quota, permission: report it, leave output_dir as it was
+            reason = "disk full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
+            raise InputError(f"{arg_name} {out}: could not write the outputs ({reason}: {err}); {out} was left as it "
+                             "was; expected a writable folder with free space") from err
         if not out.exists():
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
             os.replace(tmp, out)

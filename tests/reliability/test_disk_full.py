@@ -1,0 +1,83 @@
+"""Disk full while ``pretrain`` writes: at checkpoint time the run stops with one ``error:`` line (exit 2) and
+the previous checkpoint stays intact and resumable; at ``save_pretrained`` time ``output_dir`` gets no partial
+model and the final checkpoint stays intact. (ENOSPC simulated by a write that stops half-way and raises.)"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from training import checkpoint as ckpt
+from training.errors import run_cli
+
+
+def _args(assets: Path, out: Path, *extra: str) -> list[str]:
+    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"), "--tokenizer_name",
+            str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
+            "--max_train_steps", "4", "--checkpointing_steps", "2", "--checkpoints_total_limit", "0", "--output_dir", str(out), *extra]
+
+
+def _enospc(path):
+    with open(path, "wb") as f:
+        f.write(b"\0" * 100)  # what fitted before the disk filled up
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+@pytest.fixture
+def fresh_state():
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+def test_disk_full_at_checkpoint_time(assets, tmp_path, monkeypatch, capsys, fresh_state):
+    from accelerate import Accelerator
+
+    from pretrain.cli import main
+
+    real, calls = Accelerator.save_state, {"n": 0}
+
+    def save_state(self, output_dir=None, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real(self, output_dir, **kwargs)
+        _enospc(Path(output_dir) / "model.safetensors")
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    out = tmp_path / "out"
+    assert run_cli(main, _args(assets, out)) == 2
+    err = capsys.readouterr().err
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert "could not write checkpoint" in lines[0] and "step_4 (disk full" in lines[0] and "step_2 is intact" in lines[0]
+    assert [s for s, _ in ckpt.checkpoint_dirs(out / "checkpoints")] == [2]
+    assert ckpt.verify_checkpoint(out / "checkpoints" / "step_2") is None
+    assert not list((out / "checkpoints").glob(".tmp-*")) and not (out / "model.safetensors").exists()
+
+
+def test_disk_full_when_saving_the_model(assets, tmp_path, monkeypatch, capsys, fresh_state):
+    import transformers.modeling_utils
+
+    from pretrain.cli import main
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", lambda sd, filename, metadata=None: _enospc(filename))
+    out = tmp_path / "out"
+    assert run_cli(main, _args(assets, out)) == 2
+    err = capsys.readouterr().err
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert f"--output_dir {out}: could not write the outputs (disk full" in lines[0]
+    assert not (out / "model.safetensors").exists() and not (out / "all_results.json").exists()
+    assert not list(tmp_path.glob(".out.tmp-*")), "the temporary output folder was removed"
+    assert ckpt.resolve_checkpoint("latest", out / "checkpoints").name == "step_4"  # the work is not lost
