@@ -358,14 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path = write_custom_predictions(args.output_dir, split, idx, preds, label_names)
             logger.info("wrote %s", path)
         logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    accelerator.wait_for_everyone()
+    finish(accelerator, trainer)
     pusher = HubPusher.from_args(args)
-    if pusher is not None and accelerator.is_main_process:
+    if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
         from training.model_card import card_for_run
 
         pusher.push(args.output_dir, step=result.get("global_step"),
                     model_card=card_for_run(args.output_dir, args, task="text-classification"))
-    finish(accelerator, trainer)
     return 0
 
 
