@@ -28,7 +28,9 @@ What the loop guarantees:
   what ``accelerator.accumulate`` does, but with per-item rather than per-micro-batch averaging.)
 * **Clipping and non-finite values.** ``accelerator.clip_grad_norm_`` with ``max_grad_norm`` (the norm is always
   computed and logged). A non-finite loss or gradient norm on any process stops every process before the
-  optimizer step with :class:`NonFiniteLossError` naming the step; the last checkpoint is left as it was.
+  optimizer step with :class:`NonFiniteLossError` naming the step and its micro-batches; the last checkpoint is
+  left as it was. ``skip_nonfinite_steps`` N tolerates N such steps (skipped with a warning, batches consumed);
+  with an fp16 GradScaler, inf gradients are the scaler's to skip.
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps and at the end, ``<output_dir>/checkpoints/
   step_N/`` written atomically with a size + SHA-256 manifest (:mod:`training.checkpoint`), the last
   ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as JSON in ``trainer_state.json``
@@ -133,6 +135,9 @@ class TrainingConfig:
     """Tracker project (TensorBoard sub-folder, wandb project)."""
     seed: int = 42
     """Seed of model initialisation, data order, masking and dropout."""
+    skip_nonfinite_steps: int = 0
+    """Tolerate this many optimizer steps with a non-finite loss / gradient norm over the run: each is skipped
+    (no update, its batches consumed, a warning naming the step and batches); one more stops training."""
 
     def __post_init__(self) -> None:
         if self.gradient_accumulation_steps < 1:
@@ -147,6 +152,8 @@ class TrainingConfig:
             raise InputError(f"--max_grad_norm {self.max_grad_norm}: expected a number >= 0")
         if self.checkpointing_steps is not None and self.checkpointing_steps < 1:
             raise InputError(f"--checkpointing_steps {self.checkpointing_steps}: expected an integer >= 1")
+        if self.skip_nonfinite_steps < 0:
+            raise InputError(f"--skip_nonfinite_steps {self.skip_nonfinite_steps}: expected an integer >= 0")
         if self.logging_steps < 1:
             raise InputError(f"--logging_steps {self.logging_steps}: expected an integer >= 1")
         if self.eval_steps is not None and self.eval_steps < 1:
@@ -198,6 +205,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> 
     g.add_argument("--eval_steps", type=int, default=d["eval_steps"], help="evaluate every N optimizer steps (and at the end)")
     g.add_argument("--report_to", default=d["report_to"], choices=list(REPORT_TO_CHOICES), help="trackers: tensorboard writes <output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials) (default %(default)s)")
     g.add_argument("--seed", type=int, default=d["seed"], help="random seed (default %(default)s)")
+    g.add_argument("--skip_nonfinite_steps", type=int, default=d["skip_nonfinite_steps"], help="skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning each) before stopping (default %(default)s)")
     g.add_argument("--mixed_precision", default=d["mixed_precision"], choices=["no", "fp16", "bf16"], help="override the accelerate config's mixed precision")
 
 
@@ -359,7 +367,7 @@ class Trainer:
         self.state: dict[str, Any] = {
             "global_step": 0, "epoch": 0, "batches_in_epoch": 0, "loss_sum": 0.0, "weight_sum": 0.0,
             "max_train_steps": self.max_train_steps, "num_processes": accelerator.num_processes,
-            "gradient_accumulation_steps": G, "eval_history": [],
+            "gradient_accumulation_steps": G, "eval_history": [], "nonfinite_skipped": 0,
         }
         self.log_history: list[dict[str, Any]] = []
         self.stop_requested = False
@@ -407,7 +415,7 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
-        self.state.update({k: saved[k] for k in ("global_step", "epoch", "batches_in_epoch", "loss_sum", "weight_sum", "eval_history") if k in saved})
+        self.state.update({k: saved[k] for k in ("global_step", "epoch", "batches_in_epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped") if k in saved})
         self.last_checkpoint = str(path)
         if self.accelerator.is_main_process:
             logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state["global_step"], self.state["epoch"], self.state["batches_in_epoch"])
@@ -493,15 +501,31 @@ class Trainer:
                 reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples, float(self.stop_requested)])
                 step_loss = float(reduced[0]) / max(total_weight, 1e-12)
                 step = self.state["global_step"] + 1
-                if reduced[1] > 0 or not math.isfinite(step_loss) or (measured and not math.isfinite(grad_norm)):
+                # an fp16 GradScaler skips steps with inf/NaN gradients itself (and lowers its scale)
+                scaler_active = getattr(acc, "scaler", None) is not None
+                loss_bad = reduced[1] > 0 or not math.isfinite(step_loss)
+                if loss_bad or (measured and not math.isfinite(grad_norm) and not scaler_active):
                     self.optimizer.zero_grad(set_to_none=True)
-                    bar.close()
                     where = f"epoch {self.state['epoch']}, micro-batches {self.state['batches_in_epoch'] + 1}-{self.state['batches_in_epoch'] + len(group)} of the epoch"
+                    if self.state["nonfinite_skipped"] < cfg.skip_nonfinite_steps:
+                        self.state["nonfinite_skipped"] += 1
+                        logger.warning(
+                            "non-finite loss (%s) or gradient norm (%s) at optimizer step %d (%s): update skipped, its "
+                            "batches consumed (%d of --skip_nonfinite_steps %d)", step_loss, grad_norm, step, where,
+                            self.state["nonfinite_skipped"], cfg.skip_nonfinite_steps)
+                        self.state["batches_in_epoch"] += len(group)
+                        if self.state["batches_in_epoch"] >= per_epoch_batches:
+                            self.state["epoch"] += 1
+                            self.state["batches_in_epoch"] = 0
+                            break
+                        continue
+                    bar.close()
                     kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written yet"
+                    tolerance = f" after {self.state['nonfinite_skipped']} skipped step(s) (--skip_nonfinite_steps {cfg.skip_nonfinite_steps})" if cfg.skip_nonfinite_steps else ""
                     raise NonFiniteLossError(
-                        f"non-finite loss ({step_loss}) or gradient norm ({grad_norm}) at optimizer step {step} ({where}); "
+                        f"non-finite loss ({step_loss}) or gradient norm ({grad_norm}) at optimizer step {step} ({where}){tolerance}; "
                         f"training stopped before the update, {kept}; try a lower --learning_rate or --max_grad_norm, "
-                        "or check the data of that step"
+                        "--skip_nonfinite_steps N, or check the data of that step"
                     )
                 self.optimizer.step()
                 if not acc.optimizer_step_was_skipped:

@@ -71,22 +71,37 @@ def _collate(examples):
 
 @pytest.fixture
 def toy_run():
-    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16) -> (trainer, result)``: the shared loop on a
-    toy regressor, all checkpoints kept, in a fresh accelerate state."""
+    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, **config) -> (trainer, result)``:
+    the shared loop on a toy regressor (40 examples, batch 4: 10 steps per epoch), all checkpoints kept, in a
+    fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
 
     from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
 
-    def run(out, steps, ckpt_steps=2, resume=None, hidden=16):
+    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, **config_kwargs):
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         config = TrainingConfig(output_dir=str(out), learning_rate=0.05, max_train_steps=steps, num_warmup_steps=1,
-                                checkpointing_steps=ckpt_steps, checkpoints_total_limit=0, resume_from_checkpoint=resume, seed=0)
+                                checkpointing_steps=ckpt_steps, checkpoints_total_limit=0, resume_from_checkpoint=resume, seed=0,
+                                **config_kwargs)
         acc = make_accelerator(config)
         torch.manual_seed(0)
-        trainer = Trainer(acc, ToyRegressor(hidden), make_train_dataloader(_toy_data(), 4, _collate, seed=0), config)
+        kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
+        trainer = Trainer(acc, ToyRegressor(hidden), make_train_dataloader(_toy_data(), 4, _collate, seed=0), config, **kwargs)
         return trainer, trainer.train()
 
     yield run
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+@pytest.fixture
+def fresh_state():
+    """A fresh accelerate state before and after the test (for in-process CLI runs)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
     AcceleratorState._reset_state(True)
     GradientState._reset_state()

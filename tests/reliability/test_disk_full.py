@@ -26,17 +26,6 @@ def _enospc(path):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
-@pytest.fixture
-def fresh_state():
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
 def _error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("error:")]
 
