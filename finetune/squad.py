@@ -19,7 +19,8 @@ code: :mod:`finetune.qa` cuts their windows over the context's words and maps wo
 characters, so predictions are context substrings for every backbone.
 
 Outputs in ``--output_dir``: the fine-tuned model and tokenizer (``save_pretrained``; loadable by
-``pipeline("question-answering")`` for fast-tokenizer backbones), ``predictions.json`` (``{question id:
+``AutoModelForQuestionAnswering`` / ``AutoTokenizer``, and by ``pipeline("question-answering")`` in transformers
+versions that still have that pipeline -- transformers 5 removed it), ``predictions.json`` (``{question id:
 answer}``, the official format; ``""`` = no answer), ``nbest_predictions.json``, ``null_odds.json`` (v2: null
 score - best span score per question, the no-answer scores of the official v2.0 evaluation),
 ``all_results.json`` (``eval_exact_match``, ``eval_f1``; v2 adds ``eval_HasAns_*``, ``eval_NoAns_*``,
