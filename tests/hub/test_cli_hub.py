@@ -114,11 +114,12 @@ def runs(module_hub, tmp_path_factory):
 def test_wrong_and_read_only_tokens_fail_before_training(module_hub, runs, tmp_path):
     hub = module_hub
     (tmp_path / "train.txt").write_text(_documents(4, 3))
-    for token, expected in (("hf_wrong", "refused"), (hub.read_token, "read-only")):
+    for token, expected in ((None, "no token"), ("hf_wrong", "refused"), (hub.read_token, "read-only")):
         out = tmp_path / f"out-{expected}"
         proc = _command(hub, ["pretrain", "--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out),
-                              "--push_to_hub", "--hub_model_id", "alice/refused", "--hub_token", token],
-                        tmp_path / "home", tmp_path)
+                              "--push_to_hub", "--hub_model_id", "alice/refused",
+                              *(["--hub_token", token] if token else [])],
+                        tmp_path / "home", tmp_path)  # no HF_TOKEN, fresh HF_HOME: no stored login either
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2, proc.stderr[-3000:]
         assert len(errors) == 1 and "'alice/refused'" in errors[0] and expected in errors[0], errors
