@@ -62,6 +62,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Options left out keep the trainer's own defaults.
     options = {k: v for k in ("lowercase", "min_frequency") if (v := getattr(args, k)) is not None}
     start = time.perf_counter()
+    try:
+        tok = _train(args, options)
+    except KeyboardInterrupt:  # Ctrl-C / SIGINT: the output folder is written atomically, so nothing is half-written
+        print(f"error: interrupted; --output_dir {args.output_dir} is only written once training completes, "
+              "expected an uninterrupted run: re-run the command", file=sys.stderr)
+        return 130
+    seconds = time.perf_counter() - start
+    size = f"vocab_size {len(tok)}"
+    if len(tok) != args.vocab_size:
+        size += f" (of {args.vocab_size} asked: the corpus has no more at this --min_frequency)"
+    print(
+        f"trained {args.model_type} tokenizer: {size} on {len(args.train_file)} file(s) "
+        f"({', '.join(args.train_file)}) -> {args.output_dir} in {seconds:.1f} s"
+    )
+    return 0
+
+
+def _train(args, options):
     if args.model_type == "bert":
         from tokenizer.wordpiece import train_wordpiece_tokenizer
 
@@ -76,15 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tokenizer.elmo_training import train_elmo_tokenizer  # built separately; imported only here
 
         tok = train_elmo_tokenizer(args.train_file, vocab_size=args.vocab_size, output_dir=args.output_dir, **options)
-    seconds = time.perf_counter() - start
-    size = f"vocab_size {len(tok)}"
-    if len(tok) != args.vocab_size:
-        size += f" (of {args.vocab_size} asked: the corpus has no more at this --min_frequency)"
-    print(
-        f"trained {args.model_type} tokenizer: {size} on {len(args.train_file)} file(s) "
-        f"({', '.join(args.train_file)}) -> {args.output_dir} in {seconds:.1f} s"
-    )
-    return 0
+    return tok
 
 
 if __name__ == "__main__":

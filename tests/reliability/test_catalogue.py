@@ -235,3 +235,20 @@ def test_real_exit_status_in_a_subprocess(name, module, build, assets, tmp_path)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_while_training_a_tokenizer_writes_nothing(assets, tmp_path, monkeypatch, capsys):
+    import tokenizer.wordpiece
+    from tokenizer.corpus import atomic_output_dir
+    from tokenizer.__main__ import main
+
+    def interrupted(files, vocab_size, output_dir, **kwargs):
+        with atomic_output_dir(output_dir) as tmp:
+            (tmp / "vocab.txt").write_text("[PAD]\n")  # half-way through saving
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tokenizer.wordpiece, "train_wordpiece_tokenizer", interrupted)
+    assert run_cli(main, tok(tmp_path, assets, "--train_file", str(assets / "train.txt"))) == 130
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "interrupted" in lines[0]
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))
