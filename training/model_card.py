@@ -84,13 +84,14 @@ def _table(rows: Mapping[str, Any], header: tuple[str, str]) -> str:
 
 
 def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
-    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime/speed) and ``perplexity``."""
+    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime/speed) and ``perplexity`` (also the BiLM's
+    ``forward_perplexity`` / ``backward_perplexity``)."""
     skip = ("runtime", "per_second", "samples", "steps", "epoch")
     out = {}
     for key, value in results.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             continue
-        if key == "perplexity" or (key.startswith("eval_") and not any(s in key for s in skip)):
+        if key.endswith("perplexity") or (key.startswith("eval_") and not any(s in key for s in skip)):
             out[key.removeprefix("eval_")] = float(value)
     return out
 

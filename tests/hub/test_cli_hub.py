@@ -111,7 +111,7 @@ def runs(module_hub, tmp_path_factory):
     return root
 
 
-def test_wrong_and_read_only_tokens_fail_before_training(module_hub, runs, tmp_path):
+def test_refused_tokens_and_missing_revision_exit_2_before_training(module_hub, runs, tmp_path):
     hub = module_hub
     (tmp_path / "train.txt").write_text(_documents(4, 3))
     for token, expected in ((None, "no token"), ("hf_wrong", "refused"), (hub.read_token, "read-only")):
@@ -212,6 +212,9 @@ def test_pretrained_models_by_repo_id_branch_tag_commit_private_and_offline(modu
         card = ModelCard.load("alice/cli-bert")
         res["card"] = [card.data.pipeline_tag, card.data.library_name, card.data.tags,
                        {{r.metric_type: r.metric_value for r in card.data.eval_results}}, card.text]
+        from huggingface_hub import hf_hub_download
+        elmo_card = ModelCard(open(hf_hub_download("alice/cli-elmo", "README.md", revision="dev", token=R)).read())
+        res["elmo_card"] = [elmo_card.data.pipeline_tag, {{r.metric_type: r.metric_value for r in elmo_card.data.eval_results}}]
     print(json.dumps(res))
     """)
     online = hub.run(code.replace("OFFLINE", "False"), home)
@@ -231,6 +234,11 @@ def test_pretrained_models_by_repo_id_branch_tag_commit_private_and_offline(modu
     assert tag == "fill-mask" and library == "transformers" and "sesame-bert" in tags
     assert metrics["perplexity"] == pytest.approx(results["perplexity"]) and metrics["loss"] == pytest.approx(results["eval_loss"])
     assert "bert-tiny" in text and "train.txt" in text and "alice/cli-bert" in text
+    elmo_results = json.loads((root / "elmo" / "all_results.json").read_text())
+    assert online["elmo_card"][0] == "feature-extraction"
+    assert online["elmo_card"][1] == {k: pytest.approx(elmo_results[k]) for k in
+                                      ("perplexity", "forward_perplexity", "backward_perplexity")} | \
+        {"loss": pytest.approx(elmo_results["eval_loss"])}
 
     # the hub goes away: the cache must do (remote code included)
     hub.server.stop()
