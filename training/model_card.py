@@ -202,12 +202,15 @@ def render_model_card(
     out += ["", "## How to use", "",
             "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
             "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
-            "", "```python", f"from transformers import AutoTokenizer, {auto}, pipeline", "",
+            "", "```python", f"from transformers import AutoTokenizer, {auto}" + ("" if task == "question-answering"
+                                                                                  else ", pipeline"), "",
             f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
             f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)', ""]
-    if task == "question-answering":
-        out += [f'qa = pipeline("question-answering", model="{repo}", trust_remote_code=True)',
-                'qa(question="Who walked to the house?", context="Elizabeth walked to the house.")']
+    if task == "question-answering":  # transformers 5 has no question-answering pipeline: the best span by hand
+        out += ['inputs = tokenizer("Who walked to the house?", "Elizabeth walked to the house.", return_tensors="pt")',
+                "out = model(**inputs)",
+                "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())",
+                'print(tokenizer.decode(inputs["input_ids"][0, start : end + 1]))  # greedy: start and end separately']
     else:
         out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)',
                 f"pipe({_EXAMPLE_INPUT[task]})"]

@@ -74,3 +74,27 @@ def test_card_for_run_reads_config_results_and_args(tmp_path):
     assert "`train.tsv`" in text and 'from_pretrained("alice/rte"' in text
     with pytest.raises(InputError, match="config.json"):
         card_for_run(tmp_path / "missing", args)
+
+
+def test_question_answering_card_example_runs(tmp_path, capsys):
+    """The QA card's loading example (no QA pipeline in transformers 5) runs on a saved QA model and prints a
+    span of the question + context tokens."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering, BertTokenizer
+
+    import modeling  # noqa: F401  (registers SesameBert)
+    from modeling import SesameBertConfig
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "walked", "to", "the", "house", "?", "elizabeth", "."]
+    torch.manual_seed(0)
+    config = SesameBertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32, max_position_embeddings=64)
+    AutoModelForQuestionAnswering.from_config(config).save_pretrained(tmp_path / "qa")
+    BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(tmp_path / "qa")
+    text = render_model_card(model_type="sesame-bert", repo_id=str(tmp_path / "qa"), task="question-answering")
+    assert "pipeline(" not in text and ModelCard(text).data.pipeline_tag == "question-answering"
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "card", "exec"), {})
+    printed = capsys.readouterr().out.strip().split()
+    allowed = "who walked to the house ? [SEP] elizabeth .".split()
+    assert set(printed) <= set(allowed)  # a (possibly empty) span of the encoded pair, decoded
