@@ -161,7 +161,8 @@ class TrainingConfig:
         if self.lr_scheduler_type not in SCHEDULERS:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
         log_with(self.report_to)  # validates
-        ckpt.check_output_dir(self.output_dir)
+        if self.output_dir:
+            ckpt.check_output_dir(self.output_dir)
         if self.resume_from_checkpoint not in (None, "", "latest"):
             ckpt.check_checkpoint_path(self.resume_from_checkpoint)
 
