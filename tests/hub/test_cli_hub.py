@@ -60,17 +60,17 @@ def _documents(n: int, seed: int) -> str:
     return "\n\n".join(docs) + "\n"
 
 
-def _command(hub, args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = hub.env(home)
+def _command(hub, args: list[str], home: Path, cwd: Path, token: str | None = None) -> subprocess.CompletedProcess:
+    env = hub.env(home, token=token)  # token: HF_TOKEN
     env.update(HF_DATASETS_OFFLINE="1", HF_EVALUATE_OFFLINE="1", WANDB_MODE="offline", OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _pretrain(hub, root: Path, out: Path, *extra: str) -> None:
+def _pretrain(hub, root: Path, out: Path, *extra: str, token: str | None = None) -> None:
     proc = _command(hub, ["pretrain", "--train_file", str(root / "train.txt"), "--validation_file", str(root / "valid.txt"),
                           "--output_dir", str(out), "--vocab_size", "200", "--max_seq_length", "32",
                           "--per_device_train_batch_size", "8", "--max_train_steps", "3", "--eval_steps", "3",
-                          "--num_warmup_steps", "1", *extra], root / "push_home", root)
+                          "--num_warmup_steps", "1", *extra], root / "push_home", root, token)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -84,8 +84,9 @@ def _local_forward(auto: str, path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(module_hub, tmp_path_factory):
-    """Two real pretraining runs pushed by the command: SesameBert -> ``alice/cli-bert`` (public, main, tag
-    ``v0``), SesameElmo -> ``alice/cli-elmo`` (``--hub_private_repo``, ``--hub_revision dev``, tag ``v1``)."""
+    """Two real pretraining runs pushed by the command: SesameBert -> ``alice/cli-bert`` (``--hub_token``, public,
+    main, tag ``v0``), SesameElmo -> ``alice/cli-elmo`` (``HF_TOKEN``, ``--hub_private_repo``, ``--hub_revision dev``,
+    tag ``v1``)."""
     import modeling
 
     hub, root = module_hub, tmp_path_factory.mktemp("cli_runs")
@@ -97,8 +98,8 @@ def runs(module_hub, tmp_path_factory):
     _pretrain(hub, root, root / "bert", "--config_name", "bert-tiny", "--push_to_hub", "--hub_model_id",
               "alice/cli-bert", "--hub_token", W)
     _pretrain(hub, root, root / "elmo", "--model_type", "elmo", "--config_name", str(root / "elmo-config"),
-              "--push_to_hub", "--hub_model_id", "alice/cli-elmo", "--hub_token", W, "--hub_private_repo",
-              "--hub_revision", "dev")
+              "--push_to_hub", "--hub_model_id", "alice/cli-elmo", "--hub_private_repo", "--hub_revision", "dev",
+              token=W)  # the token from HF_TOKEN this time
     tags = hub.run("""
         import json
         from huggingface_hub import HfApi
