@@ -54,3 +54,15 @@ def tiny_corpus_gz(tmp_path: Path) -> Path:
     """The same kind of corpus, gzip-compressed."""
     docs = [[TINY_TEXT[(i * 5 + j) % len(TINY_TEXT)] for j in range(6)] for i in range(30)]
     return write_corpus(tmp_path / "tiny.txt.gz", docs)
+
+
+@pytest.fixture
+def fresh_state():
+    """A fresh accelerate state before and after the test, for CLIs run in-process (``run_cli(main, ...)``)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()

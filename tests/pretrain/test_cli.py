@@ -12,16 +12,6 @@ from pretrain.cli import DEFAULTS, _apply_defaults, build_parser, main
 from training.errors import run_cli
 
 
-@pytest.fixture
-def fresh_state():
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
     return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),

@@ -94,14 +94,3 @@ def toy_run():
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
 
-
-@pytest.fixture
-def fresh_state():
-    """A fresh accelerate state before and after the test (for in-process CLI runs)."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
