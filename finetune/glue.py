@@ -336,7 +336,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return metrics
 
     run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
-    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None, run_config=run_config)
+    pusher = HubPusher.from_args(args)
+    hooks = {}
+    if pusher is not None and pusher.should_push_on_save:  # --hub_strategy every_save
+        def card(folder):
+            from training.model_card import card_for_run
+
+            return card_for_run(folder, args, task="text-classification")
+
+        def on_save(step):  # every rank: get_state_dict gathers FSDP shards; the push is the main process's
+            state_dict = accelerator.get_state_dict(trainer.model)
+            if accelerator.is_main_process:
+                pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
+
+        hooks["on_save"] = on_save
+    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None, run_config=run_config, **hooks)
     del model
     if accelerator.is_main_process:
         logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
@@ -359,7 +373,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.info("wrote %s", path)
         logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
     finish(accelerator, trainer)
-    pusher = HubPusher.from_args(args)
     if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
         from training.model_card import card_for_run
 

@@ -43,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m = parser.add_argument_group("model")
     m.add_argument("--model_type", choices=["bert", "elmo"], default="bert", help="BERT-like (MLM) or ELMo-style (BiLM)")
-    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original) or a config path; default bert-tiny / elmo-small")
+    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original), a config.json path or folder, or a hub repo id; default bert-tiny / elmo-small")
     m.add_argument("--model_name_or_path", default=None, help="continue pretraining these weights instead of a fresh model")
     m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo; default: train one on the training files (saved with the model)")
+    m.add_argument("--revision", default=None, help="revision (branch, tag or commit id) of hub repos given by --model_name_or_path / --config_name / --tokenizer_name")
     m.add_argument("--vocab_size", type=int, default=None, help="vocabulary size of a trained tokenizer (default 8000)")
     d = parser.add_argument_group("data")
     d.add_argument("--train_file", nargs="+", default=None, help=".txt/.txt.gz files, documents separated by blank lines; default: the bundled corpus")
@@ -101,6 +102,10 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def _rev(args) -> str:
+    return f" (--revision {args.revision})" if getattr(args, "revision", None) else ""
+
+
 def _check_local_path(name: str, arg: str, expected: str) -> None:
     """Refuse a path-like ``name`` (absolute, ``./``, ``../`` or ``~``) that does not exist, before the hub
     client misreads it as a malformed repo id."""
@@ -117,9 +122,9 @@ def get_tokenizer(args, accelerator):
     if args.tokenizer_name:
         _check_local_path(args.tokenizer_name, "--tokenizer_name", "a tokenizer folder (save_pretrained) or a hub repo id")
         try:
-            return AutoTokenizer.from_pretrained(args.tokenizer_name)
+            return AutoTokenizer.from_pretrained(args.tokenizer_name, revision=args.revision)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--tokenizer_name {args.tokenizer_name}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+            raise InputError(f"--tokenizer_name {args.tokenizer_name}{_rev(args)}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
                              "expected a tokenizer folder (save_pretrained) or a hub repo id") from err
     tok_dir = Path(args.output_dir) / "tokenizer"
     if accelerator.is_main_process and not (tok_dir / "tokenizer_config.json").is_file():
@@ -166,9 +171,9 @@ def build_model(args, tokenizer):
     if args.model_name_or_path:
         _check_local_path(args.model_name_or_path, "--model_name_or_path", "a model folder (save_pretrained) or a hub repo id")
         try:
-            model = auto.from_pretrained(args.model_name_or_path)
+            model = auto.from_pretrained(args.model_name_or_path, revision=args.revision)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--model_name_or_path {args.model_name_or_path}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+            raise InputError(f"--model_name_or_path {args.model_name_or_path}{_rev(args)}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
                              "expected a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id") from err
     else:
         overrides = {"vocab_size": len(tokenizer)}
@@ -176,10 +181,16 @@ def build_model(args, tokenizer):
             overrides["pad_token_id"] = tokenizer.pad_token_id
         if args.config_name in modeling.PRESETS:
             config = modeling.get_preset_config(args.config_name, **overrides)
-        elif args.config_name and Path(args.config_name).exists():
-            config = AutoConfig.from_pretrained(args.config_name, **overrides)
         else:
-            raise InputError(f"--config_name {args.config_name}: expected a preset ({', '.join(sorted(modeling.PRESETS))}) or a config path")
+            expected = (f"--config_name {args.config_name}{_rev(args)}: expected a preset "
+                        f"({', '.join(sorted(modeling.PRESETS))}), a config path or a hub repo id")
+            if not args.config_name:
+                raise InputError(expected)
+            _check_local_path(args.config_name, "--config_name", "a preset, a config path or a hub repo id")
+            try:  # a config.json file or folder, or a hub repo id (at --revision)
+                config = AutoConfig.from_pretrained(args.config_name, revision=args.revision, **overrides)
+            except Exception as err:  # noqa: BLE001
+                raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {_first_line(err)})") from err
         expected = "sesame-bert" if args.model_type == "bert" else "sesame-elmo"
         if getattr(config, "model_type", None) != expected and args.model_type == "elmo":
             raise InputError(f"--config_name {args.config_name}: a {config.model_type} config; expected one for --model_type {args.model_type}")
@@ -312,6 +323,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     kwargs = {"weight_fn": weight_fn} if weight_fn else {}
     run_config = {k: v for k, v in vars(args).items() if k not in ("hub_token",)}
+    from training.hub import HubPusher
+
+    pusher = HubPusher.from_args(args)
+    if pusher is not None and pusher.should_push_on_save:  # --hub_strategy every_save
+        def card(folder):
+            from training.model_card import card_for_run
+
+            return card_for_run(folder, args, task="fill-mask" if args.model_type == "bert" else "feature-extraction")
+
+        def on_save(step):  # every rank: get_state_dict gathers FSDP shards; the push is the main process's
+            state_dict = accelerator.get_state_dict(trainer.model)
+            if accelerator.is_main_process:
+                pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
+
+        kwargs["on_save"] = on_save
     trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config, **kwargs)
     del model
     if accelerator.is_main_process:

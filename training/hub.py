@@ -34,12 +34,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
+import shutil
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from training.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+#: Folder inside ``output_dir`` where ``--hub_strategy every_save`` writes a checkpoint's model for its push.
+STAGING_DIR = ".hub-staging"
 
 #: Never pushed: accelerate checkpoints, pickled weights / states, caches, temporary files.
 DEFAULT_IGNORE_PATTERNS = (
@@ -386,8 +393,46 @@ class HubPusher:
         return push_output_dir(output_dir, self.repo_id, token=self.token, private=self.private,
                                revision=self.revision, commit_message=message, model_card=model_card)
 
+    def push_checkpoint(self, output_dir: str | os.PathLike, step: int, model, tokenizer=None, state_dict=None,
+                        model_card=None) -> str | None:
+        """``--hub_strategy every_save``: push the model of a checkpoint mid-training (main process only).
+
+        ``model.save_pretrained`` (with ``state_dict`` when given, e.g. from ``accelerator.get_state_dict``)
+        and ``tokenizer.save_pretrained`` go into ``<output_dir>/.hub-staging`` (ignored by the final push),
+        which is pushed as one commit ``"Training in progress (step N)"`` and removed. ``model_card`` is a
+        string or a callable ``(staging_dir) -> str`` (a card failure only skips the card).
+
+        A failed push does not stop training: a warning names the repo, the step and the cause, and None is
+        returned (the final push at the end still raises). Returns the commit URL otherwise.
+        """
+        staging = Path(output_dir) / STAGING_DIR
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            staging.mkdir(parents=True)
+            model.save_pretrained(staging, state_dict=state_dict)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            card = model_card
+            if callable(model_card):
+                try:
+                    card = model_card(staging)
+                except (ImportError, InputError) as err:
+                    logger.warning("no model card for the push of step %d: %s", step, err)
+                    card = None
+            url = self.push(staging, step=step, model_card=card, final=False)
+            logger.info("pushed step %d to %s (%s)", step, self.repo_id, url)
+            return url
+        except Exception as err:  # noqa: BLE001  (network, hub, disk: training goes on)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            logger.warning("--hub_strategy every_save: the push of step %d to %r (branch %r) failed, training "
+                           "continues (the final push is still made): %s: %s", step, self.repo_id,
+                           self.revision or "main", type(err).__name__, first)
+            return None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
 
 __all__ = [
-    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "HubPusher", "add_hub_arguments", "default_repo_id",
+    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubPusher", "add_hub_arguments", "default_repo_id",
     "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_args",
 ]

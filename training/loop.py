@@ -325,6 +325,11 @@ class Trainer:
         tokens_fn: ``batch -> int``, tokens processed (for tokens/s).
         eval_fn: ``(trainer) -> dict[str, float]``, called on all processes.
         run_config: hyper-parameters to record with the trackers.
+        on_save: ``(step) -> None``, called on **every** process after each periodic checkpoint
+            (``checkpointing_steps``) is complete, not after the final one nor the one written on a stop
+            request; the processes then wait for each other. The hook does its main-process work itself
+            (e.g. ``--hub_strategy every_save``: ``accelerator.get_state_dict`` on all ranks -- FSDP gathers
+            the shards -- then ``save_pretrained`` + push on the main process only).
 
     Raises:
         InputError: the training data gives no batch.
@@ -343,8 +348,10 @@ class Trainer:
         tokens_fn: Callable = default_tokens_fn,
         eval_fn: Callable | None = None,
         run_config: Mapping[str, Any] | None = None,
+        on_save: Callable[[int], None] | None = None,
     ):
         self.accelerator, self.config = accelerator, config
+        self.on_save = on_save
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         self.run_config = dict(run_config or dataclasses.asdict(config))
         if optimizer is None:
@@ -564,6 +571,9 @@ class Trainer:
                     metrics = self.evaluate()
                 if cfg.checkpointing_steps and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps:
                     self.save_checkpoint()
+                    if self.on_save is not None:
+                        self.on_save(step)
+                        acc.wait_for_everyone()
                 if reduced[4] > 0 and step != self.max_train_steps:
                     bar.close()
                     path = self.save_checkpoint()
