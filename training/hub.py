@@ -76,7 +76,8 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--hub_revision", default=None,
                        help="branch to push to (created from main when missing; default: main)")
     group.add_argument("--hub_strategy", choices=HUB_STRATEGIES, default="end",
-                       help="'end': push once after training; 'every_save': also at every checkpoint save")
+                       help="'end': push once after training; 'every_save': also push the model at every --checkpointing_steps "
+                            "checkpoint as a commit 'Training in progress (step N)' (a failed one only warns)")
 
 
 def _endpoint() -> str:
