@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from finetune.metrics import load_metric
     from training.hub import HubPusher, validate_hub_args
-    from training.loop import NonFiniteLossError, Trainer, TrainingConfig, finish, make_accelerator, make_train_dataloader
+    from training.loop import Trainer, TrainingConfig, finish, make_accelerator, make_train_dataloader
 
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(args)
@@ -334,12 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.info("%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
                         len(examples["train"]), len(features["train"]),
                         len(examples["validation"]) if args.do_eval else "no", trainer.max_train_steps)
-        try:
-            result = trainer.train()
-        except NonFiniteLossError as err:
-            finish(accelerator, trainer)
-            print(f"error: {err}", file=sys.stderr)
-            return 1
+        from training.signals import train_until_stopped
+
+        # SIGTERM / SIGINT: finish the step, checkpoint, exit 143 / 130; a non-finite loss: exit 1.
+        result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))
+        if result is None:
+            return status
         result["train_samples"] = len(examples["train"])
         result["train_features"] = len(features["train"])
         model = trainer.unwrapped_model

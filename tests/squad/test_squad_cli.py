@@ -386,3 +386,40 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
         assert [(e["text"], e["offsets"]) for e in one[qid]] == [(e["text"], e["offsets"]) for e in two[qid]]
         assert max(abs(a["start_logit"] - b["start_logit"]) for a, b in zip(one[qid], two[qid])) < 1e-5
     assert _json(outs[1] / "predictions.json") == _json(outs[2] / "predictions.json")
+
+
+def test_sigterm_checkpoints_exits_143_and_the_run_resumes(tiny_sesame_bert, squad_file, tmp_path, monkeypatch, capsys):
+    """A real SIGTERM (raised at the 3rd training forward) finishes the step, writes its checkpoint, exits 143
+    with how to resume; the same command with --resume_from_checkpoint latest completes the run."""
+    import signal
+
+    from training import loop
+
+    original_init = loop.Trainer.__init__
+    forwards = {"n": 0}
+
+    def init_with_signal(self, accelerator, model, *args, **kwargs):
+        def pre_hook(module, hook_args, hook_kwargs):
+            if module.training:
+                forwards["n"] += 1
+                if forwards["n"] == 3:
+                    signal.raise_signal(signal.SIGTERM)
+
+        model.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        original_init(self, accelerator, model, *args, **kwargs)
+
+    monkeypatch.setattr(loop.Trainer, "__init__", init_with_signal)
+    out = tmp_path / "preempted"
+    args = ["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file",
+            str(squad_file), "--output_dir", str(out), "--learning_rate", "1e-3", "--max_train_steps", "6",
+            "--num_warmup_steps", "1", *FAST]
+    assert squad.main(args) == 143
+    err = capsys.readouterr().err
+    assert "SIGTERM received" in err and "--resume_from_checkpoint latest" in err
+    checkpoints = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert len(checkpoints) == 1 and 1 <= int(checkpoints[0].split("_")[1]) <= 3, checkpoints
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "handlers restored after training"
+
+    monkeypatch.setattr(loop.Trainer, "__init__", original_init)
+    results = _run([*args, "--resume_from_checkpoint", "latest"])
+    assert results["global_step"] == 6
