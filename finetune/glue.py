@@ -70,6 +70,7 @@ class LengthGroupedSampler(Sampler[int]):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from finetune.arguments import add_model_arguments
     from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
 
@@ -78,14 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    m = parser.add_argument_group("model")
-    m.add_argument("--model_name_or_path", required=True, help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
-    m.add_argument("--config_name", default=None, help="config path or repo (default: the model's)")
-    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the model's)")
-    m.add_argument("--revision", default=None, help="revision (branch, tag or commit id) of hub repos given by --model_name_or_path / --config_name / --tokenizer_name")
-    m.add_argument("--unfreeze_backbone", action="store_true", help="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head trained)")
+    m = add_model_arguments(parser, head="head", config_name=True)
     m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")
-    m.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
     d = parser.add_argument_group("data")
     d.add_argument("--task_name", default=None, help=f"GLUE task: {', '.join(TASK_NAMES)} (omit for a custom task)")
     d.add_argument("--glue_dir", default=None, help="the official GLUE data folder (SST-2/train.tsv, CoLA/train.tsv, ...)")

@@ -65,6 +65,7 @@ _RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "tr
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from finetune.arguments import add_model_arguments
     from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
 
@@ -73,12 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    m = parser.add_argument_group("model")
-    m.add_argument("--model_name_or_path", required=True, help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
-    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the model's)")
-    m.add_argument("--revision", default=None, help="model revision on the hub (branch, tag or commit)")
-    m.add_argument("--unfreeze_backbone", action="store_true", help="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)")
-    m.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
+    add_model_arguments(parser, head="QA head")
     d = parser.add_argument_group("data")
     d.add_argument("--dataset_name", default=None, help="hub dataset: squad, squad_v2 or owner/name in the same format (needs the network or the local cache)")
     d.add_argument("--train_file", nargs="+", default=None, help="SQuAD-format .json / .json.gz training file(s); several are concatenated (question ids must be unique)")

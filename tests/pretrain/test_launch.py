@@ -9,30 +9,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
+from _launch import ROOT
+from _launch import pretrain_command as _command
+from _launch import subprocess_env as _env
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    return env
-
-
-def _command(processes: int) -> list[str]:
-    if processes == 1:
-        return [sys.executable, "-m", "pretrain"]
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
 
 
 def _run(processes: int, args: list[str], timeout: int = 300) -> None:
