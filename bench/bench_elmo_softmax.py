@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     parser.add_argument("--num_sampled", type=int, default=1024, help="negatives of the sampled softmax")
     parser.add_argument("--max_lines", type=int, default=200000, help="corpus lines read for the vocabulary")
     parser.add_argument("--kinds", nargs="+", default=["full", "sampled", "adaptive"])
+    parser.add_argument("--native_lstm", action="store_true",
+                        help="PyTorch's nn.LSTM kernel instead of the fused CPU BiLSTM (fused_cpu_lstm=False)")
     add_debug_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -102,7 +104,8 @@ def main(argv=None) -> int:
     vocab = len(tokenizer)
     batches = make_batches(tokenizer, args.train_file, args.seq_len, args.batch_size, 4, args.max_lines)
 
-    base = modeling.get_preset_config(args.config_name, vocab_size=vocab, num_sampled=args.num_sampled)
+    base = modeling.get_preset_config(args.config_name, vocab_size=vocab, num_sampled=args.num_sampled,
+                                      fused_cpu_lstm=not args.native_lstm)
     models, opts = {}, {}
     reference = None
     for kind in args.kinds:
@@ -152,6 +155,7 @@ def main(argv=None) -> int:
     result = {
         "config": args.config_name, "vocab_size": vocab, "seq_len": args.seq_len, "batch_size": args.batch_size,
         "threads": args.threads, "steps": args.steps, "num_sampled": args.num_sampled,
+        "fused_cpu_lstm": not args.native_lstm,
         "adaptive_cutoffs": base.__class__(**{**base.to_dict(), "softmax": "adaptive"}).resolved_adaptive_cutoffs(),
     }
     print(f"\n{'softmax':>10} {'median step s':>14} {'tokens/s':>10} {'x full':>8}")

@@ -48,6 +48,10 @@ class SesameElmoConfig(PretrainedConfig):
             no clipping, the fast fused ``nn.LSTM``; set, a step-by-step loop with the same parameters.
         proj_clip (`float`, optional): clip the LSTM projection output (bilm-tf: 3); as ``cell_clip``.
         use_residual (`bool`, True): residual connection around every LSTM layer but the first.
+        fused_cpu_lstm (`bool`, True): on CPU, run the forward and backward LSTMs (with projection, no
+            clipping) of each layer together in one kernel with hand-written backpropagation through time
+            (``BiLSTMProjectionFunction``): the same function as two ``nn.LSTM`` calls, faster on CPU
+            (1.26x measured at B=32, T=128, 2 threads). Ignored on GPU (cuDNN) and under autocast.
         dropout (`float`, 0.1): dropout on each LSTM layer's input and on the top layer before the softmax.
         softmax (`str`, "full"): training softmax, "full" | "sampled" (Jean et al. 2015, log-uniform
             sampler, ``num_sampled`` negatives shared by the batch) | "adaptive" (Grave et al. 2017).
@@ -90,6 +94,7 @@ class SesameElmoConfig(PretrainedConfig):
         cell_clip: float | None = None,
         proj_clip: float | None = None,
         use_residual: bool = True,
+        fused_cpu_lstm: bool = True,
         dropout: float = 0.1,
         softmax: str = "full",
         num_sampled: int = 8192,
@@ -123,6 +128,7 @@ class SesameElmoConfig(PretrainedConfig):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.use_residual = use_residual
+        self.fused_cpu_lstm = fused_cpu_lstm
         self.dropout = dropout
         self.softmax = softmax
         self.num_sampled = num_sampled

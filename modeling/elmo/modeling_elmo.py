@@ -22,8 +22,9 @@ Deviations from bilm-tf (documented on purpose):
 * **Clipping**: bilm-tf clips the LSTM cell and projection (``cell_clip=3``, ``proj_clip=3``). ``nn.LSTM``
   cannot clip; with ``cell_clip``/``proj_clip`` set, a step-by-step loop with the *same parameters*
   (``weight_ih_l0``, ``weight_hh_l0``, ``bias_*``, ``weight_hr_l0``) is used instead, which is slower. The
-  presets leave clipping off (``None``) to keep the fused kernel (cuDNN on GPU; on CPU PyTorch's native
-  LSTM kernel -- oneDNN does not take projections and says so in a one-time UserWarning).
+  presets leave clipping off (``None``) to keep the fused kernels (cuDNN on GPU; on CPU
+  :class:`BiLSTMProjectionFunction`, or with ``fused_cpu_lstm=False`` PyTorch's native LSTM kernel --
+  oneDNN does not take projections and says so in a one-time UserWarning).
 * ``nn.LSTM`` has two bias vectors (``bias_ih`` and ``bias_hh``) where TensorFlow's LSTMCell has one:
   4 * cell_size redundant parameters per layer and direction. bilm-tf's forget bias of 1.0 is the
   initial value of the forget slice of ``bias_ih``.
@@ -133,9 +134,11 @@ class CharCNNEncoder(nn.Module):
 
     def encode_words(self, char_ids: torch.Tensor) -> torch.Tensor:
         """``(N, C)`` character ids -> ``(N, projection_dim)``: the per-token computation."""
-        x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, E, C)
+        x = self.char_embeddings(char_ids).transpose(1, 2).contiguous()  # (N, E, C)
         # bilm-tf: convolution, max over character positions, then the activation (relu is monotone).
-        feats = torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convs], dim=-1)
+        # ``max`` (not ``amax``): its backward scatters through the argmax indices, where ``amax`` re-compares
+        # the whole (N, filters, C) output with the maximum -- 37% of this layer's forward + backward time.
+        feats = torch.cat([self.activation(conv(x).max(dim=-1).values) for conv in self.convs], dim=-1)
         return self.projection(self.highway(feats))
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
@@ -185,6 +188,105 @@ def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_c
             h = h.clamp(-proj_clip, proj_clip)
         outputs.append(h)
     return torch.stack(outputs, dim=1)
+
+
+class BiLSTMProjectionFunction(torch.autograd.Function):
+    """The forward and the backward LSTM with projection (Sak et al. 2014) of one biLM layer, stepped together.
+
+    Each direction has its own weights and its own input (the backward one already reversed within each
+    sequence), so the two recurrences are independent: they are batched over a leading direction axis, one
+    ``bmm`` per time step for both (on 2 threads each core takes one direction's small GEMM). The backward
+    pass is backpropagation through time written out: per step only the gate gradients and the two
+    recurrent products; the weight gradients are one large GEMM each over all time steps, instead of one
+    small, memory-bound GEMM per step. Same equations and gate order (input, forget, cell, output) as
+    ``nn.LSTM(proj_size=P)`` with zero initial states:
+
+        g_t = W_ih x_t + W_hh h_{t-1} + b;  i, f, o = sigmoid(g_i, g_f, g_o);  u = tanh(g_u)
+        c_t = f * c_{t-1} + i * u;  h_t = W_hr (o * tanh(c_t))
+
+    Args (``apply``):
+        x: ``(2, B, T, I)`` float, direction-major inputs.
+        weight_ih: ``(2, 4H, I)``; weight_hh: ``(2, 4H, P)``; bias: ``(2, 4H)`` (``bias_ih + bias_hh``);
+        weight_hr: ``(2, P, H)``.
+
+    Returns:
+        ``(2, B, T, P)``: the projected outputs ``h_t`` of each direction.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr):
+        _, b, t, i_size = x.shape
+        p, h_size = weight_hr.shape[1], weight_hr.shape[2]
+        x_tm = x.transpose(1, 2).reshape(2, t * b, i_size)  # time-major rows per direction
+        gates_x = torch.baddbmm(bias.unsqueeze(1), x_tm, weight_ih.transpose(1, 2)).view(2, t, b, 4 * h_size)
+        gates_x = gates_x.transpose(0, 1)  # (T, 2, B, 4H) view
+        gates = x.new_empty(t, 2, b, 4 * h_size)  # activations i, f, u, o
+        tanh_cells = x.new_empty(t, 2, b, h_size)
+        cells = x.new_empty(t, 2, b, h_size)
+        out = x.new_empty(t, 2, b, p)
+        h, c = x.new_zeros(2, b, p), x.new_zeros(2, b, h_size)
+        w_hh_t, w_hr_t = weight_hh.transpose(1, 2), weight_hr.transpose(1, 2)
+        for s in range(t):
+            g = torch.baddbmm(gates_x[s], h, w_hh_t, out=gates[s])
+            g[..., : 2 * h_size].sigmoid_()
+            g[..., 2 * h_size : 3 * h_size].tanh_()
+            g[..., 3 * h_size :].sigmoid_()
+            i, f, u, o = g.chunk(4, dim=-1)
+            c = torch.addcmul(f * c, i, u, out=cells[s])
+            tc = torch.tanh(c, out=tanh_cells[s])
+            h = torch.bmm(o * tc, w_hr_t, out=out[s])
+        ctx.save_for_backward(x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out)
+        return out.permute(1, 2, 0, 3)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out = ctx.saved_tensors
+        t, _, b, h_size = cells.shape
+        p = weight_hr.shape[1]
+        grad_out = grad_out.permute(2, 0, 1, 3)  # (T, 2, B, P)
+        grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activations
+        grad_h = torch.empty_like(out)  # total gradient of each h_t
+        dh_next, dc_next = out.new_zeros(2, b, p), out.new_zeros(2, b, h_size)
+        for s in range(t - 1, -1, -1):
+            dh = torch.add(grad_out[s], dh_next, out=grad_h[s])
+            d_hc = torch.bmm(dh, weight_hr)  # gradient of o * tanh(c)
+            i, f, u, o = gates[s].chunk(4, dim=-1)
+            tc = tanh_cells[s]
+            dc = torch.addcmul(dc_next, d_hc * o, 1 - tc * tc)
+            di, df, du, do = grad_gates[s].chunk(4, dim=-1)
+            torch.mul(dc * u, i * (1 - i), out=di)
+            if s > 0:
+                torch.mul(dc * cells[s - 1], f * (1 - f), out=df)
+            else:
+                df.zero_()
+            torch.mul(dc * i, 1 - u * u, out=du)
+            torch.mul(d_hc * tc, o * (1 - o), out=do)
+            dc_next = dc * f
+            dh_next = torch.bmm(grad_gates[s], weight_hh)
+        # weight gradients: one GEMM each over all (t, b) rows, per direction
+        gg = grad_gates.transpose(0, 1).reshape(2, t * b, 4 * h_size)
+        h_prev = torch.cat([out.new_zeros(1, 2, b, p), out[:-1]]).transpose(0, 1).reshape(2, t * b, p)
+        hc = (gates[..., 3 * h_size :] * tanh_cells).transpose(0, 1).reshape(2, t * b, h_size)
+        grad_weight_hr = torch.bmm(grad_h.transpose(0, 1).reshape(2, t * b, p).transpose(1, 2), hc)
+        grad_weight_hh = torch.bmm(gg.transpose(1, 2), h_prev)
+        grad_weight_ih = torch.bmm(gg.transpose(1, 2), x_tm)
+        grad_x = torch.bmm(gg, weight_ih).view(2, t, b, -1).transpose(1, 2)
+        return grad_x, grad_weight_ih, grad_weight_hh, gg.sum(1), grad_weight_hr
+
+
+def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
+    """Whether :class:`BiLSTMProjectionFunction` runs the LSTM layers: ``config.fused_cpu_lstm``, LSTM cells
+    with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast."""
+    return (
+        getattr(config, "fused_cpu_lstm", False)
+        and config.cell_type == "lstm"
+        and config.projection_dim < config.cell_size
+        and config.cell_clip is None
+        and config.proj_clip is None
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and not torch.is_autocast_enabled("cpu")
+    )
 
 
 class RecurrentLayer(nn.Module):
@@ -336,6 +438,30 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         self.backward_stack = DirectionalStack(config)
         self.post_init()
 
+    def _fused_stacks(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Both stacks through :class:`BiLSTMProjectionFunction`: the same layers, dropout and residuals as
+        :class:`DirectionalStack`, each layer's two directions in one call. The backward outputs are in
+        reversed order (as ``backward_stack`` returns them)."""
+        fwd, bwd = self.forward_stack, self.backward_stack
+        xs = (x, reverse_padded(x, lengths))
+        forward_layers, backward_layers = [], []
+        for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
+            rf, rb = lf.rnn, lb.rnn
+            out = BiLSTMProjectionFunction.apply(
+                torch.stack([fwd.dropout(xs[0]), bwd.dropout(xs[1])]),
+                torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
+                torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
+                torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
+                torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
+            )
+            of, ob = out[0], out[1]
+            if fwd.use_residual and j > 0:
+                of, ob = of + xs[0], ob + xs[1]
+            forward_layers.append(of)
+            backward_layers.append(ob)
+            xs = (of, ob)
+        return forward_layers, backward_layers
+
     def forward(
         self,
         char_ids: torch.Tensor,
@@ -350,8 +476,12 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         x = self.char_encoder(char_ids)
         keep = attention_mask.unsqueeze(-1).to(x.dtype)
         x = x * keep
-        forward_layers = self.forward_stack(x)
-        backward_layers = [reverse_padded(h, lengths) for h in self.backward_stack(reverse_padded(x, lengths))]
+        if fused_lstm_applies(self.config, x):
+            forward_layers, backward_layers = self._fused_stacks(x, lengths)
+        else:
+            forward_layers = self.forward_stack(x)
+            backward_layers = self.backward_stack(reverse_padded(x, lengths))
+        backward_layers = [reverse_padded(h, lengths) for h in backward_layers]
         hidden = [torch.cat([x, x], dim=-1)]
         hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
         return SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)

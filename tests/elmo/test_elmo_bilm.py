@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from modeling.elmo import ScalarMix, SesameElmoConfig, SesameElmoForBidirectionalLM, SesameElmoModel
-from modeling.elmo.modeling_elmo import lstm_clipped, reverse_padded
+from modeling.elmo.modeling_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
 
 
 def _random_batch(b=2, t=9, vocab=100):
@@ -189,6 +189,64 @@ def test_clipping_config_uses_clipped_loop(tiny):
     plain.load_state_dict(clip_model.state_dict())
     _, chars = _random_batch(2, 5)
     torch.testing.assert_close(clip_model(chars).last_hidden_state, plain(chars).last_hidden_state, rtol=1e-4, atol=1e-5)
+
+
+def _stacked(lstms):
+    return (
+        torch.stack([m.weight_ih_l0 for m in lstms]),
+        torch.stack([m.weight_hh_l0 for m in lstms]),
+        torch.stack([m.bias_ih_l0 + m.bias_hh_l0 for m in lstms]),
+        torch.stack([m.weight_hr_l0 for m in lstms]),
+    )
+
+
+def test_fused_bilstm_equals_two_nn_lstms_values_and_gradients():
+    """Reference: two independent ``nn.LSTM(proj_size=...)`` (PyTorch's own kernel), float64."""
+    lstms = [torch.nn.LSTM(6, 10, batch_first=True, proj_size=4).double() for _ in range(2)]
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64, requires_grad=True)
+    ref = torch.stack([lstm(x[d])[0] for d, lstm in enumerate(lstms)])
+    weight = torch.randn_like(ref)
+    params = [x, *lstms[0].parameters(), *lstms[1].parameters()]
+    ref_grads = torch.autograd.grad((ref * weight).sum(), params)
+    out = BiLSTMProjectionFunction.apply(x, *_stacked(lstms))
+    grads = torch.autograd.grad((out * weight).sum(), params)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=0, atol=1e-12)
+
+
+def test_fused_bilstm_gradcheck():
+    torch.manual_seed(1)
+    lstms = [torch.nn.LSTM(3, 5, batch_first=True, proj_size=2).double() for _ in range(2)]
+    inputs = [torch.randn(2, 2, 4, 3, dtype=torch.float64)] + [w.detach() for w in _stacked(lstms)]
+    assert torch.autograd.gradcheck(BiLSTMProjectionFunction.apply, [t.requires_grad_() for t in inputs])
+
+
+def test_fused_cpu_lstm_model_equals_native_path_with_padding_and_residuals(tiny):
+    cfg = tiny()
+    assert cfg.fused_cpu_lstm
+    model = SesameElmoModel(cfg).double()
+    chars = torch.randint(1, 262, (3, 7, 50))
+    mask = torch.ones(3, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    chars[mask == 0] = 0
+    assert fused_lstm_applies(cfg, torch.zeros(1, dtype=torch.float64))
+    assert not fused_lstm_applies(tiny(cell_clip=3.0), torch.zeros(1))
+    assert not fused_lstm_applies(tiny(fused_cpu_lstm=False), torch.zeros(1))
+
+    def run(fused: bool):
+        model.config.fused_cpu_lstm = fused
+        model.zero_grad()
+        hidden = torch.stack(model(chars, mask).hidden_states)
+        (hidden * torch.linspace(-1, 1, hidden.numel(), dtype=hidden.dtype).view_as(hidden)).sum().backward()
+        return hidden.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    native, native_grads = run(False)
+    fused, fused_grads = run(True)
+    torch.testing.assert_close(fused, native, rtol=0, atol=1e-12)
+    for name, grad in native_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=0, atol=1e-11, msg=name)
 
 
 def test_gru_cell_type_runs_and_is_causal(tiny):
