@@ -892,7 +892,7 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
             attention_mask = (char_ids != 0).any(dim=-1).long()
         (fq, mq, _), (fc, mc, ic) = self._segment_features(char_ids, attention_mask, token_type_ids)
         q, c = self.encoder(fq, mq), self.encoder(fc, mc)  # (B, Tq, d), (B, Tc, d)
-        tc, tq = c.shape[1], q.shape[1]
+        tc = c.shape[1]
         w_c, w_q, w_cq = self.similarity.weight.squeeze(0).chunk(3)
         sim = (c @ w_c).unsqueeze(2) + (q @ w_q).unsqueeze(1) + (c * w_cq) @ q.transpose(1, 2) + self.similarity.bias
         qmask, cmask = _nonempty(mq).unsqueeze(1), _nonempty(mc)
