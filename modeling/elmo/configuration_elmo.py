@@ -50,8 +50,9 @@ class SesameElmoConfig(PretrainedConfig):
         use_residual (`bool`, True): residual connection around every LSTM layer but the first.
         fused_cpu_lstm (`bool`, True): on CPU, run the forward and backward LSTMs (with projection, no
             clipping) of each layer together in one kernel with hand-written backpropagation through time
-            (``BiLSTMProjectionFunction``): the same function as two ``nn.LSTM`` calls, faster on CPU
-            (an elmo-small sampled-softmax training step 1.40x faster at B=32, T=128, 2 threads). Ignored on GPU (cuDNN) and under autocast.
+            (``BiLSTMProjectionFunction``): the same function as two ``nn.LSTM`` calls, faster on CPU (an
+            elmo-small sampled-softmax training step 1.40x faster at B=32, T=128, 2 threads). Ignored on GPU
+            (cuDNN) and under autocast.
         dropout (`float`, 0.1): dropout on each LSTM layer's input and on the top layer before the softmax.
         softmax (`str`, "full"): training softmax, "full" | "sampled" (Jean et al. 2015, log-uniform
             sampler, ``num_sampled`` negatives shared by the batch) | "adaptive" (Grave et al. 2017).

@@ -198,7 +198,7 @@ class BiLSTMProjectionFunction(torch.autograd.Function):
     ``bmm`` per time step for both (on 2 threads each core takes one direction's small GEMM). The backward
     pass is backpropagation through time written out: per step only the gate gradients and the two
     recurrent products; the weight gradients are one large GEMM each over all time steps, instead of one
-    small, memory-bound GEMM per step. Same equations and gate order (input, forget, cell, output) as
+    small GEMM per step (inner dimension = batch size). Same equations and gate order (input, forget, cell, output) as
     ``nn.LSTM(proj_size=P)`` with zero initial states:
 
         g_t = W_ih x_t + W_hh h_{t-1} + b;  i, f, o = sigmoid(g_i, g_f, g_o);  u = tanh(g_u)
@@ -278,7 +278,7 @@ def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
     """Whether :class:`BiLSTMProjectionFunction` runs the LSTM layers: ``config.fused_cpu_lstm``, LSTM cells
     with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast."""
     return (
-        getattr(config, "fused_cpu_lstm", False)
+        config.fused_cpu_lstm
         and config.cell_type == "lstm"
         and config.projection_dim < config.cell_size
         and config.cell_clip is None
@@ -316,24 +316,15 @@ class RecurrentLayer(nn.Module):
 
 
 class DirectionalStack(nn.Module):
-    """``num_layers`` recurrent layers of one direction, residual from the second layer on, dropout on each
-    layer's input. Returns the list of layer outputs, each ``(B, T, P)``."""
+    """The ``num_layers`` recurrent layers of one direction (each ``(B, T, P) -> (B, T, P)``), with the dropout
+    on each layer's input and the residual flag. A container: :meth:`SesameElmoModel._bilm_layers` runs both
+    directions' stacks layer by layer (residual from the second layer on)."""
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__()
         self.layers = nn.ModuleList(RecurrentLayer(config) for _ in range(config.num_layers))
         self.dropout = nn.Dropout(config.dropout)
         self.use_residual = config.use_residual
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        outputs = []
-        for j, layer in enumerate(self.layers):
-            out = layer(self.dropout(x))
-            if self.use_residual and j > 0:
-                out = out + x
-            outputs.append(out)
-            x = out
-        return outputs
 
 
 # --------------------------------------------------------------------------------------------- ScalarMix
@@ -438,23 +429,28 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         self.backward_stack = DirectionalStack(config)
         self.post_init()
 
-    def _fused_stacks(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Both stacks through :class:`BiLSTMProjectionFunction`: the same layers, dropout and residuals as
-        :class:`DirectionalStack`, each layer's two directions in one call. The backward outputs are in
-        reversed order (as ``backward_stack`` returns them)."""
+    def _bilm_layers(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Run both stacks on layer 0 ``x (B, T, P)``: dropout on each layer's input, residual from the second
+        layer on. Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when
+        :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls. Returns the forward and the
+        backward layer outputs, each ``(B, T, P)``; the backward ones still reversed within each sequence."""
         fwd, bwd = self.forward_stack, self.backward_stack
+        fused = fused_lstm_applies(self.config, x)
         xs = (x, reverse_padded(x, lengths))
         forward_layers, backward_layers = [], []
         for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
-            rf, rb = lf.rnn, lb.rnn
-            out = BiLSTMProjectionFunction.apply(
-                torch.stack([fwd.dropout(xs[0]), bwd.dropout(xs[1])]),
-                torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
-                torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
-                torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
-                torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
-            )
-            of, ob = out[0], out[1]
+            inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
+            if fused:
+                rf, rb = lf.rnn, lb.rnn
+                of, ob = BiLSTMProjectionFunction.apply(
+                    torch.stack(inputs),
+                    torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
+                    torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
+                    torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
+                    torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
+                ).unbind(0)
+            else:
+                of, ob = lf(inputs[0]), lb(inputs[1])
             if fwd.use_residual and j > 0:
                 of, ob = of + xs[0], ob + xs[1]
             forward_layers.append(of)
@@ -476,11 +472,7 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         x = self.char_encoder(char_ids)
         keep = attention_mask.unsqueeze(-1).to(x.dtype)
         x = x * keep
-        if fused_lstm_applies(self.config, x):
-            forward_layers, backward_layers = self._fused_stacks(x, lengths)
-        else:
-            forward_layers = self.forward_stack(x)
-            backward_layers = self.backward_stack(reverse_padded(x, lengths))
+        forward_layers, backward_layers = self._bilm_layers(x, lengths)
         backward_layers = [reverse_padded(h, lengths) for h in backward_layers]
         hidden = [torch.cat([x, x], dim=-1)]
         hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
