@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import DataCollatorWithPadding
 
     from finetune.glue_data import label_names_of, load_glue_data, write_submission
-    from training.hub import HubPusher, validate_hub_args
+    from training.hub import HubPusher, every_save_hook, validate_hub_args
     from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
 
     # Everything the user gave is checked before the model is loaded and training starts.
@@ -332,20 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
     pusher = HubPusher.from_args(args)
-    hooks = {}
-    if pusher is not None and pusher.should_push_on_save:  # --hub_strategy every_save
-        def card(folder):
-            from training.model_card import card_for_run
-
-            return card_for_run(folder, args, task="text-classification")
-
-        def on_save(step):  # every rank: get_state_dict gathers FSDP shards; the push is the main process's
-            state_dict = accelerator.get_state_dict(trainer.model)
-            if accelerator.is_main_process:
-                pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
-
-        hooks["on_save"] = on_save
-    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None, run_config=run_config, **hooks)
+    on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
+    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None,
+                      run_config=run_config, on_save=on_save)
     del model
     if accelerator.is_main_process:
         logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",

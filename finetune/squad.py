@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
-    from training.hub import HubPusher, validate_hub_args
+    from training.hub import HubPusher, every_save_hook, validate_hub_args
     from training.loop import Trainer, TrainingConfig, finish, make_accelerator, make_train_dataloader
 
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
@@ -324,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.do_train:
         train_loader = make_train_dataloader(features["train"], args.per_device_train_batch_size, collator, args.seed)
         run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
-        trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config)
+        on_save = every_save_hook(HubPusher.from_args(args), args, tokenizer, task="question-answering")
+        trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config,
+                          on_save=on_save)
         del model
         if accelerator.is_main_process:
             logger.info("%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",

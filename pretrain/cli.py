@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -323,21 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     kwargs = {"weight_fn": weight_fn} if weight_fn else {}
     run_config = {k: v for k, v in vars(args).items() if k not in ("hub_token",)}
-    from training.hub import HubPusher
+    from training.hub import HubPusher, every_save_hook
 
     pusher = HubPusher.from_args(args)
-    if pusher is not None and pusher.should_push_on_save:  # --hub_strategy every_save
-        def card(folder):
-            from training.model_card import card_for_run
-
-            return card_for_run(folder, args, task="fill-mask" if args.model_type == "bert" else "feature-extraction")
-
-        def on_save(step):  # every rank: get_state_dict gathers FSDP shards; the push is the main process's
-            state_dict = accelerator.get_state_dict(trainer.model)
-            if accelerator.is_main_process:
-                pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
-
-        kwargs["on_save"] = on_save
+    kwargs["on_save"] = every_save_hook(pusher, args, tokenizer,
+                                        task="fill-mask" if args.model_type == "bert" else "feature-extraction")
     trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config, **kwargs)
     del model
     if accelerator.is_main_process:

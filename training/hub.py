@@ -38,7 +38,7 @@ import logging
 import os
 import shutil
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from training.errors import InputError
@@ -433,7 +433,31 @@ class HubPusher:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def every_save_hook(pusher: HubPusher | None, args: argparse.Namespace, tokenizer, task: str) -> Callable | None:
+    """The ``Trainer(on_save=...)`` hook of ``--hub_strategy every_save`` (None otherwise, or without a pusher).
+
+    The hook ``(trainer, step)`` runs on every process after each periodic checkpoint:
+    ``accelerator.get_state_dict`` on all ranks (FSDP gathers the shards), then on the main process
+    :meth:`HubPusher.push_checkpoint` of the model, ``tokenizer`` and a model card for ``task`` (a pipeline
+    task name, e.g. ``"fill-mask"``, ``"text-classification"``, ``"question-answering"``).
+    """
+    if pusher is None or not pusher.should_push_on_save:
+        return None
+
+    def card(folder):
+        from training.model_card import card_for_run
+
+        return card_for_run(folder, args, task=task)
+
+    def on_save(trainer, step: int) -> None:
+        state_dict = trainer.accelerator.get_state_dict(trainer.model)
+        if trainer.accelerator.is_main_process:
+            pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
+
+    return on_save
+
+
 __all__ = [
-    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubPusher", "add_hub_arguments", "default_repo_id",
+    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubPusher", "add_hub_arguments", "default_repo_id", "every_save_hook",
     "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_args",
 ]

@@ -63,7 +63,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -325,11 +325,10 @@ class Trainer:
         tokens_fn: ``batch -> int``, tokens processed (for tokens/s).
         eval_fn: ``(trainer) -> dict[str, float]``, called on all processes.
         run_config: hyper-parameters to record with the trackers.
-        on_save: ``(step) -> None``, called on **every** process after each periodic checkpoint
+        on_save: ``(trainer, step) -> None``, called on **every** process after each periodic checkpoint
             (``checkpointing_steps``) is complete, not after the final one nor the one written on a stop
             request; the processes then wait for each other. The hook does its main-process work itself
-            (e.g. ``--hub_strategy every_save``: ``accelerator.get_state_dict`` on all ranks -- FSDP gathers
-            the shards -- then ``save_pretrained`` + push on the main process only).
+            (e.g. :func:`training.hub.every_save_hook` for ``--hub_strategy every_save``).
 
     Raises:
         InputError: the training data gives no batch.
@@ -348,7 +347,7 @@ class Trainer:
         tokens_fn: Callable = default_tokens_fn,
         eval_fn: Callable | None = None,
         run_config: Mapping[str, Any] | None = None,
-        on_save: Callable[[int], None] | None = None,
+        on_save: Callable[[Any, int], None] | None = None,
     ):
         self.accelerator, self.config = accelerator, config
         self.on_save = on_save
@@ -572,7 +571,7 @@ class Trainer:
                 if cfg.checkpointing_steps and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps:
                     self.save_checkpoint()
                     if self.on_save is not None:
-                        self.on_save(step)
+                        self.on_save(self, step)
                         acc.wait_for_everyone()
                 if reduced[4] > 0 and step != self.max_train_steps:
                     bar.close()
