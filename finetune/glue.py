@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import Sampler
 
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
-from training.errors import InputError, add_debug_argument, run_cli
+from training.errors import InputError, add_debug_argument, check_local_path, first_line, run_cli
 
 logger = logging.getLogger("finetune.glue")
 
@@ -162,9 +162,8 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
     source = args.model_name_or_path
     hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
     for arg in ("model_name_or_path", "config_name", "tokenizer_name"):
-        name = getattr(args, arg)
-        if name and name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
-            raise InputError(f"--{arg} {name}: no such folder; expected a folder written by save_pretrained or a hub repo id")
+        if getattr(args, arg):
+            check_local_path(getattr(args, arg), f"--{arg}", "a folder written by save_pretrained or a hub repo id")
     try:
         pretrained = AutoConfig.from_pretrained(args.config_name or source, **hub)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, **hub)
@@ -172,7 +171,7 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
         what = " / ".join(f"--{n} {getattr(args, n)}" for n in ("model_name_or_path", "config_name", "tokenizer_name")
                           if getattr(args, n)) + (f" (--revision {args.revision})" if args.revision else "")
         raise InputError(f"{what}: cannot load the config / tokenizer ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0]}); expected a model folder written by save_pretrained or a hub repo id") from None
+                         f"{first_line(err)}); expected a model folder written by save_pretrained or a hub repo id") from None
     mapping = None if regression else label_mapping(pretrained, label_names, args)
     overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
                                  "problem_type": "regression" if regression else "single_label_classification",
@@ -189,7 +188,7 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
         )
     except OSError as err:  # no weights file (or an unreadable one)
         raise InputError(f"--model_name_or_path {source}: cannot load the weights ({type(err).__name__}: "
-                         f"{str(err).strip().splitlines()[0]}); expected a model folder with model.safetensors "
+                         f"{first_line(err)}); expected a model folder with model.safetensors "
                          "(save_pretrained) or a hub repo id") from None
     check_model_fits(args, tokenizer, model.config)
     return tokenizer, model, mapping

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from training.errors import InputError, add_debug_argument, run_cli
+from training.errors import InputError, add_debug_argument, first_line, run_cli
 
 logger = logging.getLogger("finetune.squad")
 
@@ -194,7 +194,7 @@ def load_tokenizer(args: argparse.Namespace):
                                                   trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as err:
         raise InputError(f"--model_name_or_path {source}: cannot load the config / tokenizer ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+                         f"{first_line(err)})") from None
     limit = getattr(config, "max_position_embeddings", None)
     if limit and args.max_seq_length > limit:
         raise InputError(f"--max_seq_length {args.max_seq_length}: the model has {limit} positions; expected at most {limit}")
@@ -216,7 +216,7 @@ def load_model(args: argparse.Namespace, pretrained_config):
                                                              trust_remote_code=args.trust_remote_code)
     except ValueError as err:
         raise InputError(f"--model_name_or_path {args.model_name_or_path}: no question-answering head for "
-                         f"model type {config.model_type!r} ({str(err).splitlines()[0]})") from None
+                         f"model type {config.model_type!r} ({first_line(err)})") from None
 
 
 def tokenize(examples: dict, tokenizer, args: argparse.Namespace, accelerator) -> dict:

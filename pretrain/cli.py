@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.errors import InputError, add_debug_argument
+from training.errors import InputError, add_debug_argument, check_local_path, first_line
 
 logger = logging.getLogger("pretrain")
 
@@ -96,20 +96,8 @@ def _apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 
 # -- pieces ---------------------------------------------------------------------------------------------------
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def _rev(args) -> str:
     return f" (--revision {args.revision})" if getattr(args, "revision", None) else ""
-
-
-def _check_local_path(name: str, arg: str, expected: str) -> None:
-    """Refuse a path-like ``name`` (absolute, ``./``, ``../`` or ``~``) that does not exist, before the hub
-    client misreads it as a malformed repo id."""
-    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
-        raise InputError(f"{arg} {name}: no such folder; expected {expected}")
 
 
 def get_tokenizer(args, accelerator):
@@ -119,11 +107,11 @@ def get_tokenizer(args, accelerator):
     import modeling  # noqa: F401  (registers the tokenizers with AutoTokenizer)
 
     if args.tokenizer_name:
-        _check_local_path(args.tokenizer_name, "--tokenizer_name", "a tokenizer folder (save_pretrained) or a hub repo id")
+        check_local_path(args.tokenizer_name, "--tokenizer_name", "a tokenizer folder (save_pretrained) or a hub repo id")
         try:
             return AutoTokenizer.from_pretrained(args.tokenizer_name, revision=args.revision)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--tokenizer_name {args.tokenizer_name}{_rev(args)}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+            raise InputError(f"--tokenizer_name {args.tokenizer_name}{_rev(args)}: could not be loaded ({type(err).__name__}: {first_line(err)}); "
                              "expected a tokenizer folder (save_pretrained) or a hub repo id") from err
     tok_dir = Path(args.output_dir) / "tokenizer"
     if accelerator.is_main_process and not (tok_dir / "tokenizer_config.json").is_file():
@@ -168,11 +156,11 @@ def build_model(args, tokenizer):
 
     auto = AutoModelForPreTraining if (args.nsp or args.model_type == "elmo") else AutoModelForMaskedLM
     if args.model_name_or_path:
-        _check_local_path(args.model_name_or_path, "--model_name_or_path", "a model folder (save_pretrained) or a hub repo id")
+        check_local_path(args.model_name_or_path, "--model_name_or_path", "a model folder (save_pretrained) or a hub repo id")
         try:
             model = auto.from_pretrained(args.model_name_or_path, revision=args.revision)
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"--model_name_or_path {args.model_name_or_path}{_rev(args)}: could not be loaded ({type(err).__name__}: {_first_line(err)}); "
+            raise InputError(f"--model_name_or_path {args.model_name_or_path}{_rev(args)}: could not be loaded ({type(err).__name__}: {first_line(err)}); "
                              "expected a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id") from err
     else:
         overrides = {"vocab_size": len(tokenizer)}
@@ -185,11 +173,11 @@ def build_model(args, tokenizer):
                         f"({', '.join(sorted(modeling.PRESETS))}), a config path or a hub repo id")
             if not args.config_name:
                 raise InputError(expected)
-            _check_local_path(args.config_name, "--config_name", "a preset, a config path or a hub repo id")
+            check_local_path(args.config_name, "--config_name", "a preset, a config path or a hub repo id")
             try:  # a config.json file or folder, or a hub repo id (at --revision)
                 config = AutoConfig.from_pretrained(args.config_name, revision=args.revision, **overrides)
             except Exception as err:  # noqa: BLE001
-                raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {_first_line(err)})") from err
+                raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {first_line(err)})") from err
         expected = "sesame-bert" if args.model_type == "bert" else "sesame-elmo"
         if getattr(config, "model_type", None) != expected and args.model_type == "elmo":
             raise InputError(f"--config_name {args.config_name}: a {config.model_type} config; expected one for --model_type {args.model_type}")

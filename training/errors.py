@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 #: Exit status for refused input (as argparse uses for usage errors).
 EXIT_INPUT_ERROR = 2
@@ -27,6 +28,24 @@ class InputError(ValueError):
     ``"--train_file corpus.txt: file is empty; expected UTF-8 text"``.
     """
 
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message, for one-line error reports (the type name when the message is
+    empty; long library messages often carry a stack of context lines after it)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def check_local_path(name: str, arg: str, expected: str) -> None:
+    """Refuse a path-like ``name`` (absolute, ``./``, ``../`` or ``~``) that does not exist, before a hub client
+    misreads it as a malformed repo id.
+
+    Raises:
+        InputError: ``"<arg> <name>: no such folder; expected <expected>"``.
+    """
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        raise InputError(f"{arg} {name}: no such folder; expected {expected}")
 
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--debug`` (show full tracebacks for refused input) to ``parser``."""

@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from training.errors import InputError
+from training.errors import InputError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -424,7 +424,7 @@ class HubPusher:
             logger.info("pushed step %d to %s (%s)", step, self.repo_id, url)
             return url
         except Exception as err:  # noqa: BLE001  (network, hub, disk: training goes on)
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            first = first_line(err)
             logger.warning("--hub_strategy every_save: the push of step %d to %r (branch %r) failed, training "
                            "continues (the final push is still made): %s: %s", step, self.repo_id,
                            self.revision or "main", type(err).__name__, first)

@@ -72,7 +72,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from training import checkpoint as ckpt
-from training.errors import InputError
+from training.errors import InputError, first_line
 from training.optim import SCHEDULERS, create_optimizer, create_scheduler
 from training.trackers import REPORT_TO_CHOICES, log_with, prepare_environment, sanitize_config
 
@@ -417,7 +417,7 @@ class Trainer:
             if "lr_scheduler" in saved:
                 self.scheduler.load_state_dict(saved["lr_scheduler"])
         except (RuntimeError, KeyError, ValueError) as err:  # shapes/names/param groups that do not fit
-            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            first = first_line(err)[:300]
             raise InputError(
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
@@ -446,6 +446,16 @@ class Trainer:
         return metrics
 
     # -- the loop ----------------------------------------------------------------------------------------
+    def _consume_batches(self, n: int, per_epoch_batches: int) -> bool:
+        """Count ``n`` micro-batches of the current epoch as consumed; True when that ends the epoch (the state
+        then points at the start of the next one)."""
+        self.state["batches_in_epoch"] += n
+        if self.state["batches_in_epoch"] >= per_epoch_batches:
+            self.state["epoch"] += 1
+            self.state["batches_in_epoch"] = 0
+            return True
+        return False
+
     def train(self) -> dict[str, Any]:
         """Train to ``max_train_steps``; return ``train_loss`` (mean per item over the whole run, resumed parts
         included), ``train_runtime_s``, ``train_tokens_per_second``, ``train_samples_per_second`` (this
@@ -520,10 +530,7 @@ class Trainer:
                             "non-finite loss (%s) or gradient norm (%s) at optimizer step %d (%s): update skipped, its "
                             "batches consumed (%d of --skip_nonfinite_steps %d)", step_loss, grad_norm, step, where,
                             self.state["nonfinite_skipped"], cfg.skip_nonfinite_steps)
-                        self.state["batches_in_epoch"] += len(group)
-                        if self.state["batches_in_epoch"] >= per_epoch_batches:
-                            self.state["epoch"] += 1
-                            self.state["batches_in_epoch"] = 0
+                        if self._consume_batches(len(group), per_epoch_batches):
                             break
                         continue
                     bar.close()
@@ -543,12 +550,9 @@ class Trainer:
                 session_tokens += float(reduced[2])
                 session_samples += float(reduced[3])
                 self.state["global_step"] = step
-                self.state["batches_in_epoch"] += len(group)
+                self._consume_batches(len(group), per_epoch_batches)
                 self.state["loss_sum"] += float(reduced[0])
                 self.state["weight_sum"] += total_weight
-                if self.state["batches_in_epoch"] >= per_epoch_batches:
-                    self.state["epoch"] += 1
-                    self.state["batches_in_epoch"] = 0
                 for key, value in (("loss", float(reduced[0])), ("weight", total_weight), ("tokens", float(reduced[2])), ("samples", float(reduced[3])), ("time", dt), ("steps", 1)):
                     interval[key] += value
                 bar.update(1)
