@@ -164,3 +164,28 @@ def test_push_without_xet_support_says_how_to_fix(hub, tmp_path):
     assert "HF_HUB_DISABLE_XET=1" in out["error"] and "nothing was committed" in out["error"]
     repo = hub.server.repo("alice/m")
     assert list(repo.commits) == [repo.branches["main"]]  # only the initial commit
+
+
+def test_every_save_hook_gathers_on_every_rank_and_pushes_on_the_main_one():
+    """The shared ``--hub_strategy every_save`` hook of pretrain / glue / squad: None for 'end' or no pusher;
+    otherwise ``get_state_dict`` on every rank (FSDP gathers there) and a push from the main process only."""
+    from types import SimpleNamespace
+
+    from training.hub import HubPusher, every_save_hook
+
+    args = argparse.Namespace(output_dir="out")
+    assert every_save_hook(None, args, tokenizer="tok", task="fill-mask") is None
+    assert every_save_hook(HubPusher("alice/m", strategy="end"), args, tokenizer="tok", task="fill-mask") is None
+
+    pushes, gathers = [], []
+
+    class Pusher(HubPusher):
+        def push_checkpoint(self, output_dir, step, model, tokenizer=None, state_dict=None, model_card=None):
+            pushes.append((output_dir, step, model, tokenizer, state_dict, callable(model_card)))
+
+    hook = every_save_hook(Pusher("alice/m", strategy="every_save"), args, tokenizer="tok", task="fill-mask")
+    for rank in (0, 1):
+        acc = SimpleNamespace(is_main_process=rank == 0, get_state_dict=lambda m, r=rank: gathers.append(r) or {"w": r})
+        hook(SimpleNamespace(accelerator=acc, model="wrapped", unwrapped_model="model"), 4)
+    assert gathers == [0, 1]
+    assert pushes == [("out", 4, "model", "tok", {"w": 0}, True)]
