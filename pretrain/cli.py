@@ -1,8 +1,11 @@
 """``accelerate launch pretrain``: pretrain a BERT-like (MLM, optionally NSP) or ELMo-style (BiLM) model.
 
-With no arguments: the embedded default job -- a WordPiece tokenizer (8k) trained on the corpus bundled in
-``pretrain/corpus/``, a bert-tiny-sized SesameBert (L2/H128), documents packed into 128-token blocks, MLM; a few minutes
-on a laptop CPU; writes ``outputs/pretrain-bert``.
+With no data argument: the embedded demo job -- a WordPiece tokenizer (8k) trained on the corpus bundled in
+``pretrain/corpus/``, a bert-tiny-sized SesameBert (L2/H128), documents packed into 128-token blocks, MLM, 300 steps;
+a few minutes on a laptop CPU; writes ``outputs/pretrain-bert``. The demo's settings apply to the demo only: with
+``--train_file`` / ``--dataset_name`` / ``--prepared_dataset`` the run plan follows the data (:func:`apply_defaults`).
+
+What differs between objectives (MLM, MLM+NSP, BiLM) is read from one table, :mod:`pretrain.objectives`.
 """
 
 from __future__ import annotations
@@ -19,80 +22,136 @@ from training.errors import InputError, add_debug_argument, check_local_path, fi
 
 logger = logging.getLogger("pretrain")
 
-#: The embedded default job (used for every argument not given).
-DEFAULTS = {
-    "bert": dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
-                 learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.01),
-    "elmo": dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
-                 learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50, weight_decay=0.0),
+#: Settings of a run on the user's data, where not given (the demo job has its own: ``Objective.demo_defaults``).
+DATA_DEFAULTS = {
+    "bert": dict(config_name="bert-base", vocab_size=30000, max_seq_length=128, per_device_train_batch_size=32,
+                 weight_decay=0.01, warmup_ratio=0.06),
+    "elmo": dict(config_name="elmo-small", vocab_size=30000, max_seq_length=32, per_device_train_batch_size=16,
+                 weight_decay=0.0, warmup_ratio=0.06),
+}
+#: Peak learning rates of AdamW by family and norm position, with their sources.
+LEARNING_RATES = {
+    ("bert", "post"): (1e-4, "BERT (Devlin et al. 2019, sec. A.2): 1e-4 at batch 256, post-LN"),
+    ("bert", "pre"): (1e-3, "Cramming (Geiping & Goldstein 2023): 1e-3 for pre-LN encoders"),
+    ("elmo", None): (1e-3, "sesame-lm default for the BiLM with Adam (bilm-tf used Adagrad at 0.2, which does not transfer)"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
+    from training.run import HelpFormatter
 
     parser = argparse.ArgumentParser(
         prog="accelerate launch pretrain",
         description=(
-            "Pretrain a BERT-like encoder (MLM, optionally NSP) or an ELMo-style BiLM. With no arguments: a "
-            "bert-tiny-sized model with an 8k WordPiece tokenizer trained on the bundled corpus, 128-token packed "
-            "blocks, 300 optimizer steps of batch 32 (a few minutes on a CPU), written to outputs/pretrain-bert."
+            "Pretrain a BERT-like encoder (MLM, optionally NSP) or an ELMo-style BiLM. With no data argument: the demo job, "
+            "a bert-tiny-sized model with an 8k WordPiece tokenizer trained on the bundled corpus, 128-token packed "
+            "blocks, 300 optimizer steps of batch 32 (a few minutes on a CPU), written to outputs/pretrain-bert. With "
+            "your data (--train_file, --dataset_name or --prepared_dataset) the run lasts --num_train_epochs (1) unless "
+            "--max_train_steps is given, warms up for --warmup_ratio 0.06, and evaluates and checkpoints every 10% of it."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
+    add_model_arguments(parser)
+    add_data_arguments(parser)
+    add_objective_arguments(parser)
+    add_hub_arguments(parser)
+    add_training_arguments(
+        parser, output_dir=None, learning_rate=None, max_train_steps=None, num_warmup_steps=None, warmup_ratio=None,
+        eval_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
+        project_name="sesame-lm-pretrain",
+        learning_rate_help="peak learning rate (default: 1e-4 for post-LN BERT-like presets (BERT, batch 256), 1e-3 for "
+                           "pre-LN ones (Cramming), 1e-3 for ELMo-style; the demo job: 1e-3 / 2e-3)",
+    )
+    for action in parser._actions:  # the defaults that depend on the data are given in the help
+        if action.dest == "warmup_ratio":
+            action.help = "warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given (default: 0.06)"
+        elif action.dest == "output_dir":
+            action.help += " (default: outputs/pretrain-<model_type>)"
+        elif action.dest in ("eval_steps", "checkpointing_steps"):
+            action.help += " (default: every 10%% of the run with your data)"
+    add_debug_argument(parser)
+    return parser
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model_type``, ``--config_name``, ``--model_name_or_path``, ``--tokenizer_name``, ``--revision``,
+    ``--vocab_size`` (shared with ``pretrain.prepare``)."""
     m = parser.add_argument_group("model")
     m.add_argument("--model_type", choices=["bert", "elmo"], default="bert", help="BERT-like (MLM) or ELMo-style (BiLM)")
-    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original), a config.json path or folder, or a hub repo id; default bert-tiny / elmo-small")
-    m.add_argument("--model_name_or_path", default=None, help="continue pretraining these weights instead of a fresh model")
-    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo; default: train one on the training files (saved with the model)")
+    m.add_argument("--config_name", default=None, help="preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, elmo-original), a config.json path or folder, or a hub repo id (default: bert-base / elmo-small; the demo job: bert-tiny)")
+    m.add_argument("--model_name_or_path", default=None, help="continue pretraining these weights (and their tokenizer) instead of a fresh model")
+    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the one saved with --model_name_or_path or --prepared_dataset, else one trained on the training files)")
     m.add_argument("--revision", default=None, help="revision (branch, tag or commit id) of hub repos given by --model_name_or_path / --config_name / --tokenizer_name")
-    m.add_argument("--vocab_size", type=int, default=None, help="vocabulary size of a trained tokenizer (default 8000)")
+    m.add_argument("--vocab_size", type=int, default=None, help="vocabulary size of a trained tokenizer (default: 30000; the demo job: 8000)")
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The data arguments (shared with ``pretrain.prepare``)."""
     d = parser.add_argument_group("data")
-    d.add_argument("--train_file", nargs="+", default=None, help=".txt/.txt.gz files, documents separated by blank lines; default: the bundled corpus")
-    d.add_argument("--validation_file", default=None, help="validation file; default: the bundled one, or the last --validation_split_percentage %% of the training documents")
+    d.add_argument("--train_file", nargs="+", default=None, help=".txt/.txt.gz files, documents separated by blank lines (default: the bundled corpus)")
+    d.add_argument("--validation_file", default=None, help="validation file (default: the bundled one, or the last --validation_split_percentage %% of the training documents)")
     d.add_argument("--dataset_name", default=None, help="a hub dataset instead of files")
-    d.add_argument("--dataset_config_name", default=None)
+    d.add_argument("--dataset_config_name", default=None, help="its configuration")
     d.add_argument("--text_column_name", default="text", help="text column of a hub dataset")
-    d.add_argument("--validation_split_percentage", type=int, default=5)
+    d.add_argument("--validation_split_percentage", type=int, default=5, help="held-out share of the training documents when there is no validation split")
     d.add_argument("--sample_by", choices=["paragraph", "line"], default="paragraph", help="examples of a text file: documents (blank-line separated) or lines")
-    d.add_argument("--max_seq_length", type=int, default=None, help="block length in tokens (default 128 BERT, 32 ELMo)")
+    d.add_argument("--max_seq_length", type=int, default=None, help="block length in tokens (default: 128 BERT-like, 32 ELMo-style)")
     d.add_argument("--preprocessing_num_workers", type=int, default=None, help="processes for datasets.map")
     d.add_argument("--overwrite_cache", action="store_true", help="recompute the cached datasets.map results")
     d.add_argument("--packing_batch_size", type=int, default=1000, help="documents per packing map batch (only its last block may be short)")
     d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training blocks")
     d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N validation blocks")
-    d.add_argument("--dataloader_num_workers", type=int, default=0)
+    d.add_argument("--dataloader_num_workers", type=int, default=0, help="DataLoader worker processes")
+    d.add_argument("--prepared_dataset", default=None, help="a folder written by `python -m pretrain.prepare`: memory-mapped blocks, no tokenization")
+
+
+def add_objective_arguments(parser: argparse.ArgumentParser) -> None:
+    """Masking and NSP arguments (shared with ``pretrain.prepare``, which records ``--nsp``)."""
     o = parser.add_argument_group("objective (BERT-like)")
     o.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens selected for prediction")
     o.add_argument("--mask_replace_prob", type=float, default=0.8, help="of the selected tokens: replaced by [MASK]")
     o.add_argument("--random_replace_prob", type=float, default=0.1, help="of the selected tokens: replaced by a random token (the rest are kept)")
     o.add_argument("--whole_word_mask", action="store_true", help="select whole words (all their WordPiece pieces)")
     o.add_argument("--nsp", action="store_true", help="sentence-pair blocks and next-sentence prediction (SesameBertForPreTraining)")
-    from training.hub import add_hub_arguments
-
-    add_hub_arguments(parser)
-    add_training_arguments(parser, output_dir=None, learning_rate=None, max_train_steps=None, num_warmup_steps=None,
-                           eval_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
-                           project_name="sesame-lm-pretrain")
-    add_debug_argument(parser)
-    return parser
 
 
-def _apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    defaults = DEFAULTS[args.model_type]
+def is_demo(args: argparse.Namespace) -> bool:
+    """The embedded demo job: no data argument (bundled corpus)."""
+    return not (args.train_file or args.dataset_name or getattr(args, "prepared_dataset", None))
+
+
+def apply_defaults(args: argparse.Namespace, objective) -> argparse.Namespace:
+    """Fill the arguments not given: the demo job's settings (``objective.demo_defaults``) without a data argument;
+    with data, :data:`DATA_DEFAULTS`, one epoch unless ``--max_train_steps``, and evaluation + checkpoints every
+    10% of the run (the learning rate is set once the model config is known, :func:`default_learning_rate`).
+
+    Raises:
+        InputError: a size argument below 1.
+    """
+    demo = is_demo(args)
+    defaults = dict(objective.demo_defaults) if demo else dict(DATA_DEFAULTS[objective.model_type])
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
-            if key in ("max_train_steps", "eval_steps") and args.num_train_epochs != 1.0:
-                continue  # an explicit epoch count wins over the default step count
+            if demo and key in ("max_train_steps", "eval_steps") and args.num_train_epochs != 1.0:
+                continue  # an explicit epoch count wins over the demo's step count
             setattr(args, key, value)
+    if args.warmup_ratio is None:
+        args.warmup_ratio = 0.0 if demo else 0.06
     if args.output_dir is None:
         args.output_dir = os.path.join("outputs", f"pretrain-{args.model_type}")
-    if args.nsp and args.model_type != "bert":
-        raise InputError(f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert (got {args.model_type})")
     for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size", "vocab_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
     return args
+
+
+def default_learning_rate(args, model_config) -> tuple[float, str]:
+    """``(learning rate, source)`` for a run with data and no ``--learning_rate`` (:data:`LEARNING_RATES`)."""
+    if args.model_type == "elmo":
+        return LEARNING_RATES[("elmo", None)]
+    return LEARNING_RATES[("bert", getattr(model_config, "norm_position", "post"))]
 
 
 # -- pieces ---------------------------------------------------------------------------------------------------
@@ -100,61 +159,130 @@ def _rev(args) -> str:
     return f" (--revision {args.revision})" if getattr(args, "revision", None) else ""
 
 
-def get_tokenizer(args, accelerator):
-    """Load ``--tokenizer_name``, reuse ``<output_dir>/tokenizer`` (a resumed run) or train one on the main process."""
+def tokenizer_hash(tokenizer) -> str:
+    """SHA-256 of what decides a tokenizer's ids: its class, case handling and (token, id) pairs."""
+    import hashlib
+
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
+    desc = {"class": type(tokenizer).__name__, "lowercase": getattr(tokenizer, "do_lower_case", getattr(tokenizer, "lowercase", None)),
+            "vocab": vocab}
+    return hashlib.sha256(json.dumps(desc, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _load_tokenizer(path: str, arg: str, revision=None):
     from transformers import AutoTokenizer
 
     import modeling  # noqa: F401  (registers the tokenizers with AutoTokenizer)
 
-    if args.tokenizer_name:
-        check_local_path(args.tokenizer_name, "--tokenizer_name", "a tokenizer folder (save_pretrained) or a hub repo id")
-        try:
-            return AutoTokenizer.from_pretrained(args.tokenizer_name, revision=args.revision)
-        except Exception as err:  # noqa: BLE001
-            raise InputError(f"--tokenizer_name {args.tokenizer_name}{_rev(args)}: could not be loaded ({type(err).__name__}: {first_line(err)}); "
-                             "expected a tokenizer folder (save_pretrained) or a hub repo id") from err
+    check_local_path(path, arg, "a tokenizer folder (save_pretrained) or a hub repo id")
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision)
+    except Exception as err:  # noqa: BLE001
+        rev = f" (--revision {revision})" if revision else ""
+        raise InputError(f"{arg} {path}{rev}: could not be loaded ({type(err).__name__}: {first_line(err)}); "
+                         "expected a tokenizer folder (save_pretrained) or a hub repo id") from err
+
+
+def _has_tokenizer(path: str) -> bool:
+    p = Path(path)
+    if p.is_dir():
+        return (p / "tokenizer_config.json").is_file()
+    return not p.exists()  # a hub repo id: try it
+
+
+def get_tokenizer(args, objective, accelerator, prepared=None):
+    """The run's tokenizer, by these rules:
+
+    1. ``--tokenizer_name``; with ``--model_name_or_path`` whose folder holds a tokenizer, the two must be equal.
+    2. ``--model_name_or_path`` alone: the tokenizer saved with the model (continued pretraining keeps the ids the
+       embeddings learnt); a model without one is refused.
+    3. ``--prepared_dataset``: the tokenizer saved in it (``--tokenizer_name``, if given, must equal it).
+    4. A resumed run (``--resume_from_checkpoint``) reuses ``<output_dir>/tokenizer``.
+    5. Otherwise the main process trains one on the training text into ``<output_dir>/tokenizer``.
+
+    Raises:
+        InputError: a tokenizer that cannot be loaded, or one that differs from the model's / the prepared dataset's.
+    """
+    given = _load_tokenizer(args.tokenizer_name, "--tokenizer_name", args.revision) if args.tokenizer_name else None
+    if args.model_name_or_path:
+        if _has_tokenizer(args.model_name_or_path):
+            try:
+                saved = _load_tokenizer(args.model_name_or_path, "--model_name_or_path", args.revision)
+            except InputError:
+                saved = None if given is not None else _raise_no_tokenizer(args)
+            if given is not None and saved is not None and tokenizer_hash(given) != tokenizer_hash(saved):
+                raise InputError(
+                    f"--tokenizer_name {args.tokenizer_name}: differs from the tokenizer saved with --model_name_or_path "
+                    f"{args.model_name_or_path} ({len(given)} vs {len(saved)} tokens, or other ids); expected the tokenizer the "
+                    "model was trained with (leave --tokenizer_name out to use it)")
+            if given is None:
+                given = saved
+        elif given is None:
+            _raise_no_tokenizer(args)
+    if prepared is not None:
+        tok = _load_tokenizer(str(Path(args.prepared_dataset) / "tokenizer"), "--prepared_dataset")
+        if given is not None and tokenizer_hash(given) != tokenizer_hash(tok):
+            raise InputError(f"--prepared_dataset {args.prepared_dataset}: prepared with another tokenizer than "
+                             f"{args.tokenizer_name or args.model_name_or_path}; expected the same tokenizer (prepare the "
+                             "data again with it, or leave --tokenizer_name out)")
+        return tok
+    if given is not None:
+        return given
     tok_dir = Path(args.output_dir) / "tokenizer"
-    if accelerator.is_main_process and not (tok_dir / "tokenizer_config.json").is_file():
-        files = args.train_file
-        tmp_corpus = None
-        if args.dataset_name or not files:
-            if args.dataset_name:  # hub dataset: write its training text once for the tokenizer trainer
-                from pretrain.data import load_raw_datasets
+    if args.resume_from_checkpoint and (tok_dir / "tokenizer_config.json").is_file():
+        return _load_tokenizer(str(tok_dir), "--output_dir")
+    if accelerator.is_main_process:
+        if tok_dir.exists():  # --overwrite_output_dir: the earlier run's tokenizer is not reused
+            import shutil
 
-                raw = load_raw_datasets(None, None, args.dataset_name, args.dataset_config_name, args.text_column_name, args.validation_split_percentage)
-                tmp_corpus = Path(args.output_dir) / ".tokenizer_corpus.txt"
-                tmp_corpus.parent.mkdir(parents=True, exist_ok=True)
-                with open(tmp_corpus, "w", encoding="utf-8") as f:
-                    for text in raw["train"]["text"]:
-                        f.write(text.rstrip("\n") + "\n")
-                files = [str(tmp_corpus)]
-            else:
-                from pretrain.data import DEFAULT_TRAIN_FILES
+            shutil.rmtree(tok_dir)
+        train_tokenizer(args, objective, tok_dir)
+    accelerator.wait_for_everyone()
+    return _load_tokenizer(str(tok_dir), "--output_dir")
 
-                files = DEFAULT_TRAIN_FILES
-        logger.info("training a %s tokenizer (vocab %d) on %s", args.model_type, args.vocab_size, ", ".join(map(str, files)))
-        if args.model_type == "bert":
-            from tokenizer.wordpiece import train_wordpiece_tokenizer
 
-            train_wordpiece_tokenizer(files, args.vocab_size, tok_dir, model_max_length=args.max_seq_length)
+def _raise_no_tokenizer(args):
+    raise InputError(f"--model_name_or_path {args.model_name_or_path}{_rev(args)}: no tokenizer saved with the model; "
+                     "expected --tokenizer_name with the tokenizer it was trained with (a new tokenizer would give the "
+                     "embeddings other ids)")
+
+
+def train_tokenizer(args, objective, tok_dir: Path) -> None:
+    """Train the objective's tokenizer on the training text (the bundled corpus for the demo) into ``tok_dir``."""
+    files = args.train_file
+    tmp_corpus = None
+    if args.dataset_name or not files:
+        if args.dataset_name:  # hub dataset: write its training text once for the tokenizer trainer
+            from pretrain.data import load_raw_datasets
+
+            raw = load_raw_datasets(None, None, args.dataset_name, args.dataset_config_name, args.text_column_name, args.validation_split_percentage)
+            tmp_corpus = tok_dir.parent / ".tokenizer_corpus.txt"
+            tmp_corpus.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp_corpus, "w", encoding="utf-8") as f:
+                for text in raw["train"]["text"]:
+                    f.write(text.rstrip("\n") + "\n")
+            files = [str(tmp_corpus)]
         else:
-            from tokenizer.elmo_training import train_elmo_tokenizer
+            from pretrain.data import DEFAULT_TRAIN_FILES
 
-            train_elmo_tokenizer(files, args.vocab_size, tok_dir)
+            files = DEFAULT_TRAIN_FILES
+    logger.info("training a %s tokenizer (vocab %d) on %s", args.model_type, args.vocab_size, ", ".join(map(str, files)))
+    try:
+        objective.train_tokenizer(files, args.vocab_size, tok_dir, args.max_seq_length)
+    finally:
         if tmp_corpus is not None:
             tmp_corpus.unlink(missing_ok=True)
-    accelerator.wait_for_everyone()
-    return AutoTokenizer.from_pretrained(str(tok_dir))
 
 
-def build_model(args, tokenizer):
+def build_model(args, objective, tokenizer):
     """A fresh model from the preset/config (vocabulary and positions sized for the tokenizer and blocks), or
-    ``--model_name_or_path`` weights."""
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForPreTraining
+    ``--model_name_or_path`` weights; checked to fit the tokenizer and ``--max_seq_length``."""
+    from transformers import AutoConfig
 
     import modeling
+    from training.run import check_model_fits
 
-    auto = AutoModelForPreTraining if (args.nsp or args.model_type == "elmo") else AutoModelForMaskedLM
+    auto = objective.auto_model_class()
     if args.model_name_or_path:
         check_local_path(args.model_name_or_path, "--model_name_or_path", "a model folder (save_pretrained) or a hub repo id")
         try:
@@ -178,23 +306,17 @@ def build_model(args, tokenizer):
                 config = AutoConfig.from_pretrained(args.config_name, revision=args.revision, **overrides)
             except Exception as err:  # noqa: BLE001
                 raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {first_line(err)})") from err
-        expected = "sesame-bert" if args.model_type == "bert" else "sesame-elmo"
-        if getattr(config, "model_type", None) != expected and args.model_type == "elmo":
+        if getattr(config, "model_type", None) != objective.config_model_type and objective.model_type == "elmo":
             raise InputError(f"--config_name {args.config_name}: a {config.model_type} config; expected one for --model_type {args.model_type}")
         model = auto.from_config(config)
-    max_pos = getattr(model.config, "max_position_embeddings", None)
-    if max_pos is not None and args.max_seq_length > max_pos:
-        raise InputError(f"--max_seq_length {args.max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
-                         f"expected at most {max_pos}")
-    if model.config.vocab_size < len(tokenizer):
-        raise InputError(f"--tokenizer_name {args.tokenizer_name}: {len(tokenizer)} tokens but the model's vocab_size is "
-                         f"{model.config.vocab_size}; expected the tokenizer the model was trained with (at most "
-                         f"{model.config.vocab_size} tokens)")
+    arg = "--tokenizer_name" if args.tokenizer_name else "--model_name_or_path" if args.model_name_or_path else "--tokenizer_name"
+    check_model_fits(model.config, tokenizer, args.max_seq_length, f"{arg} {getattr(args, arg[2:]) or ''}".rstrip())
     return model
 
 
-def prepare_data(args, tokenizer, accelerator):
-    """Raw text → tokens → packed blocks (or NSP pairs); returns ``(train, validation)`` datasets."""
+def prepare_data(args, objective, tokenizer, accelerator):
+    """Raw text → tokens → packed blocks (or NSP pairs) on the main process first (the others then read its
+    ``datasets`` cache, whose fingerprints are deterministic); returns ``(train, validation)`` datasets."""
     from pretrain import data
 
     with accelerator.main_process_first():
@@ -202,19 +324,12 @@ def prepare_data(args, tokenizer, accelerator):
             args.train_file, args.validation_file, args.dataset_name, args.dataset_config_name,
             args.text_column_name, args.validation_split_percentage, args.sample_by,
         )
-        if args.model_type == "bert":
-            tokenized = data.tokenize_bert(raw, tokenizer, args.preprocessing_num_workers, args.overwrite_cache)
-            if args.nsp:
-                blocks = data.make_nsp_pairs(tokenized, args.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                             args.seed, args.packing_batch_size, args.preprocessing_num_workers, args.overwrite_cache)
-            else:
-                blocks = data.pack_blocks(tokenized, args.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                          args.packing_batch_size, args.preprocessing_num_workers, args.overwrite_cache)
-        else:
-            tokenized = data.tokenize_elmo(raw, tokenizer, args.preprocessing_num_workers, args.overwrite_cache)
-            blocks = data.pack_blocks(tokenized, args.max_seq_length, None, None, args.packing_batch_size,
-                                      args.preprocessing_num_workers, args.overwrite_cache)
-    train, validation = blocks["train"], blocks["validation"]
+        tokenized = objective.tokenize(raw, tokenizer, args.preprocessing_num_workers, args.overwrite_cache)
+        blocks = objective.to_blocks(tokenized, tokenizer, args)
+    return _limit(args, blocks["train"], blocks["validation"])
+
+
+def _limit(args, train, validation):
     if args.max_train_samples is not None:
         train = train.select(range(min(args.max_train_samples, len(train))))
     if args.max_eval_samples is not None:
@@ -226,50 +341,48 @@ def prepare_data(args, tokenizer, accelerator):
     return train, validation
 
 
-def lm_eval_step(model, batch):
-    """Sums for perplexity: ``nll_sum`` (nats) and ``count`` of predicted tokens (+ NSP/BiLM extras)."""
-    import torch
-
-    out = model(**batch)
-    if "char_ids" in batch:  # BiLM: both directions
-        nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
-        f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
-        return {"nll_sum": f_sum + b_sum, "count": nf + nb, "fwd_nll_sum": f_sum, "fwd_count": nf, "bwd_nll_sum": b_sum, "bwd_count": nb}
-    count = (batch["labels"] != -100).sum().double()
-    mlm = getattr(out, "mlm_loss", None)
-    mlm = out.loss if mlm is None else mlm
-    stats = {"nll_sum": mlm.double() * count, "count": count}
-    if "next_sentence_label" in batch:
-        pred = out.seq_relationship_logits.argmax(-1)
-        stats["nsp_correct"] = (pred == batch["next_sentence_label"]).sum().double()
-        stats["nsp_count"] = torch.tensor(float(len(pred)), dtype=torch.float64)
-    return stats
-
-
-def bilm_weight(batch) -> int:
-    """Items the BiLM loss averages over: (forward + backward predicted tokens) / 2 = real tokens - 1 per row."""
-    mask = batch["attention_mask"]
-    return int(mask.sum() - (mask.sum(dim=1) > 0).sum())
+def log_plan(args, trainer, train_blocks: int, valid_blocks: int, lr_source: str) -> dict:
+    """Log the run plan once (main process) and return it: global batch in sequences and tokens, steps, epochs,
+    warmup, total tokens, evaluation/checkpoint intervals and the learning rate with its source."""
+    plan = trainer.plan()
+    plan.update(tokens_per_step=plan["global_batch_size"] * args.max_seq_length, max_seq_length=args.max_seq_length,
+                learning_rate=args.learning_rate, eval_steps=args.eval_steps, checkpointing_steps=args.checkpointing_steps)
+    plan["total_tokens"] = plan["tokens_per_step"] * plan["max_train_steps"]
+    logger.info(
+        "run plan: %d optimizer steps = %.3g epochs of %d training blocks (%d validation); global batch %d sequences = "
+        "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning rate %g "
+        "(%s); evaluation every %s, checkpoints every %s steps",
+        plan["max_train_steps"], plan["epochs"], train_blocks, valid_blocks, plan["global_batch_size"], plan["tokens_per_step"],
+        plan["num_processes"], plan["per_device_train_batch_size"], plan["gradient_accumulation_steps"], plan["total_tokens"],
+        plan["num_warmup_steps"], args.learning_rate, lr_source, args.eval_steps or "end", args.checkpointing_steps or "end")
+    return plan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = _apply_defaults(parser.parse_args(argv))
+    args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    for noisy in ("datasets", "transformers", "accelerate.checkpointing", "accelerate.accelerator"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)  # "Removed shared tensor" of tied weights
-
     from accelerate.utils import set_seed
 
     from pretrain import data
-    from pretrain.collators import BiLMCollator, MLMCollator
+    from pretrain.objectives import get_objective, lm_eval_step
+    from training.hub import HubPusher, every_save_hook, validate_hub_args
     from training.loop import Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
+    from training.run import check_output_dir_reuse, run_config, setup_logging
 
-    config = TrainingConfig.from_args(args)
-    from training.hub import validate_hub_args
+    objective = get_objective(args)
+    prepared = None
+    if args.prepared_dataset:
+        from pretrain.prepare import load_prepared
 
+        prepared = load_prepared(args, objective)  # checks the manifest against the run; fills --max_seq_length
+    args = apply_defaults(args, objective)
+    setup_logging()
+    resuming = bool(args.resume_from_checkpoint)
+    check_output_dir_reuse(args.output_dir, args.overwrite_output_dir, resuming)
+    # with data: evaluate and checkpoint every 10% of the run unless told otherwise (set once the steps are known)
+    auto_intervals = not is_demo(args)
+    config = TrainingConfig.from_args(args, learning_rate=args.learning_rate or 1e-3)
     validate_hub_args(args)  # fail before training, not after it
     if args.train_file and not args.dataset_name:
         from tokenizer.corpus import check_text_files
@@ -278,53 +391,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.validation_file:
             check_text_files([args.validation_file], "--validation_file")
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
-    if not accelerator.is_main_process:
-        logging.getLogger().setLevel(logging.WARNING)
-    tokenizer = get_tokenizer(args, accelerator)
-    train_ds, valid_ds = prepare_data(args, tokenizer, accelerator)
-    set_seed(args.seed)
-    model = build_model(args, tokenizer)
-    if args.model_type == "bert":
-        train_collator = MLMCollator(tokenizer, args.mlm_probability, args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask, args.seed)
-        eval_collator = MLMCollator(tokenizer, args.mlm_probability, args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask, args.seed, salt=1)
-        weight_fn = None
+    setup_logging(accelerator.is_main_process)
+    tokenizer = get_tokenizer(args, objective, accelerator, prepared)
+    if prepared is not None:
+        train_ds, valid_ds = _limit(args, prepared["train"], prepared["validation"])
     else:
-        train_collator = eval_collator = BiLMCollator(tokenizer)
-        weight_fn = bilm_weight
+        train_ds, valid_ds = prepare_data(args, objective, tokenizer, accelerator)
+    set_seed(args.seed)
+    model = build_model(args, objective, tokenizer)
+    lr_source = "--learning_rate"
+    if args.learning_rate is None:
+        args.learning_rate, lr_source = default_learning_rate(args, model.config)
+    train_collator, eval_collator = objective.collators(tokenizer, args)
     train_data, valid_data = data.IndexedDataset(train_ds), data.IndexedDataset(valid_ds)
     train_loader = make_train_dataloader(train_data, args.per_device_train_batch_size, train_collator, args.seed,
                                          num_workers=args.dataloader_num_workers)
-    keys = ["nll_sum", "count"] + (["nsp_correct", "nsp_count"] if args.nsp else []) + (
-        ["fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"] if args.model_type == "elmo" else [])
 
     def eval_fn(trainer):
-        sums = evaluate_sums(accelerator, trainer.model, valid_data, eval_collator, args.per_device_eval_batch_size, lm_eval_step, keys)
-        loss = sums["nll_sum"] / max(sums["count"], 1.0)
-        metrics = {"eval_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "eval_tokens": sums["count"]}
-        if args.nsp:
-            metrics["eval_nsp_accuracy"] = sums["nsp_correct"] / max(sums["nsp_count"], 1.0)
-        if args.model_type == "elmo":
-            metrics["forward_perplexity"] = math.exp(min(sums["fwd_nll_sum"] / max(sums["fwd_count"], 1.0), 700.0))
-            metrics["backward_perplexity"] = math.exp(min(sums["bwd_nll_sum"] / max(sums["bwd_count"], 1.0), 700.0))
-        return metrics
-
-    kwargs = {"weight_fn": weight_fn} if weight_fn else {}
-    run_config = {k: v for k, v in vars(args).items() if k not in ("hub_token",)}
-    from training.hub import HubPusher, every_save_hook
+        sums = evaluate_sums(accelerator, trainer.model, valid_data, eval_collator, args.per_device_eval_batch_size,
+                             lm_eval_step, objective.eval_keys)
+        return objective.metrics(sums)
 
     pusher = HubPusher.from_args(args)
-    kwargs["on_save"] = every_save_hook(pusher, args, tokenizer,
-                                        task="fill-mask" if args.model_type == "bert" else "feature-extraction")
-    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config, **kwargs)
+    kwargs = {"weight_fn": objective.weight_fn} if objective.weight_fn else {}
+    kwargs["on_save"] = every_save_hook(pusher, args, tokenizer, task=objective.card_task)
+    config.learning_rate = args.learning_rate
+    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config(args), **kwargs)
     del model
+    if auto_intervals:
+        every = max(1, math.ceil(trainer.max_train_steps / 10))
+        if args.eval_steps is None:
+            args.eval_steps = trainer.config.eval_steps = every
+        if args.checkpointing_steps is None:
+            args.checkpointing_steps = trainer.config.checkpointing_steps = args.eval_steps
     if accelerator.is_main_process:
         n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
-        logger.info(
-            "%s: %d parameters; %d training blocks, %d validation blocks of <= %d tokens; %d optimizer steps of %d "
-            "blocks (%d processes x %d x %d accumulation)", args.config_name, n_params, len(train_ds), len(valid_ds),
-            args.max_seq_length, trainer.max_train_steps, args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
-            accelerator.num_processes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
-        )
+        logger.info("%s (%s): %d parameters", args.model_name_or_path or args.config_name, objective.name, n_params)
+        log_plan(args, trainer, len(train_ds), len(valid_ds), lr_source)
     from training.signals import train_until_stopped
 
     result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
@@ -332,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     state_dict = accelerator.get_state_dict(trainer.model)  # all processes (FSDP gathers the shards)
     if accelerator.is_main_process:
-        save_outputs(args, trainer.unwrapped_model, tokenizer, result, state_dict)
+        save_outputs(args, trainer.unwrapped_model, tokenizer, result, state_dict, objective=objective)
         logger.info("wrote %s (perplexity %.2f)", args.output_dir, result.get("perplexity", float("nan")))
     del state_dict
     finish(accelerator, trainer)
@@ -341,13 +444,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def save_outputs(args, model, tokenizer, result: dict, state_dict=None) -> None:
+def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objective=None) -> None:
     """Model + tokenizer (``save_pretrained``), ``all_results.json``, ``eval_history.json``, ``trainer_log.json``
     and a model card (``README.md``) into ``output_dir``, moved there only once all are written."""
     from tokenizer.corpus import atomic_output_dir
 
+    from pretrain.objectives import get_objective
+
+    objective = objective or get_objective(args)
     keys = ["train_loss", "eval_loss", "perplexity", "train_runtime_s", "train_tokens_per_second", "train_samples_per_second",
-            "global_step", "epoch", "eval_nsp_accuracy", "forward_perplexity", "backward_perplexity", "replica_max_abs_diff"]
+            "global_step", "epoch", *objective.result_keys, "replica_max_abs_diff"]
     flat = {k: result[k] for k in keys if k in result}
     with atomic_output_dir(args.output_dir) as tmp:
         model.save_pretrained(tmp, state_dict=state_dict)
@@ -358,8 +464,7 @@ def save_outputs(args, model, tokenizer, result: dict, state_dict=None) -> None:
         try:
             from training.model_card import card_for_run
 
-            task = "fill-mask" if args.model_type == "bert" else "feature-extraction"
-            (tmp / "README.md").write_text(card_for_run(tmp, args, task=task), encoding="utf-8")
+            (tmp / "README.md").write_text(card_for_run(tmp, args, task=objective.card_task), encoding="utf-8")
         except (ImportError, InputError) as err:  # the card is a courtesy; never lose the model over it
             logger.warning("no model card written: %s", err)
 

@@ -77,8 +77,7 @@ def load_raw_datasets(
             )
         raw = DatasetDict({k: v.select_columns([text_column_name]).rename_column(text_column_name, "text") if text_column_name != "text" else v.select_columns(["text"]) for k, v in raw.items()})
         if "validation" not in raw:
-            split = raw["train"].train_test_split(test_size=validation_split_percentage / 100, shuffle=False)
-            raw = DatasetDict({"train": split["train"], "validation": split["test"]})
+            raw = _split_validation(raw["train"], validation_split_percentage)
         return DatasetDict({"train": raw["train"], "validation": raw["validation"]})
 
     from tokenizer.corpus import check_text_files
@@ -109,12 +108,26 @@ def load_raw_datasets(
                          "expected UTF-8 .txt / .txt.gz files") from None
     raw = raw.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
     if "validation" not in raw:
-        split = raw["train"].train_test_split(test_size=validation_split_percentage / 100, shuffle=False)
-        raw = DatasetDict({"train": split["train"], "validation": split["test"]})
+        raw = _split_validation(raw["train"], validation_split_percentage)
     for name, what in (("train", "--train_file"), ("validation", "--validation_file")):
         if len(raw[name]) == 0:
             raise InputError(f"{what}: no text in the {name} split; expected at least one non-empty document")
     return raw
+
+
+def _split_validation(train, percentage: int):
+    """The last ``percentage`` % of the documents as the validation split, with fingerprints derived from the
+    source's (``train_test_split`` otherwise draws random ones, and every run and rank would tokenize the corpus
+    again into new cache files)."""
+    import hashlib
+
+    from datasets import DatasetDict
+
+    key = f"{train._fingerprint}-holdout-{percentage}"
+    fp = {name: hashlib.sha256(f"{key}-{name}".encode()).hexdigest()[:16] for name in ("train", "test")}
+    split = train.train_test_split(test_size=percentage / 100, shuffle=False,
+                                   train_new_fingerprint=fp["train"], test_new_fingerprint=fp["test"])
+    return DatasetDict({"train": split["train"], "validation": split["test"]})
 
 
 # -- tokenisation --------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ The vocabulary is the ``vocab_size`` most frequent words of the corpus (after th
 lower-casing and ``BertPreTokenizer`` splitting that :class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`
 applies), counted by the ``tokenizers`` library's ``WordLevelTrainer``, plus the four special tokens
 ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3). Words follow in order of decreasing frequency
-(ties broken by the trainer's order), as bilm-tf's vocabulary files and the log-uniform sampler of the
+(ties broken by the word string, :mod:`tokenizer.canonical`), as bilm-tf's vocabulary files and the log-uniform sampler of the
 sampled softmax expect. Characters need no training: ELMo's character ids are fixed (UTF-8 bytes).
 """
 
@@ -62,9 +62,11 @@ def train_elmo_tokenizer(
     )
     counter.train_from_iterator(iter_text_lines(paths), trainer=trainer)
     vocab = counter.get_vocab()
-    tokens = [tok for tok, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:  # the trainer puts special tokens first; check it
-        tokens = SPECIAL_TOKENS + [t for t in tokens if t not in SPECIAL_TOKENS]
+    # Canonical ids (tokenizer.canonical): the trainer numbers equally frequent words in hash-map order.
+    from .canonical import canonical_token_order, count_token_ids
+
+    counts = count_token_ids(counter, paths, max(vocab.values()) + 1)
+    tokens = canonical_token_order(vocab, counts, SPECIAL_TOKENS)
     if len(tokens) <= len(SPECIAL_TOKENS):
         raise InputError(f"--train_file {', '.join(map(str, paths))}: no word occurs at least "
                          f"{min_frequency} time(s); expected text with words")

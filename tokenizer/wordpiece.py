@@ -70,9 +70,9 @@ def train_wordpiece_tokenizer(
 
     Returns:
         A ``transformers.BertTokenizer`` (``is_fast`` is ``True``) with ``len(tokenizer) <= vocab_size``,
-        special token ids ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``. Training is not bit-for-bit
-        reproducible: ``tokenizers`` breaks ties between equally frequent merges in hash-map order, so
-        rare pieces and ids can differ between runs; reuse the saved folder.
+        special token ids ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``, the other ids in the canonical order of
+        :mod:`tokenizer.canonical` (by decreasing count on the corpus, ties by string), so that the same corpus
+        gives the same ids in every run (``tokenizers`` itself numbers tied pieces in hash-map order).
 
     Raises:
         InputError: a corpus file is missing, empty, not gzip though named ``.gz``, or not UTF-8 (see
@@ -112,8 +112,8 @@ def train_wordpiece_tokenizer(
         continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
         show_progress=show_progress,
     )
-    # Ties between equally frequent merges are broken in hash-map order inside `tokenizers` (its issue #1794),
-    # so two runs on the same corpus can differ in a few rare pieces: save the tokenizer to reuse it.
+    # Ties between equally frequent merges are numbered in hash-map order inside `tokenizers` (its issue #1794):
+    # the ids are made canonical below.
     backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
 
     vocab = backend.get_vocab()
@@ -123,8 +123,11 @@ def train_wordpiece_tokenizer(
             f"the alphabet of {len(vocab) - len(SPECIAL_TOKENS)} characters (with their {CONTINUING_SUBWORD_PREFIX} "
             f"continuation forms) already need {len(vocab)}; expected --vocab_size >= {len(vocab)}"
         )
-    for i, token in enumerate(SPECIAL_TOKENS):  # the trainer puts them first, in order
-        assert vocab[token] == i, (token, vocab[token])
+    # Canonical ids: specials, then by decreasing count on the corpus, ties by string (tokenizer.canonical).
+    from tokenizer.canonical import canonical_token_order, count_token_ids
+
+    counts = count_token_ids(backend, paths, len(vocab), batch_size=batch_size)
+    vocab = {t: i for i, t in enumerate(canonical_token_order(vocab, counts, SPECIAL_TOKENS))}
 
     tokenizer = BertTokenizer(
         vocab=vocab,

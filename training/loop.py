@@ -67,13 +67,13 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 from training import checkpoint as ckpt
 from training.errors import InputError, first_line
 from training.optim import SCHEDULERS, create_optimizer, create_scheduler
+from training.run import epoch_seed
 from training.trackers import REPORT_TO_CHOICES, log_with, prepare_environment, sanitize_config
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,10 @@ class TrainingConfig:
     adam_epsilon: float = 1e-8
     lr_scheduler_type: str = "linear"
     """One of linear, cosine, constant, constant_with_warmup, warmup_stable_decay."""
-    num_warmup_steps: int = 0
-    """Optimizer steps of linear warmup."""
+    num_warmup_steps: int | None = None
+    """Optimizer steps of linear warmup; overrides ``warmup_ratio`` when given."""
+    warmup_ratio: float = 0.0
+    """Warmup as a fraction of ``max_train_steps`` (rounded up), used when ``num_warmup_steps`` is not given."""
     num_decay_steps: int | None = None
     """warmup_stable_decay: optimizer steps of the final decay (default 10% of the run)."""
     max_train_steps: int | None = None
@@ -146,6 +148,10 @@ class TrainingConfig:
             raise InputError(f"--learning_rate {self.learning_rate}: expected a positive finite number")
         if self.max_train_steps is not None and self.max_train_steps < 1:
             raise InputError(f"--max_train_steps {self.max_train_steps}: expected an integer >= 1")
+        if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
+            raise InputError(f"--num_warmup_steps {self.num_warmup_steps}: expected an integer >= 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise InputError(f"--warmup_ratio {self.warmup_ratio}: expected a number in [0, 1)")
         if self.max_train_steps is None and not self.num_train_epochs > 0:
             raise InputError(f"--num_train_epochs {self.num_train_epochs}: expected a number > 0")
         if self.max_grad_norm is not None and self.max_grad_norm < 0:
@@ -178,35 +184,39 @@ class TrainingConfig:
 def add_training_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
     """Add the shared loop's arguments (Hugging Face example-script names) to ``parser``.
 
-    ``defaults`` overrides default values, e.g. ``learning_rate=2e-5`` for fine-tuning.
+    ``defaults`` overrides default values, e.g. ``learning_rate=2e-5`` for fine-tuning. Help texts carry no
+    default of their own: use :class:`training.run.HelpFormatter`, which appends the real one once (and none
+    for a ``None`` default, whose help then says what applies).
     """
     d = {f.name: f.default for f in dataclasses.fields(TrainingConfig) if f.default is not dataclasses.MISSING}
     d.update({"per_device_train_batch_size": 32, "per_device_eval_batch_size": 64, "mixed_precision": None})
     d.update(defaults)
     g = parser.add_argument_group("training loop")
     g.add_argument("--output_dir", default=d.get("output_dir"), help="run folder (model, checkpoints/, runs/, wandb/, all_results.json)")
-    g.add_argument("--per_device_train_batch_size", type=int, default=d["per_device_train_batch_size"], help="micro-batch size per process (default %(default)s)")
-    g.add_argument("--per_device_eval_batch_size", type=int, default=d["per_device_eval_batch_size"], help="evaluation batch size per process (default %(default)s)")
-    g.add_argument("--gradient_accumulation_steps", type=int, default=d["gradient_accumulation_steps"], help="micro-batches per process per optimizer step (default %(default)s)")
-    g.add_argument("--learning_rate", type=float, default=d["learning_rate"], help="peak learning rate (default %(default)s)")
-    g.add_argument("--weight_decay", type=float, default=d["weight_decay"], help="AdamW weight decay, not on biases/norms (default %(default)s)")
-    g.add_argument("--adam_beta1", type=float, default=d["adam_beta1"])
-    g.add_argument("--adam_beta2", type=float, default=d["adam_beta2"])
-    g.add_argument("--adam_epsilon", type=float, default=d["adam_epsilon"])
-    g.add_argument("--lr_scheduler_type", default=d["lr_scheduler_type"], choices=list(SCHEDULERS), help="learning-rate schedule (default %(default)s)")
-    g.add_argument("--num_warmup_steps", type=int, default=d["num_warmup_steps"], help="optimizer steps of linear warmup (default %(default)s)")
-    g.add_argument("--num_decay_steps", type=int, default=d["num_decay_steps"], help="warmup_stable_decay: steps of the final decay (default 10%% of the run)")
+    g.add_argument("--overwrite_output_dir", action="store_true", help="allow a non-empty --output_dir (its checkpoints are ignored unless resuming)")
+    g.add_argument("--per_device_train_batch_size", type=int, default=d["per_device_train_batch_size"], help="micro-batch size per process")
+    g.add_argument("--per_device_eval_batch_size", type=int, default=d["per_device_eval_batch_size"], help="evaluation batch size per process")
+    g.add_argument("--gradient_accumulation_steps", type=int, default=d["gradient_accumulation_steps"], help="micro-batches per process per optimizer step")
+    g.add_argument("--learning_rate", type=float, default=d["learning_rate"], help=d.get("learning_rate_help", "peak learning rate"))
+    g.add_argument("--weight_decay", type=float, default=d["weight_decay"], help="AdamW weight decay, not on biases/norms")
+    g.add_argument("--adam_beta1", type=float, default=d["adam_beta1"], help="AdamW beta1")
+    g.add_argument("--adam_beta2", type=float, default=d["adam_beta2"], help="AdamW beta2")
+    g.add_argument("--adam_epsilon", type=float, default=d["adam_epsilon"], help="AdamW epsilon")
+    g.add_argument("--lr_scheduler_type", default=d["lr_scheduler_type"], choices=list(SCHEDULERS), help="learning-rate schedule")
+    g.add_argument("--num_warmup_steps", type=int, default=d["num_warmup_steps"], help="optimizer steps of linear warmup (overrides --warmup_ratio)")
+    g.add_argument("--warmup_ratio", type=float, default=d["warmup_ratio"], help="warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given")
+    g.add_argument("--num_decay_steps", type=int, default=d["num_decay_steps"], help="warmup_stable_decay: steps of the final decay (default: 10%% of the run)")
     g.add_argument("--max_train_steps", type=int, default=d["max_train_steps"], help="optimizer steps of the run (overrides --num_train_epochs)")
-    g.add_argument("--num_train_epochs", type=float, default=d["num_train_epochs"], help="passes over the training data (default %(default)s)")
-    g.add_argument("--max_grad_norm", type=float, default=d["max_grad_norm"], help="gradient clipping norm, 0 = none (default %(default)s)")
+    g.add_argument("--num_train_epochs", type=float, default=d["num_train_epochs"], help="passes over the training data, unless --max_train_steps is given")
+    g.add_argument("--max_grad_norm", type=float, default=d["max_grad_norm"], help="gradient clipping norm, 0 = none")
     g.add_argument("--checkpointing_steps", type=int, default=d["checkpointing_steps"], help="checkpoint every N optimizer steps (always one at the end)")
-    g.add_argument("--checkpoints_total_limit", type=int, default=d["checkpoints_total_limit"], help="keep the last K checkpoints, 0 = all (default %(default)s)")
+    g.add_argument("--checkpoints_total_limit", type=int, default=d["checkpoints_total_limit"], help="keep the last K checkpoints, 0 = all")
     g.add_argument("--resume_from_checkpoint", default=d["resume_from_checkpoint"], help="'latest' (newest in <output_dir>/checkpoints) or a checkpoint folder")
-    g.add_argument("--logging_steps", type=int, default=d["logging_steps"], help="log every N optimizer steps (default %(default)s)")
+    g.add_argument("--logging_steps", type=int, default=d["logging_steps"], help="log every N optimizer steps")
     g.add_argument("--eval_steps", type=int, default=d["eval_steps"], help="evaluate every N optimizer steps (and at the end)")
-    g.add_argument("--report_to", default=d["report_to"], choices=list(REPORT_TO_CHOICES), help="trackers: tensorboard writes <output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials) (default %(default)s)")
-    g.add_argument("--seed", type=int, default=d["seed"], help="random seed (default %(default)s)")
-    g.add_argument("--skip_nonfinite_steps", type=int, default=d["skip_nonfinite_steps"], help="skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning each) before stopping (default %(default)s)")
+    g.add_argument("--report_to", default=d["report_to"], help="trackers, a comma list of tensorboard, wandb (or all, none): tensorboard writes <output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials)")
+    g.add_argument("--seed", type=int, default=d["seed"], help="random seed")
+    g.add_argument("--skip_nonfinite_steps", type=int, default=d["skip_nonfinite_steps"], help="skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning each) before stopping")
     g.add_argument("--mixed_precision", default=d["mixed_precision"], choices=["no", "fp16", "bf16"], help="override the accelerate config's mixed precision")
 
 
@@ -265,7 +275,7 @@ class EpochShuffleSampler(Sampler[int]):
     def __iter__(self):
         if not self.shuffle:
             return iter(range(self.num_samples))
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1)[0]))
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         return iter(torch.randperm(self.num_samples, generator=g).tolist())
 
 
@@ -295,19 +305,21 @@ def default_loss_fn(model, batch: Mapping[str, Any]) -> torch.Tensor:
     return model(**batch).loss
 
 
-def default_weight_fn(batch: Mapping[str, Any]) -> int:
-    """Items the loss averages over: labels != -100 for token-level labels, else the batch size."""
+def default_weight_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
+    """Items the loss averages over: labels != -100 for token-level labels (a 0-d tensor on the batch's device,
+    so that no host sync is needed), else the batch size (int)."""
     labels = batch.get("labels")
     if labels is not None and labels.dim() >= 2:
-        return int((labels != -100).sum())
+        return (labels != -100).sum()
     first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
     return int(first.shape[0])
 
 
-def default_tokens_fn(batch: Mapping[str, Any]) -> int:
-    """Non-padding tokens of a batch (``attention_mask`` sum; else all of ``input_ids``)."""
+def default_tokens_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
+    """Non-padding tokens of a batch (``attention_mask`` sum as a 0-d tensor on the batch's device; else the
+    number of elements of ``input_ids``)."""
     if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
+        return batch["attention_mask"].sum()
     return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
 
 
@@ -321,8 +333,9 @@ class Trainer:
         config: the loop's settings.
         optimizer: default :func:`training.optim.create_optimizer` from ``config``.
         loss_fn: ``(model, batch) -> scalar loss``, the mean over the batch's predicted items.
-        weight_fn: ``batch -> int``, the number of items ``loss_fn`` averages over (known before the forward).
-        tokens_fn: ``batch -> int``, tokens processed (for tokens/s).
+        weight_fn: ``batch -> int | 0-d tensor``, the number of items ``loss_fn`` averages over (known before the
+            forward); return a tensor on the batch's device to avoid a host sync.
+        tokens_fn: ``batch -> int | 0-d tensor``, tokens processed (for tokens/s).
         eval_fn: ``(trainer) -> dict[str, float]``, called on all processes.
         run_config: hyper-parameters to record with the trackers.
         on_save: ``(trainer, step) -> None``, called on **every** process after each periodic checkpoint
@@ -358,6 +371,8 @@ class Trainer:
                 model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
             )
         self.collator = train_dataloader.collate_fn
+        self.per_device_train_batch_size = int(train_dataloader.batch_size or 1)
+        self.num_train_examples = len(train_dataloader.dataset)
         self.model, self.optimizer, self.train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
         if len(self.train_dataloader) == 0:
             raise InputError("the training data gives no batch on this process; expected more examples than processes")
@@ -367,20 +382,44 @@ class Trainer:
             self.max_train_steps = max(1, math.ceil(config.num_train_epochs * self.num_update_steps_per_epoch))
         else:
             self.max_train_steps = config.max_train_steps
+        if config.num_warmup_steps is not None:
+            self.num_warmup_steps = config.num_warmup_steps
+        else:
+            self.num_warmup_steps = math.ceil(config.warmup_ratio * self.max_train_steps)
         self.scheduler = create_scheduler(
-            config.lr_scheduler_type, self.optimizer, config.num_warmup_steps, self.max_train_steps, config.num_decay_steps
+            config.lr_scheduler_type, self.optimizer, self.num_warmup_steps, self.max_train_steps, config.num_decay_steps
         )
         # the schedule's state goes into trainer_state.json (JSON), not a pickled custom_checkpoint_0.pkl
         self.state: dict[str, Any] = {
             "global_step": 0, "epoch": 0, "batches_in_epoch": 0, "loss_sum": 0.0, "weight_sum": 0.0,
             "max_train_steps": self.max_train_steps, "num_processes": accelerator.num_processes,
-            "gradient_accumulation_steps": G, "eval_history": [], "nonfinite_skipped": 0,
+            "gradient_accumulation_steps": G, "per_device_train_batch_size": self.per_device_train_batch_size,
+            "num_train_examples": self.num_train_examples, "eval_history": [], "nonfinite_skipped": 0,
         }
         self.log_history: list[dict[str, Any]] = []
         self.stop_requested = False
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
 
     # -- helpers -----------------------------------------------------------------------------------------
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per optimizer step: per-device batch x processes x accumulation steps."""
+        return self.per_device_train_batch_size * self.accelerator.num_processes * self.config.gradient_accumulation_steps
+
+    def plan(self) -> dict[str, Any]:
+        """The run plan: ``global_batch_size`` (examples per optimizer step), ``max_train_steps``, ``epochs``
+        (passes over the training data those steps make), ``num_warmup_steps``, ``steps_per_epoch`` and
+        ``train_examples``."""
+        return {
+            "global_batch_size": self.global_batch_size, "max_train_steps": self.max_train_steps,
+            "steps_per_epoch": self.num_update_steps_per_epoch,
+            "epochs": self.max_train_steps / self.num_update_steps_per_epoch,
+            "num_warmup_steps": self.num_warmup_steps, "train_examples": self.num_train_examples,
+            "num_processes": self.accelerator.num_processes,
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
+        }
+
     @property
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
@@ -389,6 +428,18 @@ class Trainer:
         self.train_dataloader.set_epoch(epoch)
         if hasattr(self.collator, "set_epoch"):
             self.collator.set_epoch(epoch)
+
+    def _as_device_scalar(self, value) -> torch.Tensor:
+        """A count (int or 0-d tensor) as a float64 0-d tensor on the accelerator's device, without a host sync."""
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(device=self.accelerator.device, dtype=torch.float64).reshape(())
+        return torch.tensor(float(value), dtype=torch.float64, device=self.accelerator.device)
+
+    def _reduce_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum over processes (identity with one process)."""
+        if self.accelerator.num_processes > 1:
+            t = self.accelerator.reduce(t, reduction="sum")
+        return t
 
     def _reduce(self, values: Sequence[float]) -> torch.Tensor:
         t = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
@@ -410,8 +461,7 @@ class Trainer:
         if path is None:
             return
         saved = ckpt.read_state(path)
-        if saved.get("max_train_steps") != self.max_train_steps:
-            logger.warning("resuming %s saved for %s training steps into a run of %s", path, saved.get("max_train_steps"), self.max_train_steps)
+        self._check_resume_geometry(path, saved)
         try:
             self.accelerator.load_state(str(path))
             if "lr_scheduler" in saved:
@@ -422,10 +472,42 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
-        self.state.update({k: saved[k] for k in ("global_step", "epoch", "batches_in_epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped") if k in saved})
+        self.state.update({k: saved[k] for k in ("global_step", "epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped") if k in saved})
+        # the position in the epoch is counted in examples, so that another split of the same global batch
+        # (processes x per-device batch x accumulation) continues with the very next examples
+        per_micro_batch = self.per_device_train_batch_size * self.accelerator.num_processes
+        examples = int(saved.get("batches_in_epoch", 0)) * int(saved.get("per_device_train_batch_size", self.per_device_train_batch_size)) * int(saved.get("num_processes", self.accelerator.num_processes))
+        self.state["batches_in_epoch"] = examples // per_micro_batch
         self.last_checkpoint = str(path)
         if self.accelerator.is_main_process:
             logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state["global_step"], self.state["epoch"], self.state["batches_in_epoch"])
+
+    def _check_resume_geometry(self, path, saved: Mapping[str, Any]) -> None:
+        """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
+        number of optimizer steps or another training set size. Another split of the same global batch
+        (processes, per-device batch, accumulation) is fine: the position is counted in examples.
+
+        Raises:
+            InputError: one line naming what changed, the saved and the current value.
+        """
+        P, G, b = self.accelerator.num_processes, self.config.gradient_accumulation_steps, self.per_device_train_batch_size
+        sP = int(saved.get("num_processes", P))
+        sG = int(saved.get("gradient_accumulation_steps", G))
+        sb = int(saved.get("per_device_train_batch_size", b))
+        changes = []
+        if sP * sG * sb != P * G * b:
+            changes.append(f"global batch {sP * sG * sb} ({sP} processes x {sb} per device x {sG} accumulation) -> "
+                           f"{P * G * b} ({P} x {b} x {G})")
+        if saved.get("max_train_steps", self.max_train_steps) != self.max_train_steps:
+            changes.append(f"max_train_steps {saved.get('max_train_steps')} -> {self.max_train_steps}")
+        if saved.get("num_train_examples", self.num_train_examples) != self.num_train_examples:
+            changes.append(f"training examples {saved.get('num_train_examples')} -> {self.num_train_examples}")
+        if changes:
+            raise InputError(
+                f"--resume_from_checkpoint {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
+                "expected the same global batch, number of steps and training data (another split of the same "
+                "global batch over processes, per-device batch and accumulation is fine)"
+            )
 
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step: every process then writes the checkpoint of
@@ -481,6 +563,7 @@ class Trainer:
         train_time = 0.0
         session_tokens = session_samples = 0.0
         interval = {"loss": 0.0, "weight": 0.0, "tokens": 0, "samples": 0, "time": 0.0, "steps": 0}
+        eta_logged = False
         metrics: dict[str, float] = {}
         t_start = time.perf_counter()
         while self.state["global_step"] < self.max_train_steps:
@@ -494,28 +577,32 @@ class Trainer:
                 group = list(islice(batches, G))
                 if not group:
                     break
-                weights = [float(self.weight_fn(b)) for b in group]
-                tokens = sum(self.tokens_fn(b) for b in group)
+                # Everything per micro-batch stays on the device: the step's statistics are read back to the
+                # host once, packed in one tensor (one all-reduce with several processes).
+                weights = [self._as_device_scalar(self.weight_fn(b)) for b in group]
+                tokens = sum(self._as_device_scalar(self.tokens_fn(b)) for b in group)
                 samples = sum(int(next(v for v in b.values() if isinstance(v, torch.Tensor)).shape[0]) for b in group)
-                total_weight = float(self._reduce([sum(weights)])[0])
-                scale = acc.num_processes / max(total_weight, 1e-12)
+                total_weight = self._reduce_tensor(torch.stack(weights).sum())
+                scale = acc.num_processes / total_weight.clamp_min(1e-12)
                 self.model.train()
                 loss_sum = torch.zeros((), dtype=torch.float64, device=acc.device)
-                nonfinite = 0.0
+                nonfinite = torch.zeros((), dtype=torch.float64, device=acc.device)
                 for i, batch in enumerate(group):
                     sync = i == len(group) - 1
                     with contextlib.nullcontext() if sync else acc.no_sync(self.model):
                         loss = self.loss_fn(self.model, batch)
-                        acc.backward(loss * (weights[i] * scale))
+                        acc.backward(loss * (weights[i] * scale).to(loss.dtype))
                     detached = loss.detach().double()
-                    if not torch.isfinite(detached):
-                        nonfinite = 1.0
+                    nonfinite = torch.maximum(nonfinite, (~torch.isfinite(detached)).double())
                     loss_sum += detached * weights[i]
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm else float("inf")
-                grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
-                measured = grad_norm is not None  # DeepSpeed clips inside its engine and returns None
-                grad_norm = float(grad_norm) if measured else float("nan")
-                reduced = self._reduce([float(loss_sum), nonfinite, tokens, samples, float(self.stop_requested)])
+                grad_norm_t = acc.clip_grad_norm_(self.model.parameters(), max_norm)
+                measured = grad_norm_t is not None  # DeepSpeed clips inside its engine and returns None
+                local = torch.stack([loss_sum, nonfinite, tokens, torch.full_like(loss_sum, float(samples)),
+                                     torch.full_like(loss_sum, float(self.stop_requested))])
+                norm = grad_norm_t.detach().double().reshape(1).to(acc.device) if measured else torch.full((1,), float("nan"), dtype=torch.float64, device=acc.device)
+                reduced = torch.cat([self._reduce_tensor(local), total_weight.reshape(1), norm]).tolist()  # the step's one read
+                total_weight, grad_norm = reduced[5], reduced[6]
                 step_loss = float(reduced[0]) / max(total_weight, 1e-12)
                 step = self.state["global_step"] + 1
                 # an fp16 GradScaler skips steps with inf/NaN gradients itself (and lowers its scale)
@@ -568,6 +655,12 @@ class Trainer:
                     }
                     acc.log(record, step=step)
                     self.log_history.append({"step": step, **record})
+                    if not eta_logged and acc.is_main_process and step < self.max_train_steps:
+                        eta_logged = True
+                        per_step = interval["time"] / max(interval["steps"], 1)
+                        logger.info("step %d/%d: %.3g s per optimizer step, %.0f tokens/s; estimated time to finish: %s "
+                                    "(evaluation and checkpoints not included)", step, self.max_train_steps, per_step,
+                                    record["tokens_per_second"], format_duration(per_step * (self.max_train_steps - step)))
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                     interval = dict.fromkeys(interval, 0.0)
                 if cfg.eval_steps and step % cfg.eval_steps == 0 and step != self.max_train_steps:
@@ -616,6 +709,17 @@ class Trainer:
         return float((gathered - gathered[0]).abs().max())
 
 
+def format_duration(seconds: float) -> str:
+    """``seconds`` as ``1h 02m 03s`` / ``2m 03s`` / ``3.4s``."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, sec = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s"
+
+
 # -- evaluation helpers --------------------------------------------------------------------------------------
 def evaluate_sums(
     accelerator,
@@ -626,12 +730,15 @@ def evaluate_sums(
     step_fn: Callable[[torch.nn.Module, Mapping[str, Any]], Mapping[str, torch.Tensor]],
     keys: Sequence[str],
 ) -> dict[str, float]:
-    """Sums of per-batch statistics over a whole dataset, exact across processes.
+    """Sums of per-batch statistics over a whole dataset, exact across processes and distributed types.
 
-    Each process evaluates a disjoint contiguous shard of ``dataset`` (no example twice, none left out) with
-    the unwrapped model in eval mode under ``accelerator.autocast()``; ``step_fn(model, batch)`` returns sums
-    (e.g. ``{"nll_sum": ..., "count": ...}``) which are added in float64 and summed over processes with one
-    all-reduce. Perplexity = ``exp(nll_sum / count)`` is then exact (sums and counts, never means of means).
+    Each process evaluates a disjoint contiguous shard of ``dataset`` (no example twice, none left out) with the
+    *prepared* model (DDP, FSDP, ...) in eval mode under ``accelerator.autocast()``. Every process runs the same
+    number of forward passes -- under FSDP each forward all-gathers the weights, so a process with one batch more
+    would wait forever --: a process whose shard is shorter runs its first batch again (the dataset's first example
+    when its shard is empty) and discards its statistics. ``step_fn(model, batch)`` returns sums
+    (e.g. ``{"nll_sum": ..., "count": ...}``), added in float64 and summed over processes with one all-reduce.
+    Perplexity = ``exp(nll_sum / count)`` is then exact (sums and counts, never means of means).
 
     Returns:
         ``{key: global sum}`` for every name in ``keys``.
@@ -639,18 +746,28 @@ def evaluate_sums(
     from accelerate.utils import send_to_device
 
     n, P, rank = len(dataset), accelerator.num_processes, accelerator.process_index
-    indices = list(range(rank * n // P, (rank + 1) * n // P))
+    bounds = [(r * n // P, (r + 1) * n // P) for r in range(P)]
+    lo, hi = bounds[rank]
+    num_batches = max(math.ceil((b - a) / batch_size) for a, b in bounds)
+    indices = list(range(lo, hi)) or ([0] if n else [])
     loader = DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
-    net = accelerator.unwrap_model(model)
-    was_training = net.training
-    net.eval()
+    was_training = model.training
+    model.eval()
     sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
     with torch.no_grad(), accelerator.autocast():
-        for batch in loader:
+        batches = iter(loader)
+        first = None
+        for i in range(num_batches):
+            batch = next(batches, None)
+            real = batch is not None and hi > lo
+            if batch is None:
+                batch = first if first is not None else next(iter(loader))
+            first = batch if first is None else first
             batch = send_to_device(batch, accelerator.device)
-            out = step_fn(net, batch)
-            sums += torch.stack([torch.as_tensor(out[k], device=accelerator.device).double() for k in keys])
-    net.train(was_training)
+            out = step_fn(model, batch)
+            stats = torch.stack([torch.as_tensor(out[k], device=accelerator.device).double() for k in keys])
+            sums += stats if real else torch.zeros_like(stats)  # a padding batch: counted as nothing
+    model.train(was_training)
     if P > 1:
         sums = accelerator.reduce(sums, reduction="sum")
     return {k: float(v) for k, v in zip(keys, sums.tolist())}

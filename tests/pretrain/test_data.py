@@ -153,6 +153,6 @@ def test_bilm_targets_with_the_model(tmp_path, corpus_tools):
     out = model(**batch)
     n_rows_real = batch["attention_mask"].sum(1)
     assert int(out.forward_num_tokens) == int((n_rows_real - 1).sum()) == int(out.backward_num_tokens)
-    from pretrain.cli import bilm_weight
+    from pretrain.objectives import bilm_weight
 
     assert bilm_weight(batch) == int(out.forward_num_tokens)
