@@ -57,16 +57,17 @@ def train_elmo_tokenizer(
     counter = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
     counter.normalizer = build_normalizer(lowercase)
     counter.pre_tokenizer = build_pre_tokenizer()
+    # Every word is kept here and the vocabulary cut below: the trainer picks among words of equal count at the
+    # cut-off, and numbers them, in hash-map order; the canonical order (tokenizer.canonical) decides instead.
     trainer = trainers.WordLevelTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+        vocab_size=2**31 - 1, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS), show_progress=False
     )
     counter.train_from_iterator(iter_text_lines(paths), trainer=trainer)
     vocab = counter.get_vocab()
-    # Canonical ids (tokenizer.canonical): the trainer numbers equally frequent words in hash-map order.
     from .canonical import canonical_token_order, count_token_ids
 
     counts = count_token_ids(counter, paths, max(vocab.values()) + 1)
-    tokens = canonical_token_order(vocab, counts, SPECIAL_TOKENS)
+    tokens = canonical_token_order(vocab, counts, SPECIAL_TOKENS)[:vocab_size]
     if len(tokens) <= len(SPECIAL_TOKENS):
         raise InputError(f"--train_file {', '.join(map(str, paths))}: no word occurs at least "
                          f"{min_frequency} time(s); expected text with words")

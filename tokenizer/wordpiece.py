@@ -104,17 +104,20 @@ def train_wordpiece_tokenizer(
     )
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        limit_alphabet=limit_alphabet,
-        continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
-        show_progress=show_progress,
-    )
-    # Ties between equally frequent merges are numbered in hash-map order inside `tokenizers` (its issue #1794):
-    # the ids are made canonical below.
-    backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
+    def train(vocab: int, specials: list[str]) -> None:
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab, min_frequency=min_frequency, special_tokens=specials, limit_alphabet=limit_alphabet,
+            continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX, show_progress=show_progress,
+        )
+        backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
+
+    # Reproducibility: the trainer numbers the continuation forms of the alphabet ("##a") in hash-map order as it
+    # meets them, and breaks ties between equally frequent merges by those numbers, so two trainings can learn
+    # different pieces (huggingface/tokenizers#1794). A first pass (no merges) finds the alphabet; the second
+    # registers its continuation forms up front, in sorted order, so every tie is broken the same way.
+    train(len(SPECIAL_TOKENS) + 1, list(SPECIAL_TOKENS))
+    continuation = sorted(t for t in backend.get_vocab() if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX))
+    train(vocab_size, list(SPECIAL_TOKENS) + continuation)
 
     vocab = backend.get_vocab()
     if len(vocab) > vocab_size:
@@ -126,7 +129,9 @@ def train_wordpiece_tokenizer(
     # Canonical ids: specials, then by decreasing count on the corpus, ties by string (tokenizer.canonical).
     from tokenizer.canonical import canonical_token_order, count_token_ids
 
-    counts = count_token_ids(backend, paths, len(vocab), batch_size=batch_size)
+    counter = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
+    counter.normalizer, counter.pre_tokenizer = backend.normalizer, backend.pre_tokenizer  # no added tokens
+    counts = count_token_ids(counter, paths, len(vocab), batch_size=batch_size)
     vocab = {t: i for i, t in enumerate(canonical_token_order(vocab, counts, SPECIAL_TOKENS))}
 
     tokenizer = BertTokenizer(

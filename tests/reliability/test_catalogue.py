@@ -57,6 +57,17 @@ def tok(tmp, a, *extra):
     return ["train", "--model_type", "bert", "--vocab_size", "100", "--output_dir", str(tmp / "out"), *extra]
 
 
+def weights_only(tmp, model_dir):
+    """A copy of ``model_dir`` with its config and weights but no tokenizer."""
+    import shutil
+
+    out = tmp / "weights-only"
+    out.mkdir(exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model_dir / name, out / name)
+    return str(out)
+
+
 def pre(tmp, a, *extra):
     return ["--train_file", str(a / "train.txt"), "--validation_file", str(a / "valid.txt"), "--tokenizer_name",
             str(a / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
@@ -98,7 +109,8 @@ CASES = [
     ("pretrain: max_seq_length beyond positions", "pretrain", lambda t, a: pre(t, a, "--config_name", str(a / "bert-tiny-config"), "--max_seq_length", "128"), r"--max_seq_length 128: exceeds the model's max_position_embeddings 64"),
     ("pretrain: unknown config preset", "pretrain", lambda t, a: pre(t, a, "--config_name", "bert-gigantic"), r"--config_name bert-gigantic: expected a preset"),
     ("pretrain: tokenizer not found", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(t / "no-tokenizer")), r"--tokenizer_name .*no-tokenizer"),
-    ("pretrain: tokenizer larger than the model's vocabulary", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", str(a / "tiny-model")), r"--tokenizer_name.*tokens but the model's vocab_size is"),
+    ("pretrain: tokenizer other than the model's", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", str(a / "tiny-model")), r"--tokenizer_name.*differs from the tokenizer saved with --model_name_or_path"),
+    ("pretrain: tokenizer larger than the model's vocabulary", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", weights_only(t, a / "tiny-model")), r"--tokenizer_name.*tokens but the model's vocab_size is"),
     ("pretrain: model directory without weights", "pretrain", lambda t, a: pre(t, a, "--model_name_or_path", str(_no_weights_model(t, a))), r"--model_name_or_path .*no-weights"),
     ("pretrain: nsp with elmo", "pretrain", lambda t, a: pre(t, a, "--model_type", "elmo", "--nsp"), r"--nsp: .*expected --model_type bert \(got elmo\)"),
     ("pretrain: resume from a missing checkpoint", "pretrain", lambda t, a: pre(t, a, "--resume_from_checkpoint", str(t / "ckpt")), r"--resume_from_checkpoint .*ckpt: no such folder"),
@@ -193,7 +205,7 @@ def test_resume_with_a_different_model_config_is_refused(assets, tmp_path, capsy
     out = tmp_path / "out"
     before = _snapshot(out)
     clean_env_reset()
-    status = run_cli(main, pre(tmp_path, assets, "--config_name", "bert-mini", "--resume_from_checkpoint", "latest", "--max_train_steps", "4"))
+    status = run_cli(main, pre(tmp_path, assets, "--config_name", "bert-mini", "--resume_from_checkpoint", "latest"))
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert status == 2 and len(lines) == 1, err[-3000:]

@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 
 import pytest
@@ -87,7 +88,8 @@ def test_manifest_covers_every_file_and_the_schedule_is_json_not_pickle(toy_run,
 
 def test_resume_reads_only_with_weights_only(toy_run, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    toy_run(out, steps=2)
+    toy_run(out, steps=4)
+    shutil.rmtree(out / "checkpoints" / "step_4")  # resume the same run from its step-2 checkpoint
     real_load, calls = torch.load, []
 
     def checked_load(*args, **kwargs):
@@ -101,7 +103,8 @@ def test_resume_reads_only_with_weights_only(toy_run, tmp_path, monkeypatch):
 
 def test_resume_with_a_different_model_config_is_refused(toy_run, tmp_path):
     out = tmp_path / "run"
-    toy_run(out, steps=2)
+    toy_run(out, steps=4)
+    shutil.rmtree(out / "checkpoints" / "step_4")
     with pytest.raises(InputError, match=r"--resume_from_checkpoint .*step_2: does not fit this model.*same model config"):
         toy_run(out, steps=4, resume="latest", hidden=8)
 

@@ -1,0 +1,121 @@
+"""Distributed types as users start them, in subprocesses on 2 CPU processes (gloo): FSDP follows DDP, evaluation
+with an odd number of validation blocks neither hangs nor miscounts, 2 "machines" x 1 process on localhost equal
+1 machine x 2 processes, and a run resumed in another split of the same global batch continues where it stopped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _launch import ROOT
+from _launch import pretrain_command as _command
+from _launch import subprocess_env as _env
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+FSDP_CPU = ROOT / "configs" / "fsdp-cpu.yaml"
+
+
+def _run(cmd: list[str], timeout: int = 300) -> None:
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    import random
+
+    import modeling
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    root = tmp_path_factory.mktemp("dist")
+    rng = random.Random(0)
+    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
+    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
+    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
+    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
+    train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
+    return root
+
+
+def _args(shared: Path, out: Path, *extra: str) -> list[str]:
+    return ["--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
+            "--tokenizer_name", str(shared / "wordpiece"), "--config_name", str(shared / "bert-nodrop"),
+            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_train_steps", "20",
+            "--logging_steps", "1", "--eval_steps", "10", "--checkpointing_steps", "10", "--learning_rate", "2e-3",
+            "--num_warmup_steps", "2", "--max_eval_samples", "7", "--output_dir", str(out), *extra]
+
+
+def _log(out: Path) -> list[dict]:
+    return json.loads((out / "trainer_log.json").read_text())
+
+
+def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp_path):
+    one, ddp, fsdp = tmp_path / "one", tmp_path / "ddp", tmp_path / "fsdp"
+    _run(_command(1) + _args(shared, one, "--per_device_train_batch_size", "8"))
+    _run(_command(2) + _args(shared, ddp))
+    _run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP_CPU), "pretrain"] + _args(shared, fsdp),
+         timeout=600)
+    loss_ddp, loss_fsdp = ([r["train_loss"] for r in _log(d)] for d in (ddp, fsdp))
+    assert len(loss_ddp) == len(loss_fsdp) == 20
+    assert loss_fsdp == pytest.approx(loss_ddp, rel=1e-5)
+    # 7 validation blocks over 2 processes (4 + 3): every block counted once, as with one process
+    hist = {d.name: json.loads((d / "eval_history.json").read_text()) for d in (one, ddp, fsdp)}
+    assert [h["eval_tokens"] for h in hist["ddp"]] == [h["eval_tokens"] for h in hist["one"]] == [h["eval_tokens"] for h in hist["fsdp"]]
+    assert hist["fsdp"][-1]["eval_loss"] == pytest.approx(hist["ddp"][-1]["eval_loss"], rel=1e-5)
+    import modeling  # noqa: F401
+    from transformers import AutoModelForMaskedLM
+
+    a = AutoModelForMaskedLM.from_pretrained(ddp).state_dict()
+    b = AutoModelForMaskedLM.from_pretrained(fsdp).state_dict()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
+
+
+def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, tmp_path):
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    _run(_command(2) + _args(shared, single, "--max_train_steps", "8"))
+    port = _free_port()
+    launches = []
+    for rank in (0, 1):
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "2", "--num_processes", "2",
+               "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+               "--mixed_precision", "no", "--dynamo_backend", "no", "pretrain"] + _args(shared, multi, "--max_train_steps", "8")
+        launches.append(subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in launches]
+    finally:
+        for p in launches:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in launches] == [0, 0], [e[-2000:] for e in errors]
+    assert [r["train_loss"] for r in _log(multi)] == [r["train_loss"] for r in _log(single)]
+    from safetensors.torch import load_file
+
+    a, b = load_file(single / "model.safetensors"), load_file(multi / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(shared, tmp_path):
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    _run(_command(1) + _args(shared, full, "--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0"))
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoints" / "step_10", resumed / "checkpoints" / "step_10")
+    _run(_command(2) + _args(shared, resumed, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
+    log_full, log_resumed = _log(full), _log(resumed)
+    assert [r["step"] for r in log_resumed] == list(range(11, 21))
+    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[10:]], rel=1e-5)

@@ -1,0 +1,247 @@
+"""A user's first real run (issue 13), in-process on tiny corpora: a run plan that follows the data, bitwise
+reproducible runs (tokenizer trained by the run included), the tokenizer rules of continued pretraining, the
+output-folder rule, resume checks, prepared datasets and deterministic dataset fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pretrain.cli import build_parser, main
+from training.errors import run_cli
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _data(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+            "--output_dir", str(out), "--config_name", "bert-tiny", "--max_seq_length", "32",
+            "--per_device_train_batch_size", "8", *extra]
+
+
+def _error_lines(capsys) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+
+
+@pytest.fixture(scope="module")
+def tok_dir(bert_tokenizer, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("tok") / "wp"
+    bert_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def nodrop_config(tmp_path_factory) -> Path:
+    import modeling
+
+    path = tmp_path_factory.mktemp("cfg") / "bert-nodrop"
+    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(path)
+    return path
+
+
+def test_same_command_twice_gives_bitwise_identical_tokenizer_and_weights(corpus_dir, tmp_path, fresh_state):
+    runs = {}
+    for name, seed in (("a", "7"), ("b", "7"), ("other_seed", "8")):
+        out = tmp_path / name
+        assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300", "--max_train_steps", "4", "--seed", seed)) == 0
+        runs[name] = (_sha(out / "tokenizer.json"), _sha(out / "model.safetensors"))
+    assert runs["a"] == runs["b"]
+    assert runs["other_seed"][0] == runs["a"][0], "the tokenizer depends on the corpus only"
+    assert runs["other_seed"][1] != runs["a"][1], "the seed changes the weights (the check can fail)"
+
+
+def test_canonical_ids_are_count_then_string(corpus_dir, tmp_path):
+    from tokenizer.wordpiece import SPECIAL_TOKENS, train_wordpiece_tokenizer
+
+    tok = train_wordpiece_tokenizer([corpus_dir / "train.txt"], 250, min_frequency=1)
+    vocab = tok.get_vocab()
+    by_id = sorted(vocab, key=vocab.__getitem__)
+    assert by_id[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
+    # recount independently: segment every line of the corpus with the trained tokenizer
+    from collections import Counter
+
+    counts = Counter()
+    for line in (corpus_dir / "train.txt").read_text().splitlines():
+        if line.strip():
+            counts.update(tok.convert_ids_to_tokens(tok(line, add_special_tokens=False)["input_ids"]))
+    rest = by_id[len(SPECIAL_TOKENS):]
+    assert rest == sorted(rest, key=lambda t: (-counts[t], t))
+    assert counts[rest[0]] > 0 and counts[rest[0]] >= counts[rest[-1]]
+
+
+def test_with_data_and_no_step_flags_the_run_is_one_epoch_and_the_plan_says_so(corpus_dir, tmp_path, fresh_state, caplog):
+    out = tmp_path / "epoch"
+    with caplog.at_level(logging.INFO, logger="pretrain"):
+        assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300")) == 0
+    plan = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("run plan:"))
+    m = re.search(r"run plan: (\d+) optimizer steps = ([\d.]+) epochs of (\d+) training blocks.*global batch (\d+) "
+                  r"sequences = (\d+) tokens.*warmup (\d+) steps; learning rate ([\d.e-]+) \(BERT", plan)
+    assert m, plan
+    steps, epochs, blocks, batch, tokens, warmup, lr = m.groups()
+    assert int(steps) == math.ceil(int(blocks) / 8) and float(epochs) == 1.0 and int(batch) == 8 and int(tokens) == 8 * 32
+    assert int(warmup) == math.ceil(0.06 * int(steps)) and float(lr) == 1e-4  # post-LN preset: BERT's 1e-4
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["epoch"] == 1.0 and results["global_step"] == int(steps)
+    history = json.loads((out / "eval_history.json").read_text())
+    every = math.ceil(int(steps) / 10)
+    assert [h["step"] for h in history] == sorted({0, *range(every, int(steps), every), int(steps)})
+
+
+def test_continued_pretraining_keeps_the_model_tokenizer_and_refuses_another(corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert run_cli(main, _data(corpus_dir, first, "--vocab_size", "300", "--max_train_steps", "2")) == 0
+    assert run_cli(main, _data(corpus_dir, second, "--model_name_or_path", str(first), "--max_train_steps", "2")) == 0
+    assert _sha(second / "tokenizer.json") == _sha(first / "tokenizer.json")
+    assert not (second / "tokenizer").exists(), "no tokenizer was trained"
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert run_cli(main, _data(corpus_dir, other, "--model_name_or_path", str(first), "--tokenizer_name",
+                               tok_dir, "--max_train_steps", "2")) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "differs from the tokenizer saved with --model_name_or_path" in lines[0]
+    assert not other.exists()
+
+
+def test_non_empty_output_dir_is_refused_unless_overwrite_and_its_tokenizer_is_not_reused(corpus_dir, tmp_path, fresh_state, capsys):
+    out = tmp_path / "run"
+    assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300", "--max_train_steps", "2")) == 0
+    before = _sha(out / "model.safetensors")
+    capsys.readouterr()
+    assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "250", "--max_train_steps", "2")) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "exists and is not empty" in lines[0] and "--overwrite_output_dir" in lines[0]
+    assert _sha(out / "model.safetensors") == before
+    assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "250", "--max_train_steps", "2", "--overwrite_output_dir")) == 0
+    from transformers import AutoTokenizer
+
+    assert len(AutoTokenizer.from_pretrained(out)) <= 250 < 300 or len(AutoTokenizer.from_pretrained(out)) == json.loads(
+        (out / "config.json").read_text())["vocab_size"]
+    assert json.loads((out / "config.json").read_text())["vocab_size"] <= 250
+
+
+def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_changes_are_refused(
+        corpus_dir, nodrop_config, tok_dir, tmp_path, fresh_state, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    common = ["--tokenizer_name", tok_dir, "--config_name", str(nodrop_config), "--max_train_steps", "6",
+              "--checkpointing_steps", "3", "--checkpoints_total_limit", "0", "--learning_rate", "2e-3", "--logging_steps", "1"]
+    full = tmp_path / "full"
+    assert run_cli(main, _data(corpus_dir, full, *common)) == 0
+    # resume the step-3 checkpoint as 4 blocks x 2 accumulation steps (global batch 8, as before)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoints" / "step_3", resumed / "checkpoints" / "step_3")
+    split = ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"]
+    assert run_cli(main, _data(corpus_dir, resumed, *common, *split, "--resume_from_checkpoint", "latest")) == 0
+    log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
+    assert [r["step"] for r in log_resumed] == [4, 5, 6]
+    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[3:]], rel=1e-5)
+    a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
+    # another global batch is refused with one error line naming it
+    capsys.readouterr()
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    shutil.copytree(full / "checkpoints" / "step_3", changed / "checkpoints" / "step_3")
+    assert run_cli(main, _data(corpus_dir, changed, *common, "--per_device_train_batch_size", "4",
+                               "--resume_from_checkpoint", "latest")) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "global batch 8 (1 processes x 8 per device x 1 accumulation) -> 4" in lines[0]
+    assert run_cli(main, _data(corpus_dir, changed, *common[:-6], "--max_train_steps", "9", "--checkpointing_steps", "3",
+                               "--resume_from_checkpoint", "latest")) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "max_train_steps 6 -> 9" in lines[0]
+
+
+def _prepare(args: list[str]) -> int:
+    from pretrain.prepare import main as prepare_main
+
+    return run_cli(prepare_main, args)
+
+
+def test_prepared_dataset_trains_like_the_text_files_without_tokenizing(corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
+    from datasets import load_from_disk
+
+    prepared = tmp_path / "prepared"
+    assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+                     "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--max_shard_size", "8KB",
+                     "--output_dir", str(prepared)]) == 0
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert manifest["objective"] == "mlm" and manifest["max_seq_length"] == 32
+    assert manifest["sources"]["train"][0]["sha256"] == _sha(corpus_dir / "train.txt")
+    assert manifest["sources"]["train"][0]["bytes"] == (corpus_dir / "train.txt").stat().st_size
+    train = load_from_disk(str(prepared / "train"))
+    assert manifest["blocks"]["train"] == len(train) and len(list((prepared / "train").glob("*.arrow"))) > 1
+    assert not (prepared / ".cache").exists()
+    capsys.readouterr()
+    common = ["--config_name", "bert-tiny", "--max_train_steps", "4", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
+    from_text, from_prepared = tmp_path / "text", tmp_path / "prep"
+    assert run_cli(main, ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+                          "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(from_text), *common]) == 0
+    capsys.readouterr()
+    assert run_cli(main, ["--prepared_dataset", str(prepared), "--output_dir", str(from_prepared), *common]) == 0
+    err = capsys.readouterr().err
+    assert "tokenising" not in err and "packing" not in err
+    losses = [[r["train_loss"] for r in json.loads((d / "trainer_log.json").read_text())] for d in (from_text, from_prepared)]
+    assert losses[0] == losses[1]
+    assert _sha(from_text / "model.safetensors") == _sha(from_prepared / "model.safetensors")
+
+
+def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    prepared = tmp_path / "prepared"
+    assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+                     "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
+    other = train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
+    cases = [
+        (["--tokenizer_name", str(tmp_path / "other-tok")], "prepared with another tokenizer"),
+        (["--max_seq_length", "64"], "--max_seq_length 64: --prepared_dataset"),
+        (["--nsp"], "prepared for the mlm objective"),
+        (["--train_file", str(corpus_dir / "train.txt")], "one source of data"),
+    ]
+    for extra, message in cases:
+        capsys.readouterr()
+        out = tmp_path / f"out{len(extra)}{extra[0]}"
+        assert run_cli(main, ["--prepared_dataset", str(prepared), "--output_dir", str(out), "--max_train_steps", "1", *extra]) == 2
+        lines = _error_lines(capsys)
+        assert len(lines) == 1 and message in lines[0], (extra, lines)
+        assert not out.exists()
+
+
+def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_dir, tok_dir):
+    from transformers import AutoTokenizer
+
+    from pretrain.data import load_raw_datasets, tokenize_bert
+
+    fps = []
+    for _ in range(2):
+        raw = load_raw_datasets([str(corpus_dir / "train.txt")], None, validation_split_percentage=10)
+        tokenized = tokenize_bert(raw, AutoTokenizer.from_pretrained(tok_dir))
+        fps.append((raw["train"]._fingerprint, raw["validation"]._fingerprint, tokenized["validation"]._fingerprint))
+    assert fps[0] == fps[1]
+    assert len(raw["validation"]) == math.ceil(0.1 * (len(raw["train"]) + len(raw["validation"]))) or len(raw["validation"]) > 0
+
+
+def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
+    text = build_parser().format_help()
+    flat = re.sub(r"\s+", " ", text)
+    for chunk in re.split(r" (?=--[a-z0-9_]+ )", flat):
+        assert chunk.count("default") <= 1, chunk
+    assert "(default: None)" not in flat
+    assert re.search(r"--learning_rate LEARNING_RATE peak learning rate \(default: 1e-4 for post-LN", flat)
+    args = build_parser().parse_args(["--report_to", "tensorboard,wandb", "--warmup_ratio", "0.1"])
+    from training.trackers import log_with
+
+    assert log_with(args.report_to) == ["tensorboard", "wandb"] and args.warmup_ratio == 0.1
