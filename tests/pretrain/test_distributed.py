@@ -111,11 +111,14 @@ def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, t
 
 
 def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(shared, tmp_path):
+    # 154 training blocks: 19 full global batches of 8. The last, partial batch of an epoch is filled up differently
+    # by each split (accelerate's even_batches), so the comparison stays inside the epoch: 18 steps.
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    _run(_command(1) + _args(shared, full, "--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0"))
+    steps = ["--max_train_steps", "18", "--checkpoints_total_limit", "0"]
+    _run(_command(1) + _args(shared, full, "--per_device_train_batch_size", "8", *steps))
     resumed.mkdir()
     shutil.copytree(full / "checkpoints" / "step_10", resumed / "checkpoints" / "step_10")
-    _run(_command(2) + _args(shared, resumed, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
+    _run(_command(2) + _args(shared, resumed, *steps, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
     log_full, log_resumed = _log(full), _log(resumed)
-    assert [r["step"] for r in log_resumed] == list(range(11, 21))
+    assert [r["step"] for r in log_resumed] == list(range(11, 19))
     assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[10:]], rel=1e-5)

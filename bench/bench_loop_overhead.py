@@ -1,0 +1,168 @@
+"""Loop overhead: the same model, data and optimizer through ``pretrain``'s loop (``training.loop.Trainer``) and
+through a bare step loop; prints tokens/s of both and their ratio (target: >= 0.95 on CPU, >= 0.9 on a GPU at
+bert-base S128 B256 bf16).
+
+* ``bare``: ``for batch in loader: forward (autocast), backward, clip_grad_norm_, AdamW step, scheduler step,
+  zero_grad`` -- the least any loop does; no logging, no statistics, no host read of the loss.
+* ``loop``: ``Trainer.train()`` as ``pretrain`` runs it (accelerate-prepared model, optimizer and loader,
+  token-weighted loss normalisation, non-finite checks, logging every ``--logging_steps``); the final
+  checkpoint is not written (it is not per-step work).
+
+Both read the same packed random blocks through the same ``MLMCollator`` and DataLoader (``--num_workers``), so the
+difference is the loop's own cost. Rounds alternate (bare, loop, bare, loop, ...), each from the same initial
+weights for ``--steps`` timed steps after ``--warmup`` untimed ones; the medians over ``--rounds`` are reported.
+Tokens/s counts real tokens through forward, backward and the optimizer step. Usage::
+
+    python bench/bench_loop_overhead.py                                   # CPU, bert-tiny S128 B32
+    python bench/bench_loop_overhead.py --device cuda --config_name bert-base --batch_size 256 --mixed_precision bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config_name", default="bert-tiny", help="SesameBert preset")
+    p.add_argument("--vocab_size", type=int, default=30522)
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"])
+    p.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
+    p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--logging_steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--output", default=None, help="also write the results as JSON here")
+    return p.parse_args(argv)
+
+
+class _Tok:
+    """What MLMCollator reads of a WordPiece tokenizer (special ids, size)."""
+
+    def __init__(self, vocab_size):
+        self.vocab_size, self.pad_token_id, self.unk_token_id, self.cls_token_id = vocab_size, 0, 1, 2
+        self.sep_token_id, self.mask_token_id = 3, 4
+        self.all_special_ids = [0, 1, 2, 3, 4]
+
+    def __len__(self):
+        return self.vocab_size
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    from datasets import Dataset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cpu":
+        os.environ["ACCELERATE_USE_CPU"] = "1"
+    import modeling
+    from pretrain.collators import MLMCollator
+    from pretrain.data import IndexedDataset
+    from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+    from training.optim import create_optimizer, create_scheduler
+
+    n_blocks = args.batch_size * (args.warmup + args.steps) + args.batch_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, args.vocab_size, (n_blocks, args.seq_len), generator=g)
+    ids[:, 0] = 2
+    ds = IndexedDataset(Dataset.from_dict({"input_ids": ids.tolist(), "word_start": torch.ones_like(ids).tolist()}))
+    tok = _Tok(args.vocab_size)
+    collator = MLMCollator(tok, seed=0)
+    config = modeling.get_preset_config(args.config_name, vocab_size=args.vocab_size)
+    torch.manual_seed(0)
+    init = modeling.SesameBertForMaskedLM(config)
+    total_steps = args.warmup + args.steps
+    tmp = tempfile.mkdtemp(prefix="bench-loop-")
+    cfg = TrainingConfig(output_dir=tmp, learning_rate=1e-4, max_train_steps=total_steps, num_warmup_steps=1,
+                         logging_steps=args.logging_steps, checkpoints_total_limit=None)
+    accelerator = make_accelerator(cfg, mixed_precision=args.mixed_precision)
+    device = accelerator.device
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def bare_round():
+        model = copy.deepcopy(init).to(device).train()
+        opt = create_optimizer(model, 1e-4, 0.01)
+        sched = create_scheduler("linear", opt, 1, total_steps)
+        loader = make_train_dataloader(ds, args.batch_size, collator, seed=0, num_workers=args.num_workers)
+        it, tokens, t0 = iter(loader), 0, None
+        for step in range(total_steps):
+            if step == args.warmup:
+                sync()
+                t0 = time.perf_counter()
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(it).items()}
+            with accelerator.autocast():
+                loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            if step >= args.warmup:
+                tokens += int(batch["attention_mask"].numel())
+        sync()
+        return tokens / (time.perf_counter() - t0)
+
+    def loop_round():
+        model = copy.deepcopy(init)
+        loader = make_train_dataloader(ds, args.batch_size, collator, seed=0, num_workers=args.num_workers)
+        trainer = Trainer(accelerator, model, loader, cfg)
+        trainer.save_checkpoint = lambda: None  # not per-step work
+        marks = {}
+        original = trainer.scheduler.step
+
+        def timed_step(*a, **k):  # the scheduler steps once per optimizer step: mark the warm-up's end there
+            original(*a, **k)
+            if trainer.state["global_step"] + 1 == args.warmup:
+                sync()
+                marks["t0"] = time.perf_counter()
+
+        trainer.scheduler.step = timed_step
+        trainer.train()
+        sync()
+        elapsed = time.perf_counter() - marks["t0"]
+        accelerator.free_memory()
+        return args.steps * args.batch_size * args.seq_len / elapsed
+
+    results = {"bare": [], "loop": []}
+    for _ in range(args.rounds):
+        results["bare"].append(bare_round())
+        results["loop"].append(loop_round())
+    med = {k: statistics.median(v) for k, v in results.items()}
+    ratio = med["loop"] / med["bare"]
+    report = {"device": str(device), "config": args.config_name, "seq_len": args.seq_len, "batch_size": args.batch_size,
+              "mixed_precision": args.mixed_precision, "threads": torch.get_num_threads(), "rounds": results,
+              "median_tokens_per_second": med, "ratio_loop_over_bare": ratio}
+    print(f"{args.config_name} S{args.seq_len} B{args.batch_size} {args.mixed_precision} on {device} "
+          f"({torch.get_num_threads()} threads), median of {args.rounds} rounds x {args.steps} steps:")
+    print(f"  bare step loop   {med['bare']:10.0f} tokens/s   {[round(x) for x in results['bare']]}")
+    print(f"  pretrain loop    {med['loop']:10.0f} tokens/s   {[round(x) for x in results['loop']]}")
+    print(f"  ratio loop/bare  {ratio:.3f}")
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
