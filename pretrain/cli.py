@@ -105,6 +105,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N validation blocks")
     d.add_argument("--dataloader_num_workers", type=int, default=0, help="DataLoader worker processes")
     d.add_argument("--prepared_dataset", default=None, help="a folder written by `python -m pretrain.prepare`: memory-mapped blocks, no tokenization")
+    d.add_argument("--streaming", action="store_true", help="read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)")
 
 
 def add_objective_arguments(parser: argparse.ArgumentParser) -> None:
@@ -231,6 +232,9 @@ def get_tokenizer(args, objective, accelerator, prepared=None):
     tok_dir = Path(args.output_dir) / "tokenizer"
     if args.resume_from_checkpoint and (tok_dir / "tokenizer_config.json").is_file():
         return _load_tokenizer(str(tok_dir), "--output_dir")
+    if getattr(args, "streaming", False):
+        raise InputError("--streaming: no tokenizer given; expected --tokenizer_name (train one on a sample with "
+                         "`python -m tokenizer train`) or --model_name_or_path with its tokenizer")
     if accelerator.is_main_process:
         if tok_dir.exists():  # --overwrite_output_dir: the earlier run's tokenizer is not reused
             import shutil
@@ -329,6 +333,31 @@ def prepare_data(args, objective, tokenizer, accelerator):
     return _limit(args, blocks["train"], blocks["validation"])
 
 
+def stream_data(args, objective, tokenizer):
+    """``--streaming``: the training blocks as a ``datasets.IterableDataset`` (tokenized and packed while read), and
+    the validation blocks read once into memory (``max_eval_samples`` at most).
+
+    Raises:
+        InputError: no ``--max_train_steps`` (a stream has no length), or the stream's validation part gives no block.
+    """
+    from datasets import Dataset
+
+    from pretrain import data
+
+    if args.max_train_steps is None:
+        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps")
+    raw = data.load_raw_datasets(args.train_file, args.validation_file, args.dataset_name, args.dataset_config_name,
+                                 args.text_column_name, args.validation_split_percentage, args.sample_by, streaming=True)
+    blocks = objective.to_blocks(objective.tokenize(raw, tokenizer), tokenizer, args)
+    validation = blocks["validation"]
+    if args.max_eval_samples is not None:
+        validation = validation.take(args.max_eval_samples)
+    validation = Dataset.from_list(list(validation))
+    if len(validation) == 0:
+        raise InputError("--streaming: no validation block; expected a validation split, --validation_file, or more text")
+    return blocks["train"], validation
+
+
 def _limit(args, train, validation):
     if args.max_train_samples is not None:
         train = train.select(range(min(args.max_train_samples, len(train))))
@@ -348,11 +377,13 @@ def log_plan(args, trainer, train_blocks: int, valid_blocks: int, lr_source: str
     plan.update(tokens_per_step=plan["global_batch_size"] * args.max_seq_length, max_seq_length=args.max_seq_length,
                 learning_rate=args.learning_rate, eval_steps=args.eval_steps, checkpointing_steps=args.checkpointing_steps)
     plan["total_tokens"] = plan["tokens_per_step"] * plan["max_train_steps"]
+    data = (f"{plan['epochs']:.3g} epochs of {train_blocks} training blocks" if train_blocks is not None
+            else "a stream of training blocks")
     logger.info(
-        "run plan: %d optimizer steps = %.3g epochs of %d training blocks (%d validation); global batch %d sequences = "
+        "run plan: %d optimizer steps = %s (%d validation); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning rate %g "
         "(%s); evaluation every %s, checkpoints every %s steps",
-        plan["max_train_steps"], plan["epochs"], train_blocks, valid_blocks, plan["global_batch_size"], plan["tokens_per_step"],
+        plan["max_train_steps"], data, valid_blocks, plan["global_batch_size"], plan["tokens_per_step"],
         plan["num_processes"], plan["per_device_train_batch_size"], plan["gradient_accumulation_steps"], plan["total_tokens"],
         plan["num_warmup_steps"], args.learning_rate, lr_source, args.eval_steps or "end", args.checkpointing_steps or "end")
     return plan
@@ -367,7 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pretrain import data
     from pretrain.objectives import get_objective, lm_eval_step
     from training.hub import HubPusher, every_save_hook, validate_hub_args
-    from training.loop import Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_train_dataloader
+    from training.loop import (Trainer, TrainingConfig, evaluate_sums, finish, make_accelerator, make_stream_dataloader,
+                               make_train_dataloader)
     from training.run import check_output_dir_reuse, run_config, setup_logging
 
     objective = get_objective(args)
@@ -395,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = get_tokenizer(args, objective, accelerator, prepared)
     if prepared is not None:
         train_ds, valid_ds = _limit(args, prepared["train"], prepared["validation"])
+    elif args.streaming:
+        train_ds, valid_ds = stream_data(args, objective, tokenizer)
     else:
         train_ds, valid_ds = prepare_data(args, objective, tokenizer, accelerator)
     set_seed(args.seed)
@@ -403,9 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.learning_rate is None:
         args.learning_rate, lr_source = default_learning_rate(args, model.config)
     train_collator, eval_collator = objective.collators(tokenizer, args)
-    train_data, valid_data = data.IndexedDataset(train_ds), data.IndexedDataset(valid_ds)
-    train_loader = make_train_dataloader(train_data, args.per_device_train_batch_size, train_collator, args.seed,
-                                         num_workers=args.dataloader_num_workers)
+    valid_data = data.IndexedDataset(valid_ds)
+    if args.streaming:
+        train_loader = make_stream_dataloader(data.StreamedBlocks(train_ds), args.per_device_train_batch_size,
+                                              train_collator, num_workers=args.dataloader_num_workers)
+    else:
+        train_loader = make_train_dataloader(data.IndexedDataset(train_ds), args.per_device_train_batch_size,
+                                             train_collator, args.seed, num_workers=args.dataloader_num_workers)
 
     def eval_fn(trainer):
         sums = evaluate_sums(accelerator, trainer.model, valid_data, eval_collator, args.per_device_eval_batch_size,
@@ -427,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if accelerator.is_main_process:
         n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
         logger.info("%s (%s): %d parameters", args.model_name_or_path or args.config_name, objective.name, n_params)
-        log_plan(args, trainer, len(train_ds), len(valid_ds), lr_source)
+        log_plan(args, trainer, None if args.streaming else len(train_ds), len(valid_ds), lr_source)
     from training.signals import train_until_stopped
 
     result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130

@@ -45,6 +45,7 @@ def load_raw_datasets(
     validation_split_percentage: int = 5,
     sample_by: str = "paragraph",
     cache_dir: str | None = None,
+    streaming: bool = False,
 ):
     """A ``DatasetDict`` with ``train`` and ``validation`` splits of raw text in the column ``text``.
 
@@ -55,6 +56,9 @@ def load_raw_datasets(
         dataset_name / dataset_config_name: a hub dataset (``load_dataset(name, config)``) instead of files.
         text_column_name: the text column of a hub dataset.
         sample_by: ``paragraph`` (one example per blank-line-separated document, the corpus format) or ``line``.
+        streaming: return an ``IterableDatasetDict`` read lazily (``load_dataset(..., streaming=True)``: a hub
+            dataset is not downloaded whole); without a validation split/file, the first
+            :data:`STREAMING_VALIDATION_DOCUMENTS` documents are held out (a stream has no length to take a share of).
 
     Raises:
         InputError: a file is missing/empty/not text (see ``tokenizer.corpus.check_text_files``), the dataset
@@ -64,6 +68,8 @@ def load_raw_datasets(
 
     if not 0 < validation_split_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_split_percentage}: expected 1..99")
+    if streaming:
+        return _load_stream(train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by)
     if dataset_name:
         try:
             raw = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
@@ -115,6 +121,43 @@ def load_raw_datasets(
     return raw
 
 
+#: Documents held out for validation from the head of a stream that has no validation split.
+STREAMING_VALIDATION_DOCUMENTS = 200
+
+
+def _load_stream(train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by):
+    """The streaming branch of :func:`load_raw_datasets` (``IterableDatasetDict`` with ``train``/``validation``)."""
+    from datasets import IterableDatasetDict, load_dataset
+
+    from tokenizer.corpus import check_text_files
+
+    try:
+        if dataset_name:
+            raw = load_dataset(dataset_name, dataset_config_name, streaming=True)
+        else:
+            files = {"train": [str(p) for p in check_text_files(train_files or DEFAULT_TRAIN_FILES, "--train_file")]}
+            if validation_file:
+                files["validation"] = [str(p) for p in check_text_files([validation_file], "--validation_file")]
+            raw = load_dataset("text", data_files=files, sample_by=sample_by, streaming=True)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure to open the stream is a refusal of the name
+        raise InputError(f"--dataset_name {dataset_name}: could not be streamed ({type(err).__name__}: {err})") from err
+    if "train" not in raw:
+        raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
+    columns = raw["train"].column_names
+    if columns is not None and text_column_name not in columns:
+        raise InputError(f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: {', '.join(columns)})")
+    raw = IterableDatasetDict({k: v.select_columns([text_column_name]) for k, v in raw.items()})
+    if text_column_name != "text":
+        raw = IterableDatasetDict({k: v.rename_column(text_column_name, "text") for k, v in raw.items()})
+    raw = raw.filter(lambda b: [bool(t and t.strip()) for t in b["text"]], batched=True)
+    if "validation" not in raw:
+        raw = IterableDatasetDict({"train": raw["train"].skip(STREAMING_VALIDATION_DOCUMENTS),
+                                   "validation": raw["train"].take(STREAMING_VALIDATION_DOCUMENTS)})
+    return IterableDatasetDict({"train": raw["train"], "validation": raw["validation"]})
+
+
 def _split_validation(train, percentage: int):
     """The last ``percentage`` % of the documents as the validation split, with fingerprints derived from the
     source's (``train_test_split`` otherwise draws random ones, and every run and rank would tokenize the corpus
@@ -128,6 +171,30 @@ def _split_validation(train, percentage: int):
     split = train.train_test_split(test_size=percentage / 100, shuffle=False,
                                    train_new_fingerprint=fp["train"], test_new_fingerprint=fp["test"])
     return DatasetDict({"train": split["train"], "validation": split["test"]})
+
+
+def _is_stream(ds) -> bool:
+    from datasets import IterableDataset, IterableDatasetDict
+
+    return isinstance(ds, (IterableDataset, IterableDatasetDict))
+
+
+def _columns(dsd) -> list[str]:
+    """Column names of the ``train`` split; for a stream whose features are unknown after a ``map``, the keys of
+    its first example."""
+    names = dsd["train"].column_names
+    if names is None:
+        names = list(next(iter(dsd["train"])).keys())
+    return list(names)
+
+
+def _map(dsd, fn, **kwargs):
+    """``dsd.map(fn, **kwargs)`` for a ``DatasetDict`` (cached, multi-process) or a streaming ``IterableDatasetDict``
+    (applied lazily while iterating: the cache, process and progress options do not apply and are dropped)."""
+    if _is_stream(dsd):
+        for key in ("num_proc", "load_from_cache_file", "desc"):
+            kwargs.pop(key, None)
+    return dsd.map(fn, **kwargs)
 
 
 # -- tokenisation --------------------------------------------------------------------------------------------
@@ -162,10 +229,8 @@ def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["line_ends"].append(ends)
         return out
 
-    return raw.map(
-        tokenize, batched=True, num_proc=num_proc, remove_columns=raw["train"].column_names,
-        load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)",
-    )
+    return _map(raw, tokenize, batched=True, num_proc=num_proc, remove_columns=_columns(raw),
+                load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)")
 
 
 def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: bool = False):
@@ -193,10 +258,8 @@ def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["input_ids"].append([vocab.get(w, unk) for w in words])
         return out
 
-    return raw.map(
-        tokenize, batched=True, num_proc=num_proc, remove_columns=raw["train"].column_names,
-        load_from_cache_file=not overwrite_cache, desc="tokenising (words)",
-    )
+    return _map(raw, tokenize, batched=True, num_proc=num_proc, remove_columns=_columns(raw),
+                load_from_cache_file=not overwrite_cache, desc="tokenising (words)")
 
 
 # -- packing -------------------------------------------------------------------------------------------------
@@ -212,7 +275,7 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
     """
     if max_seq_length < 2:
         raise InputError(f"--max_seq_length {max_seq_length}: expected at least 2")
-    columns = [c for c in tokenized["train"].column_names if c not in ("line_ends",)]
+    columns = [c for c in _columns(tokenized) if c not in ("line_ends",)]
     per_token = [c for c in columns if c != "input_ids"]
     bert = cls_token_id is not None
     body = max_seq_length - 1 if bert else max_seq_length
@@ -242,8 +305,8 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
                 out[c].append(chunk)
         return out
 
-    return tokenized.map(
-        pack, batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=tokenized["train"].column_names,
+    return _map(
+        tokenized, pack, batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
         load_from_cache_file=not overwrite_cache, desc=f"packing into blocks of {max_seq_length}",
     )
 
@@ -324,11 +387,26 @@ def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
                 i += 1
         return out
 
-    return tokenized.map(
-        pairs, batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
-        remove_columns=tokenized["train"].column_names, load_from_cache_file=not overwrite_cache,
+    return _map(
+        tokenized, pairs, batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
+        remove_columns=_columns(tokenized), load_from_cache_file=not overwrite_cache,
         desc="building NSP sentence pairs",
     )
+
+
+class StreamedBlocks(torch.utils.data.IterableDataset):
+    """Training blocks from a ``datasets.IterableDataset`` (a stream: ``--streaming``), each carrying its position in
+    the stream as ``index`` (the collators seed their per-example random numbers with it, as with
+    :class:`IndexedDataset`). Iterating starts the stream again from its beginning; the loop then skips the batches
+    already consumed (``accelerator.skip_first_batches``), so a resumed run continues at its saved position."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def __iter__(self):
+        for index, example in enumerate(self.stream):
+            yield {**example, "index": index}
 
 
 class IndexedDataset(torch.utils.data.Dataset):
@@ -363,6 +441,6 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
-    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "make_nsp_pairs", "IndexedDataset",
+    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "make_nsp_pairs", "IndexedDataset", "StreamedBlocks",
     "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
 ]

@@ -12,7 +12,10 @@ tokenizer or sequence length).
 
 Memory stays bounded as the corpus grows: the tokenizer trainer reads the files as a stream, and ``datasets``
 tokenizes and packs batch by batch into Arrow files on disk (intermediate files live in ``P``'s temporary folder and
-are removed; nothing is left in the ``datasets`` cache). The folder appears only when complete.
+are removed; nothing is left in the ``datasets`` cache). The folder appears only when complete. With ``--streaming``
+a hub dataset is read as a stream (``load_dataset(..., streaming=True)``), never downloaded whole, and its blocks
+are written as they come (it needs ``--tokenizer_name``; without a validation split the first
+``pretrain.data.STREAMING_VALIDATION_DOCUMENTS`` documents are held out).
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ def _sources(files) -> list[dict]:
     return [{"path": str(Path(f).resolve()), "bytes": Path(f).stat().st_size, "sha256": file_sha256(f)} for f in files or []]
 
 
+def _generate(stream):
+    yield from stream
+
+
 class _OneProcess:
     """The little of an ``Accelerator`` that :func:`pretrain.cli.get_tokenizer` uses, for a single process."""
 
@@ -117,9 +124,14 @@ def prepare(args: argparse.Namespace) -> dict:
         cache = tmp / ".cache"
         raw = data.load_raw_datasets(args.train_file, args.validation_file, args.dataset_name, args.dataset_config_name,
                                      args.text_column_name, args.validation_split_percentage, args.sample_by,
-                                     cache_dir=str(cache))
+                                     cache_dir=str(cache), streaming=args.streaming)
         tokenized = objective.tokenize(raw, tokenizer, args.preprocessing_num_workers, True)
         blocks = objective.to_blocks(tokenized, tokenizer, args)
+        if args.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
+            from datasets import Dataset, DatasetDict
+
+            blocks = DatasetDict({split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]},
+                                                                cache_dir=str(cache)) for split in ("train", "validation")})
         counts, tokens = {}, {}
         for split in ("train", "validation"):
             if len(blocks[split]) == 0:
@@ -138,7 +150,7 @@ def prepare(args: argparse.Namespace) -> dict:
             "tokenizer_hash": tokenizer_hash(tokenizer), "tokenizer_size": len(tokenizer),
             "max_seq_length": args.max_seq_length, "sample_by": args.sample_by, "packing_batch_size": args.packing_batch_size,
             "validation_split_percentage": None if valid_files or args.dataset_name else args.validation_split_percentage,
-            "nsp_seed": args.seed if objective.name == "mlm+nsp" else None,
+            "nsp_seed": args.seed if objective.name == "mlm+nsp" else None, "streamed": bool(args.streaming),
             "sources": {"train": _sources(train_files), "validation": _sources(valid_files),
                         "dataset_name": args.dataset_name, "dataset_config_name": args.dataset_config_name},
             "blocks": counts, "tokens": tokens,

@@ -300,6 +300,29 @@ def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: 
     )
 
 
+def make_stream_dataloader(dataset: torch.utils.data.IterableDataset, batch_size: int, collate_fn: Callable,
+                           num_workers: int = 0) -> DataLoader:
+    """A training DataLoader over a stream (a torch ``IterableDataset``, e.g. :class:`pretrain.data.StreamedBlocks`).
+
+    The stream is read in order (no shuffling); prepared by accelerate, the main process reads it and dispatches the
+    batches to the other processes (``dispatch_batches``). A resumed run replays the stream up to its saved position.
+
+    Raises:
+        InputError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
+    return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers)
+
+
+def _length(obj) -> int | None:
+    """``len(obj)``, or None for an object without a length (an iterable dataset or its DataLoader)."""
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
 def default_loss_fn(model, batch: Mapping[str, Any]) -> torch.Tensor:
     """``model(**batch).loss``: the model's mean loss over its predicted items."""
     return model(**batch).loss
@@ -372,12 +395,19 @@ class Trainer:
             )
         self.collator = train_dataloader.collate_fn
         self.per_device_train_batch_size = int(train_dataloader.batch_size or 1)
-        self.num_train_examples = len(train_dataloader.dataset)
+        self.num_train_examples = _length(train_dataloader.dataset)  # None: a stream (torch IterableDataset)
         self.model, self.optimizer, self.train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
-        if len(self.train_dataloader) == 0:
+        self.num_epoch_batches = _length(self.train_dataloader)
+        if self.num_epoch_batches == 0:
             raise InputError("the training data gives no batch on this process; expected more examples than processes")
         G = config.gradient_accumulation_steps
-        self.num_update_steps_per_epoch = math.ceil(len(self.train_dataloader) / G)
+        if self.num_epoch_batches is None:  # a stream: its length is unknown until it ends
+            if config.max_train_steps is None:
+                raise InputError("--max_train_steps: not given, but a streamed dataset has no length to count epochs in; "
+                                 "expected --max_train_steps with --streaming")
+            self.num_update_steps_per_epoch = None
+        else:
+            self.num_update_steps_per_epoch = math.ceil(self.num_epoch_batches / G)
         if config.max_train_steps is None:
             self.max_train_steps = max(1, math.ceil(config.num_train_epochs * self.num_update_steps_per_epoch))
         else:
@@ -413,7 +443,7 @@ class Trainer:
         return {
             "global_batch_size": self.global_batch_size, "max_train_steps": self.max_train_steps,
             "steps_per_epoch": self.num_update_steps_per_epoch,
-            "epochs": self.max_train_steps / self.num_update_steps_per_epoch,
+            "epochs": self.max_train_steps / self.num_update_steps_per_epoch if self.num_update_steps_per_epoch else None,
             "num_warmup_steps": self.num_warmup_steps, "train_examples": self.num_train_examples,
             "num_processes": self.accelerator.num_processes,
             "per_device_train_batch_size": self.per_device_train_batch_size,
@@ -428,6 +458,12 @@ class Trainer:
         self.train_dataloader.set_epoch(epoch)
         if hasattr(self.collator, "set_epoch"):
             self.collator.set_epoch(epoch)
+
+    def _epoch_position(self) -> float:
+        """Epochs done, with the fraction of the current one (whole epochs only for a stream)."""
+        if not self.num_epoch_batches:
+            return float(self.state["epoch"])
+        return self.state["epoch"] + self.state["batches_in_epoch"] / self.num_epoch_batches
 
     def _as_device_scalar(self, value) -> torch.Tensor:
         """A count (int or 0-d tensor) as a float64 0-d tensor on the accelerator's device, without a host sync."""
@@ -530,9 +566,10 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------------
     def _consume_batches(self, n: int, per_epoch_batches: int) -> bool:
         """Count ``n`` micro-batches of the current epoch as consumed; True when that ends the epoch (the state
-        then points at the start of the next one)."""
+        then points at the start of the next one). ``per_epoch_batches`` is None for a stream (its end is found
+        when it gives no more batches)."""
         self.state["batches_in_epoch"] += n
-        if self.state["batches_in_epoch"] >= per_epoch_batches:
+        if per_epoch_batches is not None and self.state["batches_in_epoch"] >= per_epoch_batches:
             self.state["epoch"] += 1
             self.state["batches_in_epoch"] = 0
             return True
@@ -559,7 +596,7 @@ class Trainer:
         if cfg.eval_steps and self.state["global_step"] == 0 and self.eval_fn is not None:
             self.evaluate()  # the starting point of the validation curve
         bar = tqdm(total=self.max_train_steps, initial=self.state["global_step"], disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
-        per_epoch_batches = len(self.train_dataloader)
+        per_epoch_batches = self.num_epoch_batches
         train_time = 0.0
         session_tokens = session_samples = 0.0
         interval = {"loss": 0.0, "weight": 0.0, "tokens": 0, "samples": 0, "time": 0.0, "steps": 0}
@@ -576,6 +613,9 @@ class Trainer:
                 t0 = time.perf_counter()
                 group = list(islice(batches, G))
                 if not group:
+                    if per_epoch_batches is None:  # the stream ended: the next pass is the next epoch
+                        self.state["epoch"] += 1
+                        self.state["batches_in_epoch"] = 0
                     break
                 # Everything per micro-batch stays on the device: the step's statistics are read back to the
                 # host once, packed in one tensor (one all-reduce with several processes).
@@ -651,7 +691,7 @@ class Trainer:
                         "grad_norm": grad_norm,
                         "tokens_per_second": interval["tokens"] / max(interval["time"], 1e-9),
                         "samples_per_second": interval["samples"] / max(interval["time"], 1e-9),
-                        "epoch": self.state["epoch"] + self.state["batches_in_epoch"] / per_epoch_batches,
+                        "epoch": self._epoch_position(),
                     }
                     acc.log(record, step=step)
                     self.log_history.append({"step": step, **record})
@@ -688,7 +728,7 @@ class Trainer:
             "train_tokens_per_second": session_tokens / max(train_time, 1e-9),
             "train_samples_per_second": session_samples / max(train_time, 1e-9),
             "global_step": self.state["global_step"],
-            "epoch": self.state["epoch"] + self.state["batches_in_epoch"] / per_epoch_batches,
+            "epoch": self._epoch_position(),
         }
         result.update(metrics)
         result["replica_max_abs_diff"] = self.replica_difference()

@@ -245,3 +245,37 @@ def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
     from training.trackers import log_with
 
     assert log_with(args.report_to) == ["tensorboard", "wandb"] and args.warmup_ratio == 0.1
+
+
+def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir, tok_dir, nodrop_config, tmp_path, fresh_state, capsys):
+    common = ["--tokenizer_name", tok_dir, "--config_name", str(nodrop_config), "--streaming", "--logging_steps", "1",
+              "--checkpointing_steps", "3", "--checkpoints_total_limit", "0", "--learning_rate", "2e-3", "--max_train_steps", "6"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert run_cli(main, _data(corpus_dir, full, *common)) == 0
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoints" / "step_3", resumed / "checkpoints" / "step_3")
+    assert run_cli(main, _data(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest")) == 0
+    log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
+    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full[3:]]
+    assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
+    # the number of blocks in one pass over the text, counted by the map-style pipeline
+    from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    blocks = pack_blocks(tokenize_bert(load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz")), tok),
+                         32, tok.cls_token_id, tok.sep_token_id)["train"]
+    # a stream longer than the data wraps around: a new epoch starts at the end of the text
+    many = tmp_path / "many"
+    steps = math.ceil(len(blocks) / 8) + 2
+    assert run_cli(main, _data(corpus_dir, many, *common[:-2], "--max_train_steps", str(steps))) == 0
+    results = json.loads((many / "all_results.json").read_text())
+    assert results["global_step"] == steps and results["epoch"] == 1.0
+    # without --max_train_steps or a tokenizer, a stream is refused
+    capsys.readouterr()
+    assert run_cli(main, _data(corpus_dir, tmp_path / "nosteps", *common[:-2])) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "expected --max_train_steps" in lines[0]
+    assert run_cli(main, _data(corpus_dir, tmp_path / "notok", "--streaming", "--max_train_steps", "2")) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "--streaming: no tokenizer given" in lines[0]
