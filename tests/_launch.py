@@ -28,3 +28,21 @@ def pretrain_command(processes: int) -> list[str]:
         return [sys.executable, "-m", "pretrain"]
     assert processes == 2, "configs/cpu-2proc.yaml starts 2 processes"
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
+
+
+def write_tiny_corpus(root: Path) -> Path:
+    """80 random documents over a 17-word vocabulary: ``root/train.txt`` (72) and ``root/valid.txt`` (8), a 120-piece
+    WordPiece tokenizer in ``root/wordpiece`` and a dropout-free bert-tiny config in ``root/bert-nodrop``."""
+    import random
+
+    import modeling
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    rng = random.Random(0)
+    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
+    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
+    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
+    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
+    train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
+    return root

@@ -17,6 +17,7 @@ import torch
 from _launch import ROOT
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
+from _launch import write_tiny_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -36,20 +37,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    import random
-
-    import modeling
-    from tokenizer.wordpiece import train_wordpiece_tokenizer
-
-    root = tmp_path_factory.mktemp("dist")
-    rng = random.Random(0)
-    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
-    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
-    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
-    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
-    train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
-    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
-    return root
+    return write_tiny_corpus(tmp_path_factory.mktemp("dist"))
 
 
 def _args(shared: Path, out: Path, *extra: str) -> list[str]:

@@ -18,6 +18,7 @@ import torch
 from _launch import ROOT
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
+from _launch import write_tiny_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -58,19 +59,9 @@ def shared(tmp_path_factory):
     """Tiny corpus, a WordPiece and an ELMo tokenizer, and dropout-free / tiny model configs."""
     import modeling
     from tokenizer.elmo_training import train_elmo_tokenizer
-    from tokenizer.wordpiece import train_wordpiece_tokenizer
 
-    root = tmp_path_factory.mktemp("launch")
-    import random
-
-    rng = random.Random(0)
-    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
-    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
-    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
-    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
-    train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    root = write_tiny_corpus(tmp_path_factory.mktemp("launch"))
     train_elmo_tokenizer([root / "train.txt"], 40, root / "elmo-tok")
-    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
     modeling.get_preset_config("elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32,
                                num_layers=2, dropout=0.1).save_pretrained(root / "elmo-tiny")
     return root
