@@ -502,7 +502,8 @@ def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objectiv
         try:
             from training.model_card import card_for_run
 
-            (tmp / "README.md").write_text(card_for_run(tmp, args, task=objective.card_task), encoding="utf-8")
+            card = card_for_run(tmp, args, task=objective.card_task, objective=objective.name.split("+"))
+            (tmp / "README.md").write_text(card, encoding="utf-8")
         except (ImportError, InputError) as err:  # the card is a courtesy; never lose the model over it
             logger.warning("no model card written: %s", err)
 

@@ -243,8 +243,8 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
     ``output_dir``, hyperparameters and training data from the parsed arguments ``args``.
 
     ``model_type`` comes from ``config.json``; the preset from ``--config_name`` when it is not a path; the
-    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``), for pretraining without
-    either the bundled corpus (the ``pretrain`` default);
+    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``) or the sources in the
+    manifest of ``--prepared_dataset``, for pretraining without any the bundled corpus (the ``pretrain`` demo);
     ``base_model`` from ``--model_name_or_path`` for fine-tuning tasks. Keyword ``overrides`` win.
 
     Raises:
@@ -260,6 +260,14 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
     files = values.get("train_file") or []
     files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     data = [f"`{Path(f).name}`" for f in files]
+    if values.get("prepared_dataset"):  # the sources recorded by `python -m pretrain.prepare`
+        try:
+            sources = json.loads((Path(values["prepared_dataset"]) / "manifest.json").read_text(encoding="utf-8"))["sources"]
+        except (OSError, ValueError, KeyError):
+            sources = {}
+        data += [f"`{Path(f['path']).name}`" for f in sources.get("train", [])]
+        if sources.get("dataset_name"):
+            values = {**values, "dataset_name": sources["dataset_name"], "dataset_config_name": sources.get("dataset_config_name")}
     if values.get("dataset_name"):
         data.append(f"`{values['dataset_name']}`" + (f" ({values['dataset_config_name']})"
                                                      if values.get("dataset_config_name") else ""))
