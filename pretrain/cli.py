@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_objective_arguments(parser)
     add_hub_arguments(parser)
     add_training_arguments(
-        parser, output_dir=None, learning_rate=None, max_train_steps=None, num_warmup_steps=None, warmup_ratio=None,
+        parser, output_dir=None, learning_rate=None, max_train_steps=None, num_train_epochs=None, num_warmup_steps=None, warmup_ratio=None,
         eval_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
         project_name="sesame-lm-pretrain",
         learning_rate_help="peak learning rate (default: 1e-4 for post-LN BERT-like presets (BERT, batch 256), 1e-3 for "
@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
             action.help = "warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given (default: 0.06)"
         elif action.dest == "output_dir":
             action.help += " (default: outputs/pretrain-<model_type>)"
+        elif action.dest == "num_train_epochs":
+            action.help += " (default: 1; the demo job: 300 steps)"
         elif action.dest in ("eval_steps", "checkpointing_steps"):
             action.help += " (default: every 10%% of the run with your data)"
     add_debug_argument(parser)
@@ -135,9 +137,11 @@ def apply_defaults(args: argparse.Namespace, objective) -> argparse.Namespace:
     defaults = dict(objective.demo_defaults) if demo else dict(DATA_DEFAULTS[objective.model_type])
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
-            if demo and key in ("max_train_steps", "eval_steps") and args.num_train_epochs != 1.0:
+            if demo and key in ("max_train_steps", "eval_steps") and args.num_train_epochs is not None:
                 continue  # an explicit epoch count wins over the demo's step count
             setattr(args, key, value)
+    if args.num_train_epochs is None:
+        args.num_train_epochs = 1.0
     if args.warmup_ratio is None:
         args.warmup_ratio = 0.0 if demo else 0.06
     if args.output_dir is None:

@@ -196,6 +196,8 @@ def test_prepared_dataset_trains_like_the_text_files_without_tokenizing(corpus_d
     losses = [[r["train_loss"] for r in json.loads((d / "trainer_log.json").read_text())] for d in (from_text, from_prepared)]
     assert losses[0] == losses[1]
     assert _sha(from_text / "model.safetensors") == _sha(from_prepared / "model.safetensors")
+    card = (from_prepared / "README.md").read_text()
+    assert "`train.txt`" in card and "bundled" not in card  # the model card names the prepared sources
 
 
 def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
@@ -232,6 +234,16 @@ def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_di
         fps.append((raw["train"]._fingerprint, raw["validation"]._fingerprint, tokenized["validation"]._fingerprint))
     assert fps[0] == fps[1]
     assert len(raw["validation"]) == math.ceil(0.1 * (len(raw["train"]) + len(raw["validation"]))) or len(raw["validation"]) > 0
+
+
+def test_an_explicit_epoch_count_wins_over_the_demo_steps_even_when_it_is_1():
+    from pretrain.cli import apply_defaults
+    from pretrain.objectives import OBJECTIVES
+
+    demo = apply_defaults(build_parser().parse_args([]), OBJECTIVES["mlm"])
+    assert demo.max_train_steps == 300 and demo.num_train_epochs == 1.0
+    one_epoch = apply_defaults(build_parser().parse_args(["--num_train_epochs", "1"]), OBJECTIVES["mlm"])
+    assert one_epoch.max_train_steps is None and one_epoch.num_train_epochs == 1.0
 
 
 def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
