@@ -165,13 +165,10 @@ def _rev(args) -> str:
 
 
 def tokenizer_hash(tokenizer) -> str:
-    """SHA-256 of what decides a tokenizer's ids: its class, case handling and (token, id) pairs."""
-    import hashlib
+    """:func:`pretrain.data.tokenizer_hash` (imported on use: ``--help`` and refused input stay fast)."""
+    from pretrain.data import tokenizer_hash as content_hash
 
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
-    desc = {"class": type(tokenizer).__name__, "lowercase": getattr(tokenizer, "do_lower_case", getattr(tokenizer, "lowercase", None)),
-            "vocab": vocab}
-    return hashlib.sha256(json.dumps(desc, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return content_hash(tokenizer)
 
 
 def _load_tokenizer(path: str, arg: str, revision=None):

@@ -188,13 +188,39 @@ def _columns(dsd) -> list[str]:
     return list(names)
 
 
-def _map(dsd, fn, **kwargs):
+def _map(dsd, fn, key: str | None = None, **kwargs):
     """``dsd.map(fn, **kwargs)`` for a ``DatasetDict`` (cached, multi-process) or a streaming ``IterableDatasetDict``
-    (applied lazily while iterating: the cache, process and progress options do not apply and are dropped)."""
+    (applied lazily while iterating: the cache, process and progress options do not apply and are dropped).
+
+    ``key`` names everything the output depends on besides the input (e.g. the tokenizer's content hash and the
+    block length); each split's new fingerprint is then derived from its input fingerprint and ``key``, so that
+    another run with the same data and settings finds the result in the cache. (``datasets`` would otherwise hash
+    the function's closure, in which a tokenizer differs by the folder it was loaded from.)"""
     if _is_stream(dsd):
-        for key in ("num_proc", "load_from_cache_file", "desc"):
-            kwargs.pop(key, None)
-    return dsd.map(fn, **kwargs)
+        for name in ("num_proc", "load_from_cache_file", "desc"):
+            kwargs.pop(name, None)
+        return dsd.map(fn, **kwargs)
+    if key is None:
+        return dsd.map(fn, **kwargs)
+    import hashlib
+
+    from datasets import DatasetDict
+
+    return DatasetDict({
+        split: ds.map(fn, new_fingerprint=hashlib.sha256(f"{ds._fingerprint}|{key}".encode()).hexdigest()[:16], **kwargs)
+        for split, ds in dsd.items()
+    })
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """SHA-256 of what decides a tokenizer's ids: its class, case handling and (token, id) pairs."""
+    import hashlib
+    import json
+
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
+    desc = {"class": type(tokenizer).__name__, "lowercase": getattr(tokenizer, "do_lower_case", getattr(tokenizer, "lowercase", None)),
+            "vocab": vocab}
+    return hashlib.sha256(json.dumps(desc, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 # -- tokenisation --------------------------------------------------------------------------------------------
@@ -229,8 +255,8 @@ def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["line_ends"].append(ends)
         return out
 
-    return _map(raw, tokenize, batched=True, num_proc=num_proc, remove_columns=_columns(raw),
-                load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)")
+    return _map(raw, tokenize, key=f"tokenize_bert-v1|{tokenizer_hash(tokenizer)}", batched=True, num_proc=num_proc,
+                remove_columns=_columns(raw), load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)")
 
 
 def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: bool = False):
@@ -258,8 +284,8 @@ def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["input_ids"].append([vocab.get(w, unk) for w in words])
         return out
 
-    return _map(raw, tokenize, batched=True, num_proc=num_proc, remove_columns=_columns(raw),
-                load_from_cache_file=not overwrite_cache, desc="tokenising (words)")
+    return _map(raw, tokenize, key=f"tokenize_elmo-v1|{tokenizer_hash(tokenizer)}", batched=True, num_proc=num_proc,
+                remove_columns=_columns(raw), load_from_cache_file=not overwrite_cache, desc="tokenising (words)")
 
 
 # -- packing -------------------------------------------------------------------------------------------------
@@ -306,7 +332,8 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
         return out
 
     return _map(
-        tokenized, pack, batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
+        tokenized, pack, key=f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
         load_from_cache_file=not overwrite_cache, desc=f"packing into blocks of {max_seq_length}",
     )
 
@@ -388,7 +415,8 @@ def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
         return out
 
     return _map(
-        tokenized, pairs, batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
+        tokenized, pairs, key=f"make_nsp_pairs-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{seed}|{batch_size}|{random_next_probability}",
+        batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
         remove_columns=_columns(tokenized), load_from_cache_file=not overwrite_cache,
         desc="building NSP sentence pairs",
     )

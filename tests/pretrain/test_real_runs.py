@@ -228,9 +228,11 @@ def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_di
     from pretrain.data import load_raw_datasets, tokenize_bert
 
     fps = []
-    for _ in range(2):
+    for copy in range(2):  # the same tokenizer saved in two folders (as two runs' output_dir/tokenizer)
+        folder = Path(tok_dir).parent / f"copy{copy}"
+        shutil.copytree(tok_dir, folder, dirs_exist_ok=True)
         raw = load_raw_datasets([str(corpus_dir / "train.txt")], None, validation_split_percentage=10)
-        tokenized = tokenize_bert(raw, AutoTokenizer.from_pretrained(tok_dir))
+        tokenized = tokenize_bert(raw, AutoTokenizer.from_pretrained(folder))
         fps.append((raw["train"]._fingerprint, raw["validation"]._fingerprint, tokenized["validation"]._fingerprint))
     assert fps[0] == fps[1]
     assert len(raw["validation"]) == math.ceil(0.1 * (len(raw["train"]) + len(raw["validation"]))) or len(raw["validation"]) > 0
