@@ -458,8 +458,14 @@ class IndexedDataset(torch.utils.data.Dataset):
 
 
 def count_tokens(dataset) -> int:
-    """Total number of tokens in the ``input_ids`` column."""
-    return int(sum(len(x) for x in dataset["input_ids"]))
+    """Total number of tokens in the ``input_ids`` column, summed from the Arrow list lengths (nothing is copied
+    into Python objects: memory stays flat however large the memory-mapped dataset)."""
+    import pyarrow.compute as pc
+
+    column = dataset.data.column("input_ids")
+    if dataset._indices is not None:  # a selection (select/shuffle): count its rows only
+        return int(sum(len(ids) for batch in dataset.iter(batch_size=10_000) for ids in batch["input_ids"]))
+    return int(pc.sum(pc.list_value_length(column)).as_py() or 0)
 
 
 def seed_for(*keys: int) -> int:
