@@ -1,8 +1,8 @@
 """Optimizer and learning-rate schedule of the shared training loop.
 
 * :func:`create_optimizer`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization") with
-  weight decay on every weight matrix and embedding, none on biases and normalisation weights (as BERT's
-  ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
+  weight decay on every weight matrix and embedding, none on biases (LSTM biases included) and normalisation
+  weights (as BERT's ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
 * :func:`create_scheduler`: a schedule from :func:`transformers.get_scheduler` counted in **optimizer steps**.
   The shared loop steps it itself, exactly once per optimizer step, so ``num_training_steps`` is the number of
   optimizer updates whatever ``gradient_accumulation_steps`` and the number of processes are (the schedule is
@@ -37,15 +37,16 @@ if hasattr(nn, "RMSNorm"):
 def no_decay_parameter_names(model: nn.Module) -> set[str]:
     """Names of the parameters that get no weight decay: biases and the weights of normalisation layers.
 
-    A module counts as a normalisation layer if it is one of torch's norm layers or its class name contains
-    ``Norm`` (custom LayerNorm/RMSNorm implementations).
+    A parameter is a bias when its own name contains ``bias`` (``bias``, ``*_bias``, and ``nn.LSTM`` / ``nn.GRU``'s
+    ``bias_ih_l0``, ``bias_hh_l0``, ``bias_ih_l0_reverse``, ...). A module counts as a normalisation layer if it is
+    one of torch's norm layers or its class name contains ``Norm`` (custom LayerNorm/RMSNorm implementations).
     """
     names: set[str] = set()
     for module_name, module in model.named_modules():
         is_norm = isinstance(module, _NORM_TYPES) or "norm" in type(module).__name__.lower()
         for param_name, _ in module.named_parameters(recurse=False):
             full = f"{module_name}.{param_name}" if module_name else param_name
-            if is_norm or param_name == "bias" or param_name.endswith("_bias"):
+            if is_norm or "bias" in param_name:
                 names.add(full)
     return names
 
