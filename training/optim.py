@@ -57,6 +57,7 @@ def create_optimizer(
     weight_decay: float = 0.01,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    fused: bool | None = None,
 ) -> torch.optim.AdamW:
     """AdamW over the trainable parameters of ``model``, two groups: decayed and not decayed.
 
@@ -66,6 +67,9 @@ def create_optimizer(
         weight_decay: decoupled weight decay for weight matrices and embeddings (>= 0); biases and
             normalisation weights (see :func:`no_decay_parameter_names`) get 0.
         betas, eps: Adam's moment coefficients and denominator epsilon.
+        fused: use torch's fused AdamW kernel (one kernel for all parameters; the same update up to rounding).
+            Default: when CUDA is available (the loop then trains on the GPU; the model may still be on the CPU
+            when the optimizer is built, before ``accelerator.prepare`` moves it), else the default implementation.
 
     Raises:
         InputError: ``learning_rate <= 0``, ``weight_decay < 0`` or ``model`` has no trainable parameter.
@@ -88,7 +92,11 @@ def create_optimizer(
         {"params": decay_params, "weight_decay": weight_decay},
         {"params": other_params, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
+    if fused is None:
+        fused = torch.cuda.is_available()
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps, fused=fused or None
+    )
 
 
 def create_scheduler(

@@ -40,3 +40,22 @@ def test_an_exempt_parameter_is_not_decayed_by_a_step(tiny):
             assert torch.equal(p, before[name]), name
         else:
             torch.testing.assert_close(p, before[name] * (1 - 0.1 * 0.5), msg=name)
+
+
+def test_fused_adamw_makes_the_same_update(tiny):
+    """``fused=True`` (the default on CUDA) takes the same steps as the default AdamW, weight-decay groups kept."""
+    torch.manual_seed(0)
+    model = SesameElmoForSequenceClassification(tiny(vocab_size=50, num_labels=2, freeze_backbone=False))
+    twin = SesameElmoForSequenceClassification(model.config)
+    twin.load_state_dict(model.state_dict())
+    optimizers = [create_optimizer(m, 1e-2, weight_decay=0.1, fused=f) for m, f in ((model, False), (twin, True))]
+    assert optimizers[1].defaults["fused"] and not optimizers[0].defaults["fused"]
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        grads = {n: torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
+        for m, opt in zip((model, twin), optimizers):
+            for n, p in m.named_parameters():
+                p.grad = grads[n].clone()
+            opt.step()
+    for (n, a), b in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
