@@ -115,19 +115,31 @@ def test_fill_mask_text_classification_token_classification_feature_extraction_o
     torch.testing.assert_close(features, ref(encoder, pair[0]).last_hidden_state.cpu(), rtol=0, atol=1e-4)
 
 
-def test_elmo_features_and_classification_on_cuda(cuda, tiny_corpus, tmp_path):
-    """The ELMo family on ``cuda``: features and a classification head, the same as on the CPU (float32)."""
-    from modeling.elmo import SesameElmoConfig, SesameElmoForSequenceClassification
+def test_elmo_pipelines_on_cuda(cuda, tiny_corpus, tmp_path):
+    """The ELMo family through pipelines on ``cuda:0`` (feature-extraction, text-classification), checked against
+    the model on that device, and the same logits as on the CPU (float32)."""
+    from transformers import pipeline
+
+    from modeling.elmo import SesameElmoConfig, SesameElmoForSequenceClassification, SesameElmoModel
     from tokenizer.elmo_training import train_elmo_tokenizer
 
     tok = train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
+    config = SesameElmoConfig(**{**ELMO_TINY, "vocab_size": len(tok), "num_labels": 2})
     torch.manual_seed(0)
-    model = SesameElmoForSequenceClassification(SesameElmoConfig(**{**ELMO_TINY, "vocab_size": len(tok), "num_labels": 2})).eval()
-    batch = tok(["The whale rose.", "It rained in the afternoon."], padding=True, return_tensors="pt")
+    encoder, clf = SesameElmoModel(config).eval(), SesameElmoForSequenceClassification(config).eval()
+    text = "The whale rose from the sea."
     with torch.no_grad():
-        on_cpu = model(**batch).logits
-        on_cuda = copy.deepcopy(model).to(cuda)(**batch.to(cuda)).logits
-    torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
+        on_cpu = clf(**tok(text, return_tensors="pt")).logits
+    features = torch.tensor(pipeline("feature-extraction", model=encoder, tokenizer=tok, device=0)(text))
+    scores = pipeline("text-classification", model=clf, tokenizer=tok, top_k=None, device=0)([text])[0]
+    assert encoder.device.type == clf.device.type == "cuda"
+    with torch.no_grad():
+        expected = encoder(**tok(text, return_tensors="pt").to(cuda)).last_hidden_state.cpu()
+        probs = clf(**tok(text, return_tensors="pt").to(cuda)).logits.softmax(-1)[0].cpu()
+    torch.testing.assert_close(features, expected, rtol=0, atol=1e-5)
+    for s in scores:
+        assert abs(s["score"] - probs[clf.config.label2id[s["label"]]].item()) < 1e-5
+    torch.testing.assert_close(probs, on_cpu.softmax(-1)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_cudnn_lstm_matches_the_fused_cpu_kernel(cuda, no_tf32):
