@@ -1,8 +1,8 @@
 """Optimizer and learning-rate schedule of the shared training loop.
 
 * :func:`create_optimizer`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization") with
-  weight decay on every weight matrix and embedding, none on biases and normalisation weights (as BERT's
-  ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
+  weight decay on every weight matrix and embedding, none on biases (LSTM biases included) and normalisation
+  weights (as BERT's ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
 * :func:`create_scheduler`: a schedule from :func:`transformers.get_scheduler` counted in **optimizer steps**.
   The shared loop steps it itself, exactly once per optimizer step, so ``num_training_steps`` is the number of
   optimizer updates whatever ``gradient_accumulation_steps`` and the number of processes are (the schedule is
@@ -37,15 +37,16 @@ if hasattr(nn, "RMSNorm"):
 def no_decay_parameter_names(model: nn.Module) -> set[str]:
     """Names of the parameters that get no weight decay: biases and the weights of normalisation layers.
 
-    A module counts as a normalisation layer if it is one of torch's norm layers or its class name contains
-    ``Norm`` (custom LayerNorm/RMSNorm implementations).
+    A parameter is a bias when its own name contains ``bias`` (``bias``, ``*_bias``, and ``nn.LSTM`` / ``nn.GRU``'s
+    ``bias_ih_l0``, ``bias_hh_l0``, ``bias_ih_l0_reverse``, ...). A module counts as a normalisation layer if it is
+    one of torch's norm layers or its class name contains ``Norm`` (custom LayerNorm/RMSNorm implementations).
     """
     names: set[str] = set()
     for module_name, module in model.named_modules():
         is_norm = isinstance(module, _NORM_TYPES) or "norm" in type(module).__name__.lower()
         for param_name, _ in module.named_parameters(recurse=False):
             full = f"{module_name}.{param_name}" if module_name else param_name
-            if is_norm or param_name == "bias" or param_name.endswith("_bias"):
+            if is_norm or "bias" in param_name:
                 names.add(full)
     return names
 
@@ -56,6 +57,7 @@ def create_optimizer(
     weight_decay: float = 0.01,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    fused: bool | None = None,
 ) -> torch.optim.AdamW:
     """AdamW over the trainable parameters of ``model``, two groups: decayed and not decayed.
 
@@ -65,6 +67,9 @@ def create_optimizer(
         weight_decay: decoupled weight decay for weight matrices and embeddings (>= 0); biases and
             normalisation weights (see :func:`no_decay_parameter_names`) get 0.
         betas, eps: Adam's moment coefficients and denominator epsilon.
+        fused: use torch's fused AdamW kernel (one kernel for all parameters; the same update up to rounding).
+            Default: when CUDA is available (the loop then trains on the GPU; the model may still be on the CPU
+            when the optimizer is built, before ``accelerator.prepare`` moves it), else the default implementation.
 
     Raises:
         InputError: ``learning_rate <= 0``, ``weight_decay < 0`` or ``model`` has no trainable parameter.
@@ -87,7 +92,11 @@ def create_optimizer(
         {"params": decay_params, "weight_decay": weight_decay},
         {"params": other_params, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
+    if fused is None:
+        fused = torch.cuda.is_available()
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps, fused=fused or None
+    )
 
 
 def create_scheduler(

@@ -111,9 +111,10 @@ def _pool_max(pooler, h, keep):
 
 
 def _pool_attention(pooler, h, keep):
-    scores = pooler.attention(h).squeeze(-1).masked_fill(~keep, torch.finfo(h.dtype).min)  # (B, T): w^T h_i
-    alpha = scores.softmax(-1)
-    return torch.einsum("bt,bth->bh", alpha, h)
+    scores = pooler.attention(h).squeeze(-1)  # (B, T): w^T h_i; bf16/fp16 under autocast although h is fp32
+    # the minimum of the scores' own dtype: float32's minimum overflows a bf16/fp16 tensor (masked_fill raises)
+    alpha = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(-1)
+    return torch.einsum("bt,bth->bh", alpha.to(h.dtype), h)
 
 
 POOLINGS = {"cls": _pool_cls, "mean": _pool_mean, "max": _pool_max, "attention": _pool_attention}
@@ -402,21 +403,25 @@ def _extras(outputs) -> dict:
 def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
     """Run the MLM head; return (logits, loss).
 
-    loss = mean over the predicted positions (label != -100) of -log p(label) (nats); ``None`` without labels.
-    With ``sparse`` (training with labels) the head runs only at the predicted positions and the logits are
-    (N, V) for those positions in row-major (batch, position) order; otherwise (B, T, V). The two losses are equal.
-    A batch without any predicted position gives a NaN loss (0 / 0), as transformers' BertForMaskedLM does.
+    loss = mean over the predicted positions (label != -100) of -log p(label) (nats), computed in float32;
+    ``None`` without labels. With ``sparse`` (training with labels) the head runs only at the predicted positions
+    and the logits are (N, V) for those positions in row-major (batch, position) order; otherwise (B, T, V). The
+    two losses are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
+    of 0 with zero gradients (sum over no token / max(N, 1)) -- transformers' BertForMaskedLM gives NaN (0 / 0),
+    which the training loop's token weight 0 cannot cancel (NaN * 0 = NaN).
     """
     if labels is None:
         return head(sequence_output), None
+    flat = labels.reshape(-1)
     if sparse:
-        flat = labels.reshape(-1)
         index = (flat != IGNORE_INDEX).nonzero().squeeze(1)
         logits = head(sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index))
-        return logits, F.cross_entropy(logits.float(), flat.index_select(0, index))
+        nll = F.cross_entropy(logits.float(), flat.index_select(0, index), reduction="sum")
+        return logits, nll / max(index.numel(), 1)
     logits = head(sequence_output)
     flat_logits = logits.reshape(-1, logits.size(-1)).float()
-    return logits, F.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    nll = F.cross_entropy(flat_logits, flat, ignore_index=IGNORE_INDEX, reduction="sum")
+    return logits, nll / (flat != IGNORE_INDEX).sum().clamp(min=1)
 
 
 class SesameBertForMaskedLM(SesameBertPreTrainedModel):
@@ -457,9 +462,15 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
     """Encoder + MLM head + NSP head (Devlin et al. 2019, sec. 3.1, tasks 1 and 2).
 
     ``forward(..., labels (B, T) MLM labels with -100 = not predicted, next_sentence_label (B,) 0 = IsNext,
-    1 = NotNext) -> SesameBertForPreTrainingOutput`` (``loss`` = MLM loss + NSP loss for the labels given; the MLM
-    loss is the mean NLL over the predicted tokens; ``prediction_logits`` is sparse as in
-    :class:`SesameBertForMaskedLM`).
+    1 = NotNext) -> SesameBertForPreTrainingOutput`` (``loss`` = MLM loss + NSP loss for the labels given;
+    ``prediction_logits`` is sparse as in :class:`SesameBertForMaskedLM`).
+
+    The loss is BERT's (and transformers' ``BertForPreTraining``): the mean MLM NLL over the predicted tokens
+    plus the mean NSP NLL over the sentence pairs -- NSP is averaged per pair, not per token. (The shared loop
+    then weights each micro-batch's loss by its number of predicted MLM tokens, so across the micro-batches of
+    one optimizer step the NSP term of a micro-batch counts in proportion to its MLM tokens; with equal-length
+    packed blocks these counts are nearly equal and the NSP term stays the per-pair mean.) A micro-batch with
+    no predicted MLM token contributes an MLM loss of 0.
     """
 
     _tied_weights_keys = {"cls.decoder.weight": "bert.embeddings.word_embeddings.weight"}

@@ -35,6 +35,14 @@ Deviations from bilm-tf (documented on purpose):
 * The sampled softmax draws its negatives with replacement (one set per batch, shared by both directions)
   and corrects by the expected count ``num_sampled * Q(w)``; TensorFlow's default draws unique candidates.
 
+Mixed precision: under autocast (``accelerate``'s ``--mixed_precision bf16|fp16``) the character CNN, the
+highway layers and the softmax projections run in the autocast dtype, but every LSTM (the BiLM's and the heads'
+task BiLSTMs) runs in **float32** -- autocast disabled around it, its input cast to the parameters' dtype --
+because cuDNN would otherwise run ``nn.LSTM`` in fp16 even under bf16 autocast and backpropagate through time
+in fp16 without a loss scaler. The adaptive softmax also runs outside autocast in the parameters' dtype
+(``nn.AdaptiveLogSoftmaxWithLoss`` mixes its head's and its clusters' output dtypes in ``index_copy_`` under
+CUDA bf16 autocast); losses are computed in float32.
+
 Speed: layer 0 is computed once per distinct token of a batch (``torch.unique`` over the character rows),
 5x less work on running text at B=32, T=128; the result is the same as per token.
 
@@ -150,6 +158,13 @@ class CharCNNEncoder(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------- LSTM stacks
+def full_precision(x: torch.Tensor, module: nn.Module):
+    """``(x cast to module's parameter dtype, a context with autocast disabled on x's device)``: how the LSTMs
+    and the adaptive softmax run under mixed precision (float32 parameters -> float32 computation)."""
+    dtype = next(module.parameters()).dtype
+    return x.to(dtype), torch.autocast(device_type=x.device.type, enabled=False)
+
+
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each sequence of ``x (B, T, ...)`` within its length (right padding stays in place).
 
@@ -435,6 +450,12 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls. Returns the forward and the
         backward layer outputs, each ``(B, T, P)``; the backward ones still reversed within each sequence."""
         fwd, bwd = self.forward_stack, self.backward_stack
+        x, no_autocast = full_precision(x, fwd)
+        with no_autocast:  # the LSTMs run in float32 under autocast (see the module docstring)
+            return self._bilm_layers_full_precision(x, lengths)
+
+    def _bilm_layers_full_precision(self, x, lengths):
+        fwd, bwd = self.forward_stack, self.backward_stack
         fused = fused_lstm_applies(self.config, x)
         xs = (x, reverse_padded(x, lengths))
         forward_layers, backward_layers = [], []
@@ -524,7 +545,9 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
     # -- softmax helpers
     def _exact_log_probs(self, h: torch.Tensor) -> torch.Tensor:
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
-            return self.softmax.log_prob(h.reshape(-1, h.shape[-1])).reshape(*h.shape[:-1], -1)
+            h, no_autocast = full_precision(h, self.softmax)
+            with no_autocast:
+                return self.softmax.log_prob(h.reshape(-1, h.shape[-1])).reshape(*h.shape[:-1], -1).float()
         return torch.log_softmax(self.softmax(h).float(), dim=-1)
 
     def _nll_sum(self, h: torch.Tensor, targets: torch.Tensor, samples: torch.Tensor | None) -> torch.Tensor:
@@ -532,7 +555,9 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         if targets.numel() == 0:
             return h.sum() * 0.0
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
-            return -self.softmax(h, targets).output.sum()
+            h, no_autocast = full_precision(h, self.softmax)
+            with no_autocast:
+                return -self.softmax(h, targets).output.float().sum()
         if samples is None:
             return F.cross_entropy(self.softmax(h).float(), targets, reduction="sum")
         weight, bias = self.softmax.weight, self.softmax.bias
@@ -624,9 +649,11 @@ class _TaskBiLSTM(nn.Module):
         if self.lstm is None:
             return x
         lengths = mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = self.lstm(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        x, no_autocast = full_precision(x, self.lstm)
+        with no_autocast:  # float32 under autocast, as the BiLM's LSTMs
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            out, _ = self.lstm(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         return out * mask.unsqueeze(-1).to(out.dtype)
 
 
@@ -740,11 +767,12 @@ def _classification_loss(config, logits: torch.Tensor, labels: torch.Tensor, num
             config.problem_type = "single_label_classification"
         else:
             config.problem_type = "multi_label_classification"
+    logits = logits.float()  # losses in float32 under mixed precision
     if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype)) if num_labels == 1 else F.mse_loss(logits, labels)
+        return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).float()) if num_labels == 1 else F.mse_loss(logits, labels.float())
     if config.problem_type == "single_label_classification":
         return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    return F.binary_cross_entropy_with_logits(logits, labels.float())
 
 
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -833,7 +861,7 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         logits = self.classifier(self.dropout(h))
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
         return TokenClassifierOutput(loss=loss, logits=logits)
 
 
@@ -903,5 +931,6 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
         loss = None
         if start_positions is not None and end_positions is not None:
             sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
-            loss = (F.cross_entropy(start_logits, sp, ignore_index=t) + F.cross_entropy(end_logits, ep, ignore_index=t)) / 2
+            loss = (F.cross_entropy(start_logits.float(), sp, ignore_index=t)
+                    + F.cross_entropy(end_logits.float(), ep, ignore_index=t)) / 2
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)

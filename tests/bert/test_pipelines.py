@@ -18,13 +18,19 @@ from modeling import (
 )
 
 
+def _encode(tokenizer, model, *texts):
+    """``tokenizer(*texts)`` as tensors on the model's device: a pipeline moves the model to the accelerator
+    (``cuda:0`` where there is one), so the reference forward pass must feed its inputs there too."""
+    return tokenizer(*texts, return_tensors="pt").to(model.device)
+
+
 def test_fill_mask(tiny_kwargs, tokenizer):
     torch.manual_seed(0)
     model = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs)).eval()
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=3)
     text = "the cat [MASK] on the mat ."
     answers = fill(text)
-    enc = tokenizer(text, return_tensors="pt")
+    enc = _encode(tokenizer, model, text)
     with torch.no_grad():
         logits = model(**enc).logits[0, (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0]]
     top = logits.softmax(-1).topk(3)
@@ -40,7 +46,7 @@ def test_text_classification_pairs(tiny_kwargs, tokenizer, pairs):
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
     for a, b in pairs:
         scores = {d["label"]: d["score"] for d in classify({"text": a, "text_pair": b})}
-        enc = tokenizer(a, b, return_tensors="pt")
+        enc = _encode(tokenizer, model, a, b)
         assert enc["token_type_ids"].max() == 1  # a real pair reaches the model
         with torch.no_grad():
             probs = model(**enc).logits.softmax(-1)[0]
@@ -74,7 +80,7 @@ def test_token_classification(tiny_kwargs, tokenizer):
     tag = pipeline("token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
     text = "he lives in paris"
     entities = tag(text)
-    enc = tokenizer(text, return_tensors="pt")
+    enc = _encode(tokenizer, model, text)
     with torch.no_grad():
         probs = model(**enc).logits.softmax(-1)[0, 1:-1]  # without [CLS] / [SEP]
     assert [e["word"] for e in entities] == text.split()
@@ -89,5 +95,5 @@ def test_feature_extraction(tiny_kwargs, tokenizer, sentences):
     for text in sentences[:3]:
         features = torch.tensor(extract(text))
         with torch.no_grad():
-            expected = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
+            expected = model(**_encode(tokenizer, model, text)).last_hidden_state.cpu()
         torch.testing.assert_close(features, expected, rtol=0, atol=1e-6)

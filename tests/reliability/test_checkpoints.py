@@ -59,7 +59,7 @@ def test_latest_skips_a_damaged_checkpoint_and_resumes_from_the_one_before(toy_r
     trainer, result = toy_run(out, steps=6, resume="latest")
     assert result["global_step"] == 6
     for k, v in trainer.unwrapped_model.state_dict().items():
-        assert torch.equal(v, good[k]), k
+        assert torch.equal(v.cpu(), good[k]), k  # the checkpoint is read onto the CPU: compare there
     assert ckpt.verify_checkpoint(out / "checkpoints" / "step_6") is None
 
 
