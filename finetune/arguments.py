@@ -5,6 +5,18 @@ from __future__ import annotations
 import argparse
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with one default per flag: ``(default: X)`` is added only to help texts that do not already say
+    their default (``%(default)s`` or the word "default"), and not for flags without a value (``None``,
+    ``store_true`` switches)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, *, head: str, config_name: bool = False) -> argparse._ArgumentGroup:
     """Add the ``model`` argument group: ``--model_name_or_path`` (required), [``--config_name``],
     ``--tokenizer_name``, ``--revision``, ``--unfreeze_backbone``, ``--trust_remote_code`` (off by default).

@@ -75,14 +75,14 @@ class LengthGroupedSampler(Sampler[int]):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import add_model_arguments
+    from finetune.arguments import HelpFormatter, add_model_arguments
     from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
 
     parser = argparse.ArgumentParser(
         prog="accelerate launch -m finetune.glue",
         description="Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     m = add_model_arguments(parser, head="head", config_name=True)
     m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")

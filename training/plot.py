@@ -138,7 +138,7 @@ def plot_curves(runs: Sequence[str | os.PathLike | Mapping[str, Any]]):
         ax.grid(True, alpha=0.3)
         if title == "learning rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-        if len(ax.get_lines()) > 1 or len(loaded) > 1:
+        if len(ax.get_lines()) > 1 or len(loaded) > 1 or title == "evaluation metrics":
             ax.legend(fontsize="small")
     if len(loaded) == 1:
         fig.suptitle(loaded[0]["name"])
