@@ -49,6 +49,13 @@ What the loop guarantees:
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
   go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history.
+* **Best model and early stopping.** Each evaluation after step 0 updates ``best_metric`` / ``best_step`` of
+  ``metric_for_best_model`` (default ``eval_loss``; lower is better for losses and perplexities, as transformers'
+  ``Trainer``) and counts the evaluations without improvement; all of it is in ``trainer_state.json``, so a
+  resumed run keeps it. ``load_best_model_at_end`` writes a checkpoint at every evaluation, keeps the best one
+  out of the rotation and loads it at the end (the result then holds its metrics); ``early_stopping_patience``
+  N ends training after N evaluations in a row without improvement. The result has ``best_step``,
+  ``best_metric`` and ``stopped_early``.
 * **Evaluation.** ``eval_fn(trainer) -> dict`` every ``eval_steps`` and at the end, on all processes; use
   :func:`evaluate_sums` (exact sums across processes, e.g. perplexity) or :func:`gather_predictions`
   (``gather_for_metrics``, e.g. classification metrics).

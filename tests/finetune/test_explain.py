@@ -149,7 +149,8 @@ def test_cli_writes_json_html_and_png(bert_classifier, tmp_path, capsys):
     _, _, path = bert_classifier
     out = tmp_path / "explain"
     texts = ["the cat is good", "he said the movie was bad", "a man is playing the flute"]
-    argv = ["--model_name_or_path", str(path), "--method", "integrated_gradients", "--target", "positive", "--output_dir", str(out)]
+    argv = ["--model_name_or_path", str(path), "--method", "integrated_gradients", "--max_steps", "200", "--target", "positive",
+            "--output_dir", str(out)]
     for t in texts:
         argv += ["--text", t]
     assert run_cli(ex.main, argv) == 0

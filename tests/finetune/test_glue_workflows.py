@@ -95,6 +95,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.multiprocess
 def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     train = _write_nli(tmp_path / "train.tsv", NLI)
     test = tmp_path / "test.tsv"  # 5 rows: with 2 processes and batches of 2 the last batch is padded by duplicates
