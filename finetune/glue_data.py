@@ -226,7 +226,7 @@ def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str,
             bad.append((row, value))
     if bad:
         expected = f"label names or class ids 0..{len(label_names) - 1}" if allow_class_ids else "one of the label names"
-        raise InputError(f"{where}: {len(bad)} label(s) not in the label set {list(label_names)}: {_shown(bad)}; "
+        raise InputError(f"{where}: {len(bad)} label(s) outside the label set {list(label_names)}: {_shown(bad)}; "
                          f"expected {expected}")
     return ids
 

@@ -180,7 +180,7 @@ def test_labels_outside_label_set(tmp_path, glue_dir):
         load_glue_data("mnli", train_file=train)
     message = str(err.value)
     assert "train.tsv" in message and "'contradicton' (row 1)" in message and "'7' (row 3)" in message
-    assert "2 label(s) not in the label set ['entailment', 'neutral', 'contradiction']" in message
+    assert "2 label(s) outside the label set ['entailment', 'neutral', 'contradiction']" in message
     # Validation labels unseen in training (custom task) are refused too.
     train = _write(tmp_path / "t.tsv", NLI_ROWS[:2], "tsv")
     dev = _write(tmp_path / "d.tsv", NLI_ROWS[2:], "tsv")
@@ -202,7 +202,7 @@ def test_custom_digit_labels_are_names_not_class_ids(tmp_path, train_labels, dev
     with pytest.raises(InputError) as err:
         load_glue_data(train_file=train, validation_file=dev)
     message = str(err.value)
-    assert f"dev.tsv (validation), column 'label': 1 label(s) not in the label set {names}: '{dev_label}' (row 1)" in message
+    assert f"dev.tsv (validation), column 'label': 1 label(s) outside the label set {names}: '{dev_label}' (row 1)" in message
     assert "expected one of the label names" in message and len(message.splitlines()) == 1
     # the labels that are in the set keep their names (class ids in the sorted order)
     ok = _write(tmp_path / "ok.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": train_labels[0]}], "tsv")
