@@ -95,6 +95,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     train = _write_nli(tmp_path / "train.tsv", NLI)

@@ -114,6 +114,7 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
     assert _json(again / "predictions.json") == _json(out / "predictions.json")
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
     rows = QUESTIONS + [("q7", "whale", QUESTIONS[0][2], "What did the sailors lower?", "the boats")]
