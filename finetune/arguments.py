@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from training.run import HelpFormatter  # noqa: F401  (re-exported: one --help format for every command)
+
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, head: str, config_name: bool = False) -> argparse._ArgumentGroup:
     """Add the ``model`` argument group: ``--model_name_or_path`` (required), [``--config_name``],

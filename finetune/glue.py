@@ -15,8 +15,13 @@ Examples::
 
 Outputs in ``--output_dir``: the fine-tuned model and tokenizer (``save_pretrained``, with ``id2label``),
 ``all_results.json`` (``train_loss``, ``eval_loss``, ``eval_<metric>``; MNLI adds ``eval_matched_*`` and
-``eval_mismatched_*``), ``eval_history.json``, and with ``--do_predict`` one GLUE submission file per test
-split (``SST-2.tsv``, ``MNLI-m.tsv``, ...; ``predictions_<split>.tsv`` for custom tasks).
+``eval_mismatched_*``; ``best_step`` / ``best_metric``), ``eval_history.json``, ``trainer_log.json``,
+``curves.png``, and with ``--do_predict`` one GLUE submission file per test split (``SST-2.tsv``,
+``MNLI-m.tsv``, ...; ``predictions_<split>.tsv`` for custom tasks).
+
+What runs: ``--do_train``, ``--do_eval``, ``--do_predict`` as in the Hugging Face examples; none of them = train,
+then evaluate. Without ``--do_train`` the model is used as it is (evaluation gives the metrics of the training
+run's final evaluation; only ``all_results.json`` and the prediction files are written).
 """
 
 from __future__ import annotations
@@ -70,14 +75,14 @@ class LengthGroupedSampler(Sampler[int]):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import add_model_arguments
+    from finetune.arguments import HelpFormatter, add_model_arguments
     from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
 
     parser = argparse.ArgumentParser(
         prog="accelerate launch -m finetune.glue",
         description="Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     m = add_model_arguments(parser, head="head", config_name=True)
     m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")
@@ -95,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no_group_by_length", dest="group_by_length", action="store_false", help="shuffle without grouping batches by length")
     d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training examples")
     d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N examples of each evaluation split")
-    d.add_argument("--do_predict", action="store_true", help="write predictions for the test split(s)")
+    r = parser.add_argument_group("what to run (default: train, then evaluate when there is validation data)")
+    r.add_argument("--do_train", action="store_true", help="fine-tune --model_name_or_path on the training split")
+    r.add_argument("--do_eval", action="store_true", help="evaluate on the validation split(s) (alone: evaluate --model_name_or_path as it is)")
+    r.add_argument("--do_predict", action="store_true", help="write predictions for the test split(s) (GLUE submission files; predictions_test.tsv for --test_file)")
     add_training_arguments(parser, output_dir=None, learning_rate=2e-5, num_train_epochs=3.0, per_device_train_batch_size=32,
                            per_device_eval_batch_size=64, project_name="sesame-lm-glue")
     add_hub_arguments(parser)
@@ -104,14 +112,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> GlueTask | None:
-    """Refuse inconsistent arguments before anything is loaded; returns the GLUE task (None = custom)."""
+    """Refuse inconsistent arguments before anything is loaded; returns the GLUE task (None = custom).
+
+    Fills ``args.do_train`` / ``args.do_eval``: with none of ``--do_train`` / ``--do_eval`` / ``--do_predict``
+    given, train and then evaluate (when there is validation data); otherwise exactly what is given runs, as in
+    the Hugging Face examples (``--do_eval`` / ``--do_predict`` without ``--do_train`` use the model as it is).
+    """
     task = get_task(args.task_name) if args.task_name else None
     if not args.output_dir:
         raise InputError("--output_dir: required (the fine-tuned model and all_results.json go there)")
     if args.glue_dir and (args.train_file or args.validation_file or args.test_file):
         raise InputError("--glue_dir and --train_file/--validation_file/--test_file: give one data source, not both")
-    if task is None and not args.train_file:
-        raise InputError("a custom task needs --train_file (and --validation_file); or give a GLUE --task_name")
+    if not args.do_train and not args.do_eval and not args.do_predict:
+        args.do_train = args.do_eval = True
+    if task is None and not (args.train_file or args.validation_file or args.test_file):
+        raise InputError("a custom task needs --train_file (and --validation_file / --test_file); or give a GLUE --task_name")
+    if args.do_train and task is None and not args.train_file:
+        raise InputError("training a custom task needs --train_file; pass --do_eval / --do_predict alone to use a "
+                         "fine-tuned --model_name_or_path as it is")
+    if args.do_predict and not args.do_train and not args.do_eval and task is None and not args.test_file:
+        raise InputError("--do_predict needs --test_file for a custom task")
     for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
@@ -246,9 +266,28 @@ def metric_for(task: GlueTask | None, regression: bool):
     return load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
 
 
+def fine_tuned_label_names(args) -> list[str] | None:
+    """The label names of a fine-tuned classifier's head (``id2label``), or None (regression, unnamed labels, or
+    no config yet): used as the label set of custom files when evaluating / predicting without training."""
+    from transformers import AutoConfig
+
+    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+
+    try:
+        config = AutoConfig.from_pretrained(args.config_name or args.model_name_or_path, revision=args.revision,
+                                            trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError):
+        return None  # load_model_and_tokenizer reports it with the full message
+    names = [config.id2label[i] for i in sorted(config.id2label or {})]
+    if getattr(config, "problem_type", None) == "regression" or not names or all(_is_default_label(n) for n in names):
+        return None
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    explicit = args.do_train or args.do_eval or args.do_predict
     task = check_args(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -262,47 +301,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
 
     # Everything the user gave is checked before the model is loaded and training starts.
+    known_labels = None if args.do_train or task is not None else fine_tuned_label_names(args)
     raw = load_glue_data(args.task_name, glue_dir=args.glue_dir, train_file=args.train_file,
                          validation_file=args.validation_file, test_file=args.test_file,
-                         sentence1_key=args.sentence1_key, sentence2_key=args.sentence2_key, label_key=args.label_key)
-    if "train" not in raw:
+                         sentence1_key=args.sentence1_key, sentence2_key=args.sentence2_key, label_key=args.label_key,
+                         label_names=known_labels)
+    if args.do_train and "train" not in raw:
         raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
-    label_names = label_names_of(raw["train"])
+    label_names = label_names_of(raw["train"] if "train" in raw else raw)
     regression = not label_names
-    eval_splits = [s for s in raw if s.startswith("validation")]
+    eval_splits = [s for s in raw if s.startswith("validation")] if args.do_eval else []
     test_splits = [s for s in raw if s.startswith("test")] if args.do_predict else []
-    validate_hub_args(args)
+    if explicit and args.do_eval and not eval_splits:
+        raise InputError(f"--do_eval: no validation split (found {sorted(raw)}); pass --validation_file, or --glue_dir with the dev file")
+    if args.do_predict and not test_splits:
+        raise InputError(f"--do_predict: no test split (found {sorted(raw)}); pass --test_file, or --glue_dir with the test file")
+    if args.metric_for_best_model is None:  # the task's main metric (the GLUE leaderboard's)
+        args.metric_for_best_model = f"eval_{task.main_metric}" if task else ("eval_pearson" if regression else "eval_accuracy")
+    if args.do_train:
+        validate_hub_args(args)
     config = TrainingConfig.from_args(args)
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
     if not accelerator.is_main_process:
         logging.getLogger().setLevel(logging.WARNING)
     tokenizer, model, mapping = load_model_and_tokenizer(args, label_names, regression, args.task_name)
-    data = tokenize_splits({s: raw[s] for s in ["train", *eval_splits, *test_splits]}, tokenizer, args, mapping, accelerator)
+    splits = [*(["train"] if args.do_train else []), *eval_splits, *test_splits]
+    data = tokenize_splits({s: raw[s] for s in splits}, tokenizer, args, mapping, accelerator)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
-    train_ds = data["train"][1]
-    length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
-    if args.group_by_length:
-        sampler = LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
-    else:
-        from training.loop import EpochShuffleSampler
-
-        sampler = EpochShuffleSampler(len(train_ds), args.seed)
-    train_loader = torch.utils.data.DataLoader(train_ds, batch_size=args.per_device_train_batch_size, sampler=sampler,
-                                               collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
     loaders = {s: accelerator.prepare(torch.utils.data.DataLoader(data[s][1], batch_size=args.per_device_eval_batch_size,
                                                                   collate_fn=collator, shuffle=False))
                for s in [*eval_splits, *test_splits]}
     metric = metric_for(task, regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
 
-    def predict(trainer, split: str) -> dict[str, torch.Tensor]:
+    def predict(model, split: str) -> dict[str, torch.Tensor]:
         def step(model, batch):
             labels = batch.pop("labels", None)
             with accelerator.autocast():
                 logits = model(**batch).logits.float()
             return {"logits": logits} if labels is None else {"logits": logits, "labels": labels}
 
-        return gather_predictions(accelerator, trainer.model, loaders[split], step)
+        return gather_predictions(accelerator, model, loaders[split], step)
 
     def to_task_ids(logits: torch.Tensor) -> np.ndarray:
         if regression:
@@ -310,10 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ids = logits.argmax(-1).numpy()
         return np.array([inverse[i] for i in ids]) if inverse else ids
 
-    def eval_fn(trainer) -> dict[str, float]:
+    def evaluate(model) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for n, split in enumerate(eval_splits):
-            out = predict(trainer, split)
+            out = predict(model, split)
             logits, labels = out["logits"], out["labels"]
             if regression:
                 loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels.float())
@@ -329,24 +368,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics[f"eval_{suffix}_{key}"] = value
         return metrics
 
-    run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
-    pusher = HubPusher.from_args(args)
-    on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
-    trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn if eval_splits else None,
-                      run_config=run_config, on_save=on_save)
-    del model
-    if accelerator.is_main_process:
-        logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
-                    args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
-                    trainer.max_train_steps)
-    from training.signals import train_until_stopped
+    trainer = pusher = None
+    if args.do_train:
+        train_ds = data["train"][1]
+        length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
+        if args.group_by_length:
+            sampler = LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
+        else:
+            from training.loop import EpochShuffleSampler
 
-    result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
-    if result is None:
-        return status
-    predictions = {split: to_task_ids(predict(trainer, split)["logits"]) for split in test_splits}
+            sampler = EpochShuffleSampler(len(train_ds), args.seed)
+        train_loader = torch.utils.data.DataLoader(train_ds, batch_size=args.per_device_train_batch_size, sampler=sampler,
+                                                   collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
+        run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
+        pusher = HubPusher.from_args(args)
+        on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
+        trainer = Trainer(accelerator, model, train_loader, config,
+                          eval_fn=(lambda trainer: evaluate(trainer.model)) if eval_splits else None,
+                          run_config=run_config, on_save=on_save)
+        del model
+        if accelerator.is_main_process:
+            logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+                        args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
+                        trainer.max_train_steps)
+        from training.signals import train_until_stopped
+
+        result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
+        if result is None:
+            return status
+        model = trainer.model
+    else:
+        model = accelerator.prepare(model)
+        result = evaluate(model)
+    predictions = {split: to_task_ids(predict(model, split)["logits"]) for split in test_splits}
     if accelerator.is_main_process:
-        save_outputs(args, trainer.unwrapped_model, tokenizer, result, eval_splits)
+        save_outputs(args, trainer.unwrapped_model if trainer else None, tokenizer, result, eval_splits)
         for split, preds in predictions.items():
             idx = data[split][0]["idx"]
             if task is not None and split in task.submission:
@@ -355,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path = write_custom_predictions(args.output_dir, split, idx, preds, label_names)
             logger.info("wrote %s", path)
         logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    finish(accelerator, trainer)
+    del model
+    finish(accelerator, *([trainer] if trainer else []))
     if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
         from training.model_card import card_for_run
 
@@ -378,20 +435,26 @@ def write_custom_predictions(output_dir: str, split: str, idx: Sequence[int], pr
 
 
 #: all_results.json keys besides the ``eval_*`` metrics.
-_RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second", "global_step", "epoch")
+_RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second", "global_step", "epoch",
+                "best_step", "best_metric", "stopped_early")
 
 
 def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str]) -> None:
-    """Model + tokenizer (``save_pretrained``), ``all_results.json`` and ``eval_history.json``, atomically."""
+    """Into ``--output_dir``, atomically: ``all_results.json``; when trained (``model`` given) also the model +
+    tokenizer (``save_pretrained``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png``."""
     from tokenizer.corpus import atomic_output_dir
+    from training.plot import write_curves
 
     flat = {k: result[k] for k in _RESULT_KEYS if k in result}
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
     with atomic_output_dir(args.output_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        if model is not None:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
+            (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
+            write_curves(dict(result, name=Path(args.output_dir).name), tmp / "curves.png")
         (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
-        (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

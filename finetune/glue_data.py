@@ -203,8 +203,13 @@ def _shown(values: list[tuple[int, Any]]) -> str:
     return ", ".join(f"{v!r} (row {row})" for row, v in values[:_MAX_SHOWN])
 
 
-def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str) -> list[int]:
-    """Class ids of raw labels: a label name, or an integer class id in ``range(len(label_names))``.
+def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str, allow_class_ids: bool = False) -> list[int]:
+    """Class ids of raw labels: a label name (``1``, ``1.0`` and ``"1"`` all name the label ``"1"``), or, with
+    ``allow_class_ids`` (a GLUE task, whose official files write class ids, e.g. SST-2's ``0`` / ``1`` for
+    negative / positive), an integer class id in ``range(len(label_names))``.
+
+    A custom task's labels are names only: with the label set ``["0", "2"]`` a ``"1"`` is refused, not taken as
+    class id 1 (which is ``"2"``).
 
     Raises:
         InputError: naming ``where`` (file and column), the offending values (a few, with rows) and the label set.
@@ -215,13 +220,14 @@ def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str)
         key = _label_key(value)
         if key in to_id:
             ids.append(to_id[key])
-        elif key.isdigit() and int(key) < len(label_names):
+        elif allow_class_ids and key.isdigit() and int(key) < len(label_names):
             ids.append(int(key))
         else:
             bad.append((row, value))
     if bad:
+        expected = f"label names or class ids 0..{len(label_names) - 1}" if allow_class_ids else "one of the label names"
         raise InputError(f"{where}: {len(bad)} label(s) outside the label set {list(label_names)}: {_shown(bad)}; "
-                         f"expected label names or class ids 0..{len(label_names) - 1}")
+                         f"expected {expected}")
     return ids
 
 
@@ -284,6 +290,7 @@ def normalize_split(
     label_names: Sequence[str],
     regression: bool,
     task: str,
+    allow_class_ids: bool = False,
 ) -> datasets.Dataset:
     """One split in the common columns (``sentence1``, [``sentence2``], ``label``, ``idx``).
 
@@ -295,6 +302,7 @@ def normalize_split(
         label_names: class names (classification).
         regression: float labels instead of class ids.
         task: task name for messages.
+        allow_class_ids: integer class ids are labels too (GLUE tasks; see :func:`encode_labels`).
 
     Raises:
         InputError: missing columns, empty split, labels outside the set, non-numeric regression labels.
@@ -311,7 +319,7 @@ def normalize_split(
     elif regression:
         data["label"] = encode_scores(columns[label], f"{where}, column {label!r}", task)
     else:
-        data["label"] = encode_labels(columns[label], label_names, f"{where}, column {label!r}")
+        data["label"] = encode_labels(columns[label], label_names, f"{where}, column {label!r}", allow_class_ids)
     ids = None
     if index is not None and index in columns:
         keys = [_label_key(v) for v in columns[index]]
@@ -359,6 +367,7 @@ def load_glue_dir(glue_dir: str | os.PathLike, task: GlueTask) -> datasets.Datas
             label_names=task.label_names,
             regression=task.is_regression,
             task=task.name,
+            allow_class_ids=True,
         )
     return datasets.DatasetDict(splits)
 
@@ -450,6 +459,7 @@ def load_custom_files(
             label_names=names,
             regression=regression,
             task=name,
+            allow_class_ids=task is not None,
         )
     return datasets.DatasetDict(splits)
 

@@ -25,7 +25,13 @@ answer}``, the official format; ``""`` = no answer), ``nbest_predictions.json``,
 score - best span score per question, the no-answer scores of the official v2.0 evaluation),
 ``all_results.json`` (``eval_exact_match``, ``eval_f1``; v2 adds ``eval_HasAns_*``, ``eval_NoAns_*``,
 ``eval_best_f1``, ``eval_best_f1_thresh``, ...; ``train_loss``, ``train_runtime_s``,
-``train_samples_per_second``) and ``eval_history.json``.
+``train_samples_per_second``; ``best_step`` / ``best_metric``), ``eval_history.json``, ``trainer_log.json`` and
+``curves.png``.
+
+What runs: ``--do_train``, ``--do_eval``, ``--do_predict`` as in the Hugging Face examples (none of them = train,
+then evaluate when there is validation data). ``--do_predict --test_file F`` answers F's questions (``answers``
+optional) into ``predictions.json`` (v2: ``""`` when the null odds exceed ``--null_score_diff_threshold``), and
+the evaluation's prediction files are then written as ``eval_predictions.json`` etc.
 
 Bad input (malformed JSON, missing keys, an ``answer_start`` that does not point at the answer, an empty
 context, a question leaving no room in the window, inconsistent arguments) is refused with one ``error:`` line
@@ -61,24 +67,25 @@ POSTPROCESS_COLUMNS = ("example_id", "offset_mapping", "cls_index")
 
 #: all_results.json keys besides the ``eval_*`` metrics.
 _RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second",
-                "global_step", "epoch", "train_samples", "train_features")
+                "global_step", "epoch", "train_samples", "train_features", "best_step", "best_metric", "stopped_early")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import add_model_arguments
+    from finetune.arguments import HelpFormatter, add_model_arguments
     from training.hub import add_hub_arguments
     from training.loop import add_training_arguments
 
     parser = argparse.ArgumentParser(
         prog="accelerate launch -m finetune.squad",
         description="Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_model_arguments(parser, head="QA head")
     d = parser.add_argument_group("data")
     d.add_argument("--dataset_name", default=None, help="hub dataset: squad, squad_v2 or owner/name in the same format (needs the network or the local cache)")
     d.add_argument("--train_file", nargs="+", default=None, help="SQuAD-format .json / .json.gz training file(s); several are concatenated (question ids must be unique)")
     d.add_argument("--validation_file", nargs="+", default=None, help="SQuAD-format .json / .json.gz evaluation file(s)")
+    d.add_argument("--test_file", nargs="+", default=None, help="SQuAD-format file(s) of questions to answer with --do_predict ('answers' optional)")
     d.add_argument("--version_2_with_negative", action="store_true", help="SQuAD v2.0: unanswerable questions allowed; predict '' when the null score wins")
     d.add_argument("--skip_misaligned_answers", action="store_true", help="drop (and count) answers whose answer_start does not point at their text instead of refusing the file")
     d.add_argument("--max_seq_length", type=int, default=384, help="tokens per window, question and special tokens included")
@@ -87,8 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--pad_to_max_length", action="store_true", help="pad every window to --max_seq_length (default: dynamic padding)")
     d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training questions")
     d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N evaluation questions")
-    d.add_argument("--do_train", action="store_true", help="train (default: train and evaluate when neither --do_train nor --do_eval is given)")
-    d.add_argument("--do_eval", action="store_true", help="evaluate on the validation data (alone: evaluate --model_name_or_path as it is)")
+    d.add_argument("--max_predict_samples", type=int, default=None, help="use only the first N questions of --test_file")
+    r = parser.add_argument_group("what to run (default: train, then evaluate when there is validation data)")
+    r.add_argument("--do_train", action="store_true", help="fine-tune --model_name_or_path on the training data")
+    r.add_argument("--do_eval", action="store_true", help="evaluate on the validation data (alone: evaluate --model_name_or_path as it is)")
+    r.add_argument("--do_predict", action="store_true", help="answer the questions of --test_file: predictions.json (+ nbest_predictions.json, v2: null_odds.json)")
     p = parser.add_argument_group("post-processing")
     p.add_argument("--n_best_size", type=int, default=20, help="best start and end positions tried per window, answers kept per question")
     p.add_argument("--max_answer_length", type=int, default=30, help="longest answer in tokens")
@@ -108,11 +118,15 @@ def check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--output_dir {args.output_dir}: is an existing file; expected a directory (new or existing)")
     if args.dataset_name and (args.train_file or args.validation_file):
         raise InputError("--dataset_name and --train_file/--validation_file: give one data source, not both")
-    if not args.dataset_name and not (args.train_file or args.validation_file):
-        raise InputError("no data given: pass --train_file/--validation_file (SQuAD-format .json/.json.gz) or --dataset_name squad|squad_v2")
-    if not args.do_train and not args.do_eval:
+    if not args.dataset_name and not (args.train_file or args.validation_file or args.test_file):
+        raise InputError("no data given: pass --train_file/--validation_file/--test_file (SQuAD-format .json/.json.gz) or --dataset_name squad|squad_v2")
+    if not args.do_train and not args.do_eval and not args.do_predict:
         args.do_train = True
         args.do_eval = bool(args.validation_file or args.dataset_name)
+    if args.do_predict and not args.test_file:
+        raise InputError("--do_predict needs --test_file (SQuAD-format questions; 'answers' optional)")
+    if args.test_file and not args.do_predict:
+        raise InputError("--test_file is read only with --do_predict; add --do_predict")
     if args.do_train and not (args.train_file or args.dataset_name):
         raise InputError("training needs --train_file (or --dataset_name); pass --do_eval alone to only evaluate a fine-tuned model")
     if args.do_eval and not (args.validation_file or args.dataset_name):
@@ -123,7 +137,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
     if args.doc_stride < 0:
         raise InputError(f"--doc_stride {args.doc_stride}: expected an integer >= 0")
-    for name in ("max_train_samples", "max_eval_samples"):
+    for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
     if not math.isfinite(args.null_score_diff_threshold):
@@ -131,12 +145,13 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def load_examples(args: argparse.Namespace):
-    """The ``train`` / ``validation`` examples (flat SQuAD format), checked, cut to ``--max_*_samples``.
+    """The ``train`` / ``validation`` / ``test`` examples (flat SQuAD format), checked, cut to ``--max_*_samples``.
 
-    Several files of a split are concatenated; a question id present in two files is refused.
+    Several files of a split are concatenated; a question id present in two files is refused. Test questions
+    (``--do_predict``) may come without ``answers``.
 
     Returns:
-        ``{"train": Dataset, "validation": Dataset}`` (only the splits needed).
+        ``{"train": Dataset, "validation": Dataset, "test": Dataset}`` (only the splits needed).
 
     Raises:
         InputError: bad files (naming the question id), the hub unreachable, a missing split, an id repeated
@@ -146,31 +161,33 @@ def load_examples(args: argparse.Namespace):
 
     from finetune.squad_data import load_squad_data, load_squad_file
 
-    wanted = [s for s, on in (("train", args.do_train), ("validation", args.do_eval)) if on]
+    wanted = [s for s, on in (("train", args.do_train), ("validation", args.do_eval), ("test", args.do_predict)) if on]
     out = {}
     if args.dataset_name:
         loaded, _ = load_squad_data(dataset_name=args.dataset_name, version_2_with_negative=args.version_2_with_negative)
-        for split in wanted:
+        for split in [s for s in wanted if s != "test"]:
             if split not in loaded:
                 raise InputError(f"--dataset_name {args.dataset_name}: has no {split!r} split (found {sorted(loaded)})")
             out[split] = loaded[split]
-    else:
-        for split in wanted:
-            files = args.train_file if split == "train" else args.validation_file
-            parts, seen = [], {}
-            for path in files:
-                ds, report = load_squad_file(path, version_2_with_negative=args.version_2_with_negative,
-                                             skip_misaligned_answers=args.skip_misaligned_answers)
-                for qid in ds["id"]:
-                    if qid in seen:
-                        raise InputError(f"{path}: question id {qid!r} is also in {seen[qid]}; ids must be unique across the {split} files")
-                    seen[qid] = path
-                if report.misaligned_answers:
-                    logger.warning("%s: skipped %d misaligned answer(s), dropped %d question(s)", path,
-                                   report.misaligned_answers, len(report.dropped_questions))
-                parts.append(ds)
-            out[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples)):
+    for split in wanted:
+        if args.dataset_name and split != "test":
+            continue
+        files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}[split]
+        parts, seen = [], {}
+        for path in files:
+            ds, report = load_squad_file(path, version_2_with_negative=args.version_2_with_negative,
+                                         skip_misaligned_answers=args.skip_misaligned_answers,
+                                         require_answers=split != "test")
+            for qid in ds["id"]:
+                if qid in seen:
+                    raise InputError(f"{path}: question id {qid!r} is also in {seen[qid]}; ids must be unique across the {split} files")
+                seen[qid] = path
+            if report.misaligned_answers:
+                logger.warning("%s: skipped %d misaligned answer(s), dropped %d question(s)", path,
+                               report.misaligned_answers, len(report.dropped_questions))
+            parts.append(ds)
+        out[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples), ("test", args.max_predict_samples)):
         if split in out and limit is not None and limit < len(out[split]):
             out[split] = out[split].select(range(limit))
     if "validation" in out and not args.version_2_with_negative:
@@ -228,7 +245,8 @@ def tokenize(examples: dict, tokenizer, args: argparse.Namespace, accelerator) -
                   max_query_length=args.max_query_length, pad_to_max_length=args.pad_to_max_length)
     features = {}
     with accelerator.main_process_first():
-        for split, fn in (("train", prepare_train_features), ("validation", prepare_validation_features)):
+        for split, fn in (("train", prepare_train_features), ("validation", prepare_validation_features),
+                          ("test", prepare_validation_features)):
             if split in examples:
                 ds = examples[split]
                 features[split] = ds.map(fn, batched=True, remove_columns=ds.column_names, fn_kwargs=kwargs,
@@ -236,9 +254,13 @@ def tokenize(examples: dict, tokenizer, args: argparse.Namespace, accelerator) -
     return features
 
 
-def make_eval_fn(accelerator, args, examples, features, loader, metric):
-    """``eval_fn(model_or_trainer)``: logits of every window (gathered across processes with
-    ``gather_for_metrics``), n-best post-processing, metric. Keeps the last predictions in ``eval_fn.last``."""
+def make_predict_fn(accelerator, args, examples, features, loader):
+    """``predict_fn(model) -> (best, predictions, nbest, null_odds)``: logits of every window (gathered across
+    processes with ``gather_for_metrics``, so every question once), then the n-best post-processing.
+
+    ``best`` is each question's best span text; ``predictions`` the answers to write (v2: ``""`` where the null
+    odds exceed ``--null_score_diff_threshold``); ``null_odds`` is None for v1.
+    """
     from training.loop import gather_predictions
 
     from finetune.qa import postprocess_qa_predictions
@@ -254,9 +276,7 @@ def make_eval_fn(accelerator, args, examples, features, loader, metric):
         end = torch.nn.functional.pad(out.end_logits.float(), (0, pad), value=-1e4)
         return {"start_logits": start, "end_logits": end}
 
-    def eval_fn(holder) -> dict[str, float]:
-        model = holder.model if hasattr(holder, "model") else holder
-        t0 = time.perf_counter()
+    def predict_fn(model):
         logits = gather_predictions(accelerator, model, loader, step)
         # v2: the best span and the null odds once (threshold +inf), then the threshold applied here, so that the
         # metric sees the best span text with its null odds and can search the best threshold (best_f1_thresh).
@@ -265,15 +285,30 @@ def make_eval_fn(accelerator, args, examples, features, loader, metric):
             max_answer_length=args.max_answer_length, version_2_with_negative=args.version_2_with_negative,
             null_score_diff_threshold=math.inf,
         )
+        if not args.version_2_with_negative:
+            return best, best, nbest, None
+        predictions = {q: "" if odds[q] > args.null_score_diff_threshold else text for q, text in best.items()}
+        return best, predictions, nbest, odds
+
+    return predict_fn
+
+
+def make_eval_fn(accelerator, args, examples, features, loader, metric):
+    """``eval_fn(model_or_trainer)``: :func:`make_predict_fn`'s predictions scored by the metric. Keeps the last
+    predictions in ``eval_fn.last`` as ``(predictions, nbest, null_odds)``."""
+    predict_fn = make_predict_fn(accelerator, args, examples, features, loader)
+
+    def eval_fn(holder) -> dict[str, float]:
+        model = holder.model if hasattr(holder, "model") else holder
+        t0 = time.perf_counter()
+        best, predictions, nbest, odds = predict_fn(model)
         if args.version_2_with_negative:
-            predictions = {q: "" if odds[q] > args.null_score_diff_threshold else text for q, text in best.items()}
             preds = [{"id": q, "prediction_text": t, "no_answer_probability": odds[q]} for q, t in best.items()]
             scores = metric.compute(predictions=preds, references=references, no_answer_threshold=args.null_score_diff_threshold)
             scores["exact_match"] = scores["exact"]
         else:
-            predictions = best
             scores = metric.compute(predictions=[{"id": q, "prediction_text": t} for q, t in best.items()], references=references)
-        eval_fn.last = (predictions, nbest, odds if args.version_2_with_negative else None)
+        eval_fn.last = (predictions, nbest, odds)
         metrics = {f"eval_{k}": float(v) for k, v in scores.items()}
         metrics["eval_samples"] = float(len(examples))
         metrics["eval_runtime_s"] = time.perf_counter() - t0
@@ -303,7 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(args)
     pretrained_config, tokenizer = load_tokenizer(args)
-    validate_hub_args(args)
+    if args.do_train:
+        validate_hub_args(args)
+    if args.metric_for_best_model is None:
+        args.metric_for_best_model = "eval_f1"
     config = TrainingConfig.from_args(args)
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
     if not accelerator.is_main_process:
@@ -312,13 +350,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_model(args, pretrained_config)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
 
-    eval_fn = None
+    def loader_of(split: str):
+        inputs = features[split].remove_columns(list(POSTPROCESS_COLUMNS))
+        return accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=args.per_device_eval_batch_size,
+                                                               collate_fn=collator, shuffle=False))
+
+    eval_fn = predict_fn = None
     if args.do_eval:
-        inputs = features["validation"].remove_columns(list(POSTPROCESS_COLUMNS))
-        loader = accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=args.per_device_eval_batch_size,
-                                                                 collate_fn=collator, shuffle=False))
         metric = load_metric("squad_v2" if args.version_2_with_negative else "squad", keep_in_memory=True)
-        eval_fn = make_eval_fn(accelerator, args, examples["validation"], features["validation"], loader, metric)
+        eval_fn = make_eval_fn(accelerator, args, examples["validation"], features["validation"], loader_of("validation"), metric)
+    if args.do_predict:
+        predict_fn = make_predict_fn(accelerator, args, examples["test"], features["test"], loader_of("test"))
 
     trainer = None
     if args.do_train:
@@ -340,15 +382,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status
         result["train_samples"] = len(examples["train"])
         result["train_features"] = len(features["train"])
-        model = trainer.unwrapped_model
+        if eval_fn is not None and result.get("best_step") not in (None, result["global_step"]) and config.load_best_model_at_end:
+            eval_fn(trainer)  # the predictions files of the best model, loaded at the end of training
+        prepared, model = trainer.model, trainer.unwrapped_model
     else:
-        model = accelerator.prepare(model)
-        result = eval_fn(model)
-        model = accelerator.unwrap_model(model)
+        prepared = accelerator.prepare(model)
+        result = eval_fn(prepared) if eval_fn else {}
+        model = None
+    test_predictions = predict_fn(prepared)[1:] if predict_fn else None
     if accelerator.is_main_process:
-        save_outputs(args, model if args.do_train else None, tokenizer, result, eval_fn.last if eval_fn else None)
+        save_outputs(args, model, tokenizer, result, eval_fn.last if eval_fn else None, test_predictions)
         logger.info("wrote %s: %s", args.output_dir,
                     {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
+    del prepared, model
     accelerator.wait_for_everyone()
     pusher = HubPusher.from_args(args)
     if pusher is not None and accelerator.is_main_process and args.do_train:
@@ -360,11 +406,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def save_outputs(args, model, tokenizer, result: dict, predictions) -> None:
-    """Model + tokenizer (``save_pretrained``, when trained), prediction files, ``all_results.json`` and
-    ``eval_history.json`` into ``--output_dir``, atomically (a temporary folder moved in at the end)."""
+def save_outputs(args, model, tokenizer, result: dict, predictions, test_predictions=None) -> None:
+    """Into ``--output_dir``, atomically (a temporary folder moved in at the end): the model + tokenizer
+    (``save_pretrained``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` when trained; the
+    prediction files (``--do_predict``: the test questions' as ``predictions.json`` ..., the evaluation's then as
+    ``eval_predictions.json`` ...; else the evaluation's as ``predictions.json`` ...); ``all_results.json``."""
     from finetune.qa import write_predictions
     from tokenizer.corpus import atomic_output_dir
+    from training.plot import write_curves
 
     flat = {k: result[k] for k in _RESULT_KEYS if k in result}
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
@@ -374,10 +423,15 @@ def save_outputs(args, model, tokenizer, result: dict, predictions) -> None:
             tokenizer.save_pretrained(tmp)
         if predictions is not None:
             preds, nbest, odds = predictions
-            write_predictions(tmp, preds, nbest, odds)
+            write_predictions(tmp, preds, nbest, odds, prefix="eval" if test_predictions is not None else None)
+        if test_predictions is not None:
+            write_predictions(tmp, *test_predictions)
         (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
         if "eval_history" in result:
             (tmp / "eval_history.json").write_text(json.dumps(result["eval_history"], indent=2) + "\n", encoding="utf-8")
+        if result.get("log_history"):
+            (tmp / "trainer_log.json").write_text(json.dumps(result["log_history"], indent=2) + "\n", encoding="utf-8")
+            write_curves(dict(result, name=os.path.basename(os.path.normpath(args.output_dir))), tmp / "curves.png")
 
 
 if __name__ == "__main__":

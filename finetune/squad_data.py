@@ -12,7 +12,7 @@ in the hub format of ``rajpurkar/squad``::
 refused input raises :class:`training.errors.InputError` naming the question id: malformed or undecodable JSON,
 missing keys, an empty context or question, an ``answer_start`` whose span is not the answer text (or, with
 ``skip_misaligned_answers=True``, the answer is dropped and counted), an unanswerable question in v1 data,
-duplicate ids.
+duplicate ids. Files to predict (``require_answers=False``) may leave ``answers`` out.
 
 :func:`make_unanswerable` builds SQuAD v2-style unanswerable questions from v1 data by pairing questions with
 a paragraph of another article (deterministic for a seed); :func:`write_squad_json` writes examples back in the
@@ -114,6 +114,7 @@ def parse_squad_articles(
     *,
     version_2_with_negative: bool = True,
     skip_misaligned_answers: bool = False,
+    require_answers: bool = True,
 ) -> tuple[list[dict[str, Any]], SquadFileReport]:
     """Flatten and check SQuAD articles (see the module docstring for the example format and the checks).
 
@@ -124,6 +125,9 @@ def parse_squad_articles(
             such a question is an error (SQuAD v1 training needs an answer per question).
         skip_misaligned_answers: drop (and count) answers whose ``answer_start`` does not point at their text
             instead of refusing the file; a question left with no answer is dropped.
+        require_answers: every question needs an ``answers`` list (or ``is_impossible``), as training and
+            evaluation do; ``False`` for prediction: questions without ``answers`` are read with empty answers
+            (answers that are given are still checked), whatever ``version_2_with_negative`` says.
 
     Returns:
         (examples, report).
@@ -156,7 +160,14 @@ def parse_squad_articles(
                 question = _require(qa, "question", str, qwhere, path)
                 if not question.strip():
                     raise InputError(f"{path}: {qwhere}: empty question")
-                answers = _require(qa, "answers", list, qwhere, path) if not qa.get("is_impossible") else []
+                if qa.get("is_impossible") or (not require_answers and "answers" not in qa):
+                    answers = []
+                elif "answers" not in qa:
+                    raise InputError(f"{path}: {qwhere} has no 'answers'; training and evaluation need them ([{{text, "
+                                     "answer_start}], or is_impossible: true in v2 data); questions without answers can be "
+                                     "predicted with --do_predict --test_file")
+                else:
+                    answers = _require(qa, "answers", list, qwhere, path)
                 texts, starts = [], []
                 for answer in answers:
                     text = _require(answer, "text", str, f"{qwhere} answer", path)
@@ -175,7 +186,7 @@ def parse_squad_articles(
                     report.dropped_questions.append(qid)
                     continue
                 if not texts:
-                    if not version_2_with_negative:
+                    if require_answers and not version_2_with_negative:
                         raise InputError(f"{path}: {qwhere} has no answer (unanswerable); SQuAD v1 needs an answer "
                                          f"for every question -- pass --version_2_with_negative for v2 data")
                     report.unanswerable += 1
@@ -191,7 +202,8 @@ def parse_squad_articles(
 
 
 def load_squad_file(
-    path: str | os.PathLike, *, version_2_with_negative: bool = True, skip_misaligned_answers: bool = False
+    path: str | os.PathLike, *, version_2_with_negative: bool = True, skip_misaligned_answers: bool = False,
+    require_answers: bool = True,
 ) -> tuple[datasets.Dataset, SquadFileReport]:
     """Load a SQuAD-format ``.json`` / ``.json.gz`` file into a ``datasets.Dataset`` of flat examples.
 
@@ -202,7 +214,7 @@ def load_squad_file(
     """
     examples, report = parse_squad_articles(
         read_squad_json(path), path, version_2_with_negative=version_2_with_negative,
-        skip_misaligned_answers=skip_misaligned_answers,
+        skip_misaligned_answers=skip_misaligned_answers, require_answers=require_answers,
     )
     return datasets.Dataset.from_list(examples, features=SQUAD_FEATURES), report
 

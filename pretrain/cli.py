@@ -484,15 +484,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objective=None) -> None:
-    """Model + tokenizer (``save_pretrained``), ``all_results.json``, ``eval_history.json``, ``trainer_log.json``
-    and a model card (``README.md``) into ``output_dir``, moved there only once all are written."""
+    """Model + tokenizer (``save_pretrained``), ``all_results.json``, ``eval_history.json``, ``trainer_log.json``,
+    ``curves.png`` and a model card (``README.md``) into ``output_dir``, moved there only once all are written."""
     from tokenizer.corpus import atomic_output_dir
+    from training.plot import write_curves
 
     from pretrain.objectives import get_objective
 
     objective = objective or get_objective(args)
     keys = ["train_loss", "eval_loss", "perplexity", "train_runtime_s", "train_tokens_per_second", "train_samples_per_second",
-            "global_step", "epoch", *objective.result_keys, "replica_max_abs_diff"]
+            "global_step", "epoch", *objective.result_keys, "best_step", "best_metric", "stopped_early", "replica_max_abs_diff"]
     flat = {k: result[k] for k in keys if k in result}
     with atomic_output_dir(args.output_dir) as tmp:
         model.save_pretrained(tmp, state_dict=state_dict)
@@ -500,6 +501,7 @@ def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objectiv
         (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
         (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
         (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
+        write_curves(dict(result, name=Path(args.output_dir).name), tmp / "curves.png")
         try:
             from training.model_card import card_for_run
 

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from training.errors import InputError
@@ -181,12 +182,15 @@ def _fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
-def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, step: int, state: dict, keep_last: int | None) -> Path:
+def save_checkpoint(
+    accelerator, checkpoints_dir: str | os.PathLike, step: int, state: dict, keep_last: int | None, protect: Sequence[int] = ()
+) -> Path:
     """Write a checkpoint atomically on every process; return its final path ``checkpoints_dir/step_{step}``.
 
     Must be called by all processes (``save_state`` writes each process's RNG state). The main process writes
     ``trainer_state.json`` (``state`` plus the file manifest) last, flushes the folder to disk, renames it into
-    place and deletes the oldest checkpoints beyond ``keep_last`` (``None`` or 0 keeps all).
+    place and deletes the oldest checkpoints beyond ``keep_last`` (``None`` or 0 keeps all), never those of the
+    steps in ``protect`` (the best model's): the last ``keep_last`` checkpoints are kept, plus the protected ones.
 
     Raises:
         CheckpointWriteError: writing failed (``OSError``: disk full, no permission); the temporary folder is
@@ -227,8 +231,9 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, step: int, 
             "free space (free some and resume with --resume_from_checkpoint latest)"
         ) from err
     if accelerator.is_main_process and keep_last:
-        for _, path in checkpoint_dirs(root)[:-keep_last]:
-            shutil.rmtree(path, ignore_errors=True)
+        for found_step, path in checkpoint_dirs(root)[:-keep_last]:
+            if found_step not in protect:
+                shutil.rmtree(path, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 

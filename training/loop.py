@@ -49,6 +49,13 @@ What the loop guarantees:
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
   go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history.
+* **Best model and early stopping.** Each evaluation after step 0 updates ``best_metric`` / ``best_step`` of
+  ``metric_for_best_model`` (default ``eval_loss``; lower is better for losses and perplexities, as transformers'
+  ``Trainer``) and counts the evaluations without improvement; all of it is in ``trainer_state.json``, so a
+  resumed run keeps it. ``load_best_model_at_end`` writes a checkpoint at every evaluation, keeps the best one
+  out of the rotation and loads it at the end (the result then holds its metrics); ``early_stopping_patience``
+  N ends training after N evaluations in a row without improvement. The result has ``best_step``,
+  ``best_metric`` and ``stopped_early``.
 * **Evaluation.** ``eval_fn(trainer) -> dict`` every ``eval_steps`` and at the end, on all processes; use
   :func:`evaluate_sums` (exact sums across processes, e.g. perplexity) or :func:`gather_predictions`
   (``gather_for_metrics``, e.g. classification metrics).
@@ -143,6 +150,19 @@ class TrainingConfig:
     torch_compile: bool = False
     """Compile the prepared model with ``torch.compile`` (default inductor backend); checkpoints, the unwrapped
     model and ``save_pretrained`` are those of the eager model (same parameter names)."""
+    metric_for_best_model: str | None = None
+    """Evaluation metric that picks the best model and drives early stopping (``eval_`` prefix optional; default
+    ``eval_loss``; the fine-tuning scripts default to the task's main metric)."""
+    greater_is_better: bool | None = None
+    """Whether a larger ``metric_for_best_model`` is better; default: False for names containing ``loss`` or
+    ``perplexity``, else True (as transformers' ``Trainer``)."""
+    load_best_model_at_end: bool = False
+    """Write a checkpoint at every evaluation, never rotate the best one away, and end with the best weights."""
+    early_stopping_patience: int | None = None
+    """Stop after this many evaluations in a row without improvement of ``metric_for_best_model``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (``model.gradient_checkpointing_enable()``): less memory,
+    about one more forward pass of compute."""
 
     def __post_init__(self) -> None:
         if self.gradient_accumulation_steps < 1:
@@ -169,6 +189,13 @@ class TrainingConfig:
             raise InputError(f"--eval_steps {self.eval_steps}: expected an integer >= 1")
         if self.lr_scheduler_type not in SCHEDULERS:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
+        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
+            raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: expected an integer >= 1")
+        if self.early_stopping_patience and not self.eval_steps:
+            raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: needs --eval_steps N (evaluations "
+                             "during training to compare)")
+        if self.metric_for_best_model is not None and not self.metric_for_best_model.strip():
+            raise InputError("--metric_for_best_model '': expected a metric name such as eval_loss or eval_accuracy")
         log_with(self.report_to)  # validates
         if self.output_dir:
             ckpt.check_output_dir(self.output_dir)
@@ -222,6 +249,54 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> 
     g.add_argument("--skip_nonfinite_steps", type=int, default=d["skip_nonfinite_steps"], help="skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning each) before stopping")
     g.add_argument("--mixed_precision", default=d["mixed_precision"], choices=["no", "fp16", "bf16"], help="override the accelerate config's mixed precision")
     g.add_argument("--torch_compile", action="store_true", default=d["torch_compile"], help="compile the model with torch.compile (faster steps on a GPU after a compilation of a minute or so)")
+    g.add_argument("--metric_for_best_model", default=d["metric_for_best_model"], help="evaluation metric that picks the best model and drives early stopping (default: the task's main metric; pretrain: eval_loss)")
+    g.add_argument("--greater_is_better", default=d["greater_is_better"], type=_parse_bool, help="whether a larger --metric_for_best_model is better (default: false for losses and perplexities, else true)")
+    g.add_argument("--load_best_model_at_end", action="store_true", default=d["load_best_model_at_end"], help="checkpoint at every evaluation, keep the best checkpoint, end with its weights")
+    g.add_argument("--early_stopping_patience", type=int, default=d["early_stopping_patience"], help="stop after N evaluations without improvement of --metric_for_best_model (needs --eval_steps)")
+    g.add_argument("--gradient_checkpointing", action="store_true", default=d["gradient_checkpointing"], help="recompute activations in the backward pass (less memory, slower); models that support it")
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: expected true or false")
+
+
+def best_metric_name(config: TrainingConfig) -> str:
+    """``metric_for_best_model`` with the ``eval_`` prefix (``accuracy`` -> ``eval_accuracy``); ``eval_loss`` when
+    unset."""
+    name = config.metric_for_best_model or "eval_loss"
+    return name if name.startswith("eval_") else f"eval_{name}"
+
+
+def greater_is_better(config: TrainingConfig) -> bool:
+    """``config.greater_is_better``, else derived from the metric name: losses and perplexities are better lower."""
+    if config.greater_is_better is not None:
+        return config.greater_is_better
+    name = best_metric_name(config)
+    return not ("loss" in name or "perplexity" in name)
+
+
+#: ``trainer_state.json`` keys of the best-model bookkeeping.
+_BEST_KEYS = ("best_metric", "best_step", "evals_without_improvement")
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """``model.gradient_checkpointing_enable()`` (non-reentrant checkpoints) for models that support it.
+
+    Raises:
+        InputError: the model has no gradient checkpointing (``supports_gradient_checkpointing`` false).
+    """
+    if not getattr(model, "supports_gradient_checkpointing", False) or not hasattr(model, "gradient_checkpointing_enable"):
+        raise InputError(f"--gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing; "
+                         "expected a model with supports_gradient_checkpointing (e.g. SesameBert), or drop the flag")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name; the old one is deprecated
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None):
@@ -397,6 +472,8 @@ class Trainer:
             optimizer = create_optimizer(
                 model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
             )
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         self.collator = train_dataloader.collate_fn
         self.per_device_train_batch_size = int(train_dataloader.batch_size or 1)
         self.num_train_examples = _length(train_dataloader.dataset)  # None: a stream (torch IterableDataset)
@@ -431,6 +508,7 @@ class Trainer:
             "max_train_steps": self.max_train_steps, "num_processes": accelerator.num_processes,
             "gradient_accumulation_steps": G, "per_device_train_batch_size": self.per_device_train_batch_size,
             "num_train_examples": self.num_train_examples, "eval_history": [], "nonfinite_skipped": 0,
+            "best_metric": None, "best_step": None, "evals_without_improvement": 0,
         }
         self.log_history: list[dict[str, Any]] = []
         self.stop_requested = False
@@ -490,10 +568,13 @@ class Trainer:
         return t
 
     def save_checkpoint(self) -> str:
-        """Write ``checkpoints/step_<global_step>`` (all processes must call it)."""
+        """Write ``checkpoints/step_<global_step>`` (all processes must call it); with ``load_best_model_at_end``
+        the best step's checkpoint is kept by the rotation."""
         state = dict(self.state, lr_scheduler=self.scheduler.state_dict())
+        protect = [self.state["best_step"]] if self.config.load_best_model_at_end and self.state["best_step"] is not None else []
         path = ckpt.save_checkpoint(
-            self.accelerator, self.checkpoints_dir, self.state["global_step"], state, self.config.checkpoints_total_limit
+            self.accelerator, self.checkpoints_dir, self.state["global_step"], state, self.config.checkpoints_total_limit,
+            protect=protect,
         )
         self.last_checkpoint = str(path)
         return str(path)
@@ -514,7 +595,8 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
-        self.state.update({k: saved[k] for k in ("global_step", "epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped") if k in saved})
+        self.state.update({k: saved[k] for k in ("global_step", "epoch", "loss_sum", "weight_sum", "eval_history",
+                                                 "nonfinite_skipped", *_BEST_KEYS) if k in saved})
         # the position in the epoch is counted in examples, so that another split of the same global batch
         # (processes x per-device batch x accumulation) continues with the very next examples
         per_micro_batch = self.per_device_train_batch_size * self.accelerator.num_processes
@@ -558,7 +640,16 @@ class Trainer:
         self.stop_requested = True
 
     def evaluate(self) -> dict[str, float]:
-        """Run ``eval_fn`` (all processes), record and log the metrics."""
+        """Run ``eval_fn`` (all processes), record and log the metrics, and update the best model's bookkeeping
+        (``best_metric``, ``best_step``, ``evals_without_improvement`` in :attr:`state`).
+
+        The evaluation before the first step (``eval_steps`` runs one at step 0) is recorded but is no candidate
+        for the best model (there is no checkpoint of it).
+
+        Raises:
+            InputError: ``metric_for_best_model`` is not among the metrics (with ``load_best_model_at_end``,
+                ``early_stopping_patience`` or an explicit ``metric_for_best_model``).
+        """
         if self.eval_fn is None:
             return {}
         metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
@@ -567,7 +658,28 @@ class Trainer:
         self.accelerator.log(metrics, step=step)
         if self.accelerator.is_main_process:
             logger.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        self._update_best(metrics, step)
         return metrics
+
+    def _update_best(self, metrics: Mapping[str, float], step: int) -> None:
+        cfg, name = self.config, best_metric_name(self.config)
+        if name not in metrics:
+            if cfg.load_best_model_at_end or cfg.early_stopping_patience or cfg.metric_for_best_model:
+                raise InputError(f"--metric_for_best_model {cfg.metric_for_best_model or name}: not among the evaluation "
+                                 f"metrics {sorted(metrics)}; expected one of them")
+            return
+        if step == 0:
+            return
+        value, best = metrics[name], self.state["best_metric"]
+        better = greater_is_better(cfg)
+        if math.isfinite(value) and (best is None or (value > best if better else value < best)):
+            self.state.update(best_metric=value, best_step=step, evals_without_improvement=0)
+        else:
+            self.state["evals_without_improvement"] += 1
+
+    def _should_stop_early(self) -> bool:
+        patience = self.config.early_stopping_patience
+        return bool(patience) and self.state["evals_without_improvement"] >= patience
 
     # -- the loop ----------------------------------------------------------------------------------------
     def _consume_batches(self, n: int, per_epoch_batches: int) -> bool:
@@ -608,8 +720,9 @@ class Trainer:
         interval = {"loss": 0.0, "weight": 0.0, "tokens": 0, "samples": 0, "time": 0.0, "steps": 0}
         eta_logged = False
         metrics: dict[str, float] = {}
+        stopping_early = self._should_stop_early()  # a resumed run that had already stopped early
         t_start = time.perf_counter()
-        while self.state["global_step"] < self.max_train_steps:
+        while self.state["global_step"] < self.max_train_steps and not stopping_early:
             self._set_epoch(self.state["epoch"])
             loader = self.train_dataloader
             if self.state["batches_in_epoch"]:
@@ -709,13 +822,22 @@ class Trainer:
                                     record["tokens_per_second"], format_duration(per_step * (self.max_train_steps - step)))
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                     interval = dict.fromkeys(interval, 0.0)
-                if cfg.eval_steps and step % cfg.eval_steps == 0 and step != self.max_train_steps:
+                evaluated = bool(cfg.eval_steps) and step % cfg.eval_steps == 0 and step != self.max_train_steps
+                if evaluated:
                     metrics = self.evaluate()
-                if cfg.checkpointing_steps and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps:
+                    stopping_early = self._should_stop_early()
+                periodic = bool(cfg.checkpointing_steps) and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps
+                if periodic or (evaluated and cfg.load_best_model_at_end and not stopping_early):
                     self.save_checkpoint()
-                    if self.on_save is not None:
+                    if self.on_save is not None and periodic:
                         self.on_save(self, step)
                         acc.wait_for_everyone()
+                if stopping_early:
+                    if acc.is_main_process:
+                        logger.info("early stopping at step %d: %d evaluations without improvement of %s (best %.6g at step %s)",
+                                    step, self.state["evals_without_improvement"], best_metric_name(cfg),
+                                    self.state["best_metric"], self.state["best_step"])
+                    break
                 if reduced[4] > 0 and step != self.max_train_steps:
                     bar.close()
                     path = self.save_checkpoint()
@@ -725,9 +847,15 @@ class Trainer:
                     )
                 if self.state["batches_in_epoch"] == 0:
                     break  # epoch finished
+            if stopping_early:
+                break
         bar.close()
-        metrics = self.evaluate() if self.eval_fn is not None else metrics
+        if self.eval_fn is not None and not stopping_early:
+            metrics = self.evaluate()
+        elif stopping_early:
+            metrics = {k: v for k, v in self.state["eval_history"][-1].items() if k != "step"}
         self.save_checkpoint()
+        metrics = self._load_best_model(metrics)
         result: dict[str, Any] = {
             "train_loss": self.state["loss_sum"] / max(self.state["weight_sum"], 1e-12),
             "train_runtime_s": time.perf_counter() - t_start,
@@ -737,10 +865,31 @@ class Trainer:
             "epoch": self._epoch_position(),
         }
         result.update(metrics)
+        if self.state["best_step"] is not None:
+            result.update(best_step=self.state["best_step"], best_metric=self.state["best_metric"])
+        result["stopped_early"] = stopping_early
         result["replica_max_abs_diff"] = self.replica_difference()
         result["eval_history"] = list(self.state["eval_history"])
         result["log_history"] = list(self.log_history)
         return result
+
+    def _load_best_model(self, last_metrics: dict[str, float]) -> dict[str, float]:
+        """With ``load_best_model_at_end``: load the best step's checkpoint (model, optimizer, RNG states) when it
+        is not the last step and return the metrics recorded at that step; else return ``last_metrics``. (Side
+        products of ``eval_fn``, e.g. saved predictions, are the last evaluation's: run ``eval_fn`` again for
+        the best model's.)"""
+        best = self.state["best_step"]
+        if not self.config.load_best_model_at_end or best is None or best == self.state["global_step"]:
+            return last_metrics
+        path = os.path.join(self.checkpoints_dir, f"step_{best}")
+        problem = ckpt.verify_checkpoint(path)
+        if problem is not None:
+            raise InputError(f"--load_best_model_at_end: the best checkpoint {path} is damaged ({problem}); expected it intact")
+        self.accelerator.load_state(path)
+        if self.accelerator.is_main_process:
+            logger.info("loaded the best model: step %d (%s = %.6g)", best, best_metric_name(self.config), self.state["best_metric"])
+        record = next(e for e in reversed(self.state["eval_history"]) if e["step"] == best)
+        return {k: v for k, v in record.items() if k != "step"}
 
     def replica_difference(self) -> float:
         """Largest difference between processes of the per-tensor parameter sums (0.0 when every process holds

@@ -26,7 +26,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+        if ("default" in text.lower() or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
             return text
         return super()._get_help_string(action)
 

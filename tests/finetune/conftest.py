@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 
 def write_tsv(path: Path, rows: list[list[str]], bom: bool = False) -> Path:
@@ -102,3 +103,25 @@ def make_glue_dir(root: Path) -> Path:
 def glue_dir(tmp_path: Path) -> Path:
     """A miniature GLUE directory (all nine tasks and the diagnostic set) in tmp_path."""
     return make_glue_dir(tmp_path / "glue_data")
+
+
+WORDS = ("the a an cat dog sat on mat it was warm film movie good bad story he said yes no man is playing flute "
+         "plane taking off loves its characters charming journey bleak and of to in").split()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer SesameBert (hidden 32) with a tiny WordPiece tokenizer, saved."""
+    from transformers import BertTokenizer
+
+    from modeling import SesameBertConfig, SesameBertModel
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + WORDS + [".", ",", "?", "!", "'", '"'])})
+    config = SesameBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    SesameBertModel(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -13,28 +13,8 @@ import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import glue
 from training.errors import InputError, run_cli
 
-WORDS = ("the a an cat dog sat on mat it was warm film movie good bad story he said yes no man is playing flute "
-         "plane taking off loves its characters charming journey bleak and of to in").split()
 COMMON = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
           "--learning_rate", "1e-3", "--logging_steps", "1"]
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer SesameBert (hidden 32) with a tiny WordPiece tokenizer, saved."""
-    from transformers import BertTokenizer
-
-    from modeling import SesameBertConfig, SesameBertModel
-
-    path = tmp_path_factory.mktemp("tiny-bert")
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + WORDS + [".", ",", "?", "!", "'", '"'])})
-    config = SesameBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    SesameBertModel(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 def _run(args: list[str]) -> dict:
@@ -50,7 +30,7 @@ def _config(out: Path) -> dict:
 def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "sst2"
     results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "3", "--do_predict", *COMMON])
+                    "--output_dir", str(out), "--max_train_steps", "3", "--do_train", "--do_eval", "--do_predict", *COMMON])
     assert results["global_step"] == 3 and results["train_loss"] > 0
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
     config = _config(out)
@@ -68,7 +48,7 @@ def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
 def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "mnli"
     results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "mnli", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "2", "--do_predict", *COMMON])
+                    "--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
     for key in ("eval_accuracy", "eval_matched_accuracy", "eval_mismatched_accuracy", "eval_mismatched_loss"):
         assert key in results
     assert results["eval_accuracy"] == results["eval_matched_accuracy"]
@@ -80,7 +60,7 @@ def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
 def test_regression_task(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "stsb"
     results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "stsb", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "2", "--do_predict", *COMMON])
+                    "--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
     assert {"eval_pearson", "eval_spearmanr", "eval_loss"} <= set(results)
     config = _config(out)
     assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1
@@ -104,7 +84,7 @@ def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_
     out = tmp_path / "custom"
     results = _run(["--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--validation_file", str(dev),
                     "--test_file", str(test), "--sentence1_key", "premise", "--sentence2_key", "hypothesis",
-                    "--output_dir", str(out), "--num_train_epochs", "2", "--do_predict", *COMMON])
+                    "--output_dir", str(out), "--num_train_epochs", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
     assert {"eval_accuracy", "eval_macro_f1"} <= set(results) and results["global_step"] == 6  # 2 epochs x 3 batches
     assert _config(out)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
     assert len((out / "predictions_test.tsv").read_text().splitlines()) == 7

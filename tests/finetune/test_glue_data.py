@@ -193,6 +193,29 @@ def test_labels_outside_label_set(tmp_path, glue_dir):
         load_glue_data("sst2", glue_dir=glue_dir)
 
 
+@pytest.mark.parametrize("train_labels, dev_label", [(["0", "2", "2", "0"], "1"), (["-1", "1", "1", "-1"], "0")])
+def test_custom_digit_labels_are_names_not_class_ids(tmp_path, train_labels, dev_label):
+    # Labels {0, 2}: a "1" used to become class 1 (= "2"); labels {-1, 1}: a "0" used to become "-1".
+    train = _write(tmp_path / "train.tsv", [{"sentence": f"s {i}", "label": l} for i, l in enumerate(train_labels)], "tsv")
+    dev = _write(tmp_path / "dev.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": dev_label}], "tsv")
+    names = sorted(set(train_labels), key=int)
+    with pytest.raises(InputError) as err:
+        load_glue_data(train_file=train, validation_file=dev)
+    message = str(err.value)
+    assert f"dev.tsv (validation), column 'label': 1 label(s) outside the label set {names}: '{dev_label}' (row 1)" in message
+    assert "expected one of the label names" in message and len(message.splitlines()) == 1
+    # the labels that are in the set keep their names (class ids in the sorted order)
+    ok = _write(tmp_path / "ok.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": train_labels[0]}], "tsv")
+    ds = load_glue_data(train_file=train, validation_file=ok)
+    assert ds["validation"].features["label"].names == names
+    assert [names[i] for i in ds["validation"]["label"]] == [train_labels[1], train_labels[0]]
+
+
+def test_glue_tasks_still_read_class_ids_from_their_files(glue_dir):
+    ds = load_glue_data("sst2", glue_dir=glue_dir)
+    assert ds["train"]["label"] == [0, 0, 1] and ds["train"].features["label"].names == ["negative", "positive"]
+
+
 def test_empty_split(tmp_path):
     train = _write(tmp_path / "train.tsv", NLI_ROWS, "tsv")
     empty = tmp_path / "dev.tsv"

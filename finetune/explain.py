@@ -1,0 +1,423 @@
+"""``python -m finetune.explain``: which tokens drove a sequence classifier's prediction (saliency maps).
+
+For a fine-tuned classifier of either family, the attribution of each input token to the score of one label
+(the predicted one, or ``--target``), computed with Captum on the model's **layer-0 token representations**:
+
+* BERT-like models (SesameBert, transformers' BERT, ...): the word embeddings (``model.get_input_embeddings()``
+  output, ``(B, T, H)``), before position and token-type embeddings are added;
+* ELMo-style models (SesameElmo): the character-CNN token representations (layer 0 of the BiLM, ``(B, T, P)``);
+  a frozen BiLM is differentiated through all the same (its weights are not changed).
+
+The explained score ``f`` is the log-probability of the label (``log_softmax`` of the logits; the predicted value
+for a regression head). Methods (Captum):
+
+* ``saliency`` -- the gradient ``∂f/∂x`` (Simonyan et al., 2014, "Deep Inside Convolutional Networks"; the
+  lecture's ∂loss/∂x up to the sign, since the loss of the label is ``-f``); a token's score is the largest
+  absolute gradient over its hidden dimension (unsigned; the paper's maximum over colour channels, eq. 10).
+* ``input_x_gradient`` -- ``x ⊙ ∂f/∂x`` summed over the hidden dimension (signed; Shrikumar et al., 2016).
+* ``integrated_gradients`` -- ``(x - x') ⊙ ∫₀¹ ∂f(x' + α(x - x'))/∂x dα`` summed over the hidden dimension
+  (signed; Sundararajan et al., 2017, "Axiomatic Attribution for Deep Networks", eq. 1), with the baseline
+  ``x' = 0`` (every token's layer-0 representation zero; BERT-like: position and token-type embeddings kept),
+  Gauss-Legendre with ``--n_steps`` points, 4 times more (up to ``--max_steps``) until the scores sum to
+  ``f(x) - f(x')`` within 5% (completeness; the remaining ``convergence_delta`` is reported).
+
+Word pieces are merged into words (the tokenizer's character offsets: pieces without a gap between them form a
+word; special tokens are left out); a word's score is the sum of its pieces' scores (saliency: the maximum). Outputs in ``--output_dir``: ``explanations.json`` (per text: label, probabilities, words with
+scores and character spans, word pieces with scores), ``explanations.html`` (words coloured by score: red
+towards the label, blue against it) and ``explanations.png`` (one bar chart of word scores per text)::
+
+    python -m finetune.explain --model_name_or_path outputs/sst2 --text "a charming and moving film" \\
+        --text "dull , lifeless and far too long" --method integrated_gradients --output_dir outputs/sst2-explain
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.errors import InputError, add_debug_argument, check_local_path, first_line, run_cli
+
+logger = logging.getLogger("finetune.explain")
+
+METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
+BASELINE = "zero layer-0 token representations (BERT-like: zero word embeddings, position and token-type embeddings kept)"
+
+
+class Layer0:
+    """Replaces the output of a model's layer-0 token representations by a given tensor during forward passes,
+    so that Captum can attribute to it as to an input.
+
+    ``representations(inputs)`` gives ``x (B, T, D)`` of the unchanged model; inside ``with layer0.replaced(x,
+    inputs)`` the module returns ``x`` instead of computing it (for SesameElmo sentence pairs, laid out as the
+    model lays out its two sentences).
+
+    Raises:
+        InputError: a model whose layer 0 is not known (neither ``sesame-elmo`` nor ``get_input_embeddings``).
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.elmo = getattr(model.config, "model_type", "") == "sesame-elmo"
+        if self.elmo:
+            self.module = model.elmo.char_encoder
+        else:
+            self.module = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        if self.module is None:
+            raise InputError(f"--model_name_or_path: {type(model).__name__} has no input embeddings to attribute to; "
+                             "expected a BERT-like or SesameElmo sequence classifier")
+        self.replacement: torch.Tensor | None = None
+        self.inputs: dict[str, torch.Tensor] = {}
+
+    def _hook(self, module, args, output):
+        x = self.replacement
+        if x is None:
+            return output
+        if output.shape[:2] == x.shape[:2]:
+            return x.to(output.dtype) if output.dtype != x.dtype else x
+        return self._pair_layout(x, output)
+
+    def _pair_layout(self, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """SesameElmo pairs run both sentences through the BiLM as one batch ``(2B, W, D)``, each packed to the
+        left (``split_pair``); put ``x (B, T, D)`` in that layout."""
+        from modeling.elmo.modeling_elmo import split_pair
+
+        mask, types = self.inputs["attention_mask"], self.inputs["token_type_ids"]
+        parts = []
+        for segment in (0, 1):
+            index, m = split_pair(types, mask, segment)
+            rows = x.gather(1, index.unsqueeze(-1).expand(*index.shape, x.shape[-1])) * m.unsqueeze(-1).to(x.dtype)
+            parts.append(torch.nn.functional.pad(rows, (0, 0, 0, output.shape[1] - rows.shape[1])))
+        return torch.cat(parts).to(output.dtype)
+
+    def representations(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Layer-0 representations ``(B, T, D)`` float32 of ``inputs`` (one batch of single texts or pairs)."""
+        if self.elmo:
+            return self.module(inputs["char_ids"]).detach().float()
+        return self.module(inputs["input_ids"]).detach().float()
+
+    def forward(self, x: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits ``(B, C)`` of the model with layer 0 replaced by ``x (B, T, D)``."""
+        handle = self.module.register_forward_hook(self._hook)
+        self.replacement, self.inputs = x, inputs
+        try:
+            return self.model(**inputs).logits
+        finally:
+            handle.remove()
+            self.replacement, self.inputs = None, {}
+
+
+def _score_fn(layer0: Layer0, regression: bool, names: Sequence[str]):
+    """``f(x, *input tensors) -> (B, C)``: log-probabilities (or the regression value), for Captum."""
+
+    def f(x, *tensors):
+        logits = layer0.forward(x, dict(zip(names, tensors))).float()
+        return logits if regression else torch.log_softmax(logits, dim=-1)
+
+    return f
+
+
+def merge_word_pieces(offsets: Sequence[tuple[int, int]], special: Sequence[int], segments: Sequence[int]) -> list[list[int]]:
+    """Group token positions into words: consecutive non-special tokens of the same segment whose character
+    spans touch (the next starts where the previous ended) form one word.
+
+    Args:
+        offsets: ``(start, end)`` character span of each token in its own text.
+        special: 1 for special tokens ([CLS], [SEP], <S>, padding), which belong to no word.
+        segments: 0 / 1, the text of each token (first text or ``text_pair``).
+
+    Returns:
+        Lists of token positions, one list per word, in order.
+    """
+    words: list[list[int]] = []
+    for i, ((start, end), is_special, seg) in enumerate(zip(offsets, special, segments)):
+        if is_special or end <= start:
+            continue
+        if words:
+            j = words[-1][-1]
+            if j == i - 1 and segments[j] == seg and offsets[j][1] == start:
+                words[-1].append(i)
+                continue
+        words.append([i])
+    return words
+
+
+def _encode(tokenizer, text: str, text_pair: str | None, max_length: int) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+    encoded = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_offsets_mapping=True,
+                        return_special_tokens_mask=True)
+    meta = {"offsets": [tuple(o) for o in encoded.pop("offset_mapping")],
+            "special": list(encoded.pop("special_tokens_mask")),
+            "tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"])}
+    types = encoded.get("token_type_ids") or [0] * len(encoded["input_ids"])
+    if text_pair is not None and not any(types):  # tokenizers without token types: the sequence ids tell
+        seq = encoded.sequence_ids() if hasattr(encoded, "sequence_ids") else None
+        types = [1 if s == 1 else 0 for s in seq] if seq else types
+    meta["segments"] = list(types)
+    inputs = {k: torch.tensor([v]) for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids", "char_ids")}
+    return inputs, meta
+
+
+def explain(
+    model: torch.nn.Module,
+    tokenizer,
+    text: str,
+    text_pair: str | None = None,
+    method: str = "saliency",
+    target: int | str | None = None,
+    n_steps: int = 50,
+    max_length: int | None = None,
+    max_steps: int = 3200,
+    completeness_tolerance: float = 0.05,
+) -> dict[str, Any]:
+    """Per-word attributions of one text (or pair) to one label's score; see the module docstring.
+
+    Args:
+        model: an ``AutoModelForSequenceClassification`` (BERT-like or SesameElmo), put in eval mode here.
+        tokenizer: its tokenizer (character offsets needed: a fast tokenizer or the SesameElmo tokenizer).
+        text / text_pair: the input.
+        method: one of :data:`METHODS`.
+        target: label name or id to explain; default the predicted label (ignored for regression).
+        n_steps: integration points of ``integrated_gradients`` to start with; multiplied by 4 (up to
+            ``max_steps``) until ``|sum of scores - (f(x) - f(x'))| <= completeness_tolerance * |f(x) - f(x')|``
+            (or 1e-4): the path from the baseline can cross the decision in a short stretch that few points miss.
+        max_length: truncation length in tokens (default the model's ``max_position_embeddings`` or 512).
+
+    Returns:
+        A JSON-able dict: ``text``, ``text_pair``, ``method``, ``label`` (explained), ``label_id``,
+        ``predicted_label``, ``probabilities`` (label -> p; regression: ``prediction``), ``score`` (f(x)),
+        ``words`` (``word``, ``segment``, ``start``, ``end``, ``score``, ``pieces``), ``tokens`` (``token``,
+        ``score``); ``integrated_gradients`` adds ``baseline``, ``baseline_score`` (f(x')) and
+        ``convergence_delta`` (sum of scores - (f(x) - f(x'))) and ``n_steps`` (the points used).
+
+    Raises:
+        InputError: unknown method or target label, empty text.
+    """
+    from captum.attr import InputXGradient, IntegratedGradients, Saliency
+
+    if method not in METHODS:
+        raise InputError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    if not text or not text.strip():
+        raise InputError("--text: empty; expected a sentence to explain")
+    config = model.config
+    regression = getattr(config, "problem_type", None) == "regression" or config.num_labels == 1
+    id2label = {int(k): v for k, v in (config.id2label or {}).items()}
+    model.eval()
+    max_length = max_length or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
+    device = next(model.parameters()).device
+    inputs, meta = _encode(tokenizer, text, text_pair, max_length)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    restore = getattr(config, "freeze_backbone", None)
+    if restore:
+        config.freeze_backbone = False  # SesameElmo runs a frozen BiLM under no_grad: let the gradient through
+    try:
+        layer0 = Layer0(model)
+        names = list(inputs)
+        f = _score_fn(layer0, regression, names)
+        x = layer0.representations(inputs)
+        extra = tuple(inputs[n] for n in names)
+        with torch.no_grad():
+            out = f(x, *extra)[0].float()
+        predicted = 0 if regression else int(out.argmax())
+        label_id = predicted if target is None or regression else _label_id(target, id2label, config.num_labels)
+        x.requires_grad_(True)
+        result: dict[str, Any] = {}
+        if method == "saliency":
+            grads = Saliency(f).attribute(x, target=label_id, abs=False, additional_forward_args=extra)[0].float()
+            per_token = grads.abs().amax(dim=-1)
+        elif method == "input_x_gradient":
+            per_token = InputXGradient(f).attribute(x, target=label_id, additional_forward_args=extra)[0].float().sum(-1)
+        else:
+            baseline = torch.zeros_like(x)
+            with torch.no_grad():
+                gap = float(out[label_id]) - float(f(baseline, *extra)[0, label_id])
+            ig, steps = IntegratedGradients(f), n_steps
+            while True:  # more points until complete: a saturated classifier can switch within a short stretch of the path
+                attributions, delta = ig.attribute(
+                    x, baselines=baseline, target=label_id, additional_forward_args=extra, n_steps=steps,
+                    method="gausslegendre", return_convergence_delta=True, internal_batch_size=64)
+                delta = float(delta.reshape(-1)[0])
+                if abs(delta) <= max(completeness_tolerance * abs(gap), 1e-4) or steps >= max_steps:
+                    break
+                steps = min(4 * steps, max_steps)
+            if abs(delta) > max(completeness_tolerance * abs(gap), 1e-4):
+                logger.warning("integrated gradients: the scores miss f(x) - f(baseline) = %.4g by %.4g after %d steps "
+                               "(raise --max_steps)", gap, delta, steps)
+            per_token = attributions[0].float().sum(-1)
+            result.update(baseline=BASELINE, baseline_score=float(out[label_id]) - gap, convergence_delta=delta, n_steps=steps)
+    finally:
+        if restore:
+            config.freeze_backbone = restore
+    scores = per_token.detach().cpu().tolist()
+    texts = (text, text_pair)
+    words = []
+    for group in merge_word_pieces(meta["offsets"], meta["special"], meta["segments"]):
+        seg = meta["segments"][group[0]]
+        start, end = meta["offsets"][group[0]][0], meta["offsets"][group[-1]][1]
+        piece_scores = [scores[i] for i in group]
+        score = max(piece_scores) if method == "saliency" else sum(piece_scores)
+        words.append({"word": texts[seg][start:end], "segment": seg, "start": start, "end": end, "score": score,
+                      "pieces": [meta["tokens"][i] for i in group]})
+    result.update({
+        "text": text, "text_pair": text_pair, "method": method,
+        "label": "prediction" if regression else id2label.get(label_id, str(label_id)), "label_id": label_id,
+        "predicted_label": "prediction" if regression else id2label.get(predicted, str(predicted)),
+        "score": float(out[label_id]),
+        "words": words,
+        "tokens": [{"token": t, "score": s} for t, s in zip(meta["tokens"], scores)],
+    })
+    if regression:
+        result["prediction"] = float(out[0])
+    else:
+        result["probabilities"] = {id2label.get(i, str(i)): float(p) for i, p in enumerate(out.exp().tolist())}
+    return result
+
+
+def _label_id(target: int | str, id2label: dict[int, str], num_labels: int) -> int:
+    names = {v.lower(): k for k, v in id2label.items()}
+    key = str(target).strip()
+    if key.lower() in names:
+        return names[key.lower()]
+    if key.isdigit() and int(key) < num_labels:
+        return int(key)
+    raise InputError(f"--target {target!r}: not a label of the model; expected one of {[id2label[i] for i in sorted(id2label)]} "
+                     f"or a class id 0..{num_labels - 1}")
+
+
+def top_words(explanation: dict[str, Any], k: int = 3) -> list[tuple[str, float]]:
+    """The ``k`` words with the largest absolute scores, as ``(word, score)``, largest first."""
+    ranked = sorted(explanation["words"], key=lambda w: -abs(w["score"]))
+    return [(w["word"], w["score"]) for w in ranked[:k]]
+
+
+# -- outputs -------------------------------------------------------------------------------------------------
+def _color(score: float, scale: float) -> str:
+    a = min(abs(score) / scale, 1.0) if scale > 0 else 0.0
+    return f"rgba(214, 39, 40, {a:.3f})" if score >= 0 else f"rgba(31, 119, 180, {a:.3f})"
+
+
+def render_html(explanations: Sequence[dict[str, Any]]) -> str:
+    """An HTML page: one paragraph per explanation, each word on a background whose opacity is its score
+    relative to the largest absolute score of that text (red: towards the label, blue: against it)."""
+    parts = ["<!DOCTYPE html>", '<html><head><meta charset="utf-8"><title>sesame-lm explanations</title>',
+             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:2}"
+             " .w{padding:0.15em 0.25em;border-radius:0.25em;margin:0 0.05em} .meta{color:#555;font-size:0.9em}"
+             " .sep{color:#999;margin:0 0.6em}</style></head><body>"]
+    for e in explanations:
+        scale = max((abs(w["score"]) for w in e["words"]), default=0.0)
+        prob = e.get("probabilities", {}).get(e["label"])
+        head = (f"{html.escape(e['method'])}: label <b>{html.escape(str(e['label']))}</b>"
+                + (f" (p = {prob:.3f})" if prob is not None else "")
+                + f", predicted <b>{html.escape(str(e['predicted_label']))}</b>")
+        if "convergence_delta" in e:
+            head += f"; completeness gap {e['convergence_delta']:.2e}"
+        spans, segment = [], 0
+        for w in e["words"]:
+            if w["segment"] != segment:
+                spans.append('<span class="sep">||</span>')
+                segment = w["segment"]
+            spans.append(f'<span class="w" style="background:{_color(w["score"], scale)}" title="{w["score"]:.4g}">'
+                         f"{html.escape(w['word'])}</span>")
+        parts.append(f'<div><p class="meta">{head}</p><p>{" ".join(spans)}</p></div><hr>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def plot_explanations(explanations: Sequence[dict[str, Any]]):
+    """A figure (Agg canvas): one bar chart of word scores per explanation, bars red (towards the label) or blue."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = len(explanations)
+    width = max(6.0, 0.45 * max(len(e["words"]) for e in explanations) + 1.5)
+    fig = Figure(figsize=(width, 2.8 * n), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, e in enumerate(explanations):
+        ax = fig.add_subplot(n, 1, i + 1)
+        scores = [w["score"] for w in e["words"]]
+        ax.bar(range(len(scores)), scores, color=["#d62728" if s >= 0 else "#1f77b4" for s in scores])
+        ax.set_xticks(range(len(scores)), [w["word"] for w in e["words"]], rotation=45, ha="right", fontsize=9)
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        ax.set_ylabel("attribution")
+        prob = e.get("probabilities", {}).get(e["label"])
+        ax.set_title(f"{e['method']} for label '{e['label']}'" + (f" (p = {prob:.3f})" if prob is not None else ""), fontsize=10)
+    return fig
+
+
+def write_outputs(explanations: Sequence[dict[str, Any]], output_dir: str | os.PathLike) -> dict[str, Path]:
+    """``explanations.json``, ``explanations.html`` and ``explanations.png`` in ``output_dir``, atomically."""
+    from tokenizer.corpus import atomic_output_dir
+
+    with atomic_output_dir(output_dir) as tmp:
+        (tmp / "explanations.json").write_text(json.dumps(list(explanations), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / "explanations.html").write_text(render_html(explanations), encoding="utf-8")
+        plot_explanations(explanations).savefig(tmp / "explanations.png", dpi=100)
+    out = Path(output_dir)
+    return {k: out / f"explanations.{k}" for k in ("json", "html", "png")}
+
+
+# -- command line ------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from finetune.arguments import HelpFormatter
+
+    parser = argparse.ArgumentParser(prog="python -m finetune.explain", formatter_class=HelpFormatter,
+                                     description="Per-word attributions (Captum) of a fine-tuned sequence classifier's prediction.")
+    parser.add_argument("--model_name_or_path", required=True, help="fine-tuned classifier folder (finetune.glue output) or hub repo")
+    parser.add_argument("--text", action="append", required=True, help="text to explain; repeat for several")
+    parser.add_argument("--text_pair", action="append", default=None, help="second text of a pair, one per --text")
+    parser.add_argument("--method", default="saliency", choices=METHODS, help="attribution method")
+    parser.add_argument("--target", default=None, help="label name or id to explain (default: the predicted label)")
+    parser.add_argument("--n_steps", type=int, default=50, help="integrated_gradients: integration points to start with")
+    parser.add_argument("--max_steps", type=int, default=3200, help="integrated_gradients: at most this many points (4x more each time the attributions are not complete within 5%%)")
+    parser.add_argument("--max_seq_length", type=int, default=None, help="truncate inputs to N tokens (default: the model's positions, at most 512)")
+    parser.add_argument("--revision", default=None, help="hub revision of --model_name_or_path")
+    parser.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
+    parser.add_argument("--output_dir", required=True, help="folder for explanations.json / .html / .png")
+    add_debug_argument(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.text_pair is not None and len(args.text_pair) != len(args.text):
+        raise InputError(f"--text_pair given {len(args.text_pair)} time(s) for {len(args.text)} --text; expected one per --text")
+    if args.n_steps < 1:
+        raise InputError(f"--n_steps {args.n_steps}: expected an integer >= 1")
+    from training.checkpoint import check_output_dir
+
+    check_output_dir(args.output_dir)
+    check_local_path(args.model_name_or_path, "--model_name_or_path", "a folder written by save_pretrained or a hub repo id")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+
+    hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, **hub)
+        model = AutoModelForSequenceClassification.from_pretrained(args.model_name_or_path, **hub)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--model_name_or_path {args.model_name_or_path}: cannot load a sequence classifier "
+                         f"({type(err).__name__}: {first_line(err)}); expected a finetune.glue output folder") from None
+    pairs = args.text_pair or [None] * len(args.text)
+    explanations = [explain(model, tokenizer, t, p, method=args.method, target=args.target, n_steps=args.n_steps,
+                            max_length=args.max_seq_length, max_steps=max(args.max_steps, args.n_steps))
+                    for t, p in zip(args.text, pairs)]
+    paths = write_outputs(explanations, args.output_dir)
+    for e in explanations:
+        top = ", ".join(f"{w} ({s:+.3g})" for w, s in top_words(e))
+        print(f"{e['label']}: {e['text']!r}{' / ' + repr(e['text_pair']) if e['text_pair'] else ''} -> top words {top}")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

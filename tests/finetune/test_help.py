@@ -1,0 +1,44 @@
+"""finetune.glue / finetune.squad --help: one default per flag, and the default the script really uses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from finetune import glue, squad
+
+
+def _entries(parser, monkeypatch) -> dict[str, str]:
+    """Flag -> its help entry (the flag's line and the indented lines that continue it), on a wide terminal."""
+    monkeypatch.setenv("COLUMNS", "2000")
+    entries, flag = {}, None
+    for line in parser.format_help().splitlines():
+        match = re.match(r"^  (--?\w[\w-]*)", line)
+        if match:
+            flag = match.group(1)
+            entries[flag] = line
+        elif flag and line.startswith("    "):
+            entries[flag] += " " + line.strip()
+        else:
+            flag = None
+    return entries
+
+
+@pytest.mark.parametrize("module", [glue, squad], ids=["glue", "squad"])
+def test_help_shows_one_default_per_flag(module, monkeypatch):
+    entries = _entries(module.build_parser(), monkeypatch)
+    assert len(entries) > 40
+    doubled = {flag: line for flag, line in entries.items() if line.lower().count("default") > 1}
+    assert not doubled, doubled
+
+
+@pytest.mark.parametrize("module, lr, batch", [(glue, "2e-05", "32"), (squad, "3e-05", "12")], ids=["glue", "squad"])
+def test_help_shows_the_defaults_the_script_uses(module, lr, batch, monkeypatch):
+    entries = _entries(module.build_parser(), monkeypatch)
+    args = module.build_parser().parse_args(["--model_name_or_path", "m"])
+    assert args.learning_rate == float(lr) and args.per_device_train_batch_size == int(batch)
+    assert f"(default: {lr})" in entries["--learning_rate"]
+    assert f"(default: {batch})" in entries["--per_device_train_batch_size"]
+    assert "(default: 128)" in entries["--doc_stride"] if module is squad else "(default: 128)" in entries["--max_seq_length"]
+    assert "default" not in entries["--do_train"].lower() or entries["--do_train"].lower().count("default") == 1

@@ -1,0 +1,137 @@
+"""finetune.squad --do_predict on questions without answers (v1.1 and v2 with the null threshold), the refusal
+of such questions for training and evaluation, curves.png and the best model at the end, and 2-process
+prediction writing every question once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from finetune import squad
+from finetune.squad_data import load_squad_file
+from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
+    FAST, QUESTIONS, ROOT, WINDOW, _json, _one_thread, _run, squad_document, tiny_sesame_bert, wordpiece_dir, write_json,
+)
+from training.errors import InputError, run_cli
+
+
+def _without_answers(document: dict) -> dict:
+    """The same questions with the ``answers`` (and ``is_impossible``) keys removed, as a file to predict."""
+    stripped = json.loads(json.dumps(document))
+    for article in stripped["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa.pop("answers", None)
+                qa.pop("is_impossible", None)
+    return stripped
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_sesame_bert) -> Path:
+    """A SesameBert QA model fine-tuned for a few steps on the six questions (v2 head: same weights either way)."""
+    root = tmp_path_factory.mktemp("squad-trained")
+    data = write_json(root / "train.json", squad_document(QUESTIONS))
+    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--output_dir", str(root / "model"),
+          "--max_train_steps", "4", "--learning_rate", "1e-3", *FAST])
+    return root / "model"
+
+
+def test_questions_without_answers_are_read_for_prediction_only(tmp_path):
+    path = write_json(tmp_path / "q.json", _without_answers(squad_document(QUESTIONS)))
+    ds, report = load_squad_file(path, version_2_with_negative=False, require_answers=False)
+    assert ds["id"] == [q[0] for q in QUESTIONS] and all(a["text"] == [] for a in ds["answers"])
+    assert report.questions == 6
+    with pytest.raises(InputError, match=r"question id 'q1' has no 'answers'; training and evaluation need them.*--do_predict --test_file"):
+        load_squad_file(path, version_2_with_negative=True)
+
+
+def test_predict_v1_writes_every_id_and_matches_evaluation(trained, tmp_path):
+    document = squad_document(QUESTIONS)
+    labelled = write_json(tmp_path / "dev.json", document)
+    test = write_json(tmp_path / "test.json", _without_answers(document))
+    out = tmp_path / "both"
+    results = _run(["--model_name_or_path", str(trained), "--validation_file", str(labelled), "--test_file", str(test),
+                    "--do_eval", "--do_predict", "--output_dir", str(out), *WINDOW])
+    predictions = _json(out / "predictions.json")
+    assert list(predictions) == [q[0] for q in QUESTIONS]
+    assert predictions == _json(out / "eval_predictions.json")  # the same questions, evaluated and predicted
+    assert "eval_f1" in results and not (out / "null_odds.json").exists()
+    only = tmp_path / "only"
+    assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict", "--output_dir",
+                       str(only), *WINDOW]) == 0
+    assert _json(only / "predictions.json") == predictions
+    assert set(_json(only / "nbest_predictions.json")) == set(predictions)
+
+
+def test_predict_v2_applies_the_null_threshold(trained, tmp_path):
+    unanswerable = [("u1", "whale", QUESTIONS[0][2], "When did it rain?")]
+    test = write_json(tmp_path / "test.json", _without_answers(squad_document(QUESTIONS, unanswerable)))
+    runs = {}
+    for name, threshold in (("never", "1e6"), ("always", "-1e6"), ("zero", "0")):
+        out = tmp_path / name
+        assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict",
+                           "--version_2_with_negative", f"--null_score_diff_threshold={threshold}", "--output_dir", str(out),
+                           *WINDOW]) == 0
+        runs[name] = (_json(out / "predictions.json"), _json(out / "null_odds.json"))
+    ids = {q[0] for q in QUESTIONS} | {"u1"}
+    assert all(set(p) == set(o) == ids for p, o in runs.values())
+    assert all(a != "" for a in runs["never"][0].values()) and all(a == "" for a in runs["always"][0].values())
+    predictions, odds = runs["zero"]
+    assert all((predictions[q] == "") == (odds[q] > 0) for q in ids)
+
+
+def test_training_or_evaluating_on_questions_without_answers_is_one_error_line(tiny_sesame_bert, tmp_path, capsys):
+    test = write_json(tmp_path / "test.json", _without_answers(squad_document(QUESTIONS)))
+    for flags in (["--train_file", str(test)], ["--validation_file", str(test), "--do_eval"]):
+        out = tmp_path / "refused"
+        assert run_cli(squad.main, ["--model_name_or_path", str(tiny_sesame_bert), *flags, "--output_dir", str(out), *FAST]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert "question id 'q1' has no 'answers'" in err and not out.exists()
+    assert run_cli(squad.main, ["--model_name_or_path", str(tiny_sesame_bert), "--do_predict", "--output_dir",
+                                str(tmp_path / "x"), "--validation_file", str(test)]) == 2
+    assert "--do_predict needs --test_file" in capsys.readouterr().err
+
+
+def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_path):
+    data = write_json(tmp_path / "train.json", squad_document(QUESTIONS))
+    out = tmp_path / "best"
+    results = _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--validation_file", str(data),
+                    "--output_dir", str(out), "--max_train_steps", "6", "--eval_steps", "2", "--learning_rate", "1e-3",
+                    "--load_best_model_at_end", "--metric_for_best_model", "f1", *FAST])
+    history = [e for e in _json(out / "eval_history.json") if e["step"] > 0]
+    best = max(history, key=lambda e: e["eval_f1"])  # the first of equal maxima, as the loop keeps
+    assert results["best_step"] == best["step"] and results["eval_f1"] == best["eval_f1"]
+    assert (out / "curves.png").is_file() and _json(out / "trainer_log.json")
+    again = tmp_path / "again"
+    results2 = _run(["--model_name_or_path", str(out), "--validation_file", str(data), "--do_eval", "--output_dir",
+                     str(again), *WINDOW])
+    assert results2["eval_f1"] == pytest.approx(best["eval_f1"])
+    assert _json(again / "predictions.json") == _json(out / "predictions.json")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
+    rows = QUESTIONS + [("q7", "whale", QUESTIONS[0][2], "What did the sailors lower?", "the boats")]
+    test = write_json(tmp_path / "seven.json", _without_answers(squad_document(rows)))
+    one = tmp_path / "one"
+    assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict", "--output_dir",
+                       str(one), *WINDOW, "--per_device_eval_batch_size", "2"]) == 0
+    from tests._launch import subprocess_env
+    from tests.finetune.test_glue_workflows import _free_port
+
+    two = tmp_path / "two"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "cpu-2proc.yaml"),
+              "--main_process_port", str(_free_port()), "-m", "finetune.squad"]
+    proc = subprocess.run([*launch, "--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict",
+                           "--output_dir", str(two), *WINDOW, "--per_device_eval_batch_size", "2"],
+                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    predictions, reference = _json(two / "predictions.json"), _json(one / "predictions.json")
+    assert sorted(predictions) == sorted(r[0] for r in rows) and list(predictions) == list(reference)
+    assert predictions == reference
