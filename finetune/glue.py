@@ -42,6 +42,7 @@ from torch.utils.data import Sampler
 
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.errors import InputError, add_debug_argument, check_local_path, first_line, run_cli
+from training.run import epoch_seed
 
 logger = logging.getLogger("finetune.glue")
 
@@ -65,7 +66,7 @@ class LengthGroupedSampler(Sampler[int]):
         return len(self.lengths)
 
     def __iter__(self):
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1)[0]))
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         order = torch.randperm(len(self.lengths), generator=g).tolist()
         size = self.batch_size * self.factor
         megas = [sorted(order[i : i + size], key=lambda j: -self.lengths[j]) for i in range(0, len(order), size)]
@@ -215,20 +216,15 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
 
 
 def check_model_fits(args, tokenizer, config) -> None:
-    """Refuse a tokenizer with more tokens than the model's vocabulary, or ``--max_seq_length`` beyond the
-    model's positions (either would index past an embedding table).
+    """:func:`training.run.check_model_fits` for the tokenizer of ``--tokenizer_name`` (else the model's) and
+    ``--max_seq_length``.
 
     Raises:
         InputError: naming the flag and the model's limit.
     """
-    vocab = getattr(config, "vocab_size", None)
-    if vocab is not None and len(tokenizer) > vocab:
-        raise InputError(f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}: {len(tokenizer)} tokens but the "
-                         f"model's vocab_size is {vocab}; expected the tokenizer the model was trained with")
-    max_pos = getattr(config, "max_position_embeddings", None)
-    if max_pos is not None and args.max_seq_length > max_pos:
-        raise InputError(f"--max_seq_length {args.max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
-                         f"expected at most {max_pos}")
+    from training.run import check_model_fits as fits
+
+    fits(config, tokenizer, args.max_seq_length, f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}")
 
 
 def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accelerator):
@@ -290,9 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     explicit = args.do_train or args.do_eval or args.do_predict
     task = check_args(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    for noisy in ("datasets", "transformers", "accelerate.checkpointing", "accelerate.accelerator", "evaluate"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from training.run import run_config, setup_logging
+
+    setup_logging()
 
     from transformers import DataCollatorWithPadding
 
@@ -380,12 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sampler = EpochShuffleSampler(len(train_ds), args.seed)
         train_loader = torch.utils.data.DataLoader(train_ds, batch_size=args.per_device_train_batch_size, sampler=sampler,
                                                    collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
-        run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
         pusher = HubPusher.from_args(args)
         on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
         trainer = Trainer(accelerator, model, train_loader, config,
                           eval_fn=(lambda trainer: evaluate(trainer.model)) if eval_splits else None,
-                          run_config=run_config, on_save=on_save)
+                          run_config=run_config(args), on_save=on_save)
         del model
         if accelerator.is_main_process:
             logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
@@ -401,8 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = accelerator.prepare(model)
         result = evaluate(model)
     predictions = {split: to_task_ids(predict(model, split)["logits"]) for split in test_splits}
+    state_dict = accelerator.get_state_dict(trainer.model) if trainer else None  # all processes: FSDP gathers shards
     if accelerator.is_main_process:
-        save_outputs(args, trainer.unwrapped_model if trainer else None, tokenizer, result, eval_splits)
+        save_outputs(args, trainer.unwrapped_model if trainer else None, tokenizer, result, eval_splits, state_dict)
         for split, preds in predictions.items():
             idx = data[split][0]["idx"]
             if task is not None and split in task.submission:
@@ -411,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path = write_custom_predictions(args.output_dir, split, idx, preds, label_names)
             logger.info("wrote %s", path)
         logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    del model
+    del model, state_dict
     finish(accelerator, *([trainer] if trainer else []))
     if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
         from training.model_card import card_for_run
@@ -439,9 +435,10 @@ _RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "tr
                 "best_step", "best_metric", "stopped_early")
 
 
-def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str]) -> None:
+def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str], state_dict=None) -> None:
     """Into ``--output_dir``, atomically: ``all_results.json``; when trained (``model`` given) also the model +
-    tokenizer (``save_pretrained``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png``."""
+    tokenizer (``save_pretrained``, with ``state_dict`` from ``accelerator.get_state_dict`` when given: the full
+    weights under FSDP), ``eval_history.json``, ``trainer_log.json`` and ``curves.png``."""
     from tokenizer.corpus import atomic_output_dir
     from training.plot import write_curves
 
@@ -449,7 +446,7 @@ def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str]) -
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
     with atomic_output_dir(args.output_dir) as tmp:
         if model is not None:
-            model.save_pretrained(tmp)
+            model.save_pretrained(tmp, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
             (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")

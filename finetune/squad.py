@@ -212,9 +212,9 @@ def load_tokenizer(args: argparse.Namespace):
     except (OSError, ValueError) as err:
         raise InputError(f"--model_name_or_path {source}: cannot load the config / tokenizer ({type(err).__name__}: "
                          f"{first_line(err)})") from None
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit and args.max_seq_length > limit:
-        raise InputError(f"--max_seq_length {args.max_seq_length}: the model has {limit} positions; expected at most {limit}")
+    from training.run import check_model_fits
+
+    check_model_fits(config, tokenizer, args.max_seq_length, f"--tokenizer_name {args.tokenizer_name or source}")
     check_window_arguments(tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length)
     return config, tokenizer
 
@@ -325,9 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_args(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    for noisy in ("datasets", "transformers", "accelerate.checkpointing", "accelerate.accelerator", "evaluate"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from training.run import run_config, setup_logging
+
+    setup_logging()
 
     from transformers import DataCollatorWithPadding
 
@@ -365,9 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer = None
     if args.do_train:
         train_loader = make_train_dataloader(features["train"], args.per_device_train_batch_size, collator, args.seed)
-        run_config = {k: v for k, v in vars(args).items() if k != "hub_token"}
         on_save = every_save_hook(HubPusher.from_args(args), args, tokenizer, task="question-answering")
-        trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config,
+        trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config(args),
                           on_save=on_save)
         del model
         if accelerator.is_main_process:
@@ -390,11 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = eval_fn(prepared) if eval_fn else {}
         model = None
     test_predictions = predict_fn(prepared)[1:] if predict_fn else None
+    state_dict = accelerator.get_state_dict(prepared) if model is not None else None  # all processes (FSDP)
     if accelerator.is_main_process:
-        save_outputs(args, model, tokenizer, result, eval_fn.last if eval_fn else None, test_predictions)
+        save_outputs(args, model, tokenizer, result, eval_fn.last if eval_fn else None, test_predictions, state_dict)
         logger.info("wrote %s: %s", args.output_dir,
                     {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    del prepared, model
+    del prepared, model, state_dict
     accelerator.wait_for_everyone()
     pusher = HubPusher.from_args(args)
     if pusher is not None and accelerator.is_main_process and args.do_train:
@@ -406,11 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def save_outputs(args, model, tokenizer, result: dict, predictions, test_predictions=None) -> None:
+def save_outputs(args, model, tokenizer, result: dict, predictions, test_predictions=None, state_dict=None) -> None:
     """Into ``--output_dir``, atomically (a temporary folder moved in at the end): the model + tokenizer
     (``save_pretrained``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` when trained; the
     prediction files (``--do_predict``: the test questions' as ``predictions.json`` ..., the evaluation's then as
-    ``eval_predictions.json`` ...; else the evaluation's as ``predictions.json`` ...); ``all_results.json``."""
+    ``eval_predictions.json`` ...; else the evaluation's as ``predictions.json`` ...); ``all_results.json``.
+    ``state_dict`` (``accelerator.get_state_dict``: the full weights under FSDP) is saved when given."""
     from finetune.qa import write_predictions
     from tokenizer.corpus import atomic_output_dir
     from training.plot import write_curves
@@ -419,7 +420,7 @@ def save_outputs(args, model, tokenizer, result: dict, predictions, test_predict
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
     with atomic_output_dir(args.output_dir) as tmp:
         if model is not None:
-            model.save_pretrained(tmp)
+            model.save_pretrained(tmp, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
         if predictions is not None:
             preds, nbest, odds = predictions

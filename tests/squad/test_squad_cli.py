@@ -293,7 +293,7 @@ def test_misaligned_answer_refused_by_the_cli_before_anything_is_written(tiny_se
         (lambda p: write_json(p, squad_document(QUESTIONS[:1], [("u9", "t", "x y z", "why?")])),
          [], r"question id 'u9' has no answer.*--version_2_with_negative"),
         (lambda p: write_json(p, squad_document(QUESTIONS)), ["--doc_stride", "40"], "--doc_stride 40"),
-        (lambda p: write_json(p, squad_document(QUESTIONS)), ["--max_seq_length", "512"], "model has 128 positions"),
+        (lambda p: write_json(p, squad_document(QUESTIONS)), ["--max_seq_length", "512"], "exceeds the model's max_position_embeddings 128"),
         (lambda p: write_json(p, squad_document(QUESTIONS)), ["--dataset_name", "squad"], "one data source"),
     ],
 )
