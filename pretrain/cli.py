@@ -415,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_output_dir_reuse(args.output_dir, args.overwrite_output_dir, resuming)
     # with data: evaluate and checkpoint every 10% of the run unless told otherwise (set once the steps are known)
     auto_intervals = not is_demo(args)
+    # the default learning rate depends on the model config (norm position), known once the model is built below:
+    # a placeholder until then (the optimizer is created by the Trainer, after it is set)
     config = TrainingConfig.from_args(args, learning_rate=args.learning_rate or 1e-3)
     validate_hub_args(args)  # fail before training, not after it
     if args.train_file and not args.dataset_name:

@@ -81,7 +81,7 @@ from training import checkpoint as ckpt
 from training.errors import InputError, first_line
 from training.optim import SCHEDULERS, create_optimizer, create_scheduler
 from training.run import epoch_seed
-from training.trackers import REPORT_TO_CHOICES, log_with, prepare_environment, sanitize_config
+from training.trackers import log_with, prepare_environment, sanitize_config
 
 logger = logging.getLogger(__name__)
 
@@ -557,12 +557,6 @@ class Trainer:
 
     def _reduce_tensor(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over processes (identity with one process)."""
-        if self.accelerator.num_processes > 1:
-            t = self.accelerator.reduce(t, reduction="sum")
-        return t
-
-    def _reduce(self, values: Sequence[float]) -> torch.Tensor:
-        t = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
             t = self.accelerator.reduce(t, reduction="sum")
         return t
