@@ -121,11 +121,17 @@ class WordVectors(nn.Module):
         self._ngram_cache: dict[tuple[int, ...], list[int]] = {}
 
     def freeze(self) -> None:
-        """Freeze what ``embedding_mode`` keeps fixed (static: all; multichannel: the static channel)."""
+        """Mark what ``embedding_mode`` keeps fixed (static: all; multichannel: the static channel) as not
+        requiring gradients. The forward pass also reads those weights detached, so they stay fixed even where
+        loading (``from_pretrained``) hands back parameters that require gradients (their ``grad`` stays None,
+        which optimizers skip)."""
         if self.config.embedding_mode == "static":
             self.requires_grad_(False)
         if self.static_embeddings is not None:
             self.static_embeddings.requires_grad_(False)
+
+    def _weight(self, module: nn.Module, frozen: bool) -> torch.Tensor:
+        return module.weight.detach() if frozen else module.weight
 
     def _ngrams(self, row: tuple[int, ...]) -> list[int]:
         ids = self._ngram_cache.get(row)
@@ -148,9 +154,10 @@ class WordVectors(nn.Module):
         flat = torch.tensor([b for bs in buckets for b in bs], dtype=torch.long, device=char_ids.device)
         offsets = torch.tensor([0] + [len(bs) for bs in buckets[:-1]], dtype=torch.long, device=char_ids.device).cumsum(0)
         counts = torch.tensor([len(bs) for bs in buckets], device=char_ids.device)[inverse]
-        sums = self.ngram_embeddings(flat, offsets)[inverse]
+        static = self.config.embedding_mode == "static"
+        sums = F.embedding_bag(flat, self._weight(self.ngram_embeddings, static), offsets, mode="sum")[inverse]
         known = (input_ids != self.config.unk_token_id) | (counts == 0)
-        word = self.word_embeddings(input_ids) * known.unsqueeze(-1)
+        word = F.embedding(input_ids, self._weight(self.word_embeddings, static)) * known.unsqueeze(-1)
         return (word + sums) / (counts + known.long()).clamp(min=1).unsqueeze(-1).to(sums.dtype)
 
     def forward(self, input_ids: torch.Tensor, char_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
@@ -168,10 +175,10 @@ class WordVectors(nn.Module):
                                       self.fasttext_vectors(input_ids.reshape(-1)[sel], char_ids.reshape(-1, char_ids.shape[-1])[sel]))
             x = flat.reshape(*input_ids.shape, -1)
         else:
-            x = self.word_embeddings(input_ids)
+            x = F.embedding(input_ids, self._weight(self.word_embeddings, self.config.embedding_mode == "static"))
         x = self.dropout(x) * m
         if self.static_embeddings is not None:
-            return torch.stack([self.dropout(self.static_embeddings(input_ids)) * m, x])
+            return torch.stack([self.dropout(F.embedding(input_ids, self._weight(self.static_embeddings, True))) * m, x])
         return x
 
 
