@@ -185,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not glue_dir.is_dir():
         raise InputError(f"--glue_dir {glue_dir}: not a folder; expected the GLUE data folder")
     recipes = {b: recipe_for(b) for b in args.backbones}
+    if any(b in BASELINES for b in args.backbones) and not (args.embeddings or args.tokenizer_name):
+        raise InputError("the baselines need a word tokenizer: pass --embeddings (vectors folder) or --tokenizer_name")
+    for flag in ("embeddings", "tokenizer_name"):
+        if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
+            raise InputError(f"--{flag} {getattr(args, flag)}: not a folder; expected "
+                             + ("python -m tokenizer vectors output" if flag == "embeddings" else "a word tokenizer folder"))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tree_source = {}

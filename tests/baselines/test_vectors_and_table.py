@@ -123,3 +123,16 @@ def test_baselines_table_cli(word_tokenizer, tmp_path):
     table = (out / "results.md").read_text()
     assert "| cbow |" in table and "stsb pearson" in table
     assert (out / "results.png").stat().st_size > 1000
+
+
+def test_baselines_cli_refuses_an_unknown_backbone_and_a_missing_tokenizer(tmp_path, capsys):
+    from finetune.baselines import main
+    from training.errors import run_cli
+
+    glue = _glue_dir(tmp_path / "glue")
+    common = ["--glue_dir", str(glue), "--tasks", "sst2", "--output_dir", str(tmp_path / "t")]
+    assert run_cli(main, [*common, "--backbones", "lstm-please"]) == 2
+    assert "error: --backbones lstm-please" in capsys.readouterr().err
+    assert run_cli(main, [*common, "--backbones", "cbow"]) == 2
+    assert "--embeddings" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
