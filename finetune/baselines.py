@@ -196,8 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     tree_source = {}
     for b in args.backbones:
         if b in BASELINES:
-            init_baseline_model(b, out / "models" / b, embeddings=args.embeddings, tokenizer_name=args.tokenizer_name,
-                                embedding_dim=args.embedding_dim, seed=args.seed)
+            settings = {"backbone": b, "embeddings": args.embeddings, "tokenizer_name": args.tokenizer_name,
+                        "embedding_dim": args.embedding_dim, "seed": args.seed}
+            marker = out / "models" / b / "init.json"
+            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
+                logger.info("%s: reusing %s (initialised with the same settings)", b, marker.parent)
+            else:
+                init_baseline_model(b, out / "models" / b, embeddings=args.embeddings, tokenizer_name=args.tokenizer_name,
+                                    embedding_dim=args.embedding_dim, seed=args.seed)
+                marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
             if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
                 tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
     records: list[dict] = []
