@@ -47,12 +47,12 @@ BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 #: Small enough for a CPU; the baselines train everything (embeddings included unless static) with AdamW.
 #: ``max_train_samples``: per task, train on the first N examples only (the latent Tree-LSTM's CPU time).
 RECIPES: dict[str, dict] = {
-    "cbow": dict(learning_rate=2e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
-                 epochs={"sst2": 1, "default": 5}),
+    "cbow": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
+                 epochs={"sst2": 3, "default": 5}),
     "fasttext": dict(learning_rate=2e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
                      epochs={"sst2": 1, "default": 5}),
-    "cnn": dict(learning_rate=1e-3, per_device_train_batch_size=50, weight_decay=0.0, num_warmup_steps=0,
-                epochs={"sst2": 1, "default": 4}),
+    "cnn": dict(learning_rate=2e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
+                epochs={"sst2": 3, "default": 4}),
     "rnn": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
                 epochs={"sst2": 1, "default": 3}),
     "treelstm": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
