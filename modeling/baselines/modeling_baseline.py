@@ -504,6 +504,8 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
         if attention_mask is not None:
             select &= attention_mask.bool()
         if segment is not None:
+            if token_type_ids is None:
+                raise ValueError(f"segment={segment} needs token_type_ids (0 / 1 for the two sentences of a pair)")
             select &= token_type_ids == segment
         return select
 
