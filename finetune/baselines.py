@@ -49,8 +49,8 @@ BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 RECIPES: dict[str, dict] = {
     "cbow": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
                  epochs={"sst2": 3, "default": 5}),
-    "fasttext": dict(learning_rate=2e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
-                     epochs={"sst2": 1, "default": 5}),
+    "fasttext": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
+                     epochs={"sst2": 3, "default": 5}),
     "cnn": dict(learning_rate=2e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
                 epochs={"sst2": 3, "default": 4}),
     "rnn": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
