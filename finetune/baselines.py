@@ -260,8 +260,11 @@ def write_results(out: Path, records: list[dict]) -> None:
 
 
 def _write_table(out: Path, records: list[dict]) -> None:
-    tasks = list(dict.fromkeys(r["task"] for r in records))
-    backbones = list(dict.fromkeys(r["backbone"] for r in records))
+    from finetune.tasks import TASK_NAMES
+
+    tasks = sorted(dict.fromkeys(r["task"] for r in records), key=lambda t: (TASK_NAMES.index(t) if t in TASK_NAMES else 99, t))
+    seen = list(dict.fromkeys(r["backbone"] for r in records))  # baselines in their usual order, then model folders
+    backbones = [b for b in BASELINES if b in seen] + [b for b in seen if b not in BASELINES]
     cell = {(r["task"], r["backbone"]): r for r in records}
     metric = {r["task"]: r["metric"] for r in records}
 
