@@ -48,11 +48,11 @@ BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 #: ``max_train_samples``: per task, train on the first N examples only (the latent Tree-LSTM's CPU time).
 RECIPES: dict[str, dict] = {
     "cbow": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                 epochs={"sst2": 3, "default": 5}),
+                 epochs={"sst2": 3, "default": 3}),
     "fasttext": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                     epochs={"sst2": 3, "default": 5}),
+                     epochs={"sst2": 3, "default": 3}),
     "cnn": dict(learning_rate=2e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                epochs={"sst2": 3, "default": 4}),
+                epochs={"sst2": 3, "default": 3}),
     "rnn": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
                 epochs={"sst2": 1, "default": 3}),
     "treelstm": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
