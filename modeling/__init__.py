@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from . import bert, elmo
+from . import baselines, bert, elmo
+from .baselines import *  # noqa: F401,F403  (re-export the classic baselines: CBoW, fastText, CNN, RNN, Tree-LSTM)
 from .bert import *  # noqa: F401,F403  (re-export the BERT-like classes)
 from .elmo import *  # noqa: F401,F403  (re-export the ELMo-style classes)
 
 #: Preset name -> (config class, keyword arguments). Each subpackage owns its presets.
-PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.PRESETS, **elmo.PRESETS}
+PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.PRESETS, **elmo.PRESETS, **baselines.PRESETS}
 
 
 def get_preset_config(name: str, **overrides) -> PretrainedConfig:
@@ -35,4 +36,4 @@ def get_preset_config(name: str, **overrides) -> PretrainedConfig:
     return config_class(**{**kwargs, **overrides})
 
 
-__all__ = ["PRESETS", "get_preset_config", *bert.__all__, *elmo.__all__]
+__all__ = ["PRESETS", "get_preset_config", *bert.__all__, *elmo.__all__, *baselines.__all__]

@@ -1,4 +1,5 @@
-"""Command line: ``python -m tokenizer train`` -- train a tokenizer on plain-text files and save it.
+"""Command line: ``python -m tokenizer train`` -- train a tokenizer on plain-text files and save it;
+``python -m tokenizer vectors`` -- fastText word vectors for a word tokenizer (:mod:`tokenizer.vectors`).
 
     python -m tokenizer train --model_type bert --train_file corpus.txt.gz [more.txt ...] \\
         --vocab_size 16000 --output_dir out/tok [--no-lowercase] [--min_frequency 2]
@@ -52,12 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum corpus count of a word piece (bert, default 2) / of a word (elmo, the trainer's default)",
     )
     add_debug_argument(train)
+    vectors = commands.add_parser(
+        "vectors",
+        help="train fastText subword vectors (gensim) for the words of an ELMo-style word tokenizer",
+        description="Train fastText word vectors on .txt / .txt.gz files for the vocabulary of --tokenizer_name "
+        "(tokenizer.vectors); the classic baselines are initialised from them (python -m finetune.baselines --embeddings).",
+    )
+    vectors.add_argument("--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files")
+    vectors.add_argument("--tokenizer_name", required=True, help="folder of the word tokenizer (tokenizer train --model_type elmo)")
+    vectors.add_argument("--output_dir", required=True, help="folder for the tokenizer + word_vectors.{safetensors,json}")
+    vectors.add_argument("--vector_size", type=int, default=100, help="dimension (default %(default)s)")
+    vectors.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default %(default)s)")
+    vectors.add_argument("--min_count", type=int, default=5, help="gensim vocabulary threshold (default %(default)s)")
+    vectors.add_argument("--window", type=int, default=5, help="context window (default %(default)s)")
+    vectors.add_argument("--min_n", type=int, default=3, help="shortest character n-gram (default %(default)s)")
+    vectors.add_argument("--max_n", type=int, default=6, help="longest character n-gram (default %(default)s)")
+    vectors.add_argument("--bucket", type=int, default=100_000, help="n-gram hash buckets (default %(default)s)")
+    vectors.add_argument("--sg", action="store_true", help="skip-gram (default: CBOW)")
+    vectors.add_argument("--seed", type=int, default=42, help="seed; training uses one worker, so runs repeat (default %(default)s)")
+    add_debug_argument(vectors)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, train, save and print a one-line summary; returns the exit status (0)."""
     args = build_parser().parse_args(argv)
+    if args.command == "vectors":
+        return _vectors(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     # Options left out keep the trainer's own defaults.
     options = {k: v for k in ("lowercase", "min_frequency") if (v := getattr(args, k)) is not None}
@@ -76,6 +98,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"trained {args.model_type} tokenizer: {size} on {len(args.train_file)} file(s) "
         f"({', '.join(args.train_file)}) -> {args.output_dir} in {seconds:.1f} s"
     )
+    return 0
+
+
+def _vectors(args) -> int:
+    from tokenizer.vectors import train_word_vectors
+
+    start = time.perf_counter()
+    info = train_word_vectors(args.train_file, args.tokenizer_name, args.output_dir, vector_size=args.vector_size,
+                              epochs=args.epochs, min_count=args.min_count, window=args.window, min_n=args.min_n,
+                              max_n=args.max_n, bucket=args.bucket, sg=args.sg, seed=args.seed)
+    print(f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "
+          f"{info['tokenizer_words_in_gensim_vocab']} of {info['tokenizer_vocab_size']} tokenizer words in gensim's "
+          f"vocabulary -> {args.output_dir} in {time.perf_counter() - start:.1f} s")
     return 0
 
 

@@ -1,0 +1,63 @@
+"""The classic baselines (SesameBaseline): CBoW, fastText, Kim-CNN, (bi)LSTM/GRU and Tree-LSTM sentence encoders.
+
+Importing this package registers ``SesameBaselineConfig`` (model_type ``"sesame-baseline"``) and its models with
+the Auto classes (AutoConfig, AutoModel -> :class:`SesameBaselineModel`, AutoModelForSequenceClassification ->
+:class:`SesameBaselineForSequenceClassification`) and the ELMo-style word tokenizer
+(:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
+``auto_map`` so that ``save_pretrained`` writes remote code (``trust_remote_code=True``).
+
+Presets (``PRESETS``) are the encoders of the baseline table (``python -m finetune.baselines``): ``baseline-cbow``,
+``baseline-fasttext``, ``baseline-cnn`` (Kim 2014, non-static), ``baseline-rnn`` (the GLUE paper's 2-layer BiLSTM
+with max pooling) and ``baseline-treelstm`` (latent trees). ``vocab_size`` must be set to the tokenizer's size.
+Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) for a word tokenizer;
+:func:`load_word_vectors` copies them into a model.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, PretrainedConfig
+
+from tokenizer.elmo_tokenization import SesameElmoTokenizer
+
+from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig
+from .modeling_baseline import (
+    BinaryTreeLSTMCell,
+    SesameBaselineForSequenceClassification,
+    SesameBaselineModel,
+    SesameBaselinePreTrainedModel,
+    ngram_bucket_ids,
+    parse_binary_tree,
+)
+from .vectors import load_word_vectors
+
+PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
+    "baseline-cbow": (SesameBaselineConfig, dict(encoder_type="cbow", classifier_hidden_size=256, classifier_dropout=0.2)),
+    "baseline-fasttext": (SesameBaselineConfig, dict(encoder_type="fasttext", classifier_hidden_size=0)),
+    "baseline-cnn": (SesameBaselineConfig, dict(encoder_type="cnn", cnn_filter_sizes=[3, 4, 5], cnn_num_filters=100,
+                                                classifier_dropout=0.5)),
+    "baseline-rnn": (SesameBaselineConfig, dict(encoder_type="rnn", rnn_type="lstm", rnn_hidden_size=256,
+                                                rnn_num_layers=2, rnn_bidirectional=True, pooling="max",
+                                                classifier_hidden_size=256, classifier_dropout=0.2)),
+    "baseline-treelstm": (SesameBaselineConfig, dict(encoder_type="treelstm", treelstm_hidden_size=150,
+                                                     tree_source="auto", classifier_hidden_size=256,
+                                                     classifier_dropout=0.2)),
+}
+
+_AUTO = [(AutoModel, SesameBaselineModel), (AutoModelForSequenceClassification, SesameBaselineForSequenceClassification)]
+
+AutoConfig.register(SesameBaselineConfig.model_type, SesameBaselineConfig, exist_ok=True)
+SesameBaselineConfig.register_for_auto_class()
+for _auto, _cls in _AUTO:
+    _auto.register(SesameBaselineConfig, _cls, exist_ok=True)
+    _cls.register_for_auto_class(_auto.__name__)
+AutoTokenizer.register(SesameBaselineConfig, slow_tokenizer_class=SesameElmoTokenizer, exist_ok=True)
+
+__all__ = [
+    "ENCODER_TYPES",
+    "SesameBaselineConfig",
+    "SesameBaselineModel",
+    "SesameBaselinePreTrainedModel",
+    "SesameBaselineForSequenceClassification",
+    "BinaryTreeLSTMCell",
+    "load_word_vectors",
+    "ngram_bucket_ids",
+    "parse_binary_tree",
+]

@@ -1,0 +1,145 @@
+"""Configuration of the classic sentence-encoder baselines (``model_type = "sesame-baseline"``).
+
+One config for five encoders chosen by ``encoder_type`` (a small table in ``modeling_baseline.py``, no class
+hierarchy): bag of embeddings (CBoW), fastText with hashed character n-grams, Kim's CNN, a (bi)LSTM/GRU and a
+binary Tree-LSTM. Imports only transformers/stdlib (remote code).
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+#: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
+#: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
+DEFAULT_AUTO_MAP = {
+    "AutoConfig": "configuration_baseline.SesameBaselineConfig",
+    "AutoModel": "modeling_baseline.SesameBaselineModel",
+    "AutoModelForSequenceClassification": "modeling_baseline.SesameBaselineForSequenceClassification",
+}
+
+ENCODER_TYPES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
+
+
+class SesameBaselineConfig(PretrainedConfig):
+    r"""Configuration of :class:`SesameBaselineModel` and :class:`SesameBaselineForSequenceClassification`.
+
+    Words come from the ELMo-style word tokenizer (:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`):
+    ``input_ids`` are word ids, ``char_ids`` the UTF-8 bytes of each word (used by fastText's n-grams).
+    ``<S>``/``</S>`` markers and padding are not part of a sentence for any encoder.
+
+    Embeddings:
+
+    Args:
+        vocab_size (`int`, 20000): word vocabulary size; the tokenizer's ``len()``.
+        embedding_dim (`int`, 100): word (and n-gram) embedding size; the size of the vectors of
+            ``python -m tokenizer vectors`` when the embeddings are initialised from them.
+        embedding_mode (`str`, "non-static"): Kim (2014)'s names: "static" (embeddings frozen), "non-static"
+            (fine-tuned) or "multichannel" (``encoder_type="cnn"`` only: a frozen and a fine-tuned copy of
+            the same initial vectors, each filter applied to both and the results added).
+        embedding_dropout (`float`, 0.0): dropout on the word vectors.
+
+    Encoder (``encoder_type``: "cbow" | "fasttext" | "cnn" | "rnn" | "treelstm"):
+
+    Args:
+        encoder_type (`str`, "cbow"): which sentence encoder (see ``modeling_baseline``).
+        ngram_min_n (`int`, 3), ngram_max_n (`int`, 6): fastText character n-gram lengths (Bojanowski et al.
+            2017: 3..6), over ``<word>``.
+        ngram_buckets (`int`, 100000): hash buckets of the n-gram embeddings (fastText: 2,000,000; smaller
+            here to fit a CPU). Must equal the ``--bucket`` of the vectors the model is initialised from.
+        cnn_filter_sizes (`list[int]`, [3, 4, 5]), cnn_num_filters (`int`, 100): Kim (2014): widths 3/4/5
+            with 100 feature maps each, ReLU, max-over-time pooling.
+        rnn_type (`str`, "lstm"): "lstm" | "gru".
+        rnn_hidden_size (`int`, 256): hidden size per direction.
+        rnn_num_layers (`int`, 2): stacked layers.
+        rnn_bidirectional (`bool`, True): a forward and a backward RNN, states concatenated.
+        rnn_dropout (`float`, 0.0): dropout between stacked layers.
+        pooling (`str`, "max"): "max" | "mean" | "attention" (a learned query, Yang et al. 2016) over the RNN
+            states. The GLUE baseline (Wang et al. 2018) is a 2-layer BiLSTM with max pooling.
+        treelstm_hidden_size (`int`, 150): state size of the binary Tree-LSTM (Tai et al. 2015).
+        tree_source (`str`, "latent"): "latent" -- trees composed bottom-up by a straight-through
+            Gumbel-softmax choice of the adjacent pair to merge (Choi et al. 2018); "given" -- the trees
+            passed as ``tree_merges`` (see :func:`~modeling.baselines.modeling_baseline.parse_binary_tree`);
+            "auto" -- given when ``tree_merges`` is passed, latent otherwise.
+        gumbel_temperature (`float`, 1.0): temperature of the Gumbel-softmax in training.
+
+    Classifier:
+
+    Args:
+        classifier_hidden_size (`int`, 0): 0 = a linear classifier (fastText); > 0 = one hidden layer (ReLU).
+        classifier_dropout (`float`, 0.0): dropout on the sentence vector(s) before the classifier
+            (Kim 2014: 0.5).
+    """
+
+    model_type = "sesame-baseline"
+
+    def __init__(
+        self,
+        vocab_size: int = 20000,
+        embedding_dim: int = 100,
+        embedding_mode: str = "non-static",
+        embedding_dropout: float = 0.0,
+        encoder_type: str = "cbow",
+        ngram_min_n: int = 3,
+        ngram_max_n: int = 6,
+        ngram_buckets: int = 100_000,
+        cnn_filter_sizes: list[int] | None = None,
+        cnn_num_filters: int = 100,
+        rnn_type: str = "lstm",
+        rnn_hidden_size: int = 256,
+        rnn_num_layers: int = 2,
+        rnn_bidirectional: bool = True,
+        rnn_dropout: float = 0.0,
+        pooling: str = "max",
+        treelstm_hidden_size: int = 150,
+        tree_source: str = "latent",
+        gumbel_temperature: float = 1.0,
+        classifier_hidden_size: int = 0,
+        classifier_dropout: float = 0.0,
+        pad_token_id: int = 0,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        unk_token_id: int = 3,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.embedding_mode = embedding_mode
+        self.embedding_dropout = embedding_dropout
+        self.encoder_type = encoder_type
+        self.ngram_min_n = ngram_min_n
+        self.ngram_max_n = ngram_max_n
+        self.ngram_buckets = ngram_buckets
+        self.cnn_filter_sizes = list(cnn_filter_sizes) if cnn_filter_sizes is not None else [3, 4, 5]
+        self.cnn_num_filters = cnn_num_filters
+        self.rnn_type = rnn_type
+        self.rnn_hidden_size = rnn_hidden_size
+        self.rnn_num_layers = rnn_num_layers
+        self.rnn_bidirectional = rnn_bidirectional
+        self.rnn_dropout = rnn_dropout
+        self.pooling = pooling
+        self.treelstm_hidden_size = treelstm_hidden_size
+        self.tree_source = tree_source
+        self.gumbel_temperature = gumbel_temperature
+        self.classifier_hidden_size = classifier_hidden_size
+        self.classifier_dropout = classifier_dropout
+        self.unk_token_id = unk_token_id
+        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+        self._validate()
+
+    def _validate(self) -> None:
+        choices = {"encoder_type": ENCODER_TYPES, "embedding_mode": ("static", "non-static", "multichannel"),
+                   "rnn_type": ("lstm", "gru"), "pooling": ("max", "mean", "attention"),
+                   "tree_source": ("latent", "given", "auto")}
+        for field, allowed in choices.items():
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        if self.embedding_mode == "multichannel" and self.encoder_type != "cnn":
+            raise ValueError("SesameBaselineConfig.embedding_mode='multichannel' applies to encoder_type='cnn' only")
+        if not 1 <= self.ngram_min_n <= self.ngram_max_n:
+            raise ValueError(f"SesameBaselineConfig: ngram_min_n={self.ngram_min_n}, ngram_max_n={self.ngram_max_n}; "
+                             "expected 1 <= ngram_min_n <= ngram_max_n")
+        for field in ("vocab_size", "embedding_dim", "ngram_buckets", "cnn_num_filters", "rnn_hidden_size",
+                      "rnn_num_layers", "treelstm_hidden_size"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)}; expected >= 1")

@@ -1,0 +1,609 @@
+"""The classic sentence encoders that the GLUE paper (Wang et al. 2018) used as baselines, as one model family.
+
+Encoders (``config.encoder_type``), each mapping the words of a sentence to one vector:
+
+* ``"cbow"`` -- continuous bag of words: the mean of the word embeddings.
+* ``"fasttext"`` -- fastText (Joulin et al. 2017, "Bag of Tricks for Efficient Text Classification") with
+  the subword vectors of Bojanowski et al. (2017): a word's vector is the mean of its word embedding and
+  the embeddings of its hashed character n-grams (``<word>``, lengths ``ngram_min_n..ngram_max_n``, FNV-1a
+  hash modulo ``ngram_buckets``, exactly fastText's / gensim's ``ft_ngram_hashes``; a word outside the
+  vocabulary gets the mean of its n-gram embeddings only); the sentence is the mean of the word vectors.
+* ``"cnn"`` -- Kim (2014), "Convolutional Neural Networks for Sentence Classification": filters of widths
+  3/4/5 with 100 feature maps each over the word vectors, ReLU, max-over-time pooling; static, non-static
+  or multichannel embeddings (``embedding_mode``).
+* ``"rnn"`` -- an LSTM or GRU, uni- or bidirectional, stacked, with max / mean / attention pooling over
+  its states (the GLUE baseline: a 2-layer BiLSTM with max pooling).
+* ``"treelstm"`` -- the binary (N-ary, N = 2) Tree-LSTM of Tai et al. (2015), "Improved Semantic
+  Representations From Tree-Structured LSTM Networks", eq. 9-14: over a given binary tree (``tree_merges``)
+  or over a latent tree composed bottom-up, each step merging the adjacent pair chosen by a
+  straight-through Gumbel-softmax over the candidate parents' scores (Choi et al. 2018, "Learning to
+  Compose Task-Specific Tree Structures"). The root's hidden state is the sentence vector.
+
+Input is the ELMo-style word tokenizer's output (``input_ids`` word ids, ``char_ids`` UTF-8 bytes per word,
+``attention_mask``, ``token_type_ids`` 0/1 for pairs ``<S> a </S> <S> b </S>``). The ``<S>``/``</S>``
+markers and padding are dropped: a sentence is its words. Pairs are encoded sentence by sentence with
+shared weights into ``u`` and ``v`` and classified from ``[u; v; |u - v|; u * v]`` (Conneau et al. 2017;
+the GLUE baselines).
+
+Imports only torch, transformers and the sibling configuration file (remote code).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
+
+from .configuration_baseline import SesameBaselineConfig
+
+# --------------------------------------------------------------------------------------------------------------
+# fastText's character n-gram hashing
+
+
+def fnv1a_32(data: bytes) -> int:
+    """32-bit FNV-1a hash of ``data`` as fastText computes it (``Dictionary::hash``): each byte is read as a
+    signed ``int8`` and sign-extended before the XOR, so bytes >= 0x80 XOR in ``0xFFFFFF00 | b``
+    (gensim's ``ft_hash_bytes`` keeps this for compatibility). Returns an int in ``[0, 2**32)``."""
+    h = 2166136261
+    for b in data:
+        h = ((h ^ (b | 0xFFFFFF00 if b >= 0x80 else b)) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def ngram_bucket_ids(word: str, min_n: int, max_n: int, num_buckets: int) -> list[int]:
+    """Bucket ids of the character n-grams of ``<word>`` (Bojanowski et al. 2017): every substring of
+    ``min_n..max_n`` characters (Unicode characters, hashed as UTF-8 bytes), the whole ``<word>`` included
+    when short enough; ``fnv1a_32(ngram) % num_buckets``. The same multiset as gensim's ``ft_ngram_hashes``."""
+    ext = f"<{word}>"
+    return [fnv1a_32(ext[i : i + n].encode("utf-8")) % num_buckets
+            for n in range(min_n, min(len(ext), max_n) + 1) for i in range(len(ext) - n + 1)]
+
+
+def chars_to_word(row: list[int]) -> str:
+    """The word of one row of ELMo character ids (``[bow, byte + 1, ..., eow, pad, ...]``); bytes cut inside a
+    multi-byte character (the tokenizer keeps 48 bytes) are dropped."""
+    data = bytes(c - 1 for c in row[1:] if 1 <= c <= 256)
+    return data.decode("utf-8", errors="ignore")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Sentences: the words of each sequence (or of each sentence of a pair), packed to the left
+
+
+def pack_words(select: torch.Tensor, max_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of the selected tokens of each row, in order, packed to the left.
+
+    Args:
+        select: ``(B, T)`` bool, the tokens that belong to the sentence.
+        max_len: width of the result (default: the longest row, at least 1).
+
+    Returns:
+        ``index (B, W)`` long (position in the row; 0 where unused) and ``mask (B, W)`` bool.
+    """
+    lengths = select.sum(1)
+    width = max_len or max(int(lengths.max()) if select.numel() else 0, 1)
+    order = torch.sort((~select).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+    mask = torch.arange(order.shape[1], device=select.device).unsqueeze(0) < lengths.unsqueeze(1)
+    if order.shape[1] < width:
+        order = F.pad(order, (0, width - order.shape[1]))
+        mask = F.pad(mask, (0, width - mask.shape[1]))
+    return order * mask, mask
+
+
+def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[b, index[b, i]]`` for ``x`` of shape ``(B, T, ...)``."""
+    return x.gather(1, index.reshape(*index.shape, *([1] * (x.dim() - 2))).expand(*index.shape, *x.shape[2:]))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Word vectors
+
+
+class WordVectors(nn.Module):
+    """Word vectors ``(B, T, embedding_dim)``: a word embedding (fine-tuned unless ``embedding_mode="static"``),
+    for fastText averaged with the word's character n-gram embeddings, and for ``"multichannel"`` a second,
+    frozen channel (returned as ``(2, B, T, E)``: the frozen then the fine-tuned vectors)."""
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        self.config = config
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+        self.static_embeddings = (nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+                                  if config.embedding_mode == "multichannel" else None)
+        self.ngram_embeddings = (nn.EmbeddingBag(config.ngram_buckets, config.embedding_dim, mode="sum")
+                                 if config.encoder_type == "fasttext" else None)
+        self.dropout = nn.Dropout(config.embedding_dropout)
+        self._ngram_cache: dict[tuple[int, ...], list[int]] = {}
+
+    def freeze(self) -> None:
+        """Mark what ``embedding_mode`` keeps fixed (static: all; multichannel: the static channel) as not
+        requiring gradients. The forward pass also reads those weights detached, so they stay fixed even where
+        loading (``from_pretrained``) hands back parameters that require gradients (their ``grad`` stays None,
+        which optimizers skip)."""
+        if self.config.embedding_mode == "static":
+            self.requires_grad_(False)
+        if self.static_embeddings is not None:
+            self.static_embeddings.requires_grad_(False)
+
+    def _weight(self, module: nn.Module, frozen: bool) -> torch.Tensor:
+        return module.weight.detach() if frozen else module.weight
+
+    def _ngrams(self, row: tuple[int, ...]) -> list[int]:
+        ids = self._ngram_cache.get(row)
+        if ids is None:
+            c = self.config
+            ids = ngram_bucket_ids(chars_to_word(list(row)), c.ngram_min_n, c.ngram_max_n, c.ngram_buckets)
+            if len(self._ngram_cache) < 1_000_000:
+                self._ngram_cache[row] = ids
+        return ids
+
+    def fasttext_vectors(self, input_ids: torch.Tensor, char_ids: torch.Tensor) -> torch.Tensor:
+        """fastText word vectors ``(N, E)`` of ``N`` words: ``(w + sum of n-gram vectors) / (1 + #n-grams)``
+        for words in the vocabulary, ``sum / #n-grams`` for ``<UNK>`` (as gensim's ``FastTextKeyedVectors``).
+
+        Args:
+            input_ids: ``(N,)`` word ids. char_ids: ``(N, 50)`` ELMo character ids of the same words.
+        """
+        rows, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        buckets = [self._ngrams(tuple(r)) for r in rows.tolist()]
+        flat = torch.tensor([b for bs in buckets for b in bs], dtype=torch.long, device=char_ids.device)
+        offsets = torch.tensor([0] + [len(bs) for bs in buckets[:-1]], dtype=torch.long, device=char_ids.device).cumsum(0)
+        counts = torch.tensor([len(bs) for bs in buckets], device=char_ids.device)[inverse]
+        static = self.config.embedding_mode == "static"
+        sums = F.embedding_bag(flat, self._weight(self.ngram_embeddings, static), offsets, mode="sum")[inverse]
+        known = (input_ids != self.config.unk_token_id) | (counts == 0)
+        word = F.embedding(input_ids, self._weight(self.word_embeddings, static)) * known.unsqueeze(-1)
+        return (word + sums) / (counts + known.long()).clamp(min=1).unsqueeze(-1).to(sums.dtype)
+
+    def forward(self, input_ids: torch.Tensor, char_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """``input_ids (B, W)`` (+ ``char_ids (B, W, 50)`` for fastText), ``mask (B, W)`` bool ->
+        ``(B, W, E)`` float, 0 at masked positions (``(2, B, W, E)`` for multichannel)."""
+        m = mask.unsqueeze(-1)
+        if self.ngram_embeddings is not None:
+            if char_ids is None:
+                raise ValueError("encoder_type='fasttext' needs char_ids (the ELMo-style tokenizer's output)")
+            sel = mask.reshape(-1)
+            flat = torch.zeros(sel.shape[0], self.config.embedding_dim, device=input_ids.device,
+                               dtype=self.word_embeddings.weight.dtype)
+            if bool(sel.any()):
+                flat = flat.index_put((sel.nonzero().squeeze(1),),
+                                      self.fasttext_vectors(input_ids.reshape(-1)[sel], char_ids.reshape(-1, char_ids.shape[-1])[sel]))
+            x = flat.reshape(*input_ids.shape, -1)
+        else:
+            x = F.embedding(input_ids, self._weight(self.word_embeddings, self.config.embedding_mode == "static"))
+        x = self.dropout(x) * m
+        if self.static_embeddings is not None:
+            return torch.stack([self.dropout(F.embedding(input_ids, self._weight(self.static_embeddings, True))) * m, x])
+        return x
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Encoders: (x (B, W, E), mask (B, W) bool) -> (token states (B, W, H), sentence vector (B, D))
+
+
+def _nonempty(mask: torch.Tensor) -> torch.Tensor:
+    """Rows without any word made all-true (their vectors are 0), so that max / softmax stay finite."""
+    return mask | ~mask.any(dim=1, keepdim=True)
+
+
+def masked_pool(h: torch.Tensor, mask: torch.Tensor, kind: str, scorer: nn.Module | None = None) -> torch.Tensor:
+    """Pool ``h (B, W, H)`` over the positions of ``mask (B, W)`` bool: ``"max"``, ``"mean"`` or
+    ``"attention"`` (``softmax(scorer(h))``-weighted sum). A row with no position gives 0 (``h`` is 0 there)."""
+    m = _nonempty(mask)
+    if kind == "mean":
+        return (h * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
+    if kind == "attention":
+        scores = scorer(h).squeeze(-1).masked_fill(~m, float("-inf"))
+        return (torch.softmax(scores, dim=-1).unsqueeze(-1) * h).sum(1)
+    return h.masked_fill(~m.unsqueeze(-1), float("-inf")).amax(1)
+
+
+class BagOfWordsEncoder(nn.Module):
+    """CBoW / fastText: the mean of the word vectors (Joulin et al. 2017)."""
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        self.output_size = config.embedding_dim
+
+    def forward(self, x, mask):
+        return x, masked_pool(x, mask, "mean")
+
+
+class KimCNNEncoder(nn.Module):
+    """Kim (2014): for each width ``w`` in ``cnn_filter_sizes``, ``cnn_num_filters`` filters over windows of ``w``
+    word vectors (the sentence padded with ``w - 1`` zero vectors on both sides, so that a sentence shorter than
+    ``w`` still has windows), ReLU, max over the windows that hold at least one word. Multichannel: each filter
+    is applied to both channels and the results added (one bias)."""
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        self.widths = list(config.cnn_filter_sizes)
+        self.convs = nn.ModuleList(nn.Conv1d(config.embedding_dim, config.cnn_num_filters, w, padding=w - 1)
+                                   for w in self.widths)
+        self.output_size = config.cnn_num_filters * len(self.widths)
+
+    def forward(self, x, mask):
+        channels = x if x.dim() == 4 else x.unsqueeze(0)
+        lengths = mask.sum(1)
+        pooled = []
+        for w, conv in zip(self.widths, self.convs):
+            c = conv(channels[-1].transpose(1, 2))
+            for extra in channels[:-1]:  # the static channel: the same filters, no second bias
+                c = c + F.conv1d(extra.transpose(1, 2), conv.weight, padding=w - 1)
+            c = torch.relu(c)  # (B, F, W + w - 1): window p covers words p - w + 1 .. p
+            valid = torch.arange(c.shape[-1], device=c.device).unsqueeze(0) < (lengths + w - 1).clamp(min=w).unsqueeze(1)
+            pooled.append(c.masked_fill(~valid.unsqueeze(1), float("-inf")).amax(-1))
+        return channels[-1], torch.cat(pooled, dim=-1)
+
+
+class RNNEncoder(nn.Module):
+    """A stacked (bi)LSTM / GRU over the words (packed sequences: padding never enters a state), pooled by
+    ``pooling`` (max / mean / attention with a learned scorer)."""
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        rnn = nn.LSTM if config.rnn_type == "lstm" else nn.GRU
+        self.rnn = rnn(config.embedding_dim, config.rnn_hidden_size, num_layers=config.rnn_num_layers,
+                       bidirectional=config.rnn_bidirectional, batch_first=True,
+                       dropout=config.rnn_dropout if config.rnn_num_layers > 1 else 0.0)
+        self.output_size = config.rnn_hidden_size * (2 if config.rnn_bidirectional else 1)
+        self.pooling = config.pooling
+        self.scorer = (nn.Sequential(nn.Linear(self.output_size, self.output_size), nn.Tanh(),
+                                     nn.Linear(self.output_size, 1, bias=False)) if config.pooling == "attention" else None)
+
+    def forward(self, x, mask):
+        lengths = mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        h, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        h = h * mask.unsqueeze(-1)
+        return h, masked_pool(h, mask, self.pooling, self.scorer)
+
+
+class BinaryTreeLSTMCell(nn.Module):
+    """Tai et al. (2015) binary Tree-LSTM unit (eq. 9-14, N = 2): from children ``(h_l, c_l)``, ``(h_r, c_r)``,
+    ``[i; f_l; f_r; o; u] = W [h_l; h_r] + b``, ``c = sigmoid(i) * tanh(u) + sigmoid(f_l) * c_l + sigmoid(f_r) *
+    c_r``, ``h = sigmoid(o) * tanh(c)``. Shapes ``(..., H)``. Forget biases start at 1."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.linear = nn.Linear(2 * hidden_size, 5 * hidden_size)
+
+    def forward(self, hl, cl, hr, cr):
+        i, fl, fr, o, u = self.linear(torch.cat([hl, hr], dim=-1)).chunk(5, dim=-1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def parse_binary_tree(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Read a bracketed binary tree into its words and its merges.
+
+    Accepts unlabelled trees ``"((the cat) (sat down))"`` and labelled ones in the Stanford Sentiment Treebank
+    style ``"(3 (2 the) (3 (2 cat) (2 sat)))"`` (a group whose first element is an integer followed by
+    something is read as labelled; labels are dropped). Unary groups collapse to their child.
+
+    Returns:
+        ``(words, merges)``: nodes ``0..n-1`` are the words; merge ``k`` is ``(left, right)`` and creates node
+        ``n + k``; the last merge is the root. A one-word tree has no merge.
+
+    Raises:
+        ValueError: unbalanced parentheses, an empty group or a node with more than two children.
+    """
+    tokens = re.findall(r"\(|\)|[^\s()]+", text)
+    pos = 0
+
+    def group():
+        nonlocal pos
+        if tokens[pos] != "(":
+            pos += 1
+            return tokens[pos - 1]
+        pos += 1
+        items = []
+        while pos < len(tokens) and tokens[pos] != ")":
+            items.append(group())
+        if pos >= len(tokens):
+            raise ValueError(f"unbalanced parentheses in the tree {text!r}")
+        pos += 1
+        if len(items) >= 2 and isinstance(items[0], str) and re.fullmatch(r"-?\d+", items[0]):
+            items = items[1:]
+        if not items or len(items) > 2:
+            raise ValueError(f"tree {text!r}: a node with {len(items)} children; expected a binary tree")
+        return items[0] if len(items) == 1 else (items[0], items[1])
+
+    if not tokens:
+        raise ValueError("empty tree")
+    tree = group()
+    if pos != len(tokens):
+        raise ValueError(f"unbalanced parentheses in the tree {text!r}")
+    words: list[str] = []
+
+    def leaves(node):
+        if isinstance(node, str):
+            words.append(node)
+            return
+        leaves(node[0])
+        leaves(node[1])
+
+    leaves(tree)
+    merges: list[tuple[int, int]] = []
+    counter = iter(range(len(words)))
+
+    def number(node) -> int:
+        if isinstance(node, str):
+            return next(counter)
+        left, right = number(node[0]), number(node[1])
+        merges.append((left, right))
+        return len(words) + len(merges) - 1
+
+    number(tree)
+    return words, merges
+
+
+class TreeLSTMEncoder(nn.Module):
+    """Binary Tree-LSTM over given or latent trees; the sentence vector is the root's ``h``.
+
+    Leaves: ``c = W_c x``, ``h = sigmoid(W_o x) * tanh(c)`` (Choi et al. 2018's leaf transformation).
+    Latent trees (Choi et al. 2018): while a sentence has more than one node, every adjacent pair is composed
+    into a candidate parent, scored ``q . h_parent``; in training the pair is chosen by a straight-through
+    Gumbel-softmax (``gumbel_temperature``: the forward pass uses the one-hot argmax of the perturbed scores,
+    the backward pass the gradient of their softmax), in evaluation by the argmax; the chosen parent replaces
+    the pair. Given trees: ``tree_merges (B, W - 1, 2)`` long, merge ``k`` of row ``b`` composing nodes
+    ``(left, right)`` into node ``n_b + k`` (``n_b`` words, nodes ``0..n_b-1`` the words in order), rows padded
+    with -1; the root is the last merge (``parse_binary_tree`` writes this form).
+    """
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        h = config.treelstm_hidden_size
+        self.leaf = nn.Linear(config.embedding_dim, 2 * h)
+        self.cell = BinaryTreeLSTMCell(h)
+        self.query = nn.Parameter(torch.zeros(h))
+        self.output_size = h
+        self.temperature = config.gumbel_temperature
+        self.tree_source = config.tree_source
+
+    def leaves(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c, o = self.leaf(x).chunk(2, dim=-1)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def forward(self, x, mask, tree_merges: torch.Tensor | None = None):
+        h, c = self.leaves(x)
+        lengths = mask.sum(1)
+        if tree_merges is not None:
+            return h, self.compose_given(h, c, lengths, tree_merges)
+        if self.tree_source == "given":
+            raise ValueError("SesameBaselineConfig.tree_source='given' but no tree_merges were passed")
+        return h, self.compose_latent(h, c, lengths)
+
+    def compose_given(self, h, c, lengths, merges) -> torch.Tensor:
+        b, w = h.shape[:2]
+        if merges.shape[1] < w - 1 and bool((lengths > merges.shape[1] + 1).any()):
+            raise ValueError(f"tree_merges has {merges.shape[1]} merges per row; a sentence has {int(lengths.max())} words")
+        nodes_h = torch.cat([h, h.new_zeros(b, max(merges.shape[1], 1), h.shape[-1])], dim=1)
+        nodes_c = torch.cat([c, c.new_zeros(b, max(merges.shape[1], 1), c.shape[-1])], dim=1)
+        rows = torch.arange(b, device=h.device)
+        for k in range(merges.shape[1]):
+            left, right = merges[:, k, 0], merges[:, k, 1]
+            active = left >= 0
+            if not bool(active.any()):
+                continue
+            l, r = left.clamp(min=0), right.clamp(min=0)
+            ph, pc = self.cell(nodes_h[rows, l], nodes_c[rows, l], nodes_h[rows, r], nodes_c[rows, r])
+            target = (lengths + k).clamp(max=nodes_h.shape[1] - 1)
+            keep = active.unsqueeze(-1)
+            nodes_h = nodes_h.index_put((rows, target), torch.where(keep, ph, nodes_h[rows, target]))
+            nodes_c = nodes_c.index_put((rows, target), torch.where(keep, pc, nodes_c[rows, target]))
+        root = torch.where(lengths > 1, lengths + (lengths - 2).clamp(min=0), torch.zeros_like(lengths))
+        root = root.clamp(max=nodes_h.shape[1] - 1)
+        return nodes_h[rows, root] * (lengths > 0).unsqueeze(-1)
+
+    def compose_latent(self, h, c, lengths) -> torch.Tensor:
+        for t in range(h.shape[1] - 1):
+            ph, pc = self.cell(h[:, :-1], c[:, :-1], h[:, 1:], c[:, 1:])  # candidates (B, W - t - 1, H)
+            pairs = torch.arange(ph.shape[1], device=h.device).unsqueeze(0) < (lengths - t - 1).unsqueeze(1)
+            done = ~pairs.any(dim=1)  # rows already reduced to one node (or empty)
+            scores = (ph * self.query).sum(-1).float().masked_fill(~pairs, float("-inf"))
+            scores = scores.masked_fill(done.unsqueeze(1), 0.0)
+            if self.training:
+                u = torch.rand_like(scores).clamp(1e-10, 1 - 1e-10)
+                perturbed = (scores - torch.log(-torch.log(u))) / self.temperature
+                soft = torch.softmax(perturbed, dim=-1)
+                hard = F.one_hot(perturbed.argmax(-1), ph.shape[1]).to(soft.dtype)
+                select = hard - soft.detach() + soft
+            else:
+                select = F.one_hot(scores.argmax(-1), ph.shape[1]).float()
+            select = select.to(ph.dtype)
+            cum = select.cumsum(1)
+            left, right = (1 - cum).unsqueeze(-1), (cum - select).unsqueeze(-1)
+            sel = select.unsqueeze(-1)
+            new_h = left * h[:, :-1] + sel * ph + right * h[:, 1:]
+            new_c = left * c[:, :-1] + sel * pc + right * c[:, 1:]
+            d = done.view(-1, 1, 1)
+            h = torch.where(d, h[:, :-1], new_h)
+            c = torch.where(d, c[:, :-1], new_c)
+        return h[:, 0] * (lengths > 0).unsqueeze(-1)
+
+
+#: encoder_type -> encoder class (fastText differs from CBoW only in its word vectors).
+ENCODERS = {"cbow": BagOfWordsEncoder, "fasttext": BagOfWordsEncoder, "cnn": KimCNNEncoder, "rnn": RNNEncoder,
+            "treelstm": TreeLSTMEncoder}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Models
+
+
+class SesameBaselinePreTrainedModel(PreTrainedModel):
+    """Weights initialisation and the config class of every SesameBaseline model."""
+
+    config_class = SesameBaselineConfig
+    base_model_prefix = "baseline"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+            init.normal_(module.weight, mean=0.0, std=0.1)  # a random-initialisation scale close to trained vectors'
+            if getattr(module, "padding_idx", None) is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.LSTM, nn.GRU)):
+            for name, param in module.named_parameters():
+                (init.xavier_uniform_ if "weight" in name else init.zeros_)(param)
+            if isinstance(module, nn.LSTM) and not getattr(module.bias_ih_l0, "_is_hf_initialized", False):
+                h = module.hidden_size
+                with torch.no_grad():
+                    for name, param in module.named_parameters():
+                        if name.startswith("bias_ih"):
+                            param[h : 2 * h].fill_(1.0)  # forget gate
+        elif isinstance(module, TreeLSTMEncoder):
+            init.normal_(module.query, mean=0.0, std=0.1)
+        if isinstance(module, BinaryTreeLSTMCell) and not getattr(module.linear.bias, "_is_hf_initialized", False):
+            with torch.no_grad():
+                module.linear.bias[module.hidden_size : 3 * module.hidden_size].fill_(1.0)  # forget gates f_l, f_r
+
+
+class SesameBaselineModel(SesameBaselinePreTrainedModel):
+    """Sentence vectors from one of the classic encoders (``config.encoder_type``).
+
+    Forward args: ``input_ids (B, T)`` long word ids, ``char_ids (B, T, 50)`` (fastText), ``attention_mask (B, T)``,
+    ``token_type_ids (B, T)`` (with 1s: only sentence ``segment`` is encoded), ``tree_merges`` (Tree-LSTM over
+    given trees, single sentences). Returns ``BaseModelOutputWithPooling``: ``pooler_output (B, D)`` float, the
+    sentence vector (``D = output_size``), and ``last_hidden_state (B, W, H)``, the token-level states of the
+    sentence's ``W`` words packed to the left (word vectors for cbow / fasttext / cnn, the RNN's states, the
+    Tree-LSTM's leaves).
+    """
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__(config)
+        self.embeddings = WordVectors(config)
+        self.encoder = ENCODERS[config.encoder_type](config)
+        self.output_size = self.encoder.output_size
+        self.post_init()
+        self.embeddings.freeze()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embeddings.word_embeddings = value
+
+    def sentence_mask(self, input_ids, attention_mask, token_type_ids=None, segment: int | None = None) -> torch.Tensor:
+        """``(B, T)`` bool: the words of the sentence (no ``<S>``/``</S>``, no padding; of ``segment`` if given)."""
+        c = self.config
+        select = (input_ids != c.pad_token_id) & (input_ids != c.bos_token_id) & (input_ids != c.eos_token_id)
+        if attention_mask is not None:
+            select &= attention_mask.bool()
+        if segment is not None:
+            if token_type_ids is None:
+                raise ValueError(f"segment={segment} needs token_type_ids (0 / 1 for the two sentences of a pair)")
+            select &= token_type_ids == segment
+        return select
+
+    def encode(self, input_ids, char_ids, select, tree_merges=None):
+        """Encode the words ``select (B, T)`` bool of each row: ``(token states (B, W, H), sentence (B, D))``."""
+        index, mask = pack_words(select)
+        ids = input_ids.gather(1, index) * mask
+        chars = _take(char_ids, index) * mask.unsqueeze(-1) if char_ids is not None else None
+        x = self.embeddings(ids, chars, mask)
+        if isinstance(self.encoder, TreeLSTMEncoder):
+            return self.encoder(x, mask, tree_merges)
+        if tree_merges is not None:
+            raise ValueError(f"tree_merges is for encoder_type='treelstm', not {self.config.encoder_type!r}")
+        return self.encoder(x, mask)
+
+    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
+                segment: int | None = None, **kwargs) -> BaseModelOutputWithPooling:
+        if input_ids is None:
+            raise ValueError("SesameBaselineModel needs input_ids (word ids of the ELMo-style tokenizer)")
+        select = self.sentence_mask(input_ids, attention_mask, token_type_ids, segment)
+        states, sentence = self.encode(input_ids, char_ids, select, tree_merges)
+        return BaseModelOutputWithPooling(last_hidden_state=states, pooler_output=sentence)
+
+
+def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
+    hid = config.classifier_hidden_size
+    if not hid:
+        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
+    return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, hid), nn.ReLU(),
+                         nn.Dropout(config.classifier_dropout), nn.Linear(hid, config.num_labels))
+
+
+class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
+    """Sentence / sentence-pair classification or regression with a classic encoder.
+
+    Single sentences: ``classifier(u)``. Pairs (``token_type_ids`` with 1s, as the tokenizer makes them): each
+    sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
+    u * v]`` (Wang et al. 2018). A linear classifier (``classifier_hidden_size=0``) or one hidden layer.
+    Regression (MSE) when ``num_labels == 1``; ``problem_type`` as in transformers.
+
+    Forward args: ``input_ids (B, T)``, ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids
+    (B, T)`` optional, ``tree_merges`` optional (single sentences), ``labels (B,)`` long (float for
+    regression). Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and ``loss``.
+    """
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.baseline = SesameBaselineModel(config)
+        d = self.baseline.output_size
+        self.classifier = _classifier(d, config)
+        self.pair_classifier = _classifier(4 * d, config)
+        self.post_init()
+        self.baseline.embeddings.freeze()
+
+    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
+                labels=None, **kwargs) -> SequenceClassifierOutput:
+        if input_ids is None:
+            raise ValueError("SesameBaselineForSequenceClassification needs input_ids (word ids)")
+        model = self.baseline
+        if attention_mask is None:
+            attention_mask = input_ids != self.config.pad_token_id
+        if token_type_ids is not None and bool((token_type_ids.bool() & attention_mask.bool()).any()):
+            if tree_merges is not None:
+                raise ValueError("tree_merges: given trees are supported for single sentences, not pairs")
+            # both sentences in one batched call: rows 0..B-1 are the first sentences, B..2B-1 the second
+            first = model.sentence_mask(input_ids, attention_mask, token_type_ids, 0)
+            second = model.sentence_mask(input_ids, attention_mask, token_type_ids, 1)
+            chars = torch.cat([char_ids, char_ids]) if char_ids is not None else None
+            _, sent = model.encode(torch.cat([input_ids, input_ids]), chars, torch.cat([first, second]))
+            u, v = sent.chunk(2)
+            logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+            unused = self.classifier
+        else:
+            _, u = model.encode(input_ids, char_ids, model.sentence_mask(input_ids, attention_mask), tree_merges)
+            logits = self.classifier(u)
+            unused = self.pair_classifier
+        # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
+        # (find_unused_parameters=False) requires; its gradient is 0.
+        logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
+        loss = None
+        if labels is not None:
+            loss = self._loss(logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        config = self.config
+        if config.problem_type is None:
+            if self.num_labels == 1:
+                config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                config.problem_type = "single_label_classification"
+            else:
+                config.problem_type = "multi_label_classification"
+        if config.problem_type == "regression":
+            if self.num_labels == 1:
+                return F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
+            return F.mse_loss(logits.float(), labels.float())
+        if config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())

@@ -1,0 +1,39 @@
+"""Fixtures of the baseline tests: tiny configs and a word tokenizer trained on ``tiny_corpus``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def tiny_baseline_config(encoder_type: str = "cbow", **overrides):
+    """A SesameBaselineConfig small enough for a CPU test."""
+    from modeling.baselines import SesameBaselineConfig
+
+    kwargs = dict(vocab_size=60, embedding_dim=8, encoder_type=encoder_type, ngram_buckets=97, cnn_num_filters=4,
+                  rnn_hidden_size=6, rnn_num_layers=2, treelstm_hidden_size=5, classifier_hidden_size=0, num_labels=3)
+    kwargs.update(overrides)
+    return SesameBaselineConfig(**kwargs)
+
+
+@pytest.fixture
+def tiny():
+    return tiny_baseline_config
+
+
+@pytest.fixture
+def word_tokenizer(tiny_corpus: Path, tmp_path: Path):
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    return train_elmo_tokenizer([tiny_corpus], vocab_size=60, output_dir=tmp_path / "wordtok", lowercase=True)
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -1,0 +1,137 @@
+"""fastText subword word vectors for a word tokenizer (``python -m tokenizer vectors``), trained with gensim.
+
+No GloVe or fastText vectors can be downloaded where this project runs, so the classic baselines
+(:mod:`modeling.baselines`) get their word vectors from the pretraining corpus: gensim's ``FastText``
+(Bojanowski et al. 2017, "Enriching Word Vectors with Subword Information"; CBOW or skip-gram with character
+n-grams hashed into ``bucket`` rows) over the corpus split into words exactly as the ELMo-style word tokenizer
+splits them, then one vector for every word of that tokenizer's vocabulary (words the corpus never had
+``min_count`` times get the mean of their n-gram vectors, fastText's out-of-vocabulary vector).
+
+Output folder (``--output_dir``, written atomically):
+
+* the word tokenizer (``save_pretrained``), so that the folder also loads with ``AutoTokenizer``;
+* ``word_vectors.safetensors`` -- ``vectors (V, d)`` float32, the fastText vector of each tokenizer word
+  (gensim's ``wv[word]``; 0 for ``<pad>``, ``<S>``, ``</S>``, ``<UNK>``); ``vectors_vocab (V, d)``, the
+  word-only rows (gensim's ``vectors_vocab``; for words outside gensim's vocabulary their n-gram mean) and
+  ``vectors_ngrams (bucket, d)``, the n-gram rows -- what a ``fasttext`` baseline is initialised from;
+* ``word_vectors.json`` -- the training settings (``vector_size``, ``min_n``, ``max_n``, ``bucket``, ...), the
+  corpus files with their sizes, and the coverage (tokenizer words in gensim's vocabulary).
+
+Deterministic: one worker thread and a fixed ``seed`` give the same vectors on the same machine (gensim's
+documented condition); ``PYTHONHASHSEED`` is not involved (gensim hashes with its own FNV).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from training.errors import InputError
+
+from .corpus import atomic_output_dir, check_text_files, iter_text_lines
+
+#: Files written next to the tokenizer.
+VECTORS_FILE, VECTORS_CONFIG = "word_vectors.safetensors", "word_vectors.json"
+
+
+def train_word_vectors(
+    files: list[str | os.PathLike],
+    tokenizer_name: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    vector_size: int = 100,
+    epochs: int = 5,
+    min_count: int = 5,
+    window: int = 5,
+    min_n: int = 3,
+    max_n: int = 6,
+    bucket: int = 100_000,
+    sg: bool = False,
+    seed: int = 42,
+) -> dict:
+    """Train fastText vectors on ``files`` and save them for the words of the tokenizer ``tokenizer_name``.
+
+    Args:
+        files: corpus files (``.txt`` / ``.txt.gz``, one paragraph or sentence per line).
+        tokenizer_name: a folder with the ELMo-style word tokenizer (``python -m tokenizer train --model_type elmo``).
+        output_dir: the folder to write (see the module docstring).
+        vector_size: dimension d. epochs: passes over the corpus. min_count: gensim's vocabulary threshold.
+        window: context window. min_n, max_n: character n-gram lengths. bucket: n-gram hash buckets.
+        sg: skip-gram instead of CBOW. seed: gensim's seed (with one worker: deterministic).
+
+    Returns:
+        The ``word_vectors.json`` content.
+
+    Raises:
+        InputError: a bad corpus file, a tokenizer folder that is not an ELMo-style word tokenizer, or a
+            setting out of range.
+    """
+    import numpy as np
+    from gensim.models import FastText
+    from safetensors.numpy import save_file
+
+    from .elmo_tokenization import SesameElmoTokenizer
+
+    for name, value, low in (("vector_size", vector_size, 1), ("epochs", epochs, 1), ("min_count", min_count, 1),
+                             ("window", window, 1), ("min_n", min_n, 1), ("bucket", bucket, 1)):
+        if value < low:
+            raise InputError(f"--{name} {value}: expected an integer >= {low}")
+    if max_n < min_n:
+        raise InputError(f"--max_n {max_n}: expected >= --min_n {min_n}")
+    paths = check_text_files(files)
+    try:
+        tok = SesameElmoTokenizer.from_pretrained(str(tokenizer_name))
+    except (OSError, ValueError, TypeError) as err:
+        raise InputError(f"--tokenizer_name {tokenizer_name}: not an ELMo-style word tokenizer ({err}); expected a folder "
+                         "written by python -m tokenizer train --model_type elmo") from None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
+        n_words = 0
+        with open(corpus, "w", encoding="utf-8") as f:
+            for line in iter_text_lines(paths):
+                words = tok._tokenize(line)
+                if words:
+                    n_words += len(words)
+                    f.write(" ".join(words) + "\n")
+        if n_words == 0:
+            raise InputError(f"--train_file {', '.join(map(str, paths))}: no words; expected text")
+        model = FastText(vector_size=vector_size, window=window, min_count=min_count, min_n=min_n, max_n=max_n,
+                         bucket=bucket, sg=int(sg), seed=seed, workers=1, epochs=epochs)
+        model.build_vocab(corpus_file=str(corpus))
+        if not model.wv.key_to_index:
+            raise InputError(f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value")
+        model.train(corpus_file=str(corpus), total_examples=model.corpus_count, total_words=model.corpus_total_words,
+                    epochs=epochs)
+
+    wv = model.wv
+    words = tok.ids_to_tokens
+    specials = {tok.pad_token, tok.bos_token, tok.eos_token, tok.unk_token}
+    vectors = np.zeros((len(words), vector_size), dtype=np.float32)
+    vocab_rows = np.zeros((len(words), vector_size), dtype=np.float32)
+    known = 0
+    for i, word in enumerate(words):
+        if word in specials:
+            continue
+        vectors[i] = wv.get_vector(word)
+        if word in wv.key_to_index:
+            vocab_rows[i] = wv.vectors_vocab[wv.key_to_index[word]]
+            known += 1
+        else:  # gensim's OOV vector is the n-gram mean; as a word row it gives the same fastText vector
+            vocab_rows[i] = vectors[i]
+    info = {
+        "vector_size": vector_size, "epochs": epochs, "min_count": min_count, "window": window, "min_n": min_n,
+        "max_n": max_n, "bucket": bucket, "sg": bool(sg), "seed": seed, "workers": 1,
+        "train_files": [{"path": str(p), "bytes": p.stat().st_size} for p in paths], "corpus_words": n_words,
+        "gensim_vocab_size": len(wv.key_to_index), "tokenizer_vocab_size": len(words),
+        "tokenizer_words_in_gensim_vocab": known, "lowercase": bool(tok.lowercase),
+    }
+    with atomic_output_dir(output_dir) as out:
+        tok.save_pretrained(str(out))
+        save_file({"vectors": vectors, "vectors_vocab": vocab_rows,
+                   "vectors_ngrams": np.ascontiguousarray(wv.vectors_ngrams, dtype=np.float32)},
+                  str(out / VECTORS_FILE), metadata={"format": "sesame-lm word vectors"})
+        (out / VECTORS_CONFIG).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info
