@@ -299,11 +299,12 @@ def build_model(args, objective, tokenizer):
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:
             overrides["pad_token_id"] = tokenizer.pad_token_id
-        if args.config_name in modeling.PRESETS:
+        presets = sorted(name for name, (cls, _) in modeling.PRESETS.items() if cls.model_type == objective.config_model_type)
+        if args.config_name in presets:
             config = modeling.get_preset_config(args.config_name, **overrides)
         else:
             expected = (f"--config_name {args.config_name}{_rev(args)}: expected a preset "
-                        f"({', '.join(sorted(modeling.PRESETS))}), a config path or a hub repo id")
+                        f"({', '.join(presets)}), a config path or a hub repo id")
             if not args.config_name:
                 raise InputError(expected)
             check_local_path(args.config_name, "--config_name", "a preset, a config path or a hub repo id")
