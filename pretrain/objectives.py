@@ -148,8 +148,9 @@ def _bilm_metrics(sums):
 
 
 def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
-    """Sums for perplexity: ``nll_sum`` (nats, float64) and ``count`` of predicted tokens; NSP adds
-    ``nsp_correct``/``nsp_count``, the BiLM ``fwd_*``/``bwd_*`` per direction."""
+    """Sums over one evaluation batch for exact perplexity, each a 0-d float64 tensor on the batch's device:
+    ``nll_sum`` (nats) and ``count`` of predicted tokens; NSP adds ``nsp_correct``/``nsp_count`` (pairs), the BiLM
+    ``fwd_*``/``bwd_*`` per direction. ``batch``: the collator's tensors, ``input_ids`` (B, T) long ..."""
     out = model(**batch)
     if "char_ids" in batch:  # BiLM: both directions
         nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
@@ -158,7 +159,7 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     count = (batch["labels"] != -100).sum().double()
     mlm = getattr(out, "mlm_loss", None)
     mlm = out.loss if mlm is None else mlm
-    stats = {"nll_sum": torch.nan_to_num(mlm.double()) * count, "count": count}
+    stats = {"nll_sum": mlm.double() * count, "count": count}  # the model's loss is 0 when nothing is predicted
     if "next_sentence_label" in batch:
         pred = out.seq_relationship_logits.argmax(-1)
         stats["nsp_correct"] = (pred == batch["next_sentence_label"]).sum().double()

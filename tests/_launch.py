@@ -46,3 +46,16 @@ def write_tiny_corpus(root: Path) -> Path:
     train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
     modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
     return root
+
+
+def run_remote_code_script(script: str, tmp_path: Path, *args: str) -> dict:
+    """Run ``script`` (which blocks the project's packages and loads with ``trust_remote_code``) in a fresh
+    interpreter, with its own module cache, offline; return the JSON its last stdout line prints."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

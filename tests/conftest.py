@@ -66,3 +66,16 @@ def fresh_state():
     yield
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
+
+
+@pytest.fixture
+def seeded_single_thread():
+    """``torch.manual_seed(0)`` and one torch thread for the test (restored after it): numeric tests that compare
+    against references stay deterministic and do not fight over the 2 cores."""
+    import torch
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

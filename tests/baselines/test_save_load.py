@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel
+from _launch import run_remote_code_script
 
 TEXTS = (["The whale rose from the sea.", "It rained."], ["A dog near the river bank.", "The city was wet."])
 
@@ -93,11 +91,7 @@ def test_remote_code_round_trip_without_the_package(tmp_path, tiny, word_tokeniz
     single = word_tokenizer(TEXTS[0], padding=True, return_tensors="pt")
     with torch.no_grad():
         ref, ref_single = model(**batch).logits, model.baseline(**single).pooler_output
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _REMOTE, str(out_dir), json.dumps(TEXTS)], cwd=tmp_path,
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_remote_code_script(_REMOTE, tmp_path, str(out_dir), json.dumps(TEXTS))
     assert got["module"].startswith("transformers_modules") and got["tok_module"].startswith("transformers_modules")
     assert got["enc"] == "SesameBaselineModel"
     torch.testing.assert_close(torch.tensor(got["logits"]), ref, rtol=1e-5, atol=1e-6)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import torch
 
 from modeling.elmo import SesameElmoForBidirectionalLM, SesameElmoForSequenceClassification
+from _launch import run_remote_code_script
 
 TEXTS = (["The whale rose from the sea.", "It rained."], ["A dog near the river bank.", "The city was wet."])
 
@@ -71,11 +69,7 @@ def test_remote_code_round_trip_without_the_package(tmp_path, tiny, elmo_tokeniz
     model, out_dir = _save(tmp_path, tiny, elmo_tokenizer)
     batch = elmo_tokenizer(*TEXTS, padding=True, return_tensors="pt")
     ref = model(**batch)
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _REMOTE, str(out_dir), json.dumps(TEXTS)], cwd=tmp_path,
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_remote_code_script(_REMOTE, tmp_path, str(out_dir), json.dumps(TEXTS))
     assert got["module"].startswith("transformers_modules") and got["tok_module"].startswith("transformers_modules")
     assert got["ids"] == batch["input_ids"].tolist() and got["chars"] == batch["char_ids"].sum().item()
     assert abs(got["loss"] - ref.loss.item()) < 1e-5 and abs(got["fwd"] - ref.forward_loss.item()) < 1e-5

@@ -44,12 +44,8 @@ def device() -> torch.device:
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _seed_and_threads(seeded_single_thread):
+    """Every test here: seed 0, one torch thread (tests/conftest.py)."""
 
 
 # Test modules cannot import this conftest under --import-mode=importlib: they get its helpers as fixtures.
