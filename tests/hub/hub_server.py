@@ -266,6 +266,8 @@ class _Handler(BaseHTTPRequestHandler):
         if body or content_type:
             headers.setdefault("Content-Type", content_type)
         headers.setdefault("Content-Length", str(len(body)))
+        if self.close_connection:  # say so (RFC 9112 9.6): a client that pools the connection would race its close
+            headers["Connection"] = "close"
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
