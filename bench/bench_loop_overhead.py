@@ -120,7 +120,7 @@ def main(argv=None):
             sched.step()
             opt.zero_grad(set_to_none=True)
             if step >= args.warmup:
-                tokens += int(batch["attention_mask"].numel())
+                tokens += int(batch["input_ids"].numel())
         sync()
         return tokens / (time.perf_counter() - t0)
 

@@ -84,8 +84,10 @@ class MLMCollator:
     """Pad packed blocks (or NSP pairs) and mask them for MLM.
 
     Examples are dicts with ``input_ids``, ``word_start`` and ``index`` (and, for NSP, ``token_type_ids`` and
-    ``next_sentence_label``). Output: ``input_ids`` (B, T) long, ``attention_mask`` (B, T) long, ``labels``
-    (B, T) long with -100 = not predicted, and ``token_type_ids`` / ``next_sentence_label`` when present.
+    ``next_sentence_label``). Output: ``input_ids`` (B, T) long, ``labels`` (B, T) long with -100 = not
+    predicted, ``attention_mask`` (B, T) long only when the batch has padding (full packed blocks have none: the
+    model then needs no mask and reads none back from the device), and ``token_type_ids`` /
+    ``next_sentence_label`` when present.
 
     Args:
         tokenizer: gives ``mask_token_id``, ``pad_token_id``, the special ids and the vocabulary size.
@@ -140,7 +142,9 @@ class MLMCollator:
             input_ids, candidates, u_sel, u_rep, rand_tok, self.mask_token_id,
             self.mlm_probability, self.mask_replace_prob, self.random_replace_prob, word_start,
         )
-        batch = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+        batch = {"input_ids": masked, "labels": labels}
+        if not bool(attention_mask.all()):  # a host tensor: no device synchronisation
+            batch["attention_mask"] = attention_mask
         if "token_type_ids" in examples[0]:
             batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], 0)
         if "next_sentence_label" in examples[0]:

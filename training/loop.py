@@ -27,10 +27,18 @@ What the loop guarantees:
   micro-batches and processes: a 2-process run follows the 1-process run with the same global batch. (This is
   what ``accelerator.accumulate`` does, but with per-item rather than per-micro-batch averaging.)
 * **Clipping and non-finite values.** ``accelerator.clip_grad_norm_`` with ``max_grad_norm`` (the norm is always
-  computed and logged). A non-finite loss or gradient norm on any process stops every process before the
-  optimizer step with :class:`NonFiniteLossError` naming the step and its micro-batches; the last checkpoint is
-  left as it was. ``skip_nonfinite_steps`` N tolerates N such steps (skipped with a warning, batches consumed);
-  with an fp16 GradScaler, inf gradients are the scaler's to skip.
+  computed and logged). An optimizer step whose loss (on any process) or gradient norm is NaN/inf is not applied:
+  weights, Adam moments and Adam's step count stay as they were; the step, its batches and the learning-rate
+  schedule still count. ``skip_nonfinite_steps`` N tolerates N such steps (a warning each); one more stops every
+  process with :class:`NonFiniteLossError` naming the step and its micro-batches, before any later checkpoint is
+  written (the last one is left as it was). With an fp16 GradScaler, inf gradients are the scaler's to skip.
+* **Host reads.** The step's statistics (loss sum, item count, tokens, non-finite flag, gradient norm, stop flag)
+  are one packed tensor on the device, all-reduced once per step; the host reads the pending steps' tensors back
+  in one copy only at logging, evaluation and checkpoint steps and at the end. That needs an optimizer that skips
+  a non-finite update on the device: torch's fused AdamW (the default, :func:`training.optim.create_optimizer`)
+  takes a ``found_inf`` tensor. With another optimizer, an fp16 GradScaler or DeepSpeed every step is read, to
+  decide on the host. The batches reach the GPU from pinned memory with ``non_blocking`` copies, and the models
+  read nothing back in ``forward`` (``tests/training/test_host_reads.py``).
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps and at the end, ``<output_dir>/checkpoints/
   step_N/`` written atomically with a size + SHA-256 manifest (:mod:`training.checkpoint`), the last
   ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as JSON in ``trainer_state.json``
@@ -44,7 +52,8 @@ What the loop guarantees:
   the DataLoader must have its own ``generator`` and the collator must draw its random numbers from its own
   seeded generators, never from the global RNG (which belongs to dropout).
 * **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
-  finish the current optimizer step, write its checkpoint and raise :class:`TrainingStopped`;
+  finish the current optimizer step (with several processes: the steps up to the next logging step, where all
+  processes read the combined flag), write its checkpoint and raise :class:`TrainingStopped`;
   :mod:`training.signals` calls it on SIGTERM / SIGINT.
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
@@ -79,7 +88,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from training import checkpoint as ckpt
 from training.errors import InputError, first_line
-from training.optim import SCHEDULERS, create_optimizer, create_scheduler
+from training.optim import OPTIMIZERS, SCHEDULERS, create_optimizer, create_scheduler
 from training.run import epoch_seed
 from training.trackers import log_with, prepare_environment, sanitize_config
 
@@ -87,7 +96,8 @@ logger = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss or the gradient norm became NaN or infinite; training stopped before the optimizer step."""
+    """The loss or the gradient norm became NaN or infinite (more often than ``skip_nonfinite_steps``); the update
+    of that step was not applied and training stopped."""
 
 
 class TrainingStopped(RuntimeError):
@@ -112,6 +122,10 @@ class TrainingConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
+    optim: str = "adamw_torch_fused"
+    """AdamW implementation, named as transformers' ``--optim``: ``adamw_torch_fused`` (torch's fused kernel where
+    the device has it, CPU and CUDA; non-finite steps are then skipped on the device and the loop reads its
+    statistics only at logging steps) or ``adamw_torch`` (foreach; the loop reads every step)."""
     lr_scheduler_type: str = "linear"
     """One of linear, cosine, constant, constant_with_warmup, warmup_stable_decay."""
     num_warmup_steps: int | None = None
@@ -181,6 +195,8 @@ class TrainingConfig:
             raise InputError(f"--max_grad_norm {self.max_grad_norm}: expected a number >= 0")
         if self.checkpointing_steps is not None and self.checkpointing_steps < 1:
             raise InputError(f"--checkpointing_steps {self.checkpointing_steps}: expected an integer >= 1")
+        if self.optim not in OPTIMIZERS:
+            raise InputError(f"--optim {self.optim!r}: expected one of {', '.join(OPTIMIZERS)}")
         if self.skip_nonfinite_steps < 0:
             raise InputError(f"--skip_nonfinite_steps {self.skip_nonfinite_steps}: expected an integer >= 0")
         if self.logging_steps < 1:
@@ -232,6 +248,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> 
     g.add_argument("--adam_beta1", type=float, default=d["adam_beta1"], help="AdamW beta1")
     g.add_argument("--adam_beta2", type=float, default=d["adam_beta2"], help="AdamW beta2")
     g.add_argument("--adam_epsilon", type=float, default=d["adam_epsilon"], help="AdamW epsilon")
+    g.add_argument("--optim", default=d["optim"], choices=list(OPTIMIZERS), help="AdamW implementation: the fused kernel (where the device has it) or foreach")
     g.add_argument("--lr_scheduler_type", default=d["lr_scheduler_type"], choices=list(SCHEDULERS), help="learning-rate schedule")
     g.add_argument("--num_warmup_steps", type=int, default=d["num_warmup_steps"], help="optimizer steps of linear warmup (overrides --warmup_ratio)")
     g.add_argument("--warmup_ratio", type=float, default=d["warmup_ratio"], help="warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given")
@@ -303,11 +320,12 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
     """An ``Accelerator`` for the shared loop: trackers from ``report_to``, project folder ``output_dir``.
 
     ``rng_types=[]``: accelerate must not re-synchronise the global RNG at each epoch (dropout streams are
-    per process and restored from checkpoints). CPU / multi-process / mixed precision come from
-    ``accelerate launch`` (config file or flags); ``mixed_precision`` overrides.
+    per process and restored from checkpoints). ``non_blocking=True``: batches go to the GPU from pinned memory
+    (:func:`make_train_dataloader` pins on CUDA) without waiting for the GPU's queue. CPU / multi-process /
+    mixed precision come from ``accelerate launch`` (config file or flags); ``mixed_precision`` overrides.
     """
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
+    from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 
     prepare_environment(config.report_to, config.output_dir)
     project = ProjectConfiguration(project_dir=config.output_dir, logging_dir=os.path.join(config.output_dir, "runs"))
@@ -318,6 +336,7 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
         project_config=project,
         rng_types=[],
         gradient_accumulation_steps=1,
+        dataloader_config=DataLoaderConfiguration(non_blocking=True),
     )
     set_seed(config.seed)
     return accelerator
@@ -376,6 +395,7 @@ def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: 
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(seed),
         drop_last=False,
+        pin_memory=torch.cuda.is_available(),  # with the accelerator's non_blocking copies: no wait per batch
     )
 
 
@@ -391,7 +411,8 @@ def make_stream_dataloader(dataset: torch.utils.data.IterableDataset, batch_size
     """
     if batch_size < 1:
         raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
-    return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers)
+    return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers,
+                      pin_memory=torch.cuda.is_available())
 
 
 def _length(obj) -> int | None:
@@ -470,7 +491,8 @@ class Trainer:
         self.run_config = dict(run_config or dataclasses.asdict(config))
         if optimizer is None:
             optimizer = create_optimizer(
-                model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
+                model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon,
+                fused=OPTIMIZERS[config.optim],
             )
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(model)
@@ -553,7 +575,7 @@ class Trainer:
         """A count (int or 0-d tensor) as a float64 0-d tensor on the accelerator's device, without a host sync."""
         if isinstance(value, torch.Tensor):
             return value.detach().to(device=self.accelerator.device, dtype=torch.float64).reshape(())
-        return torch.tensor(float(value), dtype=torch.float64, device=self.accelerator.device)
+        return torch.full((), float(value), dtype=torch.float64, device=self.accelerator.device)  # a fill, no copy
 
     def _reduce_tensor(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over processes (identity with one process)."""
@@ -628,9 +650,10 @@ class Trainer:
             )
 
     def request_stop(self) -> None:
-        """Ask the loop to stop after the current optimizer step: every process then writes the checkpoint of
+        """Ask the loop to stop after the current optimizer step (with several processes: at the next logging
+        step, where the flag combined across processes is read): every process then writes the checkpoint of
         that step and :meth:`train` raises :class:`TrainingStopped`. Safe to call from a signal handler on any
-        process (the flag is combined across processes with the step's statistics)."""
+        process."""
         self.stop_requested = True
 
     def evaluate(self) -> dict[str, float]:
@@ -687,6 +710,74 @@ class Trainer:
             return True
         return False
 
+    @staticmethod
+    def _new_interval() -> dict[str, float]:
+        """Sums over the steps since the last logging step (host floats, filled by :meth:`_read_pending`)."""
+        return {"loss": 0.0, "weight": 0.0, "tokens": 0.0, "samples": 0.0, "time": 0.0, "steps": 0,
+                "grad_norm": float("nan"), "stop": 0.0}
+
+    def _inner_optimizer(self) -> torch.optim.Optimizer:
+        """The torch optimizer inside accelerate's wrapper."""
+        return getattr(self.optimizer, "optimizer", self.optimizer)
+
+    def _device_skip_supported(self) -> bool:
+        """True when a non-finite step can be skipped on the device, so that statistics need no per-step read.
+
+        That is the case for torch optimizers that take a ``found_inf`` tensor (``_step_supports_amp_scaling``:
+        the fused Adam/AdamW/SGD kernels, which leave weights, moments and the step count unchanged where it is
+        non-zero), without an fp16 ``GradScaler`` (which sets ``found_inf`` itself) and outside DeepSpeed.
+        """
+        inner = self._inner_optimizer()
+        return (bool(getattr(inner, "_step_supports_amp_scaling", False))
+                and getattr(self.accelerator, "scaler", None) is None
+                and type(self.optimizer).__name__ != "DeepSpeedOptimizerWrapper")
+
+    def _read_pending(self, pending: list, interval: dict[str, float], bar) -> bool:
+        """Read the statistics of the ``pending`` steps to the host in one copy, add them to ``interval`` and the
+        run's sums, and empty ``pending``. A non-finite step's update was not applied: it is counted against
+        ``skip_nonfinite_steps`` (a warning) or stops the run. Returns True when the last pending step was
+        non-finite (and skipped).
+
+        Raises:
+            NonFiniteLossError: more non-finite steps than ``skip_nonfinite_steps``.
+        """
+        if not pending:
+            return False
+        cfg = self.config
+        rows = torch.stack([stats for *_, stats in pending]).tolist()  # the one host read
+        steps, last_bad = [(step, where, samples) for step, where, samples, _ in pending], False
+        pending.clear()
+        for (step, where, samples), (loss, weight, tokens, bad, norm, stop) in zip(steps, rows):
+            interval["tokens"] += tokens
+            interval["samples"] += samples
+            interval["grad_norm"] = norm
+            interval["stop"] = max(interval["stop"], stop)
+            last_bad = bad > 0
+            if not last_bad:
+                interval["loss"] += loss
+                interval["weight"] += weight
+                self.state["loss_sum"] += loss
+                self.state["weight_sum"] += weight
+                continue
+            step_loss = loss / max(weight, 1e-12)
+            if self.state["nonfinite_skipped"] < cfg.skip_nonfinite_steps:
+                self.state["nonfinite_skipped"] += 1
+                logger.warning(
+                    "non-finite loss (%s) or gradient norm (%s) at optimizer step %d (%s): update skipped, its "
+                    "batches consumed (%d of --skip_nonfinite_steps %d)", step_loss, norm, step, where,
+                    self.state["nonfinite_skipped"], cfg.skip_nonfinite_steps)
+                continue
+            bar.close()
+            kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written yet"
+            tolerance = f" after {self.state['nonfinite_skipped']} skipped step(s) (--skip_nonfinite_steps {cfg.skip_nonfinite_steps})" if cfg.skip_nonfinite_steps else ""
+            found = f" (found at step {steps[-1][0]}, where the statistics were read)" if steps[-1][0] != step else ""
+            raise NonFiniteLossError(
+                f"non-finite loss ({step_loss}) or gradient norm ({norm}) at optimizer step {step} ({where}){tolerance}"
+                f"{found}; its update was not applied and training stopped, {kept}; try a lower --learning_rate or "
+                "--max_grad_norm, --skip_nonfinite_steps N, or check the data of that step"
+            )
+        return last_bad
+
     def train(self) -> dict[str, Any]:
         """Train to ``max_train_steps``; return ``train_loss`` (mean per item over the whole run, resumed parts
         included), ``train_runtime_s``, ``train_tokens_per_second``, ``train_samples_per_second`` (this
@@ -711,11 +802,17 @@ class Trainer:
         per_epoch_batches = self.num_epoch_batches
         train_time = 0.0
         session_tokens = session_samples = 0.0
-        interval = {"loss": 0.0, "weight": 0.0, "tokens": 0, "samples": 0, "time": 0.0, "steps": 0}
+        interval = self._new_interval()
         eta_logged = False
         metrics: dict[str, float] = {}
         stopping_early = self._should_stop_early()  # a resumed run that had already stopped early
         t_start = time.perf_counter()
+        # Per-step statistics stay on the device until a sync point (a logging, evaluation or checkpoint step, the
+        # last step, or every step when the optimizer cannot skip an update on the device): then they are read
+        # back in one packed copy. See :meth:`_read_pending`.
+        pending: list[tuple[int, str, int, torch.Tensor]] = []
+        device_skip = self._device_skip_supported()
+        single = acc.num_processes == 1
         while self.state["global_step"] < self.max_train_steps and not stopping_early:
             self._set_epoch(self.state["epoch"])
             loader = self.train_dataloader
@@ -730,8 +827,6 @@ class Trainer:
                         self.state["epoch"] += 1
                         self.state["batches_in_epoch"] = 0
                     break
-                # Everything per micro-batch stays on the device: the step's statistics are read back to the
-                # host once, packed in one tensor (one all-reduce with several processes).
                 weights = [self._as_device_scalar(self.weight_fn(b)) for b in group]
                 tokens = sum(self._as_device_scalar(self.tokens_fn(b)) for b in group)
                 samples = sum(int(next(v for v in b.values() if isinstance(v, torch.Tensor)).shape[0]) for b in group)
@@ -751,57 +846,51 @@ class Trainer:
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm else float("inf")
                 grad_norm_t = acc.clip_grad_norm_(self.model.parameters(), max_norm)
                 measured = grad_norm_t is not None  # DeepSpeed clips inside its engine and returns None
-                local = torch.stack([loss_sum, nonfinite, tokens, torch.full_like(loss_sum, float(samples)),
-                                     torch.full_like(loss_sum, float(self.stop_requested))])
-                norm = grad_norm_t.detach().double().reshape(1).to(acc.device) if measured else torch.full((1,), float("nan"), dtype=torch.float64, device=acc.device)
-                reduced = torch.cat([self._reduce_tensor(local), total_weight.reshape(1), norm]).tolist()  # the step's one read
-                total_weight, grad_norm = reduced[5], reduced[6]
-                step_loss = float(reduced[0]) / max(total_weight, 1e-12)
-                step = self.state["global_step"] + 1
+                local = torch.stack([loss_sum, nonfinite, tokens, torch.full_like(loss_sum, float(self.stop_requested))])
+                reduced = self._reduce_tensor(local)  # one all-reduce per step, on the device
+                norm = grad_norm_t.detach().double().reshape(()).to(acc.device) if measured else torch.full((), float("nan"), dtype=torch.float64, device=acc.device)
                 # an fp16 GradScaler skips steps with inf/NaN gradients itself (and lowers its scale)
                 scaler_active = getattr(acc, "scaler", None) is not None
-                loss_bad = reduced[1] > 0 or not math.isfinite(step_loss)
-                if loss_bad or (measured and not math.isfinite(grad_norm) and not scaler_active):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    where = f"epoch {self.state['epoch']}, micro-batches {self.state['batches_in_epoch'] + 1}-{self.state['batches_in_epoch'] + len(group)} of the epoch"
-                    if self.state["nonfinite_skipped"] < cfg.skip_nonfinite_steps:
-                        self.state["nonfinite_skipped"] += 1
-                        logger.warning(
-                            "non-finite loss (%s) or gradient norm (%s) at optimizer step %d (%s): update skipped, its "
-                            "batches consumed (%d of --skip_nonfinite_steps %d)", step_loss, grad_norm, step, where,
-                            self.state["nonfinite_skipped"], cfg.skip_nonfinite_steps)
-                        if self._consume_batches(len(group), per_epoch_batches):
-                            break
-                        continue
-                    bar.close()
-                    kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written yet"
-                    tolerance = f" after {self.state['nonfinite_skipped']} skipped step(s) (--skip_nonfinite_steps {cfg.skip_nonfinite_steps})" if cfg.skip_nonfinite_steps else ""
-                    raise NonFiniteLossError(
-                        f"non-finite loss ({step_loss}) or gradient norm ({grad_norm}) at optimizer step {step} ({where}){tolerance}; "
-                        f"training stopped before the update, {kept}; try a lower --learning_rate or --max_grad_norm, "
-                        "--skip_nonfinite_steps N, or check the data of that step"
-                    )
-                self.optimizer.step()
+                bad = (reduced[1] > 0) | ~torch.isfinite(reduced[0])
+                if measured and not scaler_active:
+                    bad = bad | ~torch.isfinite(norm)
+                step = self.state["global_step"] + 1
+                where = f"epoch {self.state['epoch']}, micro-batches {self.state['batches_in_epoch'] + 1}-{self.state['batches_in_epoch'] + len(group)} of the epoch"
+                pending.append((step, where, samples, torch.stack([reduced[0], total_weight, reduced[2], bad.double(), norm, reduced[3]])))
+                if device_skip:  # the fused kernel leaves weights, moments and step count as they are when bad
+                    inner = self._inner_optimizer()
+                    inner.found_inf = bad.float()
+                    try:
+                        self.optimizer.step()
+                    finally:
+                        del inner.found_inf
+                elif not self._read_pending(pending, interval, bar):  # read now, to decide on the host
+                    self.optimizer.step()
                 if not acc.optimizer_step_was_skipped:
                     self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
-                dt = time.perf_counter() - t0
-                train_time += dt
-                session_tokens += float(reduced[2])
-                session_samples += float(reduced[3])
+                interval["time"] += time.perf_counter() - t0
+                interval["steps"] += 1
                 self.state["global_step"] = step
                 self._consume_batches(len(group), per_epoch_batches)
-                self.state["loss_sum"] += float(reduced[0])
-                self.state["weight_sum"] += total_weight
-                for key, value in (("loss", float(reduced[0])), ("weight", total_weight), ("tokens", float(reduced[2])), ("samples", float(reduced[3])), ("time", dt), ("steps", 1)):
-                    interval[key] += value
                 bar.update(1)
-                if step % cfg.logging_steps == 0 or step == self.max_train_steps:
+                logging_step = step % cfg.logging_steps == 0 or step == self.max_train_steps
+                evaluated = bool(cfg.eval_steps) and step % cfg.eval_steps == 0 and step != self.max_train_steps
+                periodic = bool(cfg.checkpointing_steps) and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps
+                if logging_step or evaluated or periodic or (single and self.stop_requested) or step == self.max_train_steps:
+                    t_read = time.perf_counter()
+                    self._read_pending(pending, interval, bar)
+                    interval["time"] += time.perf_counter() - t_read
+                stop_now = interval["stop"] > 0 and step != self.max_train_steps
+                if logging_step:
+                    train_time += interval["time"]
+                    session_tokens += interval["tokens"]
+                    session_samples += interval["samples"]
                     lr = self.scheduler.get_last_lr()[0]
                     record = {
                         "train_loss": interval["loss"] / max(interval["weight"], 1e-12),
                         "learning_rate": lr,
-                        "grad_norm": grad_norm,
+                        "grad_norm": interval["grad_norm"],
                         "tokens_per_second": interval["tokens"] / max(interval["time"], 1e-9),
                         "samples_per_second": interval["samples"] / max(interval["time"], 1e-9),
                         "epoch": self._epoch_position(),
@@ -815,12 +904,10 @@ class Trainer:
                                     "(evaluation and checkpoints not included)", step, self.max_train_steps, per_step,
                                     record["tokens_per_second"], format_duration(per_step * (self.max_train_steps - step)))
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
-                    interval = dict.fromkeys(interval, 0.0)
-                evaluated = bool(cfg.eval_steps) and step % cfg.eval_steps == 0 and step != self.max_train_steps
+                    interval = self._new_interval()
                 if evaluated:
                     metrics = self.evaluate()
                     stopping_early = self._should_stop_early()
-                periodic = bool(cfg.checkpointing_steps) and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps
                 if periodic or (evaluated and cfg.load_best_model_at_end and not stopping_early):
                     self.save_checkpoint()
                     if self.on_save is not None and periodic:
@@ -832,7 +919,7 @@ class Trainer:
                                     step, self.state["evals_without_improvement"], best_metric_name(cfg),
                                     self.state["best_metric"], self.state["best_step"])
                     break
-                if reduced[4] > 0 and step != self.max_train_steps:
+                if stop_now:
                     bar.close()
                     path = self.save_checkpoint()
                     raise TrainingStopped(
@@ -843,6 +930,10 @@ class Trainer:
                     break  # epoch finished
             if stopping_early:
                 break
+        self._read_pending(pending, interval, bar)
+        train_time += interval["time"]
+        session_tokens += interval["tokens"]
+        session_samples += interval["samples"]
         bar.close()
         if self.eval_fn is not None and not stopping_early:
             metrics = self.evaluate()

@@ -51,6 +51,11 @@ def no_decay_parameter_names(model: nn.Module) -> set[str]:
     return names
 
 
+OPTIMIZERS: dict[str, bool | None] = {"adamw_torch_fused": None, "adamw_torch": False}
+"""``--optim`` names (transformers' ``TrainingArguments.optim``) -> ``fused`` of :func:`create_optimizer`
+(None: the fused kernel wherever torch has it for the parameters)."""
+
+
 def create_optimizer(
     model: nn.Module,
     learning_rate: float,
@@ -68,8 +73,10 @@ def create_optimizer(
             normalisation weights (see :func:`no_decay_parameter_names`) get 0.
         betas, eps: Adam's moment coefficients and denominator epsilon.
         fused: use torch's fused AdamW kernel (one kernel for all parameters; the same update up to rounding).
-            Default: when CUDA is available (the loop then trains on the GPU; the model may still be on the CPU
-            when the optimizer is built, before ``accelerator.prepare`` moves it), else the default implementation.
+            Default: wherever torch has it for the parameters (CPU and CUDA floating-point tensors), else the
+            default (foreach) implementation. The fused kernel takes a ``found_inf`` tensor, with which the loop
+            skips a non-finite step on the device instead of reading every step's statistics back
+            (:mod:`training.loop`); on the CPU it is also ~6x faster than foreach on 4M float32 parameters.
 
     Raises:
         InputError: ``learning_rate <= 0``, ``weight_decay < 0`` or ``model`` has no trainable parameter.
@@ -92,11 +99,13 @@ def create_optimizer(
         {"params": decay_params, "weight_decay": weight_decay},
         {"params": other_params, "weight_decay": 0.0},
     ]
+    groups = [g for g in groups if g["params"]]
     if fused is None:
-        fused = torch.cuda.is_available()
-    return torch.optim.AdamW(
-        [g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps, fused=fused or None
-    )
+        try:
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=True)
+        except RuntimeError:  # a device or dtype without the fused kernel
+            fused = False
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused or None)
 
 
 def create_scheduler(

@@ -351,6 +351,12 @@ class SesameBertModel(SesameBertPreTrainedModel):
 
     Inputs: ``input_ids`` (B, T) long, or ``inputs_embeds`` (B, T, H); ``attention_mask`` (B, T) 1 = token,
     0 = padding; ``token_type_ids`` (B, T) segment ids (default 0); ``position_ids`` (B|1, T) (default 0..T-1).
+
+    Without ``attention_mask`` (or with one of all ones on the CPU) no mask reaches attention, so that
+    ``scaled_dot_product_attention`` may take its fastest kernel (flash on a GPU). A mask on a GPU is used as
+    given, all ones or not: testing it would read it back to the host, a synchronisation on every forward.
+    Padding-free batches (packed pretraining blocks) should leave it out (:class:`pretrain.collators.MLMCollator`
+    does).
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -382,7 +388,7 @@ class SesameBertModel(SesameBertPreTrainedModel):
             raise ValueError("pass exactly one of input_ids (B, T) or inputs_embeds (B, T, H)")
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        if attention_mask is not None and (attention_mask.device.type != "cpu" or not bool(attention_mask.all())):
             # additive key mask (B, 1, 1, T): 0 for tokens, the dtype's minimum for padding
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
         last, hidden_states, attentions = self.encoder(x, mask, output_attentions, output_hidden_states)

@@ -71,14 +71,15 @@ def _collate(examples):
 
 @pytest.fixture
 def toy_run():
-    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, **config) -> (trainer, result)``:
+    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, **config) -> (trainer, result)``:
     the shared loop on a toy regressor (40 examples, batch 4: 10 steps per epoch), all checkpoints kept, in a
     fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
 
     from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+    from training.optim import create_optimizer
 
-    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, **config_kwargs):
+    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, **config_kwargs):
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         config = TrainingConfig(output_dir=str(out), learning_rate=0.05, max_train_steps=steps, num_warmup_steps=1,
@@ -87,7 +88,10 @@ def toy_run():
         acc = make_accelerator(config)
         torch.manual_seed(0)
         kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
-        trainer = Trainer(acc, ToyRegressor(hidden), make_train_dataloader(_toy_data(), 4, _collate, seed=0), config, **kwargs)
+        model = ToyRegressor(hidden)
+        if fused is not None:  # True: the fused AdamW (non-finite steps skipped on the device); False: foreach
+            kwargs["optimizer"] = create_optimizer(model, config.learning_rate, config.weight_decay, fused=fused)
+        trainer = Trainer(acc, model, make_train_dataloader(_toy_data(), 4, _collate, seed=0), config, **kwargs)
         return trainer, trainer.train()
 
     yield run
