@@ -372,6 +372,11 @@ def _limit(args, train, validation):
     return train, validation
 
 
+def _interval(steps: int | None) -> str:
+    """``every N steps`` for a periodic action, ``at the end`` for one done only when training ends."""
+    return f"every {steps} steps" if steps else "at the end"
+
+
 def log_plan(args, trainer, train_blocks: int, valid_blocks: int, lr_source: str) -> dict:
     """Log the run plan once (main process) and return it: global batch in sequences and tokens, steps, epochs,
     warmup, total tokens, evaluation/checkpoint intervals and the learning rate with its source."""
@@ -384,10 +389,10 @@ def log_plan(args, trainer, train_blocks: int, valid_blocks: int, lr_source: str
     logger.info(
         "run plan: %d optimizer steps = %s (%d validation); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning rate %g "
-        "(%s); evaluation every %s, checkpoints every %s steps",
+        "(%s); evaluation %s, checkpoints %s",
         plan["max_train_steps"], data, valid_blocks, plan["global_batch_size"], plan["tokens_per_step"],
         plan["num_processes"], plan["per_device_train_batch_size"], plan["gradient_accumulation_steps"], plan["total_tokens"],
-        plan["num_warmup_steps"], args.learning_rate, lr_source, args.eval_steps or "end", args.checkpointing_steps or "end")
+        plan["num_warmup_steps"], args.learning_rate, lr_source, _interval(args.eval_steps), _interval(args.checkpointing_steps))
     return plan
 
 

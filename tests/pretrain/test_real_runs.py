@@ -94,6 +94,7 @@ def test_with_data_and_no_step_flags_the_run_is_one_epoch_and_the_plan_says_so(c
     history = json.loads((out / "eval_history.json").read_text())
     every = math.ceil(int(steps) / 10)
     assert [h["step"] for h in history] == sorted({0, *range(every, int(steps), every), int(steps)})
+    assert plan.endswith(f"evaluation every {every} steps, checkpoints every {every} steps"), plan
 
 
 def test_continued_pretraining_keeps_the_model_tokenizer_and_refuses_another(corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
