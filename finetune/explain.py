@@ -33,10 +33,10 @@ towards the label, blue against it) and ``explanations.png`` (one bar chart of w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -89,13 +89,13 @@ class Layer0:
     def _pair_layout(self, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """SesameElmo pairs run both sentences through the BiLM as one batch ``(2B, W, D)``, each packed to the
         left (``split_pair``); put ``x (B, T, D)`` in that layout."""
-        from modeling.elmo.modeling_elmo import split_pair
+        from modeling.elmo.modeling_elmo import _gather_rows, split_pair
 
         mask, types = self.inputs["attention_mask"], self.inputs["token_type_ids"]
         parts = []
         for segment in (0, 1):
             index, m = split_pair(types, mask, segment)
-            rows = x.gather(1, index.unsqueeze(-1).expand(*index.shape, x.shape[-1])) * m.unsqueeze(-1).to(x.dtype)
+            rows = _gather_rows(x, index) * m.unsqueeze(-1).to(x.dtype)
             parts.append(torch.nn.functional.pad(rows, (0, 0, 0, output.shape[1] - rows.shape[1])))
         return torch.cat(parts).to(output.dtype)
 
@@ -218,6 +218,9 @@ def explain(
     restore = getattr(config, "freeze_backbone", None)
     if restore:
         config.freeze_backbone = False  # SesameElmo runs a frozen BiLM under no_grad: let the gradient through
+    stack = contextlib.ExitStack()
+    if device.type == "cuda":  # cuDNN refuses an RNN backward pass in eval mode (SesameElmo's LSTMs); torch's own kernels do not
+        stack.enter_context(torch.backends.cudnn.flags(enabled=False))
     try:
         layer0 = Layer0(model)
         names = list(inputs)
@@ -254,6 +257,7 @@ def explain(
             per_token = attributions[0].float().sum(-1)
             result.update(baseline=BASELINE, baseline_score=float(out[label_id]) - gap, convergence_delta=delta, n_steps=steps)
     finally:
+        stack.close()
         if restore:
             config.freeze_backbone = restore
     scores = per_token.detach().cpu().tolist()

@@ -362,10 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.do_predict:
         predict_fn = make_predict_fn(accelerator, args, examples["test"], features["test"], loader_of("test"))
 
-    trainer = None
+    trainer = pusher = None
     if args.do_train:
         train_loader = make_train_dataloader(features["train"], args.per_device_train_batch_size, collator, args.seed)
-        on_save = every_save_hook(HubPusher.from_args(args), args, tokenizer, task="question-answering")
+        pusher = HubPusher.from_args(args)  # validate_hub_args filled --hub_model_id (training runs only push)
+        on_save = every_save_hook(pusher, args, tokenizer, task="question-answering")
         trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config(args),
                           on_save=on_save)
         del model
@@ -396,13 +397,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
     del prepared, model, state_dict
     accelerator.wait_for_everyone()
-    pusher = HubPusher.from_args(args)
-    if pusher is not None and accelerator.is_main_process and args.do_train:
+    finish(accelerator, *([trainer] if trainer else []))
+    if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
         from training.model_card import card_for_run
 
         pusher.push(args.output_dir, step=result.get("global_step"),
                     model_card=card_for_run(args.output_dir, args, task="question-answering"))
-    finish(accelerator, *([trainer] if trainer else []))
     return 0
 
 

@@ -159,8 +159,9 @@ class TrainingConfig:
     seed: int = 42
     """Seed of model initialisation, data order, masking and dropout."""
     skip_nonfinite_steps: int = 0
-    """Tolerate this many optimizer steps with a non-finite loss / gradient norm over the run: each is skipped
-    (no update, its batches consumed, a warning naming the step and batches); one more stops training."""
+    """Tolerate this many optimizer steps with a non-finite loss / gradient norm over the run: each takes no update
+    (the step, its batches and the schedule still count; a warning names the step and batches); one more stops
+    training."""
     torch_compile: bool = False
     """Compile the prepared model with ``torch.compile`` (default inductor backend); checkpoints, the unwrapped
     model and ``save_pretrained`` are those of the eager model (same parameter names)."""
@@ -877,7 +878,7 @@ class Trainer:
                 logging_step = step % cfg.logging_steps == 0 or step == self.max_train_steps
                 evaluated = bool(cfg.eval_steps) and step % cfg.eval_steps == 0 and step != self.max_train_steps
                 periodic = bool(cfg.checkpointing_steps) and step % cfg.checkpointing_steps == 0 and step != self.max_train_steps
-                if logging_step or evaluated or periodic or (single and self.stop_requested) or step == self.max_train_steps:
+                if logging_step or evaluated or periodic or (single and self.stop_requested):
                     t_read = time.perf_counter()
                     self._read_pending(pending, interval, bar)
                     interval["time"] += time.perf_counter() - t_read

@@ -143,3 +143,5 @@ class SesameBaselineConfig(PretrainedConfig):
                       "rnn_num_layers", "treelstm_hidden_size"):
             if getattr(self, field) < 1:
                 raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)}; expected >= 1")
+        if not self.gumbel_temperature > 0:
+            raise ValueError(f"SesameBaselineConfig.gumbel_temperature={self.gumbel_temperature}; expected > 0")

@@ -274,6 +274,7 @@ class BinaryTreeLSTMCell(nn.Module):
         super().__init__()
         self.hidden_size = hidden_size
         self.linear = nn.Linear(2 * hidden_size, 5 * hidden_size)
+        self.linear.bias_fill = (hidden_size, 3 * hidden_size, 1.0)  # forget gates f_l, f_r: read by _init_weights
 
     def forward(self, hl, cl, hr, cr):
         i, fl, fr, o, u = self.linear(torch.cat([hl, hr], dim=-1)).chunk(5, dim=-1)
@@ -373,13 +374,21 @@ class TreeLSTMEncoder(nn.Module):
         return torch.sigmoid(o) * torch.tanh(c), c
 
     def forward(self, x, mask, tree_merges: torch.Tensor | None = None):
+        """``x (B, W, E)`` word embeddings, ``mask (B, W)`` 1 = word -> ``(leaf states (B, W, H), 0 at padding;
+        root states (B, H))``.
+
+        Raises:
+            ValueError: ``tree_source='given'`` without ``tree_merges``, or too few merges for a sentence.
+        """
         h, c = self.leaves(x)
         lengths = mask.sum(1)
         if tree_merges is not None:
-            return h, self.compose_given(h, c, lengths, tree_merges)
-        if self.tree_source == "given":
+            root = self.compose_given(h, c, lengths, tree_merges)
+        elif self.tree_source == "given":
             raise ValueError("SesameBaselineConfig.tree_source='given' but no tree_merges were passed")
-        return h, self.compose_latent(h, c, lengths)
+        else:
+            root = self.compose_latent(h, c, lengths)
+        return h * mask.unsqueeze(-1).to(h.dtype), root  # a leaf of a padding "word" is not 0 once its bias is trained
 
     def compose_given(self, h, c, lengths, merges) -> torch.Tensor:
         b, w = h.shape[:2]
@@ -410,12 +419,8 @@ class TreeLSTMEncoder(nn.Module):
             done = ~pairs.any(dim=1)  # rows already reduced to one node (or empty)
             scores = (ph * self.query).sum(-1).float().masked_fill(~pairs, float("-inf"))
             scores = scores.masked_fill(done.unsqueeze(1), 0.0)
-            if self.training:
-                u = torch.rand_like(scores).clamp(1e-10, 1 - 1e-10)
-                perturbed = (scores - torch.log(-torch.log(u))) / self.temperature
-                soft = torch.softmax(perturbed, dim=-1)
-                hard = F.one_hot(perturbed.argmax(-1), ph.shape[1]).to(soft.dtype)
-                select = hard - soft.detach() + soft
+            if self.training:  # straight-through Gumbel-softmax (Jang et al. 2017)
+                select = F.gumbel_softmax(scores, tau=self.temperature, hard=True)
             else:
                 select = F.one_hot(scores.argmax(-1), ph.shape[1]).float()
             select = select.to(ph.dtype)
@@ -452,6 +457,10 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
+                fill = getattr(module, "bias_fill", None)  # (start, end, value): the Tree-LSTM's forget-gate biases
+                if fill is not None and not getattr(module.bias, "_is_hf_initialized", False):
+                    with torch.no_grad():
+                        module.bias[fill[0] : fill[1]].fill_(fill[2])
         elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
             init.normal_(module.weight, mean=0.0, std=0.1)  # a random-initialisation scale close to trained vectors'
             if getattr(module, "padding_idx", None) is not None and not getattr(module.weight, "_is_hf_initialized", False):
@@ -467,9 +476,6 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
                             param[h : 2 * h].fill_(1.0)  # forget gate
         elif isinstance(module, TreeLSTMEncoder):
             init.normal_(module.query, mean=0.0, std=0.1)
-        if isinstance(module, BinaryTreeLSTMCell) and not getattr(module.linear.bias, "_is_hf_initialized", False):
-            with torch.no_grad():
-                module.linear.bias[module.hidden_size : 3 * module.hidden_size].fill_(1.0)  # forget gates f_l, f_r
 
 
 class SesameBaselineModel(SesameBaselinePreTrainedModel):

@@ -116,6 +116,8 @@ class Highway(nn.Module):
     def __init__(self, dim: int, num_layers: int):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(dim, 2 * dim) for _ in range(num_layers))
+        for layer in self.layers:
+            layer.bias_fill = (dim, 2 * dim, -2.0)  # the transform gate's half: read by _init_weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
@@ -386,6 +388,10 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=1.0 / math.sqrt(fan_in))
             if module.bias is not None:
                 init.zeros_(module.bias)
+                fill = getattr(module, "bias_fill", None)  # (start, end, value): Highway's transform-gate bias
+                if fill is not None and not getattr(module.bias, "_is_hf_initialized", False):
+                    with torch.no_grad():
+                        module.bias[fill[0] : fill[1]].fill_(fill[2])
         elif isinstance(module, nn.Embedding):
             init.uniform_(module.weight, -1.0, 1.0)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
@@ -408,11 +414,6 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
-        if isinstance(module, Highway):
-            for layer in module.layers:  # transform-gate bias -2 (bilm-tf): the gate is the 2nd half
-                if not getattr(layer.bias, "_is_hf_initialized", False):
-                    with torch.no_grad():
-                        layer.bias[layer.out_features // 2 :].fill_(-2.0)
 
 
 def _check_mask(mask: torch.Tensor) -> torch.Tensor:

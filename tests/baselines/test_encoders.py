@@ -232,3 +232,38 @@ def test_bf16_autocast_forward_backward_finite(tiny, encoder_type):
     assert torch.isfinite(out.loss)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_gate_biases_start_as_their_sources_say_and_survive_loading(tiny, tmp_path):
+    """Tree-LSTM forget gates f_l, f_r start at 1 (Tai et al. 2015, as LSTMs' forget bias), ELMo's highway
+    transform gate at -2 (bilm-tf); a saved model's trained values are loaded, not re-initialised."""
+    from modeling.elmo import SesameElmoModel
+    from elmo.conftest import tiny_config  # tests/ is on sys.path (pyproject's pythonpath)
+
+    cell = SesameBaselineModel(tiny("treelstm")).encoder.cell
+    h = cell.hidden_size
+    expected = torch.cat([torch.zeros(h), torch.ones(2 * h), torch.zeros(2 * h)])
+    assert torch.equal(cell.linear.bias.detach(), expected)
+    elmo = SesameElmoModel(tiny_config())
+    for layer in elmo.char_encoder.highway.layers:
+        d = layer.in_features
+        assert torch.equal(layer.bias.detach(), torch.cat([torch.zeros(d), torch.full((d,), -2.0)]))
+    with torch.no_grad():
+        elmo.char_encoder.highway.layers[0].bias.fill_(0.5)
+    elmo.save_pretrained(tmp_path / "elmo")
+    loaded = SesameElmoModel.from_pretrained(tmp_path / "elmo")
+    assert torch.equal(loaded.char_encoder.highway.layers[0].bias, torch.full((2 * d,), 0.5))
+
+
+def test_tree_lstm_leaf_states_are_zero_at_padding(tiny):
+    """With trained (non-zero) leaf biases a padding position's leaf would be sigmoid(b_o) tanh(b_c) != 0; the
+    encoder's per-word output is 0 there, as the other encoders', and the root is unchanged."""
+    model = SesameBaselineModel(tiny("treelstm")).eval()
+    with torch.no_grad():
+        model.encoder.leaf.bias.fill_(0.5)
+    ids, chars, mask = _batch([[5, 6, 7, 8], [5, 6]])
+    out = model(input_ids=ids, char_ids=chars, attention_mask=mask)
+    assert out.last_hidden_state[1, 2:].abs().max() == 0 and out.last_hidden_state[1, :2].abs().min() > 0
+    ids, chars, mask = _batch([[5, 6]])
+    alone = model(input_ids=ids, char_ids=chars, attention_mask=mask)
+    torch.testing.assert_close(out.pooler_output[1], alone.pooler_output[0])

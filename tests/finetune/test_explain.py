@@ -107,6 +107,22 @@ def test_elmo_attributions_on_layer_0_rank_the_deciding_word_first(elmo_classifi
     assert model.config.freeze_backbone is True  # restored after explaining
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_elmo_explanation_on_cuda_matches_the_cpu(elmo_classifier):
+    """Gradients through SesameElmo's LSTMs in eval mode on CUDA (cuDNN alone refuses that backward pass): the
+    same word scores as on the CPU."""
+    import copy
+
+    model, tok = elmo_classifier
+    text = "he said the film was bad"
+    on_cpu = ex.explain(model, tok, text, method="input_x_gradient")
+    on_gpu = ex.explain(copy.deepcopy(model).to("cuda"), tok, text, method="input_x_gradient")
+    assert [w["word"] for w in on_gpu["words"]] == [w["word"] for w in on_cpu["words"]]
+    for g, c in zip(on_gpu["words"], on_cpu["words"]):
+        assert g["score"] == pytest.approx(c["score"], rel=1e-3, abs=1e-4)
+
+
 @pytest.mark.parametrize("family", ["bert", "elmo"])
 def test_integrated_gradients_are_complete(bert_classifier, elmo_classifier, family):
     model, tok = (bert_classifier[:2] if family == "bert" else elmo_classifier)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from finetune import squad
 from finetune.squad_data import load_squad_file
@@ -47,6 +48,15 @@ def test_questions_without_answers_are_read_for_prediction_only(tmp_path):
     assert report.questions == 6
     with pytest.raises(InputError, match=r"question id 'q1' has no 'answers'; training and evaluation need them.*--do_predict --test_file"):
         load_squad_file(path, version_2_with_negative=True)
+
+
+def test_evaluation_only_with_push_to_hub_pushes_nothing_and_succeeds(trained, tmp_path, monkeypatch):
+    """--push_to_hub applies to training runs (as in glue): an evaluation-only run ends with exit 0, no hub call."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = write_json(tmp_path / "dev.json", squad_document(QUESTIONS))
+    results = _run(["--model_name_or_path", str(trained), "--validation_file", str(data), "--do_eval",
+                    "--push_to_hub", "--output_dir", str(tmp_path / "eval"), *WINDOW])
+    assert "eval_f1" in results
 
 
 def test_predict_v1_writes_every_id_and_matches_evaluation(trained, tmp_path):
@@ -107,6 +117,15 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
     best = max(history, key=lambda e: e["eval_f1"])  # the first of equal maxima, as the loop keeps
     assert results["best_step"] == best["step"] and results["eval_f1"] == best["eval_f1"]
     assert (out / "curves.png").is_file() and _json(out / "trainer_log.json")
+    # the saved weights are the best step's checkpoint, not the last step's (equal F1s cannot tell them apart)
+    from safetensors.torch import load_file
+
+    saved = load_file(out / "model.safetensors")
+    at_best = load_file(out / "checkpoints" / f"step_{best['step']}" / "model.safetensors")
+    at_last = load_file(out / "checkpoints" / f"step_{results['global_step']}" / "model.safetensors")
+    common = sorted(set(saved) & set(at_best))
+    assert common and all(torch.equal(saved[k], at_best[k]) for k in common)
+    assert best["step"] == results["global_step"] or any(not torch.equal(saved[k], at_last[k]) for k in common)
     again = tmp_path / "again"
     results2 = _run(["--model_name_or_path", str(out), "--validation_file", str(data), "--do_eval", "--output_dir",
                      str(again), *WINDOW])
