@@ -21,6 +21,7 @@ import time
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
+from _mlm_common import make_batch, sync  # bench/ is the script's folder
 from modeling import SesameBertConfig, SesameBertForMaskedLM
 from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
 
@@ -39,21 +40,6 @@ def make_models(args):
         model.load_state_dict(convert_state_dict(hf.state_dict(), hf_config.num_hidden_layers))
         models[name] = model
     return {k: m.to(args.device).train() for k, m in models.items()}
-
-
-def make_batch(args, mask_id=103):
-    g = torch.Generator().manual_seed(1)
-    input_ids = torch.randint(1000, args.vocab_size, (args.batch_size, args.seq_len), generator=g)
-    chosen = torch.rand(input_ids.shape, generator=g) < args.mlm_probability
-    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-    batch = dict(input_ids=input_ids.masked_fill(chosen, mask_id), attention_mask=torch.ones_like(input_ids),
-                 token_type_ids=torch.zeros_like(input_ids), labels=labels)
-    return {k: v.to(args.device) for k, v in batch.items()}
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main(argv=None):
@@ -82,7 +68,7 @@ def main(argv=None):
     if args.no_dense:
         del models["sesame_dense"]
     optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
-    batch = make_batch(args)
+    batch = make_batch(args.batch_size, args.seq_len, args.vocab_size, args.mlm_probability, args.device)
     encoder_batch = {k: v for k, v in batch.items() if k != "labels"}
     weight = torch.randn(args.batch_size, args.seq_len, args.hidden_size, generator=torch.Generator().manual_seed(3))
     weight = weight.to(args.device)

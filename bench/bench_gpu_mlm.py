@@ -45,6 +45,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _mlm_common import make_batch, sync  # noqa: E402  (bench/ is the script's folder)
+from training.optim import create_optimizer  # noqa: E402
 
 H100_BF16_PEAK_FLOPS = 989e12
 
@@ -94,38 +96,12 @@ def make_models(args, device):
     return hf.to(device).train(), sesame.to(device).train()
 
 
-def make_batch(args, device, mask_id: int = 103):
-    g = torch.Generator().manual_seed(1)
-    input_ids = torch.randint(1000, args.vocab_size, (args.batch_size, args.seq_len), generator=g)
-    chosen = torch.rand(input_ids.shape, generator=g) < args.mlm_probability
-    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-    batch = dict(input_ids=input_ids.masked_fill(chosen, mask_id), attention_mask=torch.ones_like(input_ids),
-                 token_type_ids=torch.zeros_like(input_ids), labels=labels)
-    return {k: v.to(device) for k, v in batch.items()}
-
-
-def fused_adamw_available(device) -> bool:
-    """Whether ``torch.optim.AdamW(fused=True)`` steps on ``device`` (tried on one small parameter)."""
-    try:
-        p = torch.nn.Parameter(torch.zeros(2, device=device))
-        p.grad = torch.ones_like(p)
-        torch.optim.AdamW([p], lr=1e-3, fused=True).step()
-        return True
-    except (RuntimeError, ValueError, TypeError):
-        return False
-
-
 def flops_per_token(model, args) -> float:
     """Training FLOPs needed per token: 6 N + 12 L S H + 6 p (H^2 + H V) (see the module docstring)."""
     c = model.config
     n = sum(p.numel() for p in model.bert.encoder.parameters())
     h, layers, v = c.hidden_size, c.num_hidden_layers, c.vocab_size
     return 6 * n + 12 * layers * args.seq_len * h + 6 * args.mlm_probability * (h * h + h * v)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main(argv=None):
@@ -137,21 +113,24 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 parts (optimizer, norms) on tensor cores
         torch.backends.cudnn.allow_tf32 = True
     hf, sesame = make_models(args, device)
-    fused = {"on": True, "off": False, "auto": fused_adamw_available(device)}[args.fused_adamw]
+    fused = {"on": True, "off": False, "auto": None}[args.fused_adamw]  # None: where torch has it (create_optimizer)
     models = {}
     if args.compile in ("both", "eager"):
         models.update({"transformers eager": hf, "sesame eager": sesame})
     if args.compile in ("both", "compiled"):
         models.update({"transformers compiled": torch.compile(copy.deepcopy(hf)),
                        "sesame compiled": torch.compile(copy.deepcopy(sesame))})
-    optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=fused or None) for k, m in models.items()}
-    batch = make_batch(args, device)
+    optimizers = {k: create_optimizer(m, 1e-4, weight_decay=0.0, fused=fused) for k, m in models.items()}
+    fused = bool(next(iter(optimizers.values())).defaults.get("fused"))  # what create_optimizer chose
+    batch = make_batch(args.batch_size, args.seq_len, args.vocab_size, args.mlm_probability, device)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "no": None}[args.mixed_precision]
-    scaler = torch.amp.GradScaler(device.type) if amp is torch.float16 else None
+    # one GradScaler per model: an inf in one model must not lower the scale of the others
+    scalers = {k: torch.amp.GradScaler(device.type) if amp is torch.float16 else None for k in models}
 
     def step(name):
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
             loss = models[name](**batch).loss
+        scaler = scalers[name]
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizers[name])

@@ -42,7 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"])
+    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16"], help="autocast dtype (fp16 is left out: "
+                   "the loop's GradScaler has no counterpart in the bare loop)")
     p.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers")
     p.add_argument("--logging_steps", type=int, default=10)
@@ -50,7 +51,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--output", default=None, help="also write the results as JSON here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.warmup < 1:
+        p.error(f"--warmup {args.warmup}: expected >= 1 (the loop's timing starts at the end of the warm-up's last step)")
+    return args
 
 
 class _Tok:

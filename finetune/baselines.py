@@ -181,7 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from training.run import setup_logging
+
+    setup_logging()
     from finetune.tasks import get_task
 
     tasks = {name: get_task(name) for name in args.tasks}

@@ -399,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     check_output_dir(args.output_dir)
     check_local_path(args.model_name_or_path, "--model_name_or_path", "a folder written by save_pretrained or a hub repo id")
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from training.run import setup_logging
+
+    setup_logging()
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)

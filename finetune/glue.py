@@ -27,7 +27,6 @@ run's final evaluation; only ``all_results.json`` and the prediction files are w
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -211,20 +210,11 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
         raise InputError(f"--model_name_or_path {source}: cannot load the weights ({type(err).__name__}: "
                          f"{first_line(err)}); expected a model folder with model.safetensors "
                          "(save_pretrained) or a hub repo id") from None
-    check_model_fits(args, tokenizer, model.config)
+    from training.run import check_model_fits
+
+    check_model_fits(model.config, tokenizer, args.max_seq_length,
+                     f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}")
     return tokenizer, model, mapping
-
-
-def check_model_fits(args, tokenizer, config) -> None:
-    """:func:`training.run.check_model_fits` for the tokenizer of ``--tokenizer_name`` (else the model's) and
-    ``--max_seq_length``.
-
-    Raises:
-        InputError: naming the flag and the model's limit.
-    """
-    from training.run import check_model_fits as fits
-
-    fits(config, tokenizer, args.max_seq_length, f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}")
 
 
 def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accelerator):
@@ -294,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from finetune.glue_data import label_names_of, load_glue_data, write_submission
     from training.hub import HubPusher, every_save_hook, validate_hub_args
-    from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator
+    from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator, make_train_dataloader
 
     # Everything the user gave is checked before the model is loaded and training starts.
     known_labels = None if args.do_train or task is not None else fine_tuned_label_names(args)
@@ -318,8 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         validate_hub_args(args)
     config = TrainingConfig.from_args(args)
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
-    if not accelerator.is_main_process:
-        logging.getLogger().setLevel(logging.WARNING)
+    setup_logging(accelerator.is_main_process)
     tokenizer, model, mapping = load_model_and_tokenizer(args, label_names, regression, args.task_name)
     splits = [*(["train"] if args.do_train else []), *eval_splits, *test_splits]
     data = tokenize_splits({s: raw[s] for s in splits}, tokenizer, args, mapping, accelerator)
@@ -368,14 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.do_train:
         train_ds = data["train"][1]
         length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
-        if args.group_by_length:
-            sampler = LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
-        else:
-            from training.loop import EpochShuffleSampler
-
-            sampler = EpochShuffleSampler(len(train_ds), args.seed)
-        train_loader = torch.utils.data.DataLoader(train_ds, batch_size=args.per_device_train_batch_size, sampler=sampler,
-                                                   collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
+        sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
+                   if args.group_by_length else None)
+        train_loader = make_train_dataloader(train_ds, args.per_device_train_batch_size, collator, args.seed, sampler=sampler)
         pusher = HubPusher.from_args(args)
         on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
         trainer = Trainer(accelerator, model, train_loader, config,
@@ -440,7 +424,7 @@ def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str], s
     tokenizer (``save_pretrained``, with ``state_dict`` from ``accelerator.get_state_dict`` when given: the full
     weights under FSDP), ``eval_history.json``, ``trainer_log.json`` and ``curves.png``."""
     from tokenizer.corpus import atomic_output_dir
-    from training.plot import write_curves
+    from training.run import write_run_files
 
     flat = {k: result[k] for k in _RESULT_KEYS if k in result}
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
@@ -448,10 +432,7 @@ def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str], s
         if model is not None:
             model.save_pretrained(tmp, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
-            (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
-            (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
-            write_curves(dict(result, name=Path(args.output_dir).name), tmp / "curves.png")
-        (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
+        write_run_files(tmp, result, flat, Path(args.output_dir).name)
 
 
 if __name__ == "__main__":

@@ -344,8 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.metric_for_best_model = "eval_f1"
     config = TrainingConfig.from_args(args)
     accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
-    if not accelerator.is_main_process:
-        logging.getLogger().setLevel(logging.WARNING)
+    setup_logging(accelerator.is_main_process)
     features = tokenize(examples, tokenizer, args, accelerator)
     model = load_model(args, pretrained_config)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
@@ -414,7 +413,7 @@ def save_outputs(args, model, tokenizer, result: dict, predictions, test_predict
     ``state_dict`` (``accelerator.get_state_dict``: the full weights under FSDP) is saved when given."""
     from finetune.qa import write_predictions
     from tokenizer.corpus import atomic_output_dir
-    from training.plot import write_curves
+    from training.run import write_run_files
 
     flat = {k: result[k] for k in _RESULT_KEYS if k in result}
     flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
@@ -427,12 +426,7 @@ def save_outputs(args, model, tokenizer, result: dict, predictions, test_predict
             write_predictions(tmp, preds, nbest, odds, prefix="eval" if test_predictions is not None else None)
         if test_predictions is not None:
             write_predictions(tmp, *test_predictions)
-        (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
-        if "eval_history" in result:
-            (tmp / "eval_history.json").write_text(json.dumps(result["eval_history"], indent=2) + "\n", encoding="utf-8")
-        if result.get("log_history"):
-            (tmp / "trainer_log.json").write_text(json.dumps(result["log_history"], indent=2) + "\n", encoding="utf-8")
-            write_curves(dict(result, name=os.path.basename(os.path.normpath(args.output_dir))), tmp / "curves.png")
+        write_run_files(tmp, result, flat, os.path.basename(os.path.normpath(args.output_dir)))
 
 
 if __name__ == "__main__":

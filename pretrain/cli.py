@@ -11,7 +11,6 @@ What differs between objectives (MLM, MLM+NSP, BiLM) is read from one table, :mo
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -495,7 +494,7 @@ def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objectiv
     """Model + tokenizer (``save_pretrained``), ``all_results.json``, ``eval_history.json``, ``trainer_log.json``,
     ``curves.png`` and a model card (``README.md``) into ``output_dir``, moved there only once all are written."""
     from tokenizer.corpus import atomic_output_dir
-    from training.plot import write_curves
+    from training.run import write_run_files
 
     from pretrain.objectives import get_objective
 
@@ -506,10 +505,7 @@ def save_outputs(args, model, tokenizer, result: dict, state_dict=None, objectiv
     with atomic_output_dir(args.output_dir) as tmp:
         model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
-        (tmp / "all_results.json").write_text(json.dumps(flat, indent=2) + "\n", encoding="utf-8")
-        (tmp / "eval_history.json").write_text(json.dumps(result.get("eval_history", []), indent=2) + "\n", encoding="utf-8")
-        (tmp / "trainer_log.json").write_text(json.dumps(result.get("log_history", []), indent=2) + "\n", encoding="utf-8")
-        write_curves(dict(result, name=Path(args.output_dir).name), tmp / "curves.png")
+        write_run_files(tmp, result, flat, Path(args.output_dir).name)
         try:
             from training.model_card import card_for_run
 

@@ -378,8 +378,11 @@ class EpochShuffleSampler(Sampler[int]):
         return iter(torch.randperm(self.num_samples, generator=g).tolist())
 
 
-def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: int, shuffle: bool = True, num_workers: int = 0) -> DataLoader:
-    """A training DataLoader fit for exact resume: :class:`EpochShuffleSampler` and its own ``generator``.
+def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: int, shuffle: bool = True,
+                          num_workers: int = 0, sampler: Sampler | None = None) -> DataLoader:
+    """A training DataLoader fit for exact resume: ``sampler`` (default :class:`EpochShuffleSampler`; another one
+    must order the examples by ``(seed, epoch)`` through its ``set_epoch``), its own ``generator``, and pinned
+    memory on CUDA.
 
     Raises:
         InputError: ``batch_size < 1`` or an empty dataset.
@@ -391,7 +394,7 @@ def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: 
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=EpochShuffleSampler(len(dataset), seed, shuffle),
+        sampler=sampler if sampler is not None else EpochShuffleSampler(len(dataset), seed, shuffle),
         collate_fn=collate_fn,
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(seed),

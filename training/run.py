@@ -1,5 +1,6 @@
 """Run scaffolding shared by ``pretrain``, ``finetune.glue`` and ``finetune.squad``: help formatting, logging
-set-up, the recorded run configuration, the model-fits checks, the output-folder rule and the epoch seed.
+set-up, the recorded run configuration, the model-fits checks, the output-folder rule, the epoch seed and the
+run files (results, histories, curves).
 """
 
 from __future__ import annotations
@@ -80,3 +81,24 @@ def epoch_seed(seed: int, epoch: int) -> int:
     """A 32-bit seed for the data order of ``epoch`` (``numpy.random.SeedSequence([seed, epoch])``): the same on
     every process and after a resume, independent of the global RNG."""
     return int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1)[0])
+
+
+def write_run_files(folder: str | os.PathLike, result: dict[str, Any], results: dict[str, Any], name: str) -> None:
+    """The run files of a finished run, written into ``folder`` (the scripts' temporary output folder):
+    ``all_results.json`` (``results``) and, for a training run (``result`` from :meth:`training.loop.Trainer.train`,
+    with ``log_history``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` titled ``name``
+    (:func:`training.plot.write_curves`)."""
+    import json
+
+    folder = Path(folder)
+
+    def dump(file: str, obj) -> None:
+        (folder / file).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+    dump("all_results.json", results)
+    if "log_history" in result:
+        from training.plot import write_curves
+
+        dump("eval_history.json", result.get("eval_history", []))
+        dump("trainer_log.json", result["log_history"])
+        write_curves(dict(result, name=name), folder / "curves.png")
