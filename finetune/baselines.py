@@ -130,7 +130,9 @@ def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddi
     tokenizer = AutoTokenizer.from_pretrained(source)
     info = None
     if embeddings is not None:
-        info = json.loads((Path(embeddings) / "word_vectors.json").read_text(encoding="utf-8"))
+        from tokenizer.vectors import VECTORS_CONFIG
+
+        info = json.loads((Path(embeddings) / VECTORS_CONFIG).read_text(encoding="utf-8"))
         dim = info["vector_size"]
         overrides.setdefault("ngram_min_n", info["min_n"])
         overrides.setdefault("ngram_max_n", info["max_n"])
@@ -293,12 +295,12 @@ def _write_table(out: Path, records: list[dict]) -> None:
 
 def plot_results(path: Path, tasks, backbones, cell, metric) -> None:
     """Grouped bars: one group per task, one bar per backbone, labelled with the value."""
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: the process's backend stays as it is
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(tasks) * max(1, len(backbones)) / 3), 4.2))
+    fig = Figure(figsize=(max(6.0, 1.6 * len(tasks) * max(1, len(backbones)) / 3), 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     width = 0.8 / max(1, len(backbones))
     for j, b in enumerate(backbones):
         xs, ys = [], []
@@ -316,7 +318,6 @@ def plot_results(path: Path, tasks, backbones, cell, metric) -> None:
     ax.axhline(0, color="black", linewidth=0.5)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -30,12 +30,15 @@ def load_word_vectors(model, path: str | os.PathLike, vocab: list[str] | None = 
     """
     from safetensors.torch import load_file
 
+    from tokenizer.vectors import VECTORS_CONFIG, VECTORS_FILE
+
     folder = Path(path)
-    info = json.loads((folder / "word_vectors.json").read_text(encoding="utf-8"))
-    tensors = load_file(str(folder / "word_vectors.safetensors"))
+    info = json.loads((folder / VECTORS_CONFIG).read_text(encoding="utf-8"))
+    tensors = load_file(str(folder / VECTORS_FILE))
     base = getattr(model, "baseline", model)
     config, emb = base.config, base.embeddings
-    words = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    with open(folder / "vocab.txt", encoding="utf-8") as f:  # as the tokenizer reads it (not str.splitlines: \x1c..)
+        words = [line.rstrip("\n") for line in f]
     if vocab is not None and list(vocab) != words:
         raise ValueError(f"{folder}: its vocabulary ({len(words)} words) differs from the model's tokenizer "
                          f"({len(vocab)}); expected vectors trained for the same word tokenizer")

@@ -452,32 +452,28 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         backward layer outputs, each ``(B, T, P)``; the backward ones still reversed within each sequence."""
         fwd, bwd = self.forward_stack, self.backward_stack
         x, no_autocast = full_precision(x, fwd)
-        with no_autocast:  # the LSTMs run in float32 under autocast (see the module docstring)
-            return self._bilm_layers_full_precision(x, lengths)
-
-    def _bilm_layers_full_precision(self, x, lengths):
-        fwd, bwd = self.forward_stack, self.backward_stack
-        fused = fused_lstm_applies(self.config, x)
-        xs = (x, reverse_padded(x, lengths))
         forward_layers, backward_layers = [], []
-        for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
-            inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
-            if fused:
-                rf, rb = lf.rnn, lb.rnn
-                of, ob = BiLSTMProjectionFunction.apply(
-                    torch.stack(inputs),
-                    torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
-                    torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
-                    torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
-                    torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
-                ).unbind(0)
-            else:
-                of, ob = lf(inputs[0]), lb(inputs[1])
-            if fwd.use_residual and j > 0:
-                of, ob = of + xs[0], ob + xs[1]
-            forward_layers.append(of)
-            backward_layers.append(ob)
-            xs = (of, ob)
+        with no_autocast:  # the LSTMs run in float32 under autocast (see the module docstring)
+            fused = fused_lstm_applies(self.config, x)
+            xs = (x, reverse_padded(x, lengths))
+            for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
+                inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
+                if fused:
+                    rf, rb = lf.rnn, lb.rnn
+                    of, ob = BiLSTMProjectionFunction.apply(
+                        torch.stack(inputs),
+                        torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
+                        torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
+                        torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
+                        torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
+                    ).unbind(0)
+                else:
+                    of, ob = lf(inputs[0]), lb(inputs[1])
+                if fwd.use_residual and j > 0:
+                    of, ob = of + xs[0], ob + xs[1]
+                forward_layers.append(of)
+                backward_layers.append(ob)
+                xs = (of, ob)
         return forward_layers, backward_layers
 
     def forward(

@@ -6,12 +6,11 @@ import pytest
 import torch
 
 import modeling  # noqa: F401  (registers the Auto classes)
+from bert.conftest import TINY as _BERT_KWARGS  # tests/ is on sys.path (pyproject's pythonpath)
+from elmo.conftest import TINY_KWARGS as _ELMO_KWARGS
 
-BERT_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                 max_position_embeddings=64, vocab_size=60)
-ELMO_TINY = dict(vocab_size=60, char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8], [3, 16]], num_highway_layers=2,
-                 projection_dim=16, cell_size=32, num_layers=2, dropout=0.0, task_hidden_size=8,
-                 classifier_hidden_size=16, classifier_dropout=0.0, num_sampled=16, cnn_pool_filters=4)
+BERT_TINY = dict(_BERT_KWARGS, vocab_size=60)
+ELMO_TINY = dict(_ELMO_KWARGS, vocab_size=60)
 
 
 def bert_batch(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -48,7 +47,7 @@ def _seed_and_threads(seeded_single_thread):
     """Every test here: seed 0, one torch thread (tests/conftest.py)."""
 
 
-# Test modules cannot import this conftest under --import-mode=importlib: they get its helpers as fixtures.
+# Helpers as fixtures, for the test modules of this folder (tests/gpu imports the constants above directly).
 @pytest.fixture
 def make_bert():
     """``make_bert(cls, **config overrides)`` -> a tiny SesameBert model of class ``cls`` in training mode."""
