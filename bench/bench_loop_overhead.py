@@ -81,7 +81,9 @@ def main(argv=None):
     import modeling
     from pretrain.collators import MLMCollator
     from pretrain.data import IndexedDataset
-    from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+    from training.config import TrainingConfig
+    from training.data import make_train_dataloader
+    from training.loop import Trainer, make_accelerator
     from training.optim import create_optimizer, create_scheduler
 
     n_blocks = args.batch_size * (args.warmup + args.steps) + args.batch_size

@@ -1,34 +1,36 @@
-"""Command-line arguments shared by the fine-tuning scripts (``finetune.glue``, ``finetune.squad``)."""
+"""Typed command-line arguments shared by the fine-tuning scripts (``finetune.glue``, ``finetune.squad``)."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+from typing import ClassVar
 
-from training.run import HelpFormatter  # noqa: F401  (re-exported: one --help format for every command)
+from training.arguments import arg, with_defaults
+from training.config import TrainingConfig
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, head: str, config_name: bool = False) -> argparse._ArgumentGroup:
-    """Add the ``model`` argument group: ``--model_name_or_path`` (required), [``--config_name``],
-    ``--tokenizer_name``, ``--revision``, ``--unfreeze_backbone``, ``--trust_remote_code`` (off by default).
+@dataclasses.dataclass(frozen=True)
+class FinetuneModelArguments:
+    """The backbone to fine-tune and where its code may come from."""
 
-    Args:
-        parser: the script's parser.
-        head: what the SesameElmo head trains besides the ScalarMix, for ``--unfreeze_backbone``'s help
-            (e.g. ``"head"``, ``"QA head"``).
-        config_name: also add ``--config_name`` (a config path or hub repo; default: the model's).
+    _argument_group_name: ClassVar[str] = "model"
 
-    Returns:
-        The group, for script-specific model arguments.
-    """
-    m = parser.add_argument_group("model")
-    m.add_argument("--model_name_or_path", required=True,
-                   help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
-    if config_name:
-        m.add_argument("--config_name", default=None, help="config path or repo (default: the model's)")
-    m.add_argument("--tokenizer_name", default=None, help="tokenizer path or repo (default: the model's)")
-    m.add_argument("--revision", default=None,
-                   help="revision (branch, tag or commit id) of the hub repos given by the model arguments")
-    m.add_argument("--unfreeze_backbone", action="store_true",
-                   help=f"SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + {head} trained)")
-    m.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
-    return m
+    model_name_or_path: str = arg(help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
+    tokenizer_name: str | None = arg(None, "tokenizer path or repo (default: the model's)")
+    revision: str | None = arg(None, "revision (branch, tag or commit id) of the hub repos given by the model "
+                               "arguments")
+    unfreeze_backbone: bool = arg(False, "SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head "
+                                  "trained)")
+    trust_remote_code: bool = arg(False, "allow model code from the model repository")
+
+    def hub_kwargs(self) -> dict:
+        """``revision`` and ``trust_remote_code`` for ``from_pretrained``."""
+        return {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
+
+
+def finetune_training_arguments(name: str, **defaults) -> type:
+    """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script)."""
+    return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, name=name)
+
+
+__all__ = ["FinetuneModelArguments", "finetune_training_arguments"]

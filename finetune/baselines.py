@@ -27,7 +27,7 @@ Arguments after ``--`` go to every ``finetune.glue`` run (e.g. ``-- --max_train_
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -37,7 +37,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.errors import InputError, add_debug_argument, run_cli
+from training.arguments import arg, parse_arguments
+from training.errors import InputError, run_cli
 
 logger = logging.getLogger("finetune.baselines")
 
@@ -70,29 +71,28 @@ RECIPES: dict[str, dict] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m finetune.baselines",
-        description="Fine-tune classic baselines (cbow, fasttext, cnn, rnn, treelstm) and pretrained model folders on "
-        "GLUE tasks with finetune.glue; write results.json, results.md and results.png.",
-        epilog="Arguments after -- are passed to every finetune.glue run.",
-    )
-    parser.add_argument("--glue_dir", required=True, help="the official GLUE folder (SST-2/train.tsv, ...)")
-    parser.add_argument("--tasks", nargs="+", required=True, help="GLUE tasks (sst2 mrpc stsb cola ...)")
-    parser.add_argument("--backbones", nargs="+", required=True,
-                        help=f"{' | '.join(BASELINES)} | a model folder (SesameBert, SesameElmo, ...)")
-    parser.add_argument("--output_dir", required=True, help="results.{json,md,png}, models/, runs/")
-    parser.add_argument("--embeddings", default=None,
-                        help="word vectors folder of python -m tokenizer vectors (its word tokenizer is used); "
-                             "default: random embeddings")
-    parser.add_argument("--tokenizer_name", default=None,
-                        help="word tokenizer (python -m tokenizer train --model_type elmo) when no --embeddings")
-    parser.add_argument("--embedding_dim", type=int, default=None, help="without --embeddings (default 100)")
-    parser.add_argument("--max_seq_length", type=int, default=64, help="tokens per input (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--num_train_epochs", type=float, default=None, help="override every recipe's epochs")
-    add_debug_argument(parser)
-    return parser
+@dataclasses.dataclass(frozen=True)
+class BaselinesArguments:
+    """``python -m finetune.baselines``: tasks, backbones, word vectors and the output folder."""
+
+    glue_dir: str = arg(help="the official GLUE folder (SST-2/train.tsv, ...)")
+    tasks: list[str] = arg(help="GLUE tasks (sst2 mrpc stsb cola ...)", nargs="+")
+    backbones: list[str] = arg(help=f"{' | '.join(BASELINES)} | a model folder (SesameBert, SesameElmo, ...)",
+                               nargs="+")
+    output_dir: str = arg(help="results.{json,md,png}, models/, runs/")
+    embeddings: str | None = arg(None, "word vectors folder of python -m tokenizer vectors (its word tokenizer is "
+                                 "used); default: random embeddings")
+    tokenizer_name: str | None = arg(None, "word tokenizer (python -m tokenizer train --model_type elmo) when no "
+                                     "--embeddings")
+    embedding_dim: int | None = arg(None, "without --embeddings (default 100)")
+    max_seq_length: int = arg(64, "tokens per input")
+    seed: int = arg(42, "random seed")
+    num_train_epochs: float | None = arg(None, "override every recipe's epochs")
+
+
+DESCRIPTION = ("Fine-tune classic baselines (cbow, fasttext, cnn, rnn, treelstm) and pretrained model folders on GLUE "
+               "tasks with finetune.glue; write results.json, results.md and results.png. Arguments after -- are passed "
+               "to every finetune.glue run.")
 
 
 def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddings: str | None = None,
@@ -120,7 +120,7 @@ def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddi
 
     import modeling
     from modeling.baselines import SesameBaselineModel, load_word_vectors
-    from tokenizer.corpus import atomic_output_dir
+    from training.files import atomic_output_dir
 
     if backbone not in BASELINES:
         raise InputError(f"--backbones {backbone}: not a baseline; expected one of {', '.join(BASELINES)} or a model folder")
@@ -162,7 +162,8 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
     return (model_type, RECIPES[model_type]) if model_type in RECIPES else ("default", RECIPES["default"])
 
 
-def glue_command(task: str, model_dir: str, run_dir: Path, recipe: dict, args, extra: list[str]) -> list[str]:
+def glue_command(task: str, model_dir: str, run_dir: Path, recipe: dict, args: BaselinesArguments,
+                 extra: list[str]) -> list[str]:
     """The ``finetune.glue`` command line of one run."""
     epochs = args.num_train_epochs or recipe["epochs"].get(task, recipe["epochs"]["default"])
     return [sys.executable, "-m", "finetune.glue", "--model_name_or_path", str(model_dir), "--task_name", task,
@@ -182,8 +183,9 @@ def backbone_name(backbone: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    from training.run import setup_logging
+    (args,) = parse_arguments([BaselinesArguments], argv[: argv.index("--")] if "--" in argv else argv,
+                              prog="python -m finetune.baselines", description=DESCRIPTION)
+    from training.logs import setup_logging
 
     setup_logging()
     from finetune.tasks import get_task

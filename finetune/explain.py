@@ -32,7 +32,7 @@ towards the label, blue against it) and ``explanations.png`` (one bar chart of w
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import contextlib
 import html
 import json
@@ -45,7 +45,8 @@ from typing import Any
 
 import torch
 
-from training.errors import InputError, add_debug_argument, check_local_path, first_line, run_cli
+from training.arguments import arg
+from training.errors import InputError, run_cli
 
 logger = logging.getLogger("finetune.explain")
 
@@ -358,7 +359,7 @@ def plot_explanations(explanations: Sequence[dict[str, Any]]):
 
 def write_outputs(explanations: Sequence[dict[str, Any]], output_dir: str | os.PathLike) -> dict[str, Path]:
     """``explanations.json``, ``explanations.html`` and ``explanations.png`` in ``output_dir``, atomically."""
-    from tokenizer.corpus import atomic_output_dir
+    from training.files import atomic_output_dir
 
     with atomic_output_dir(output_dir) as tmp:
         (tmp / "explanations.json").write_text(json.dumps(list(explanations), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -369,50 +370,52 @@ def write_outputs(explanations: Sequence[dict[str, Any]], output_dir: str | os.P
 
 
 # -- command line ------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import HelpFormatter
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExplainArguments:
+    """``python -m finetune.explain``: what to explain, how, and where the outputs go."""
 
-    parser = argparse.ArgumentParser(prog="python -m finetune.explain", formatter_class=HelpFormatter,
-                                     description="Per-word attributions (Captum) of a fine-tuned sequence classifier's prediction.")
-    parser.add_argument("--model_name_or_path", required=True, help="fine-tuned classifier folder (finetune.glue output) or hub repo")
-    parser.add_argument("--text", action="append", required=True, help="text to explain; repeat for several")
-    parser.add_argument("--text_pair", action="append", default=None, help="second text of a pair, one per --text")
-    parser.add_argument("--method", default="saliency", choices=METHODS, help="attribution method")
-    parser.add_argument("--target", default=None, help="label name or id to explain (default: the predicted label)")
-    parser.add_argument("--n_steps", type=int, default=50, help="integrated_gradients: integration points to start with")
-    parser.add_argument("--max_steps", type=int, default=3200, help="integrated_gradients: at most this many points (4x more each time the attributions are not complete within 5%%)")
-    parser.add_argument("--max_seq_length", type=int, default=None, help="truncate inputs to N tokens (default: the model's positions, at most 512)")
-    parser.add_argument("--revision", default=None, help="hub revision of --model_name_or_path")
-    parser.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
-    parser.add_argument("--output_dir", required=True, help="folder for explanations.json / .html / .png")
-    add_debug_argument(parser)
-    return parser
+    model_name_or_path: str = arg(help="fine-tuned classifier folder (finetune.glue output) or hub repo")
+    text: list[str] = arg(help="text to explain; repeat for several", action="extend")
+    text_pair: list[str] | None = arg(None, "second text of a pair, one per --text", action="extend")
+    method: str = arg("saliency", "attribution method", choices=list(METHODS))
+    target: str | None = arg(None, "label name or id to explain (default: the predicted label)")
+    n_steps: int = arg(50, "integrated_gradients: integration points to start with")
+    max_steps: int = arg(3200, "integrated_gradients: at most this many points (4x more each time the attributions are "
+                         "not complete within 5%%)")
+    max_seq_length: int | None = arg(None, "truncate inputs to N tokens (default: the model's positions, at most 512)")
+    revision: str | None = arg(None, "hub revision of --model_name_or_path")
+    trust_remote_code: bool = arg(False, "allow model code from the model repository")
+    output_dir: str = arg(help="folder for explanations.json / .html / .png")
+
+    def __post_init__(self) -> None:
+        if self.text_pair is not None and len(self.text_pair) != len(self.text):
+            raise InputError(f"--text_pair given {len(self.text_pair)} time(s) for {len(self.text)} --text; expected one "
+                             "per --text")
+        if self.n_steps < 1:
+            raise InputError(f"--n_steps {self.n_steps}: expected an integer >= 1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.text_pair is not None and len(args.text_pair) != len(args.text):
-        raise InputError(f"--text_pair given {len(args.text_pair)} time(s) for {len(args.text)} --text; expected one per --text")
-    if args.n_steps < 1:
-        raise InputError(f"--n_steps {args.n_steps}: expected an integer >= 1")
+    from training.arguments import parse_arguments
     from training.checkpoint import check_output_dir
+    from training.driver import load_pretrained
+    from training.logs import setup_logging
 
+    (args,) = parse_arguments([ExplainArguments], argv, prog="python -m finetune.explain",
+                              description="Per-word attributions (Captum) of a fine-tuned sequence classifier's "
+                                          "prediction.")
     check_output_dir(args.output_dir)
-    check_local_path(args.model_name_or_path, "--model_name_or_path", "a folder written by save_pretrained or a hub repo id")
-    from training.run import setup_logging
-
     setup_logging()
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
 
     hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, **hub)
-        model = AutoModelForSequenceClassification.from_pretrained(args.model_name_or_path, **hub)
-    except (OSError, ValueError) as err:
-        raise InputError(f"--model_name_or_path {args.model_name_or_path}: cannot load a sequence classifier "
-                         f"({type(err).__name__}: {first_line(err)}); expected a finetune.glue output folder") from None
+    expected = "a finetune.glue output folder"
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.model_name_or_path, "--model_name_or_path",
+                                expected, failure="cannot load a sequence classifier", **hub)
+    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, args.model_name_or_path,
+                            "--model_name_or_path", expected, failure="cannot load a sequence classifier", **hub)
     pairs = args.text_pair or [None] * len(args.text)
     explanations = [explain(model, tokenizer, t, p, method=args.method, target=args.target, n_steps=args.n_steps,
                             max_length=args.max_seq_length, max_steps=max(args.max_steps, args.n_steps))

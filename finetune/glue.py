@@ -26,118 +26,106 @@ run's final evaluation; only ``all_results.json`` and the prediction files are w
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
 
+from finetune.arguments import FinetuneModelArguments, finetune_training_arguments
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
-from training.errors import InputError, add_debug_argument, check_local_path, first_line, run_cli
-from training.run import epoch_seed
+from training.arguments import arg, parse_arguments, with_defaults
+from training.driver import RunModes
+from training.errors import InputError, run_cli
+from training.hub import HubArguments
 
 logger = logging.getLogger("finetune.glue")
 
 
-class LengthGroupedSampler(Sampler[int]):
-    """Training order in which consecutive ``batch_size`` examples have similar lengths (less padding).
+@dataclasses.dataclass(frozen=True)
+class GlueModelArguments(FinetuneModelArguments):
+    """The backbone, its config and its classification head."""
 
-    A random permutation (depending only on ``(seed, epoch)``, like :class:`training.loop.EpochShuffleSampler`,
-    so that a resumed run sees the same order) is cut into mega-batches of ``mega_batch_factor`` batches, and
-    each mega-batch is sorted by decreasing length; the mega-batch holding the longest example goes first, so
-    that running out of memory happens at the first step (the scheme of transformers' ``LengthGroupedSampler``).
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, mega_batch_factor: int = 50):
-        self.lengths, self.batch_size, self.seed, self.factor, self.epoch = list(lengths), batch_size, seed, mega_batch_factor, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
-        order = torch.randperm(len(self.lengths), generator=g).tolist()
-        size = self.batch_size * self.factor
-        megas = [sorted(order[i : i + size], key=lambda j: -self.lengths[j]) for i in range(0, len(order), size)]
-        longest = max(range(len(megas)), key=lambda m: self.lengths[megas[m][0]])
-        megas[0], megas[longest] = megas[longest], megas[0]
-        return iter([i for mega in megas for i in mega])
+    config_name: str | None = arg(None, "config path or repo (default: the model's)")
+    ignore_mismatched_sizes: bool = arg(False, "replace a pretrained classification head whose labels differ from the "
+                                        "task's")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import HelpFormatter, add_model_arguments
-    from training.hub import add_hub_arguments
-    from training.loop import add_training_arguments
+@dataclasses.dataclass(frozen=True)
+class GlueDataArguments:
+    """The task and its data."""
 
-    parser = argparse.ArgumentParser(
-        prog="accelerate launch -m finetune.glue",
-        description="Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files.",
-        formatter_class=HelpFormatter,
-    )
-    m = add_model_arguments(parser, head="head", config_name=True)
-    m.add_argument("--ignore_mismatched_sizes", action="store_true", help="replace a pretrained classification head whose labels differ from the task's")
-    d = parser.add_argument_group("data")
-    d.add_argument("--task_name", default=None, help=f"GLUE task: {', '.join(TASK_NAMES)} (omit for a custom task)")
-    d.add_argument("--glue_dir", default=None, help="the official GLUE data folder (SST-2/train.tsv, CoLA/train.tsv, ...)")
-    d.add_argument("--train_file", default=None, help="csv, tsv, json or jsonl training file (custom task, or a GLUE task from files)")
-    d.add_argument("--validation_file", default=None, help="validation file, same format")
-    d.add_argument("--test_file", default=None, help="test file (labels optional), predicted with --do_predict")
-    d.add_argument("--sentence1_key", default=None, help="column of the first text (default: the task's / sentence1 / premise / sentence / text)")
-    d.add_argument("--sentence2_key", default=None, help="column of the second text of pairs")
-    d.add_argument("--label_key", default="label", help="label column of custom files")
-    d.add_argument("--max_seq_length", type=int, default=128, help="longer inputs are truncated (tokens)")
-    d.add_argument("--pad_to_max_length", action="store_true", help="pad every batch to --max_seq_length (default: dynamic padding)")
-    d.add_argument("--no_group_by_length", dest="group_by_length", action="store_false", help="shuffle without grouping batches by length")
-    d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training examples")
-    d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N examples of each evaluation split")
-    r = parser.add_argument_group("what to run (default: train, then evaluate when there is validation data)")
-    r.add_argument("--do_train", action="store_true", help="fine-tune --model_name_or_path on the training split")
-    r.add_argument("--do_eval", action="store_true", help="evaluate on the validation split(s) (alone: evaluate --model_name_or_path as it is)")
-    r.add_argument("--do_predict", action="store_true", help="write predictions for the test split(s) (GLUE submission files; predictions_test.tsv for --test_file)")
-    add_training_arguments(parser, output_dir=None, learning_rate=2e-5, num_train_epochs=3.0, per_device_train_batch_size=32,
-                           per_device_eval_batch_size=64, project_name="sesame-lm-glue")
-    add_hub_arguments(parser)
-    add_debug_argument(parser)
-    return parser
+    _argument_group_name: ClassVar[str] = "data"
+
+    task_name: str | None = arg(None, f"GLUE task: {', '.join(TASK_NAMES)} (omit for a custom task)")
+    glue_dir: str | None = arg(None, "the official GLUE data folder (SST-2/train.tsv, CoLA/train.tsv, ...)")
+    train_file: str | None = arg(None, "csv, tsv, json or jsonl training file (custom task, or a GLUE task from files)")
+    validation_file: str | None = arg(None, "validation file, same format")
+    test_file: str | None = arg(None, "test file (labels optional), predicted with --do_predict")
+    sentence1_key: str | None = arg(None, "column of the first text (default: the task's / sentence1 / premise / "
+                                    "sentence / text)")
+    sentence2_key: str | None = arg(None, "column of the second text of pairs")
+    label_key: str = arg("label", "label column of custom files")
+    max_seq_length: int = arg(128, "longer inputs are truncated (tokens)")
+    pad_to_max_length: bool = arg(False, "pad every batch to --max_seq_length (default: dynamic padding)")
+    group_by_length: bool = arg(True, "group training batches by length (--no_group_by_length: shuffle without "
+                                "grouping)")
+    max_train_samples: int | None = arg(None, "use only the first N training examples")
+    max_eval_samples: int | None = arg(None, "use only the first N examples of each evaluation split")
 
 
-def check_args(args: argparse.Namespace) -> GlueTask | None:
+GlueRunModes = with_defaults(RunModes, {}, name="GlueRunModes", help=dict(
+    do_train="fine-tune --model_name_or_path on the training split",
+    do_eval="evaluate on the validation split(s) (alone: evaluate --model_name_or_path as it is)",
+    do_predict="write predictions for the test split(s) (GLUE submission files; predictions_test.tsv for --test_file)"))
+GlueTrainingArguments = finetune_training_arguments("GlueTrainingArguments", learning_rate=2e-5, num_train_epochs=3.0,
+                                                    per_device_train_batch_size=32, per_device_eval_batch_size=64)
+#: The argument dataclasses of ``finetune.glue``, in ``--help`` order.
+ARGUMENTS = (GlueModelArguments, GlueDataArguments, GlueRunModes, GlueTrainingArguments, HubArguments)
+
+
+PROG = "accelerate launch -m finetune.glue"
+DESCRIPTION = "Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files."
+
+
+def build_parser():
+    """The ``HfArgumentParser`` of ``finetune.glue`` (for ``--help`` and tests)."""
+    from training.arguments import build_parser as parser_of
+
+    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+
+
+def check_arguments(data: GlueDataArguments, modes: RunModes, training) -> GlueTask | None:
     """Refuse inconsistent arguments before anything is loaded; returns the GLUE task (None = custom).
 
-    Fills ``args.do_train`` / ``args.do_eval``: with none of ``--do_train`` / ``--do_eval`` / ``--do_predict``
-    given, train and then evaluate (when there is validation data); otherwise exactly what is given runs, as in
-    the Hugging Face examples (``--do_eval`` / ``--do_predict`` without ``--do_train`` use the model as it is).
+    ``modes`` are the resolved run modes (with none of the flags: train, then evaluate what validation data there
+    is).
+
+    Raises:
+        InputError: naming the flags and what is expected.
     """
-    task = get_task(args.task_name) if args.task_name else None
-    if not args.output_dir:
+    task = get_task(data.task_name) if data.task_name else None
+    if not training.output_dir:
         raise InputError("--output_dir: required (the fine-tuned model and all_results.json go there)")
-    if args.glue_dir and (args.train_file or args.validation_file or args.test_file):
+    if data.glue_dir and (data.train_file or data.validation_file or data.test_file):
         raise InputError("--glue_dir and --train_file/--validation_file/--test_file: give one data source, not both")
-    if not args.do_train and not args.do_eval and not args.do_predict:
-        args.do_train = args.do_eval = True
-    if task is None and not (args.train_file or args.validation_file or args.test_file):
-        raise InputError("a custom task needs --train_file (and --validation_file / --test_file); or give a GLUE --task_name")
-    if args.do_train and task is None and not args.train_file:
+    if task is None and not (data.train_file or data.validation_file or data.test_file):
+        raise InputError("a custom task needs --train_file (and --validation_file / --test_file); or give a GLUE "
+                         "--task_name")
+    if modes.do_train and task is None and not data.train_file:
         raise InputError("training a custom task needs --train_file; pass --do_eval / --do_predict alone to use a "
                          "fine-tuned --model_name_or_path as it is")
-    if args.do_predict and not args.do_train and not args.do_eval and task is None and not args.test_file:
+    if modes.do_predict and not modes.do_train and not modes.do_eval and task is None and not data.test_file:
         raise InputError("--do_predict needs --test_file for a custom task")
-    for name in ("max_seq_length", "per_device_train_batch_size", "per_device_eval_batch_size"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
-    for name in ("max_train_samples", "max_eval_samples"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
+    for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
+        if getattr(data, name) is not None and getattr(data, name) < 1:
+            raise InputError(f"--{name} {getattr(data, name)}: expected an integer >= 1")
     return task
 
 
@@ -145,7 +133,7 @@ def _is_default_label(name: str) -> bool:
     return re.fullmatch(r"LABEL_\d+", str(name)) is not None
 
 
-def label_mapping(pretrained_config, label_names: list[str], args) -> dict[int, int] | None:
+def label_mapping(pretrained_config, label_names: list[str], model: GlueModelArguments) -> dict[int, int] | None:
     """Map task class ids to the pretrained head's, when the checkpoint already has a head with named labels.
 
     Returns:
@@ -162,70 +150,69 @@ def label_mapping(pretrained_config, label_names: list[str], args) -> dict[int, 
     if sorted(n.lower() for n in names) == sorted(n.lower() for n in label_names):
         to_model = {n.lower(): i for i, n in enumerate(names)}
         return {i: to_model[n.lower()] for i, n in enumerate(label_names)}
-    if args.ignore_mismatched_sizes:
+    if model.ignore_mismatched_sizes:
         logger.warning("the pretrained head predicts %s, the task has %s: training a new head", names, label_names)
         return None
-    raise InputError(f"--model_name_or_path {args.model_name_or_path}: its classification head predicts {names}, but the "
+    raise InputError(f"--model_name_or_path {model.model_name_or_path}: its classification head predicts {names}, but the "
                      f"task has the labels {label_names}; pass --ignore_mismatched_sizes to train a new head")
 
 
-def load_model_and_tokenizer(args, label_names: list[str], regression: bool, task_name: str | None):
+def load_model_and_tokenizer(model_args: GlueModelArguments, label_names: list[str], regression: bool,
+                             task_name: str | None, max_seq_length: int):
     """The tokenizer and an ``AutoModelForSequenceClassification`` with the task's labels in its config.
 
     Returns:
         (tokenizer, model, {task id: model id} or None).
+
+    Raises:
+        InputError: a config, tokenizer or weights that cannot be loaded; a head with other labels; a tokenizer or
+            ``max_seq_length`` the model cannot take.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+    from training.driver import check_model_fits, load_pretrained
 
-    source = args.model_name_or_path
-    hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
-    for arg in ("model_name_or_path", "config_name", "tokenizer_name"):
-        if getattr(args, arg):
-            check_local_path(getattr(args, arg), f"--{arg}", "a folder written by save_pretrained or a hub repo id")
-    try:
-        pretrained = AutoConfig.from_pretrained(args.config_name or source, **hub)
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, **hub)
-    except (OSError, ValueError) as err:
-        what = " / ".join(f"--{n} {getattr(args, n)}" for n in ("model_name_or_path", "config_name", "tokenizer_name")
-                          if getattr(args, n)) + (f" (--revision {args.revision})" if args.revision else "")
-        raise InputError(f"{what}: cannot load the config / tokenizer ({type(err).__name__}: "
-                         f"{first_line(err)}); expected a model folder written by save_pretrained or a hub repo id") from None
-    mapping = None if regression else label_mapping(pretrained, label_names, args)
+    source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
+    expected = "a model folder written by save_pretrained or a hub repo id"
+    config_source = model_args.config_name or source
+    config_arg = "--config_name" if model_args.config_name else "--model_name_or_path"
+    pretrained = load_pretrained(AutoConfig.from_pretrained, config_source, config_arg, expected,
+                                 failure="cannot load the config", **hub)
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_args.tokenizer_name or source,
+                                "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path", expected,
+                                failure="cannot load the tokenizer", **hub)
+    mapping = None if regression else label_mapping(pretrained, label_names, model_args)
     overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
                                  "problem_type": "regression" if regression else "single_label_classification",
                                  "finetuning_task": task_name}
     if mapping is None and not regression:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {n: i for i, n in enumerate(label_names)}
-    if getattr(pretrained, "model_type", "") == "sesame-elmo":
-        overrides["freeze_backbone"] = not args.unfreeze_backbone
-    config = AutoConfig.from_pretrained(args.config_name or source, **hub, **overrides)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes, **hub
-        )
-    except OSError as err:  # no weights file (or an unreadable one)
-        raise InputError(f"--model_name_or_path {source}: cannot load the weights ({type(err).__name__}: "
-                         f"{first_line(err)}); expected a model folder with model.safetensors "
-                         "(save_pretrained) or a hub repo id") from None
-    from training.run import check_model_fits
-
-    check_model_fits(model.config, tokenizer, args.max_seq_length,
-                     f"--tokenizer_name {args.tokenizer_name or args.model_name_or_path}")
+    if hasattr(pretrained, "freeze_backbone"):  # a model with a frozen-backbone option (SesameElmo)
+        overrides["freeze_backbone"] = not model_args.unfreeze_backbone
+    config = AutoConfig.from_pretrained(config_source, **hub, **overrides)
+    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "--model_name_or_path",
+                            "a model folder with model.safetensors (save_pretrained) or a hub repo id",
+                            failure="cannot load the weights", config=config,
+                            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub)
+    check_model_fits(model.config, tokenizer, max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     return tokenizer, model, mapping
 
 
-def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accelerator):
-    """Tokenize every split (``datasets.map``); labelled splits get ``labels`` in the model's class ids."""
+def tokenize_splits(raw, tokenizer, data: GlueDataArguments, mapping: dict[int, int] | None, accelerator):
+    """Tokenize every split (``datasets.map``); labelled splits get ``labels`` in the model's class ids.
+
+    Returns:
+        ``{split: (raw split, tokenized split)}``.
+    """
     pair = "sentence2" in raw[next(iter(raw))].column_names
     regression = raw[next(iter(raw))].features["label"].dtype in ("float32", "float64")
 
     def preprocess(batch, labelled: bool):
         texts = (batch["sentence1"], batch["sentence2"]) if pair else (batch["sentence1"],)
-        encoded = tokenizer(*texts, truncation=True, max_length=args.max_seq_length,
-                            padding="max_length" if args.pad_to_max_length else False)
+        encoded = tokenizer(*texts, truncation=True, max_length=data.max_seq_length,
+                            padding="max_length" if data.pad_to_max_length else False)
         if labelled:
             encoded["labels"] = [float(v) for v in batch["label"]] if regression else \
                 [mapping[v] if mapping else v for v in batch["label"]]
@@ -234,7 +221,7 @@ def tokenize_splits(raw, tokenizer, args, mapping: dict[int, int] | None, accele
     out = {}
     with accelerator.main_process_first():
         for split, ds in raw.items():
-            limit = args.max_train_samples if split == "train" else args.max_eval_samples
+            limit = data.max_train_samples if split == "train" else data.max_eval_samples
             if limit is not None and limit < len(ds):
                 ds = ds.select(range(limit))
             labelled = not split.startswith("test") or -1 not in set(ds["label"][:100])
@@ -252,7 +239,7 @@ def metric_for(task: GlueTask | None, regression: bool):
     return load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
 
 
-def fine_tuned_label_names(args) -> list[str] | None:
+def fine_tuned_label_names(model_args: FinetuneModelArguments) -> list[str] | None:
     """The label names of a fine-tuned classifier's head (``id2label``), or None (regression, unnamed labels, or
     no config yet): used as the label set of custom files when evaluating / predicting without training."""
     from transformers import AutoConfig
@@ -260,8 +247,8 @@ def fine_tuned_label_names(args) -> list[str] | None:
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
 
     try:
-        config = AutoConfig.from_pretrained(args.config_name or args.model_name_or_path, revision=args.revision,
-                                            trust_remote_code=args.trust_remote_code)
+        config = AutoConfig.from_pretrained(getattr(model_args, "config_name", None) or model_args.model_name_or_path,
+                                            **model_args.hub_kwargs())
     except (OSError, ValueError):
         return None  # load_model_and_tokenizer reports it with the full message
     names = [config.id2label[i] for i in sorted(config.id2label or {})]
@@ -270,56 +257,93 @@ def fine_tuned_label_names(args) -> list[str] | None:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class GlueData:
+    """The loaded data of a run: raw splits, label names, and the splits to evaluate and predict."""
+
+    raw: Any
+    label_names: list[str]
+    eval_splits: list[str]
+    test_splits: list[str]
+
+    @property
+    def regression(self) -> bool:
+        return not self.label_names
+
+
+def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bool) -> GlueData:
+    """The task's splits (:func:`finetune.glue_data.load_glue_data`), checked against the run modes.
+
+    Raises:
+        InputError: bad files, or a mode without its split (no training split; ``--do_eval`` without validation data;
+            ``--do_predict`` without test data).
+    """
+    from finetune.glue_data import label_names_of, load_glue_data
+
+    known_labels = None if modes.do_train or data.task_name else fine_tuned_label_names(model_args)
+    raw = load_glue_data(data.task_name, glue_dir=data.glue_dir, train_file=data.train_file,
+                         validation_file=data.validation_file, test_file=data.test_file,
+                         sentence1_key=data.sentence1_key, sentence2_key=data.sentence2_key, label_key=data.label_key,
+                         label_names=known_labels)
+    if modes.do_train and "train" not in raw:
+        raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
+    eval_splits = [s for s in raw if s.startswith("validation")] if modes.do_eval else []
+    test_splits = [s for s in raw if s.startswith("test")] if modes.do_predict else []
+    if explicit and modes.do_eval and not eval_splits:
+        raise InputError(f"--do_eval: no validation split (found {sorted(raw)}); pass --validation_file, or --glue_dir "
+                         "with the dev file")
+    if modes.do_predict and not test_splits:
+        raise InputError(f"--do_predict: no test split (found {sorted(raw)}); pass --test_file, or --glue_dir with the "
+                         "test file")
+    return GlueData(raw, label_names_of(raw["train"] if "train" in raw else raw), eval_splits, test_splits)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    explicit = args.do_train or args.do_eval or args.do_predict
-    task = check_args(args)
+    from training.driver import Run, run_config
+    from training.logs import setup_logging
+
+    model_args, data_args, parsed_modes, training, hub = parse_arguments(ARGUMENTS, argv, prog=PROG,
+                                                                         description=DESCRIPTION)
+    modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
+    task = check_arguments(data_args, modes, training)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from training.run import run_config, setup_logging
-
     setup_logging()
+    # Everything the user gave is checked before the model is loaded and training starts.
+    data = load_data(model_args, data_args, modes, parsed_modes.explicit)
+    # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
+    default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
+    training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
+    run = Run(training, hub, run_config(model_args, data_args, modes, training, hub), do_train=modes.do_train,
+              card_task="text-classification")
+    accelerator = run.start()
+    tokenizer, model, mapping = load_model_and_tokenizer(model_args, data.label_names, data.regression,
+                                                         data_args.task_name, data_args.max_seq_length)
+    splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
+    tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
+    return run.execute(glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training,
+                                  modes))
 
+
+def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueData, tokenized: dict, mapping,
+               data_args: GlueDataArguments, training, modes: RunModes):
+    """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
+    every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
+    the test splits and their submission files."""
     from transformers import DataCollatorWithPadding
 
-    from finetune.glue_data import label_names_of, load_glue_data, write_submission
-    from training.hub import HubPusher, every_save_hook, validate_hub_args
-    from training.loop import Trainer, TrainingConfig, finish, gather_predictions, make_accelerator, make_train_dataloader
+    from finetune.glue_data import write_submission
+    from training.data import LengthGroupedSampler, make_train_dataloader
+    from training.driver import RunParts
+    from training.evaluation import gather_predictions
 
-    # Everything the user gave is checked before the model is loaded and training starts.
-    known_labels = None if args.do_train or task is not None else fine_tuned_label_names(args)
-    raw = load_glue_data(args.task_name, glue_dir=args.glue_dir, train_file=args.train_file,
-                         validation_file=args.validation_file, test_file=args.test_file,
-                         sentence1_key=args.sentence1_key, sentence2_key=args.sentence2_key, label_key=args.label_key,
-                         label_names=known_labels)
-    if args.do_train and "train" not in raw:
-        raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
-    label_names = label_names_of(raw["train"] if "train" in raw else raw)
-    regression = not label_names
-    eval_splits = [s for s in raw if s.startswith("validation")] if args.do_eval else []
-    test_splits = [s for s in raw if s.startswith("test")] if args.do_predict else []
-    if explicit and args.do_eval and not eval_splits:
-        raise InputError(f"--do_eval: no validation split (found {sorted(raw)}); pass --validation_file, or --glue_dir with the dev file")
-    if args.do_predict and not test_splits:
-        raise InputError(f"--do_predict: no test split (found {sorted(raw)}); pass --test_file, or --glue_dir with the test file")
-    if args.metric_for_best_model is None:  # the task's main metric (the GLUE leaderboard's)
-        args.metric_for_best_model = f"eval_{task.main_metric}" if task else ("eval_pearson" if regression else "eval_accuracy")
-    if args.do_train:
-        validate_hub_args(args)
-    config = TrainingConfig.from_args(args)
-    accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
-    setup_logging(accelerator.is_main_process)
-    tokenizer, model, mapping = load_model_and_tokenizer(args, label_names, regression, args.task_name)
-    splits = [*(["train"] if args.do_train else []), *eval_splits, *test_splits]
-    data = tokenize_splits({s: raw[s] for s in splits}, tokenizer, args, mapping, accelerator)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
-    loaders = {s: accelerator.prepare(torch.utils.data.DataLoader(data[s][1], batch_size=args.per_device_eval_batch_size,
-                                                                  collate_fn=collator, shuffle=False))
-               for s in [*eval_splits, *test_splits]}
-    metric = metric_for(task, regression)
+    loaders = {s: accelerator.prepare(torch.utils.data.DataLoader(tokenized[s][1], collate_fn=collator, shuffle=False,
+                                                                  batch_size=training.per_device_eval_batch_size))
+               for s in [*data.eval_splits, *data.test_splits]}
+    metric = metric_for(task, data.regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
 
-    def predict(model, split: str) -> dict[str, torch.Tensor]:
+    def predict_split(model, split: str) -> dict[str, torch.Tensor]:
         def step(model, batch):
             labels = batch.pop("labels", None)
             with accelerator.autocast():
@@ -329,110 +353,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         return gather_predictions(accelerator, model, loaders[split], step)
 
     def to_task_ids(logits: torch.Tensor) -> np.ndarray:
-        if regression:
+        if data.regression:
             return logits.squeeze(-1).numpy()
         ids = logits.argmax(-1).numpy()
         return np.array([inverse[i] for i in ids]) if inverse else ids
 
     def evaluate(model) -> dict[str, float]:
         metrics: dict[str, float] = {}
-        for n, split in enumerate(eval_splits):
-            out = predict(model, split)
+        for n, split in enumerate(data.eval_splits):
+            out = predict_split(model, split)
             logits, labels = out["logits"], out["labels"]
-            if regression:
+            if data.regression:
                 loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels.float())
+                refs = labels.numpy()
             else:
                 loss = torch.nn.functional.cross_entropy(logits, labels.long())
-            refs = labels.numpy() if regression else np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
+                refs = np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
             scores = {"loss": float(loss), **metric.compute(predictions=to_task_ids(logits), references=refs)}
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
                 if n == 0:
                     metrics[f"eval_{key}"] = value
-                if len(eval_splits) > 1:
+                if len(data.eval_splits) > 1:
                     metrics[f"eval_{suffix}_{key}"] = value
         return metrics
 
-    trainer = pusher = None
-    if args.do_train:
-        train_ds = data["train"][1]
-        length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
-        sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], args.per_device_train_batch_size, args.seed)
-                   if args.group_by_length else None)
-        train_loader = make_train_dataloader(train_ds, args.per_device_train_batch_size, collator, args.seed, sampler=sampler)
-        pusher = HubPusher.from_args(args)
-        on_save = every_save_hook(pusher, args, tokenizer, task="text-classification")
-        trainer = Trainer(accelerator, model, train_loader, config,
-                          eval_fn=(lambda trainer: evaluate(trainer.model)) if eval_splits else None,
-                          run_config=run_config(args), on_save=on_save)
-        del model
-        if accelerator.is_main_process:
-            logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
-                        args.task_name or "custom task", len(train_ds), eval_splits or "nothing", label_names or "regression",
-                        trainer.max_train_steps)
-        from training.signals import train_until_stopped
+    def predict(model) -> dict[str, np.ndarray]:
+        return {split: to_task_ids(predict_split(model, split)["logits"]) for split in data.test_splits}
 
-        result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))  # SIGTERM/SIGINT: 143/130
-        if result is None:
-            return status
-        model = trainer.model
-    else:
-        model = accelerator.prepare(model)
-        result = evaluate(model)
-    predictions = {split: to_task_ids(predict(model, split)["logits"]) for split in test_splits}
-    state_dict = accelerator.get_state_dict(trainer.model) if trainer else None  # all processes: FSDP gathers shards
-    if accelerator.is_main_process:
-        save_outputs(args, trainer.unwrapped_model if trainer else None, tokenizer, result, eval_splits, state_dict)
-        for split, preds in predictions.items():
-            idx = data[split][0]["idx"]
+    def write_outputs(folder: Path, predictions) -> None:
+        for split, preds in (predictions or {}).items():
+            idx = tokenized[split][0]["idx"]
             if task is not None and split in task.submission:
-                path = write_submission(args.output_dir, task, split, idx, preds)
+                path = write_submission(folder, task, split, idx, preds)
             else:
-                path = write_custom_predictions(args.output_dir, split, idx, preds, label_names)
-            logger.info("wrote %s", path)
-        logger.info("wrote %s: %s", args.output_dir, {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    del model, state_dict
-    finish(accelerator, *([trainer] if trainer else []))
-    if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
-        from training.model_card import card_for_run
+                path = write_custom_predictions(folder, split, idx, preds, data.label_names)
+            logger.info("wrote %s", path.name)
 
-        pusher.push(args.output_dir, step=result.get("global_step"),
-                    model_card=card_for_run(args.output_dir, args, task="text-classification"))
-    return 0
+    train_loader = None
+    if modes.do_train:
+        train_ds = tokenized["train"][1]
+        length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
+        sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], training.per_device_train_batch_size,
+                                        training.seed) if data_args.group_by_length else None)
+        train_loader = make_train_dataloader(train_ds, training.per_device_train_batch_size, collator, training.seed,
+                                             sampler=sampler)
+
+    def describe(trainer) -> None:
+        logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+                    task.name if task else "custom task", len(tokenized["train"][1]), data.eval_splits or "nothing",
+                    data.label_names or "regression", trainer.max_train_steps)
+
+    return RunParts(model=model, tokenizer=tokenizer, train_dataloader=train_loader,
+                    evaluate=evaluate if data.eval_splits else None, predict=predict if data.test_splits else None,
+                    write_outputs=write_outputs, describe=describe)
 
 
-def write_custom_predictions(output_dir: str, split: str, idx: Sequence[int], preds: np.ndarray, label_names: list[str]) -> Path:
+def write_custom_predictions(output_dir: str | os.PathLike, split: str, idx: Sequence[int], preds: np.ndarray,
+                             label_names: list[str]) -> Path:
     """``predictions_<split>.tsv`` (``index\\tprediction``: label names, or scores for regression), atomically."""
-    import tempfile
+    from training.files import write_text_atomic
 
-    target = Path(output_dir) / f"predictions_{split}.tsv"
     rows = [f"{int(i)}\t{label_names[int(p)] if label_names else f'{float(p):.6g}'}" for i, p in zip(idx, preds)]
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("index\tprediction\n" + "".join(r + "\n" for r in rows))
-    os.replace(tmp, target)
-    return target
-
-
-#: all_results.json keys besides the ``eval_*`` metrics.
-_RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second", "global_step", "epoch",
-                "best_step", "best_metric", "stopped_early")
-
-
-def save_outputs(args, model, tokenizer, result: dict, eval_splits: list[str], state_dict=None) -> None:
-    """Into ``--output_dir``, atomically: ``all_results.json``; when trained (``model`` given) also the model +
-    tokenizer (``save_pretrained``, with ``state_dict`` from ``accelerator.get_state_dict`` when given: the full
-    weights under FSDP), ``eval_history.json``, ``trainer_log.json`` and ``curves.png``."""
-    from tokenizer.corpus import atomic_output_dir
-    from training.run import write_run_files
-
-    flat = {k: result[k] for k in _RESULT_KEYS if k in result}
-    flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
-    with atomic_output_dir(args.output_dir) as tmp:
-        if model is not None:
-            model.save_pretrained(tmp, state_dict=state_dict)
-            tokenizer.save_pretrained(tmp)
-        write_run_files(tmp, result, flat, Path(args.output_dir).name)
+    return write_text_atomic(Path(output_dir) / f"predictions_{split}.tsv",
+                             "index\tprediction\n" + "".join(r + "\n" for r in rows))
 
 
 if __name__ == "__main__":

@@ -47,104 +47,129 @@ if __name__ == "__main__" and not __package__:  # run as a script path: import t
 
     sys.path[0] = str(_Path(__file__).resolve().parent.parent)
 
-import argparse
-import json
+import dataclasses
 import logging
 import math
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
-from training.errors import InputError, add_debug_argument, first_line, run_cli
+from finetune.arguments import FinetuneModelArguments, finetune_training_arguments
+from training.arguments import arg, parse_arguments, with_defaults
+from training.driver import RunModes
+from training.errors import InputError, run_cli
+from training.hub import HubArguments
 
 logger = logging.getLogger("finetune.squad")
 
 #: Columns of the evaluation features used by the post-processing only (not model inputs).
 POSTPROCESS_COLUMNS = ("example_id", "offset_mapping", "cls_index")
 
-#: all_results.json keys besides the ``eval_*`` metrics.
-_RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second",
-                "global_step", "epoch", "train_samples", "train_features", "best_step", "best_metric", "stopped_early")
+
+@dataclasses.dataclass(frozen=True)
+class SquadDataArguments:
+    """The questions, their contexts and the windows the model sees."""
+
+    _argument_group_name: ClassVar[str] = "data"
+
+    dataset_name: str | None = arg(None, "hub dataset: squad, squad_v2 or owner/name in the same format (needs the "
+                                   "network or the local cache)")
+    train_file: list[str] | None = arg(None, "SQuAD-format .json / .json.gz training file(s); several are concatenated "
+                                       "(question ids must be unique)", nargs="+")
+    validation_file: list[str] | None = arg(None, "SQuAD-format .json / .json.gz evaluation file(s)", nargs="+")
+    test_file: list[str] | None = arg(None, "SQuAD-format file(s) of questions to answer with --do_predict ('answers' "
+                                      "optional)", nargs="+")
+    version_2_with_negative: bool = arg(False, "SQuAD v2.0: unanswerable questions allowed; predict '' when the null "
+                                        "score wins")
+    skip_misaligned_answers: bool = arg(False, "drop (and count) answers whose answer_start does not point at their "
+                                        "text instead of refusing the file")
+    max_seq_length: int = arg(384, "tokens per window, question and special tokens included")
+    doc_stride: int = arg(128, "tokens shared by consecutive windows of a long context")
+    max_query_length: int = arg(64, "questions are cut to this many tokens")
+    pad_to_max_length: bool = arg(False, "pad every window to --max_seq_length (default: dynamic padding)")
+    max_train_samples: int | None = arg(None, "use only the first N training questions")
+    max_eval_samples: int | None = arg(None, "use only the first N evaluation questions")
+    max_predict_samples: int | None = arg(None, "use only the first N questions of --test_file")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from finetune.arguments import HelpFormatter, add_model_arguments
-    from training.hub import add_hub_arguments
-    from training.loop import add_training_arguments
+@dataclasses.dataclass(frozen=True)
+class PostProcessingArguments:
+    """From window logits to answers (n-best spans, the v2 null score)."""
 
-    parser = argparse.ArgumentParser(
-        prog="accelerate launch -m finetune.squad",
-        description="Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data.",
-        formatter_class=HelpFormatter,
-    )
-    add_model_arguments(parser, head="QA head")
-    d = parser.add_argument_group("data")
-    d.add_argument("--dataset_name", default=None, help="hub dataset: squad, squad_v2 or owner/name in the same format (needs the network or the local cache)")
-    d.add_argument("--train_file", nargs="+", default=None, help="SQuAD-format .json / .json.gz training file(s); several are concatenated (question ids must be unique)")
-    d.add_argument("--validation_file", nargs="+", default=None, help="SQuAD-format .json / .json.gz evaluation file(s)")
-    d.add_argument("--test_file", nargs="+", default=None, help="SQuAD-format file(s) of questions to answer with --do_predict ('answers' optional)")
-    d.add_argument("--version_2_with_negative", action="store_true", help="SQuAD v2.0: unanswerable questions allowed; predict '' when the null score wins")
-    d.add_argument("--skip_misaligned_answers", action="store_true", help="drop (and count) answers whose answer_start does not point at their text instead of refusing the file")
-    d.add_argument("--max_seq_length", type=int, default=384, help="tokens per window, question and special tokens included")
-    d.add_argument("--doc_stride", type=int, default=128, help="tokens shared by consecutive windows of a long context")
-    d.add_argument("--max_query_length", type=int, default=64, help="questions are cut to this many tokens")
-    d.add_argument("--pad_to_max_length", action="store_true", help="pad every window to --max_seq_length (default: dynamic padding)")
-    d.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training questions")
-    d.add_argument("--max_eval_samples", type=int, default=None, help="use only the first N evaluation questions")
-    d.add_argument("--max_predict_samples", type=int, default=None, help="use only the first N questions of --test_file")
-    r = parser.add_argument_group("what to run (default: train, then evaluate when there is validation data)")
-    r.add_argument("--do_train", action="store_true", help="fine-tune --model_name_or_path on the training data")
-    r.add_argument("--do_eval", action="store_true", help="evaluate on the validation data (alone: evaluate --model_name_or_path as it is)")
-    r.add_argument("--do_predict", action="store_true", help="answer the questions of --test_file: predictions.json (+ nbest_predictions.json, v2: null_odds.json)")
-    p = parser.add_argument_group("post-processing")
-    p.add_argument("--n_best_size", type=int, default=20, help="best start and end positions tried per window, answers kept per question")
-    p.add_argument("--max_answer_length", type=int, default=30, help="longest answer in tokens")
-    p.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="v2: predict '' when null score - best span score exceeds it")
-    add_training_arguments(parser, output_dir=None, learning_rate=3e-5, num_train_epochs=2.0, per_device_train_batch_size=12,
-                           per_device_eval_batch_size=32, project_name="sesame-lm-squad")
-    add_hub_arguments(parser)
-    add_debug_argument(parser)
-    return parser
+    _argument_group_name: ClassVar[str] = "post-processing"
+
+    n_best_size: int = arg(20, "best start and end positions tried per window, answers kept per question")
+    max_answer_length: int = arg(30, "longest answer in tokens")
+    null_score_diff_threshold: float = arg(0.0, "v2: predict '' when null score - best span score exceeds it")
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse inconsistent arguments before anything is loaded; fills ``args.do_train`` / ``args.do_eval``."""
-    if not args.output_dir:
-        raise InputError("--output_dir: required (the fine-tuned model, predictions.json and all_results.json go there)")
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        raise InputError(f"--output_dir {args.output_dir}: is an existing file; expected a directory (new or existing)")
-    if args.dataset_name and (args.train_file or args.validation_file):
+SquadModelArguments = with_defaults(FinetuneModelArguments, {}, name="SquadModelArguments", help=dict(
+    unfreeze_backbone="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)"))
+SquadRunModes = with_defaults(RunModes, {}, name="SquadRunModes", help=dict(
+    do_predict="answer the questions of --test_file: predictions.json (+ nbest_predictions.json, v2: null_odds.json)"))
+SquadTrainingArguments = finetune_training_arguments("SquadTrainingArguments", learning_rate=3e-5,
+                                                     num_train_epochs=2.0, per_device_train_batch_size=12,
+                                                     per_device_eval_batch_size=32)
+#: The argument dataclasses of ``finetune.squad``, in ``--help`` order.
+ARGUMENTS = (SquadModelArguments, SquadDataArguments, SquadRunModes, PostProcessingArguments, SquadTrainingArguments,
+             HubArguments)
+
+
+PROG = "accelerate launch -m finetune.squad"
+DESCRIPTION = "Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data."
+
+
+def build_parser():
+    """The ``HfArgumentParser`` of ``finetune.squad`` (for ``--help`` and tests)."""
+    from training.arguments import build_parser as parser_of
+
+    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+
+
+def check_arguments(data: SquadDataArguments, modes: RunModes, post: PostProcessingArguments, training) -> None:
+    """Refuse inconsistent arguments before anything is loaded (``modes`` resolved).
+
+    Raises:
+        InputError: naming the flags and what is expected.
+    """
+    if not training.output_dir:
+        raise InputError("--output_dir: required (the fine-tuned model, predictions.json and all_results.json go "
+                         "there)")
+    if os.path.exists(training.output_dir) and not os.path.isdir(training.output_dir):
+        raise InputError(f"--output_dir {training.output_dir}: is an existing file; expected a directory (new or "
+                         "existing)")
+    if data.dataset_name and (data.train_file or data.validation_file):
         raise InputError("--dataset_name and --train_file/--validation_file: give one data source, not both")
-    if not args.dataset_name and not (args.train_file or args.validation_file or args.test_file):
-        raise InputError("no data given: pass --train_file/--validation_file/--test_file (SQuAD-format .json/.json.gz) or --dataset_name squad|squad_v2")
-    if not args.do_train and not args.do_eval and not args.do_predict:
-        args.do_train = True
-        args.do_eval = bool(args.validation_file or args.dataset_name)
-    if args.do_predict and not args.test_file:
+    if not data.dataset_name and not (data.train_file or data.validation_file or data.test_file):
+        raise InputError("no data given: pass --train_file/--validation_file/--test_file (SQuAD-format .json/.json.gz) "
+                         "or --dataset_name squad|squad_v2")
+    if modes.do_predict and not data.test_file:
         raise InputError("--do_predict needs --test_file (SQuAD-format questions; 'answers' optional)")
-    if args.test_file and not args.do_predict:
+    if data.test_file and not modes.do_predict:
         raise InputError("--test_file is read only with --do_predict; add --do_predict")
-    if args.do_train and not (args.train_file or args.dataset_name):
-        raise InputError("training needs --train_file (or --dataset_name); pass --do_eval alone to only evaluate a fine-tuned model")
-    if args.do_eval and not (args.validation_file or args.dataset_name):
+    if modes.do_train and not (data.train_file or data.dataset_name):
+        raise InputError("training needs --train_file (or --dataset_name); pass --do_eval alone to only evaluate a "
+                         "fine-tuned model")
+    if modes.do_eval and not (data.validation_file or data.dataset_name):
         raise InputError("--do_eval needs --validation_file (or --dataset_name)")
-    for name in ("max_seq_length", "max_query_length", "per_device_train_batch_size", "per_device_eval_batch_size",
-                 "n_best_size", "max_answer_length"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
-    if args.doc_stride < 0:
-        raise InputError(f"--doc_stride {args.doc_stride}: expected an integer >= 0")
+    for name, value in (("max_seq_length", data.max_seq_length), ("max_query_length", data.max_query_length),
+                        ("n_best_size", post.n_best_size), ("max_answer_length", post.max_answer_length)):
+        if value < 1:
+            raise InputError(f"--{name} {value}: expected an integer >= 1")
+    if data.doc_stride < 0:
+        raise InputError(f"--doc_stride {data.doc_stride}: expected an integer >= 0")
     for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise InputError(f"--{name} {getattr(args, name)}: expected an integer >= 1")
-    if not math.isfinite(args.null_score_diff_threshold):
-        raise InputError(f"--null_score_diff_threshold {args.null_score_diff_threshold}: expected a finite number")
+        if getattr(data, name) is not None and getattr(data, name) < 1:
+            raise InputError(f"--{name} {getattr(data, name)}: expected an integer >= 1")
+    if not math.isfinite(post.null_score_diff_threshold):
+        raise InputError(f"--null_score_diff_threshold {post.null_score_diff_threshold}: expected a finite number")
 
 
-def load_examples(args: argparse.Namespace):
+def load_examples(data: SquadDataArguments, modes: RunModes):
     """The ``train`` / ``validation`` / ``test`` examples (flat SQuAD format), checked, cut to ``--max_*_samples``.
 
     Several files of a split are concatenated; a question id present in two files is refused. Test questions
@@ -161,22 +186,22 @@ def load_examples(args: argparse.Namespace):
 
     from finetune.squad_data import load_squad_data, load_squad_file
 
-    wanted = [s for s, on in (("train", args.do_train), ("validation", args.do_eval), ("test", args.do_predict)) if on]
+    wanted = [s for s, on in (("train", modes.do_train), ("validation", modes.do_eval), ("test", modes.do_predict)) if on]
     out = {}
-    if args.dataset_name:
-        loaded, _ = load_squad_data(dataset_name=args.dataset_name, version_2_with_negative=args.version_2_with_negative)
+    if data.dataset_name:
+        loaded, _ = load_squad_data(dataset_name=data.dataset_name, version_2_with_negative=data.version_2_with_negative)
         for split in [s for s in wanted if s != "test"]:
             if split not in loaded:
-                raise InputError(f"--dataset_name {args.dataset_name}: has no {split!r} split (found {sorted(loaded)})")
+                raise InputError(f"--dataset_name {data.dataset_name}: has no {split!r} split (found {sorted(loaded)})")
             out[split] = loaded[split]
     for split in wanted:
-        if args.dataset_name and split != "test":
+        if data.dataset_name and split != "test":
             continue
-        files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}[split]
+        files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}[split]
         parts, seen = [], {}
         for path in files:
-            ds, report = load_squad_file(path, version_2_with_negative=args.version_2_with_negative,
-                                         skip_misaligned_answers=args.skip_misaligned_answers,
+            ds, report = load_squad_file(path, version_2_with_negative=data.version_2_with_negative,
+                                         skip_misaligned_answers=data.skip_misaligned_answers,
                                          require_answers=split != "test")
             for qid in ds["id"]:
                 if qid in seen:
@@ -187,62 +212,69 @@ def load_examples(args: argparse.Namespace):
                                report.misaligned_answers, len(report.dropped_questions))
             parts.append(ds)
         out[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples), ("test", args.max_predict_samples)):
+    for split, limit in (("train", data.max_train_samples), ("validation", data.max_eval_samples), ("test", data.max_predict_samples)):
         if split in out and limit is not None and limit < len(out[split]):
             out[split] = out[split].select(range(limit))
-    if "validation" in out and not args.version_2_with_negative:
+    if "validation" in out and not data.version_2_with_negative:
         unanswerable = sum(1 for a in out["validation"]["answers"] if not a["text"])
         if unanswerable:
             raise InputError(f"the validation data has {unanswerable} unanswerable question(s); pass --version_2_with_negative")
     return out
 
 
-def load_tokenizer(args: argparse.Namespace):
-    """The backbone's tokenizer, checked for span QA (offsets, token types) and the window arguments."""
+def load_tokenizer(model_args: FinetuneModelArguments, data: SquadDataArguments):
+    """The backbone's config and tokenizer, checked for span QA (offsets, token types) and the window arguments.
+
+    Raises:
+        InputError: a config or tokenizer that cannot be loaded; windows that leave no room for the context.
+    """
     from transformers import AutoConfig, AutoTokenizer
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from finetune.qa import check_window_arguments
+    from training.driver import check_model_fits, load_pretrained
 
-    source = args.model_name_or_path
-    try:
-        config = AutoConfig.from_pretrained(source, revision=args.revision, trust_remote_code=args.trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or source, revision=args.revision,
-                                                  trust_remote_code=args.trust_remote_code)
-    except (OSError, ValueError) as err:
-        raise InputError(f"--model_name_or_path {source}: cannot load the config / tokenizer ({type(err).__name__}: "
-                         f"{first_line(err)})") from None
-    from training.run import check_model_fits
-
-    check_model_fits(config, tokenizer, args.max_seq_length, f"--tokenizer_name {args.tokenizer_name or source}")
-    check_window_arguments(tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length)
+    source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
+    expected = "a model folder written by save_pretrained or a hub repo id"
+    config = load_pretrained(AutoConfig.from_pretrained, source, "--model_name_or_path", expected,
+                             failure="cannot load the config", **hub)
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_args.tokenizer_name or source,
+                                "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path", expected,
+                                failure="cannot load the tokenizer", **hub)
+    check_model_fits(config, tokenizer, data.max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
+    check_window_arguments(tokenizer, data.max_seq_length, data.doc_stride, data.max_query_length)
     return config, tokenizer
 
 
-def load_model(args: argparse.Namespace, pretrained_config):
-    """``AutoModelForQuestionAnswering`` (SesameElmo: ``freeze_backbone`` from ``--unfreeze_backbone``)."""
+def load_model(model_args: FinetuneModelArguments, pretrained_config):
+    """``AutoModelForQuestionAnswering`` (a backbone with a frozen-backbone option, SesameElmo: ``freeze_backbone``
+    from ``--unfreeze_backbone``).
+
+    Raises:
+        InputError: no weights, or no question-answering head for the model type.
+    """
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
+    from training.driver import load_pretrained
+
+    hub = model_args.hub_kwargs()
     overrides: dict[str, Any] = {}
-    if getattr(pretrained_config, "model_type", "") == "sesame-elmo":
-        overrides["freeze_backbone"] = not args.unfreeze_backbone
-    config = AutoConfig.from_pretrained(args.model_name_or_path, revision=args.revision,
-                                        trust_remote_code=args.trust_remote_code, **overrides)
-    try:
-        return AutoModelForQuestionAnswering.from_pretrained(args.model_name_or_path, config=config, revision=args.revision,
-                                                             trust_remote_code=args.trust_remote_code)
-    except ValueError as err:
-        raise InputError(f"--model_name_or_path {args.model_name_or_path}: no question-answering head for "
-                         f"model type {config.model_type!r} ({first_line(err)})") from None
+    if hasattr(pretrained_config, "freeze_backbone"):
+        overrides["freeze_backbone"] = not model_args.unfreeze_backbone
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
+    return load_pretrained(AutoModelForQuestionAnswering.from_pretrained, model_args.model_name_or_path,
+                           "--model_name_or_path", f"a model type with a question-answering head (got "
+                           f"{config.model_type!r}) and its weights (save_pretrained)",
+                           failure="cannot load a question-answering model", config=config, **hub)
 
 
-def tokenize(examples: dict, tokenizer, args: argparse.Namespace, accelerator) -> dict:
+def tokenize(examples: dict, tokenizer, data: SquadDataArguments, accelerator) -> dict:
     """Training features (``start_positions`` / ``end_positions``) and evaluation features (with
     ``example_id``, ``offset_mapping``, ``cls_index``), one row per window (``datasets.map``)."""
     from finetune.qa import prepare_train_features, prepare_validation_features
 
-    kwargs = dict(tokenizer=tokenizer, max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
-                  max_query_length=args.max_query_length, pad_to_max_length=args.pad_to_max_length)
+    kwargs = dict(tokenizer=tokenizer, max_seq_length=data.max_seq_length, doc_stride=data.doc_stride,
+                  max_query_length=data.max_query_length, pad_to_max_length=data.pad_to_max_length)
     features = {}
     with accelerator.main_process_first():
         for split, fn in (("train", prepare_train_features), ("validation", prepare_validation_features),
@@ -254,19 +286,19 @@ def tokenize(examples: dict, tokenizer, args: argparse.Namespace, accelerator) -
     return features
 
 
-def make_predict_fn(accelerator, args, examples, features, loader):
+def make_predict_fn(accelerator, data: SquadDataArguments, post: PostProcessingArguments, examples, features, loader):
     """``predict_fn(model) -> (best, predictions, nbest, null_odds)``: logits of every window (gathered across
     processes with ``gather_for_metrics``, so every question once), then the n-best post-processing.
 
     ``best`` is each question's best span text; ``predictions`` the answers to write (v2: ``""`` where the null
     odds exceed ``--null_score_diff_threshold``); ``null_odds`` is None for v1.
     """
-    from training.loop import gather_predictions
+    from training.evaluation import gather_predictions
 
     from finetune.qa import postprocess_qa_predictions
 
-    width = -(-args.max_seq_length // 8) * 8  # >= any batch's length, also when padded to a multiple of 8
-    post = features.select_columns(list(POSTPROCESS_COLUMNS))
+    width = -(-data.max_seq_length // 8) * 8  # >= any batch's length, also when padded to a multiple of 8
+    columns = features.select_columns(list(POSTPROCESS_COLUMNS))
 
     def step(model, batch):
         with accelerator.autocast():
@@ -281,30 +313,29 @@ def make_predict_fn(accelerator, args, examples, features, loader):
         # v2: the best span and the null odds once (threshold +inf), then the threshold applied here, so that the
         # metric sees the best span text with its null odds and can search the best threshold (best_f1_thresh).
         best, nbest, odds = postprocess_qa_predictions(
-            examples, post, logits["start_logits"].numpy(), logits["end_logits"].numpy(), n_best_size=args.n_best_size,
-            max_answer_length=args.max_answer_length, version_2_with_negative=args.version_2_with_negative,
+            examples, columns, logits["start_logits"].numpy(), logits["end_logits"].numpy(), n_best_size=post.n_best_size,
+            max_answer_length=post.max_answer_length, version_2_with_negative=data.version_2_with_negative,
             null_score_diff_threshold=math.inf,
         )
-        if not args.version_2_with_negative:
+        if not data.version_2_with_negative:
             return best, best, nbest, None
-        predictions = {q: "" if odds[q] > args.null_score_diff_threshold else text for q, text in best.items()}
+        predictions = {q: "" if odds[q] > post.null_score_diff_threshold else text for q, text in best.items()}
         return best, predictions, nbest, odds
 
     return predict_fn
 
 
-def make_eval_fn(accelerator, args, examples, features, loader, metric):
-    """``eval_fn(model_or_trainer)``: :func:`make_predict_fn`'s predictions scored by the metric. Keeps the last
+def make_eval_fn(accelerator, data: SquadDataArguments, post: PostProcessingArguments, examples, features, loader, metric):
+    """``eval_fn(prepared model)``: :func:`make_predict_fn`'s predictions scored by the metric. Keeps the last
     predictions in ``eval_fn.last`` as ``(predictions, nbest, null_odds)``."""
-    predict_fn = make_predict_fn(accelerator, args, examples, features, loader)
+    predict_fn = make_predict_fn(accelerator, data, post, examples, features, loader)
 
-    def eval_fn(holder) -> dict[str, float]:
-        model = holder.model if hasattr(holder, "model") else holder
+    def eval_fn(model) -> dict[str, float]:
         t0 = time.perf_counter()
         best, predictions, nbest, odds = predict_fn(model)
-        if args.version_2_with_negative:
+        if data.version_2_with_negative:
             preds = [{"id": q, "prediction_text": t, "no_answer_probability": odds[q]} for q, t in best.items()]
-            scores = metric.compute(predictions=preds, references=references, no_answer_threshold=args.null_score_diff_threshold)
+            scores = metric.compute(predictions=preds, references=references, no_answer_threshold=post.null_score_diff_threshold)
             scores["exact_match"] = scores["exact"]
         else:
             scores = metric.compute(predictions=[{"id": q, "prediction_text": t} for q, t in best.items()], references=references)
@@ -321,112 +352,75 @@ def make_eval_fn(accelerator, args, examples, features, loader, metric):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_args(args)
+    from training.driver import Run, run_config
+    from training.logs import setup_logging
+
+    model_args, data, parsed_modes, post, training, hub = parse_arguments(ARGUMENTS, argv, prog=PROG,
+                                                                          description=DESCRIPTION)
+    modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
+    check_arguments(data, modes, post, training)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from training.run import run_config, setup_logging
-
     setup_logging()
+    # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
+    examples = load_examples(data, modes)
+    pretrained_config, tokenizer = load_tokenizer(model_args, data)
+    training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
+    run = Run(training, hub, run_config(model_args, data, modes, post, training, hub), do_train=modes.do_train,
+              card_task="question-answering")
+    accelerator = run.start()
+    features = tokenize(examples, tokenizer, data, accelerator)
+    return run.execute(squad_parts(accelerator, load_model(model_args, pretrained_config), tokenizer, examples,
+                                   features, data, post, training, modes))
 
+
+def squad_parts(accelerator, model, tokenizer, examples: dict, features: dict, data: SquadDataArguments,
+                post: PostProcessingArguments, training, modes: RunModes):
+    """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
+    (n-best post-processing, the official metric), the test predictions and the prediction files."""
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
-    from training.hub import HubPusher, every_save_hook, validate_hub_args
-    from training.loop import Trainer, TrainingConfig, finish, make_accelerator, make_train_dataloader
+    from finetune.qa import write_predictions
+    from training.data import make_train_dataloader
+    from training.driver import RunParts
 
-    # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
-    examples = load_examples(args)
-    pretrained_config, tokenizer = load_tokenizer(args)
-    if args.do_train:
-        validate_hub_args(args)
-    if args.metric_for_best_model is None:
-        args.metric_for_best_model = "eval_f1"
-    config = TrainingConfig.from_args(args)
-    accelerator = make_accelerator(config, mixed_precision=args.mixed_precision)
-    setup_logging(accelerator.is_main_process)
-    features = tokenize(examples, tokenizer, args, accelerator)
-    model = load_model(args, pretrained_config)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
 
     def loader_of(split: str):
         inputs = features[split].remove_columns(list(POSTPROCESS_COLUMNS))
-        return accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=args.per_device_eval_batch_size,
+        return accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=training.per_device_eval_batch_size,
                                                                collate_fn=collator, shuffle=False))
 
     eval_fn = predict_fn = None
-    if args.do_eval:
-        metric = load_metric("squad_v2" if args.version_2_with_negative else "squad", keep_in_memory=True)
-        eval_fn = make_eval_fn(accelerator, args, examples["validation"], features["validation"], loader_of("validation"), metric)
-    if args.do_predict:
-        predict_fn = make_predict_fn(accelerator, args, examples["test"], features["test"], loader_of("test"))
+    if modes.do_eval:
+        metric = load_metric("squad_v2" if data.version_2_with_negative else "squad", keep_in_memory=True)
+        eval_fn = make_eval_fn(accelerator, data, post, examples["validation"], features["validation"],
+                               loader_of("validation"), metric)
+    if modes.do_predict:
+        predict_fn = make_predict_fn(accelerator, data, post, examples["test"], features["test"], loader_of("test"))
 
-    trainer = pusher = None
-    if args.do_train:
-        train_loader = make_train_dataloader(features["train"], args.per_device_train_batch_size, collator, args.seed)
-        pusher = HubPusher.from_args(args)  # validate_hub_args filled --hub_model_id (training runs only push)
-        on_save = every_save_hook(pusher, args, tokenizer, task="question-answering")
-        trainer = Trainer(accelerator, model, train_loader, config, eval_fn=eval_fn, run_config=run_config(args),
-                          on_save=on_save)
-        del model
-        if accelerator.is_main_process:
-            logger.info("%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
-                        len(examples["train"]), len(features["train"]),
-                        len(examples["validation"]) if args.do_eval else "no", trainer.max_train_steps)
-        from training.signals import train_until_stopped
-
-        # SIGTERM / SIGINT: finish the step, checkpoint, exit 143 / 130; a non-finite loss: exit 1.
-        result, status = train_until_stopped(trainer, lambda: finish(accelerator, trainer))
-        if result is None:
-            return status
-        result["train_samples"] = len(examples["train"])
-        result["train_features"] = len(features["train"])
-        if eval_fn is not None and result.get("best_step") not in (None, result["global_step"]) and config.load_best_model_at_end:
-            eval_fn(trainer)  # the predictions files of the best model, loaded at the end of training
-        prepared, model = trainer.model, trainer.unwrapped_model
-    else:
-        prepared = accelerator.prepare(model)
-        result = eval_fn(prepared) if eval_fn else {}
-        model = None
-    test_predictions = predict_fn(prepared)[1:] if predict_fn else None
-    state_dict = accelerator.get_state_dict(prepared) if model is not None else None  # all processes (FSDP)
-    if accelerator.is_main_process:
-        save_outputs(args, model, tokenizer, result, eval_fn.last if eval_fn else None, test_predictions, state_dict)
-        logger.info("wrote %s: %s", args.output_dir,
-                    {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-    del prepared, model, state_dict
-    accelerator.wait_for_everyone()
-    finish(accelerator, *([trainer] if trainer else []))
-    if pusher is not None and accelerator.is_main_process:  # after the process group is gone: no rank waits on it
-        from training.model_card import card_for_run
-
-        pusher.push(args.output_dir, step=result.get("global_step"),
-                    model_card=card_for_run(args.output_dir, args, task="question-answering"))
-    return 0
-
-
-def save_outputs(args, model, tokenizer, result: dict, predictions, test_predictions=None, state_dict=None) -> None:
-    """Into ``--output_dir``, atomically (a temporary folder moved in at the end): the model + tokenizer
-    (``save_pretrained``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` when trained; the
-    prediction files (``--do_predict``: the test questions' as ``predictions.json`` ..., the evaluation's then as
-    ``eval_predictions.json`` ...; else the evaluation's as ``predictions.json`` ...); ``all_results.json``.
-    ``state_dict`` (``accelerator.get_state_dict``: the full weights under FSDP) is saved when given."""
-    from finetune.qa import write_predictions
-    from tokenizer.corpus import atomic_output_dir
-    from training.run import write_run_files
-
-    flat = {k: result[k] for k in _RESULT_KEYS if k in result}
-    flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
-    with atomic_output_dir(args.output_dir) as tmp:
-        if model is not None:
-            model.save_pretrained(tmp, state_dict=state_dict)
-            tokenizer.save_pretrained(tmp)
-        if predictions is not None:
-            preds, nbest, odds = predictions
-            write_predictions(tmp, preds, nbest, odds, prefix="eval" if test_predictions is not None else None)
+    def write_outputs(folder: Path, test_predictions) -> None:
+        if eval_fn is not None and eval_fn.last is not None:
+            preds, nbest, odds = eval_fn.last
+            write_predictions(folder, preds, nbest, odds, prefix="eval" if test_predictions is not None else None)
         if test_predictions is not None:
-            write_predictions(tmp, *test_predictions)
-        write_run_files(tmp, result, flat, os.path.basename(os.path.normpath(args.output_dir)))
+            write_predictions(folder, *test_predictions)
+
+    train_loader = extra = None
+    if modes.do_train:
+        train_loader = make_train_dataloader(features["train"], training.per_device_train_batch_size, collator,
+                                             training.seed)
+        extra = {"train_samples": len(examples["train"]), "train_features": len(features["train"])}
+
+    def describe(trainer) -> None:
+        logger.info("%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
+                    len(examples["train"]), len(features["train"]),
+                    len(examples["validation"]) if modes.do_eval else "no", trainer.max_train_steps)
+
+    return RunParts(model=model, tokenizer=tokenizer, train_dataloader=train_loader, evaluate=eval_fn,
+                    predict=(lambda model: predict_fn(model)[1:]) if predict_fn else None,
+                    write_outputs=write_outputs, describe=describe, extra_results=extra or {},
+                    result_keys=("train_samples", "train_features"), reevaluate_best=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,19 @@
-"""The pretraining objectives, one table entry each: what ``pretrain``, ``pretrain.prepare`` and the model card
-read instead of branching on ``--model_type`` / ``--nsp``. A new model family is one new :class:`Objective`.
+"""The pretraining table: model families and objectives, one entry each. ``pretrain``, ``pretrain.prepare`` and the
+model card read it instead of branching on ``--model_type`` / ``--nsp``; a new family or objective is one new entry
+(:func:`register_objective`), nothing else in the commands changes.
 
 =========  ===========  ==========================  =======================================================
-name       model_type   Auto class                  blocks / collator / evaluation
+objective  family       Auto class                  blocks / collator / evaluation
 =========  ===========  ==========================  =======================================================
 mlm        bert         AutoModelForMaskedLM        packed ``[CLS]`` blocks, MLM masking; perplexity
 mlm+nsp    bert         AutoModelForPreTraining     ``[CLS] A [SEP] B [SEP]`` pairs; + NSP accuracy
 bilm       elmo         AutoModelForPreTraining     packed word blocks, char ids; forward/backward perplexity
 =========  ===========  ==========================  =======================================================
+
+A :class:`Family` (``--model_type``) holds what every objective of a model family shares: the settings of a run on
+the user's data and of the demo job, the learning-rate rule with its source, the config types it accepts, and its
+tokenizer (trainer and tokenization). An :class:`Objective` (``--objective``; by default chosen by ``--model_type`` and
+``--nsp``) holds what one pretraining task adds: blocks, collators, the loss's item count, evaluation sums and metrics.
 """
 
 from __future__ import annotations
@@ -15,43 +21,74 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from pretrain.arguments import CorpusArguments, MaskingArguments
+
 
 @dataclasses.dataclass(frozen=True)
-class Objective:
-    """One pretraining objective (see the module table)."""
+class Family:
+    """A model family that ``pretrain`` builds (see the module docstring)."""
 
     name: str
-    """``mlm``, ``mlm+nsp`` or ``bilm``; recorded in prepared-dataset manifests."""
-    model_type: str
-    """``--model_type`` it belongs to (``bert`` or ``elmo``)."""
-    config_model_type: str
-    """``model_type`` of the model config it trains (``sesame-bert``, ``sesame-elmo``)."""
-    auto_class: str
-    """Name of the transformers Auto class that builds and loads the model."""
-    card_task: str
-    """Pipeline tag of the model card."""
+    """``--model_type`` value (``bert``, ``elmo``)."""
+    config_model_types: tuple[str, ...] | None
+    """``model_type`` values of the configs it trains (None: any config the objective's Auto class builds)."""
+    preset_model_type: str
+    """``model_type`` of its presets in :data:`modeling.PRESETS`."""
+    data_defaults: Mapping[str, Any]
+    """Settings of a run on the user's data, where not given."""
+    demo_defaults: Mapping[str, Any]
+    """Settings of the embedded demo job (``pretrain`` with no data argument)."""
+    learning_rate: Callable[[Any], tuple[float, str]]
+    """``(model config) -> (peak learning rate, its source)`` for a run with data and no ``--learning_rate``."""
+    learning_rate_help: str
+    """The rule in words, for ``--help``."""
     train_tokenizer: Callable[..., Any]
     """``(files, vocab_size, output_dir, max_seq_length)``: train and save a tokenizer."""
     tokenize: Callable[..., Any]
     """``(raw DatasetDict, tokenizer, num_proc, overwrite_cache) -> DatasetDict`` of tokenized documents."""
+
+    def accepts(self, config) -> bool:
+        """Whether this family trains a model of ``config``."""
+        return self.config_model_types is None or getattr(config, "model_type", None) in self.config_model_types
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One pretraining objective (see the module docstring)."""
+
+    name: str
+    """``--objective`` value; recorded in prepared-dataset manifests and model cards (``+`` separates tasks)."""
+    family: Family
+    auto_class: str
+    """Name of the transformers Auto class that builds and loads the model."""
+    card_task: str
+    """Pipeline tag of the model card."""
     to_blocks: Callable[..., Any]
-    """``(tokenized, tokenizer, args) -> DatasetDict`` of training blocks."""
+    """``(tokenized, tokenizer, corpus: CorpusArguments, seed) -> DatasetDict`` of training blocks."""
     collators: Callable[..., tuple]
-    """``(tokenizer, args) -> (train collator, eval collator)``."""
+    """``(tokenizer, masking: MaskingArguments, seed) -> (train collator, eval collator)``."""
     eval_keys: tuple[str, ...]
     """Sums :func:`lm_eval_step` returns for this objective."""
     metrics: Callable[[Mapping[str, float]], dict]
     """Evaluation sums -> metrics (``eval_loss``, ``perplexity``, ...)."""
-    demo_defaults: Mapping[str, Any]
-    """Settings of the embedded demo job (``pretrain`` with no data argument)."""
     result_keys: tuple[str, ...] = ()
-    """Extra ``all_results.json`` keys of this objective."""
+    """Extra ``all_results.json`` keys of this objective (besides every ``eval_*`` metric)."""
     weight_fn: Callable | None = None
     """Items the loss averages over per batch (``None``: the loop's default, labels != -100)."""
+    nsp: bool = False
+    """Whether it is the objective ``--nsp`` selects for its family."""
+    eval_step: Callable[[torch.nn.Module, Mapping[str, Any]], dict[str, torch.Tensor]] | None = None
+    """Evaluation sums of one batch (default :func:`lm_eval_step`)."""
+
+    @property
+    def model_type(self) -> str:
+        """The ``--model_type`` (family) it belongs to."""
+        return self.family.name
 
     def auto_model_class(self):
         """The transformers Auto class (``modeling`` imported, so the sesame classes are registered)."""
@@ -87,35 +124,36 @@ def _tokenize_elmo(raw, tokenizer, num_proc=None, overwrite_cache=False):
     return tokenize_elmo(raw, tokenizer, num_proc, overwrite_cache)
 
 
-def _pack_bert(tokenized, tokenizer, args):
+def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
-    return pack_blocks(tokenized, args.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                       args.packing_batch_size, args.preprocessing_num_workers, args.overwrite_cache)
+    return pack_blocks(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
+                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
 
 
-def _nsp_pairs(tokenized, tokenizer, args):
+def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import make_nsp_pairs
 
-    return make_nsp_pairs(tokenized, args.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id, args.seed,
-                          args.packing_batch_size, args.preprocessing_num_workers, args.overwrite_cache)
+    return make_nsp_pairs(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id, seed,
+                          corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
 
 
-def _pack_words(tokenized, tokenizer, args):
+def _pack_words(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
-    return pack_blocks(tokenized, args.max_seq_length, None, None, args.packing_batch_size,
-                       args.preprocessing_num_workers, args.overwrite_cache)
+    return pack_blocks(tokenized, corpus.max_seq_length, None, None, corpus.packing_batch_size,
+                       corpus.preprocessing_num_workers, corpus.overwrite_cache)
 
 
-def _mlm_collators(tokenizer, args):
+def _mlm_collators(tokenizer, masking: MaskingArguments, seed: int):
     from pretrain.collators import MLMCollator
 
-    opts = (args.mlm_probability, args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask, args.seed)
+    opts = (masking.mlm_probability, masking.mask_replace_prob, masking.random_replace_prob, masking.whole_word_mask,
+            seed)
     return MLMCollator(tokenizer, *opts), MLMCollator(tokenizer, *opts, salt=1)
 
 
-def _bilm_collators(tokenizer, args):
+def _bilm_collators(tokenizer, masking: MaskingArguments, seed: int):
     from pretrain.collators import BiLMCollator
 
     collator = BiLMCollator(tokenizer)
@@ -155,7 +193,8 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     if "char_ids" in batch:  # BiLM: both directions
         nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
         f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
-        return {"nll_sum": f_sum + b_sum, "count": nf + nb, "fwd_nll_sum": f_sum, "fwd_count": nf, "bwd_nll_sum": b_sum, "bwd_count": nb}
+        return {"nll_sum": f_sum + b_sum, "count": nf + nb, "fwd_nll_sum": f_sum, "fwd_count": nf,
+                "bwd_nll_sum": b_sum, "bwd_count": nb}
     count = (batch["labels"] != -100).sum().double()
     mlm = getattr(out, "mlm_loss", None)
     mlm = out.loss if mlm is None else mlm
@@ -167,35 +206,97 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     return stats
 
 
-_BERT_DEMO = dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
-                  learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100, weight_decay=0.01)
-_ELMO_DEMO = dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
-                  learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50, weight_decay=0.0)
+def _bert_learning_rate(config) -> tuple[float, str]:
+    if getattr(config, "norm_position", "post") == "pre":
+        return 1e-3, "Cramming (Geiping & Goldstein 2023): 1e-3 for pre-LN encoders"
+    return 1e-4, "BERT (Devlin et al. 2019, sec. A.2): 1e-4 at batch 256, post-LN"
 
-OBJECTIVES: dict[str, Objective] = {
-    "mlm": Objective("mlm", "bert", "sesame-bert", "AutoModelForMaskedLM", "fill-mask", _train_wordpiece,
-                     _tokenize_bert, _pack_bert, _mlm_collators, ("nll_sum", "count"), _lm_metrics, _BERT_DEMO),
-    "mlm+nsp": Objective("mlm+nsp", "bert", "sesame-bert", "AutoModelForPreTraining", "fill-mask", _train_wordpiece,
-                         _tokenize_bert, _nsp_pairs, _mlm_collators, ("nll_sum", "count", "nsp_correct", "nsp_count"),
-                         _nsp_metrics, _BERT_DEMO, result_keys=("eval_nsp_accuracy",)),
-    "bilm": Objective("bilm", "elmo", "sesame-elmo", "AutoModelForPreTraining", "feature-extraction", _train_words,
-                      _tokenize_elmo, _pack_words, _bilm_collators,
-                      ("nll_sum", "count", "fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"), _bilm_metrics,
-                      _ELMO_DEMO, result_keys=("forward_perplexity", "backward_perplexity"), weight_fn=bilm_weight),
+
+def _elmo_learning_rate(config) -> tuple[float, str]:
+    return 1e-3, "sesame-lm default for the BiLM with Adam (bilm-tf used Adagrad at 0.2, which does not transfer)"
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        name="bert", config_model_types=None, preset_model_type="sesame-bert",
+        data_defaults=dict(config_name="bert-base", vocab_size=30000, max_seq_length=128, per_device_train_batch_size=32,
+                           weight_decay=0.01, warmup_ratio=0.06),
+        demo_defaults=dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
+                           learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100,
+                           weight_decay=0.01),
+        learning_rate=_bert_learning_rate,
+        learning_rate_help="1e-4 for post-LN BERT-like presets (BERT, batch 256), 1e-3 for pre-LN ones (Cramming)",
+        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert),
+    "elmo": Family(
+        name="elmo", config_model_types=("sesame-elmo",), preset_model_type="sesame-elmo",
+        data_defaults=dict(config_name="elmo-small", vocab_size=30000, max_seq_length=32, per_device_train_batch_size=16,
+                           weight_decay=0.0, warmup_ratio=0.06),
+        demo_defaults=dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
+                           learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50,
+                           weight_decay=0.0),
+        learning_rate=_elmo_learning_rate, learning_rate_help="1e-3 for ELMo-style",
+        train_tokenizer=_train_words, tokenize=_tokenize_elmo),
 }
 
+OBJECTIVES: dict[str, Objective] = {}
 
-def get_objective(args) -> Objective:
-    """The entry for ``--model_type`` / ``--nsp``.
+
+def register_objective(objective: Objective) -> Objective:
+    """Add ``objective`` to the table (its ``family`` to :data:`FAMILIES` too); returns it.
 
     Raises:
-        InputError: ``--nsp`` with a model type other than ``bert``.
+        ValueError: the name is taken by another objective.
+    """
+    if OBJECTIVES.get(objective.name, objective) is not objective:
+        raise ValueError(f"objective {objective.name!r} is registered already")
+    OBJECTIVES[objective.name] = objective
+    FAMILIES.setdefault(objective.family.name, objective.family)
+    return objective
+
+
+register_objective(Objective(
+    "mlm", FAMILIES["bert"], "AutoModelForMaskedLM", "fill-mask", _pack_bert, _mlm_collators, ("nll_sum", "count"),
+    _lm_metrics))
+register_objective(Objective(
+    "mlm+nsp", FAMILIES["bert"], "AutoModelForPreTraining", "fill-mask", _nsp_pairs, _mlm_collators,
+    ("nll_sum", "count", "nsp_correct", "nsp_count"), _nsp_metrics, result_keys=("eval_nsp_accuracy",), nsp=True))
+register_objective(Objective(
+    "bilm", FAMILIES["elmo"], "AutoModelForPreTraining", "feature-extraction", _pack_words, _bilm_collators,
+    ("nll_sum", "count", "fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"), _bilm_metrics,
+    result_keys=("forward_perplexity", "backward_perplexity"), weight_fn=bilm_weight))
+
+
+def get_objective(model_type: str | None = None, nsp: bool = False, objective: str | None = None) -> Objective:
+    """The entry for ``--objective`` (which must fit ``--model_type`` when that is given too), or else the one of
+    ``--model_type`` (default ``bert``) that ``--nsp`` selects.
+
+    Raises:
+        InputError: an unknown objective or family, or ``--nsp`` / ``--objective`` that do not fit the family.
     """
     from training.errors import InputError
 
-    nsp = getattr(args, "nsp", False)
-    if args.model_type == "elmo":
+    if objective is not None:
+        if objective not in OBJECTIVES:
+            raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        entry = OBJECTIVES[objective]
+        if model_type is not None and model_type != entry.family.name:
+            raise InputError(f"--objective {objective}: trains a {entry.family.name} model; expected --model_type "
+                             f"{entry.family.name} (got {model_type}), or no --model_type")
+        if nsp and not entry.nsp:
+            raise InputError(f"--nsp: conflicts with --objective {objective}; expected --objective mlm+nsp, or no --nsp")
+        return entry
+    model_type = model_type or "bert"
+    if model_type not in FAMILIES:
+        raise InputError(f"--model_type {model_type!r}: expected one of {', '.join(FAMILIES)}")
+    candidates = [o for o in OBJECTIVES.values() if o.family.name == model_type and o.nsp == nsp]
+    if not candidates:
         if nsp:
-            raise InputError(f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert (got {args.model_type})")
-        return OBJECTIVES["bilm"]
-    return OBJECTIVES["mlm+nsp" if nsp else "mlm"]
+            raise InputError(f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert "
+                             f"(got {model_type})")
+        raise InputError(f"--model_type {model_type}: no objective in the table; expected one of "
+                         f"{', '.join(sorted({o.family.name for o in OBJECTIVES.values()}))}")
+    return candidates[0]
+
+
+__all__ = ["FAMILIES", "OBJECTIVES", "Family", "Objective", "bilm_weight", "get_objective", "lm_eval_step",
+           "register_objective"]

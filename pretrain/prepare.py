@@ -20,17 +20,20 @@ are written as they come (it needs ``--tokenizer_name``; without a validation sp
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import shutil
-import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
-from training.errors import InputError, add_debug_argument
+from training.arguments import arg, parse_arguments
+from training.errors import InputError
+
+from pretrain.arguments import CorpusArguments, ModelArguments, ObjectiveArguments, PretrainPlan, resolve_inputs
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -39,26 +42,20 @@ FORMAT = "sesame-lm prepared pretraining dataset"
 VERSION = 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from pretrain.cli import add_data_arguments, add_model_arguments, add_objective_arguments
-    from training.run import HelpFormatter
+@dataclasses.dataclass(frozen=True)
+class PrepareArguments:
+    """Where and how ``pretrain.prepare`` writes the prepared dataset."""
 
-    parser = argparse.ArgumentParser(prog="python -m pretrain.prepare", formatter_class=HelpFormatter,
-                                     description="Tokenize and pack a corpus once into a folder that `pretrain --prepared_dataset` memory-maps.")
-    add_model_arguments(parser)
-    add_data_arguments(parser)
-    add_objective_arguments(parser)
-    g = parser.add_argument_group("output")
-    g.add_argument("--output_dir", required=True, help="the prepared dataset folder to write")
-    g.add_argument("--overwrite_output_dir", action="store_true", help="replace an existing non-empty --output_dir")
-    g.add_argument("--max_shard_size", default="256MB", help="largest Arrow shard of each split (datasets' save_to_disk)")
-    g.add_argument("--seed", type=int, default=42, help="seed of the NSP pairing (--nsp)")
-    add_debug_argument(parser)
-    for action in parser._actions:  # arguments of training runs only
-        if action.dest in ("prepared_dataset", "max_train_samples", "max_eval_samples", "dataloader_num_workers",
-                           "mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask"):
-            action.help = argparse.SUPPRESS
-    return parser
+    _argument_group_name: ClassVar[str] = "output"
+
+    output_dir: str = arg(help="the prepared dataset folder to write")
+    overwrite_output_dir: bool = arg(False, "replace an existing non-empty --output_dir")
+    max_shard_size: str = arg("256MB", "largest Arrow shard of each split (datasets' save_to_disk)")
+    seed: int = arg(42, "seed of the NSP pairing (--nsp)")
+
+
+#: The argument dataclasses of ``pretrain.prepare``, in ``--help`` order.
+ARGUMENTS = (ModelArguments, CorpusArguments, ObjectiveArguments, PrepareArguments)
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -78,17 +75,9 @@ def _generate(stream):
     yield from stream
 
 
-class _OneProcess:
-    """The little of an ``Accelerator`` that :func:`pretrain.cli.get_tokenizer` uses, for a single process."""
-
-    is_main_process = True
-
-    def wait_for_everyone(self) -> None:
-        pass
-
-
-def prepare(args: argparse.Namespace) -> dict:
-    """Write the prepared dataset of ``args`` to ``args.output_dir`` (see the module docstring); returns the manifest.
+def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: ObjectiveArguments,
+            output: PrepareArguments) -> dict:
+    """Write the prepared dataset to ``output.output_dir`` (see the module docstring); returns the manifest.
 
     Raises:
         InputError: bad input (files, tokenizer, sizes) or an existing non-empty ``--output_dir`` without
@@ -98,36 +87,27 @@ def prepare(args: argparse.Namespace) -> dict:
     import tokenizers
     import transformers
 
-    from pretrain import data
-    from pretrain.cli import apply_defaults, get_tokenizer, is_demo
-    from pretrain.objectives import get_objective
-    from tokenizer.corpus import atomic_output_dir
-    from training.run import check_output_dir_reuse
+    from training.files import atomic_output_dir, check_output_dir_reuse
 
-    objective = get_objective(args)
-    args.prepared_dataset = None
-    args.num_train_epochs = 1.0
-    for name in ("learning_rate", "max_train_steps", "num_warmup_steps", "warmup_ratio", "eval_steps", "weight_decay",
-                 "per_device_train_batch_size"):
-        setattr(args, name, getattr(args, name, None))
-    args.per_device_eval_batch_size = 1
-    args.max_train_samples = args.max_eval_samples = None
-    demo = is_demo(args)
-    apply_defaults(args, objective)
-    check_output_dir_reuse(args.output_dir, args.overwrite_output_dir, resuming=False)
-    out = Path(args.output_dir)
+    from pretrain import data
+    from pretrain.build import get_tokenizer, tokenizer_hash
+
+    demo = corpus.demo
+    objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo)
+    check_output_dir_reuse(output.output_dir, output.overwrite_output_dir, resuming=False)
+    out = Path(output.output_dir)
     with atomic_output_dir(out) as tmp:
-        run_args = types.SimpleNamespace(**{**vars(args), "output_dir": str(tmp), "resume_from_checkpoint": None})
-        tokenizer = get_tokenizer(run_args, objective, _OneProcess())
-        if args.tokenizer_name or args.model_name_or_path:
+        tokenizer = get_tokenizer(model, objective.family, corpus, tmp)
+        if model.tokenizer_name or model.model_name_or_path:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
         cache = tmp / ".cache"
-        raw = data.load_raw_datasets(args.train_file, args.validation_file, args.dataset_name, args.dataset_config_name,
-                                     args.text_column_name, args.validation_split_percentage, args.sample_by,
-                                     cache_dir=str(cache), streaming=args.streaming)
-        tokenized = objective.tokenize(raw, tokenizer, args.preprocessing_num_workers, True)
-        blocks = objective.to_blocks(tokenized, tokenizer, args)
-        if args.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
+        raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
+                                     corpus.dataset_config_name, corpus.text_column_name,
+                                     corpus.validation_split_percentage, corpus.sample_by, cache_dir=str(cache),
+                                     streaming=corpus.streaming)
+        tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, True)
+        blocks = objective.to_blocks(tokenized, tokenizer, corpus, output.seed)
+        if corpus.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
             from datasets import Dataset, DatasetDict
 
             blocks = DatasetDict({split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]},
@@ -135,30 +115,33 @@ def prepare(args: argparse.Namespace) -> dict:
         counts, tokens = {}, {}
         for split in ("train", "validation"):
             if len(blocks[split]) == 0:
-                raise InputError(f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after tokenisation; expected more text")
-            blocks[split].save_to_disk(str(tmp / split), max_shard_size=args.max_shard_size)
+                raise InputError(f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after "
+                                 "tokenisation; expected more text")
+            blocks[split].save_to_disk(str(tmp / split), max_shard_size=output.max_shard_size)
             counts[split] = len(blocks[split])
             tokens[split] = data.count_tokens(blocks[split])
         del raw, tokenized, blocks
         shutil.rmtree(cache, ignore_errors=True)
-        from pretrain.cli import tokenizer_hash
-
-        train_files = args.train_file or ([] if args.dataset_name else data.DEFAULT_TRAIN_FILES)
-        valid_files = [args.validation_file] if args.validation_file else ([data.DEFAULT_VALIDATION_FILE] if demo else [])
+        train_files = corpus.train_file or ([] if corpus.dataset_name else data.DEFAULT_TRAIN_FILES)
+        valid_files = ([corpus.validation_file] if corpus.validation_file
+                       else ([data.DEFAULT_VALIDATION_FILE] if demo else []))
         manifest = {
-            "format": FORMAT, "version": VERSION, "objective": objective.name, "model_type": objective.model_type,
+            "format": FORMAT, "version": VERSION, "objective": objective.name, "model_type": objective.family.name,
             "tokenizer_hash": tokenizer_hash(tokenizer), "tokenizer_size": len(tokenizer),
-            "max_seq_length": args.max_seq_length, "sample_by": args.sample_by, "packing_batch_size": args.packing_batch_size,
-            "validation_split_percentage": None if valid_files or args.dataset_name else args.validation_split_percentage,
-            "nsp_seed": args.seed if objective.name == "mlm+nsp" else None, "streamed": bool(args.streaming),
+            "max_seq_length": corpus.max_seq_length, "sample_by": corpus.sample_by,
+            "packing_batch_size": corpus.packing_batch_size,
+            "validation_split_percentage": (None if valid_files or corpus.dataset_name
+                                            else corpus.validation_split_percentage),
+            "nsp_seed": output.seed if objective.nsp else None, "streamed": bool(corpus.streaming),
             "sources": {"train": _sources(train_files), "validation": _sources(valid_files),
-                        "dataset_name": args.dataset_name, "dataset_config_name": args.dataset_config_name},
+                        "dataset_name": corpus.dataset_name, "dataset_config_name": corpus.dataset_config_name},
             "blocks": counts, "tokens": tokens,
-            "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__, "transformers": transformers.__version__},
+            "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
+                         "transformers": transformers.__version__},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     logger.info("wrote %s: %d training and %d validation blocks of <= %d tokens (%d training tokens)", out,
-                counts["train"], counts["validation"], args.max_seq_length, tokens["train"])
+                counts["train"], counts["validation"], corpus.max_seq_length, tokens["train"])
     return manifest
 
 
@@ -181,33 +164,41 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
-def load_prepared(args: argparse.Namespace, objective) -> dict:
-    """Check ``--prepared_dataset``'s manifest against the run and memory-map its splits (``load_from_disk``).
+def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
+    """Refuse a ``--prepared_dataset`` that does not fit the run: given with other data arguments, prepared for
+    another objective or block length. (The tokenizer is checked by hash in :func:`pretrain.build.get_tokenizer`.)
 
-    Sets ``args.max_seq_length`` from the manifest when not given. The tokenizer is checked in
-    :func:`pretrain.cli.get_tokenizer` (by hash).
+    Raises:
+        InputError: naming the flag, what the folder holds and what the run asks for.
+    """
+    path, corpus = Path(plan.data.prepared_dataset), plan.corpus
+    if corpus.train_file or corpus.dataset_name or corpus.validation_file:
+        raise InputError(f"--prepared_dataset {path}: given with --train_file/--validation_file/--dataset_name; expected "
+                         "one source of data (the prepared folder already holds the tokenized text)")
+    objective = plan.objective
+    if manifest["objective"] != objective.name:
+        nsp = " --nsp" if plan.objective_args.nsp else ""
+        raise InputError(f"--prepared_dataset {path}: prepared for the {manifest['objective']} objective; this run trains "
+                         f"{objective.name} (--model_type {objective.family.name}{nsp}); expected a dataset prepared "
+                         "with the same --model_type/--nsp")
+    if corpus.max_seq_length != manifest["max_seq_length"]:
+        raise InputError(f"--max_seq_length {corpus.max_seq_length}: --prepared_dataset {path} holds blocks of "
+                         f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)")
+
+
+def load_prepared(path: str | os.PathLike) -> dict:
+    """Memory-map the splits of a prepared dataset (``load_from_disk``), checked against its manifest's block counts.
 
     Returns:
         ``{"train": Dataset, "validation": Dataset, "manifest": dict}``.
 
     Raises:
-        InputError: data arguments given as well, another objective or sequence length, or a damaged folder.
+        InputError: a damaged folder (unreadable split, block counts that differ from the manifest).
     """
     from datasets import load_from_disk
 
-    path = Path(args.prepared_dataset)
-    if args.train_file or args.dataset_name or args.validation_file:
-        raise InputError(f"--prepared_dataset {path}: given with --train_file/--validation_file/--dataset_name; expected one "
-                         "source of data (the prepared folder already holds the tokenized text)")
+    path = Path(path)
     manifest = read_manifest(path)
-    if manifest["objective"] != objective.name:
-        raise InputError(f"--prepared_dataset {path}: prepared for the {manifest['objective']} objective; this run trains "
-                         f"{objective.name} (--model_type {args.model_type}{' --nsp' if getattr(args, 'nsp', False) else ''}); "
-                         "expected a dataset prepared with the same --model_type/--nsp")
-    if args.max_seq_length is not None and args.max_seq_length != manifest["max_seq_length"]:
-        raise InputError(f"--max_seq_length {args.max_seq_length}: --prepared_dataset {path} holds blocks of "
-                         f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)")
-    args.max_seq_length = manifest["max_seq_length"]
     splits = {}
     for split in ("train", "validation"):
         try:
@@ -222,12 +213,14 @@ def load_prepared(args: argparse.Namespace, objective) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.run import setup_logging
+    from training.logs import setup_logging
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    model, corpus, objective, output = parse_arguments(
+        ARGUMENTS, argv, prog="python -m pretrain.prepare",
+        description="Tokenize and pack a corpus once into a folder that `pretrain --prepared_dataset` memory-maps.")
     setup_logging()
-    prepare(args)
+    prepare(model, corpus, objective, output)
     return 0
 
 

@@ -4,8 +4,8 @@
   ``##`` continuation pieces, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ``[CLS] A [SEP] B [SEP]`` with
   token_type_ids) trained with the ``tokenizers`` library and saved as a Hugging Face fast tokenizer.
 * The word + character tokenizer of the ELMo-style models lives in ``tokenizer.elmo_*``.
-* :mod:`tokenizer.corpus` -- streaming reading of ``.txt`` / ``.txt.gz`` corpora and atomic output folders,
-  shared with ``pretrain``.
+* :mod:`tokenizer.corpus` -- streaming reading of ``.txt`` / ``.txt.gz`` corpora, shared with ``pretrain``
+  (output folders are written atomically with :func:`training.files.atomic_output_dir`).
 
 Command line: ``python -m tokenizer train --model_type {bert,elmo} --train_file F [F ...] --vocab_size N
 --output_dir D``. Importing this package is light: ``tokenizers`` / ``transformers`` are imported only
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tokenizer.corpus import atomic_output_dir, check_text_files, iter_text_batches, iter_text_lines
+from tokenizer.corpus import check_text_files, iter_text_batches, iter_text_lines
 
 if TYPE_CHECKING:
     from tokenizer.wordpiece import train_wordpiece_tokenizer
 
 __all__ = [
-    "atomic_output_dir",
     "check_text_files",
     "iter_text_batches",
     "iter_text_lines",

@@ -18,7 +18,9 @@ from tokenizers import Tokenizer, models, trainers
 
 from training.errors import InputError
 
-from .corpus import atomic_output_dir, check_text_files, iter_text_lines
+from training.files import atomic_output_dir
+
+from .corpus import check_text_files, iter_text_lines
 from .elmo_tokenization import SPECIAL_TOKENS, UNK_TOKEN, SesameElmoTokenizer, build_normalizer, build_pre_tokenizer
 
 

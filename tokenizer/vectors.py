@@ -30,7 +30,9 @@ from pathlib import Path
 
 from training.errors import InputError
 
-from .corpus import atomic_output_dir, check_text_files, iter_text_lines
+from training.files import atomic_output_dir
+
+from .corpus import check_text_files, iter_text_lines
 
 #: Files written next to the tokenizer.
 VECTORS_FILE, VECTORS_CONFIG = "word_vectors.safetensors", "word_vectors.json"

@@ -29,6 +29,19 @@ class InputError(ValueError):
     """
 
 
+class NonFiniteLossError(RuntimeError):
+    """The loss or the gradient norm became NaN or infinite (more often than ``skip_nonfinite_steps``); the update
+    of that step was not applied and training stopped."""
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped on request (:meth:`training.loop.Trainer.request_stop`, e.g. from a SIGTERM handler) after
+    writing a checkpoint; the message says how to resume."""
+
+    def __init__(self, message: str, checkpoint: str):
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, for one-line error reports (the type name when the message is

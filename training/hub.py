@@ -1,7 +1,7 @@
 """Pushing a run's model directory to a model hub (huggingface.co or a self-hosted Hub-compatible server).
 
-The product side of ``--push_to_hub``: :func:`add_hub_arguments` adds the flags of the Hugging Face example
-scripts, :func:`validate_hub_args` checks them (and the token) before training starts, :func:`push_output_dir`
+The product side of ``--push_to_hub``: :class:`HubArguments` declares the flags of the Hugging Face example
+scripts, :func:`validate_hub_arguments` checks them (and the token) before training starts, :func:`push_output_dir`
 (or :class:`HubPusher`, which remembers the settings) uploads a ``save_pretrained`` directory as one commit.
 Only standard ``huggingface_hub`` calls are used: ``whoami``, ``create_repo(exist_ok=True, private=...)``,
 ``list_repo_refs``, ``create_branch``, ``list_repo_files`` and ``create_commit``.
@@ -32,15 +32,17 @@ tag or a commit (not a branch), an interrupted push.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import logging
 import os
-import shutil
 import re
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import ClassVar
 
+from training.arguments import arg
 from training.errors import InputError, first_line
 
 logger = logging.getLogger(__name__)
@@ -60,24 +62,23 @@ HUB_STRATEGIES = ("end", "every_save")
 _TOKEN_URL = "https://huggingface.co/settings/tokens"
 
 
-def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--push_to_hub --hub_model_id --hub_token --hub_private_repo --hub_revision --hub_strategy``.
+@dataclasses.dataclass(frozen=True)
+class HubArguments:
+    """``--push_to_hub --hub_model_id --hub_token --hub_private_repo --hub_revision --hub_strategy``: names and
+    meanings of the Hugging Face example scripts / ``TrainingArguments``."""
 
-    Names and meanings follow the Hugging Face example scripts / ``TrainingArguments``.
-    """
-    group = parser.add_argument_group("model hub (HF_ENDPOINT, default https://huggingface.co)")
-    group.add_argument("--push_to_hub", action="store_true",
-                       help="push the final model (and the model card) to a repo on the hub")
-    group.add_argument("--hub_model_id", default=None,
-                       help="repo id 'namespace/name' (default: the token's user and the --output_dir name)")
-    group.add_argument("--hub_token", default=None,
-                       help="token with write access (default: HF_TOKEN, then the token of `hf auth login`)")
-    group.add_argument("--hub_private_repo", action="store_true", help="create the repo as private")
-    group.add_argument("--hub_revision", default=None,
-                       help="branch to push to (created from main when missing; default: main)")
-    group.add_argument("--hub_strategy", choices=HUB_STRATEGIES, default="end",
-                       help="'end': push once after training; 'every_save': also push the model at every --checkpointing_steps "
-                            "checkpoint as a commit 'Training in progress (step N)' (a failed one only warns)")
+    _argument_group_name: ClassVar[str] = "model hub (HF_ENDPOINT, default https://huggingface.co)"
+
+    push_to_hub: bool = arg(False, "push the final model (and the model card) to a repo on the hub")
+    hub_model_id: str | None = arg(None, "repo id 'namespace/name' (default: the token's user and the --output_dir "
+                                   "name)")
+    hub_token: str | None = arg(None, "token with write access (default: HF_TOKEN, then the token of `hf auth "
+                                "login`)")
+    hub_private_repo: bool = arg(False, "create the repo as private")
+    hub_revision: str | None = arg(None, "branch to push to (created from main when missing; default: main)")
+    hub_strategy: str = arg("end", "'end': push once after training; 'every_save': also push the model at every "
+                            "--checkpointing_steps checkpoint as a commit 'Training in progress (step N)' (a failed "
+                            "one only warns)", choices=list(HUB_STRATEGIES))
 
 
 def _endpoint() -> str:
@@ -178,8 +179,10 @@ def default_repo_id(output_dir: str | os.PathLike, user: str) -> str:
     return f"{user}/{name[:96]}"
 
 
-def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> None:
-    """Check the hub flags before training (fail in seconds, not after hours); fills ``args.hub_model_id``.
+def validate_hub_arguments(hub: HubArguments, output_dir: str | os.PathLike | None = None,
+                           check_remote: bool = True) -> HubArguments:
+    """Check the hub flags before training (fail in seconds, not after hours); returns them with the repo id
+    resolved.
 
     Without ``--push_to_hub`` nothing is checked. With it: the token must exist and (``check_remote``) be
     accepted by the hub with write access to the repo's namespace (the user or one of its organizations);
@@ -190,27 +193,28 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
     Raises:
         InputError: for any of the above, naming the flag and what to do.
     """
-    if not getattr(args, "push_to_hub", False):
-        return
+    if not hub.push_to_hub:
+        return hub
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
-    if getattr(args, "hub_strategy", "end") not in HUB_STRATEGIES:
-        raise InputError(f"--hub_strategy {args.hub_strategy!r}: expected one of {', '.join(HUB_STRATEGIES)}")
-    if args.hub_revision is not None and (
-            re.fullmatch(r"[0-9a-f]{40}", args.hub_revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", args.hub_revision)
-            or args.hub_revision.startswith(("/", "-", "refs/")) or ".." in args.hub_revision):
-        raise InputError(f"--hub_revision {args.hub_revision!r}: expected a branch name such as 'dev' or 'run-2'")
-    repo_id = args.hub_model_id
+    if hub.hub_strategy not in HUB_STRATEGIES:
+        raise InputError(f"--hub_strategy {hub.hub_strategy!r}: expected one of {', '.join(HUB_STRATEGIES)}")
+    revision = hub.hub_revision
+    if revision is not None and (
+            re.fullmatch(r"[0-9a-f]{40}", revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", revision)
+            or revision.startswith(("/", "-", "refs/")) or ".." in revision):
+        raise InputError(f"--hub_revision {revision!r}: expected a branch name such as 'dev' or 'run-2'")
+    repo_id = hub.hub_model_id
     if check_remote:
-        with hub_errors(repo_id, args.hub_revision, "push to"):
-            token = _resolve_token(args.hub_token)
+        with hub_errors(repo_id, revision, "push to"):
+            token = _resolve_token(hub.hub_token)
         info = _whoami(token, repo_id)
         user = info.get("name")
         if repo_id is None:
-            if not getattr(args, "output_dir", None):
+            if not output_dir:
                 raise InputError("--push_to_hub: give --hub_model_id (or --output_dir to derive the repo name from)")
-            repo_id = default_repo_id(args.output_dir, user)
+            repo_id = default_repo_id(output_dir, user)
         elif "/" not in repo_id:
             repo_id = f"{user}/{repo_id}"
     elif repo_id is None or "/" not in repo_id:
@@ -226,7 +230,7 @@ def validate_hub_args(args: argparse.Namespace, check_remote: bool = True) -> No
                 f"--hub_model_id {repo_id!r}: the token of user {user!r} cannot push to the namespace "
                 f"{repo_id.split('/')[0]!r} (its namespaces: {', '.join(sorted(n for n in namespaces if n))}); "
                 f"use a repo id in one of them or a token of that namespace")
-    args.hub_model_id = repo_id
+    return dataclasses.replace(hub, hub_model_id=repo_id)
 
 
 def prepare_repo(repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None) -> str:
@@ -369,13 +373,14 @@ class HubPusher:
         self.repo_id, self.token, self.private, self.revision, self.strategy = repo_id, token, private, revision, strategy
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> HubPusher | None:
-        """None without ``--push_to_hub``; call :func:`validate_hub_args` first (fills ``hub_model_id``)."""
-        if not getattr(args, "push_to_hub", False):
+    def from_arguments(cls, hub: HubArguments) -> HubPusher | None:
+        """None without ``--push_to_hub``; ``hub`` must come from :func:`validate_hub_arguments` (repo id
+        resolved)."""
+        if not hub.push_to_hub:
             return None
-        if not args.hub_model_id:
-            raise InputError("--push_to_hub: --hub_model_id is not set; call validate_hub_args(args) first")
-        return cls(args.hub_model_id, args.hub_token, args.hub_private_repo, args.hub_revision, args.hub_strategy)
+        if not hub.hub_model_id:
+            raise InputError("--push_to_hub: --hub_model_id is not set; call validate_hub_arguments(hub) first")
+        return cls(hub.hub_model_id, hub.hub_token, hub.hub_private_repo, hub.hub_revision, hub.hub_strategy)
 
     @property
     def should_push_on_save(self) -> bool:
@@ -386,11 +391,11 @@ class HubPusher:
         return prepare_repo(self.repo_id, token=self.token, private=self.private, revision=self.revision)
 
     def push(self, output_dir: str | os.PathLike, step: int | None = None, model_card: str | None = None,
-             final: bool = True) -> str:
-        """Push ``output_dir``; message ``"Upload model (step N)"`` (``"Training in progress (step N)"``
-        when ``final`` is False). Returns the commit URL (``.oid`` = commit id)."""
+             final: bool = True, commit_message: str | None = None) -> str:
+        """Push ``output_dir``; message ``commit_message``, by default ``"Upload model (step N)"`` (``"Training in
+        progress (step N)"`` when ``final`` is False). Returns the commit URL (``.oid`` = commit id)."""
         what = "Upload model" if final else "Training in progress"
-        message = what + (f" (step {step})" if step is not None else "")
+        message = commit_message or what + (f" (step {step})" if step is not None else "")
         return push_output_dir(output_dir, self.repo_id, token=self.token, private=self.private,
                                revision=self.revision, commit_message=message, model_card=model_card)
 
@@ -433,31 +438,27 @@ class HubPusher:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def every_save_hook(pusher: HubPusher | None, args: argparse.Namespace, tokenizer, task: str) -> Callable | None:
+def every_save_hook(pusher: HubPusher | None, output_dir: str | os.PathLike, tokenizer,
+                    model_card: Callable[[Path], str] | None = None) -> Callable | None:
     """The ``Trainer(on_save=...)`` hook of ``--hub_strategy every_save`` (None otherwise, or without a pusher).
 
     The hook ``(trainer, step)`` runs on every process after each periodic checkpoint:
     ``accelerator.get_state_dict`` on all ranks (FSDP gathers the shards), then on the main process
-    :meth:`HubPusher.push_checkpoint` of the model, ``tokenizer`` and a model card for ``task`` (a pipeline
-    task name, e.g. ``"fill-mask"``, ``"text-classification"``, ``"question-answering"``).
+    :meth:`HubPusher.push_checkpoint` of the model, ``tokenizer`` and the card ``model_card(staging folder)``
+    into ``output_dir``'s staging folder.
     """
     if pusher is None or not pusher.should_push_on_save:
         return None
 
-    def card(folder):
-        from training.model_card import card_for_run
-
-        return card_for_run(folder, args, task=task)
-
     def on_save(trainer, step: int) -> None:
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
         if trainer.accelerator.is_main_process:
-            pusher.push_checkpoint(args.output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, card)
+            pusher.push_checkpoint(output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, model_card)
 
     return on_save
 
 
 __all__ = [
-    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubPusher", "add_hub_arguments", "default_repo_id", "every_save_hook",
-    "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_args",
+    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubArguments", "HubPusher", "default_repo_id",
+    "every_save_hook", "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_arguments",
 ]

@@ -237,15 +237,16 @@ HYPERPARAMETER_ARGS = (
 )
 
 
-def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-mask", repo_id: str | None = None,
-                 **overrides: Any) -> str:
+def card_for_run(output_dir: str | os.PathLike, settings: Mapping[str, Any], *, task: str = "fill-mask",
+                 repo_id: str | None = None, **overrides: Any) -> str:
     """:func:`render_model_card` filled from a finished run: ``config.json`` and ``all_results.json`` in
-    ``output_dir``, hyperparameters and training data from the parsed arguments ``args``.
+    ``output_dir``, hyperparameters and training data from the run's resolved ``settings`` (the flat dict of its
+    typed arguments, :func:`training.driver.run_config`).
 
-    ``model_type`` comes from ``config.json``; the preset from ``--config_name`` when it is not a path; the
-    training data from ``--train_file`` / ``--dataset_name`` (``--dataset_config_name``) or the sources in the
-    manifest of ``--prepared_dataset``, for pretraining without any the bundled corpus (the ``pretrain`` demo);
-    ``base_model`` from ``--model_name_or_path`` for fine-tuning tasks. Keyword ``overrides`` win.
+    ``model_type`` comes from ``config.json``; the preset from ``config_name`` when it is not a path; the
+    training data from ``train_file`` / ``dataset_name`` (``dataset_config_name``) or the sources in the
+    manifest of ``prepared_dataset``, for pretraining without any the bundled corpus (the ``pretrain`` demo);
+    ``base_model`` from ``model_name_or_path`` for fine-tuning tasks. Keyword ``overrides`` win.
 
     Raises:
         InputError: ``output_dir`` has no readable ``config.json``; as :func:`render_model_card`.
@@ -255,7 +256,7 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise InputError(f"{config_path}: cannot read the model config ({err}); expected save_pretrained output") from None
-    values = vars(args) if not isinstance(args, Mapping) else dict(args)
+    values = dict(settings)
     config_name = values.get("config_name")
     files = values.get("train_file") or []
     files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
@@ -286,8 +287,6 @@ def card_for_run(output_dir: str | os.PathLike, args: Any, *, task: str = "fill-
         kwargs["base_model"] = base
     if values.get("dataset_name") and not os.path.exists(str(values["dataset_name"])):
         kwargs["datasets"] = [values["dataset_name"]]
-    if not finetuning and config.get("model_type") == "sesame-bert" and values.get("nsp"):
-        kwargs["objective"] = ["mlm", "nsp"]
     kwargs.update(overrides)
     return render_model_card(**kwargs)
 

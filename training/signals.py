@@ -94,7 +94,7 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         trackers and the process group) and the one-line ``error:`` reason, saying where the last checkpoint
         is and how to resume, has been printed to stderr.
     """
-    from training.loop import NonFiniteLossError, TrainingStopped
+    from training.errors import NonFiniteLossError, TrainingStopped
 
     with stop_on_signals(trainer) as stopper:
         try:

@@ -11,6 +11,7 @@ import torch
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import glue
+from training.data import LengthGroupedSampler
 from training.errors import InputError, run_cli
 
 COMMON = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
@@ -159,7 +160,7 @@ def test_bad_input_is_refused_before_training(tiny_bert, glue_dir, tmp_path, cap
 
 def test_length_grouped_sampler_is_a_permutation_grouped_by_length():
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 11, 12]
-    sampler = glue.LengthGroupedSampler(lengths, batch_size=2, seed=0, mega_batch_factor=2)
+    sampler = LengthGroupedSampler(lengths, batch_size=2, seed=0, mega_batch_factor=2)
     order = list(sampler)
     assert sorted(order) == list(range(len(lengths)))
     assert lengths[order[0]] == max(lengths)  # the longest example comes first

@@ -66,14 +66,14 @@ def test_card_for_run_reads_config_results_and_args(tmp_path):
     args = argparse.Namespace(config_name=None, model_name_or_path="alice/bert-small", task_name="rte",
                               train_file=[str(tmp_path / "train.tsv")], dataset_name=None, learning_rate=2e-5,
                               per_device_train_batch_size=32, seed=42, weight_decay=None, hub_model_id="alice/rte")
-    text = card_for_run(tmp_path, args, task="text-classification", license="mit")
+    text = card_for_run(tmp_path, vars(args), task="text-classification", license="mit")
     data = ModelCard(text).data
     assert data.base_model == "alice/bert-small" and data.license == "mit" and "sesame-bert" in data.tags
     assert [(r.metric_type, r.metric_value, r.dataset_name) for r in data.eval_results] == [("accuracy", 0.75, "rte")]
     assert "| `learning_rate` | 2e-05 |" in text and "| `seed` | 42 |" in text and "weight_decay" not in text
     assert "`train.tsv`" in text and 'from_pretrained("alice/rte"' in text
     with pytest.raises(InputError, match="config.json"):
-        card_for_run(tmp_path / "missing", args)
+        card_for_run(tmp_path / "missing", vars(args))
 
 
 def test_question_answering_card_example_runs(tmp_path, capsys):

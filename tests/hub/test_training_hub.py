@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 
 import pytest
 
 from training.errors import InputError
 from huggingface_hub import ModelCard
-from training.hub import add_hub_arguments, default_repo_id, validate_hub_args
+from training.arguments import parse_arguments
+from training.hub import HubArguments, default_repo_id, validate_hub_arguments
 from training.model_card import render_model_card
 
 
@@ -41,7 +41,8 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         import argparse, json
         from huggingface_hub import HfApi
         from training.errors import InputError
-        from training.hub import HubPusher, add_hub_arguments, push_output_dir, validate_hub_args
+        from training.arguments import parse_arguments
+        from training.hub import HubArguments, HubPusher, push_output_dir, validate_hub_arguments
         W, R, BOB = {hub.write_token!r}, {hub.read_token!r}, {hub.other_token!r}
         res = {{}}
         def outcome(key, fn):
@@ -67,11 +68,11 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         c2 = push_output_dir("run_sharded", "alice/m", token=W, revision="exp/shards")
         res["c2"] = c2.oid
         # every_save through HubPusher built from the CLI flags
-        parser = argparse.ArgumentParser(); parser.add_argument("--output_dir"); add_hub_arguments(parser)
-        args = parser.parse_args(["--output_dir", "run", "--push_to_hub", "--hub_token", W,
-                                  "--hub_strategy", "every_save", "--hub_private_repo"])
-        validate_hub_args(args)
-        pusher = HubPusher.from_args(args)
+        def parse(argv):
+            return parse_arguments([HubArguments], argv, prog="t", description="")[0]
+        args = validate_hub_arguments(parse(["--push_to_hub", "--hub_token", W, "--hub_strategy", "every_save",
+                                             "--hub_private_repo"]), "run")
+        pusher = HubPusher.from_arguments(args)
         res["derived_id"] = args.hub_model_id
         res["prepared"] = pusher.prepare()
         res["progress"] = pusher.push("run", step=5, final=False).oid
@@ -79,8 +80,8 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         for key, argv in (("validate_read_only", ["--hub_token", R]), ("validate_wrong", ["--hub_token", "hf_x"]),
                           ("validate_tag_sha", ["--hub_token", W, "--hub_revision", "a" * 40]),
                           ("validate_namespace", ["--hub_token", BOB, "--hub_model_id", "alice/x"])):
-            a = parser.parse_args(["--output_dir", "run", "--push_to_hub", *argv])
-            outcome(key, lambda: validate_hub_args(a))
+            a = parse(["--push_to_hub", *argv])
+            outcome(key, lambda: validate_hub_arguments(a, "run"))
         outcome("interrupted", lambda: push_output_dir("run", "alice/flaky", token=W))
         res["retry"] = push_output_dir("run", "alice/flaky", token=W).oid
         print(json.dumps(res))
@@ -130,19 +131,18 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
 
 
 def test_validate_hub_args_offline():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir", default="out")
-    add_hub_arguments(parser)
-    args = parser.parse_args([])
-    validate_hub_args(args, check_remote=False)  # no --push_to_hub: nothing to check
+    def parse(argv):
+        return parse_arguments([HubArguments], argv, prog="t", description="")[0]
+
+    args = validate_hub_arguments(parse([]), "out", check_remote=False)  # no --push_to_hub: nothing to check
     assert args.hub_model_id is None and args.hub_strategy == "end"
     for argv, flag in ((["--push_to_hub"], "--hub_model_id"),
                        (["--push_to_hub", "--hub_model_id", "a/b", "--hub_revision", "../x"], "--hub_revision"),
                        (["--push_to_hub", "--hub_model_id", "a/b--c"], "--hub_model_id")):
         with pytest.raises(InputError, match=flag):
-            validate_hub_args(parser.parse_args(argv), check_remote=False)
-    args = parser.parse_args(["--push_to_hub", "--hub_model_id", "alice/x", "--hub_revision", "run-2"])
-    validate_hub_args(args, check_remote=False)
+            validate_hub_arguments(parse(argv), "out", check_remote=False)
+    args = validate_hub_arguments(parse(["--push_to_hub", "--hub_model_id", "alice/x", "--hub_revision", "run-2"]), "out",
+                                  check_remote=False)
     assert args.hub_model_id == "alice/x"
     assert default_repo_id("/tmp/runs/my run!", "alice") == "alice/my-run"
 
@@ -173,9 +173,11 @@ def test_every_save_hook_gathers_on_every_rank_and_pushes_on_the_main_one():
 
     from training.hub import HubPusher, every_save_hook
 
-    args = argparse.Namespace(output_dir="out")
-    assert every_save_hook(None, args, tokenizer="tok", task="fill-mask") is None
-    assert every_save_hook(HubPusher("alice/m", strategy="end"), args, tokenizer="tok", task="fill-mask") is None
+    def card(folder):
+        return "card"
+
+    assert every_save_hook(None, "out", tokenizer="tok", model_card=card) is None
+    assert every_save_hook(HubPusher("alice/m", strategy="end"), "out", tokenizer="tok", model_card=card) is None
 
     pushes, gathers = [], []
 
@@ -183,7 +185,7 @@ def test_every_save_hook_gathers_on_every_rank_and_pushes_on_the_main_one():
         def push_checkpoint(self, output_dir, step, model, tokenizer=None, state_dict=None, model_card=None):
             pushes.append((output_dir, step, model, tokenizer, state_dict, callable(model_card)))
 
-    hook = every_save_hook(Pusher("alice/m", strategy="every_save"), args, tokenizer="tok", task="fill-mask")
+    hook = every_save_hook(Pusher("alice/m", strategy="every_save"), "out", tokenizer="tok", model_card=card)
     for rank in (0, 1):
         acc = SimpleNamespace(is_main_process=rank == 0, get_state_dict=lambda m, r=rank: gathers.append(r) or {"w": r})
         hook(SimpleNamespace(accelerator=acc, model="wrapped", unwrapped_model="model"), 4)

@@ -41,7 +41,9 @@ def _collate(examples):
 def _train(make_bert, tmp_path, name, data, steps, G=1, batch_size=1, mixed_precision=None, **config):
     from accelerate.state import AcceleratorState, GradientState
 
-    from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+    from training.config import TrainingConfig
+    from training.data import make_train_dataloader
+    from training.loop import Trainer, make_accelerator
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import apply_defaults, build_parser, main
+from pretrain.cli import build_parser, main, parse
 from pretrain.objectives import OBJECTIVES
 from training.errors import run_cli
 
@@ -22,10 +22,11 @@ def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_default_job_settings():
-    args = apply_defaults(build_parser().parse_args([]), OBJECTIVES["mlm"])
-    assert args.model_type == "bert" and args.config_name == "bert-tiny" and args.vocab_size == 8000
-    assert args.output_dir == str(Path("outputs") / "pretrain-bert") and args.train_file is None
-    assert args.max_seq_length == 128 and args.max_train_steps == OBJECTIVES["mlm"].demo_defaults["max_train_steps"]
+    plan = parse([])
+    assert plan.family.name == "bert" and plan.model.config_name == "bert-tiny" and plan.model.vocab_size == 8000
+    assert plan.training.output_dir == str(Path("outputs") / "pretrain-bert") and plan.corpus.train_file is None
+    assert plan.corpus.max_seq_length == 128
+    assert plan.training.max_train_steps == OBJECTIVES["mlm"].family.demo_defaults["max_train_steps"]
     assert "outputs/pretrain-bert" in build_parser().format_help().replace("\n", " ").replace("  ", " ")
 
 

@@ -240,12 +240,11 @@ def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_di
 
 
 def test_an_explicit_epoch_count_wins_over_the_demo_steps_even_when_it_is_1():
-    from pretrain.cli import apply_defaults
-    from pretrain.objectives import OBJECTIVES
+    from pretrain.cli import parse
 
-    demo = apply_defaults(build_parser().parse_args([]), OBJECTIVES["mlm"])
+    demo = parse([]).training
     assert demo.max_train_steps == 300 and demo.num_train_epochs == 1.0
-    one_epoch = apply_defaults(build_parser().parse_args(["--num_train_epochs", "1"]), OBJECTIVES["mlm"])
+    one_epoch = parse(["--num_train_epochs", "1"]).training
     assert one_epoch.max_train_steps is None and one_epoch.num_train_epochs == 1.0
 
 

@@ -76,7 +76,9 @@ def toy_run():
     fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
 
-    from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+    from training.config import TrainingConfig
+    from training.data import make_train_dataloader
+    from training.loop import Trainer, make_accelerator
     from training.optim import create_optimizer
 
     def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, **config_kwargs):

@@ -251,7 +251,7 @@ def test_real_exit_status_in_a_subprocess(name, module, build, assets, tmp_path)
 
 def test_ctrl_c_while_training_a_tokenizer_writes_nothing(assets, tmp_path, monkeypatch, capsys):
     import tokenizer.wordpiece
-    from tokenizer.corpus import atomic_output_dir
+    from training.files import atomic_output_dir
     from tokenizer.__main__ import main
 
     def interrupted(files, vocab_size, output_dir, **kwargs):

@@ -133,7 +133,7 @@ def test_disk_full_at_save_time_keeps_the_previous_checkpoint(toy_run, tmp_path,
 
 
 def test_unwritable_output_dirs_are_refused_before_training(tmp_path, monkeypatch):
-    from training.loop import TrainingConfig
+    from training.config import TrainingConfig
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match=r"--output_dir .*file: is an existing file; expected a directory"):

@@ -12,7 +12,8 @@ import torch
 
 from training import checkpoint as ckpt
 from training.errors import InputError
-from training.loop import NonFiniteLossError, TrainingConfig
+from training.config import TrainingConfig
+from training.errors import NonFiniteLossError
 
 
 def _nan_at(calls_with_nan):

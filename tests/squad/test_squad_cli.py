@@ -4,6 +4,8 @@ windows), evaluation only; refused input through the CLI (one line, exit 2, noth
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -338,16 +340,16 @@ def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(tiny_se
 
     calls = []
 
-    def validate(args, check_remote=True):
+    def validate(hub, output_dir=None, check_remote=True):
         calls.append(("validate", (tmp_path / "pushed").exists()))
-        args.hub_model_id = args.hub_model_id or "alice/squad-tiny"
+        return dataclasses.replace(hub, hub_model_id=hub.hub_model_id or "alice/squad-tiny")
 
-    def push(self, output_dir, step=None, model_card=None, final=True):
+    def push(self, output_dir, step=None, model_card=None, final=True, commit_message=None):
         files = sorted(p.name for p in Path(output_dir).iterdir())
         calls.append(("push", self.repo_id, step, files, model_card))
         return "https://hub/commit/0"
 
-    monkeypatch.setattr(training.hub, "validate_hub_args", validate)
+    monkeypatch.setattr(training.hub, "validate_hub_arguments", validate)
     monkeypatch.setattr(training.hub.HubPusher, "push", push)
     out = tmp_path / "pushed"
     _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file", str(squad_file),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenizer.corpus import atomic_output_dir, check_text_files, iter_text_batches, iter_text_lines
+from tokenizer.corpus import check_text_files, iter_text_batches, iter_text_lines
+from training.files import atomic_output_dir
 from training.errors import InputError
 
 

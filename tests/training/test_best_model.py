@@ -7,7 +7,9 @@ import torch
 
 from training import checkpoint as ckpt
 from training.errors import InputError
-from training.loop import Trainer, TrainingConfig, TrainingStopped, greater_is_better, make_train_dataloader
+from training.config import TrainingConfig, greater_is_better
+from training.data import make_train_dataloader
+from training.loop import Trainer, TrainingStopped
 
 #: A validation curve the test controls: eval_accuracy by optimizer step; it peaks at step 4.
 CURVE = {2: 0.50, 4: 0.90, 6: 0.60, 8: 0.70, 10: 0.65, 12: 0.80}
@@ -23,7 +25,7 @@ def _curve_trainer(toy, tmp_path, out="run", *, steps=12, load_best=True, patien
     seen: dict[int, dict[str, torch.Tensor]] = {}
 
     def eval_fn(trainer):
-        step = trainer.state["global_step"]
+        step = trainer.state.global_step
         seen[step] = {k: v.detach().clone() for k, v in trainer.unwrapped_model.state_dict().items()}
         return {"eval_accuracy": CURVE.get(step, 0.0), "eval_loss": 1.0 - CURVE.get(step, 0.0)}
 

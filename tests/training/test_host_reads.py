@@ -17,7 +17,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from training.loop import Trainer, TrainingConfig, make_accelerator, make_train_dataloader
+from training.config import TrainingConfig
+from training.data import make_train_dataloader
+from training.loop import Trainer, make_accelerator
 from training.optim import create_optimizer
 
 READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
@@ -43,7 +45,7 @@ class HostReads(TorchFunctionMode):
                 frame = frame.f_back
             where = os.path.relpath(frame.f_code.co_filename, ROOT)
             if not any(part in where for part in HOST_DATA) and frame.f_code.co_name != "__iter__":
-                self.reads[(self.trainer.state["global_step"], where, frame.f_code.co_name)] += 1
+                self.reads[(self.trainer.state.global_step, where, frame.f_code.co_name)] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -91,7 +93,7 @@ def test_mlm_training_reads_the_device_only_at_logging_steps(tmp_path, fresh_sta
     with HostReads(trainer) as mode:
         result = trainer.train()
     per_step = {(s, f, fn): n for (s, f, fn), n in mode.reads.items() if s < 10}
-    assert per_step == {(5, os.path.join("training", "loop.py"), "_read_pending"): 1}, per_step
+    assert per_step == {(5, os.path.join("training", "stats.py"), "read"): 1}, per_step
     assert [r["step"] for r in result["log_history"]] == [5, 10]
     assert all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result["log_history"])
 
@@ -103,7 +105,7 @@ def test_an_optimizer_without_device_skip_reads_every_step(tmp_path, fresh_state
     assert not trainer._device_skip_supported()
     with HostReads(trainer) as mode:
         foreach = trainer.train()
-    steps = sorted(s for (s, f, fn) in mode.reads if fn == "_read_pending")
+    steps = sorted(s for (s, f, fn) in mode.reads if fn == "read")
     assert steps == list(range(10)), steps  # read during step s+1, before its update (global_step is still s)
     fused = _mlm_trainer(tmp_path / "fused", fused=True).train()
     assert foreach["log_history"][0]["train_loss"] == pytest.approx(fused["log_history"][0]["train_loss"], rel=1e-4)
@@ -135,7 +137,7 @@ def test_no_cuda_synchronisation_between_logging_steps(tmp_path, fresh_state):
     """On CUDA, any synchronising call outside the loop's reads (and the final checkpoint) raises. Dense MLM
     prediction: the sparse head's ``nonzero`` is the model's own synchronisation, not the loop's."""
     trainer = _mlm_trainer(tmp_path, logging_steps=5, steps=10, sparse_prediction=False)
-    read, save = trainer._read_pending, trainer.save_checkpoint
+    read, save = trainer.stats.read, trainer.save_checkpoint
 
     def unguarded(fn):
         def call(*args, **kwargs):
@@ -146,7 +148,7 @@ def test_no_cuda_synchronisation_between_logging_steps(tmp_path, fresh_state):
                 torch.cuda.set_sync_debug_mode("error")
         return call
 
-    trainer._read_pending, trainer.save_checkpoint = unguarded(read), unguarded(save)
+    trainer.stats.read, trainer.save_checkpoint = unguarded(read), unguarded(save)
     torch.cuda.set_sync_debug_mode("error")
     try:
         result = trainer.train()

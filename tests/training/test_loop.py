@@ -12,7 +12,9 @@ import torch
 
 from training import checkpoint as ckpt
 from training.errors import InputError
-from training.loop import NonFiniteLossError, Trainer, TrainingConfig, TrainingStopped, make_train_dataloader
+from training.config import TrainingConfig
+from training.data import make_train_dataloader
+from training.loop import NonFiniteLossError, Trainer, TrainingStopped
 from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
 
 
@@ -72,7 +74,7 @@ def test_scheduler_takes_one_step_per_optimizer_step_with_accumulation(toy, tmp_
     adam_steps = {int(s["step"]) for s in trainer.optimizer.state.values()}
     assert adam_steps == {7}, "the optimizer stepped 7 times"
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.05 * (7 - 7) / (7 - 2))  # linear, end of run
-    assert trainer.state["epoch"] == 1 and trainer.state["batches_in_epoch"] == 9  # 10 + 9 micro-batches
+    assert trainer.state.epoch == 1 and trainer.state.batches_in_epoch == 9  # 10 + 9 micro-batches
     lrs = [r["learning_rate"] for r in trainer.log_history]
     assert lrs == pytest.approx([0.05 * min(s / 2, (7 - s) / 5) for s in range(1, 8)])
 

@@ -1,0 +1,252 @@
+"""The typed arguments of ``pretrain`` and ``pretrain.prepare``, and their resolution into a run plan.
+
+One frozen dataclass per concern (model, objective, masking, corpus, training data, output of ``prepare``; the loop's
+:class:`training.config.TrainingConfig` and :class:`training.hub.HubArguments`), parsed once. The defaults that
+depend on the data are then filled by :func:`resolve`, a pure function from the parsed values (and a prepared
+dataset's manifest) to a :class:`PretrainPlan` of new frozen values:
+
+* the demo job (no ``--train_file`` / ``--dataset_name`` / ``--prepared_dataset``) takes the family's
+  ``demo_defaults`` (bert-tiny, 300 steps, ...);
+* a run on the user's data takes the family's ``data_defaults``, one epoch unless ``--max_train_steps``, warmup
+  6%, and evaluation + checkpoints every 10% of the run (``eval_steps = 0.1``, a fraction the loop resolves);
+* the learning rate follows the family's rule for the model config (:meth:`PretrainPlan.with_model_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from training.arguments import arg, with_defaults
+from training.config import TrainingConfig
+from training.errors import InputError
+from training.hub import HubArguments
+
+from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
+
+#: Fraction of a run with data between two evaluations / checkpoints, when not given.
+DATA_INTERVAL = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelArguments:
+    """Which model to pretrain and with which tokenizer."""
+
+    _argument_group_name: ClassVar[str] = "model"
+
+    model_type: str | None = arg(None, "BERT-like (MLM) or ELMo-style (BiLM) (default: bert, or the family of "
+                                 "--objective)", choices=list(FAMILIES))
+    config_name: str | None = arg(None, "preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, "
+                                  "elmo-original), a config.json path or folder, or a hub repo id (default: bert-base "
+                                  "/ elmo-small; the demo job: bert-tiny)")
+    model_name_or_path: str | None = arg(None, "continue pretraining these weights (and their tokenizer) instead of a "
+                                         "fresh model")
+    tokenizer_name: str | None = arg(None, "tokenizer path or repo (default: the one saved with --model_name_or_path "
+                                     "or --prepared_dataset, else one trained on the training files)")
+    revision: str | None = arg(None, "revision (branch, tag or commit id) of hub repos given by --model_name_or_path "
+                               "/ --config_name / --tokenizer_name")
+    vocab_size: int | None = arg(None, "vocabulary size of a trained tokenizer (default: 30000; the demo job: 8000)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveArguments:
+    """Which pretraining objective (a row of :mod:`pretrain.objectives`)."""
+
+    _argument_group_name: ClassVar[str] = "objective"
+
+    objective: str | None = arg(None, f"pretraining objective: {', '.join(OBJECTIVES)} (default: mlm for --model_type "
+                                "bert, mlm+nsp with --nsp, bilm for --model_type elmo)")
+    nsp: bool = arg(False, "sentence-pair blocks and next-sentence prediction (SesameBertForPreTraining; "
+                    "= --objective mlm+nsp)")
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingArguments:
+    """MLM masking (BERT-like objectives)."""
+
+    _argument_group_name: ClassVar[str] = "masking (BERT-like)"
+
+    mlm_probability: float = arg(0.15, "fraction of tokens selected for prediction")
+    mask_replace_prob: float = arg(0.8, "of the selected tokens: replaced by [MASK]")
+    random_replace_prob: float = arg(0.1, "of the selected tokens: replaced by a random token (the rest are kept)")
+    whole_word_mask: bool = arg(False, "select whole words (all their WordPiece pieces)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusArguments:
+    """The text and how it becomes blocks (shared by ``pretrain`` and ``pretrain.prepare``)."""
+
+    _argument_group_name: ClassVar[str] = "data"
+
+    train_file: list[str] | None = arg(None, ".txt/.txt.gz files, documents separated by blank lines (default: the "
+                                       "bundled corpus)", nargs="+")
+    validation_file: str | None = arg(None, "validation file (default: the bundled one, or the last "
+                                      "--validation_split_percentage %% of the training documents)")
+    dataset_name: str | None = arg(None, "a hub dataset instead of files")
+    dataset_config_name: str | None = arg(None, "its configuration")
+    text_column_name: str = arg("text", "text column of a hub dataset")
+    validation_split_percentage: int = arg(5, "held-out share of the training documents when there is no validation "
+                                           "split")
+    sample_by: Literal["paragraph", "line"] = arg("paragraph", "examples of a text file: documents (blank-line "
+                                                  "separated) or lines")
+    max_seq_length: int | None = arg(None, "block length in tokens (default: 128 BERT-like, 32 ELMo-style)")
+    preprocessing_num_workers: int | None = arg(None, "processes for datasets.map")
+    overwrite_cache: bool = arg(False, "recompute the cached datasets.map results")
+    packing_batch_size: int = arg(1000, "documents per packing map batch (only its last block may be short)")
+    streaming: bool = arg(False, "read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no "
+                          "full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)")
+
+    @property
+    def demo(self) -> bool:
+        """The embedded demo job: no data argument (the bundled corpus)."""
+        return not (self.train_file or self.dataset_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainDataArguments:
+    """Training-run data options: a prepared dataset, sample caps, loader workers."""
+
+    _argument_group_name: ClassVar[str] = "training data"
+
+    prepared_dataset: str | None = arg(None, "a folder written by `python -m pretrain.prepare`: memory-mapped blocks, "
+                                       "no tokenization")
+    max_train_samples: int | None = arg(None, "use only the first N training blocks")
+    max_eval_samples: int | None = arg(None, "use only the first N validation blocks")
+    dataloader_num_workers: int = arg(0, "DataLoader worker processes")
+
+
+def _learning_rate_help() -> str:
+    rules = ", ".join(f.learning_rate_help for f in FAMILIES.values())
+    demo = " / ".join(f"{f.demo_defaults['learning_rate']:g}" for f in FAMILIES.values())
+    return f"peak learning rate (default: {rules}; the demo job: {demo})"
+
+
+#: The loop's flags with pretraining's defaults: ``None`` = resolved by :func:`resolve` from the data and family.
+PretrainTrainingArguments = with_defaults(
+    TrainingConfig,
+    dict(output_dir=None, learning_rate=None, num_train_epochs=None, warmup_ratio=None, eval_steps=None,
+         checkpointing_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32),
+    help=dict(
+        learning_rate=_learning_rate_help(),
+        output_dir="run folder (model, checkpoints/, runs/, wandb/, all_results.json) (default: "
+                   "outputs/pretrain-<model_type>)",
+        warmup_ratio="warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given "
+                     "(default: 0.06)",
+        num_train_epochs="passes over the training data, unless --max_train_steps is given (default: 1; the demo "
+                         "job: 300 steps)",
+        eval_steps="evaluate every N optimizer steps, or every fraction of the run when below 1 (and at the end) "
+                   "(default: every 10%% of the run with your data)",
+        checkpointing_steps="checkpoint every N optimizer steps, or every fraction of the run when below 1 (always "
+                            "one at the end) (default: every 10%% of the run with your data)",
+        weight_decay="AdamW weight decay, not on biases/norms (default: 0.01 BERT-like, 0 ELMo-style)",
+        per_device_train_batch_size="micro-batch size per process (default: 32 BERT-like, 16 ELMo-style)",
+    ),
+    name="PretrainTrainingArguments",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainPlan:
+    """A resolved pretraining run: every data-dependent default filled (see the module docstring)."""
+
+    model: ModelArguments
+    objective: Objective
+    objective_args: ObjectiveArguments
+    masking: MaskingArguments
+    corpus: CorpusArguments
+    data: TrainDataArguments
+    training: TrainingConfig
+    hub: HubArguments
+    learning_rate_source: str = "--learning_rate"
+
+    @property
+    def demo(self) -> bool:
+        return self.corpus.demo and not self.data.prepared_dataset
+
+    @property
+    def family(self):
+        return self.objective.family
+
+    def with_model_config(self, config) -> PretrainPlan:
+        """The plan with the family's learning rate for ``config`` where ``--learning_rate`` was not given."""
+        if self.training.learning_rate is not None:
+            training, source = self.training.resolved(), "--learning_rate"
+        else:
+            rate, source = self.family.learning_rate(config)
+            training = self.training.resolved(learning_rate=rate)
+        return dataclasses.replace(self, training=training, learning_rate_source=source)
+
+    def settings(self) -> dict[str, Any]:
+        """The run's flat settings (secrets removed), for trackers, the model card and run files."""
+        from training.driver import run_config
+
+        return {**run_config(self.model, self.objective_args, self.masking, self.corpus, self.data, self.training,
+                             self.hub), "model_type": self.family.name, "objective": self.objective.name}
+
+
+def _fill(instance, defaults: Mapping[str, Any]):
+    """``instance`` with its ``None`` fields that ``defaults`` names filled in."""
+    names = {f.name for f in dataclasses.fields(instance)}
+    values = {k: v for k, v in defaults.items() if k in names and getattr(instance, k) is None}
+    return dataclasses.replace(instance, **values) if values else instance
+
+
+def family_defaults(objective: Objective, demo: bool, epochs_given: bool = False) -> dict[str, Any]:
+    """The settings a run fills in where not given: the family's demo settings (without their step counts when an
+    epoch count is given), or its data settings with one epoch, 6% warmup and evaluation + checkpoints every
+    :data:`DATA_INTERVAL` of the run; the output folder ``outputs/pretrain-<family>``."""
+    family = objective.family
+    defaults = dict(family.demo_defaults if demo else family.data_defaults)
+    if demo and epochs_given:  # an explicit epoch count wins over the demo's step count
+        defaults.pop("max_train_steps", None)
+        defaults.pop("eval_steps", None)
+    defaults.update(num_train_epochs=1.0, warmup_ratio=0.0 if demo else 0.06,
+                    output_dir=os.path.join("outputs", f"pretrain-{family.name}"))
+    return defaults
+
+
+def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, corpus: CorpusArguments, demo: bool,
+                   manifest: Mapping[str, Any] | None = None) -> tuple[Objective, ModelArguments, CorpusArguments]:
+    """The objective, and the model and corpus arguments with the family's defaults (``pretrain`` and
+    ``pretrain.prepare``); a prepared dataset's ``manifest`` gives the block length.
+
+    Raises:
+        InputError: an objective that does not fit ``--model_type`` / ``--nsp``, or a size argument below 1.
+    """
+    objective = get_objective(model.model_type, objective_args.nsp, objective_args.objective)
+    if manifest is not None and corpus.max_seq_length is None:
+        corpus = dataclasses.replace(corpus, max_seq_length=manifest["max_seq_length"])
+    defaults = family_defaults(objective, demo)
+    model, corpus = _fill(model, defaults), _fill(corpus, defaults)
+    for name, value in (("max_seq_length", corpus.max_seq_length), ("vocab_size", model.vocab_size)):
+        if value is not None and value < 1:
+            raise InputError(f"--{name} {value}: expected an integer >= 1")
+    return objective, model, corpus
+
+
+def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: MaskingArguments,
+            corpus: CorpusArguments, data: TrainDataArguments, training: TrainingConfig, hub: HubArguments,
+            manifest: Mapping[str, Any] | None = None) -> PretrainPlan:
+    """The run plan of the parsed arguments (a pure function; the learning rate is resolved later, once the model
+    config is known: :meth:`PretrainPlan.with_model_config`).
+
+    Args:
+        manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).
+
+    Raises:
+        InputError: an objective that does not fit ``--model_type`` / ``--nsp``, or a size argument below 1.
+    """
+    demo = corpus.demo and not data.prepared_dataset
+    objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo, manifest)
+    defaults = family_defaults(objective, demo, epochs_given=training.num_train_epochs is not None)
+    if not demo:
+        defaults.update(eval_steps=training.eval_steps or DATA_INTERVAL)
+        defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
+    training = _fill(training, defaults)  # its construction checks the values
+    return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub)
+
+
+__all__ = ["CorpusArguments", "MaskingArguments", "ModelArguments", "ObjectiveArguments", "PretrainPlan",
+           "PretrainTrainingArguments", "TrainDataArguments", "family_defaults", "resolve", "resolve_inputs"]

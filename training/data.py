@@ -1,0 +1,127 @@
+"""Samplers and dataloaders of the training loop, fit for exact resume.
+
+The data order of a run depends only on ``(seed, epoch)`` (:func:`epoch_seed`), never on the global RNG (which
+belongs to dropout): a resumed run sets the epoch on the sampler and skips the micro-batches already consumed, and
+sees the very batches of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from training.errors import InputError
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A 32-bit seed for the data order of ``epoch`` (``numpy.random.SeedSequence([seed, epoch])``): the same on
+    every process and after a resume, independent of the global RNG."""
+    return int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1)[0])
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A random permutation of ``range(num_samples)`` that depends only on ``(seed, epoch)``.
+
+    Every process draws the same permutation (accelerate then shards it), the global RNG is not touched, and
+    the order of an epoch can be reproduced at resume time by :meth:`set_epoch`.
+    """
+
+    def __init__(self, num_samples: int, seed: int, shuffle: bool = True):
+        self.num_samples, self.seed, self.shuffle, self.epoch = num_samples, seed, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(self.num_samples))
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        return iter(torch.randperm(self.num_samples, generator=g).tolist())
+
+
+class LengthGroupedSampler(Sampler[int]):
+    """Training order in which consecutive ``batch_size`` examples have similar lengths (less padding).
+
+    A random permutation (depending only on ``(seed, epoch)``, like :class:`EpochShuffleSampler`, so that a
+    resumed run sees the same order) is cut into mega-batches of ``mega_batch_factor`` batches, and each
+    mega-batch is sorted by decreasing length; the mega-batch holding the longest example goes first, so that
+    running out of memory happens at the first step (the scheme of transformers' ``LengthGroupedSampler``).
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, mega_batch_factor: int = 50):
+        self.lengths, self.batch_size, self.seed = list(lengths), batch_size, seed
+        self.factor, self.epoch = mega_batch_factor, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        order = torch.randperm(len(self.lengths), generator=g).tolist()
+        size = self.batch_size * self.factor
+        megas = [sorted(order[i : i + size], key=lambda j: -self.lengths[j]) for i in range(0, len(order), size)]
+        longest = max(range(len(megas)), key=lambda m: self.lengths[megas[m][0]])
+        megas[0], megas[longest] = megas[longest], megas[0]
+        return iter([i for mega in megas for i in mega])
+
+
+def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: int, shuffle: bool = True,
+                          num_workers: int = 0, sampler: Sampler | None = None) -> DataLoader:
+    """A training DataLoader fit for exact resume: ``sampler`` (default :class:`EpochShuffleSampler`; another one
+    must order the examples by ``(seed, epoch)`` through its ``set_epoch``), its own ``generator``, and pinned
+    memory on CUDA.
+
+    Raises:
+        InputError: ``batch_size < 1`` or an empty dataset.
+    """
+    if batch_size < 1:
+        raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
+    if len(dataset) == 0:
+        raise InputError("the training data is empty after preprocessing; expected at least one example")
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler if sampler is not None else EpochShuffleSampler(len(dataset), seed, shuffle),
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+        drop_last=False,
+        pin_memory=torch.cuda.is_available(),  # with the accelerator's non_blocking copies: no wait per batch
+    )
+
+
+def make_stream_dataloader(dataset: torch.utils.data.IterableDataset, batch_size: int, collate_fn: Callable,
+                           num_workers: int = 0) -> DataLoader:
+    """A training DataLoader over a stream (a torch ``IterableDataset``, e.g. :class:`pretrain.data.StreamedBlocks`).
+
+    The stream is read in order (no shuffling); prepared by accelerate, the main process reads it and dispatches the
+    batches to the other processes (``dispatch_batches``). A resumed run replays the stream up to its saved position.
+
+    Raises:
+        InputError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
+    return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers,
+                      pin_memory=torch.cuda.is_available())
+
+
+def length_of(obj) -> int | None:
+    """``len(obj)``, or None for an object without a length (an iterable dataset or its DataLoader)."""
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+__all__ = ["EpochShuffleSampler", "LengthGroupedSampler", "epoch_seed", "length_of", "make_stream_dataloader",
+           "make_train_dataloader"]

@@ -1,0 +1,292 @@
+"""The run driver: the skeleton that ``pretrain``, ``finetune.glue`` and ``finetune.squad`` share, written once.
+
+A command parses its typed arguments, resolves them, and hands the driver what differs (:class:`RunParts`: the
+model and tokenizer, the training data, an evaluation and a prediction function, extra output files); the driver
+does the rest, in this order::
+
+    run = Run(training, hub, settings, do_train=..., card_task="fill-mask")
+    accelerator = run.start()              # hub flags and token checked (training runs), accelerator, logging
+    parts = RunParts(model=..., tokenizer=..., train_dataloader=..., evaluate=...)   # built by the command
+    return run.execute(parts)              # train (SIGTERM/SIGINT: checkpoint, 143/130) or evaluate, predict,
+                                           # save atomically, finish, push; returns the exit status
+
+Also here: the one loader wrapper (:func:`load_pretrained`: every ``from_pretrained`` of a user path or repo id,
+one ``error:`` line when it fails), the model-fits check, the run files (``all_results.json``,
+``eval_history.json``, ``trainer_log.json``, ``curves.png``) and the run-mode rule of ``--do_train`` /
+``--do_eval`` / ``--do_predict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from training.arguments import arg, flat_values
+from training.config import TrainingConfig
+from training.errors import InputError, check_local_path, first_line
+from training.files import atomic_output_dir
+from training.hub import HubArguments, HubPusher, every_save_hook
+from training.logs import setup_logging
+
+logger = logging.getLogger(__name__)
+
+#: Arguments never written to trackers, model cards or run files.
+SECRET_ARGUMENTS = ("hub_token",)
+#: ``all_results.json`` keys of every training run (besides the ``eval_*`` metrics and a command's own keys).
+RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second",
+               "global_step", "epoch", "best_step", "best_metric", "stopped_early")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunModes:
+    """``--do_train``, ``--do_eval``, ``--do_predict`` as in the Hugging Face example scripts; see :meth:`resolve`."""
+
+    _argument_group_name: ClassVar[str] = "what to run (default: train, then evaluate when there is validation data)"
+
+    do_train: bool = arg(False, "fine-tune --model_name_or_path on the training data")
+    do_eval: bool = arg(False, "evaluate on the validation data (alone: evaluate --model_name_or_path as it is)")
+    do_predict: bool = arg(False, "predict the test data (--test_file, or the test split of the task)")
+
+    @property
+    def explicit(self) -> bool:
+        """True when any of the three flags was given."""
+        return self.do_train or self.do_eval or self.do_predict
+
+    def resolve(self, has_validation: bool) -> RunModes:
+        """The modes that run: with none of the flags, train and then evaluate when there is validation data;
+        otherwise exactly what is given (``--do_eval`` / ``--do_predict`` without ``--do_train`` use the model as
+        it is)."""
+        if self.explicit:
+            return self
+        return RunModes(do_train=True, do_eval=has_validation, do_predict=False)
+
+
+def run_config(*arguments: Any) -> dict[str, Any]:
+    """The settings of a run as one flat dict (from its argument dataclasses), as recorded with trackers, in model
+    cards and run files; secrets (:data:`SECRET_ARGUMENTS`) removed."""
+    return flat_values(*arguments, exclude=SECRET_ARGUMENTS)
+
+
+def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expected: str, *,
+                    revision: str | None = None, failure: str = "could not be loaded", **kwargs: Any) -> Any:
+    """``loader(source, revision=revision, **kwargs)`` (a ``from_pretrained``) with the one error wrapper.
+
+    Args:
+        loader: e.g. ``AutoTokenizer.from_pretrained`` or ``AutoModelForMaskedLM.from_pretrained``.
+        source: a local folder or a hub repo id.
+        arg_name: the flag it came from (``--model_name_or_path``), named in the message.
+        expected: what the flag should name (``"a tokenizer folder (save_pretrained) or a hub repo id"``).
+        failure: what went wrong, in the message (``"cannot load the weights"``).
+
+    Raises:
+        InputError: ``"<arg> <source> (--revision R): <failure> (<Error>: <first line>); expected <expected>"``;
+            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``. An
+            :class:`InputError` raised by the loader passes unchanged.
+    """
+    check_local_path(source, arg_name, expected)
+    try:
+        return loader(source, revision=revision, **kwargs)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001  (any failure of a user's model or repo is refused input)
+        rev = f" (--revision {revision})" if revision else ""
+        raise InputError(f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); "
+                         f"expected {expected}") from err
+
+
+def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_arg: str = "--tokenizer_name") -> None:
+    """Refuse a tokenizer with more tokens than the model's embeddings, or blocks longer than its positions.
+
+    Raises:
+        InputError: one line naming the argument, the sizes found and the size expected.
+    """
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise InputError(f"{tokenizer_arg}: {len(tokenizer)} tokens but the model's vocab_size is {vocab_size}; "
+                         f"expected the tokenizer the model was trained with (at most {vocab_size} tokens)")
+    max_pos = getattr(config, "max_position_embeddings", None)
+    if max_seq_length is not None and max_pos is not None and max_seq_length > max_pos:
+        raise InputError(f"--max_seq_length {max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
+                         f"expected at most {max_pos}")
+
+
+def write_run_files(folder: str | os.PathLike, result: Mapping[str, Any], results: Mapping[str, Any],
+                    name: str) -> None:
+    """The run files of a finished run, written into ``folder`` (a command's temporary output folder):
+    ``all_results.json`` (``results``) and, for a training run (``result`` from :meth:`training.loop.Trainer.train`,
+    with ``log_history``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` titled ``name``
+    (:func:`training.plot.write_curves`)."""
+    folder = Path(folder)
+
+    def dump(file: str, obj) -> None:
+        (folder / file).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+    dump("all_results.json", dict(results))
+    if "log_history" in result:
+        from training.plot import write_curves
+
+        dump("eval_history.json", result.get("eval_history", []))
+        dump("trainer_log.json", result["log_history"])
+        write_curves(dict(result, name=name), folder / "curves.png")
+
+
+def flat_results(result: Mapping[str, Any], keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``all_results.json`` content: :data:`RESULT_KEYS`, then ``keys``, then every ``eval_*`` metric of
+    ``result`` (histories left out)."""
+    flat = {k: result[k] for k in (*RESULT_KEYS, *keys) if k in result}
+    flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
+    return flat
+
+
+@dataclasses.dataclass
+class RunParts:
+    """What a command supplies to :meth:`Run.execute` (the driver drops its references as it goes, so that the
+    model is freed before the process group ends).
+
+    Attributes:
+        model: not yet prepared; trained in place, or evaluated as it is.
+        tokenizer: saved with the model.
+        train_dataloader: for a training run (:func:`training.data.make_train_dataloader`).
+        evaluate: ``(prepared model) -> {eval_* metric: value}`` on all processes.
+        predict: ``(prepared model) -> predictions`` on all processes, after training / evaluation.
+        write_outputs: ``(temporary output folder, predictions) -> None`` on the main process: extra files.
+        loop_kwargs: more :class:`training.loop.Trainer` arguments (``weight_fn``, ``loss_fn``, ...).
+        describe: ``(trainer) -> None``, logs the run plan on the main process once the trainer is built.
+        extra_results: values added to the training result (and ``all_results.json`` when in ``result_keys``).
+        result_keys: the command's own ``all_results.json`` keys besides :data:`RESULT_KEYS` and ``eval_*``.
+        reevaluate_best: run ``evaluate`` again after training when the best model was loaded at the end (for
+            the side products of the evaluation, e.g. prediction files).
+    """
+
+    model: Any
+    tokenizer: Any
+    train_dataloader: Any = None
+    evaluate: Callable[[Any], dict[str, float]] | None = None
+    predict: Callable[[Any], Any] | None = None
+    write_outputs: Callable[[Path, Any], None] | None = None
+    loop_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    describe: Callable[[Any], None] | None = None
+    extra_results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    result_keys: tuple[str, ...] = ()
+    reevaluate_best: bool = False
+
+
+class Run:
+    """One run of a training command (see the module docstring).
+
+    Args:
+        training: the resolved loop settings.
+        hub: the hub flags (checked by :meth:`start` for training runs).
+        settings: the run's flat settings (:func:`run_config`), for trackers and the model card.
+        do_train: train (else evaluate / predict with the model as it is; nothing is pushed).
+        card_task: the pipeline task of the model card (``fill-mask``, ``text-classification``, ...).
+        card_overrides: more :func:`training.model_card.card_for_run` arguments.
+        write_card: write the model card (``README.md``) into the output folder (else only into the push).
+        commit_message: of the final push (default ``"Upload model (step N)"``).
+    """
+
+    def __init__(self, training: TrainingConfig, hub: HubArguments, settings: Mapping[str, Any], *,
+                 do_train: bool = True, card_task: str = "fill-mask", card_overrides: Mapping[str, Any] | None = None,
+                 write_card: bool = False, commit_message: str | None = None):
+        self.training, self.hub, self.settings, self.do_train = training, hub, dict(settings), do_train
+        self.card_task, self.card_overrides = card_task, dict(card_overrides or {})
+        self.write_card, self.commit_message = write_card, commit_message
+        self.accelerator = None
+
+    @property
+    def output_dir(self) -> str:
+        return self.training.output_dir
+
+    def start(self):
+        """Check the hub flags and token (training runs: fail in seconds, not after hours), create the
+        accelerator and set up logging. Returns the accelerator."""
+        from training.hub import validate_hub_arguments
+        from training.loop import make_accelerator
+
+        if self.do_train:
+            self.hub = validate_hub_arguments(self.hub, self.output_dir)
+            self.settings["hub_model_id"] = self.hub.hub_model_id
+        self.accelerator = make_accelerator(self.training)
+        setup_logging(self.accelerator.is_main_process)
+        return self.accelerator
+
+    def card(self, folder: str | os.PathLike) -> str:
+        """The model card of the model saved in ``folder``."""
+        from training.model_card import card_for_run
+
+        return card_for_run(folder, self.settings, task=self.card_task, **self.card_overrides)
+
+    def execute(self, parts: RunParts) -> int:
+        """Train (or evaluate), predict, save the outputs atomically, finish, push. Returns the exit status:
+        0, or 143 / 130 after SIGTERM / SIGINT (checkpoint written), 1 after a non-finite loss."""
+        from training.loop import Trainer, finish
+        from training.signals import train_until_stopped
+
+        acc = self.accelerator
+        pusher = HubPusher.from_arguments(self.hub) if self.do_train else None
+        trainer = None
+        if self.do_train:
+            evaluate = parts.evaluate
+            on_save = every_save_hook(pusher, self.output_dir, parts.tokenizer, self.card)
+            trainer = Trainer(acc, parts.model, parts.train_dataloader, self.training, run_config=self.settings,
+                              eval_fn=(lambda trainer: evaluate(trainer.model)) if evaluate else None,
+                              on_save=on_save, **parts.loop_kwargs)
+            parts.model = parts.train_dataloader = None
+            if acc.is_main_process and parts.describe is not None:
+                parts.describe(trainer)
+            result, status = train_until_stopped(trainer, lambda: finish(acc, trainer))  # SIGTERM/SIGINT: 143/130
+            if result is None:
+                return status
+            result.update(parts.extra_results)
+            if parts.reevaluate_best and evaluate and result.get("best_step") not in (None, result["global_step"]):
+                evaluate(trainer.model)  # the side products (prediction files) of the best model, loaded at the end
+            prepared, model = trainer.model, trainer.unwrapped_model
+        else:
+            prepared, model = acc.prepare(parts.model), None
+            parts.model = None
+            result = parts.evaluate(prepared) if parts.evaluate else {}
+        predictions = parts.predict(prepared) if parts.predict else None
+        state_dict = acc.get_state_dict(prepared) if model is not None else None  # all processes (FSDP gathers)
+        if acc.is_main_process:
+            self.save(model, parts.tokenizer, result, flat_results(result, parts.result_keys), state_dict,
+                      lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None)
+            logger.info("wrote %s: %s", self.output_dir,
+                        {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
+        del prepared, model, state_dict
+        finish(acc, *([trainer] if trainer else []))
+        if pusher is not None and acc.is_main_process:  # after the process group is gone: no rank waits on it
+            card = (Path(self.output_dir) / "README.md").read_text(encoding="utf-8") if self.write_card \
+                else self.card(self.output_dir)
+            url = pusher.push(self.output_dir, step=result.get("global_step"), model_card=card,
+                              commit_message=self.commit_message)
+            logger.info("pushed %s to %s", self.output_dir, url)
+        return 0
+
+    def save(self, model, tokenizer, result: Mapping[str, Any], results: Mapping[str, Any], state_dict=None,
+             write_outputs: Callable[[Path], None] | None = None) -> None:
+        """Into the output folder, atomically (a temporary folder moved in at the end): when trained (``model``
+        given) the model + tokenizer (``save_pretrained``; ``state_dict`` from ``accelerator.get_state_dict``,
+        the full weights under FSDP), the command's extra files, the run files (:func:`write_run_files`) and,
+        with ``write_card``, the model card (a card that fails only logs a warning: the model is never lost
+        over it)."""
+        with atomic_output_dir(self.output_dir) as tmp:
+            if model is not None:
+                model.save_pretrained(tmp, state_dict=state_dict)
+                tokenizer.save_pretrained(tmp)
+            if write_outputs is not None:
+                write_outputs(tmp)
+            write_run_files(tmp, result, results, Path(self.output_dir).name)
+            if self.write_card and model is not None:
+                try:
+                    (tmp / "README.md").write_text(self.card(tmp), encoding="utf-8")
+                except (ImportError, InputError) as err:
+                    logger.warning("no model card written: %s", err)
+
+
+__all__ = ["RESULT_KEYS", "SECRET_ARGUMENTS", "Run", "RunModes", "RunParts", "check_model_fits", "flat_results",
+           "load_pretrained", "run_config", "write_run_files"]
