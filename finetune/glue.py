@@ -332,7 +332,6 @@ def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueD
     from transformers import DataCollatorWithPadding
 
     from finetune.glue_data import write_submission
-    from training.data import LengthGroupedSampler, make_train_dataloader
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 
@@ -390,23 +389,27 @@ def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueD
                 path = write_custom_predictions(folder, split, idx, preds, data.label_names)
             logger.info("wrote %s", path.name)
 
-    train_loader = None
-    if modes.do_train:
-        train_ds = tokenized["train"][1]
-        length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
-        sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], training.per_device_train_batch_size,
-                                        training.seed) if data_args.group_by_length else None)
-        train_loader = make_train_dataloader(train_ds, training.per_device_train_batch_size, collator, training.seed,
-                                             sampler=sampler)
-
     def describe(trainer) -> None:
         logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
                     task.name if task else "custom task", len(tokenized["train"][1]), data.eval_splits or "nothing",
                     data.label_names or "regression", trainer.max_train_steps)
 
+    train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
     return RunParts(model=model, tokenizer=tokenizer, train_dataloader=train_loader,
                     evaluate=evaluate if data.eval_splits else None, predict=predict if data.test_splits else None,
                     write_outputs=write_outputs, describe=describe)
+
+
+def train_dataloader(train_ds, collator, data_args: GlueDataArguments, training):
+    """The training loader: batches grouped by length (:class:`training.data.LengthGroupedSampler`) unless
+    ``--no_group_by_length``, in an order fixed by ``(seed, epoch)``."""
+    from training.data import LengthGroupedSampler, make_train_dataloader
+
+    length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
+    sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], training.per_device_train_batch_size,
+                                    training.seed) if data_args.group_by_length else None)
+    return make_train_dataloader(train_ds, training.per_device_train_batch_size, collator, training.seed,
+                                 sampler=sampler)
 
 
 def write_custom_predictions(output_dir: str | os.PathLike, split: str, idx: Sequence[int], preds: np.ndarray,

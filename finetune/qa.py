@@ -351,38 +351,13 @@ def postprocess_qa_predictions(
         candidates: list[dict[str, Any]] = []
         null: dict[str, Any] | None = None
         for f in windows.get(qid, []):
-            starts = np.asarray(start_logits[f], dtype=np.float64)
-            ends = np.asarray(end_logits[f], dtype=np.float64)
-            offsets = feature_offsets[f]
-            length = min(len(offsets), len(starts), len(ends))
-            cls = int(feature_cls[f] or 0)
-            null_score = starts[cls] + ends[cls]
-            if null is None or null_score < null["score"]:
-                null = {"offsets": (0, 0), "score": null_score, "start_logit": starts[cls], "end_logit": ends[cls]}
-            best_starts = np.argsort(starts[:length], kind="stable")[::-1][:n_best_size]
-            best_ends = np.argsort(ends[:length], kind="stable")[::-1][:n_best_size]
-            for s in best_starts:
-                if offsets[s] is None:
-                    continue
-                for e in best_ends:
-                    if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
-                        continue
-                    candidates.append({"offsets": (int(offsets[s][0]), int(offsets[e][1])),
-                                       "score": starts[s] + ends[e], "start_logit": starts[s], "end_logit": ends[e]})
+            window_null = _window_candidates(np.asarray(start_logits[f], dtype=np.float64),
+                                             np.asarray(end_logits[f], dtype=np.float64), feature_offsets[f],
+                                             int(feature_cls[f] or 0), n_best_size, max_answer_length, candidates)
+            if null is None or window_null["score"] < null["score"]:
+                null = window_null
         candidates.sort(key=lambda c: c["score"], reverse=True)
-        nbest = candidates[:n_best_size]
-        if version_2_with_negative and null is not None:
-            nbest = sorted(nbest + [null], key=lambda c: c["score"], reverse=True)[: max(n_best_size, 1)]
-            if not any(c is null for c in nbest):
-                nbest[-1] = null  # the null answer is always among the n-best
-        for c in nbest:
-            c["text"] = "" if c is null else context[c["offsets"][0] : c["offsets"][1]]
-        probabilities = _softmax(np.array([c["score"] for c in nbest])) if nbest else []
-        all_nbest[qid] = [
-            {"text": c["text"], "probability": float(p), "start_logit": float(c["start_logit"]),
-             "end_logit": float(c["end_logit"]), "offsets": list(c["offsets"])}
-            for c, p in zip(nbest, probabilities)
-        ]
+        all_nbest[qid] = _nbest_entries(candidates, null if version_2_with_negative else None, context, n_best_size)
         best_span = candidates[0] if candidates else None
         best_text = context[best_span["offsets"][0] : best_span["offsets"][1]] if best_span else ""
         if not version_2_with_negative:
@@ -394,6 +369,41 @@ def postprocess_qa_predictions(
             null_odds[qid] = float(null["score"] - best_span["score"])
             predictions[qid] = "" if null_odds[qid] > null_score_diff_threshold else best_text
     return predictions, all_nbest, null_odds
+
+
+def _window_candidates(starts: np.ndarray, ends: np.ndarray, offsets, cls: int, n_best_size: int,
+                       max_answer_length: int, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Add the window's valid spans (the ``n_best_size`` best starts x best ends inside the context, end >= start,
+    at most ``max_answer_length`` tokens) to ``candidates``; return its null answer (the ``cls`` position's
+    score). ``starts`` / ``ends``: float64 logits of the window's tokens."""
+    length = min(len(offsets), len(starts), len(ends))
+    best_starts = np.argsort(starts[:length], kind="stable")[::-1][:n_best_size]
+    best_ends = np.argsort(ends[:length], kind="stable")[::-1][:n_best_size]
+    for s in best_starts:
+        if offsets[s] is None:
+            continue
+        for e in best_ends:
+            if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                continue
+            candidates.append({"offsets": (int(offsets[s][0]), int(offsets[e][1])),
+                               "score": starts[s] + ends[e], "start_logit": starts[s], "end_logit": ends[e]})
+    return {"offsets": (0, 0), "score": starts[cls] + ends[cls], "start_logit": starts[cls], "end_logit": ends[cls]}
+
+
+def _nbest_entries(candidates: list[dict[str, Any]], null: dict[str, Any] | None, context: str,
+                   n_best_size: int) -> list[dict[str, Any]]:
+    """The n-best answers of an example, best first, with probabilities (a softmax over their scores); with a
+    ``null`` answer (v2) it is always among them."""
+    nbest = candidates[:n_best_size]
+    if null is not None:
+        nbest = sorted(nbest + [null], key=lambda c: c["score"], reverse=True)[: max(n_best_size, 1)]
+        if not any(c is null for c in nbest):
+            nbest[-1] = null  # the null answer is always among the n-best
+    texts = ["" if c is null else context[c["offsets"][0] : c["offsets"][1]] for c in nbest]
+    probabilities = _softmax(np.array([c["score"] for c in nbest])) if nbest else []
+    return [{"text": t, "probability": float(p), "start_logit": float(c["start_logit"]),
+             "end_logit": float(c["end_logit"]), "offsets": list(c["offsets"])}
+            for c, t, p in zip(nbest, texts, probabilities)]
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:

@@ -64,27 +64,41 @@ def load_raw_datasets(
         InputError: a file is missing/empty/not text (see ``tokenizer.corpus.check_text_files``), the dataset
             has no ``text_column_name`` column, or a split is empty.
     """
-    from datasets import DatasetDict, load_dataset
-
     if not 0 < validation_split_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_split_percentage}: expected 1..99")
     if streaming:
         return _load_stream(train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by)
     if dataset_name:
-        try:
-            raw = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
-        except Exception as err:  # noqa: BLE001 - any failure to load is a refusal of the name
-            raise InputError(f"--dataset_name {dataset_name}: could not be loaded ({type(err).__name__}: {err})") from err
-        if "train" not in raw:
-            raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
-        if text_column_name not in raw["train"].column_names:
-            raise InputError(
-                f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: {', '.join(raw['train'].column_names)})"
-            )
-        raw = DatasetDict({k: v.select_columns([text_column_name]).rename_column(text_column_name, "text") if text_column_name != "text" else v.select_columns(["text"]) for k, v in raw.items()})
-        if "validation" not in raw:
-            raw = _split_validation(raw["train"], validation_split_percentage)
-        return DatasetDict({"train": raw["train"], "validation": raw["validation"]})
+        return _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, validation_split_percentage,
+                                 cache_dir)
+    return _load_text_files(train_files, validation_file, validation_split_percentage, sample_by, cache_dir)
+
+
+def _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, validation_split_percentage, cache_dir):
+    """:func:`load_raw_datasets` of a hub dataset: its text column as ``text``, a validation split made when
+    missing."""
+    from datasets import DatasetDict, load_dataset
+
+    try:
+        raw = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
+    except Exception as err:  # noqa: BLE001 - any failure to load is a refusal of the name
+        raise InputError(f"--dataset_name {dataset_name}: could not be loaded ({type(err).__name__}: {err})") from err
+    if "train" not in raw:
+        raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
+    if text_column_name not in raw["train"].column_names:
+        raise InputError(f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: "
+                         f"{', '.join(raw['train'].column_names)})")
+    raw = DatasetDict({k: v.select_columns([text_column_name]).rename_column(text_column_name, "text")
+                       if text_column_name != "text" else v.select_columns(["text"]) for k, v in raw.items()})
+    if "validation" not in raw:
+        raw = _split_validation(raw["train"], validation_split_percentage)
+    return DatasetDict({"train": raw["train"], "validation": raw["validation"]})
+
+
+def _load_text_files(train_files, validation_file, validation_split_percentage, sample_by, cache_dir):
+    """:func:`load_raw_datasets` of ``.txt`` / ``.txt.gz`` files (the bundled corpus without any): non-empty
+    documents (or lines), a validation split made when no validation file is given."""
+    from datasets import load_dataset
 
     from tokenizer.corpus import check_text_files
 

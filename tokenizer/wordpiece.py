@@ -81,6 +81,24 @@ def train_wordpiece_tokenizer(
             than the special tokens plus the corpus alphabet (the message gives the size needed);
             ``min_frequency < 1``; ``output_dir`` is an existing file.
     """
+    _check_arguments(vocab_size, min_frequency, output_dir)
+    paths = check_text_files(files, arg_name="--train_file")
+    from transformers import BertTokenizer
+
+    vocab = _train_vocabulary(paths, vocab_size, lowercase, min_frequency, limit_alphabet, show_progress, batch_size)
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=lowercase, tokenize_chinese_chars=True, strip_accents=None,
+                              model_max_length=model_max_length)
+    if output_dir is not None:
+        with atomic_output_dir(output_dir, arg_name="--output_dir") as tmp:
+            tokenizer.save_pretrained(tmp)
+            # The classic BERT vocabulary file (one token per line, line number = id) for tools that read it.
+            id_to_token = sorted(vocab, key=vocab.__getitem__)
+            (tmp / "vocab.txt").write_text("".join(t + "\n" for t in id_to_token), encoding="utf-8")
+    return tokenizer
+
+
+def _check_arguments(vocab_size, min_frequency, output_dir) -> None:
+    """Refuse a vocabulary without room beyond the special tokens, ``min_frequency < 1``, an ``output_dir`` file."""
     if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
         raise InputError(
             f"--vocab_size {vocab_size}: smaller than needed for the {len(SPECIAL_TOKENS)} special tokens "
@@ -91,12 +109,21 @@ def train_wordpiece_tokenizer(
         raise InputError(f"--min_frequency {min_frequency}: expected an integer >= 1")
     if output_dir is not None and Path(output_dir).exists() and not Path(output_dir).is_dir():
         raise InputError(f"--output_dir {output_dir}: is an existing file; expected a directory (new or existing)")
-    paths = check_text_files(files, arg_name="--train_file")
 
+
+def _train_vocabulary(paths, vocab_size: int, lowercase: bool, min_frequency: int, limit_alphabet: int | None,
+                      show_progress: bool, batch_size: int) -> dict[str, int]:
+    """WordPiece vocabulary ``{piece: id}`` trained on ``paths`` in two passes (for reproducible ties), numbered in
+    the canonical order of :mod:`tokenizer.canonical`.
+
+    Raises:
+        InputError: ``vocab_size`` smaller than the special tokens plus the corpus alphabet.
+    """
     # Imported here: refused input is reported without loading them, and `import tokenizer` stays light.
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
-    from transformers import BertTokenizer
+
+    from tokenizer.canonical import canonical_token_order, count_token_ids
 
     backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     # The same normalizer as transformers.BertTokenizer(do_lower_case=lowercase) builds when reloading.
@@ -105,6 +132,7 @@ def train_wordpiece_tokenizer(
     )
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+
     def train(vocab: int, specials: list[str]) -> None:
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab, min_frequency=min_frequency, special_tokens=specials, limit_alphabet=limit_alphabet,
@@ -117,7 +145,8 @@ def train_wordpiece_tokenizer(
     # different pieces (huggingface/tokenizers#1794). A first pass (no merges) finds the alphabet; the second
     # registers its continuation forms up front, in sorted order, so every tie is broken the same way.
     train(len(SPECIAL_TOKENS) + 1, list(SPECIAL_TOKENS))
-    continuation = sorted(t for t in backend.get_vocab() if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX))
+    continuation = sorted(t for t in backend.get_vocab()
+                          if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX))
     train(vocab_size, list(SPECIAL_TOKENS) + continuation)
 
     vocab = backend.get_vocab()
@@ -128,24 +157,7 @@ def train_wordpiece_tokenizer(
             f"continuation forms) already need {len(vocab)}; expected --vocab_size >= {len(vocab)}"
         )
     # Canonical ids: specials, then by decreasing count on the corpus, ties by string (tokenizer.canonical).
-    from tokenizer.canonical import canonical_token_order, count_token_ids
-
     counter = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     counter.normalizer, counter.pre_tokenizer = backend.normalizer, backend.pre_tokenizer  # no added tokens
     counts = count_token_ids(counter, paths, len(vocab), batch_size=batch_size)
-    vocab = {t: i for i, t in enumerate(canonical_token_order(vocab, counts, SPECIAL_TOKENS))}
-
-    tokenizer = BertTokenizer(
-        vocab=vocab,
-        do_lower_case=lowercase,
-        tokenize_chinese_chars=True,
-        strip_accents=None,
-        model_max_length=model_max_length,
-    )
-    if output_dir is not None:
-        with atomic_output_dir(output_dir, arg_name="--output_dir") as tmp:
-            tokenizer.save_pretrained(tmp)
-            # The classic BERT vocabulary file (one token per line, line number = id) for tools that read it.
-            id_to_token = sorted(vocab, key=vocab.__getitem__)
-            (tmp / "vocab.txt").write_text("".join(t + "\n" for t in id_to_token), encoding="utf-8")
-    return tokenizer
+    return {t: i for i, t in enumerate(canonical_token_order(vocab, counts, SPECIAL_TOKENS))}

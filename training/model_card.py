@@ -96,6 +96,11 @@ def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+#: How the card names each model type.
+FAMILY_NAMES = {"sesame-bert": "BERT-like Transformer encoder",
+                "sesame-elmo": "ELMo-style character-CNN + BiLSTM bidirectional language model"}
+
+
 def render_model_card(
     *,
     model_type: str,
@@ -142,80 +147,54 @@ def render_model_card(
     Raises:
         InputError: an unknown ``task``.
     """
-    from huggingface_hub import EvalResult, ModelCardData
+    from huggingface_hub import ModelCardData
 
     if task not in AUTO_CLASS_BY_TASK:
         raise InputError(f"model card task {task!r}: expected one of {', '.join(AUTO_CLASS_BY_TASK)}")
-    results = dict(results or {})
-    hyperparameters = dict(hyperparameters or {})
-    repo = repo_id or "path/to/model"
+    results, hyperparameters, repo = dict(results or {}), dict(hyperparameters or {}), repo_id or "path/to/model"
     name = repo.rsplit("/", 1)[-1]
-    family = {"sesame-bert": "BERT-like Transformer encoder", "sesame-elmo": "ELMo-style character-CNN + BiLSTM "
-              "bidirectional language model"}.get(model_type, model_type)
+    family = FAMILY_NAMES.get(model_type, model_type)
     finetuning = task not in ("fill-mask", "feature-extraction")
-    if objective is None:
-        objective = [] if finetuning else (["bilm"] if "elmo" in model_type else ["mlm"])
-    objectives = [objective] if isinstance(objective, str) else list(objective)
-    data_items = [training_data] if isinstance(training_data, str) else list(training_data or [])
+    objective = objective if objective is not None else [] if finetuning else ["bilm" if "elmo" in model_type else "mlm"]
     metrics = _metric_results(results)
 
-    eval_results = None
-    if metrics:
-        dataset_type = datasets[0] if datasets else (finetuned_task or "custom")
-        dataset_name = (f"{dataset_type} ({finetuned_task})" if finetuned_task and datasets else
-                        finetuned_task or (datasets[0] if datasets else "held-out validation split"))
-        eval_results = [
-            EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name,
-                       dataset_config=finetuned_task if datasets else None, dataset_split="validation",
-                       metric_type=metric, metric_value=value)
-            for metric, value in metrics.items()
-        ]
-    tags = list(dict.fromkeys(["sesame-lm", model_type, task, *(["trust-remote-code"]), *extra_tags]))
+    eval_results = _eval_results(metrics, task, datasets, finetuned_task)
     data = ModelCardData(
-        library_name="transformers", pipeline_tag=task, tags=tags, license=license, language=language,
+        library_name="transformers", pipeline_tag=task, license=license, language=language,
+        tags=list(dict.fromkeys(["sesame-lm", model_type, task, "trust-remote-code", *extra_tags])),
         datasets=list(datasets) or None, base_model=base_model, metrics=list(metrics) or None,
         model_name=name if eval_results else None, eval_results=eval_results,
     )
 
-    auto = auto_class or AUTO_CLASS_BY_TASK[task]
-    out = [f"# {name}", ""]
     article = "An" if family[:1].upper() in "AEIOU" else "A"
     what = f"{article} {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
-    out += [what + (f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "") if finetuning
-                    else ", pretrained from scratch") + ".", ""]
+    out = [f"# {name}", "", what + (f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "")
+                                    if finetuning else ", pretrained from scratch") + ".", ""]
     out += ["## Model", "", f"- Architecture: {family}", f"- Preset: `{preset}`" if preset else "- Preset: custom config"]
-    if base_model:
-        out.append(f"- Fine-tuned from: `{base_model}`")
-    out += ["", "## Training data", ""]
-    out += [f"- {d}" for d in data_items] or ["- (not recorded)"]
-    if datasets:
-        out += [f"- Hub dataset: `{d}`" for d in datasets]
-    out += ["", "## Objective", ""]
+    out += [f"- Fine-tuned from: `{base_model}`"] if base_model else []
+    data_items = [training_data] if isinstance(training_data, str) else list(training_data or [])
+    out += ["", "## Training data", "", *([f"- {d}" for d in data_items] or ["- (not recorded)"])]
+    out += [f"- Hub dataset: `{d}`" for d in datasets]
+    out += _objective_lines(task, finetuned_task, finetuning, objective)
+    out += ["", "## Training hyperparameters", "",
+            _table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)"]
+    out += ["", "## Results", "", _table(results, ("metric", "value")) if results else "(no results recorded)"]
+    out += _usage_lines(task, repo, auto_class or AUTO_CLASS_BY_TASK[task]) + _limitation_lines(finetuning, limitations)
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
+
+
+def _objective_lines(task: str, finetuned_task: str | None, finetuning: bool, objective) -> list[str]:
+    """The card's "Objective" section: the fine-tuning task, and each pretraining objective explained."""
+    objectives = [objective] if isinstance(objective, str) else list(objective)
+    out = ["", "## Objective", ""]
     if finetuning:
         out.append(f"Fine-tuned end to end for {task}" + (f" ({finetuned_task})" if finetuned_task else "") +
                    ": a task head on top of the encoder, all weights trained with the task loss.")
-    out += [_OBJECTIVES.get(o.lower(), o) for o in objectives]
-    out += ["", "## Training hyperparameters", ""]
-    out += [_table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)"]
-    out += ["", "## Results", ""]
-    out += [_table(results, ("metric", "value")) if results else "(no results recorded)"]
-    out += ["", "## How to use", "",
-            "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
-            "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
-            "", "```python", f"from transformers import AutoTokenizer, {auto}" + ("" if task == "question-answering"
-                                                                                  else ", pipeline"), "",
-            f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
-            f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)', ""]
-    if task == "question-answering":  # transformers 5 has no question-answering pipeline: the best span by hand
-        out += ['inputs = tokenizer("Who walked to the house?", "Elizabeth walked to the house.", return_tensors="pt")',
-                "out = model(**inputs)",
-                "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())",
-                'print(tokenizer.decode(inputs["input_ids"][0, start : end + 1]))  # greedy: start and end separately']
-    else:
-        out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)',
-                f"pipe({_EXAMPLE_INPUT[task]})"]
-    out += ["```", "", "With sesame-lm installed, `import modeling` registers the classes and "
-            "`trust_remote_code` is not needed.", "", "## Limitations", ""]
+    return out + [_OBJECTIVES.get(o.lower(), o) for o in objectives]
+
+
+def _limitation_lines(finetuning: bool, limitations: Sequence[str]) -> list[str]:
+    """The card's "Limitations" section: the data's biases, the validation split, and ``limitations``."""
     bullets = [
         "Trained on the data above only; it inherits that data's topics, period, language and biases, and "
         "has not been evaluated for fairness or safety.",
@@ -224,8 +203,42 @@ def render_model_card(
     if not finetuning:
         bullets.append("A pretrained encoder: fine-tune it (or train a ScalarMix + head on its features) before "
                        "using it for a downstream task.")
-    out += [f"- {b}" for b in [*bullets, *limitations]]
-    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
+    return ["", "## Limitations", "", *(f"- {b}" for b in [*bullets, *limitations])]
+
+
+def _eval_results(metrics: Mapping[str, float], task: str, datasets: Sequence[str], finetuned_task: str | None):
+    """The ``model-index`` entries (``huggingface_hub.EvalResult``) of the card's metrics, or None without any."""
+    from huggingface_hub import EvalResult
+
+    if not metrics:
+        return None
+    dataset_type = datasets[0] if datasets else (finetuned_task or "custom")
+    dataset_name = (f"{dataset_type} ({finetuned_task})" if finetuned_task and datasets else
+                    finetuned_task or (datasets[0] if datasets else "held-out validation split"))
+    return [EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name,
+                       dataset_config=finetuned_task if datasets else None, dataset_split="validation",
+                       metric_type=metric, metric_value=value) for metric, value in metrics.items()]
+
+
+def _usage_lines(task: str, repo: str, auto: str) -> list[str]:
+    """The card's "How to use" section: loading with ``trust_remote_code`` and one example call."""
+    out = ["", "## How to use", "",
+           "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
+           "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
+           "", "```python", f"from transformers import AutoTokenizer, {auto}" + ("" if task == "question-answering"
+                                                                                 else ", pipeline"), "",
+           f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
+           f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)', ""]
+    if task == "question-answering":  # transformers 5 has no question-answering pipeline: the best span by hand
+        out += ['inputs = tokenizer("Who walked to the house?", "Elizabeth walked to the house.", return_tensors="pt")',
+                "out = model(**inputs)",
+                "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())",
+                'print(tokenizer.decode(inputs["input_ids"][0, start : end + 1]))  # greedy: start and end separately']
+    else:
+        out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)',
+                f"pipe({_EXAMPLE_INPUT[task]})"]
+    return out + ["```", "", "With sesame-lm installed, `import modeling` registers the classes and "
+                  "`trust_remote_code` is not needed."]
 
 
 #: Run arguments shown in the card's hyperparameter table (when present and not None).
