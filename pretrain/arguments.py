@@ -119,7 +119,7 @@ class TrainDataArguments:
 
 def _learning_rate_help() -> str:
     rules = ", ".join(f.learning_rate_help for f in FAMILIES.values())
-    demo = " / ".join(f"{f.demo_defaults['learning_rate']:g}" for f in FAMILIES.values())
+    demo = " / ".join(f"{f.demo_defaults['learning_rate']:.0e}".replace("e-0", "e-") for f in FAMILIES.values())
     return f"peak learning rate (default: {rules}; the demo job: {demo})"
 
 
