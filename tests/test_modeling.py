@@ -10,7 +10,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
 import modeling
 from modeling._auto import register_family
-from tokenizer.elmo_tokenization import SesameElmoTokenizer
+from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
 FAMILIES = {"bert": modeling.bert, "elmo": modeling.elmo, "baselines": modeling.baselines}
 CONFIGS = {"bert": modeling.SesameBertConfig, "elmo": modeling.SesameElmoConfig, "baselines": modeling.SesameBaselineConfig}

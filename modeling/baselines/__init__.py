@@ -3,7 +3,7 @@
 Importing this package registers ``SesameBaselineConfig`` (model_type ``"sesame-baseline"``) and its models with
 the Auto classes (AutoConfig, AutoModel -> :class:`SesameBaselineModel`, AutoModelForSequenceClassification ->
 :class:`SesameBaselineForSequenceClassification`) and the ELMo-style word tokenizer
-(:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
+(:class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
 ``auto_map`` so that ``save_pretrained`` writes remote code (``trust_remote_code=True``).
 
 Presets (``PRESETS``) are the encoders of the baseline table (``python -m finetune.baselines``): ``baseline-cbow``,
@@ -15,9 +15,8 @@ Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) f
 
 from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
 
-from tokenizer.elmo_tokenization import SesameElmoTokenizer
-
 from .._auto import register_family
+from ..elmo.tokenization_elmo import SesameElmoTokenizer
 from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig
 from .modeling_baseline import (
     BinaryTreeLSTMCell,

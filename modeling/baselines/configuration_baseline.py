@@ -23,7 +23,7 @@ ENCODER_TYPES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 class SesameBaselineConfig(PretrainedConfig):
     r"""Configuration of :class:`SesameBaselineModel` and :class:`SesameBaselineForSequenceClassification`.
 
-    Words come from the ELMo-style word tokenizer (:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`):
+    Words come from the ELMo-style word tokenizer (:class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`):
     ``input_ids`` are word ids, ``char_ids`` the UTF-8 bytes of each word (used by fastText's n-grams).
     ``<S>``/``</S>`` markers and padding are not part of a sentence for any encoder.
 

@@ -29,8 +29,6 @@ from transformers import (
     PretrainedConfig,
 )
 
-from tokenizer.elmo_tokenization import SesameElmoTokenizer
-
 from .._auto import register_family
 from .configuration_elmo import ELMO_CNN_FILTERS, SesameElmoConfig
 from .modeling_elmo import (
@@ -42,6 +40,7 @@ from .modeling_elmo import (
     SesameElmoModel,
     SesameElmoPreTrainedModel,
 )
+from .tokenization_elmo import SesameElmoTokenizer
 
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "elmo-small": (

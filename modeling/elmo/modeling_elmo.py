@@ -426,7 +426,7 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
     """The ELMo BiLM encoder: char-CNN layer 0 + separate forward / backward LSTM stacks.
 
     Forward args:
-        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenizer.elmo_tokenization``).
+        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenization_elmo.py``).
         attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0.
         input_ids, token_type_ids: accepted and ignored (the encoder reads characters only).
 
