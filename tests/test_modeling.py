@@ -1,7 +1,10 @@
 """One modeling convention across the three families (SesameBert, SesameElmo, SesameBaseline): Auto registration
-through one helper, transformers' problem-type loss in every sequence classifier."""
+through one helper, ``@strict`` dataclass configs, transformers' problem-type loss in every sequence classifier."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import pytest
 import torch
@@ -54,3 +57,91 @@ def test_register_family_registers_and_marks_a_new_family():
     assert _ToyConfig._auto_class == "AutoConfig" and _ToyModel._auto_class == "AutoModel"
     with pytest.raises(ValueError):  # a model class whose config_class is another config
         register_family(_OtherConfig, {AutoModelForSequenceClassification: _ToyModel})
+
+
+# -- configs -----------------------------------------------------------------------------------------------------
+_ELMO_AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.SesameElmoConfig",
+    "AutoModel": "modeling_elmo.SesameElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.SesameElmoForBidirectionalLM",
+    "AutoModelForQuestionAnswering": "modeling_elmo.SesameElmoForQuestionAnswering",
+    "AutoModelForSequenceClassification": "modeling_elmo.SesameElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo.SesameElmoForTokenClassification",
+}
+_BASELINE_AUTO_MAP = {
+    "AutoConfig": "configuration_baseline.SesameBaselineConfig",
+    "AutoModel": "modeling_baseline.SesameBaselineModel",
+    "AutoModelForSequenceClassification": "modeling_baseline.SesameBaselineForSequenceClassification",
+}
+#: config.json files as the configs with an ``__init__`` of ``self.x = x`` wrote them (main at 4b28f4f), non-defaults
+#: (clipping given as an int, a cnn pooling, a problem type, labels) included.
+OLD_CONFIG_FILES = {
+    "sesame-elmo": {
+        "adaptive_cutoffs": [10, 30], "adaptive_div_value": 4.0, "auto_map": _ELMO_AUTO_MAP, "bos_token_id": 1,
+        "cell_clip": 3, "cell_size": 16, "cell_type": "lstm", "char_embedding_dim": 4, "char_vocab_size": 262,
+        "classifier_dropout": 0.2, "classifier_hidden_size": 0, "cnn_activation": "relu", "cnn_filters": [[1, 4], [2, 4]],
+        "cnn_pool_filters": 3, "cnn_pool_widths": [2, 3], "dropout": 0.1, "eos_token_id": 2, "freeze_backbone": False,
+        "fused_cpu_lstm": True, "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}, "initializer_range": 0.05,
+        "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}, "max_characters_per_token": 50,
+        "model_type": "sesame-elmo", "num_highway_layers": 1, "num_layers": 1, "num_sampled": 8192, "pad_token_id": 0,
+        "pooling": "cnn", "problem_type": "single_label_classification", "proj_clip": 3.0, "projection_dim": 8,
+        "scalar_mix_layer_norm": False, "softmax": "adaptive", "task_hidden_size": 4, "transformers_version": "5.24.0",
+        "use_residual": True, "vocab_size": 60,
+    },
+    "sesame-baseline": {
+        "auto_map": _BASELINE_AUTO_MAP, "bos_token_id": 1, "classifier_dropout": 0.0, "classifier_hidden_size": 0,
+        "cnn_filter_sizes": [2], "cnn_num_filters": 4, "embedding_dim": 8, "embedding_dropout": 0.0,
+        "embedding_mode": "multichannel", "encoder_type": "cnn", "eos_token_id": 2, "gumbel_temperature": 2,
+        "id2label": {"0": "a", "1": "b", "2": "c", "3": "d"}, "label2id": None, "model_type": "sesame-baseline",
+        "ngram_buckets": 100000, "ngram_max_n": 6, "ngram_min_n": 3, "pad_token_id": 0, "pooling": "max",
+        "rnn_bidirectional": True, "rnn_dropout": 0.0, "rnn_hidden_size": 256, "rnn_num_layers": 2, "rnn_type": "lstm",
+        "transformers_version": "5.24.0", "tree_source": "latent", "treelstm_hidden_size": 150, "unk_token_id": 3,
+        "vocab_size": 60,
+    },
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(OLD_CONFIG_FILES))
+def test_a_config_json_written_before_the_dataclass_configs_loads_and_saves_the_same(tmp_path, model_type):
+    old = OLD_CONFIG_FILES[model_type]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert type(config).model_type == model_type and dataclasses.is_dataclass(config)
+    for key, value in old.items():
+        if key not in ("id2label", "transformers_version"):
+            assert getattr(config, key) == value, key
+    assert config.id2label == {int(k): v for k, v in old["id2label"].items()}
+    config.save_pretrained(tmp_path / "again")
+    again = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert {**again, "transformers_version": None} == {**old, "transformers_version": None}
+    model = AutoModelForSequenceClassification.from_config(config)
+    assert model.config.num_labels == len(old["id2label"])
+
+
+_BASE_FIELDS = {f.name for f in dataclasses.fields(PretrainedConfig)}
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_configs_are_strict_dataclasses_with_every_field_documented(family):
+    config_class = CONFIGS[family]
+    assert dataclasses.is_dataclass(config_class) and callable(getattr(config_class, "validate", None))
+    own = [f.name for f in dataclasses.fields(config_class) if f.name not in _BASE_FIELDS]
+    assert len(own) >= 20
+    undocumented = [name for name in own if f"{name} (" not in config_class.__doc__]
+    assert not undocumented
+
+
+@pytest.mark.parametrize(("config_class", "field", "bad"), [
+    (modeling.SesameElmoConfig, "softmax", "hierarchical"),
+    (modeling.SesameElmoConfig, "num_layers", 0),
+    (modeling.SesameBaselineConfig, "encoder_type", "bow"),
+    (modeling.SesameBaselineConfig, "gumbel_temperature", 0.0),
+])
+def test_a_bad_value_set_after_construction_is_refused_at_save(tmp_path, config_class, field, bad):
+    with pytest.raises(ValueError, match=f"{config_class.__name__}.{field}={bad!r}"):  # at construction: ValueError
+        config_class(**{field: bad})
+    config = config_class()
+    setattr(config, field, bad)
+    with pytest.raises(Exception, match=f"{config_class.__name__}.{field}={bad!r}"):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
