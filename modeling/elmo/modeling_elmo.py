@@ -23,7 +23,7 @@ Deviations from bilm-tf (documented on purpose):
   cannot clip; with ``cell_clip``/``proj_clip`` set, a step-by-step loop with the *same parameters*
   (``weight_ih_l0``, ``weight_hh_l0``, ``bias_*``, ``weight_hr_l0``) is used instead, which is slower. The
   presets leave clipping off (``None``) to keep the fused kernels (cuDNN on GPU; on CPU
-  :class:`BiLSTMProjectionFunction`, or with ``fused_cpu_lstm=False`` PyTorch's native LSTM kernel --
+  ``lstm_elmo.BiLSTMProjectionFunction``, or with ``fused_cpu_lstm=False`` PyTorch's native LSTM kernel --
   oneDNN does not take projections and says so in a one-time UserWarning).
 * ``nn.LSTM`` has two bias vectors (``bias_ih`` and ``bias_hh``) where TensorFlow's LSTMCell has one:
   4 * cell_size redundant parameters per layer and direction. bilm-tf's forget bias of 1.0 is the
@@ -46,7 +46,10 @@ CUDA bf16 autocast); losses are computed in float32.
 Speed: layer 0 is computed once per distinct token of a batch (``torch.unique`` over the character rows),
 5x less work on running text at B=32, T=128; the result is the same as per token.
 
-Imports only torch, transformers and the sibling configuration file (remote code).
+Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
+clipping, per-sequence reversal) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
+tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
+code: a saved folder carries them).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import SesameElmoConfig
+from .lstm_elmo import DirectionalStack, full_precision, run_bilm_stacks
 
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 
@@ -157,191 +161,6 @@ class CharCNNEncoder(nn.Module):
         # holds far fewer distinct words than tokens), then scatter back; gradients add up through the index.
         unique, inverse = torch.unique(char_ids.reshape(b * t, c), dim=0, return_inverse=True)
         return self.encode_words(unique)[inverse].reshape(b, t, -1)
-
-
-# --------------------------------------------------------------------------------------------- LSTM stacks
-def full_precision(x: torch.Tensor, module: nn.Module):
-    """``(x cast to module's parameter dtype, a context with autocast disabled on x's device)``: how the LSTMs
-    and the adaptive softmax run under mixed precision (float32 parameters -> float32 computation)."""
-    dtype = next(module.parameters()).dtype
-    return x.to(dtype), torch.autocast(device_type=x.device.type, enabled=False)
-
-
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each sequence of ``x (B, T, ...)`` within its length (right padding stays in place).
-
-    An involution: ``reverse_padded(reverse_padded(x, n), n) == x``.
-    """
-    b, t = x.shape[:2]
-    pos = torch.arange(t, device=x.device).unsqueeze(0).expand(b, t)
-    rev = lengths.unsqueeze(1) - 1 - pos
-    idx = torch.where(rev >= 0, rev, pos)
-    idx = idx.reshape(b, t, *([1] * (x.dim() - 2))).expand_as(x)
-    return x.gather(1, idx)
-
-
-def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_clip: float | None) -> torch.Tensor:
-    """Run a one-layer ``nn.LSTM(proj_size=P)`` step by step with bilm-tf's clipping of the memory cell to
-    ``[-cell_clip, cell_clip]`` and of the projected output to ``[-proj_clip, proj_clip]``.
-
-    Same parameters and gate order (input, forget, cell, output) as ``nn.LSTM``; with no clipping it equals
-    ``lstm(x)[0]``. ``x (B, T, I)`` -> ``(B, T, P)``.
-    """
-    b, t, _ = x.shape
-    gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-    w_hh, w_hr = lstm.weight_hh_l0, getattr(lstm, "weight_hr_l0", None)
-    h = x.new_zeros(b, w_hh.shape[1])
-    c = x.new_zeros(b, lstm.hidden_size)
-    outputs = []
-    for step in range(t):
-        i, f, g, o = (gates_x[:, step] + F.linear(h, w_hh)).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip is not None:
-            c = c.clamp(-cell_clip, cell_clip)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        if w_hr is not None:
-            h = F.linear(h, w_hr)
-        if proj_clip is not None:
-            h = h.clamp(-proj_clip, proj_clip)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1)
-
-
-class BiLSTMProjectionFunction(torch.autograd.Function):
-    """The forward and the backward LSTM with projection (Sak et al. 2014) of one biLM layer, stepped together.
-
-    Each direction has its own weights and its own input (the backward one already reversed within each
-    sequence), so the two recurrences are independent: they are batched over a leading direction axis, one
-    ``bmm`` per time step for both (on 2 threads each core takes one direction's small GEMM). The backward
-    pass is backpropagation through time written out: per step only the gate gradients and the two
-    recurrent products; the weight gradients are one large GEMM each over all time steps, instead of one
-    small GEMM per step (inner dimension = batch size). Same equations and gate order (input, forget, cell, output) as
-    ``nn.LSTM(proj_size=P)`` with zero initial states:
-
-        g_t = W_ih x_t + W_hh h_{t-1} + b;  i, f, o = sigmoid(g_i, g_f, g_o);  u = tanh(g_u)
-        c_t = f * c_{t-1} + i * u;  h_t = W_hr (o * tanh(c_t))
-
-    Args (``apply``):
-        x: ``(2, B, T, I)`` float, direction-major inputs.
-        weight_ih: ``(2, 4H, I)``; weight_hh: ``(2, 4H, P)``; bias: ``(2, 4H)`` (``bias_ih + bias_hh``);
-        weight_hr: ``(2, P, H)``.
-
-    Returns:
-        ``(2, B, T, P)``: the projected outputs ``h_t`` of each direction.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr):
-        _, b, t, i_size = x.shape
-        p, h_size = weight_hr.shape[1], weight_hr.shape[2]
-        x_tm = x.transpose(1, 2).reshape(2, t * b, i_size)  # time-major rows per direction
-        gates_x = torch.baddbmm(bias.unsqueeze(1), x_tm, weight_ih.transpose(1, 2)).view(2, t, b, 4 * h_size)
-        gates_x = gates_x.transpose(0, 1)  # (T, 2, B, 4H) view
-        gates = x.new_empty(t, 2, b, 4 * h_size)  # activations i, f, u, o
-        tanh_cells = x.new_empty(t, 2, b, h_size)
-        cells = x.new_empty(t, 2, b, h_size)
-        out = x.new_empty(t, 2, b, p)
-        h, c = x.new_zeros(2, b, p), x.new_zeros(2, b, h_size)
-        w_hh_t, w_hr_t = weight_hh.transpose(1, 2), weight_hr.transpose(1, 2)
-        for s in range(t):
-            g = torch.baddbmm(gates_x[s], h, w_hh_t, out=gates[s])
-            g[..., : 2 * h_size].sigmoid_()
-            g[..., 2 * h_size : 3 * h_size].tanh_()
-            g[..., 3 * h_size :].sigmoid_()
-            i, f, u, o = g.chunk(4, dim=-1)
-            c = torch.addcmul(f * c, i, u, out=cells[s])
-            tc = torch.tanh(c, out=tanh_cells[s])
-            h = torch.bmm(o * tc, w_hr_t, out=out[s])
-        ctx.save_for_backward(x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out)
-        return out.permute(1, 2, 0, 3)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out = ctx.saved_tensors
-        t, _, b, h_size = cells.shape
-        p = weight_hr.shape[1]
-        grad_out = grad_out.permute(2, 0, 1, 3)  # (T, 2, B, P)
-        grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activations
-        grad_h = torch.empty_like(out)  # total gradient of each h_t
-        dh_next, dc_next = out.new_zeros(2, b, p), out.new_zeros(2, b, h_size)
-        for s in range(t - 1, -1, -1):
-            dh = torch.add(grad_out[s], dh_next, out=grad_h[s])
-            d_hc = torch.bmm(dh, weight_hr)  # gradient of o * tanh(c)
-            i, f, u, o = gates[s].chunk(4, dim=-1)
-            tc = tanh_cells[s]
-            dc = torch.addcmul(dc_next, d_hc * o, 1 - tc * tc)
-            di, df, du, do = grad_gates[s].chunk(4, dim=-1)
-            torch.mul(dc * u, i * (1 - i), out=di)
-            if s > 0:
-                torch.mul(dc * cells[s - 1], f * (1 - f), out=df)
-            else:
-                df.zero_()
-            torch.mul(dc * i, 1 - u * u, out=du)
-            torch.mul(d_hc * tc, o * (1 - o), out=do)
-            dc_next = dc * f
-            dh_next = torch.bmm(grad_gates[s], weight_hh)
-        # weight gradients: one GEMM each over all (t, b) rows, per direction
-        gg = grad_gates.transpose(0, 1).reshape(2, t * b, 4 * h_size)
-        h_prev = torch.cat([out.new_zeros(1, 2, b, p), out[:-1]]).transpose(0, 1).reshape(2, t * b, p)
-        hc = (gates[..., 3 * h_size :] * tanh_cells).transpose(0, 1).reshape(2, t * b, h_size)
-        grad_weight_hr = torch.bmm(grad_h.transpose(0, 1).reshape(2, t * b, p).transpose(1, 2), hc)
-        grad_weight_hh = torch.bmm(gg.transpose(1, 2), h_prev)
-        grad_weight_ih = torch.bmm(gg.transpose(1, 2), x_tm)
-        grad_x = torch.bmm(gg, weight_ih).view(2, t, b, -1).transpose(1, 2)
-        return grad_x, grad_weight_ih, grad_weight_hh, gg.sum(1), grad_weight_hr
-
-
-def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
-    """Whether :class:`BiLSTMProjectionFunction` runs the LSTM layers: ``config.fused_cpu_lstm``, LSTM cells
-    with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast."""
-    return (
-        config.fused_cpu_lstm
-        and config.cell_type == "lstm"
-        and config.projection_dim < config.cell_size
-        and config.cell_clip is None
-        and config.proj_clip is None
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.float64)
-        and not torch.is_autocast_enabled("cpu")
-    )
-
-
-class RecurrentLayer(nn.Module):
-    """One recurrent layer of a direction: LSTM with projection, or GRU + linear projection.
-
-    ``(B, T, P)`` -> ``(B, T, P)``; causal (position ``t`` depends only on inputs ``<= t``).
-    """
-
-    def __init__(self, config: SesameElmoConfig):
-        super().__init__()
-        self.config = config
-        p, h = config.projection_dim, config.cell_size
-        if config.cell_type == "lstm":  # LSTM with projection when P < H; a plain LSTM (+ linear) otherwise
-            self.rnn = nn.LSTM(p, h, batch_first=True, proj_size=p if p < h else 0)
-            self.proj = nn.Linear(h, p, bias=False) if p > h else None
-        else:
-            self.rnn = nn.GRU(p, h, batch_first=True)
-            self.proj = nn.Linear(h, p, bias=False) if h != p else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        cfg = self.config
-        if cfg.cell_type == "lstm" and (cfg.cell_clip is not None or cfg.proj_clip is not None):
-            out = lstm_clipped(self.rnn, x, cfg.cell_clip, cfg.proj_clip)
-        else:
-            out = self.rnn(x)[0]
-        return self.proj(out) if self.proj is not None else out
-
-
-class DirectionalStack(nn.Module):
-    """The ``num_layers`` recurrent layers of one direction (each ``(B, T, P) -> (B, T, P)``), with the dropout
-    on each layer's input and the residual flag. A container: :meth:`SesameElmoModel._bilm_layers` runs both
-    directions' stacks layer by layer (residual from the second layer on)."""
-
-    def __init__(self, config: SesameElmoConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(RecurrentLayer(config) for _ in range(config.num_layers))
-        self.dropout = nn.Dropout(config.dropout)
-        self.use_residual = config.use_residual
 
 
 # --------------------------------------------------------------------------------------------- ScalarMix
@@ -445,37 +264,6 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         self.backward_stack = DirectionalStack(config)
         self.post_init()
 
-    def _bilm_layers(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Run both stacks on layer 0 ``x (B, T, P)``: dropout on each layer's input, residual from the second
-        layer on. Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when
-        :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls. Returns the forward and the
-        backward layer outputs, each ``(B, T, P)``; the backward ones still reversed within each sequence."""
-        fwd, bwd = self.forward_stack, self.backward_stack
-        x, no_autocast = full_precision(x, fwd)
-        forward_layers, backward_layers = [], []
-        with no_autocast:  # the LSTMs run in float32 under autocast (see the module docstring)
-            fused = fused_lstm_applies(self.config, x)
-            xs = (x, reverse_padded(x, lengths))
-            for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
-                inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
-                if fused:
-                    rf, rb = lf.rnn, lb.rnn
-                    of, ob = BiLSTMProjectionFunction.apply(
-                        torch.stack(inputs),
-                        torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
-                        torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
-                        torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
-                        torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
-                    ).unbind(0)
-                else:
-                    of, ob = lf(inputs[0]), lb(inputs[1])
-                if fwd.use_residual and j > 0:
-                    of, ob = of + xs[0], ob + xs[1]
-                forward_layers.append(of)
-                backward_layers.append(ob)
-                xs = (of, ob)
-        return forward_layers, backward_layers
-
     def forward(
         self,
         char_ids: torch.Tensor,
@@ -490,8 +278,8 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         x = self.char_encoder(char_ids)
         keep = attention_mask.unsqueeze(-1).to(x.dtype)
         x = x * keep
-        forward_layers, backward_layers = self._bilm_layers(x, lengths)
-        backward_layers = [reverse_padded(h, lengths) for h in backward_layers]
+        forward_layers, backward_layers = run_bilm_stacks(self.config, self.forward_stack, self.backward_stack, x, x,
+                                                          lengths)
         hidden = [torch.cat([x, x], dim=-1)]
         hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
         return SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from modeling.elmo import ScalarMix, SesameElmoConfig, SesameElmoForBidirectionalLM, SesameElmoModel
-from modeling.elmo.modeling_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
+from modeling.elmo.lstm_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
 
 
 def _random_batch(b=2, t=9, vocab=100):
