@@ -145,3 +145,73 @@ def test_a_bad_value_set_after_construction_is_refused_at_save(tmp_path, config_
     with pytest.raises(Exception, match=f"{config_class.__name__}.{field}={bad!r}"):
         config.save_pretrained(tmp_path)
     assert not (tmp_path / "config.json").exists()
+
+
+# -- problem-type loss -------------------------------------------------------------------------------------------
+def _classifier(family: str, num_labels: int, **config):
+    """A tiny sequence classifier of ``family`` and a batch of 4 single sentences of 7 tokens for it."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 30, (4, 7), generator=g)
+    if family == "bert":
+        cfg = modeling.get_preset_config("bert-tiny", vocab_size=30, num_labels=num_labels, **config)
+        return modeling.SesameBertForSequenceClassification(cfg), {"input_ids": ids}
+    batch = {"input_ids": ids, "char_ids": torch.randint(1, 262, (4, 7, 50), generator=g),
+             "attention_mask": torch.ones_like(ids)}
+    if family == "elmo":
+        cfg = modeling.SesameElmoConfig(vocab_size=30, char_embedding_dim=4, cnn_filters=[[1, 4], [2, 4]],
+                                        num_highway_layers=1, projection_dim=8, cell_size=16, num_layers=1,
+                                        task_hidden_size=4, classifier_hidden_size=0, num_labels=num_labels, **config)
+        return modeling.SesameElmoForSequenceClassification(cfg), batch
+    cfg = modeling.get_preset_config("baseline-cbow", vocab_size=30, embedding_dim=8, num_labels=num_labels, **config)
+    return modeling.SesameBaselineForSequenceClassification(cfg), batch
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_sequence_classification_losses_by_problem_type(family):
+    """Each head's loss against torch's own functions on the head's logits, for every problem type and label dtype."""
+    import torch.nn.functional as F
+
+    model, batch = _classifier(family, 1)
+    model.eval()
+    scores = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    for labels in (scores, scores[:, None], scores.double(), torch.tensor([0, 1, 2, 3])):  # regression (num_labels 1)
+        model.config.problem_type = None
+        out = model(**batch, labels=labels)
+        assert model.config.problem_type == "regression" and out.loss.dtype == torch.float32
+        torch.testing.assert_close(out.loss, F.mse_loss(out.logits[:, 0], labels.reshape(-1).float()))
+
+    model, batch = _classifier(family, 3)
+    model.eval()
+    classes = torch.tensor([0, 2, 1, 2])
+    out = model(**batch, labels=classes)
+    assert model.config.problem_type == "single_label_classification"
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, classes))
+
+    multi_hot = torch.tensor([[1, 0, 1], [0, 0, 1], [1, 1, 1], [0, 0, 0]])
+    reference = F.binary_cross_entropy_with_logits(out.logits, multi_hot.float())
+    model.config.problem_type = None
+    out = model(**batch, labels=multi_hot.float())  # float labels: multi-label inferred
+    assert model.config.problem_type == "multi_label_classification"
+    torch.testing.assert_close(out.loss, reference)
+    torch.testing.assert_close(model(**batch, labels=multi_hot).loss, reference)  # long multi-hot, problem type set
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_sequence_classifiers_use_the_models_loss_function(family):
+    """The loss is the model's ``loss_function`` (transformers' ``ForSequenceClassificationLoss`` unless a user sets
+    another), called with the labels, the float32 logits and the config."""
+    model, batch = _classifier(family, 3)
+    calls = []
+
+    def loss_function(labels, pooled_logits, config, **kwargs):
+        calls.append((labels, pooled_logits.dtype, config))
+        return pooled_logits.sum() * 0 + 42.0
+
+    from transformers.loss.loss_utils import ForSequenceClassificationLoss
+
+    assert model.loss_function is ForSequenceClassificationLoss
+    model.loss_function = loss_function
+    labels = torch.tensor([0, 2, 1, 2])
+    assert model(**batch, labels=labels).loss.item() == 42.0
+    assert len(calls) == 1 and calls[0][0] is labels and calls[0][1] == torch.float32 and calls[0][2] is model.config

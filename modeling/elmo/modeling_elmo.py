@@ -544,29 +544,15 @@ class _ElmoFeaturesMixin:
         return [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
 
 
-def _classification_loss(config, logits: torch.Tensor, labels: torch.Tensor, num_labels: int) -> torch.Tensor:
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    logits = logits.float()  # losses in float32 under mixed precision
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).float()) if num_labels == 1 else F.mse_loss(logits, labels.float())
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits, labels.float())
-
-
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Sentence / sentence-pair classification or regression on ELMo features.
 
     ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
     as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
     ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018). Regression
-    (MSE) when ``num_labels == 1``; ``problem_type`` as in transformers.
+    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function`` (``ForSequenceClassificationLoss``:
+    ``problem_type`` inferred as transformers does) on float32 logits, labels cast to float32 unless they are long/int32
+    class ids.
 
     Forward args: ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional,
     ``labels (B,)`` long (float for regression). ``input_ids`` is ignored. Returns ``SequenceClassifierOutput``
@@ -618,7 +604,11 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
         # (find_unused_parameters=False) requires; the gradient it gets is 0.
         logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
-        loss = _classification_loss(self.config, logits, labels, self.num_labels) if labels is not None else None
+        loss = None
+        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
+            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
+            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
+                                      config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
