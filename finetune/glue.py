@@ -199,7 +199,7 @@ def load_model_and_tokenizer(args, label_names: list[str], regression: bool, tas
     if mapping is None and not regression:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {n: i for i, n in enumerate(label_names)}
-    if getattr(pretrained, "model_type", "") == "sesame-elmo":
+    if hasattr(pretrained, "freeze_backbone"):  # a config with that field (SesameElmo) takes --unfreeze_backbone
         overrides["freeze_backbone"] = not args.unfreeze_backbone
     config = AutoConfig.from_pretrained(args.config_name or source, **hub, **overrides)
     try:

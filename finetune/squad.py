@@ -224,7 +224,7 @@ def load_model(args: argparse.Namespace, pretrained_config):
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
     overrides: dict[str, Any] = {}
-    if getattr(pretrained_config, "model_type", "") == "sesame-elmo":
+    if hasattr(pretrained_config, "freeze_backbone"):  # a config with that field (SesameElmo) takes --unfreeze_backbone
         overrides["freeze_backbone"] = not args.unfreeze_backbone
     config = AutoConfig.from_pretrained(args.model_name_or_path, revision=args.revision,
                                         trust_remote_code=args.trust_remote_code, **overrides)
