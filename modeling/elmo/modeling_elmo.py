@@ -82,7 +82,8 @@ class SesameElmoModelOutput(ModelOutput):
 
     Args:
         last_hidden_state: ``(B, T, 2P)`` float, the top layer ``[forward h; backward h]`` (0 at padding).
-        hidden_states: ``num_layers + 1`` tensors ``(B, T, 2P)``: layer 0 (``[x; x]``) then each LSTM layer.
+        hidden_states: ``num_layers + 1`` tensors ``(B, T, 2P)``: layer 0 (``[x; x]``, the tensor both LSTM stacks
+            read) then each LSTM layer.
         mask: ``(B, T)`` long, the attention mask used.
     """
 
@@ -234,6 +235,15 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
 
+    def _finish(self, output: ModelOutput, return_dict: bool | None):
+        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
+        ``config.return_dict``) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
+        """``output_hidden_states``, defaulting to the config's."""
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
 
 def _check_mask(mask: torch.Tensor) -> torch.Tensor:
     if mask.shape[1] > 1 and bool((mask[:, 1:] > mask[:, :-1]).any()):
@@ -241,20 +251,43 @@ def _check_mask(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum(dim=1)
 
 
+def _input_mask(char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``attention_mask``, or by default ``(B, T)`` long: the tokens whose character ids are not all 0 (every
+    position of ``inputs_embeds``).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds`` given.
+    """
+    if (char_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of char_ids (B, T, 50) or inputs_embeds (B, T, projection_dim)")
+    if attention_mask is not None:
+        return attention_mask
+    if char_ids is not None:
+        return (char_ids != 0).any(dim=-1).long()
+    return torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+
+
 class SesameElmoModel(SesameElmoPreTrainedModel):
     """The ELMo BiLM encoder: char-CNN layer 0 + separate forward / backward LSTM stacks.
 
     Forward args:
-        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenization_elmo.py``).
-        attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0.
+        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenization_elmo.py``); the main input.
+        attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0 (with
+            ``inputs_embeds``: every position).
+        inputs_embeds: ``(B, T, P)`` float instead of ``char_ids``: layer 0, the token representations that
+            :meth:`get_input_embeddings` (the character CNN + highway + projection) computes from ``char_ids``.
+        return_dict: a :class:`SesameElmoModelOutput` (default ``config.return_dict``) or its tuple.
         input_ids, token_type_ids: accepted and ignored (the encoder reads characters only).
 
     Returns:
         :class:`SesameElmoModelOutput` with ``hidden_states`` = ``num_layers + 1`` tensors ``(B, T, 2P)``
-        (zeros at padding) and ``last_hidden_state`` = the top one.
+        (zeros at padding; always returned, ELMo's output is all its layers) and ``last_hidden_state`` = the top
+        one. ``hidden_states[0]`` is ``[x; x]`` (x = layer 0, masked), the tensor whose halves the forward and the
+        backward LSTM stacks read: gradients of the upper layers reach it.
 
     Raises:
-        ValueError: a left-padded or holed ``attention_mask``.
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded or holed ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -264,25 +297,36 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         self.backward_stack = DirectionalStack(config)
         self.post_init()
 
+    def get_input_embeddings(self) -> nn.Module:
+        """The module that computes layer 0 from the main input: :class:`CharCNNEncoder`, ``char_ids (B, T, 50)``
+        long -> ``(B, T, projection_dim)`` float, what ``inputs_embeds`` replaces."""
+        return self.char_encoder
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.char_encoder = value
+
     def forward(
         self,
-        char_ids: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        input_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SesameElmoModelOutput:
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
+    ) -> SesameElmoModelOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
         lengths = _check_mask(attention_mask)
-        x = self.char_encoder(char_ids)
+        x = self.char_encoder(char_ids) if inputs_embeds is None else inputs_embeds
         keep = attention_mask.unsqueeze(-1).to(x.dtype)
         x = x * keep
-        forward_layers, backward_layers = run_bilm_stacks(self.config, self.forward_stack, self.backward_stack, x, x,
-                                                          lengths)
-        hidden = [torch.cat([x, x], dim=-1)]
-        hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
-        return SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
+        layer0 = torch.cat([x, x], dim=-1)  # the stacks read its halves: layer 0 as returned is in the graph
+        p = self.config.projection_dim
+        forward_layers, backward_layers = run_bilm_stacks(self.config, self.forward_stack, self.backward_stack,
+                                                          layer0[..., :p], layer0[..., p:], lengths)
+        hidden = [layer0] + [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
+        out = SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
+        return self._finish(out, return_dict)
 
 
 # --------------------------------------------------------------------------------------------- BiLM
@@ -297,13 +341,19 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
     """The BiLM with its shared softmax, for pretraining (``AutoModelForPreTraining``).
 
     Forward args:
-        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, right padded).
-        char_ids: ``(B, T, 50)`` long character ids.
-        attention_mask: ``(B, T)`` 0/1 (default: all ones).
+        char_ids: ``(B, T, 50)`` long character ids (the main input), or ``inputs_embeds`` ``(B, T, P)``: layer 0
+            (see :class:`SesameElmoModel`).
+        attention_mask: ``(B, T)`` 0/1 (default: tokens whose char ids are not all 0; every position with
+            ``inputs_embeds``).
+        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, right padded): the words to predict.
         labels: ``(B, T)`` long word ids to predict, -100 = ignored; default ``input_ids`` with padding
             set to -100. The forward LM at ``t`` predicts ``labels[t + 1]``; the backward LM at ``t``
             predicts ``labels[t - 1]`` (so ``<S>`` is predicted only backward, ``</S>`` only forward).
-        output_hidden_states: also return the layer representations.
+        output_hidden_states: also return the layer representations (default ``config.output_hidden_states``).
+        return_dict: the output dataclass (default ``config.return_dict``) or its tuple.
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; neither ``input_ids`` nor ``labels``.
 
     Returns:
         :class:`SesameElmoBiLMOutput`: ``loss = (forward_loss + backward_loss) / 2`` (mean NLL of each
@@ -374,19 +424,18 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
 
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SesameElmoBiLMOutput:
-        if char_ids is None:
-            raise ValueError("SesameElmoForBidirectionalLM needs char_ids (B, T, 50)")
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        out = self.elmo(char_ids, attention_mask=attention_mask)
+    ) -> SesameElmoBiLMOutput | tuple:
+        out = self.elmo(char_ids, attention_mask, inputs_embeds=inputs_embeds, return_dict=True)
+        attention_mask = out.mask
         if labels is None:
             if input_ids is None:
                 raise ValueError("SesameElmoForBidirectionalLM needs input_ids or labels (the words to predict)")
@@ -399,14 +448,15 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         nf, nb = torch.tensor(tf.numel(), device=top.device), torch.tensor(tb.numel(), device=top.device)
         forward_loss = self._nll_sum(hf, tf, samples) / nf.clamp(min=1)
         backward_loss = self._nll_sum(hb, tb, samples) / nb.clamp(min=1)
-        return SesameElmoBiLMOutput(
+        output = SesameElmoBiLMOutput(
             loss=(forward_loss + backward_loss) / 2,
             forward_loss=forward_loss,
             backward_loss=backward_loss,
             forward_num_tokens=nf,
             backward_num_tokens=nb,
-            hidden_states=out.hidden_states if output_hidden_states else None,
+            hidden_states=out.hidden_states if self._hidden_flag(output_hidden_states) else None,
         )
+        return self._finish(output, return_dict)
 
     @torch.no_grad()
     def log_probs(self, char_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
@@ -416,7 +466,7 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
             ``(forward_log_probs, backward_log_probs)``, each ``(B, T, V)`` float32: at position ``t`` the
             forward LM's log P(w_{t+1} | w_1..w_t) and the backward LM's log P(w_{t-1} | w_t..w_n).
         """
-        top = self.elmo(char_ids, attention_mask=attention_mask).last_hidden_state
+        top = self.elmo(char_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         p = self.config.projection_dim
         return self._exact_log_probs(top[..., :p]), self._exact_log_probs(top[..., p:])
 
@@ -503,6 +553,14 @@ def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.reshape(*index.shape, *([1] * (x.dim() - 2))).expand(*index.shape, *x.shape[2:]))
 
 
+def _scatter_rows(rows: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """``rows (B, W, D)`` put at the positions ``index (B, W)`` of a ``(B, length, D)`` zero tensor (the inverse of
+    :func:`_gather_rows` for one sentence of a pair); rows where ``mask (B, W)`` is 0 add nothing."""
+    rows = rows * mask.unsqueeze(-1).to(rows.dtype)
+    out = rows.new_zeros(rows.shape[0], length, rows.shape[-1])
+    return out.scatter_add(1, index.unsqueeze(-1).expand_as(rows), rows)
+
+
 class _ElmoFeaturesMixin:
     """ELMo features for a head: the (frozen or fine-tuned) BiLM and a ScalarMix."""
 
@@ -515,33 +573,56 @@ class _ElmoFeaturesMixin:
         if self.config.freeze_backbone:
             self.elmo.requires_grad_(False)
 
-    def _features(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``(B, T, 50)``, ``(B, T)`` -> ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied)."""
+    def _features(self, char_ids: torch.Tensor | None, mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
+        """``char_ids (B, T, 50)`` (or layer 0, ``inputs_embeds (B, T, P)``), ``mask (B, T)`` -> ``(features, layers)``:
+        the ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied), and the BiLM's ``num_layers + 1``
+        layers ``(B, T, 2P)``."""
         if self.config.freeze_backbone:  # frozen: no gradient, no dropout inside the BiLM
             was_training = self.elmo.training
             self.elmo.eval()
             with torch.no_grad():
-                layers = self.elmo(char_ids, attention_mask=mask).hidden_states
+                layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
             self.elmo.train(was_training)
         else:
-            layers = self.elmo(char_ids, attention_mask=mask).hidden_states
-        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype)
+            layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
+        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype), layers
 
-    def _segment_features(self, char_ids, mask, token_type_ids):
-        """ELMo features of both sentences of a pair, each run through the BiLM alone (one batched call).
+    def _segment_features(self, char_ids, inputs_embeds, mask, token_type_ids):
+        """ELMo features of both sentences of a pair, each run through the BiLM alone (one batched call): each
+        sentence's tokens are taken from ``char_ids (B, T, 50)``, or from ``inputs_embeds (B, T, P)`` when given.
 
-        Returns ``[(features (B, T_s, 2P), mask (B, T_s), index (B, T_s)) for s in (0, 1)]``."""
+        Returns ``(segments, layers)``: ``segments = [(features (B, T_s, 2P), mask (B, T_s), index (B, T_s)) for s in
+        (0, 1)]`` (``index``: each token's position in the pair) and the BiLM's layers ``(2B, W, 2P)``, the first
+        sentences in rows ``0 .. B-1`` (see :meth:`_pair_hidden_states`)."""
         parts = [split_pair(token_type_ids, mask, s) for s in (0, 1)]
         width = max(p[0].shape[1] for p in parts)
-        chars, masks = [], []
+        source = char_ids if inputs_embeds is None else inputs_embeds
+        rows, masks = [], []
         for index, m in parts:
             pad = width - index.shape[1]
-            c = _gather_rows(char_ids, index) * m.unsqueeze(-1)
-            chars.append(F.pad(c, (0, 0, 0, pad)))
+            r = _gather_rows(source, index) * m.unsqueeze(-1).to(source.dtype)
+            rows.append(F.pad(r, (0, 0, 0, pad)))
             masks.append(F.pad(m, (0, pad)))
-        feats = self._features(torch.cat(chars), torch.cat(masks))
-        b = char_ids.shape[0]
-        return [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
+        rows = torch.cat(rows)
+        if inputs_embeds is None:
+            feats, layers = self._features(rows, torch.cat(masks))
+        else:
+            feats, layers = self._features(None, torch.cat(masks), inputs_embeds=rows)
+        b = source.shape[0]
+        segments = [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
+        return segments, layers
+
+    @staticmethod
+    def _pair_hidden_states(layers, segments, length: int) -> tuple[torch.Tensor, ...]:
+        """The BiLM layers of a pair's sentences (from :meth:`_segment_features`) in the pair's layout: ``num_layers
+        + 1`` tensors ``(B, length, 2P)``, each token's representation computed with its own sentence alone, 0 at
+        padding."""
+        b = segments[0][1].shape[0]
+        return tuple(
+            sum(_scatter_rows(h[i * b : (i + 1) * b, : index.shape[1]], index, m, length)
+                for i, (_, m, index) in enumerate(segments))
+            for h in layers
+        )
 
 
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -554,9 +635,15 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     ``problem_type`` inferred as transformers does) on float32 logits, labels cast to float32 unless they are long/int32
     class ids.
 
-    Forward args: ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional,
-    ``labels (B,)`` long (float for regression). ``input_ids`` is ignored. Returns ``SequenceClassifierOutput``
-    with ``logits (B, num_labels)``.
+    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
+    :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
+    (B, T)``, ``token_type_ids (B, T)`` optional, ``labels (B,)`` long (float for regression), ``output_hidden_states``
+    (default ``config.output_hidden_states``), ``return_dict`` (default ``config.return_dict``). ``input_ids`` is
+    ignored. Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and, when asked, ``hidden_states``:
+    the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` (for a pair, each token's from its own sentence alone).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -584,23 +671,30 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
 
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput:
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
+    ) -> SequenceClassifierOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        want_hidden = self._hidden_flag(output_hidden_states)
         if token_type_ids is not None and bool((token_type_ids * attention_mask).any()):
-            (fa, ma, _), (fb, mb, _) = self._segment_features(char_ids, attention_mask, token_type_ids)
+            segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
+            (fa, ma, _), (fb, mb, _) = segments
             u, v = self._encode(fa, ma), self._encode(fb, mb)
             logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
             unused = self.classifier
+            hidden = self._pair_hidden_states(layers, segments, attention_mask.shape[1]) if want_hidden else None
         else:
-            logits = self.classifier(self._encode(self._features(char_ids, attention_mask), attention_mask))
+            feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
+            logits = self.classifier(self._encode(feats, attention_mask))
             unused = self.pair_classifier
+            hidden = layers if want_hidden else None
         # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
         # (find_unused_parameters=False) requires; the gradient it gets is 0.
         logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
@@ -609,14 +703,19 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
             loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
                                       config=self.config)
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
 class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Per-token tagging (NER, POS, ...): ScalarMix -> task BiLSTM -> linear.
 
-    Forward args: ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``labels (B, T)`` long with -100
-    ignored. Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)``.
+    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0), ``attention_mask (B, T)``,
+    ``labels (B, T)`` long with -100 ignored, ``output_hidden_states``, ``return_dict`` (defaults from the config).
+    Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)`` and, when asked, ``hidden_states`` (the
+    BiLM's ``num_layers + 1`` layers ``(B, T, 2P)``).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -629,15 +728,16 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         self.post_init()
         self._freeze()
 
-    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        h = self.encoder(self._features(char_ids, attention_mask), attention_mask)
-        logits = self.classifier(self.dropout(h))
+    def forward(self, char_ids=None, attention_mask=None, token_type_ids=None, input_ids=None, inputs_embeds=None,
+                labels=None, output_hidden_states=None, return_dict=None, **kwargs) -> TokenClassifierOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
+        logits = self.classifier(self.dropout(self.encoder(feats, attention_mask)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
+        return self._finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
 class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -654,8 +754,14 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
     their scores, position 0 gets a learned null score (SQuAD 2.0 "no answer", from the max-pooled
     modelling output), all other positions -10000.
 
-    Forward args: ``char_ids``, ``attention_mask``, ``token_type_ids`` (required), ``start_positions`` /
-    ``end_positions`` ``(B,)`` long (positions in the pair). Returns ``QuestionAnsweringModelOutput``.
+    Forward args: ``char_ids`` (or ``inputs_embeds (B, T, P)``, layer 0, laid out as ``char_ids``),
+    ``attention_mask``, ``token_type_ids`` (required), ``start_positions`` / ``end_positions`` ``(B,)`` long
+    (positions in the pair), ``output_hidden_states``, ``return_dict`` (defaults from the config). Returns
+    ``QuestionAnsweringModelOutput``; ``hidden_states`` when asked: the BiLM's ``num_layers + 1`` layers ``(B, T,
+    2P)``, each token's from its own sentence alone.
+
+    Raises:
+        ValueError: no ``token_type_ids``; none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -673,19 +779,22 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
 
     def forward(
         self,
-        input_ids=None,
         char_ids=None,
         attention_mask=None,
         token_type_ids=None,
+        input_ids=None,
+        inputs_embeds=None,
         start_positions=None,
         end_positions=None,
+        output_hidden_states=None,
+        return_dict=None,
         **kwargs,
-    ) -> QuestionAnsweringModelOutput:
+    ) -> QuestionAnsweringModelOutput | tuple:
         if token_type_ids is None:
             raise ValueError("SesameElmoForQuestionAnswering needs token_type_ids (0 = question, 1 = context)")
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        (fq, mq, _), (fc, mc, ic) = self._segment_features(char_ids, attention_mask, token_type_ids)
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
+        (fq, mq, _), (fc, mc, ic) = segments
         q, c = self.encoder(fq, mq), self.encoder(fc, mc)  # (B, Tq, d), (B, Tc, d)
         tc = c.shape[1]
         w_c, w_q, w_cq = self.similarity.weight.squeeze(0).chunk(3)
@@ -708,4 +817,7 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
             sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
             loss = (F.cross_entropy(start_logits.float(), sp, ignore_index=t)
                     + F.cross_entropy(end_logits.float(), ep, ignore_index=t)) / 2
-        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+        hidden = self._pair_hidden_states(layers, segments, t) if self._hidden_flag(output_hidden_states) else None
+        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                              hidden_states=hidden)
+        return self._finish(output, return_dict)
