@@ -16,7 +16,8 @@ from modeling._auto import register_family
 from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
 FAMILIES = {"bert": modeling.bert, "elmo": modeling.elmo, "baselines": modeling.baselines}
-CONFIGS = {"bert": modeling.SesameBertConfig, "elmo": modeling.SesameElmoConfig, "baselines": modeling.SesameBaselineConfig}
+CONFIGS = {"bert": modeling.SesameBertConfig, "elmo": modeling.SesameElmoConfig,
+           "baselines": modeling.SesameBaselineConfig}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -79,7 +80,8 @@ OLD_CONFIG_FILES = {
     "sesame-elmo": {
         "adaptive_cutoffs": [10, 30], "adaptive_div_value": 4.0, "auto_map": _ELMO_AUTO_MAP, "bos_token_id": 1,
         "cell_clip": 3, "cell_size": 16, "cell_type": "lstm", "char_embedding_dim": 4, "char_vocab_size": 262,
-        "classifier_dropout": 0.2, "classifier_hidden_size": 0, "cnn_activation": "relu", "cnn_filters": [[1, 4], [2, 4]],
+        "classifier_dropout": 0.2, "classifier_hidden_size": 0, "cnn_activation": "relu",
+        "cnn_filters": [[1, 4], [2, 4]],
         "cnn_pool_filters": 3, "cnn_pool_widths": [2, 3], "dropout": 0.1, "eos_token_id": 2, "freeze_backbone": False,
         "fused_cpu_lstm": True, "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}, "initializer_range": 0.05,
         "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}, "max_characters_per_token": 50,

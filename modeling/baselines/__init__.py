@@ -42,7 +42,10 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
 }
 
 #: Auto class -> SesameBaseline class (registered in-process and marked for ``auto_map``).
-AUTO_CLASSES = {AutoModel: SesameBaselineModel, AutoModelForSequenceClassification: SesameBaselineForSequenceClassification}
+AUTO_CLASSES = {
+    AutoModel: SesameBaselineModel,
+    AutoModelForSequenceClassification: SesameBaselineForSequenceClassification,
+}
 
 register_family(SesameBaselineConfig, AUTO_CLASSES, SesameElmoTokenizer)
 

@@ -551,8 +551,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
     u * v]`` (Wang et al. 2018). A linear classifier (``classifier_hidden_size=0``) or one hidden layer.
     Regression (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
-    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast to
-    float32 unless they are long/int32 class ids.
+    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels
+    cast to float32 unless they are long/int32 class ids.
 
     Forward args: ``input_ids (B, T)``, ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids
     (B, T)`` optional, ``tree_merges`` optional (single sentences), ``labels (B,)`` long (float for

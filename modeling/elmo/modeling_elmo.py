@@ -631,9 +631,9 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
     as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
     ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018). Regression
-    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function`` (``ForSequenceClassificationLoss``:
-    ``problem_type`` inferred as transformers does) on float32 logits, labels cast to float32 unless they are long/int32
-    class ids.
+    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
+    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
+    to float32 unless they are long/int32 class ids.
 
     Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
     :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
