@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
 
     if args.tokenizer_name:
-        from tokenizer.elmo_tokenization import SesameElmoTokenizer
+        from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
         tokenizer = SesameElmoTokenizer.from_pretrained(args.tokenizer_name)
     else:

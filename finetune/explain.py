@@ -1,10 +1,12 @@
 """``python -m finetune.explain``: which tokens drove a sequence classifier's prediction (saliency maps).
 
 For a fine-tuned classifier of either family, the attribution of each input token to the score of one label
-(the predicted one, or ``--target``), computed with Captum on the model's **layer-0 token representations**:
+(the predicted one, or ``--target``), computed with Captum on the model's **layer-0 token representations**: what
+``model.get_input_embeddings()`` computes from the model's main input, fed back as ``inputs_embeds`` (the
+transformers contract; no hooks, no knowledge of a model family):
 
-* BERT-like models (SesameBert, transformers' BERT, ...): the word embeddings (``model.get_input_embeddings()``
-  output, ``(B, T, H)``), before position and token-type embeddings are added;
+* BERT-like models (SesameBert, transformers' BERT, ...): the word embeddings (``(B, T, H)``), before position and
+  token-type embeddings are added;
 * ELMo-style models (SesameElmo): the character-CNN token representations (layer 0 of the BiLM, ``(B, T, P)``);
   a frozen BiLM is differentiated through all the same (its weights are not changed).
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import contextlib
 import html
+import inspect
 import json
 import logging
 import os
@@ -55,66 +58,43 @@ BASELINE = "zero layer-0 token representations (BERT-like: zero word embeddings,
 
 
 class Layer0:
-    """Replaces the output of a model's layer-0 token representations by a given tensor during forward passes,
-    so that Captum can attribute to it as to an input.
+    """A model's layer-0 token representations as an input Captum can attribute to, through the public contract of
+    transformers models: ``model.get_input_embeddings()`` computes them from the main input
+    (``model.main_input_name``), and ``model(inputs_embeds=x, **the other inputs)`` runs the model from them.
 
-    ``representations(inputs)`` gives ``x (B, T, D)`` of the unchanged model; inside ``with layer0.replaced(x,
-    inputs)`` the module returns ``x`` instead of computing it (for SesameElmo sentence pairs, laid out as the
-    model lays out its two sentences).
+    * BERT-like (``input_ids``): the word embeddings ``(B, T, H)``; the model adds position and token-type embeddings.
+    * SesameElmo (``char_ids``): the character-CNN representations ``(B, T, P)``; for a sentence pair the model lays
+      the two sentences out itself, as it does from ``char_ids``.
 
     Raises:
-        InputError: a model whose layer 0 is not known (neither ``sesame-elmo`` nor ``get_input_embeddings``).
+        InputError: a model without input embeddings, or whose ``forward`` takes no ``inputs_embeds``.
     """
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.elmo = getattr(model.config, "model_type", "") == "sesame-elmo"
-        if self.elmo:
-            self.module = model.elmo.char_encoder
-        else:
-            self.module = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-        if self.module is None:
-            raise InputError(f"--model_name_or_path: {type(model).__name__} has no input embeddings to attribute to; "
-                             "expected a BERT-like or SesameElmo sequence classifier")
-        self.replacement: torch.Tensor | None = None
-        self.inputs: dict[str, torch.Tensor] = {}
-
-    def _hook(self, module, args, output):
-        x = self.replacement
-        if x is None:
-            return output
-        if output.shape[:2] == x.shape[:2]:
-            return x.to(output.dtype) if output.dtype != x.dtype else x
-        return self._pair_layout(x, output)
-
-    def _pair_layout(self, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-        """SesameElmo pairs run both sentences through the BiLM as one batch ``(2B, W, D)``, each packed to the
-        left (``split_pair``); put ``x (B, T, D)`` in that layout."""
-        from modeling.elmo.modeling_elmo import _gather_rows, split_pair
-
-        mask, types = self.inputs["attention_mask"], self.inputs["token_type_ids"]
-        parts = []
-        for segment in (0, 1):
-            index, m = split_pair(types, mask, segment)
-            rows = _gather_rows(x, index) * m.unsqueeze(-1).to(x.dtype)
-            parts.append(torch.nn.functional.pad(rows, (0, 0, 0, output.shape[1] - rows.shape[1])))
-        return torch.cat(parts).to(output.dtype)
+        self.main_input = getattr(model, "main_input_name", "input_ids")
+        try:
+            self.module = model.get_input_embeddings()
+        except (AttributeError, NotImplementedError):
+            self.module = None
+        if self.module is None or "inputs_embeds" not in inspect.signature(model.forward).parameters:
+            raise InputError(f"--model_name_or_path: {type(model).__name__} has no input embeddings to attribute to "
+                             "(get_input_embeddings and an inputs_embeds argument); expected a BERT-like or SesameElmo "
+                             "sequence classifier")
+        self.dtype: torch.dtype | None = None  # of the representations as the model computes them
 
     def representations(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Layer-0 representations ``(B, T, D)`` float32 of ``inputs`` (one batch of single texts or pairs)."""
-        if self.elmo:
-            return self.module(inputs["char_ids"]).detach().float()
-        return self.module(inputs["input_ids"]).detach().float()
+        x = self.module(inputs[self.main_input]).detach()
+        self.dtype = x.dtype
+        return x.float()
 
     def forward(self, x: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``(B, C)`` of the model with layer 0 replaced by ``x (B, T, D)``."""
-        handle = self.module.register_forward_hook(self._hook)
-        self.replacement, self.inputs = x, inputs
-        try:
-            return self.model(**inputs).logits
-        finally:
-            handle.remove()
-            self.replacement, self.inputs = None, {}
+        """Logits ``(B, C)`` of the model run from layer 0 ``x (B, T, D)`` (in the dtype the model computes it in,
+        e.g. bf16 under autocast) and the other inputs."""
+        x = x if self.dtype in (None, x.dtype) else x.to(self.dtype)
+        others = {k: v for k, v in inputs.items() if k != self.main_input}
+        return self.model(inputs_embeds=x, **others, return_dict=True).logits
 
 
 def _score_fn(layer0: Layer0, regression: bool, names: Sequence[str]):

@@ -162,7 +162,7 @@ class BiLMCollator:
     """
 
     def __init__(self, tokenizer):
-        from tokenizer.elmo_tokenization import word_to_char_ids
+        from modeling.elmo.tokenization_elmo import word_to_char_ids
 
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._to_chars = word_to_char_ids

@@ -3,7 +3,8 @@
 * :func:`train_wordpiece_tokenizer` -- a BERT WordPiece tokenizer (BERT normalizer and pre-tokenizer,
   ``##`` continuation pieces, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ``[CLS] A [SEP] B [SEP]`` with
   token_type_ids) trained with the ``tokenizers`` library and saved as a Hugging Face fast tokenizer.
-* The word + character tokenizer of the ELMo-style models lives in ``tokenizer.elmo_*``.
+* :mod:`tokenizer.elmo_training` -- the word vocabulary of the ELMo-style models; the word + character
+  tokenizer itself lives beside its model, in :mod:`modeling.elmo.tokenization_elmo`.
 * :mod:`tokenizer.corpus` -- streaming reading of ``.txt`` / ``.txt.gz`` corpora, shared with ``pretrain``
   (output folders are written atomically with :func:`training.files.atomic_output_dir`).
 

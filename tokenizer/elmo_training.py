@@ -1,7 +1,7 @@
 """Training of the ELMo-style word vocabulary (``python -m tokenizer train --model_type elmo``).
 
 The vocabulary is the ``vocab_size`` most frequent words of the corpus (after the same NFC /
-lower-casing and ``BertPreTokenizer`` splitting that :class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`
+lower-casing and ``BertPreTokenizer`` splitting that :class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`
 applies), counted by the ``tokenizers`` library's ``WordLevelTrainer``, plus the four special tokens
 ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3). Words follow in order of decreasing frequency
 (ties broken by the word string, :mod:`tokenizer.canonical`), as bilm-tf's vocabulary files and the log-uniform sampler of the
@@ -16,12 +16,18 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, trainers
 
+from modeling.elmo.tokenization_elmo import (
+    SPECIAL_TOKENS,
+    UNK_TOKEN,
+    SesameElmoTokenizer,
+    build_normalizer,
+    build_pre_tokenizer,
+)
 from training.errors import InputError
 
 from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines
-from .elmo_tokenization import SPECIAL_TOKENS, UNK_TOKEN, SesameElmoTokenizer, build_normalizer, build_pre_tokenizer
 
 
 def train_elmo_tokenizer(

@@ -28,14 +28,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from modeling.baselines.vectors import VECTORS_CONFIG, VECTORS_FILE  # files written next to the tokenizer
 from training.errors import InputError
 
 from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines
-
-#: Files written next to the tokenizer.
-VECTORS_FILE, VECTORS_CONFIG = "word_vectors.safetensors", "word_vectors.json"
 
 
 def train_word_vectors(
@@ -74,7 +72,7 @@ def train_word_vectors(
     from gensim.models import FastText
     from safetensors.numpy import save_file
 
-    from .elmo_tokenization import SesameElmoTokenizer
+    from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
     for name, value, low in (("vector_size", vector_size, 1), ("epochs", epochs, 1), ("min_count", min_count, 1),
                              ("window", window, 1), ("min_n", min_n, 1), ("bucket", bucket, 1)):

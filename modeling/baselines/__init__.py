@@ -3,7 +3,7 @@
 Importing this package registers ``SesameBaselineConfig`` (model_type ``"sesame-baseline"``) and its models with
 the Auto classes (AutoConfig, AutoModel -> :class:`SesameBaselineModel`, AutoModelForSequenceClassification ->
 :class:`SesameBaselineForSequenceClassification`) and the ELMo-style word tokenizer
-(:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
+(:class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
 ``auto_map`` so that ``save_pretrained`` writes remote code (``trust_remote_code=True``).
 
 Presets (``PRESETS``) are the encoders of the baseline table (``python -m finetune.baselines``): ``baseline-cbow``,
@@ -13,10 +13,10 @@ Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) f
 :func:`load_word_vectors` copies them into a model.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, PretrainedConfig
+from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
 
-from tokenizer.elmo_tokenization import SesameElmoTokenizer
-
+from .._auto import register_family
+from ..elmo.tokenization_elmo import SesameElmoTokenizer
 from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig
 from .modeling_baseline import (
     BinaryTreeLSTMCell,
@@ -41,14 +41,13 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
                                                      classifier_dropout=0.2)),
 }
 
-_AUTO = [(AutoModel, SesameBaselineModel), (AutoModelForSequenceClassification, SesameBaselineForSequenceClassification)]
+#: Auto class -> SesameBaseline class (registered in-process and marked for ``auto_map``).
+AUTO_CLASSES = {
+    AutoModel: SesameBaselineModel,
+    AutoModelForSequenceClassification: SesameBaselineForSequenceClassification,
+}
 
-AutoConfig.register(SesameBaselineConfig.model_type, SesameBaselineConfig, exist_ok=True)
-SesameBaselineConfig.register_for_auto_class()
-for _auto, _cls in _AUTO:
-    _auto.register(SesameBaselineConfig, _cls, exist_ok=True)
-    _cls.register_for_auto_class(_auto.__name__)
-AutoTokenizer.register(SesameBaselineConfig, slow_tokenizer_class=SesameElmoTokenizer, exist_ok=True)
+register_family(SesameBaselineConfig, AUTO_CLASSES, SesameElmoTokenizer)
 
 __all__ = [
     "ENCODER_TYPES",

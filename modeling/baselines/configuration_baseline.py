@@ -2,11 +2,14 @@
 
 One config for five encoders chosen by ``encoder_type`` (a small table in ``modeling_baseline.py``, no class
 hierarchy): bag of embeddings (CBoW), fastText with hashed character n-grams, Kim's CNN, a (bi)LSTM/GRU and a
-binary Tree-LSTM. Imports only transformers/stdlib (remote code).
+binary Tree-LSTM. Imports only transformers / huggingface_hub and the standard library (remote code).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
 #: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
@@ -20,10 +23,13 @@ DEFAULT_AUTO_MAP = {
 ENCODER_TYPES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 
 
+@strict
 class SesameBaselineConfig(PretrainedConfig):
-    r"""Configuration of :class:`SesameBaselineModel` and :class:`SesameBaselineForSequenceClassification`.
+    r"""Configuration of :class:`SesameBaselineModel` and :class:`SesameBaselineForSequenceClassification`: a
+    ``@strict`` dataclass (huggingface_hub), as ``SesameBertConfig``; each field's type and default below, the choices
+    checked by :meth:`validate_architecture`.
 
-    Words come from the ELMo-style word tokenizer (:class:`~tokenizer.elmo_tokenization.SesameElmoTokenizer`):
+    Words come from the ELMo-style word tokenizer (:class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`):
     ``input_ids`` are word ids, ``char_ids`` the UTF-8 bytes of each word (used by fastText's n-grams).
     ``<S>``/``</S>`` markers and padding are not part of a sentence for any encoder.
 
@@ -47,7 +53,7 @@ class SesameBaselineConfig(PretrainedConfig):
         ngram_buckets (`int`, 100000): hash buckets of the n-gram embeddings (fastText: 2,000,000; smaller
             here to fit a CPU). Must equal the ``--bucket`` of the vectors the model is initialised from.
         cnn_filter_sizes (`list[int]`, [3, 4, 5]), cnn_num_filters (`int`, 100): Kim (2014): widths 3/4/5
-            with 100 feature maps each, ReLU, max-over-time pooling.
+            with 100 feature maps each, ReLU, max-over-time pooling (``cnn_filter_sizes=None`` = the default).
         rnn_type (`str`, "lstm"): "lstm" | "gru".
         rnn_hidden_size (`int`, 256): hidden size per direction.
         rnn_num_layers (`int`, 2): stacked layers.
@@ -68,66 +74,64 @@ class SesameBaselineConfig(PretrainedConfig):
         classifier_hidden_size (`int`, 0): 0 = a linear classifier (fastText); > 0 = one hidden layer (ReLU).
         classifier_dropout (`float`, 0.0): dropout on the sentence vector(s) before the classifier
             (Kim 2014: 0.5).
+
+    Special tokens (the ids of the word tokenizer's vocabulary; a sentence is its words without them):
+
+    Args:
+        pad_token_id (`int`, 0): ``<pad>``. bos_token_id (`int`, 1): ``<S>``. eos_token_id (`int`, 2): ``</S>``.
+        unk_token_id (`int`, 3): ``<UNK>`` (fastText: a word outside the vocabulary has only its n-grams).
+
+    Raises:
+        ValueError: a string field outside its choices, ``multichannel`` embeddings for another encoder than
+            "cnn", n-gram lengths out of order, a size < 1 or ``gumbel_temperature <= 0`` (raised as such at
+            construction; ``save_pretrained`` re-runs the check through ``@strict``'s ``validate()``, which wraps it
+            in ``StrictDataclassClassValidationError``).
     """
 
     model_type = "sesame-baseline"
 
-    def __init__(
-        self,
-        vocab_size: int = 20000,
-        embedding_dim: int = 100,
-        embedding_mode: str = "non-static",
-        embedding_dropout: float = 0.0,
-        encoder_type: str = "cbow",
-        ngram_min_n: int = 3,
-        ngram_max_n: int = 6,
-        ngram_buckets: int = 100_000,
-        cnn_filter_sizes: list[int] | None = None,
-        cnn_num_filters: int = 100,
-        rnn_type: str = "lstm",
-        rnn_hidden_size: int = 256,
-        rnn_num_layers: int = 2,
-        rnn_bidirectional: bool = True,
-        rnn_dropout: float = 0.0,
-        pooling: str = "max",
-        treelstm_hidden_size: int = 150,
-        tree_source: str = "latent",
-        gumbel_temperature: float = 1.0,
-        classifier_hidden_size: int = 0,
-        classifier_dropout: float = 0.0,
-        pad_token_id: int = 0,
-        bos_token_id: int = 1,
-        eos_token_id: int = 2,
-        unk_token_id: int = 3,
-        **kwargs,
-    ):
-        self.vocab_size = vocab_size
-        self.embedding_dim = embedding_dim
-        self.embedding_mode = embedding_mode
-        self.embedding_dropout = embedding_dropout
-        self.encoder_type = encoder_type
-        self.ngram_min_n = ngram_min_n
-        self.ngram_max_n = ngram_max_n
-        self.ngram_buckets = ngram_buckets
-        self.cnn_filter_sizes = list(cnn_filter_sizes) if cnn_filter_sizes is not None else [3, 4, 5]
-        self.cnn_num_filters = cnn_num_filters
-        self.rnn_type = rnn_type
-        self.rnn_hidden_size = rnn_hidden_size
-        self.rnn_num_layers = rnn_num_layers
-        self.rnn_bidirectional = rnn_bidirectional
-        self.rnn_dropout = rnn_dropout
-        self.pooling = pooling
-        self.treelstm_hidden_size = treelstm_hidden_size
-        self.tree_source = tree_source
-        self.gumbel_temperature = gumbel_temperature
-        self.classifier_hidden_size = classifier_hidden_size
-        self.classifier_dropout = classifier_dropout
-        self.unk_token_id = unk_token_id
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
-        self._validate()
+    vocab_size: int = 20000
+    embedding_dim: int = 100
+    embedding_mode: Literal["static", "non-static", "multichannel"] = "non-static"
+    embedding_dropout: float | int = 0.0
+    encoder_type: Literal["cbow", "fasttext", "cnn", "rnn", "treelstm"] = "cbow"
+    ngram_min_n: int = 3
+    ngram_max_n: int = 6
+    ngram_buckets: int = 100_000
+    cnn_filter_sizes: list[int] | None = None
+    cnn_num_filters: int = 100
+    rnn_type: Literal["lstm", "gru"] = "lstm"
+    rnn_hidden_size: int = 256
+    rnn_num_layers: int = 2
+    rnn_bidirectional: bool = True
+    rnn_dropout: float | int = 0.0
+    pooling: Literal["max", "mean", "attention"] = "max"
+    treelstm_hidden_size: int = 150
+    tree_source: Literal["latent", "given", "auto"] = "latent"
+    gumbel_temperature: float | int = 1.0
+    classifier_hidden_size: int = 0
+    classifier_dropout: float | int = 0.0
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    unk_token_id: int | None = 3
 
-    def _validate(self) -> None:
+    def __post_init__(self, **kwargs):
+        """Fill the list default (a fresh list, tuples accepted), the default ``auto_map``, and check the choices."""
+        self.cnn_filter_sizes = list(self.cnn_filter_sizes) if self.cnn_filter_sizes is not None else [3, 4, 5]
+        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
+        super().__post_init__(**kwargs)
+        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
+        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
+        self.validate_architecture()
+
+    def validate_architecture(self) -> None:
+        """Check the string-valued choices and the sizes (``@strict`` class validator).
+
+        Raises:
+            ValueError: with the field, its value and what is expected.
+        """
+        super().validate_architecture()
         choices = {"encoder_type": ENCODER_TYPES, "embedding_mode": ("static", "non-static", "multichannel"),
                    "rnn_type": ("lstm", "gru"), "pooling": ("max", "mean", "attention"),
                    "tree_source": ("latent", "given", "auto")}

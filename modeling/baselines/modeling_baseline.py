@@ -550,7 +550,9 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     Single sentences: ``classifier(u)``. Pairs (``token_type_ids`` with 1s, as the tokenizer makes them): each
     sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
     u * v]`` (Wang et al. 2018). A linear classifier (``classifier_hidden_size=0``) or one hidden layer.
-    Regression (MSE) when ``num_labels == 1``; ``problem_type`` as in transformers.
+    Regression (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
+    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels
+    cast to float32 unless they are long/int32 class ids.
 
     Forward args: ``input_ids (B, T)``, ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids
     (B, T)`` optional, ``tree_merges`` optional (single sentences), ``labels (B,)`` long (float for
@@ -593,23 +595,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
         # (find_unused_parameters=False) requires; its gradient is 0.
         logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
         loss = None
-        if labels is not None:
-            loss = self._loss(logits, labels)
+        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
+            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
+            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
+                                      config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits)
-
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        config = self.config
-        if config.problem_type is None:
-            if self.num_labels == 1:
-                config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                config.problem_type = "single_label_classification"
-            else:
-                config.problem_type = "multi_label_classification"
-        if config.problem_type == "regression":
-            if self.num_labels == 1:
-                return F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
-            return F.mse_loss(logits.float(), labels.float())
-        if config.problem_type == "single_label_classification":
-            return F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())

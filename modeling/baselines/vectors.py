@@ -8,6 +8,9 @@ from pathlib import Path
 
 import torch
 
+#: Files that ``python -m tokenizer vectors`` (:mod:`tokenizer.vectors`) writes next to the tokenizer.
+VECTORS_FILE, VECTORS_CONFIG = "word_vectors.safetensors", "word_vectors.json"
+
 
 def load_word_vectors(model, path: str | os.PathLike, vocab: list[str] | None = None) -> dict:
     """Copy the vectors of the folder ``path`` into the embeddings of a SesameBaseline model, in place.
@@ -29,8 +32,6 @@ def load_word_vectors(model, path: str | os.PathLike, vocab: list[str] | None = 
         FileNotFoundError: the folder lacks the vectors files.
     """
     from safetensors.torch import load_file
-
-    from tokenizer.vectors import VECTORS_CONFIG, VECTORS_FILE
 
     folder = Path(path)
     info = json.loads((folder / VECTORS_CONFIG).read_text(encoding="utf-8"))

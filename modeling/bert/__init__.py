@@ -11,7 +11,6 @@ directory with ``trust_remote_code=True``.
 """
 
 from transformers import (
-    AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
@@ -21,6 +20,7 @@ from transformers import (
     PretrainedConfig,
 )
 
+from .._auto import register_family
 from . import modeling_sesame_bert
 from .configuration_sesame_bert import SesameBertConfig
 from .modeling_sesame_bert import (
@@ -44,11 +44,7 @@ AUTO_CLASSES = {
     AutoModelForTokenClassification: SesameBertForTokenClassification,
 }
 
-AutoConfig.register(SesameBertConfig.model_type, SesameBertConfig, exist_ok=True)
-SesameBertConfig.register_for_auto_class()
-for _auto, _model in AUTO_CLASSES.items():
-    _auto.register(SesameBertConfig, _model, exist_ok=True)
-    _model.register_for_auto_class(_auto.__name__)
+register_family(SesameBertConfig, AUTO_CLASSES)
 
 
 def _sizes(layers: int, hidden: int, heads: int) -> dict:

@@ -525,10 +525,12 @@ def _add_classifier(model, config):
 class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
     """Encoder + pooler + dropout + linear classifier, for single sentences and sentence pairs (GLUE).
 
-    ``forward(..., labels) -> SequenceClassifierOutput`` with ``logits`` (B, num_labels). The loss follows
-    ``config.problem_type`` as transformers does (set on the first call when ``None``): ``"regression"``
-    (num_labels == 1; MSE on float labels (B,)), ``"single_label_classification"`` (cross-entropy on long labels
-    (B,)), ``"multi_label_classification"`` (BCE with logits on float labels (B, num_labels)).
+    ``forward(..., labels) -> SequenceClassifierOutput`` with ``logits`` (B, num_labels). The loss is transformers'
+    ``self.loss_function`` (``loss_utils.ForSequenceClassificationLoss``, chosen by the class name) on float32 logits,
+    following ``config.problem_type`` (set on the first call when ``None``): ``"regression"`` (num_labels == 1; MSE on
+    float labels (B,)), ``"single_label_classification"`` (cross-entropy on long labels (B,)),
+    ``"multi_label_classification"`` (BCE with logits on float labels (B, num_labels)). Labels other than long/int32
+    class ids (and any labels of a multi-label problem) are cast to float32 first.
     """
 
     def __init__(self, config: SesameBertConfig):
@@ -543,23 +545,10 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
                             output_attentions, output_hidden_states, return_dict=True)
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
-        if labels is not None:
-            if self.config.problem_type is None:
-                if self.num_labels == 1:
-                    self.config.problem_type = "regression"
-                elif labels.dtype in (torch.long, torch.int):
-                    self.config.problem_type = "single_label_classification"
-                else:
-                    self.config.problem_type = "multi_label_classification"
-            if self.config.problem_type == "regression":
-                if self.num_labels == 1:
-                    loss = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
-                else:
-                    loss = F.mse_loss(logits.float(), labels.float())
-            elif self.config.problem_type == "single_label_classification":
-                loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
-            else:
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
+            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
+            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
+                                      config=self.config)
         out = SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
         return self._finish(out, return_dict)
 

@@ -21,18 +21,15 @@ Presets (``PRESETS``, for ``pretrain --config_name``):
 """
 
 from transformers import (
-    AutoConfig,
     AutoModel,
     AutoModelForPreTraining,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
-    AutoTokenizer,
     PretrainedConfig,
 )
 
-from tokenizer.elmo_tokenization import SesameElmoTokenizer
-
+from .._auto import register_family
 from .configuration_elmo import ELMO_CNN_FILTERS, SesameElmoConfig
 from .modeling_elmo import (
     ScalarMix,
@@ -43,6 +40,7 @@ from .modeling_elmo import (
     SesameElmoModel,
     SesameElmoPreTrainedModel,
 )
+from .tokenization_elmo import SesameElmoTokenizer
 
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "elmo-small": (
@@ -57,20 +55,16 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     ),
 }
 
-_AUTO = [
-    (AutoModel, SesameElmoModel),
-    (AutoModelForPreTraining, SesameElmoForBidirectionalLM),
-    (AutoModelForSequenceClassification, SesameElmoForSequenceClassification),
-    (AutoModelForQuestionAnswering, SesameElmoForQuestionAnswering),
-    (AutoModelForTokenClassification, SesameElmoForTokenClassification),
-]
+#: Auto class -> SesameElmo class (registered in-process and marked for ``auto_map``).
+AUTO_CLASSES = {
+    AutoModel: SesameElmoModel,
+    AutoModelForPreTraining: SesameElmoForBidirectionalLM,
+    AutoModelForSequenceClassification: SesameElmoForSequenceClassification,
+    AutoModelForQuestionAnswering: SesameElmoForQuestionAnswering,
+    AutoModelForTokenClassification: SesameElmoForTokenClassification,
+}
 
-AutoConfig.register(SesameElmoConfig.model_type, SesameElmoConfig, exist_ok=True)
-SesameElmoConfig.register_for_auto_class()
-for _auto, _cls in _AUTO:
-    _auto.register(SesameElmoConfig, _cls, exist_ok=True)
-    _cls.register_for_auto_class(_auto.__name__)
-AutoTokenizer.register(SesameElmoConfig, slow_tokenizer_class=SesameElmoTokenizer, exist_ok=True)
+register_family(SesameElmoConfig, AUTO_CLASSES, SesameElmoTokenizer)
 
 __all__ = [
     "SesameElmoConfig",

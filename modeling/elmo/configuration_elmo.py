@@ -2,11 +2,14 @@
 
 Field names follow bilm-tf's ``options.json`` where one exists (``char_cnn.filters``, ``n_highway``,
 ``lstm.dim`` = ``cell_size``, ``lstm.projection_dim``, ``cell_clip``, ``proj_clip``, ``n_negative_samples_batch``
-= ``num_sampled``). Imports only transformers/stdlib (remote code).
+= ``num_sampled``). Imports only transformers / huggingface_hub and the standard library (remote code).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
 #: Peters et al. (2018) / bilm-tf character CNN: (width, number of filters); 2048 filters in all.
@@ -24,8 +27,10 @@ DEFAULT_AUTO_MAP = {
 }
 
 
+@strict
 class SesameElmoConfig(PretrainedConfig):
-    r"""Configuration of :class:`SesameElmoModel` and its heads.
+    r"""Configuration of :class:`SesameElmoModel` and its heads: a ``@strict`` dataclass (huggingface_hub), as
+    ``SesameBertConfig``; each field's type and default below, the choices checked by :meth:`validate_architecture`.
 
     BiLM (Peters et al. 2018, "Deep contextualized word representations"; bilm-tf):
 
@@ -35,13 +40,13 @@ class SesameElmoConfig(PretrainedConfig):
         max_characters_per_token (`int`, 50): characters per token.
         char_embedding_dim (`int`, 16): character embedding size.
         cnn_filters (`list[list[int]]`): ``[[width, n_filters], ...]`` of the character CNN (max-pooled over
-            the characters); default the paper's, 2048 filters.
+            the characters); ``None`` (the default) = the paper's, :data:`ELMO_CNN_FILTERS` (2048 filters).
         cnn_activation (`str`, "relu"): "relu" | "tanh" after each convolution (ELMo: relu).
         num_highway_layers (`int`, 2): highway layers on the concatenated CNN features.
         projection_dim (`int`, 512): size of layer 0 (the projection after the highway layers) and of each
             LSTM's output (its projection), as in bilm-tf where both equal ``lstm.projection_dim``.
         cell_size (`int`, 4096): LSTM memory cell size (GRU hidden size for ``cell_type="gru"``).
-        num_layers (`int`, 2): LSTM layers per direction.
+        num_layers (`int`, 2): LSTM layers per direction (>= 1).
         cell_type (`str`, "lstm"): "lstm" (``nn.LSTM(proj_size=projection_dim)``) | "gru" (``nn.GRU`` of
             ``cell_size`` followed by a linear projection to ``projection_dim``).
         cell_clip (`float`, optional): clip the LSTM memory cell to ``[-c, c]`` (bilm-tf: 3). ``None`` =
@@ -61,94 +66,89 @@ class SesameElmoConfig(PretrainedConfig):
         adaptive_cutoffs (`list[int]`, optional): cluster cut-offs of the adaptive softmax (increasing,
             < vocab_size); default ``[V/20, V/4]`` rounded (>= 2 words each).
         adaptive_div_value (`float`, 4.0): size divisor of the tail clusters' projections.
+        initializer_range (`float`, 0.05): read by transformers' generic utilities (the default ``_init_weights``,
+            ``resize_token_embeddings``); SesameElmo's own initialisation (fan-in normal, Xavier LSTMs; see
+            ``SesameElmoPreTrainedModel._init_weights``) does not use it.
 
     Downstream heads (Peters et al. 2018, section 3.3: ELMo_k = gamma * sum_j softmax(s)_j h_{k,j}):
 
     Args:
         freeze_backbone (`bool`, True): keep the BiLM's weights frozen (and its dropout off); the heads
-            train only ScalarMix's gamma and s and the task layers. False fine-tunes the BiLM too.
+            train only ScalarMix's gamma and s and the task layers. False fine-tunes the BiLM too. A field of this
+            config only: fine-tuning scripts set it for any model whose config has it.
         scalar_mix_layer_norm (`bool`, False): layer-normalise each layer before mixing (AllenNLP's
             ``do_layer_norm``).
         task_hidden_size (`int`, 128): hidden size per direction of the task BiLSTM (0 = no BiLSTM).
         pooling (`str`, "max"): sentence pooling "max" | "mean" | "attention" | "cnn" (Kim 2014).
-        cnn_pool_widths (`list[int]`, [3, 4, 5]): filter widths of the "cnn" pooling.
+        cnn_pool_widths (`list[int]`, [3, 4, 5]): filter widths of the "cnn" pooling (``None`` = the default).
         cnn_pool_filters (`int`, 100): filters per width of the "cnn" pooling.
         classifier_hidden_size (`int`, 256): hidden size of the classification MLP (0 = linear).
         classifier_dropout (`float`, 0.2): dropout on the mixed features and before the classifier.
+
+    Special tokens (the ids of :class:`SesameElmoTokenizer`'s vocabulary):
+
+    Args:
+        pad_token_id (`int`, 0): ``<pad>``. bos_token_id (`int`, 1): ``<S>``. eos_token_id (`int`, 2): ``</S>``.
+
+    Raises:
+        ValueError: a string field outside its choices, clipping with ``cell_type="gru"``, or ``num_layers < 1``
+            (raised as such at construction; ``save_pretrained`` re-runs the check through ``@strict``'s
+            ``validate()``, which wraps it in ``StrictDataclassClassValidationError``).
     """
 
     model_type = "sesame-elmo"
 
-    def __init__(
-        self,
-        vocab_size: int = 30000,
-        char_vocab_size: int = 262,
-        max_characters_per_token: int = 50,
-        char_embedding_dim: int = 16,
-        cnn_filters: list[list[int]] | None = None,
-        cnn_activation: str = "relu",
-        num_highway_layers: int = 2,
-        projection_dim: int = 512,
-        cell_size: int = 4096,
-        num_layers: int = 2,
-        cell_type: str = "lstm",
-        cell_clip: float | None = None,
-        proj_clip: float | None = None,
-        use_residual: bool = True,
-        fused_cpu_lstm: bool = True,
-        dropout: float = 0.1,
-        softmax: str = "full",
-        num_sampled: int = 8192,
-        adaptive_cutoffs: list[int] | None = None,
-        adaptive_div_value: float = 4.0,
-        initializer_range: float = 0.05,
-        freeze_backbone: bool = True,
-        scalar_mix_layer_norm: bool = False,
-        task_hidden_size: int = 128,
-        pooling: str = "max",
-        cnn_pool_widths: list[int] | None = None,
-        cnn_pool_filters: int = 100,
-        classifier_hidden_size: int = 256,
-        classifier_dropout: float = 0.2,
-        pad_token_id: int = 0,
-        bos_token_id: int = 1,
-        eos_token_id: int = 2,
-        **kwargs,
-    ):
-        self.vocab_size = vocab_size
-        self.char_vocab_size = char_vocab_size
-        self.max_characters_per_token = max_characters_per_token
-        self.char_embedding_dim = char_embedding_dim
-        self.cnn_filters = [list(f) for f in (cnn_filters if cnn_filters is not None else ELMO_CNN_FILTERS)]
-        self.cnn_activation = cnn_activation
-        self.num_highway_layers = num_highway_layers
-        self.projection_dim = projection_dim
-        self.cell_size = cell_size
-        self.num_layers = num_layers
-        self.cell_type = cell_type
-        self.cell_clip = cell_clip
-        self.proj_clip = proj_clip
-        self.use_residual = use_residual
-        self.fused_cpu_lstm = fused_cpu_lstm
-        self.dropout = dropout
-        self.softmax = softmax
-        self.num_sampled = num_sampled
-        self.adaptive_cutoffs = list(adaptive_cutoffs) if adaptive_cutoffs is not None else None
-        self.adaptive_div_value = adaptive_div_value
-        self.initializer_range = initializer_range
-        self.freeze_backbone = freeze_backbone
-        self.scalar_mix_layer_norm = scalar_mix_layer_norm
-        self.task_hidden_size = task_hidden_size
-        self.pooling = pooling
-        self.cnn_pool_widths = list(cnn_pool_widths) if cnn_pool_widths is not None else [3, 4, 5]
-        self.cnn_pool_filters = cnn_pool_filters
-        self.classifier_hidden_size = classifier_hidden_size
-        self.classifier_dropout = classifier_dropout
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
-        self._validate()
+    vocab_size: int = 30000
+    char_vocab_size: int = 262
+    max_characters_per_token: int = 50
+    char_embedding_dim: int = 16
+    cnn_filters: list[list[int]] | None = None
+    cnn_activation: Literal["relu", "tanh"] = "relu"
+    num_highway_layers: int = 2
+    projection_dim: int = 512
+    cell_size: int = 4096
+    num_layers: int = 2
+    cell_type: Literal["lstm", "gru"] = "lstm"
+    cell_clip: float | int | None = None
+    proj_clip: float | int | None = None
+    use_residual: bool = True
+    fused_cpu_lstm: bool = True
+    dropout: float | int = 0.1
+    softmax: Literal["full", "sampled", "adaptive"] = "full"
+    num_sampled: int = 8192
+    adaptive_cutoffs: list[int] | None = None
+    adaptive_div_value: float | int = 4.0
+    initializer_range: float = 0.05
+    freeze_backbone: bool = True
+    scalar_mix_layer_norm: bool = False
+    task_hidden_size: int = 128
+    pooling: Literal["max", "mean", "attention", "cnn"] = "max"
+    cnn_pool_widths: list[int] | None = None
+    cnn_pool_filters: int = 100
+    classifier_hidden_size: int = 256
+    classifier_dropout: float | int = 0.2
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
 
-    def _validate(self) -> None:
+    def __post_init__(self, **kwargs):
+        """Fill the list defaults (fresh lists, tuples accepted), the default ``auto_map``, and check the choices."""
+        self.cnn_filters = [list(f) for f in (self.cnn_filters if self.cnn_filters is not None else ELMO_CNN_FILTERS)]
+        self.adaptive_cutoffs = list(self.adaptive_cutoffs) if self.adaptive_cutoffs is not None else None
+        self.cnn_pool_widths = list(self.cnn_pool_widths) if self.cnn_pool_widths is not None else [3, 4, 5]
+        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
+        super().__post_init__(**kwargs)
+        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
+        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
+        self.validate_architecture()
+
+    def validate_architecture(self) -> None:
+        """Check the string-valued choices, clipping and ``num_layers`` (``@strict`` class validator).
+
+        Raises:
+            ValueError: with the field, its value and what is expected.
+        """
+        super().validate_architecture()
         choices = {"cnn_activation": ("relu", "tanh"), "cell_type": ("lstm", "gru"),
                    "softmax": ("full", "sampled", "adaptive"), "pooling": ("max", "mean", "attention", "cnn")}
         for field, allowed in choices.items():

@@ -23,7 +23,7 @@ Deviations from bilm-tf (documented on purpose):
   cannot clip; with ``cell_clip``/``proj_clip`` set, a step-by-step loop with the *same parameters*
   (``weight_ih_l0``, ``weight_hh_l0``, ``bias_*``, ``weight_hr_l0``) is used instead, which is slower. The
   presets leave clipping off (``None``) to keep the fused kernels (cuDNN on GPU; on CPU
-  :class:`BiLSTMProjectionFunction`, or with ``fused_cpu_lstm=False`` PyTorch's native LSTM kernel --
+  ``lstm_elmo.BiLSTMProjectionFunction``, or with ``fused_cpu_lstm=False`` PyTorch's native LSTM kernel --
   oneDNN does not take projections and says so in a one-time UserWarning).
 * ``nn.LSTM`` has two bias vectors (``bias_ih`` and ``bias_hh``) where TensorFlow's LSTMCell has one:
   4 * cell_size redundant parameters per layer and direction. bilm-tf's forget bias of 1.0 is the
@@ -46,7 +46,10 @@ CUDA bf16 autocast); losses are computed in float32.
 Speed: layer 0 is computed once per distinct token of a batch (``torch.unique`` over the character rows),
 5x less work on running text at B=32, T=128; the result is the same as per token.
 
-Imports only torch, transformers and the sibling configuration file (remote code).
+Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
+clipping, per-sequence reversal) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
+tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
+code: a saved folder carries them).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import SesameElmoConfig
+from .lstm_elmo import DirectionalStack, full_precision, run_bilm_stacks
 
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 
@@ -78,7 +82,8 @@ class SesameElmoModelOutput(ModelOutput):
 
     Args:
         last_hidden_state: ``(B, T, 2P)`` float, the top layer ``[forward h; backward h]`` (0 at padding).
-        hidden_states: ``num_layers + 1`` tensors ``(B, T, 2P)``: layer 0 (``[x; x]``) then each LSTM layer.
+        hidden_states: ``num_layers + 1`` tensors ``(B, T, 2P)``: layer 0 (``[x; x]``, the tensor both LSTM stacks
+            read) then each LSTM layer.
         mask: ``(B, T)`` long, the attention mask used.
     """
 
@@ -159,191 +164,6 @@ class CharCNNEncoder(nn.Module):
         return self.encode_words(unique)[inverse].reshape(b, t, -1)
 
 
-# --------------------------------------------------------------------------------------------- LSTM stacks
-def full_precision(x: torch.Tensor, module: nn.Module):
-    """``(x cast to module's parameter dtype, a context with autocast disabled on x's device)``: how the LSTMs
-    and the adaptive softmax run under mixed precision (float32 parameters -> float32 computation)."""
-    dtype = next(module.parameters()).dtype
-    return x.to(dtype), torch.autocast(device_type=x.device.type, enabled=False)
-
-
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each sequence of ``x (B, T, ...)`` within its length (right padding stays in place).
-
-    An involution: ``reverse_padded(reverse_padded(x, n), n) == x``.
-    """
-    b, t = x.shape[:2]
-    pos = torch.arange(t, device=x.device).unsqueeze(0).expand(b, t)
-    rev = lengths.unsqueeze(1) - 1 - pos
-    idx = torch.where(rev >= 0, rev, pos)
-    idx = idx.reshape(b, t, *([1] * (x.dim() - 2))).expand_as(x)
-    return x.gather(1, idx)
-
-
-def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_clip: float | None) -> torch.Tensor:
-    """Run a one-layer ``nn.LSTM(proj_size=P)`` step by step with bilm-tf's clipping of the memory cell to
-    ``[-cell_clip, cell_clip]`` and of the projected output to ``[-proj_clip, proj_clip]``.
-
-    Same parameters and gate order (input, forget, cell, output) as ``nn.LSTM``; with no clipping it equals
-    ``lstm(x)[0]``. ``x (B, T, I)`` -> ``(B, T, P)``.
-    """
-    b, t, _ = x.shape
-    gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-    w_hh, w_hr = lstm.weight_hh_l0, getattr(lstm, "weight_hr_l0", None)
-    h = x.new_zeros(b, w_hh.shape[1])
-    c = x.new_zeros(b, lstm.hidden_size)
-    outputs = []
-    for step in range(t):
-        i, f, g, o = (gates_x[:, step] + F.linear(h, w_hh)).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip is not None:
-            c = c.clamp(-cell_clip, cell_clip)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        if w_hr is not None:
-            h = F.linear(h, w_hr)
-        if proj_clip is not None:
-            h = h.clamp(-proj_clip, proj_clip)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1)
-
-
-class BiLSTMProjectionFunction(torch.autograd.Function):
-    """The forward and the backward LSTM with projection (Sak et al. 2014) of one biLM layer, stepped together.
-
-    Each direction has its own weights and its own input (the backward one already reversed within each
-    sequence), so the two recurrences are independent: they are batched over a leading direction axis, one
-    ``bmm`` per time step for both (on 2 threads each core takes one direction's small GEMM). The backward
-    pass is backpropagation through time written out: per step only the gate gradients and the two
-    recurrent products; the weight gradients are one large GEMM each over all time steps, instead of one
-    small GEMM per step (inner dimension = batch size). Same equations and gate order (input, forget, cell, output) as
-    ``nn.LSTM(proj_size=P)`` with zero initial states:
-
-        g_t = W_ih x_t + W_hh h_{t-1} + b;  i, f, o = sigmoid(g_i, g_f, g_o);  u = tanh(g_u)
-        c_t = f * c_{t-1} + i * u;  h_t = W_hr (o * tanh(c_t))
-
-    Args (``apply``):
-        x: ``(2, B, T, I)`` float, direction-major inputs.
-        weight_ih: ``(2, 4H, I)``; weight_hh: ``(2, 4H, P)``; bias: ``(2, 4H)`` (``bias_ih + bias_hh``);
-        weight_hr: ``(2, P, H)``.
-
-    Returns:
-        ``(2, B, T, P)``: the projected outputs ``h_t`` of each direction.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr):
-        _, b, t, i_size = x.shape
-        p, h_size = weight_hr.shape[1], weight_hr.shape[2]
-        x_tm = x.transpose(1, 2).reshape(2, t * b, i_size)  # time-major rows per direction
-        gates_x = torch.baddbmm(bias.unsqueeze(1), x_tm, weight_ih.transpose(1, 2)).view(2, t, b, 4 * h_size)
-        gates_x = gates_x.transpose(0, 1)  # (T, 2, B, 4H) view
-        gates = x.new_empty(t, 2, b, 4 * h_size)  # activations i, f, u, o
-        tanh_cells = x.new_empty(t, 2, b, h_size)
-        cells = x.new_empty(t, 2, b, h_size)
-        out = x.new_empty(t, 2, b, p)
-        h, c = x.new_zeros(2, b, p), x.new_zeros(2, b, h_size)
-        w_hh_t, w_hr_t = weight_hh.transpose(1, 2), weight_hr.transpose(1, 2)
-        for s in range(t):
-            g = torch.baddbmm(gates_x[s], h, w_hh_t, out=gates[s])
-            g[..., : 2 * h_size].sigmoid_()
-            g[..., 2 * h_size : 3 * h_size].tanh_()
-            g[..., 3 * h_size :].sigmoid_()
-            i, f, u, o = g.chunk(4, dim=-1)
-            c = torch.addcmul(f * c, i, u, out=cells[s])
-            tc = torch.tanh(c, out=tanh_cells[s])
-            h = torch.bmm(o * tc, w_hr_t, out=out[s])
-        ctx.save_for_backward(x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out)
-        return out.permute(1, 2, 0, 3)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x_tm, weight_ih, weight_hh, weight_hr, gates, cells, tanh_cells, out = ctx.saved_tensors
-        t, _, b, h_size = cells.shape
-        p = weight_hr.shape[1]
-        grad_out = grad_out.permute(2, 0, 1, 3)  # (T, 2, B, P)
-        grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activations
-        grad_h = torch.empty_like(out)  # total gradient of each h_t
-        dh_next, dc_next = out.new_zeros(2, b, p), out.new_zeros(2, b, h_size)
-        for s in range(t - 1, -1, -1):
-            dh = torch.add(grad_out[s], dh_next, out=grad_h[s])
-            d_hc = torch.bmm(dh, weight_hr)  # gradient of o * tanh(c)
-            i, f, u, o = gates[s].chunk(4, dim=-1)
-            tc = tanh_cells[s]
-            dc = torch.addcmul(dc_next, d_hc * o, 1 - tc * tc)
-            di, df, du, do = grad_gates[s].chunk(4, dim=-1)
-            torch.mul(dc * u, i * (1 - i), out=di)
-            if s > 0:
-                torch.mul(dc * cells[s - 1], f * (1 - f), out=df)
-            else:
-                df.zero_()
-            torch.mul(dc * i, 1 - u * u, out=du)
-            torch.mul(d_hc * tc, o * (1 - o), out=do)
-            dc_next = dc * f
-            dh_next = torch.bmm(grad_gates[s], weight_hh)
-        # weight gradients: one GEMM each over all (t, b) rows, per direction
-        gg = grad_gates.transpose(0, 1).reshape(2, t * b, 4 * h_size)
-        h_prev = torch.cat([out.new_zeros(1, 2, b, p), out[:-1]]).transpose(0, 1).reshape(2, t * b, p)
-        hc = (gates[..., 3 * h_size :] * tanh_cells).transpose(0, 1).reshape(2, t * b, h_size)
-        grad_weight_hr = torch.bmm(grad_h.transpose(0, 1).reshape(2, t * b, p).transpose(1, 2), hc)
-        grad_weight_hh = torch.bmm(gg.transpose(1, 2), h_prev)
-        grad_weight_ih = torch.bmm(gg.transpose(1, 2), x_tm)
-        grad_x = torch.bmm(gg, weight_ih).view(2, t, b, -1).transpose(1, 2)
-        return grad_x, grad_weight_ih, grad_weight_hh, gg.sum(1), grad_weight_hr
-
-
-def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
-    """Whether :class:`BiLSTMProjectionFunction` runs the LSTM layers: ``config.fused_cpu_lstm``, LSTM cells
-    with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast."""
-    return (
-        config.fused_cpu_lstm
-        and config.cell_type == "lstm"
-        and config.projection_dim < config.cell_size
-        and config.cell_clip is None
-        and config.proj_clip is None
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.float64)
-        and not torch.is_autocast_enabled("cpu")
-    )
-
-
-class RecurrentLayer(nn.Module):
-    """One recurrent layer of a direction: LSTM with projection, or GRU + linear projection.
-
-    ``(B, T, P)`` -> ``(B, T, P)``; causal (position ``t`` depends only on inputs ``<= t``).
-    """
-
-    def __init__(self, config: SesameElmoConfig):
-        super().__init__()
-        self.config = config
-        p, h = config.projection_dim, config.cell_size
-        if config.cell_type == "lstm":  # LSTM with projection when P < H; a plain LSTM (+ linear) otherwise
-            self.rnn = nn.LSTM(p, h, batch_first=True, proj_size=p if p < h else 0)
-            self.proj = nn.Linear(h, p, bias=False) if p > h else None
-        else:
-            self.rnn = nn.GRU(p, h, batch_first=True)
-            self.proj = nn.Linear(h, p, bias=False) if h != p else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        cfg = self.config
-        if cfg.cell_type == "lstm" and (cfg.cell_clip is not None or cfg.proj_clip is not None):
-            out = lstm_clipped(self.rnn, x, cfg.cell_clip, cfg.proj_clip)
-        else:
-            out = self.rnn(x)[0]
-        return self.proj(out) if self.proj is not None else out
-
-
-class DirectionalStack(nn.Module):
-    """The ``num_layers`` recurrent layers of one direction (each ``(B, T, P) -> (B, T, P)``), with the dropout
-    on each layer's input and the residual flag. A container: :meth:`SesameElmoModel._bilm_layers` runs both
-    directions' stacks layer by layer (residual from the second layer on)."""
-
-    def __init__(self, config: SesameElmoConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(RecurrentLayer(config) for _ in range(config.num_layers))
-        self.dropout = nn.Dropout(config.dropout)
-        self.use_residual = config.use_residual
-
-
 # --------------------------------------------------------------------------------------------- ScalarMix
 class ScalarMix(nn.Module):
     """Learned layer mixture of ELMo (Peters et al. 2018, eq. 1): ``gamma * sum_j softmax(s)_j h_j``.
@@ -415,6 +235,15 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
 
+    def _finish(self, output: ModelOutput, return_dict: bool | None):
+        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
+        ``config.return_dict``) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
+        """``output_hidden_states``, defaulting to the config's."""
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
 
 def _check_mask(mask: torch.Tensor) -> torch.Tensor:
     if mask.shape[1] > 1 and bool((mask[:, 1:] > mask[:, :-1]).any()):
@@ -422,20 +251,43 @@ def _check_mask(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum(dim=1)
 
 
+def _input_mask(char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``attention_mask``, or by default ``(B, T)`` long: the tokens whose character ids are not all 0 (every
+    position of ``inputs_embeds``).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds`` given.
+    """
+    if (char_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of char_ids (B, T, 50) or inputs_embeds (B, T, projection_dim)")
+    if attention_mask is not None:
+        return attention_mask
+    if char_ids is not None:
+        return (char_ids != 0).any(dim=-1).long()
+    return torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+
+
 class SesameElmoModel(SesameElmoPreTrainedModel):
     """The ELMo BiLM encoder: char-CNN layer 0 + separate forward / backward LSTM stacks.
 
     Forward args:
-        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenizer.elmo_tokenization``).
-        attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0.
+        char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenization_elmo.py``); the main input.
+        attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0 (with
+            ``inputs_embeds``: every position).
+        inputs_embeds: ``(B, T, P)`` float instead of ``char_ids``: layer 0, the token representations that
+            :meth:`get_input_embeddings` (the character CNN + highway + projection) computes from ``char_ids``.
+        return_dict: a :class:`SesameElmoModelOutput` (default ``config.return_dict``) or its tuple.
         input_ids, token_type_ids: accepted and ignored (the encoder reads characters only).
 
     Returns:
         :class:`SesameElmoModelOutput` with ``hidden_states`` = ``num_layers + 1`` tensors ``(B, T, 2P)``
-        (zeros at padding) and ``last_hidden_state`` = the top one.
+        (zeros at padding; always returned, ELMo's output is all its layers) and ``last_hidden_state`` = the top
+        one. ``hidden_states[0]`` is ``[x; x]`` (x = layer 0, masked), the tensor whose halves the forward and the
+        backward LSTM stacks read: gradients of the upper layers reach it.
 
     Raises:
-        ValueError: a left-padded or holed ``attention_mask``.
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded or holed ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -445,56 +297,36 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         self.backward_stack = DirectionalStack(config)
         self.post_init()
 
-    def _bilm_layers(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Run both stacks on layer 0 ``x (B, T, P)``: dropout on each layer's input, residual from the second
-        layer on. Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when
-        :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls. Returns the forward and the
-        backward layer outputs, each ``(B, T, P)``; the backward ones still reversed within each sequence."""
-        fwd, bwd = self.forward_stack, self.backward_stack
-        x, no_autocast = full_precision(x, fwd)
-        forward_layers, backward_layers = [], []
-        with no_autocast:  # the LSTMs run in float32 under autocast (see the module docstring)
-            fused = fused_lstm_applies(self.config, x)
-            xs = (x, reverse_padded(x, lengths))
-            for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
-                inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
-                if fused:
-                    rf, rb = lf.rnn, lb.rnn
-                    of, ob = BiLSTMProjectionFunction.apply(
-                        torch.stack(inputs),
-                        torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
-                        torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
-                        torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
-                        torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
-                    ).unbind(0)
-                else:
-                    of, ob = lf(inputs[0]), lb(inputs[1])
-                if fwd.use_residual and j > 0:
-                    of, ob = of + xs[0], ob + xs[1]
-                forward_layers.append(of)
-                backward_layers.append(ob)
-                xs = (of, ob)
-        return forward_layers, backward_layers
+    def get_input_embeddings(self) -> nn.Module:
+        """The module that computes layer 0 from the main input: :class:`CharCNNEncoder`, ``char_ids (B, T, 50)``
+        long -> ``(B, T, projection_dim)`` float, what ``inputs_embeds`` replaces."""
+        return self.char_encoder
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.char_encoder = value
 
     def forward(
         self,
-        char_ids: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        input_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SesameElmoModelOutput:
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
+    ) -> SesameElmoModelOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
         lengths = _check_mask(attention_mask)
-        x = self.char_encoder(char_ids)
+        x = self.char_encoder(char_ids) if inputs_embeds is None else inputs_embeds
         keep = attention_mask.unsqueeze(-1).to(x.dtype)
         x = x * keep
-        forward_layers, backward_layers = self._bilm_layers(x, lengths)
-        backward_layers = [reverse_padded(h, lengths) for h in backward_layers]
-        hidden = [torch.cat([x, x], dim=-1)]
-        hidden += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
-        return SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
+        layer0 = torch.cat([x, x], dim=-1)  # the stacks read its halves: layer 0 as returned is in the graph
+        p = self.config.projection_dim
+        forward_layers, backward_layers = run_bilm_stacks(self.config, self.forward_stack, self.backward_stack,
+                                                          layer0[..., :p], layer0[..., p:], lengths)
+        hidden = [layer0] + [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
+        out = SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
+        return self._finish(out, return_dict)
 
 
 # --------------------------------------------------------------------------------------------- BiLM
@@ -509,13 +341,19 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
     """The BiLM with its shared softmax, for pretraining (``AutoModelForPreTraining``).
 
     Forward args:
-        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, right padded).
-        char_ids: ``(B, T, 50)`` long character ids.
-        attention_mask: ``(B, T)`` 0/1 (default: all ones).
+        char_ids: ``(B, T, 50)`` long character ids (the main input), or ``inputs_embeds`` ``(B, T, P)``: layer 0
+            (see :class:`SesameElmoModel`).
+        attention_mask: ``(B, T)`` 0/1 (default: tokens whose char ids are not all 0; every position with
+            ``inputs_embeds``).
+        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, right padded): the words to predict.
         labels: ``(B, T)`` long word ids to predict, -100 = ignored; default ``input_ids`` with padding
             set to -100. The forward LM at ``t`` predicts ``labels[t + 1]``; the backward LM at ``t``
             predicts ``labels[t - 1]`` (so ``<S>`` is predicted only backward, ``</S>`` only forward).
-        output_hidden_states: also return the layer representations.
+        output_hidden_states: also return the layer representations (default ``config.output_hidden_states``).
+        return_dict: the output dataclass (default ``config.return_dict``) or its tuple.
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; neither ``input_ids`` nor ``labels``.
 
     Returns:
         :class:`SesameElmoBiLMOutput`: ``loss = (forward_loss + backward_loss) / 2`` (mean NLL of each
@@ -586,19 +424,18 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
 
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SesameElmoBiLMOutput:
-        if char_ids is None:
-            raise ValueError("SesameElmoForBidirectionalLM needs char_ids (B, T, 50)")
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        out = self.elmo(char_ids, attention_mask=attention_mask)
+    ) -> SesameElmoBiLMOutput | tuple:
+        out = self.elmo(char_ids, attention_mask, inputs_embeds=inputs_embeds, return_dict=True)
+        attention_mask = out.mask
         if labels is None:
             if input_ids is None:
                 raise ValueError("SesameElmoForBidirectionalLM needs input_ids or labels (the words to predict)")
@@ -611,14 +448,15 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         nf, nb = torch.tensor(tf.numel(), device=top.device), torch.tensor(tb.numel(), device=top.device)
         forward_loss = self._nll_sum(hf, tf, samples) / nf.clamp(min=1)
         backward_loss = self._nll_sum(hb, tb, samples) / nb.clamp(min=1)
-        return SesameElmoBiLMOutput(
+        output = SesameElmoBiLMOutput(
             loss=(forward_loss + backward_loss) / 2,
             forward_loss=forward_loss,
             backward_loss=backward_loss,
             forward_num_tokens=nf,
             backward_num_tokens=nb,
-            hidden_states=out.hidden_states if output_hidden_states else None,
+            hidden_states=out.hidden_states if self._hidden_flag(output_hidden_states) else None,
         )
+        return self._finish(output, return_dict)
 
     @torch.no_grad()
     def log_probs(self, char_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
@@ -628,7 +466,7 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
             ``(forward_log_probs, backward_log_probs)``, each ``(B, T, V)`` float32: at position ``t`` the
             forward LM's log P(w_{t+1} | w_1..w_t) and the backward LM's log P(w_{t-1} | w_t..w_n).
         """
-        top = self.elmo(char_ids, attention_mask=attention_mask).last_hidden_state
+        top = self.elmo(char_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
         p = self.config.projection_dim
         return self._exact_log_probs(top[..., :p]), self._exact_log_probs(top[..., p:])
 
@@ -715,6 +553,14 @@ def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.reshape(*index.shape, *([1] * (x.dim() - 2))).expand(*index.shape, *x.shape[2:]))
 
 
+def _scatter_rows(rows: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """``rows (B, W, D)`` put at the positions ``index (B, W)`` of a ``(B, length, D)`` zero tensor (the inverse of
+    :func:`_gather_rows` for one sentence of a pair); rows where ``mask (B, W)`` is 0 add nothing."""
+    rows = rows * mask.unsqueeze(-1).to(rows.dtype)
+    out = rows.new_zeros(rows.shape[0], length, rows.shape[-1])
+    return out.scatter_add(1, index.unsqueeze(-1).expand_as(rows), rows)
+
+
 class _ElmoFeaturesMixin:
     """ELMo features for a head: the (frozen or fine-tuned) BiLM and a ScalarMix."""
 
@@ -727,49 +573,56 @@ class _ElmoFeaturesMixin:
         if self.config.freeze_backbone:
             self.elmo.requires_grad_(False)
 
-    def _features(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``(B, T, 50)``, ``(B, T)`` -> ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied)."""
+    def _features(self, char_ids: torch.Tensor | None, mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
+        """``char_ids (B, T, 50)`` (or layer 0, ``inputs_embeds (B, T, P)``), ``mask (B, T)`` -> ``(features, layers)``:
+        the ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied), and the BiLM's ``num_layers + 1``
+        layers ``(B, T, 2P)``."""
         if self.config.freeze_backbone:  # frozen: no gradient, no dropout inside the BiLM
             was_training = self.elmo.training
             self.elmo.eval()
             with torch.no_grad():
-                layers = self.elmo(char_ids, attention_mask=mask).hidden_states
+                layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
             self.elmo.train(was_training)
         else:
-            layers = self.elmo(char_ids, attention_mask=mask).hidden_states
-        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype)
+            layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
+        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype), layers
 
-    def _segment_features(self, char_ids, mask, token_type_ids):
-        """ELMo features of both sentences of a pair, each run through the BiLM alone (one batched call).
+    def _segment_features(self, char_ids, inputs_embeds, mask, token_type_ids):
+        """ELMo features of both sentences of a pair, each run through the BiLM alone (one batched call): each
+        sentence's tokens are taken from ``char_ids (B, T, 50)``, or from ``inputs_embeds (B, T, P)`` when given.
 
-        Returns ``[(features (B, T_s, 2P), mask (B, T_s), index (B, T_s)) for s in (0, 1)]``."""
+        Returns ``(segments, layers)``: ``segments = [(features (B, T_s, 2P), mask (B, T_s), index (B, T_s)) for s in
+        (0, 1)]`` (``index``: each token's position in the pair) and the BiLM's layers ``(2B, W, 2P)``, the first
+        sentences in rows ``0 .. B-1`` (see :meth:`_pair_hidden_states`)."""
         parts = [split_pair(token_type_ids, mask, s) for s in (0, 1)]
         width = max(p[0].shape[1] for p in parts)
-        chars, masks = [], []
+        source = char_ids if inputs_embeds is None else inputs_embeds
+        rows, masks = [], []
         for index, m in parts:
             pad = width - index.shape[1]
-            c = _gather_rows(char_ids, index) * m.unsqueeze(-1)
-            chars.append(F.pad(c, (0, 0, 0, pad)))
+            r = _gather_rows(source, index) * m.unsqueeze(-1).to(source.dtype)
+            rows.append(F.pad(r, (0, 0, 0, pad)))
             masks.append(F.pad(m, (0, pad)))
-        feats = self._features(torch.cat(chars), torch.cat(masks))
-        b = char_ids.shape[0]
-        return [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
-
-
-def _classification_loss(config, logits: torch.Tensor, labels: torch.Tensor, num_labels: int) -> torch.Tensor:
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
+        rows = torch.cat(rows)
+        if inputs_embeds is None:
+            feats, layers = self._features(rows, torch.cat(masks))
         else:
-            config.problem_type = "multi_label_classification"
-    logits = logits.float()  # losses in float32 under mixed precision
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).float()) if num_labels == 1 else F.mse_loss(logits, labels.float())
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits, labels.float())
+            feats, layers = self._features(None, torch.cat(masks), inputs_embeds=rows)
+        b = source.shape[0]
+        segments = [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
+        return segments, layers
+
+    @staticmethod
+    def _pair_hidden_states(layers, segments, length: int) -> tuple[torch.Tensor, ...]:
+        """The BiLM layers of a pair's sentences (from :meth:`_segment_features`) in the pair's layout: ``num_layers
+        + 1`` tensors ``(B, length, 2P)``, each token's representation computed with its own sentence alone, 0 at
+        padding."""
+        b = segments[0][1].shape[0]
+        return tuple(
+            sum(_scatter_rows(h[i * b : (i + 1) * b, : index.shape[1]], index, m, length)
+                for i, (_, m, index) in enumerate(segments))
+            for h in layers
+        )
 
 
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -778,11 +631,19 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
     as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
     ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018). Regression
-    (MSE) when ``num_labels == 1``; ``problem_type`` as in transformers.
+    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
+    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
+    to float32 unless they are long/int32 class ids.
 
-    Forward args: ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional,
-    ``labels (B,)`` long (float for regression). ``input_ids`` is ignored. Returns ``SequenceClassifierOutput``
-    with ``logits (B, num_labels)``.
+    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
+    :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
+    (B, T)``, ``token_type_ids (B, T)`` optional, ``labels (B,)`` long (float for regression), ``output_hidden_states``
+    (default ``config.output_hidden_states``), ``return_dict`` (default ``config.return_dict``). ``input_ids`` is
+    ignored. Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and, when asked, ``hidden_states``:
+    the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` (for a pair, each token's from its own sentence alone).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -810,35 +671,51 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
 
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput:
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
+    ) -> SequenceClassifierOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        want_hidden = self._hidden_flag(output_hidden_states)
         if token_type_ids is not None and bool((token_type_ids * attention_mask).any()):
-            (fa, ma, _), (fb, mb, _) = self._segment_features(char_ids, attention_mask, token_type_ids)
+            segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
+            (fa, ma, _), (fb, mb, _) = segments
             u, v = self._encode(fa, ma), self._encode(fb, mb)
             logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
             unused = self.classifier
+            hidden = self._pair_hidden_states(layers, segments, attention_mask.shape[1]) if want_hidden else None
         else:
-            logits = self.classifier(self._encode(self._features(char_ids, attention_mask), attention_mask))
+            feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
+            logits = self.classifier(self._encode(feats, attention_mask))
             unused = self.pair_classifier
+            hidden = layers if want_hidden else None
         # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
         # (find_unused_parameters=False) requires; the gradient it gets is 0.
         logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
-        loss = _classification_loss(self.config, logits, labels, self.num_labels) if labels is not None else None
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        loss = None
+        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
+            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
+            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
+                                      config=self.config)
+        return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
 class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Per-token tagging (NER, POS, ...): ScalarMix -> task BiLSTM -> linear.
 
-    Forward args: ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``labels (B, T)`` long with -100
-    ignored. Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)``.
+    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0), ``attention_mask (B, T)``,
+    ``labels (B, T)`` long with -100 ignored, ``output_hidden_states``, ``return_dict`` (defaults from the config).
+    Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)`` and, when asked, ``hidden_states`` (the
+    BiLM's ``num_layers + 1`` layers ``(B, T, 2P)``).
+
+    Raises:
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -851,15 +728,16 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         self.post_init()
         self._freeze()
 
-    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        h = self.encoder(self._features(char_ids, attention_mask), attention_mask)
-        logits = self.classifier(self.dropout(h))
+    def forward(self, char_ids=None, attention_mask=None, token_type_ids=None, input_ids=None, inputs_embeds=None,
+                labels=None, output_hidden_states=None, return_dict=None, **kwargs) -> TokenClassifierOutput | tuple:
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
+        logits = self.classifier(self.dropout(self.encoder(feats, attention_mask)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
+        return self._finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
 class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -876,8 +754,14 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
     their scores, position 0 gets a learned null score (SQuAD 2.0 "no answer", from the max-pooled
     modelling output), all other positions -10000.
 
-    Forward args: ``char_ids``, ``attention_mask``, ``token_type_ids`` (required), ``start_positions`` /
-    ``end_positions`` ``(B,)`` long (positions in the pair). Returns ``QuestionAnsweringModelOutput``.
+    Forward args: ``char_ids`` (or ``inputs_embeds (B, T, P)``, layer 0, laid out as ``char_ids``),
+    ``attention_mask``, ``token_type_ids`` (required), ``start_positions`` / ``end_positions`` ``(B,)`` long
+    (positions in the pair), ``output_hidden_states``, ``return_dict`` (defaults from the config). Returns
+    ``QuestionAnsweringModelOutput``; ``hidden_states`` when asked: the BiLM's ``num_layers + 1`` layers ``(B, T,
+    2P)``, each token's from its own sentence alone.
+
+    Raises:
+        ValueError: no ``token_type_ids``; none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -895,19 +779,22 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
 
     def forward(
         self,
-        input_ids=None,
         char_ids=None,
         attention_mask=None,
         token_type_ids=None,
+        input_ids=None,
+        inputs_embeds=None,
         start_positions=None,
         end_positions=None,
+        output_hidden_states=None,
+        return_dict=None,
         **kwargs,
-    ) -> QuestionAnsweringModelOutput:
+    ) -> QuestionAnsweringModelOutput | tuple:
         if token_type_ids is None:
             raise ValueError("SesameElmoForQuestionAnswering needs token_type_ids (0 = question, 1 = context)")
-        if attention_mask is None:
-            attention_mask = (char_ids != 0).any(dim=-1).long()
-        (fq, mq, _), (fc, mc, ic) = self._segment_features(char_ids, attention_mask, token_type_ids)
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
+        (fq, mq, _), (fc, mc, ic) = segments
         q, c = self.encoder(fq, mq), self.encoder(fc, mc)  # (B, Tq, d), (B, Tc, d)
         tc = c.shape[1]
         w_c, w_q, w_cq = self.similarity.weight.squeeze(0).chunk(3)
@@ -930,4 +817,7 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
             sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
             loss = (F.cross_entropy(start_logits.float(), sp, ignore_index=t)
                     + F.cross_entropy(end_logits.float(), ep, ignore_index=t)) / 2
-        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+        hidden = self._pair_hidden_states(layers, segments, t) if self._hidden_flag(output_hidden_states) else None
+        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                              hidden_states=hidden)
+        return self._finish(output, return_dict)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, parse_binary_tree
 from modeling.baselines.modeling_baseline import BinaryTreeLSTMCell, chars_to_word, fnv1a_32, ngram_bucket_ids
 
-from tokenizer.elmo_tokenization import word_to_char_ids
+from modeling.elmo.tokenization_elmo import word_to_char_ids
 
 
 def _batch(rows: list[list[int]], words: list[list[str]] | None = None):

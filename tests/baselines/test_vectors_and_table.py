@@ -45,7 +45,7 @@ def test_embeddings_from_vectors_give_gensims_word_vectors(vectors, tiny, encode
     from safetensors.torch import load_file
 
     from modeling.baselines import SesameBaselineModel, load_word_vectors
-    from tokenizer.elmo_tokenization import SesameElmoTokenizer
+    from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
     tok = SesameElmoTokenizer.from_pretrained(str(vectors))
     extra = {"embedding_mode": "multichannel"} if encoder_type == "cnn" else {}

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from modeling.elmo import ScalarMix, SesameElmoConfig, SesameElmoForBidirectionalLM, SesameElmoModel
-from modeling.elmo.modeling_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
+from modeling.elmo.lstm_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
 
 
 def _random_batch(b=2, t=9, vocab=100):
@@ -72,7 +72,7 @@ def test_loss_is_half_sum_of_directional_nll_with_counts(tiny):
     ids, chars = _random_batch(2, 7)
     mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
     chars[1, 4:] = 0
-    out = model(ids, chars, mask)
+    out = model(input_ids=ids, char_ids=chars, attention_mask=mask)
     fwd, bwd = model.log_probs(chars, mask)
     # reference: explicit loops over positions (forward at t -> t+1, backward at t -> t-1)
     f_terms = [-fwd[b, t, ids[b, t + 1]] for b in range(2) for t in range(6) if mask[b, t + 1]]
@@ -85,7 +85,7 @@ def test_loss_is_half_sum_of_directional_nll_with_counts(tiny):
     # explicit labels with -100 drop those targets
     labels = ids.masked_fill(mask == 0, -100)
     labels[0, 3] = -100
-    out2 = model(ids, chars, mask, labels=labels)
+    out2 = model(input_ids=ids, char_ids=chars, attention_mask=mask, labels=labels)
     assert int(out2.forward_num_tokens) == 8 and int(out2.backward_num_tokens) == 8
 
 
@@ -95,7 +95,7 @@ def test_adaptive_log_probs_sum_to_one_and_eval_loss_exact(tiny):
     fwd, bwd = model.log_probs(chars)
     torch.testing.assert_close(fwd.exp().sum(-1), torch.ones(2, 6))
     torch.testing.assert_close(bwd.exp().sum(-1), torch.ones(2, 6))
-    out = model(ids, chars)
+    out = model(input_ids=ids, char_ids=chars)
     ref = -fwd[:, :-1].gather(-1, ids[:, 1:, None]).mean()
     torch.testing.assert_close(out.forward_loss, ref)
 
@@ -105,13 +105,13 @@ def test_sampled_softmax_is_train_only_and_eval_is_exact(tiny):
     model = SesameElmoForBidirectionalLM(tiny(softmax="sampled", num_sampled=8))
     ids, chars = _random_batch(2, 6)
     model.eval()
-    exact = model(ids, chars).loss
+    exact = model(input_ids=ids, char_ids=chars).loss
     fwd, bwd = model.log_probs(chars)
     ref_f = -fwd[:, :-1].gather(-1, ids[:, 1:, None]).mean()
     ref_b = -bwd[:, 1:].gather(-1, ids[:, :-1, None]).mean()
     torch.testing.assert_close(exact, (ref_f + ref_b) / 2)
     model.train()
-    sampled = [model(ids, chars).loss.item() for _ in range(3)]
+    sampled = [model(input_ids=ids, char_ids=chars).loss.item() for _ in range(3)]
     assert len(set(sampled)) == 3  # fresh negatives each step
     assert all(s < exact.item() for s in sampled)  # 1 + 8 candidates instead of 100 words
 
@@ -143,13 +143,13 @@ def _train(config, sentences_ids, sentences_chars, mask, steps, lr=0.02, seed=0)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         model.train()
-        loss = model(sentences_ids, sentences_chars, mask).loss
+        loss = model(input_ids=sentences_ids, char_ids=sentences_chars, attention_mask=mask).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
     model.eval()
     with torch.no_grad():
-        return model(sentences_ids, sentences_chars, mask)
+        return model(input_ids=sentences_ids, char_ids=sentences_chars, attention_mask=mask)
 
 
 def test_tiny_model_overfits_and_sampled_adaptive_track_full(tiny, elmo_tokenizer, elmo_sentences):

@@ -28,9 +28,9 @@ def test_frozen_elmo_only_gamma_s_and_head_get_gradients(tiny, elmo_tokenizer):
             assert (p.grad == 0).all() == name.startswith("pair_classifier."), name
     assert model.scalar_mix.gamma.grad.abs() > 0 and model.scalar_mix.scalar_parameters.grad.abs().sum() > 0
     # the frozen BiLM runs without dropout even in training mode: the features are deterministic
-    feats = [model._features(batch["char_ids"], batch["attention_mask"]) for _ in range(2)]
+    feats = [model._features(batch["char_ids"], batch["attention_mask"])[0] for _ in range(2)]
     model.feature_dropout.p = 0.0
-    feats = [model._features(batch["char_ids"], batch["attention_mask"]) for _ in range(2)]
+    feats = [model._features(batch["char_ids"], batch["attention_mask"])[0] for _ in range(2)]
     torch.testing.assert_close(feats[0], feats[1])
 
 
@@ -51,7 +51,7 @@ def test_pair_encodes_each_sentence_alone(tiny, elmo_tokenizer):
         for x, y in zip(a, b):  # reference: each sentence tokenized and encoded on its own
             for text, store in ((x, us), (y, vs)):
                 enc = elmo_tokenizer(text, return_tensors="pt")
-                feats = model._features(enc["char_ids"], enc["attention_mask"])
+                feats = model._features(enc["char_ids"], enc["attention_mask"])[0]
                 store.append(model._encode(feats, enc["attention_mask"]))
         u, v = torch.cat(us), torch.cat(vs)
         ref = model.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))

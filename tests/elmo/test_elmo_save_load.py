@@ -36,6 +36,9 @@ def test_in_process_round_trip(tmp_path, tiny, elmo_tokenizer):
     for a, b in zip(model.elmo(batch["char_ids"], batch["attention_mask"]).hidden_states,
                     encoder(**batch).hidden_states):
         assert torch.equal(a, b)
+    # the model code travels with the folder: the model file, what it imports relatively, and the tokenizer's code
+    code = {"configuration_elmo.py", "modeling_elmo.py", "lstm_elmo.py", "tokenization_elmo.py"}
+    assert code <= {p.name for p in out_dir.iterdir()}
     auto_map = json.loads((out_dir / "config.json").read_text())["auto_map"]
     assert auto_map["AutoModelForSequenceClassification"] == "modeling_elmo.SesameElmoForSequenceClassification"
 

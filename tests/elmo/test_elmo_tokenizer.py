@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenizer.elmo_tokenization import SesameElmoTokenizer, word_to_char_ids
+from modeling.elmo.tokenization_elmo import SesameElmoTokenizer, word_to_char_ids
 from training.errors import InputError
 
 
@@ -94,4 +94,46 @@ def test_save_load_with_auto_tokenizer(elmo_tokenizer, tmp_path):
     assert type(loaded) is SesameElmoTokenizer
     text = ("The sailors shouted, and Elizabeth spoke.", "A dog.")
     assert loaded(*text) == elmo_tokenizer(*text)
-    assert (tmp_path / "tok" / "elmo_tokenization.py").exists()
+    assert (tmp_path / "tok" / "tokenization_elmo.py").exists()
+
+
+_OLD_FOLDER_REMOTE = """
+import importlib.abc, json, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("modeling", "tokenizer", "training"):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+enc = tok("The sailors shouted.", "A dog.")
+print(json.dumps({"module": type(tok).__module__, "input_ids": enc["input_ids"], "char_ids": enc["char_ids"]}))
+"""
+
+
+def test_a_folder_saved_before_the_move_still_loads(elmo_tokenizer, tmp_path):
+    """Folders written while the tokenizer lived in ``tokenizer/elmo_tokenization.py`` carry that file and name it in
+    ``auto_map``: they load in-process (the registered class) and as remote code (their own copy)."""
+    import json
+    import shutil
+
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
+    from transformers import AutoTokenizer
+
+    from _launch import run_remote_code_script
+
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "tok", old)
+    (old / "tokenization_elmo.py").rename(old / "elmo_tokenization.py")
+    config = json.loads((old / "tokenizer_config.json").read_text())
+    assert config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.SesameElmoTokenizer"
+    config["auto_map"]["AutoTokenizer"][0] = "elmo_tokenization.SesameElmoTokenizer"
+    (old / "tokenizer_config.json").write_text(json.dumps(config))
+
+    text = ("The sailors shouted.", "A dog.")
+    loaded = AutoTokenizer.from_pretrained(old)
+    assert type(loaded) is SesameElmoTokenizer and loaded(*text) == elmo_tokenizer(*text)
+    got = run_remote_code_script(_OLD_FOLDER_REMOTE, tmp_path, str(old))
+    assert got["module"].endswith("elmo_tokenization") and got["module"].startswith("transformers_modules")
+    reference = elmo_tokenizer(*text)
+    assert got["input_ids"] == reference["input_ids"] and got["char_ids"] == reference["char_ids"]

@@ -103,7 +103,7 @@ def test_cudnn_lstm_matches_the_fused_cpu_kernel(cuda, no_tf32):
     """Same parameters, float32: the BiLM on the CPU (BiLSTMProjectionFunction) and on CUDA (cuDNN nn.LSTM) give the
     same layer outputs and parameter gradients within 1e-5."""
     from modeling.elmo import SesameElmoConfig, SesameElmoModel
-    from modeling.elmo.modeling_elmo import fused_lstm_applies
+    from modeling.elmo.lstm_elmo import fused_lstm_applies
 
     torch.manual_seed(0)
     cpu_model = SesameElmoModel(SesameElmoConfig(**ELMO_TINY, fused_cpu_lstm=True)).train()

@@ -91,14 +91,14 @@ def test_elmo_lstms_run_in_float32_inside_autocast(make_elmo, batches, device):
 
 def test_fused_cpu_lstm_runs_inside_autocast(make_elmo, batches):
     """On the CPU the fused BiLSTM kernel (float32) is used under autocast too, with the same result as float32."""
-    from modeling.elmo import modeling_elmo
+    from modeling.elmo import lstm_elmo
 
     model = make_elmo(SesameElmoForBidirectionalLM)
     batch = batches["elmo"]()
     calls = []
-    real = modeling_elmo.BiLSTMProjectionFunction.apply
+    real = lstm_elmo.BiLSTMProjectionFunction.apply
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(modeling_elmo.BiLSTMProjectionFunction, "apply", lambda *a: calls.append(a[0].dtype) or real(*a))
+        mp.setattr(lstm_elmo.BiLSTMProjectionFunction, "apply", lambda *a: calls.append(a[0].dtype) or real(*a))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(**batch)
     assert calls == [torch.float32] * model.config.num_layers

@@ -109,7 +109,7 @@ def test_nsp_batch_for_the_pretraining_model(bert_tokenizer, corpus_tools):
 
 
 def test_bilm_batches_keep_characters_of_unknown_words(tmp_path, corpus_tools):
-    from tokenizer.elmo_tokenization import word_to_char_ids
+    from modeling.elmo.tokenization_elmo import word_to_char_ids
     from tokenizer.elmo_training import train_elmo_tokenizer
 
     docs = corpus_tools.random_documents(10, seed=8)

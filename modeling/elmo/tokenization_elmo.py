@@ -1,8 +1,12 @@
 """Word + character tokenizer for the ELMo-style BiLM (SesameElmo).
 
-Self-contained on purpose (imports only the standard library, ``tokenizers`` and ``transformers``):
-``save_pretrained`` copies this file next to the vocabulary, so a user without sesame-lm can load it with
-``AutoTokenizer.from_pretrained(path, trust_remote_code=True)``.
+It lives beside its model, as transformers' ``tokenization_<model>.py`` files do, and serves the classic baselines
+(:mod:`modeling.baselines`) too. Self-contained on purpose (imports only the standard library, ``tokenizers`` and
+``transformers``): ``save_pretrained`` copies this file next to the vocabulary (``tokenization_elmo.py``, named in
+``tokenizer_config.json``'s ``auto_map``), so a user without sesame-lm can load it with
+``AutoTokenizer.from_pretrained(path, trust_remote_code=True)``. Folders saved before the move carry the same code
+as ``elmo_tokenization.py`` and still load, in-process or as remote code. The vocabulary *trainer* stays in
+:mod:`tokenizer.elmo_training`.
 
 What it returns (``tokenizer(text)`` / ``tokenizer(text_a, text_b)``):
 
