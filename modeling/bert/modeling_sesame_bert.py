@@ -278,7 +278,9 @@ class SesameBertLayer(GradientCheckpointingLayer):
 
 
 class SesameBertEncoder(nn.Module):
-    """The stack of layers (plus a final norm for pre-LN): ``forward(x (B, T, H), attention_mask, **kwargs) -> (B, T, H)``.
+    """The stack of layers (plus a final norm for pre-LN).
+
+    ``forward(hidden_states (B, T, H), attention_mask, **kwargs) -> (B, T, H)``.
 
     Per-layer outputs and attention probabilities are captured by transformers' output-capture hooks
     (``_can_record_outputs``), not collected here.

@@ -102,7 +102,8 @@ BERT_ROWS = {
     "bert-classification": _bert_row(modeling.SesameBertForSequenceClassification, "logits",
                                      lambda b: dict(labels=torch.tensor([0, 2, 1]))),
     "bert-qa": _bert_row(modeling.SesameBertForQuestionAnswering, "start_logits",
-                         lambda b: dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 5, 3]))),
+                         lambda b: dict(start_positions=torch.tensor([1, 2, 3]),
+                                        end_positions=torch.tensor([2, 5, 3]))),
     "bert-tagging": _bert_row(modeling.SesameBertForTokenClassification, "logits",
                               lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100))),
 }
