@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AutoModel, BertConfig, BertForPreTraining
+from transformers import (
+    AttentionInterface,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForPreTraining,
+)
 from transformers.masking_utils import AttentionMaskInterface, find_packed_sequence_indices, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -295,7 +301,7 @@ def test_low_precision_loading_and_casting(tiny_kwargs, make_batch, tmp_path, dt
         "from_pretrained": SesameBertForSequenceClassification.from_pretrained(tmp_path / "m", dtype=dtype),
         "to": SesameBertForSequenceClassification.from_pretrained(tmp_path / "m").to(dtype),
     }
-    fresh = SesameBertForSequenceClassification._from_config(config, dtype=dtype)
+    fresh = AutoModelForSequenceClassification.from_config(config, dtype=dtype)
     for name, model in {**models, "from_config": fresh}.items():
         tensors = dict(model.named_parameters(), **dict(model.named_buffers()))
         assert {n: t.dtype for n, t in tensors.items() if t.is_floating_point()} == {
