@@ -5,10 +5,15 @@ component choices of Cramming (Geiping & Goldstein 2023, ``crammed_bert.py``) pi
 the small tables below: activation, normalisation (LayerNorm / RMSNorm), its position (post-LN as BERT or pre-LN),
 position embeddings (learned or sinusoidal), pooling for classification (cls / mean / max / attention).
 
-Self-attention runs through ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient kernels
-on GPUs); ``output_attentions=True`` (and attention dropout on CPU, where it is faster) takes an explicit softmax
-path that also returns the probabilities. Padding is
-an additive mask (0 for tokens, the dtype's minimum for padding) on the keys. Dropout is active only in training.
+Self-attention goes through transformers' attention interface: ``config._attn_implementation`` picks the kernel
+from ``ALL_ATTENTION_FUNCTIONS`` ("eager", "sdpa" (the default), "flex_attention", "flash_attention_2" where
+installed, or a function registered with ``AttentionInterface.register``), and the mask is built for that kernel by
+``transformers.masking_utils.create_bidirectional_mask`` (boolean for SDPA, additive for eager, a ``BlockMask`` for
+flex). ``from_pretrained(..., attn_implementation=...)``, ``from_config(..., attn_implementation=...)`` and
+``model.set_attn_implementation(...)`` switch it as for transformers' ``BertModel``. ``output_attentions=True`` returns
+the softmax probabilities of the eager kernel (with "sdpa" those layers run the eager kernel, as SDPA cannot return
+them). ``position_ids`` that restart at 0 inside a row mark packed documents: attention then stays within each
+document (see :class:`SesameBertModel`). Dropout is active only in training.
 
 Shapes: B = batch, T = sequence length (tokens), H = hidden_size, A = num_attention_heads, V = vocab_size.
 
@@ -16,8 +21,8 @@ This file is copied next to the weights by ``save_pretrained`` (``auto_map`` + r
 transformers and, relatively, ``configuration_sesame_bert``.
 """
 
-import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -33,30 +39,38 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_sesame_bert import SesameBertConfig
 
 IGNORE_INDEX = -100  # label of positions that are not predicted (MLM) / not scored (tagging)
 
 
-def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
-    """Fixed position encodings of Vaswani et al. 2017 (sec. 3.5), float32 of shape (num_positions, dim).
+def sinusoidal_table(num_positions: int, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Fixed position encodings of Vaswani et al. 2017 (sec. 3.5): a (num_positions, dim) tensor of ``dtype``.
 
     ``p[i, 2j] = sin(i / 10000^(2j/dim))`` and ``p[i, 2j+1] = cos(i / 10000^(2j/dim))``; ``dim`` must be even.
+    Computed in float64 and rounded once to ``dtype`` (default: ``torch.get_default_dtype()``, which
+    ``from_pretrained(dtype=...)`` / ``from_config(dtype=...)`` set while they build the model).
     """
     position = torch.arange(num_positions, dtype=torch.float64)[:, None]
     inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     table = torch.zeros(num_positions, dim, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq)
-    return table.float()
+    return table.to(torch.get_default_dtype() if dtype is None else dtype)
 
 
 class SinusoidalPositionEmbedding(nn.Module):
     """Fixed sinusoidal position embedding: ``forward(position_ids (B|1, T) long) -> (B|1, T, dim)``.
 
-    The table is a non-persistent buffer (not saved, not trained), recomputed at initialisation.
+    The table is a non-persistent floating buffer (not saved, not trained), recomputed at initialisation in the
+    buffer's own dtype; it follows the model's dtype (``from_pretrained(dtype=...)``, ``from_config(dtype=...)``,
+    ``.to(dtype)``, ``.half()``), so the embedding sum stays in the weights' dtype.
     """
 
     def __init__(self, num_positions: int, dim: int):
@@ -143,50 +157,97 @@ class SesameBertEmbeddings(nn.Module):
         return self.dropout(self.norm(embeddings))
 
 
-class SesameBertSelfAttention(nn.Module):
-    """Multi-head self-attention with a fused QKV projection (Vaswani et al. 2017, eq. 1).
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention written out (Vaswani et al. 2017, eq. 1), transformers' "eager" signature.
 
-    ``forward(x (B, T, H), mask (B, 1, 1, T) additive float or None, output_attentions)``
-    ``-> (out (B, T, H), probs (B, A, T, T) or None)``.
+    ``softmax(q k^T * scaling + mask) v`` with dropout on the probabilities (``dropout`` > 0 only in training).
+
+    Args:
+        module: the calling attention module (its ``training`` flag switches dropout).
+        query, key, value: (B, A, T, D) float.
+        attention_mask: ``None`` (attend everywhere), an additive float mask broadcastable to (B, A, T, T) (0 = attend,
+            the dtype's minimum = masked; transformers' ``eager_mask``) or a boolean one (True = attend;
+            ``sdpa_mask``), so that this kernel also serves "sdpa" layers asked for ``output_attentions``.
+        scaling: multiplier of the scores, ``D ** -0.5``.
+        dropout: dropout probability on the attention probabilities.
+
+    Returns:
+        ``(context (B, T, A, D), probabilities (B, A, T, T))``; the probabilities before dropout, in the scores' dtype
+        (float32 under autocast when the mask is float32, as the mask addition promotes them).
     """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = scores.softmax(-1)
+    context = torch.matmul(F.dropout(weights, dropout, module.training), value)
+    return context.transpose(1, 2), weights
+
+
+class SesameBertSelfAttention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
+
+    The projections are ``qkv`` (H -> 3H; rows: all heads' queries, then keys, then values) and ``out`` (H -> H); these
+    are the module names that peft's ``target_modules`` name. The attention itself is the kernel
+    ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` (:func:`eager_attention_forward` for "eager").
+
+    ``forward(hidden_states (B, T, H), attention_mask, output_attentions=False, **kwargs)``
+    ``-> (out (B, T, H), probabilities (B, A, T, T) or None)``: ``attention_mask`` is what
+    ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
+    flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
+    kernels return what they return (``None`` for flex and flash: transformers then warns).
+    """
+
+    is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, mask=None, output_attentions=False):
-        batch, length, hidden = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        p = self.dropout_p if self.training else 0.0
-        probs = None
-        # Explicit path for output_attentions, and for attention dropout on CPU, where SDPA falls back to a math
-        # kernel that is ~1.4x slower than these few lines (GPUs keep SDPA: its kernels do dropout themselves).
-        if output_attentions or (p > 0 and x.device.type == "cpu"):
-            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            if mask is not None:
-                scores = scores + mask
-            weights = scores.softmax(-1)
-            context = torch.matmul(F.dropout(weights, p, self.training), v)
-            if output_attentions:
-                probs = weights
-        else:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.out(context.transpose(1, 2).reshape(batch, length, hidden)), probs
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        batch, length, hidden = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(batch, length, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        implementation = self.config._attn_implementation
+        if output_attentions and implementation == "sdpa":
+            implementation = "eager"
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        context, probs = attention(
+            self, q, k, v, attention_mask, dropout=self.dropout_p if self.training else 0.0, scaling=self.scaling,
+            output_attentions=output_attentions, **kwargs,
+        )
+        return self.out(context.reshape(batch, length, hidden)), probs
 
 
 class SesameBertLayer(GradientCheckpointingLayer):
     """One Transformer layer; post-LN ``x = Norm(x + F(x))`` (BERT) or pre-LN ``x = x + F(Norm(x))``.
 
-    ``forward(x (B, T, H), mask=..., output_attentions=...) -> (x (B, T, H), probs or None)``.
+    ``forward(hidden_states (B, T, H), attention_mask=..., **kwargs) -> (B, T, H)``; ``kwargs`` go to the attention.
+    The feed-forward sub-layer runs in chunks of ``config.chunk_size_feed_forward`` positions when that is > 0
+    (transformers' ``apply_chunking_to_forward``: the same values with less peak memory; T must be a multiple of it).
     """
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward
         self.attn = SesameBertSelfAttention(config)
         self.norm1 = _norm(config)
         self.ffn = nn.Sequential(
@@ -199,37 +260,41 @@ class SesameBertLayer(GradientCheckpointingLayer):
         self.norm2 = _norm(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x, mask=None, output_attentions=False):
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        x = hidden_states
         if self.pre_norm:
-            attn, probs = self.attn(self.norm1(x), mask, output_attentions)
+            attn, _ = self.attn(self.norm1(x), attention_mask, **kwargs)
             x = x + self.dropout(attn)
-            return x + self.dropout(self.ffn(self.norm2(x))), probs
-        attn, probs = self.attn(x, mask, output_attentions)
-        x = self.norm1(x + self.dropout(attn))
-        return self.norm2(x + self.dropout(self.ffn(x))), probs
+        else:
+            attn, _ = self.attn(x, attention_mask, **kwargs)
+            x = self.norm1(x + self.dropout(attn))
+        return apply_chunking_to_forward(self.feed_forward, self.chunk_size_feed_forward, 1, x)
+
+    def feed_forward(self, x):
+        """The feed-forward sub-layer with its residual and (post-LN) norm, position-wise: (B, T', H) -> (B, T', H)."""
+        if self.pre_norm:
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
 
 
 class SesameBertEncoder(nn.Module):
-    """The stack of layers (plus a final norm for pre-LN); returns (last (B, T, H), hidden_states, attentions)."""
+    """The stack of layers (plus a final norm for pre-LN).
+
+    ``forward(hidden_states (B, T, H), attention_mask, **kwargs) -> (B, T, H)``.
+
+    Per-layer outputs and attention probabilities are captured by transformers' output-capture hooks
+    (``_can_record_outputs``), not collected here.
+    """
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         self.layer = nn.ModuleList([SesameBertLayer(config) for _ in range(config.num_hidden_layers)])
         self.final_norm = _norm(config) if config.norm_position == "pre" else nn.Identity()
 
-    def forward(self, x, mask=None, output_attentions=False, output_hidden_states=False):
-        hidden_states, attentions = ([x] if output_hidden_states else None), ([] if output_attentions else None)
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
         for layer in self.layer:
-            x, probs = layer(x, mask=mask, output_attentions=output_attentions)
-            if output_hidden_states:
-                hidden_states.append(x)
-            if output_attentions:
-                attentions.append(probs)
-        x = self.final_norm(x)
-        if output_hidden_states:
-            hidden_states[-1] = x  # the last entry is always last_hidden_state (after the pre-LN final norm)
-        hidden_states = tuple(hidden_states) if output_hidden_states else None
-        return x, hidden_states, (tuple(attentions) if output_attentions else None)
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return self.final_norm(hidden_states)
 
 
 class SesameBertPooler(nn.Module):
@@ -307,9 +372,17 @@ class SesameBertPreTrainedModel(PreTrainedModel):
     config_class = SesameBertConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
-    # Attention always runs through scaled_dot_product_attention (explicit softmax for output_attentions=True), so
-    # attn_implementation="sdpa" / "eager" are accepted and do not change the computation.
+    # The attention kernels of transformers' attention interface, as BertModel (see SesameBertSelfAttention).
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    # transformers' output capture: hidden_states = the embeddings then every layer's output (the last one replaced
+    # by last_hidden_state, i.e. after the pre-LN final norm); attentions = index 1 of every attention's output.
+    _can_record_outputs = {"hidden_states": SesameBertLayer, "attentions": SesameBertSelfAttention}
+    # The losses are means over the micro-batch and take no num_items_in_batch: transformers' Trainer must keep
+    # dividing them by the accumulation steps (it stops doing so for models that accept loss kwargs).
+    accepts_loss_kwargs = False
     _no_split_modules = ["SesameBertEmbeddings", "SesameBertLayer"]
 
     @torch.no_grad()
@@ -318,7 +391,7 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         the padding row 0 (transformers' default), and the fixed sinusoidal table recomputed."""
         super()._init_weights(module)
         if isinstance(module, SinusoidalPositionEmbedding):
-            init.copy_(module.table, sinusoidal_table(*module.table.shape))
+            init.copy_(module.table, sinusoidal_table(*module.table.shape, dtype=module.table.dtype))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As ``PreTrainedModel.save_pretrained``; when the class is registered for an Auto class (importing
@@ -328,17 +401,63 @@ class SesameBertPreTrainedModel(PreTrainedModel):
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
         return super().save_pretrained(save_directory, *args, **kwargs)
 
-    def _finish(self, output, return_dict):
-        """``output`` as is, or as a tuple when ``return_dict`` (default ``config.return_dict``) is False."""
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
-    def _flags(self, output_attentions, output_hidden_states):
-        """The two output flags, defaulting to the config's."""
-        c = self.config
-        return (
-            c.output_attentions if output_attentions is None else output_attentions,
-            c.output_hidden_states if output_hidden_states is None else output_hidden_states,
-        )
+def document_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """The packed document of every token, from position ids that restart at 0 per document.
+
+    A document starts where ``position_ids[b, t] != position_ids[b, t - 1] + 1`` (and at ``t = 0``): transformers'
+    packed-sequence convention (``DataCollatorWithFlattening``, ``masking_utils.find_packed_sequence_indices``), here
+    without that function's data-dependent shortcut, so no host synchronisation and nothing for export to guard on.
+
+    Args:
+        position_ids: (B, T) integer positions.
+
+    Returns:
+        (B, T) long: 0 for the first document of each row, then 1, 2, ... (e.g. positions ``[0 1 2 0 1 0]`` give
+        ``[0 0 0 1 1 2]``).
+    """
+    return (torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+
+
+def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = None) -> Callable:
+    """A ``masking_utils`` mask function (``(batch_idx, head_idx, q_idx, kv_idx) -> bool``, True = may attend) that
+    keeps attention within a document: ``documents[b, q] == documents[b, kv]``.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``. A padding query may attend to every key, so that no row of the
+            mask is empty (the padding *keys* are masked by ``create_bidirectional_mask`` itself); padding outputs are
+            meaningless either way, and an empty row would make some kernels return NaN there.
+    """
+
+    def same_document(batch_idx, head_idx, q_idx, kv_idx):
+        same = documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
+        return same if keep is None else same | ~keep[batch_idx, q_idx]
+
+    return same_document
+
+
+def flash_varlen_kwargs(documents: torch.Tensor, keep: torch.Tensor | None = None) -> dict:
+    """FlashAttention's varlen arguments for packed documents: every document (and every run of padding) of every
+    row becomes one sequence of the flattened (B * T) batch, so attention stays within it.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+
+    Returns:
+        ``cu_seq_lens_q`` / ``cu_seq_lens_k``: (S + 1,) int32 cumulative sequence starts over the flattened tokens;
+        ``max_length_q`` / ``max_length_k``: int, the longest sequence. Reads the device (``nonzero``, ``max``): the
+        varlen kernels need these on the host.
+    """
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    if keep is not None:
+        starts[:, 1:] |= keep[:, 1:] != keep[:, :-1]
+    first = starts.reshape(-1).nonzero().squeeze(1)
+    cu = torch.cat([first, first.new_full((1,), starts.numel())]).to(torch.int32)
+    longest = int((cu[1:] - cu[:-1]).max())
+    return dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
 
 
 class SesameBertModel(SesameBertPreTrainedModel):
@@ -346,17 +465,32 @@ class SesameBertModel(SesameBertPreTrainedModel):
 
     ``last_hidden_state`` (B, T, H) float; ``pooler_output`` (B, H) (``None`` without pooling layer);
     ``hidden_states`` (L + 1 tensors (B, T, H): embeddings, then each layer; the last one is ``last_hidden_state``,
-    i.e. after the final norm with pre-LN) and ``attentions``
-    (L tensors (B, A, T, T)) when asked for.
+    i.e. after the final norm with pre-LN) and ``attentions`` (L tensors (B, A, T, T), the eager kernel's
+    probabilities; empty for flex / flash) when asked for (``output_hidden_states`` / ``output_attentions``, keyword
+    arguments, default the config's; captured by transformers' output hooks). ``return_dict=False`` gives the
+    tuple of the fields that are not ``None``.
 
     Inputs: ``input_ids`` (B, T) long, or ``inputs_embeds`` (B, T, H); ``attention_mask`` (B, T) 1 = token,
-    0 = padding; ``token_type_ids`` (B, T) segment ids (default 0); ``position_ids`` (B|1, T) (default 0..T-1).
+    0 = padding; ``token_type_ids`` (B, T) segment ids (default 0); ``position_ids`` (B|1, T) long (default 0..T-1).
+    Other keyword arguments go to the attention kernel.
 
-    Without ``attention_mask`` (or with one of all ones on the CPU) no mask reaches attention, so that
-    ``scaled_dot_product_attention`` may take its fastest kernel (flash on a GPU). A mask on a GPU is used as
-    given, all ones or not: testing it would read it back to the host, a synchronisation on every forward.
-    Padding-free batches (packed pretraining blocks) should leave it out (:class:`pretrain.collators.MLMCollator`
-    does).
+    **Masks.** Without ``attention_mask`` and ``position_ids`` no mask reaches attention (the fast path: SDPA may take
+    its unmasked flash kernel; packed pretraining blocks leave the mask out, :class:`pretrain.collators.MLMCollator`
+    does). A given ``attention_mask`` is always used, all ones or not: nothing in ``forward`` reads tensor values to
+    decide (no host synchronisation, and ``torch.export`` / ``torch.compile(fullgraph=True)`` trace one graph).
+
+    **Packed documents.** ``position_ids`` that restart at 0 at the first token of every document of a packed row
+    (e.g. ``[0 1 2 3 0 1 2 0 1]`` for documents of 4, 3 and 2 tokens; a document starts where
+    ``position_ids[t] != position_ids[t-1] + 1``) make every token attend only to the tokens of its own document (and
+    not to padding, when ``attention_mask`` is also given); the position embeddings use them, so positions restart per
+    document too. Each document is then encoded exactly as if it were alone in its row. The mask is built by
+    ``create_bidirectional_mask`` with :func:`document_mask_function` for eager / SDPA (block-diagonal) and flex (a
+    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
+    device). Other implementations need a mask function registered with transformers' ``AttentionMaskInterface``
+    (``ValueError`` otherwise). The model adds no special tokens: where ``[CLS]`` and ``[SEP]`` go is the data
+    pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a packed row (and NSP)
+    summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every document of the row.
+    A ``[SEP]`` whose position continues the document before it belongs to that document.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -372,33 +506,46 @@ class SesameBertModel(SesameBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        output_attentions=None,
-        output_hidden_states=None,
-        return_dict=None,
-    ):
-        output_attentions, output_hidden_states = self._flags(output_attentions, output_hidden_states)
+    @capture_outputs
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                **kwargs):
+        """See the class docstring. Raises ``ValueError`` unless exactly one of ``input_ids`` / ``inputs_embeds`` is
+        given, and for ``position_ids`` with an attention implementation that has no mask function."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids (B, T) or inputs_embeds (B, T, H)")
+        kwargs.pop("output_hidden_states", None)  # captured by the hooks of capture_outputs
+        output_attentions = kwargs.pop("output_attentions", None)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        mask = None
-        if attention_mask is not None and (attention_mask.device.type != "cpu" or not bool(attention_mask.all())):
-            # additive key mask (B, 1, 1, T): 0 for tokens, the dtype's minimum for padding
-            mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
-        last, hidden_states, attentions = self.encoder(x, mask, output_attentions, output_hidden_states)
+        mask = self._attention_mask(x, attention_mask, position_ids, kwargs)
+        last = self.encoder(x, mask, output_attentions=output_attentions, **kwargs)
         pooled = None
         if self.pooler is not None:
             pooled = self.pooler(last, _keep_mask(attention_mask, last.shape[:2], last.device))
-        out = BaseModelOutputWithPooling(
-            last_hidden_state=last, pooler_output=pooled, hidden_states=hidden_states, attentions=attentions
+        return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
+
+    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict):
+        """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
+        ``None``, and the varlen arguments are added to ``kernel_kwargs``."""
+        if position_ids is None:
+            if attention_mask is None:
+                return None
+            return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
+        documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
+        keep = None if attention_mask is None else attention_mask.bool()
+        implementation = self.config._attn_implementation
+        if implementation.startswith("flash_attention"):
+            kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
+            return None
+        # the registered mask functions (transformers reads _global_mapping too: dynamo traces it on every Python)
+        if implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+            raise ValueError(
+                f"position_ids (packed documents) need a mask function for attn_implementation={implementation!r}: "
+                "register one with transformers.AttentionMaskInterface.register, or leave position_ids out"
+            )
+        return create_bidirectional_mask(
+            self.config, embeddings, attention_mask, and_mask_function=document_mask_function(documents, keep)
         )
-        return self._finish(out, return_dict)
 
 
 def _extras(outputs) -> dict:
@@ -454,14 +601,15 @@ class SesameBertForMaskedLM(SesameBertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.cls.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_attentions=None, output_hidden_states=None, return_dict=None):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions, output_hidden_states, return_dict=True)
+                labels=None, **kwargs):
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **kwargs)
         sparse = self.training and self.config.sparse_prediction
         logits, loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
         out = MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
-        return self._finish(out, return_dict)
+        return out
 
 
 class SesameBertForPreTraining(SesameBertPreTrainedModel):
@@ -491,11 +639,11 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
     get_output_embeddings = SesameBertForMaskedLM.get_output_embeddings
     set_output_embeddings = SesameBertForMaskedLM.set_output_embeddings
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions, output_hidden_states, return_dict=True)
+                labels=None, next_sentence_label=None, **kwargs):
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **kwargs)
         sparse = self.training and self.config.sparse_prediction
         logits, mlm_loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
         nsp_logits = self.nsp(outputs.pooler_output)
@@ -511,7 +659,7 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
             nsp_loss=nsp_loss,
             **_extras(outputs),
         )
-        return self._finish(out, return_dict)
+        return out
 
 
 def _add_classifier(model, config):
@@ -539,10 +687,11 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
         _add_classifier(self, config)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_attentions=None, output_hidden_states=None, return_dict=None):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions, output_hidden_states, return_dict=True)
+                labels=None, **kwargs):
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
@@ -550,7 +699,7 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
             loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
                                       config=self.config)
         out = SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
-        return self._finish(out, return_dict)
+        return out
 
 
 class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
@@ -566,11 +715,11 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions, output_hidden_states, return_dict=True)
+                start_positions=None, end_positions=None, **kwargs):
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **kwargs)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -584,7 +733,7 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
         out = QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(), **_extras(outputs)
         )
-        return self._finish(out, return_dict)
+        return out
 
 
 class SesameBertForTokenClassification(SesameBertPreTrainedModel):
@@ -600,16 +749,17 @@ class SesameBertForTokenClassification(SesameBertPreTrainedModel):
         _add_classifier(self, config)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_attentions=None, output_hidden_states=None, return_dict=None):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions, output_hidden_states, return_dict=True)
+                labels=None, **kwargs):
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
         out = TokenClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
-        return self._finish(out, return_dict)
+        return out
 
 
 __all__ = [

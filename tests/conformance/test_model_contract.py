@@ -1,0 +1,384 @@
+"""The Hugging Face model contract, checked for every head of every family that has rows in :data:`ROWS`.
+
+A row names a model class, a tiny config factory, a padded batch, its labels, the main output field, and the parts of
+the contract the class does not meet (yet), each with the reason (the test then skips with that reason). Adding a
+family (the ELMo-style heads, more baselines) means adding rows; the checks stay the same:
+
+save/load round trips, ``return_dict=False`` tuples, ``output_hidden_states`` / ``output_attentions`` (shapes,
+gradients, transformers' output capture), ``inputs_embeds``, resizing the token embeddings, tied weights through
+save/load, ``attn_implementation`` switching, low-precision loading, gradient checkpointing, ``torch.export`` and
+determinism. Everything is tiny and runs in seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+import modeling
+from modeling.baselines import SesameBaselineConfig, SesameBaselineForSequenceClassification, SesameBaselineModel
+
+#: the parts of the contract (the keys of Row.unsupported)
+ASPECTS = ("save_load", "return_tuple", "hidden_states", "attentions", "capture", "inputs_embeds", "resize", "tied",
+           "attn_implementation", "dtype", "gradient_checkpointing", "export", "determinism")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One head of one family.
+
+    Attributes:
+        model_class: the ``PreTrainedModel`` class.
+        config: ``(**overrides) -> config``, tiny (a few thousand parameters), no dropout.
+        batch: ``() -> inputs``, a padded batch (padding in some rows).
+        labels: ``inputs -> label kwargs`` for a training loss (``{}``: the test sums ``output``).
+        output: the main output field (compared by the round-trip checks).
+        num_layers: the number of hidden states minus 1 / of attention layers.
+        dtype_overrides: config overrides for the low-precision check (the options whose buffers must follow).
+        unsupported: aspect -> reason, for the aspects the class does not meet (skipped with the reason).
+    """
+
+    model_class: type
+    config: Callable
+    batch: Callable[[], dict]
+    labels: Callable[[dict], dict]
+    output: str
+    num_layers: int = 0
+    dtype_overrides: dict = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
+
+    def make(self, **overrides):
+        torch.manual_seed(0)
+        return self.model_class(self.config(**overrides)).eval()
+
+    def check(self, aspect: str) -> None:
+        assert aspect in ASPECTS, aspect
+        if aspect in self.unsupported:
+            pytest.skip(f"{self.model_class.__name__}: {self.unsupported[aspect]}")
+
+
+# ---- the SesameBert family ----------------------------------------------------------------------------------------
+BERT_TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                 max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+
+
+def bert_config(**overrides):
+    return modeling.SesameBertConfig(**{**BERT_TINY, **overrides})
+
+
+def bert_batch() -> dict:
+    """(3, 10): rows 1 and 2 padded, two segments."""
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, BERT_TINY["vocab_size"], (3, 10), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 7:] = 0
+    attention_mask[2, 4:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, 5:] = 1
+    return dict(input_ids=input_ids * attention_mask, attention_mask=attention_mask,
+                token_type_ids=token_type_ids * attention_mask)
+
+
+def _mlm_labels(b):
+    return b["input_ids"].masked_fill((torch.arange(10) % 3 != 0) | (b["attention_mask"] == 0), -100)
+
+
+def _bert_row(cls, output, labels, **kwargs):
+    return Row(cls, bert_config, bert_batch, labels, output, num_layers=BERT_TINY["num_hidden_layers"],
+               dtype_overrides=dict(position_embedding_type="sinusoidal"), **kwargs)
+
+
+BERT_ROWS = {
+    "bert-model": _bert_row(modeling.SesameBertModel, "last_hidden_state", lambda b: {}),
+    "bert-mlm": _bert_row(modeling.SesameBertForMaskedLM, "logits", lambda b: dict(labels=_mlm_labels(b))),
+    "bert-pretraining": _bert_row(modeling.SesameBertForPreTraining, "prediction_logits",
+                                  lambda b: dict(labels=_mlm_labels(b), next_sentence_label=torch.tensor([0, 1, 0]))),
+    "bert-classification": _bert_row(modeling.SesameBertForSequenceClassification, "logits",
+                                     lambda b: dict(labels=torch.tensor([0, 2, 1]))),
+    "bert-qa": _bert_row(modeling.SesameBertForQuestionAnswering, "start_logits",
+                         lambda b: dict(start_positions=torch.tensor([1, 2, 3]),
+                                        end_positions=torch.tensor([2, 5, 3]))),
+    "bert-tagging": _bert_row(modeling.SesameBertForTokenClassification, "logits",
+                              lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100))),
+}
+
+
+# ---- the classic baselines ---------------------------------------------------------------------------------------
+def baseline_config(**overrides):
+    return SesameBaselineConfig(**{**dict(vocab_size=40, embedding_dim=8, encoder_type="rnn", rnn_hidden_size=6,
+                                          rnn_num_layers=1, classifier_hidden_size=0, num_labels=3), **overrides})
+
+
+def baseline_batch() -> dict:
+    return {k: v for k, v in bert_batch().items() if k != "token_type_ids"}  # single sentences
+
+
+_BASELINE_UNSUPPORTED = {
+    "return_tuple": "forward ignores return_dict=False (modeling/baselines)",
+    "export": "pack_words reads int(lengths.max()) (modeling/baselines: data-dependent shape)",
+    "hidden_states": "modeling/baselines returns no hidden_states",
+    "attentions": "no attention",
+    "capture": "no _can_record_outputs (modeling/baselines)",
+    "inputs_embeds": "forward needs input_ids (modeling/baselines)",
+    "tied": "no output embeddings",
+    "attn_implementation": "no attention",
+    "gradient_checkpointing": "supports_gradient_checkpointing=False (modeling/baselines)",
+}
+BASELINE_ROWS = {
+    "baseline-model": Row(SesameBaselineModel, baseline_config, baseline_batch, lambda b: {}, "pooler_output",
+                          unsupported=dict(_BASELINE_UNSUPPORTED)),
+    "baseline-classification": Row(SesameBaselineForSequenceClassification, baseline_config, baseline_batch,
+                                   lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits",
+                                   unsupported=dict(_BASELINE_UNSUPPORTED)),
+}
+
+ROWS = {**BERT_ROWS, **BASELINE_ROWS}
+rows = pytest.mark.parametrize("row", list(ROWS.values()), ids=list(ROWS))
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads(seeded_single_thread):
+    """Every test here: seed 0, one torch thread (tests/conftest.py)."""
+
+
+def _tensors(output) -> dict[str, torch.Tensor]:
+    """The tensor fields of a ModelOutput (tuples of tensors flattened as ``name.i``)."""
+    out = {}
+    for name, value in output.items():
+        if isinstance(value, torch.Tensor):
+            out[name] = value
+        elif isinstance(value, tuple):
+            out.update({f"{name}.{i}": v for i, v in enumerate(value) if isinstance(v, torch.Tensor)})
+    return out
+
+
+def _assert_equal_outputs(a, b, atol=0.0):
+    ta, tb = _tensors(a), _tensors(b)
+    assert ta.keys() == tb.keys()
+    for name in ta:
+        torch.testing.assert_close(ta[name], tb[name], rtol=0, atol=atol, msg=name)
+
+
+@rows
+def test_save_load_round_trip(row, tmp_path):
+    row.check("save_load")
+    model, batch = row.make(), row.batch()
+    model.save_pretrained(tmp_path / "m")
+    loaded = row.model_class.from_pretrained(tmp_path / "m").eval()
+    assert type(loaded) is row.model_class
+    with torch.no_grad():
+        _assert_equal_outputs(loaded(**batch, **row.labels(batch)), model(**batch, **row.labels(batch)))
+
+
+@rows
+def test_return_dict_false_gives_the_output_fields_as_a_tuple(row):
+    row.check("return_tuple")
+    model, batch = row.make(), row.batch()
+    with torch.no_grad():
+        for flags in ({}, dict(output_hidden_states=True)) if "hidden_states" not in row.unsupported else ({},):
+            output = model(**batch, **row.labels(batch), **flags)
+            plain = model(**batch, **row.labels(batch), **flags, return_dict=False)
+            assert isinstance(plain, tuple) and len(plain) == len(output.to_tuple())
+            for got, (name, expected) in zip(plain, output.items()):
+                if isinstance(expected, tuple):
+                    assert all(torch.equal(g, e) for g, e in zip(got, expected)), name
+                else:
+                    assert torch.equal(got, expected), name
+
+
+@rows
+def test_hidden_states_shapes_and_gradients(row):
+    row.check("hidden_states")
+    model, batch = row.make(), row.batch()
+    out = model(**batch, output_hidden_states=True)
+    b, t = batch["input_ids"].shape
+    hidden = model.config.hidden_size
+    assert len(out.hidden_states) == row.num_layers + 1
+    assert all(h.shape == (b, t, hidden) for h in out.hidden_states)
+    # in the graph: the output depends on every hidden state, the first one (embeddings) included
+    grads = torch.autograd.grad(out[row.output].sum(), out.hidden_states)
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+    if "last_hidden_state" in out:
+        assert out.hidden_states[-1] is out.last_hidden_state
+    # the config default is honoured too
+    model.config.output_hidden_states = True
+    assert len(model(**batch).hidden_states) == row.num_layers + 1
+
+
+@rows
+def test_attentions_shapes_and_gradients(row):
+    row.check("attentions")
+    model, batch = row.make(), row.batch()
+    model.set_attn_implementation("eager")
+    out = model(**batch, output_attentions=True)
+    b, t = batch["input_ids"].shape
+    heads = model.config.num_attention_heads
+    assert len(out.attentions) == row.num_layers
+    keep = batch["attention_mask"].bool()
+    for probs in out.attentions:
+        assert probs.shape == (b, heads, t, t)
+        sums = probs.sum(-1)
+        torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=1e-5)
+        assert probs.masked_select(~keep[:, None, None, :].expand_as(probs)).abs().max() == 0  # never to padding
+    grads = torch.autograd.grad(out[row.output].sum(), out.attentions)
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+@rows
+def test_output_capture_selects_hidden_states(row):
+    """transformers' output capture: ``output_hidden_states=[-1]`` keeps only the last hidden state."""
+    row.check("capture")
+    model, batch = row.make(), row.batch()
+    with torch.no_grad():
+        full = model(**batch, output_hidden_states=True).hidden_states
+        selected = model(**batch, output_hidden_states=[-1]).hidden_states
+    assert len(selected) == len(full)
+    assert all(h is None for h in selected[:-1])
+    assert torch.equal(selected[-1], full[-1])
+
+
+@rows
+def test_inputs_embeds_equal_input_ids(row):
+    row.check("inputs_embeds")
+    model, batch = row.make(), row.batch()
+    embeds = model.get_input_embeddings()(batch["input_ids"])
+    with torch.no_grad():
+        by_ids = model(**batch)
+        by_embeds = model(**{k: v for k, v in batch.items() if k != "input_ids"}, inputs_embeds=embeds)
+    _assert_equal_outputs(by_embeds, by_ids)
+
+
+@rows
+def test_resize_token_embeddings(row, tmp_path):
+    row.check("resize")
+    model, batch = row.make(), row.batch()
+    old = model.get_input_embeddings().weight.shape[0]
+    with torch.no_grad():
+        before = model(**batch)[row.output]
+    model.resize_token_embeddings(old + 5)
+    assert model.get_input_embeddings().weight.shape[0] == old + 5 and model.config.vocab_size == old + 5
+    output_embeddings = model.get_output_embeddings()
+    if output_embeddings is not None and model.config.tie_word_embeddings:
+        assert output_embeddings.weight is model.get_input_embeddings().weight
+    with torch.no_grad():
+        after = model(**batch)[row.output]
+    if output_embeddings is None:  # old ids keep their vectors: the same outputs
+        torch.testing.assert_close(after, before, rtol=0, atol=0)
+    else:  # the vocabulary axis grew
+        assert after.shape[-1] == old + 5
+        torch.testing.assert_close(after[..., :old], before, rtol=0, atol=1e-6)
+    model.save_pretrained(tmp_path / "m")
+    loaded = row.model_class.from_pretrained(tmp_path / "m").eval()
+    assert loaded.get_input_embeddings().weight.shape[0] == old + 5
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch)[row.output], after, rtol=0, atol=0)
+
+
+@rows
+def test_tied_weights_survive_save_and_load(row, tmp_path):
+    row.check("tied")
+    model = row.make()
+    if model.get_output_embeddings() is None:
+        pytest.skip(f"{row.model_class.__name__}: no output embeddings")
+    from safetensors import safe_open
+
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    model.save_pretrained(tmp_path / "m")
+    with safe_open(str(tmp_path / "m" / "model.safetensors"), "pt") as f:
+        stored = [k for k in f.keys() if f.get_slice(k).get_shape() == list(model.get_input_embeddings().weight.shape)]
+    assert len(stored) == 1, stored  # the tied matrix is stored once
+    loaded = row.model_class.from_pretrained(tmp_path / "m")
+    assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+    assert torch.equal(loaded.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    # untied configs stay untied
+    untied = row.make(tie_word_embeddings=False)
+    assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
+
+
+@rows
+def test_attn_implementation_switching(row):
+    """Every kernel gives the same outputs on the real tokens, and the one set is the one that runs."""
+    row.check("attn_implementation")
+    model, batch = row.make(), row.batch()
+    keep = batch["attention_mask"].bool()
+    calls = []
+
+    def counting(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, *args, **kwargs)
+
+    AttentionInterface.register("conformance_counting", counting)
+    AttentionMaskInterface.register("conformance_counting", sdpa_mask)
+    outputs = {}
+    with torch.no_grad():
+        for implementation in ("eager", "sdpa", "conformance_counting"):
+            model.set_attn_implementation(implementation)
+            assert model.config._attn_implementation == implementation
+            out = model(**batch)[row.output]
+            outputs[implementation] = out[keep] if out.shape[:2] == keep.shape else out
+    assert len(calls) == row.num_layers  # once per layer, only with the registered kernel set
+    for implementation in ("sdpa", "conformance_counting"):
+        torch.testing.assert_close(outputs[implementation], outputs["eager"], rtol=0, atol=1e-5)
+
+
+@rows
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_loading(row, tmp_path, dtype):
+    row.check("dtype")
+    model, batch = row.make(**row.dtype_overrides), row.batch()
+    model.save_pretrained(tmp_path / "m")
+    loaded = row.model_class.from_pretrained(tmp_path / "m", dtype=dtype).eval()
+    floating = {n: t.dtype for n, t in [*loaded.named_parameters(), *loaded.named_buffers()] if t.is_floating_point()}
+    assert set(floating.values()) == {dtype}, floating
+    with torch.no_grad():
+        expected, got = model(**batch)[row.output], loaded(**batch)[row.output]
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), expected, rtol=0, atol=5e-2)
+
+
+@rows
+def test_gradient_checkpointing_gives_the_same_gradients(row):
+    row.check("gradient_checkpointing")
+    model, batch = row.make(), row.batch()
+    model.train()
+
+    def grads():
+        model.zero_grad()
+        out = model(**batch, **row.labels(batch))
+        (out.loss if out.get("loss") is not None else out[row.output].sum()).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointed = grads()
+    assert plain.keys() == checkpointed.keys() and plain
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+@rows
+def test_torch_export(row):
+    row.check("export")
+    model, batch = row.make(), row.batch()
+    exported = torch.export.export(model, (), dict(batch))
+    other = {k: v.flip(0).contiguous() for k, v in batch.items()}  # the same shape, other padding per row
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(**other)[row.output], model(**other)[row.output], rtol=0,
+                                   atol=1e-5)
+
+
+@rows
+def test_determinism_in_eval_mode(row):
+    row.check("determinism")
+    dropout = {"hidden_dropout_prob": 0.3} if hasattr(row.config(), "hidden_dropout_prob") else {}
+    model, batch = row.make(**dropout), row.batch()
+    with torch.no_grad():
+        _assert_equal_outputs(model(**batch), model(**batch))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _assert_equal_outputs(model(**batch), model(**batch))
