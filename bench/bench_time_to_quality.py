@@ -53,12 +53,17 @@ What runs (every run is a child process; the project is driven through its comma
    ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
    quoted are medians over repeats.
 8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
-   at a time): every final model (the first repeat's; the reference's first copy) and the random inits
-   (``--random_inits``: ``sesame`` = SesameBertForMaskedLM of the preset, the comparison for our recipes; ``bert`` =
-   transformers' BertForMaskedLM of the shape, the reference's; both from ``torch.manual_seed(--seed)``), on
-   ``--tasks`` with ``--seeds`` seeds (42, 43, ...): lr ``--finetune_learning_rate`` 1e-4, batch 32, 3 epochs, 10%
-   warmup, weight decay 0.01, ``--max_seq_length`` 128, float32, SST-2 on its first 20,000 training examples
-   (``--max_train_samples`` caps every task); the task's main metric on the dev set; median over seeds.
+   at a time): every final model (the first repeat's; the reference's first copy) and the random inits of
+   ``--random_inits`` (default ``sesame``), on ``--tasks`` with ``--seeds`` seeds (42, 43, ...): lr
+   ``--finetune_learning_rate`` 1e-4, batch 32, 3 epochs, 10% warmup, weight decay 0.01, ``--max_seq_length`` 128,
+   float32, SST-2 on its first 20,000 training examples (``--max_train_samples`` caps every task); the task's main
+   metric on the dev set; median over seeds.
+   Random inits: ``random-sesame`` = SesameBertForMaskedLM of the preset (the comparison for our recipes),
+   ``random-bert`` = the reference's BertForMaskedLM (:func:`reference_model`), both built after
+   ``torch.manual_seed(--seed)``; both are always scored on the held-out set (their ``final_eval_loss`` is the
+   untrained level). With the same seed the two compute the same function (measured: the same held-out loss to 14
+   digits; SesameBert draws its initial weights as transformers' BERT does), so by default only ``random-sesame`` is
+   fine-tuned: one set of fine-tunes serves as the no-pretraining row of both families.
 
 Ratios (printed last; each recipe against its paired reference copy, median over repeats; the top-level pair is the
 ``--default_recipe``'s):
@@ -70,7 +75,7 @@ Ratios (printed last; each recipe against its paired reference copy, median over
   seconds its training seconds, ours the first crossing of the target on our loss-vs-seconds curve (linear between
   checkpoints; the first checkpoint's seconds when already reached there, flagged); ``None`` = not reached.
 * **what pretraining buys**: each run's median downstream metric minus its random init's (ours: ``random-sesame``,
-  the reference: ``random-bert``, the other when only one is given) and minus the best classic baseline of
+  the reference: ``random-bert``, the other when only one is fine-tuned) and minus the best classic baseline of
   ``--baselines_results`` (a ``python -m finetune.baselines`` results.json; records with the same metric).
 * ``unigram_loss``: predicting every masked held-out token from the training blocks' non-special token frequencies
   (add-one smoothed over the non-special vocabulary): the plateau a model must leave.
@@ -94,7 +99,7 @@ vs training seconds and vs tokens, all runs, the unigram level; downstream bars)
   seed]}, "copies": [{"name", "repeat", "seed", "paired_with", "final_eval_loss", "tokens", "seconds", "steps",
   "tokens_per_second", "curve"}]}}``; the top-level numbers of a run are medians over its copies (one copy per
   repeat; the reference: one per recipe and repeat), ``curve`` is its first copy's. Random inits have
-  ``final_eval_loss`` (the untrained model's held-out loss) and the downstream keys only.
+  ``final_eval_loss`` (the untrained model's held-out loss) and, when fine-tuned, the downstream keys only.
 * ``pretraining_buys``: ``{run: {task: {"metric", "value", "random_init", "vs_random_init", "best_classic",
   "best_classic_value", "vs_best_classic"}}}`` (metric values as ``finetune.glue`` reports them, 0-1).
 * ``baselines``: ``{task: {backbone: value}}`` from ``--baselines_results``.
@@ -219,8 +224,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     f.add_argument("--finetune_epochs", type=float, default=FINETUNE["num_train_epochs"])
     f.add_argument("--max_train_samples", type=int, default=None, help="cap every task's training examples")
     f.add_argument("--finetune_parallel", type=int, default=2, help="fine-tuning processes at once (1 thread each)")
-    f.add_argument("--random_inits", nargs="*", choices=["sesame", "bert"], default=["sesame", "bert"],
-                   help="random inits fine-tuned as the no-pretraining baseline")
+    f.add_argument("--random_inits", nargs="*", choices=["sesame", "bert"], default=["sesame"],
+                   help="random inits fine-tuned as the no-pretraining baseline (default: sesame)")
     f.add_argument("--baselines_results", default=None, help="a finetune.baselines results.json")
     f.add_argument("--keep_finetuned", action="store_true", help="keep the fine-tuned weights")
     args = p.parse_args(argv)
@@ -469,6 +474,7 @@ def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
     """The fixed held-out set in ``out`` (reused when built with the same tokenizer, file and settings)."""
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     settings = {"validation": data["sources"]["validation"], "tokenizer": data["tokenizer_sha256"],
                 "max_seq_length": args.max_seq_length, "seed": args.heldout_seed, "mlm_probability": 0.15,
@@ -481,6 +487,7 @@ def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
         if info.get("settings") == settings and heldout_sha256(heldout) == info.get("sha256"):
             log(f"reusing {out / HELDOUT_FILE}")
             return heldout, info
+    hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
     tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
     blocks = heldout_blocks(list(load_documents([args.validation_file])["text"]), tok, args.max_seq_length)
     heldout = mask_heldout(blocks[:args.max_heldout_blocks], tok, args.heldout_seed)
@@ -909,14 +916,15 @@ def reference_main(argv=None) -> dict:
 
 # -- fine-tuning ----------------------------------------------------------------------------------------------------
 def make_random_inits(args, out: Path, data: dict) -> dict[str, Path]:
-    """``random-sesame`` (SesameBertForMaskedLM of the ``--model_shape`` preset) and/or ``random-bert``
-    (:func:`reference_model`), initialised after ``torch.manual_seed(--seed)`` and saved with the tokenizer."""
+    """``random-sesame`` (SesameBertForMaskedLM of the ``--model_shape`` preset) and ``random-bert``
+    (:func:`reference_model`), each initialised after ``torch.manual_seed(--seed)`` and saved with the tokenizer in
+    ``out/models/``; returns their folders."""
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
     folders = {}
-    for kind in args.random_inits:
+    for kind in ("sesame", "bert"):
         torch.manual_seed(args.seed)
         if kind == "sesame":
             import modeling
@@ -997,13 +1005,15 @@ def read_baselines(path: str | None, tasks: list[str]) -> dict[str, dict[str, fl
 
 def pretraining_buys(runs: dict, baselines: dict) -> dict:
     """Per trained run and task: its median downstream metric minus its random init's (ours: ``random-sesame``,
-    the reference: ``random-bert``; the other one when only one exists) and minus the best classic baseline."""
+    the reference: ``random-bert``; the other one when only one was fine-tuned) and minus the best classic
+    baseline."""
     buys = {}
     for name, run in runs.items():
         if run["kind"] == "random-init" or not run.get("downstream"):
             continue
+        tuned = [n for n, r in runs.items() if r["kind"] == "random-init" and r.get("downstream")]
         own = "random-bert" if run["kind"] == "reference" else "random-sesame"
-        init = own if own in runs else next((n for n in runs if runs[n]["kind"] == "random-init"), None)
+        init = own if own in tuned else next(iter(tuned), None)
         buys[name] = {}
         for task, value in run["downstream"].items():
             base = runs[init]["downstream"].get(task) if init else None
@@ -1147,15 +1157,11 @@ def main(argv=None) -> int:
     inits = make_random_inits(args, out, data)
     for name, folder in inits.items():
         runs[name] = {"kind": "random-init", "flags": [], "final_eval_loss": heldout_loss(load_mlm(folder), heldout)}
-    models.update(inits)
+    models.update({name: folder for name, folder in inits.items() if name[len("random-"):] in args.random_inits})
     lap("scoring")
-    if args.tasks:
-        for name, rec in finetune_all(models, args, out).items():
-            runs[name].update(rec)
-    lap("finetuning")
     baselines = read_baselines(args.baselines_results, args.tasks)
     results = {
-        "command": [sys.executable, *sys.argv] if argv is None or argv == sys.argv[1:] else ["bench", *argv],
+        "command": ["python", os.path.relpath(__file__), *argv],
         "protocol": protocol(args, data, lr, ref_steps, recipe_steps, probe, load_before),
         "heldout_sha256": hinfo["sha256"],
         "heldout": {k: hinfo[k] for k in ("blocks", "tokens", "masked")} | {"seed": args.heldout_seed},
@@ -1163,14 +1169,24 @@ def main(argv=None) -> int:
         "ratios": {"default_recipe": args.default_recipe,
                    "quality_per_token": ratios[args.default_recipe]["quality_per_token"],
                    "time_to_quality": ratios[args.default_recipe]["time_to_quality"], "by_recipe": ratios},
-        "runs": runs, "pretraining_buys": pretraining_buys(runs, baselines), "baselines": baselines,
-        "sweep": sweep, "timings": timings}
+        "runs": runs, "pretraining_buys": {}, "baselines": baselines, "sweep": sweep, "timings": timings}
+    write_outputs(results, out)  # the pretraining figures, in case fine-tuning is cut short
+    if args.tasks:
+        for name, rec in finetune_all(models, args, out).items():
+            runs[name].update(rec)
+        lap("finetuning")
+        results["pretraining_buys"] = pretraining_buys(runs, baselines)
+        write_outputs(results, out)
+    print_ratios(results)
+    return 0
+
+
+def write_outputs(results: dict, out: Path) -> None:
+    """``results.json``, ``results.md`` and ``results.png`` in ``out`` (the load average now as ``after``)."""
     results["protocol"]["load_average_after"] = os.getloadavg()[0]
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
     plot_results(results, out / "results.png")
-    print_ratios(results)
-    return 0
 
 
 def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, probe: dict, load_before: float) -> dict:
@@ -1293,7 +1309,8 @@ def results_markdown(results: dict) -> str:
 
 def plot_results(results: dict, path: Path) -> None:
     """``results.png``: held-out loss vs training seconds and vs tokens (every trained run's first copy, the unigram
-    level, the reference's final loss), and the downstream medians as grouped bars (best classic baseline marked)."""
+    level, the untrained level, the reference's final loss), and the downstream medians as grouped bars (the best
+    classic baseline marked)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: the process's backend stays as it is
     from matplotlib.figure import Figure
 
@@ -1308,10 +1325,14 @@ def plot_results(results: dict, path: Path) -> None:
             ax.plot(xs, [p["eval_loss"] for p in run["curve"]], marker="o", markersize=3,
                     label=f"{name} (lr {run['learning_rate']:g})", linestyle="--" if name == "reference" else "-")
         ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
+        if "random-sesame" in runs:
+            ax.axhline(runs["random-sesame"]["final_eval_loss"], color="tab:red", linestyle=":", linewidth=0.8,
+                       label="random init (untrained)")
         if "reference" in trained:
             ax.axhline(trained["reference"]["final_eval_loss"], color="black", linewidth=0.6, linestyle="-.",
                        label="reference final (target)")
         ax.set_xlabel(label)
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
         ax.set_ylabel("held-out MLM loss (nats)")
         ax.grid(alpha=0.3)
     axes[0].set_title("held-out loss vs training seconds")

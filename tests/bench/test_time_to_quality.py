@@ -230,3 +230,28 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
     from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
     assert type(AutoModelForMaskedLM.from_pretrained(str(tmp_path / "ref"))) is BertForMaskedLM
+
+
+def test_what_pretraining_buys_by_hand(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [
+        {"task": "sst2", "backbone": "cbow", "metric": "accuracy", "value": 0.80},
+        {"task": "sst2", "backbone": "rnn", "metric": "accuracy", "value": 0.82},
+        {"task": "sst2", "backbone": "bert-tiny-1500", "metric": "accuracy", "value": 0.90},  # not a classic row
+        {"task": "stsb", "backbone": "cbow", "metric": "spearmanr", "value": 0.9},  # another metric: ignored
+        {"task": "stsb", "backbone": "cnn", "metric": "pearson", "error": "failed"}]}))
+    baselines = ttq.read_baselines(str(path), ["sst2", "stsb"])
+    assert baselines == {"sst2": {"cbow": 0.80, "rnn": 0.82, "bert-tiny-1500": 0.90}}
+    runs = {"reference": {"kind": "reference", "downstream": {"sst2": 0.75, "stsb": 0.30}},
+            "ours": {"kind": "recipe", "downstream": {"sst2": 0.85, "stsb": None}},
+            "random-sesame": {"kind": "random-init", "downstream": {"sst2": 0.70, "stsb": 0.10}},
+            "random-bert": {"kind": "random-init", "final_eval_loss": 9.0}}  # scored, not fine-tuned
+    buys = ttq.pretraining_buys(runs, baselines)
+    assert set(buys) == {"reference", "ours"}
+    ours, ref = buys["ours"]["sst2"], buys["reference"]["stsb"]
+    assert ours["vs_random_init"] == pytest.approx(0.15) and ours["random_init"] == "random-sesame"
+    assert ours["best_classic"] == "rnn" and ours["vs_best_classic"] == pytest.approx(0.03)
+    assert buys["ours"]["stsb"]["vs_random_init"] is None
+    # random-bert was not fine-tuned: the reference is compared with random-sesame; no classic STS-B row
+    assert ref["random_init"] == "random-sesame" and ref["vs_random_init"] == pytest.approx(0.20)
+    assert ref["best_classic"] is None and ref["vs_best_classic"] is None
