@@ -93,11 +93,12 @@ vs training seconds and vs tokens, all runs, the unigram level; downstream bars)
   "quality_per_token", "time_to_quality", "tokens_compared", "loss_at_tokens": {"ours", "reference"},
   "target_loss", "reference_seconds", "seconds_to_target" (None: not reached), "reached_by_first_point",
   "per_repeat": [...]}}}``.
-* ``runs``: ``{name: {"kind": "reference" | "recipe" | "random-init", "flags", "final_eval_loss" (nats),
-  "tokens", "seconds" (training seconds), "steps", "tokens_per_second", "learning_rate" (peak), "curve": [{"seconds",
-  "tokens", "step", "eval_loss"}], "downstream": {task: median metric}, "downstream_seeds": {task: [metric per
-  seed]}, "copies": [{"name", "repeat", "seed", "paired_with", "final_eval_loss", "tokens", "seconds", "steps",
-  "tokens_per_second", "curve"}]}}``; the top-level numbers of a run are medians over its copies (one copy per
+* ``runs``: ``{name: {"kind": "reference" | "recipe" | "random-init", "flags" (a recipe's pretrain flags),
+  "final_eval_loss" (nats), "tokens", "seconds" (training seconds), "steps", "tokens_per_second", "learning_rate"
+  (peak), "curve": [{"seconds", "tokens", "step", "eval_loss"}], "downstream": {task: median metric},
+  "downstream_seeds": {task: [metric per seed]}, "errors": [failed fine-tunes], "copies": [{"name", "repeat",
+  "seed", "paired_with", "final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second", "learning_rate",
+  "curve"}]}}``; the top-level numbers of a run are medians over its copies (one copy per
   repeat; the reference: one per recipe and repeat), ``curve`` is its first copy's. Random inits have
   ``final_eval_loss`` (the untrained model's held-out loss) and, when fine-tuned, the downstream keys only.
 * ``pretraining_buys``: ``{run: {task: {"metric", "value", "random_init", "vs_random_init", "best_classic",
@@ -1146,7 +1147,7 @@ def main(argv=None) -> int:
                 f"{copies[run.name]['seconds']:.0f} s")
     lap("pretraining")
     ref_copies = [copies[ref.name] for ref, _ in pairs]
-    runs = {"reference": summarize("reference", [f"--learning_rate {lr:g}"], ref_copies)}
+    runs = {"reference": summarize("reference", [], ref_copies)}
     ratios = {}
     for name, flags in args.recipe_table.items():
         mine = [(copies[ref.name], copies[ours.name]) for ref, ours in pairs if ours.recipe == name]
@@ -1379,8 +1380,8 @@ def print_ratios(results: dict) -> None:
     r = ratios["by_recipe"][ratios["default_recipe"]]
     print(f"{ratios['default_recipe']} vs reference: quality per token {_fmt(r['quality_per_token'])} "
           f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
-          f"(target {r['target_loss']:.4f}, reference {r['reference_seconds']:.0f} s, ours "
-          f"{_fmt(r['seconds_to_target'], '.0f', 'not reached')} s)")
+          f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
+          + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)"))
 
 
 if __name__ == "__main__":
