@@ -49,7 +49,9 @@ What runs (every run is a child process; the project is driven through its comma
    evaluation and checkpoints excluded. The reference times the same span per step with ``time.perf_counter``.
 7. **Noise** (``--schedule``): ``paired`` (default) runs each recipe at the same time as its own copy of the
    reference (same seed and steps: the same trajectory), ``--threads`` threads each (default 1, so that two runs fill
-   two cores and share the machine's noise); ``sequential`` runs the copy, then the recipe, alone. Each recipe's
+   two cores and share the machine's noise; the copy takes its first step once ``pretrain`` has logged its run plan,
+   so that it does not train alone during ``pretrain``'s start-up; whichever finishes first leaves the other alone
+   for its last steps); ``sequential`` runs the copy, then the recipe, alone. Each recipe's
    ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
    quoted are medians over repeats.
 8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
@@ -307,8 +309,9 @@ def child_env(threads: int) -> dict[str, str]:
             "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
 
 
-def run_jobs(jobs: list[Job], parallel: int, check: bool = True) -> list[Job]:
-    """Run ``jobs`` at most ``parallel`` at a time, in order; fill ``returncode`` and ``wall_s``.
+def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -> list[Job]:
+    """Run ``jobs`` at most ``parallel`` at a time, in order; fill ``returncode`` and ``wall_s``. ``on_poll()``, if
+    given, is called every 0.2 s while they run.
 
     Raises:
         BenchError: with ``check``, the first failed job (its log's last lines in the message).
@@ -326,6 +329,8 @@ def run_jobs(jobs: list[Job], parallel: int, check: bool = True) -> list[Job]:
                                         env={**os.environ, **job.env})
                 running.append((job, proc, handle, time.perf_counter()))
             time.sleep(0.2)
+            if on_poll is not None:
+                on_poll()
             for item in list(running):
                 job, proc, handle, start = item
                 if proc.poll() is not None:
@@ -740,17 +745,37 @@ def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
     return [list(p) for p in pairs] if schedule == "paired" else [[r] for p in pairs for r in p]
 
 
+#: What ``pretrain`` logs once its set-up is done, right before its first step (README: "the run plan").
+RUN_PLAN_LINE = "run plan:"
+
+
 def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False):
-    """Run each group's runs at the same time (``--threads`` threads each), group after group."""
+    """Run each group's runs at the same time (``--threads`` threads each), group after group. In a group with a
+    recipe run, the reference copies wait (``--start_file``) until the recipe has logged its run plan (or ended), so
+    that both start their first step together rather than the reference training during ``pretrain``'s start-up."""
     for group in groups:
-        jobs = []
+        jobs, start = [], None
+        recipe = next((r for r in group if r.kind == "recipe"), None)
         for run in group:
-            steps = steps_of(run)
-            tag = "probe" if probe else "train"
-            jobs.append(Job(f"{run.name} ({tag})", run_command(run, args, data, steps, points, probe),
+            cmd = run_command(run, args, data, steps_of(run), points, probe)
+            if run.kind == "reference" and recipe is not None:
+                start = out / "logs" / f".start-{run.folder.name}"
+                start.unlink(missing_ok=True)
+                cmd += ["--start_file", str(start)]
+            jobs.append(Job(f"{run.name} ({'probe' if probe else 'train'})", cmd,
                             out / "logs" / f"{run.folder.name}.log", child_env(args.threads)))
         log("  ".join(f"{j.name}: {steps_of(r)} steps" for j, r in zip(jobs, group)))
-        run_jobs(jobs, parallel=len(jobs))
+        on_poll = None
+        if start is not None:
+            recipe_job = jobs[group.index(recipe)]
+
+            def on_poll(start=start, recipe_job=recipe_job):
+                if not start.exists() and (recipe_job.returncode is not None or RUN_PLAN_LINE in
+                                           recipe_job.log.read_text(encoding="utf-8", errors="replace")):
+                    start.touch()
+        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll)
+        if start is not None:
+            start.unlink(missing_ok=True)
 
 
 def learning_rate_of(run: Run, out: Path) -> float | None:
@@ -835,6 +860,7 @@ def reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight_decay", type=float, default=0.0)
     p.add_argument("--mixed_precision", choices=["no", "bf16"], default="no")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--start_file", default=None, help="wait for this file to exist before the first step")
     p.add_argument("--output_dir", required=True)
     return p
 
@@ -878,6 +904,12 @@ def reference_main(argv=None) -> dict:
                                   weight_decay=args.weight_decay, fused=True)  # TrainingArguments: adamw_torch_fused
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
+    waited = time.perf_counter()
+    while args.start_file and not os.path.exists(args.start_file):  # the paired run's set-up (not timed)
+        if time.perf_counter() - waited > 600:
+            raise TimeoutError(f"--start_file {args.start_file}: not created within 600 s")
+        time.sleep(0.1)
+    waited = time.perf_counter() - waited
     records, seconds, tokens, step = [], 0.0, 0, 0
     saves = set(args.save_steps)
     while step < args.max_train_steps:
@@ -909,7 +941,7 @@ def reference_main(argv=None) -> dict:
               "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
               "attn_implementation": model.config._attn_implementation, "learning_rate": args.learning_rate,
               "weight_decay": args.weight_decay, "mixed_precision": args.mixed_precision, "device": str(device),
-              "threads": torch.get_num_threads(),
+              "threads": torch.get_num_threads(), "waited_for_start_s": waited,
               "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES)}
     (out / REFERENCE_LOG).write_text(json.dumps(result) + "\n", encoding="utf-8")
     return result
@@ -1250,6 +1282,8 @@ def results_markdown(results: dict) -> str:
              f"blocks, {results['heldout']['masked']} masked tokens "
              f"(sha256 `{results['heldout_sha256'][:16]}...`).", "",
              f"## Ratios (default recipe: {ratios['default_recipe']})", "",
+             f"Each recipe against its paired reference copy. The two ratios are medians over {proto['repeats']} "
+             "repeat(s) (every repeat in results.json); the other columns are repeat 0's.", "",
              "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
              "| reference s | ours s to target |", "|---|---|---|---|---|---|---|---|"]
     for name, r in ratios["by_recipe"].items():

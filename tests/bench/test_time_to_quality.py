@@ -215,7 +215,8 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
              "m.reference_main(sys.argv[2:])")
     cmd = [sys.executable, "-c", probe, str(SCRIPT), "--blocks", str(tmp_path / "blocks"), "--tokenizer",
            str(tmp_path / "tok"), "--model_shape", "bert-tiny", "--learning_rate", "1e-3", "--max_train_steps", "3",
-           "--batch_size", "4", "--save_steps", "2", "3", "--threads", "1", "--output_dir", str(tmp_path / "ref")]
+           "--batch_size", "4", "--save_steps", "2", "3", "--threads", "1", "--output_dir", str(tmp_path / "ref"),
+           "--start_file", str(SCRIPT)]  # exists: no wait
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "blocked" in proc.stdout
@@ -223,6 +224,7 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
     assert result["model_class"] == "transformers.models.bert.modeling_bert.BertForMaskedLM"
     assert result["collator_class"] == "transformers.data.data_collator.DataCollatorForLanguageModeling"
     assert result["attn_implementation"] == "sdpa" and result["project_modules_loaded"] == []
+    assert result["waited_for_start_s"] < 1.0
     steps = result["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3] and [s["tokens"] for s in steps] == [64, 128, 192]
     assert 0 < steps[0]["seconds"] < steps[1]["seconds"] < steps[2]["seconds"]
@@ -255,3 +257,21 @@ def test_what_pretraining_buys_by_hand(tmp_path):
     # random-bert was not fine-tuned: the reference is compared with random-sesame; no classic STS-B row
     assert ref["random_init"] == "random-sesame" and ref["vs_random_init"] == pytest.approx(0.20)
     assert ref["best_classic"] is None and ref["vs_best_classic"] is None
+
+
+def test_pairs_schedules_and_token_budget(tmp_path):
+    args = ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g",
+                           "--output_dir", str(tmp_path), "--budget_tokens", "100000", "--repeats", "2",
+                           "--recipes", "sesame-default", "--recipe_flags",
+                           "big=--per_device_train_batch_size 16 --gradient_accumulation_steps 4"])
+    pairs = ttq.plan_pairs(args, tmp_path)
+    assert [(ref.name, ours.name, ours.seed) for ref, ours in pairs] == [
+        ("reference-r0@sesame-default", "sesame-default-r0", 42), ("reference-r0@big", "big-r0", 42),
+        ("reference-r1@sesame-default", "sesame-default-r1", 43), ("reference-r1@big", "big-r1", 43)]
+    assert all(ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe
+               for ref, ours in pairs)
+    assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
+    assert [r.kind for g in ttq.groups_for("sequential", pairs) for r in g] == ["reference", "recipe"] * 4
+    ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
+    # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
+    assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
