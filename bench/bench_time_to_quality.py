@@ -128,6 +128,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -468,8 +470,6 @@ def mask_heldout(blocks: list[list[int]], tokenizer, seed: int, mlm_probability:
 
 def heldout_sha256(heldout: dict) -> str:
     """SHA-256 of ``input_ids``, ``labels`` and ``lengths`` as little-endian int64, in that order."""
-    import numpy as np
-
     h = hashlib.sha256()
     for key in ("input_ids", "labels", "lengths"):
         h.update(np.ascontiguousarray(heldout[key].numpy().astype("<i8")).tobytes())
@@ -555,9 +555,10 @@ def load_mlm(folder: Path, weights: Path | None = None):
     ``model.safetensors``), the folder's config with those weights (through a temporary folder of links)."""
     import tempfile
 
-    import modeling  # noqa: F401  (registers SesameBert with the Auto classes)
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
+
+    import modeling  # noqa: F401  (registers SesameBert with the Auto classes)
 
     hf_logging.disable_progress_bar()
     if weights is None:
@@ -569,10 +570,8 @@ def load_mlm(folder: Path, weights: Path | None = None):
 
 
 # -- unigram plateau ------------------------------------------------------------------------------------------------
-def token_counts(blocks, vocab_size: int, special_ids) -> "np.ndarray":
+def token_counts(blocks, vocab_size: int, special_ids) -> np.ndarray:
     """Counts (V,) int64 of every non-special token id in ``blocks`` (lists of ids)."""
-    import numpy as np
-
     counts = np.zeros(vocab_size, dtype=np.int64)
     for ids in blocks:
         counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=vocab_size)[:vocab_size]
@@ -583,8 +582,6 @@ def token_counts(blocks, vocab_size: int, special_ids) -> "np.ndarray":
 def unigram_loss(counts, labels, special_ids, alpha: float = 1.0) -> float:
     """Mean cross-entropy (nats) of predicting each label (ids; -100 ignored) from the unigram distribution
     p(t) = (counts[t] + alpha) / sum over non-special t' of (counts[t'] + alpha); special ids get no mass."""
-    import numpy as np
-
     counts = np.asarray(counts, dtype=np.float64) + alpha
     counts[list(special_ids)] = 0.0
     logp = np.log(np.where(counts > 0, counts, 1.0) / counts.sum())
@@ -609,8 +606,6 @@ def training_unigram_loss(reference_blocks: Path, tokenizer_dir: Path, heldout: 
 def interpolate(curve: list[dict], x_key: str, x: float) -> float:
     """The held-out loss of ``curve`` (points with ``x_key`` increasing and ``eval_loss``) at ``x``, linear between
     points (``numpy.interp``; clamped to the end points outside them)."""
-    import numpy as np
-
     return float(np.interp(x, [p[x_key] for p in curve], [p["eval_loss"] for p in curve]))
 
 
