@@ -1284,7 +1284,8 @@ def results_markdown(results: dict) -> str:
     for name, r in ratios["by_recipe"].items():
         reached = ("not reached" if r["seconds_to_target"] is None else
                    f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else ""))
-        lines.append(f"| {name} | {_fmt(r['quality_per_token'])} | {r['tokens_compared']:.3g} | "
+        qpt = _fmt(r["quality_per_token"], ".3f", "-- (reference not below unigram)")
+        lines.append(f"| {name} | {qpt} | {r['tokens_compared']:.3g} | "
                      f"{r['loss_at_tokens']['ours']:.4f} / {r['loss_at_tokens']['reference']:.4f} | "
                      f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
                      f"{r['reference_seconds']:.0f} | {reached} |")
@@ -1345,21 +1346,30 @@ def plot_results(results: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
     runs, tasks = results["runs"], results["protocol"]["finetune"]["tasks"]
-    fig = Figure(figsize=(16, 5.2))
+    fig = Figure(figsize=(16, 6.0))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if tasks else 2)
-    trained = {n: r for n, r in runs.items() if r.get("curve")}
+    recipes = {n: r for n, r in runs.items() if r.get("kind") == "recipe"}
+    colors = {n: f"C{i}" for i, n in enumerate(recipes)}
     for ax, key, label in ((axes[0], "seconds", "training seconds"), (axes[1], "tokens", "training tokens")):
-        for name, run in trained.items():
-            xs = [p[key] for p in run["curve"]]
-            ax.plot(xs, [p["eval_loss"] for p in run["curve"]], marker="o", markersize=3,
-                    label=f"{name} (lr {run['learning_rate']:g})", linestyle="--" if name == "reference" else "-")
+        for name, run in recipes.items():
+            ax.plot([p[key] for p in run["curve"]], [p["eval_loss"] for p in run["curve"]], marker="o", markersize=3,
+                    color=colors[name], label=f"{name} (lr {run['learning_rate']:g})")
+        # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
+        # partner); vs tokens one copy (the copies of a repeat share the trajectory)
+        copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+        for copy in copies if key == "seconds" else copies[:1]:
+            paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
+            ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",
+                    markersize=3, linestyle="--", color=colors.get(paired, "black") if key == "seconds" else "black",
+                    label=f"reference (lr {copy['learning_rate']:g})" + (f", paired with {paired}" if key == "seconds"
+                                                                          else ""))
         ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
         if "random-sesame" in runs:
             ax.axhline(runs["random-sesame"]["final_eval_loss"], color="tab:red", linestyle=":", linewidth=0.8,
                        label="random init (untrained)")
-        if "reference" in trained:
-            ax.axhline(trained["reference"]["final_eval_loss"], color="black", linewidth=0.6, linestyle="-.",
+        if copies:
+            ax.axhline(copies[0]["final_eval_loss"], color="black", linewidth=0.6, linestyle="-.",
                        label="reference final (target)")
         ax.set_xlabel(label)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
@@ -1367,7 +1377,6 @@ def plot_results(results: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_title("held-out loss vs training seconds")
     axes[1].set_title("held-out loss vs tokens")
-    axes[0].legend(fontsize=7)
     if tasks:
         ax = axes[2]
         names = [n for n, r in runs.items() if r.get("downstream")]
@@ -1375,7 +1384,8 @@ def plot_results(results: dict, path: Path) -> None:
         for j, name in enumerate(names):
             xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(tasks))]
             ys = [100 * (runs[name]["downstream"].get(t) or 0.0) for t in tasks]
-            ax.bar_label(ax.bar(xs, ys, width, label=name), fmt="%.1f", fontsize=6, padding=1)
+            color = colors.get(name, {"reference": "0.3", "random-sesame": "0.7"}.get(name, "0.5"))
+            ax.bar_label(ax.bar(xs, ys, width, label=name, color=color), fmt="%.1f", fontsize=6, padding=1)
         for i, t in enumerate(tasks):
             best = max((v for b, v in results["baselines"].get(t, {}).items() if b in CLASSIC_BASELINES), default=None)
             if best is not None:
@@ -1385,7 +1395,8 @@ def plot_results(results: dict, path: Path) -> None:
         ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
         ax.set_title("downstream after fine-tuning")
         ax.axhline(0, color="black", linewidth=0.5)
-        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     proto = results["protocol"]
     budget = (f"{proto['budget_minutes']:g} min" if proto["budget_minutes"] is not None
               else f"{proto['budget_tokens']:,} tokens")
@@ -1404,10 +1415,12 @@ def print_ratios(results: dict) -> None:
     ratios = results["ratios"]
     for name, r in ratios["by_recipe"].items():
         if name != ratios["default_recipe"]:
-            print(f"{name}: quality per token {_fmt(r['quality_per_token'])}, "
+            qpt = _fmt(r["quality_per_token"], ".3f", "None (reference not below unigram)")
+            print(f"{name}: quality per token {qpt}, "
                   f"time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}")
     r = ratios["by_recipe"][ratios["default_recipe"]]
-    print(f"{ratios['default_recipe']} vs reference: quality per token {_fmt(r['quality_per_token'])} "
+    print(f"{ratios['default_recipe']} vs reference: quality per token "
+          f"{_fmt(r['quality_per_token'], '.3f', 'None (reference not below unigram)')} "
           f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
           f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
           + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)"))
