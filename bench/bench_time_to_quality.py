@@ -1396,7 +1396,8 @@ def plot_results(results: dict, path: Path) -> None:
         ax.set_title("downstream after fine-tuning")
         ax.axhline(0, color="black", linewidth=0.5)
     for ax in axes:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+        if ax.get_legend_handles_labels()[0]:  # the bar panel is empty before fine-tuning
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     proto = results["protocol"]
     budget = (f"{proto['budget_minutes']:g} min" if proto["budget_minutes"] is not None
               else f"{proto['budget_tokens']:,} tokens")
