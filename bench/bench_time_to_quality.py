@@ -1,0 +1,1431 @@
+"""Time to quality: held-out MLM quality per second and per token, ours (``python -m pretrain`` recipes) against
+transformers' ``BertForMaskedLM`` trained the ``run_mlm`` way, then what the pretraining buys on GLUE dev.
+
+    python bench/bench_time_to_quality.py --train_file F [F ...] --validation_file F --glue_dir DIR \\
+        --budget_minutes M [--budget_tokens N] [--model_shape bert-tiny] [--tasks sst2 mrpc stsb cola] [--seeds 3] \\
+        [--baselines_results results.json] [--recipes NAME ...] [--recipe_flags NAME='--flag v ...'] --output_dir D
+
+What runs (every run is a child process; the project is driven through its command lines only):
+
+1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them): one WordPiece tokenizer
+   (``python -m tokenizer train --model_type bert --vocab_size V`` -> ``D/tokenizer``), one prepared dataset
+   (``python -m pretrain.prepare ... --tokenizer_name D/tokenizer`` -> ``D/prepared``) that every recipe trains on, and
+   the reference's blocks (``D/reference_blocks``): the training documents tokenized with the tokenizer's special
+   tokens (``[CLS] doc [SEP]``), concatenated and cut into ``--max_seq_length`` blocks per map batch of 1,000
+   documents, the remainder dropped -- ``group_texts`` of transformers' ``examples/pytorch/language-modeling/
+   run_mlm.py``. (run_mlm's text loader makes one example per *line*; here an example is a *document*, blank-line
+   separated, as ``pretrain`` reads the files, so that both see the same text with the same special tokens.)
+2. **Fixed held-out set** (``D/heldout.safetensors`` + ``D/heldout.json``): every ``--validation_file`` document is
+   cut into chunks of ``max_seq_length - 2`` tokens, each wrapped as ``[CLS] chunk [SEP]`` (a block never spans two
+   documents, so models trained with and without document masking see the same boundary-free inputs); masked *once*
+   by transformers' ``DataCollatorForLanguageModeling`` (15% of the non-special tokens, 80/10/10 [MASK]/random/keep)
+   with its generator seeded by ``--heldout_seed``, block by block. Its SHA-256 (of ``input_ids``, ``labels``,
+   ``lengths`` as little-endian int64, in that order) is in ``results.json``. Score = mean cross-entropy in nats over
+   all masked positions, computed here from each model's full MLM logits (``AutoModelForMaskedLM``, eval mode, batches
+   of equal-length blocks: no padding) by :func:`heldout_loss`, the same code for every model.
+3. **Budget to steps.** With ``--budget_minutes`` each run first trains ``--probe_steps`` steps under the same
+   conditions as the real run (a probe; the first ``--probe_warmup`` steps are not counted), and its budget becomes
+   ``--max_train_steps N = budget / mean seconds per step``, so that every schedule knows its length. With
+   ``--budget_tokens`` N = ceil(tokens / tokens per step). The reference's N is the median over its probes (one
+   reference trajectory for every pairing).
+4. **The reference** (:func:`reference_main`, a child process that refuses to import any project package):
+   ``BertForMaskedLM`` (``attn_implementation="sdpa"``) of the shape, ``DataCollatorForLanguageModeling``
+   (``mlm_probability`` 0.15) on the reference blocks, shuffled each epoch; AdamW (fused where available, weight decay
+   ``--reference_weight_decay`` 0.0, betas (0.9, 0.999), eps 1e-8), linear decay to 0 without warmup, gradient clipping
+   at 1.0 -- transformers ``TrainingArguments``' defaults, which run_mlm uses -- in a plain PyTorch loop. Its peak
+   learning rate is the best (lowest final held-out loss) of ``--reference_lrs`` after
+   ``--reference_sweep_fraction`` of its steps (a sweep run's schedule decays over those steps).
+5. **Our recipes** (:data:`RECIPES`; ``--recipes`` picks, ``--recipe_flags`` adds): ``python -m pretrain
+   --prepared_dataset D/prepared --config_name SHAPE --per_device_train_batch_size B <recipe flags>`` plus the bench's
+   run flags (``--max_train_steps``, ``--seed``, ``--checkpointing_steps`` (``--curve_points`` per run),
+   ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval, ``--eval_steps N+1`` and
+   ``--max_eval_samples 32``: the run's own evaluation then runs only before the first and after the last step, on 32
+   blocks, outside the timed steps).
+6. **Curves**: every checkpoint's weights are scored on the held-out set after training (checkpoint writing and
+   scoring are never timed). Training seconds at a step: for ours, the sum of ``trainer_log.json``'s interval times up
+   to it, an interval's time being its blocks / its ``samples_per_second`` (the blocks of each optimizer step follow
+   from the block count, the batch and the epoch length: only an epoch's last step is short); tokens = time x
+   ``tokens_per_second``. The loop times each step from fetching its batch to the end of the optimizer step,
+   evaluation and checkpoints excluded. The reference times the same span per step with ``time.perf_counter``.
+7. **Noise** (``--schedule``): ``paired`` (default) runs each recipe at the same time as its own copy of the
+   reference (same seed and steps: the same trajectory), ``--threads`` threads each (default 1, so that two runs fill
+   two cores and share the machine's noise; the copy takes its first step once ``pretrain`` has logged its run plan,
+   so that it does not train alone during ``pretrain``'s start-up; whichever finishes first leaves the other alone
+   for its last steps); ``sequential`` runs the copy, then the recipe, alone. Each recipe's
+   ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
+   quoted are medians over repeats.
+8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
+   at a time): every final model (the first repeat's; the reference's first copy) and the random inits of
+   ``--random_inits`` (default ``sesame``), on ``--tasks`` with ``--seeds`` seeds (42, 43, ...): lr
+   ``--finetune_learning_rate`` 1e-4, batch 32, 3 epochs, 10% warmup, weight decay 0.01, ``--max_seq_length`` 128,
+   float32, SST-2 on its first 20,000 training examples (``--max_train_samples`` caps every task); the task's main
+   metric on the dev set; median over seeds.
+   Random inits: ``random-sesame`` = SesameBertForMaskedLM of the preset (the comparison for our recipes),
+   ``random-bert`` = the reference's BertForMaskedLM (:func:`reference_model`), both built after
+   ``torch.manual_seed(--seed)``; both are always scored on the held-out set (their ``final_eval_loss`` is the
+   untrained level). With the same seed the two compute the same function (measured: the same held-out loss to 14
+   digits; SesameBert draws its initial weights as transformers' BERT does), so by default only ``random-sesame`` is
+   fine-tuned: one set of fine-tunes serves as the no-pretraining row of both families.
+
+Ratios (printed last; each recipe against its paired reference copy, median over repeats; the top-level pair is the
+``--default_recipe``'s):
+
+* ``quality_per_token`` = (unigram - ours) / (unigram - reference), both held-out losses linearly interpolated on
+  their loss-vs-tokens curves at T = the smaller of the two final token counts (> 1: ours got further below the
+  unigram plateau with the same tokens). ``None`` when the reference is not below the unigram loss.
+* ``time_to_quality`` = reference seconds / ours: the target is the reference's final held-out loss, the reference
+  seconds its training seconds, ours the first crossing of the target on our loss-vs-seconds curve (linear between
+  checkpoints; the first checkpoint's seconds when already reached there, flagged); ``None`` = not reached.
+* **what pretraining buys**: each run's median downstream metric minus its random init's (ours: ``random-sesame``,
+  the reference: ``random-bert``, the other when only one is fine-tuned) and minus the best classic baseline of
+  ``--baselines_results`` (a ``python -m finetune.baselines`` results.json; records with the same metric).
+* ``unigram_loss``: predicting every masked held-out token from the training blocks' non-special token frequencies
+  (add-one smoothed over the non-special vocabulary): the plateau a model must leave.
+
+Output in ``D``: ``results.json``, ``results.md`` (tables, ratios, protocol, command), ``results.png`` (held-out loss
+vs training seconds and vs tokens, all runs, the unigram level; downstream bars), and the run folders (``runs/``,
+``models/``, ``finetune/``, ``logs/``). ``results.json`` keys:
+
+* ``command``: the bench's argv. ``protocol``: every setting above (budget, shape, batch, tokens_per_step, schedule,
+  threads, repeats, probe, curve points, the reference's optimizer, sweep and chosen learning rate, the recipes' flags,
+  the fine-tuning protocol, the held-out settings, the device, the load average before/after).
+* ``heldout_sha256``; ``heldout``: ``{"blocks", "tokens", "masked", "seed"}``.
+* ``unigram_loss``: nats.
+* ``ratios``: ``{"default_recipe", "quality_per_token", "time_to_quality", "by_recipe": {recipe: {
+  "quality_per_token", "time_to_quality", "tokens_compared", "loss_at_tokens": {"ours", "reference"},
+  "target_loss", "reference_seconds", "seconds_to_target" (None: not reached), "reached_by_first_point",
+  "per_repeat": [...]}}}``.
+* ``runs``: ``{name: {"kind": "reference" | "recipe" | "random-init", "flags" (a recipe's pretrain flags),
+  "final_eval_loss" (nats), "tokens", "seconds" (training seconds), "steps", "tokens_per_second", "learning_rate"
+  (peak), "curve": [{"seconds", "tokens", "step", "eval_loss"}], "downstream": {task: median metric},
+  "downstream_seeds": {task: [metric per seed]}, "errors": [failed fine-tunes], "copies": [{"name", "repeat",
+  "seed", "paired_with", "final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second", "learning_rate",
+  "curve"}]}}``; the top-level numbers of a run are medians over its copies (one copy per
+  repeat; the reference: one per recipe and repeat), ``curve`` is its first copy's. Random inits have
+  ``final_eval_loss`` (the untrained model's held-out loss) and, when fine-tuned, the downstream keys only.
+* ``pretraining_buys``: ``{run: {task: {"metric", "value", "random_init", "vs_random_init", "best_classic",
+  "best_classic_value", "vs_best_classic"}}}`` (metric values as ``finetune.glue`` reports them, 0-1).
+* ``baselines``: ``{task: {backbone: value}}`` from ``--baselines_results``.
+* ``sweep``: ``{lr: final held-out loss}`` of the reference's sweep; ``timings``: wall seconds per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+#: The project's packages: the reference process refuses to import them (:func:`block_project_imports`).
+PROJECT_PACKAGES = ("modeling", "training", "pretrain", "finetune", "tokenizer")
+
+#: Model shapes (Turc et al. 2019; intermediate size 4H), the same as the ``--config_name`` presets of ``pretrain``.
+SHAPES: dict[str, dict[str, int]] = {
+    "bert-tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
+    "bert-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "bert-small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "bert-base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+}
+
+#: Our recipes: name -> the ``python -m pretrain`` flags added to ``--prepared_dataset D/prepared --config_name SHAPE
+#: --per_device_train_batch_size B`` and the bench's run flags (:data:`BENCH_FLAGS` may not be set by a recipe).
+#: ``note`` says what the recipe is. ``--recipe_flags NAME='--flag v ...'`` adds one for a single invocation.
+RECIPES: dict[str, dict] = {
+    "sesame-default": dict(flags=[], note="today's default for user data: no flags (post-LN preset: lr 1e-4, "
+                                          "warmup 6%, weight decay 0.01, linear decay, float32)"),
+    "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
+    "sesame-lr1e-3-bf16": dict(flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
+                               note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)"),
+}
+DEFAULT_RECIPES = ("sesame-default", "sesame-lr1e-3")
+
+#: ``pretrain`` flags the bench sets itself: a recipe giving one of them is refused.
+BENCH_FLAGS = ("--prepared_dataset", "--train_file", "--validation_file", "--dataset_name", "--tokenizer_name",
+               "--config_name", "--model_name_or_path", "--output_dir", "--overwrite_output_dir", "--max_train_steps",
+               "--num_train_epochs", "--checkpointing_steps", "--checkpoints_total_limit", "--logging_steps",
+               "--eval_steps", "--max_eval_samples", "--max_train_samples", "--seed", "--report_to",
+               "--resume_from_checkpoint", "--push_to_hub", "--load_best_model_at_end", "--early_stopping_patience",
+               "--streaming", "--max_seq_length")
+
+#: GLUE tasks -> the main metric (the first of the task's metrics, as ``finetune.glue`` / ``finetune.baselines``).
+TASK_METRICS = {"cola": "matthews_correlation", "sst2": "accuracy", "mrpc": "f1", "qqp": "f1", "stsb": "pearson",
+                "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy", "wnli": "accuracy"}
+#: The classic backbones of ``finetune.baselines`` (their rows in ``--baselines_results``).
+CLASSIC_BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
+#: The fine-tuning protocol (``finetune.glue`` flags); SST-2 on its first 20,000 training examples.
+FINETUNE = dict(per_device_train_batch_size=32, num_train_epochs=3, warmup_ratio=0.1, weight_decay=0.01)
+FINETUNE_MAX_TRAIN_SAMPLES = {"sst2": 20000}
+
+HELDOUT_FILE, HELDOUT_INFO = "heldout.safetensors", "heldout.json"
+REFERENCE_LOG = "reference_log.json"
+
+
+class BenchError(RuntimeError):
+    """A step of the bench failed (a child process, a missing file); the message names it and its log."""
+
+
+# -- command line ---------------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    """The bench's arguments (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    d = p.add_argument_group("data")
+    d.add_argument("--train_file", nargs="+", required=True, help="pretraining text files (.txt/.txt.gz)")
+    d.add_argument("--validation_file", required=True, help="held-out documents (the fixed masked set)")
+    d.add_argument("--glue_dir", required=True, help="GLUE folder (SST-2/train.tsv, ...)")
+    d.add_argument("--output_dir", required=True, help="results.{json,md,png} and every run folder; caches data")
+    d.add_argument("--vocab_size", type=int, default=8000, help="WordPiece vocabulary (default 8000)")
+    d.add_argument("--max_seq_length", type=int, default=128, help="block length (default 128)")
+    d.add_argument("--heldout_seed", type=int, default=1234, help="seed of the held-out masks")
+    d.add_argument("--max_heldout_blocks", type=int, default=None, help="use the first N held-out blocks")
+    b = p.add_argument_group("budget and runs")
+    b.add_argument("--budget_minutes", type=float, default=None, help="training minutes per run")
+    b.add_argument("--budget_tokens", type=int, default=None, help="training tokens per run (instead of minutes)")
+    b.add_argument("--model_shape", choices=list(SHAPES), default="bert-tiny")
+    b.add_argument("--batch_size", type=int, default=32, help="blocks per optimizer step (default 32)")
+    b.add_argument("--recipes", nargs="+", default=list(DEFAULT_RECIPES),
+                   help=f"our recipes, of {', '.join(RECIPES)} (default: {' '.join(DEFAULT_RECIPES)})")
+    b.add_argument("--recipe_flags", nargs="+", default=[], metavar="NAME='--flag v ...'",
+                   help="ad-hoc recipes: pretrain flags for a new name (run after --recipes)")
+    b.add_argument("--default_recipe", default=None, help="the recipe of the top-level ratios (default: the first)")
+    b.add_argument("--reference_lrs", nargs="+", type=float, default=[5e-4, 1e-3, 2e-3],
+                   help="the reference's learning-rate sweep (one value: no sweep)")
+    b.add_argument("--reference_sweep_fraction", type=float, default=0.25,
+                   help="sweep runs last this fraction of the reference's steps (default 0.25)")
+    b.add_argument("--reference_weight_decay", type=float, default=0.0, help="run_mlm's default 0.0")
+    b.add_argument("--reference_mixed_precision", choices=["no", "bf16"], default="no",
+                   help="the reference's autocast (run_mlm's default: no)")
+    b.add_argument("--seed", type=int, default=42, help="pretraining seed of repeat 0; random-init seed")
+    b.add_argument("--schedule", choices=["paired", "sequential"], default="paired",
+                   help="paired: each recipe runs at the same time as its reference copy; sequential: one by one")
+    b.add_argument("--threads", type=int, default=1, help="threads per training process (OMP_NUM_THREADS)")
+    b.add_argument("--repeats", type=int, default=1, help="repeat every pair with seeds seed+r; medians reported")
+    b.add_argument("--probe_steps", type=int, default=20, help="steps of a budget probe (default 20)")
+    b.add_argument("--probe_warmup", type=int, default=5, help="probe steps not counted (default 5)")
+    b.add_argument("--curve_points", type=int, default=10, help="held-out scores per run (checkpoints)")
+    b.add_argument("--keep_checkpoints", action="store_true", help="keep the runs' checkpoints after scoring")
+    f = p.add_argument_group("fine-tuning")
+    f.add_argument("--tasks", nargs="*", default=["sst2", "mrpc", "stsb", "cola"], help="GLUE tasks (none: skip)")
+    f.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per task (42, 43, ...)")
+    f.add_argument("--finetune_learning_rate", type=float, default=1e-4)
+    f.add_argument("--finetune_epochs", type=float, default=FINETUNE["num_train_epochs"])
+    f.add_argument("--max_train_samples", type=int, default=None, help="cap every task's training examples")
+    f.add_argument("--finetune_parallel", type=int, default=2, help="fine-tuning processes at once (1 thread each)")
+    f.add_argument("--random_inits", nargs="*", choices=["sesame", "bert"], default=["sesame"],
+                   help="random inits fine-tuned as the no-pretraining baseline (default: sesame)")
+    f.add_argument("--baselines_results", default=None, help="a finetune.baselines results.json")
+    f.add_argument("--keep_finetuned", action="store_true", help="keep the fine-tuned weights")
+    args = p.parse_args(argv)
+    if (args.budget_minutes is None) == (args.budget_tokens is None):
+        p.error("give exactly one of --budget_minutes and --budget_tokens")
+    if args.repeats < 1 or args.seeds < 1 or args.curve_points < 1 or args.threads < 1:
+        p.error("--repeats, --seeds, --curve_points and --threads must be >= 1")
+    if args.probe_steps <= args.probe_warmup:
+        p.error("--probe_steps must exceed --probe_warmup")
+    unknown = [t for t in args.tasks if t not in TASK_METRICS]
+    if unknown:
+        p.error(f"--tasks {' '.join(unknown)}: expected GLUE tasks of {', '.join(TASK_METRICS)}")
+    try:
+        args.recipe_table = select_recipes(args.recipes, args.recipe_flags)
+    except ValueError as err:
+        p.error(str(err))
+    args.default_recipe = args.default_recipe or next(iter(args.recipe_table))
+    if args.default_recipe not in args.recipe_table:
+        p.error(f"--default_recipe {args.default_recipe}: not one of the recipes run ({', '.join(args.recipe_table)})")
+    return args
+
+
+def select_recipes(names: list[str], ad_hoc: list[str]) -> dict[str, list[str]]:
+    """``{name: pretrain flags}`` of ``--recipes`` (from :data:`RECIPES`) then ``--recipe_flags`` entries
+    (``NAME='--flag v ...'``, split as a shell would).
+
+    Raises:
+        ValueError: an unknown recipe name, a malformed or duplicate entry, or a flag of :data:`BENCH_FLAGS`.
+    """
+    table: dict[str, list[str]] = {}
+    for name in names:
+        if name not in RECIPES:
+            raise ValueError(f"--recipes {name}: unknown; expected one of {', '.join(RECIPES)} (or --recipe_flags)")
+        table[name] = list(RECIPES[name]["flags"])
+    for entry in ad_hoc:
+        name, sep, flags = entry.partition("=")
+        if not sep or not name or name in table or name.startswith("reference") or name.startswith("random"):
+            raise ValueError(f"--recipe_flags {entry!r}: expected NAME='--flag value ...' with a new name")
+        table[name] = shlex.split(flags)
+    for name, flags in table.items():
+        taken = [f for f in flags if f.split("=")[0] in BENCH_FLAGS]
+        if taken:
+            raise ValueError(f"recipe {name}: {' '.join(taken)} is set by the bench; expected other pretrain flags")
+    if not table:
+        raise ValueError("no recipe: expected at least one of --recipes / --recipe_flags")
+    return table
+
+
+def flag_value(flags: list[str], name: str, default: str | None = None) -> str | None:
+    """The value of ``name`` in an argv-style list (``--name v`` or ``--name=v``; the last one wins), or ``default``."""
+    value = default
+    for i, item in enumerate(flags):
+        if item == name and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif item.startswith(name + "="):
+            value = item.split("=", 1)[1]
+    return value
+
+
+# -- child processes ------------------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One child process: ``cmd`` run with ``env`` added, stdout+stderr into ``log``."""
+
+    name: str
+    cmd: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    returncode: int | None = None
+    wall_s: float = 0.0
+
+
+def child_env(threads: int) -> dict[str, str]:
+    """Environment of a child: ``threads`` OpenMP/MKL threads, passive OpenMP waiting (idle threads sleep instead of
+    spinning, which on a shared 2-core machine starves the other process), offline hubs."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
+            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+
+
+def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -> list[Job]:
+    """Run ``jobs`` at most ``parallel`` at a time, in order; fill ``returncode`` and ``wall_s``. ``on_poll()``, if
+    given, is called every 0.2 s while they run.
+
+    Raises:
+        BenchError: with ``check``, the first failed job (its log's last lines in the message).
+    """
+    pending, running = list(jobs), []
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                handle = open(job.log, "w", encoding="utf-8")
+                handle.write("$ " + shlex.join(job.cmd) + "\n")
+                handle.flush()
+                proc = subprocess.Popen(job.cmd, stdout=handle, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **job.env})
+                running.append((job, proc, handle, time.perf_counter()))
+            time.sleep(0.2)
+            if on_poll is not None:
+                on_poll()
+            for item in list(running):
+                job, proc, handle, start = item
+                if proc.poll() is not None:
+                    handle.close()
+                    job.returncode, job.wall_s = proc.returncode, time.perf_counter() - start
+                    running.remove(item)
+                    if check and job.returncode != 0:
+                        tail = "\n".join(job.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
+                        raise BenchError(f"{job.name} failed (exit {job.returncode}); log {job.log}:\n{tail}")
+    finally:  # a failure, Ctrl-C or SIGTERM: stop our own children, the ones still running
+        for _, proc, handle, _ in running:
+            proc.terminate()
+            proc.wait()
+            handle.close()
+    return jobs
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- shared data ----------------------------------------------------------------------------------------------------
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 hex digest of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cached(folder: Path, stamp: dict, build) -> Path:
+    """``folder`` as built by ``build(folder)``, reused when its stamp file (``.<name>.stamp.json`` beside it)
+    equals ``stamp`` (a JSON-able record of what it was built from)."""
+    marker = folder.parent / f".{folder.name}.stamp.json"
+    stamp = json.loads(json.dumps(stamp))  # tuples as lists, as read back
+    if folder.is_dir() and marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == stamp:
+        log(f"reusing {folder}")
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    build(folder)
+    marker.write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
+    return folder
+
+
+def prepare_shared_data(args, out: Path) -> dict:
+    """Tokenizer, prepared dataset and reference blocks in ``out`` (cached); returns their paths and the sources."""
+    sources = {"train": [(str(Path(f).resolve()), file_sha256(f)) for f in args.train_file],
+               "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file))}
+    py = sys.executable
+    tok_stamp = {"train": sources["train"], "vocab_size": args.vocab_size}
+    tok = cached(out / "tokenizer", tok_stamp, lambda d: run_jobs([Job("tokenizer", [
+        py, "-m", "tokenizer", "train", "--model_type", "bert", "--train_file", *args.train_file,
+        "--vocab_size", str(args.vocab_size), "--output_dir", str(d)], out / "logs" / "tokenizer.log")], 1))
+    tok_sha = file_sha256(tok / "tokenizer.json")
+    prep_stamp = {**sources, "tokenizer": tok_sha, "max_seq_length": args.max_seq_length}
+    prepared = cached(out / "prepared", prep_stamp, lambda d: run_jobs([Job("prepare", [
+        py, "-m", "pretrain.prepare", "--train_file", *args.train_file, "--validation_file", args.validation_file,
+        "--tokenizer_name", str(tok), "--max_seq_length", str(args.max_seq_length), "--output_dir", str(d)],
+        out / "logs" / "prepare.log")], 1))
+    ref_blocks = cached(out / "reference_blocks", prep_stamp,
+                        lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d))
+    manifest = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))
+    return {"tokenizer": tok, "tokenizer_sha256": tok_sha, "prepared": prepared, "reference_blocks": ref_blocks,
+            "manifest": manifest, "sources": sources}
+
+
+def load_documents(files: list[str]):
+    """The documents of text files (blank-line separated; ``datasets``' text loader with ``sample_by="paragraph"``,
+    stripped, empty ones dropped) as a ``datasets.Dataset`` with a ``text`` column."""
+    from datasets import load_dataset
+
+    ds = load_dataset("text", data_files={"train": list(files)}, sample_by="paragraph")["train"]
+    ds = ds.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
+    return ds.filter(lambda b: [bool(t) for t in b["text"]], batched=True)
+
+
+def group_texts(batch: dict[str, list[list[int]]], block_size: int) -> dict[str, list[list[int]]]:
+    """run_mlm's ``group_texts``: concatenate every column of a map batch and cut it into ``block_size`` pieces,
+    dropping the remainder (kept whole when the batch holds less than one block)."""
+    joined = {k: list(itertools.chain.from_iterable(v)) for k, v in batch.items()}
+    total = len(next(iter(joined.values())))
+    if total >= block_size:
+        total = total // block_size * block_size
+    return {k: [v[i:i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
+
+
+def build_reference_blocks(files: list[str], tokenizer_dir: Path, block_size: int, folder: Path) -> None:
+    """The reference's training blocks (run_mlm without ``--line_by_line``): documents tokenized with the special
+    tokens and ``special_tokens_mask``, grouped by :func:`group_texts` per map batch of 1,000; ``save_to_disk``."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    docs = load_documents(files)
+    enc = docs.map(lambda b: tok(b["text"], return_special_tokens_mask=True), batched=True, remove_columns=["text"])
+    enc.map(group_texts, batched=True, batch_size=1000, fn_kwargs={"block_size": block_size}).save_to_disk(str(folder))
+
+
+# -- held-out set ---------------------------------------------------------------------------------------------------
+def heldout_blocks(documents: list[str], tokenizer, max_len: int) -> list[list[int]]:
+    """Every document cut into chunks of ``max_len - 2`` tokens (the last one shorter), each as
+    ``[CLS] chunk [SEP]``: lists of token ids, document order; no block spans two documents."""
+    blocks = []
+    width = max_len - 2
+    for ids in tokenizer(list(documents), add_special_tokens=False)["input_ids"]:
+        for i in range(0, len(ids), width):
+            blocks.append([tokenizer.cls_token_id, *ids[i:i + width], tokenizer.sep_token_id])
+    return blocks
+
+
+def mask_heldout(blocks: list[list[int]], tokenizer, seed: int, mlm_probability: float = 0.15) -> dict:
+    """Mask ``blocks`` once with transformers' ``DataCollatorForLanguageModeling`` (``seed``: its own generator),
+    one block per call, in order.
+
+    Returns:
+        ``{"input_ids": (N,) int64, "labels": (N,) int64 (-100 where not masked), "lengths": (n_blocks,) int64}``:
+        the blocks concatenated (N tokens).
+    """
+    import torch
+    from transformers import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
+    ids, labels = [], []
+    for block in blocks:
+        special = tokenizer.get_special_tokens_mask(block, already_has_special_tokens=True)
+        batch = collator([{"input_ids": block, "special_tokens_mask": special}])
+        ids.append(batch["input_ids"][0])
+        labels.append(batch["labels"][0])
+    return {"input_ids": torch.cat(ids).long(), "labels": torch.cat(labels).long(),
+            "lengths": torch.tensor([len(b) for b in blocks], dtype=torch.long)}
+
+
+def heldout_sha256(heldout: dict) -> str:
+    """SHA-256 of ``input_ids``, ``labels`` and ``lengths`` as little-endian int64, in that order."""
+    h = hashlib.sha256()
+    for key in ("input_ids", "labels", "lengths"):
+        h.update(np.ascontiguousarray(heldout[key].numpy().astype("<i8")).tobytes())
+    return h.hexdigest()
+
+
+def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
+    """The fixed held-out set in ``out`` (reused when built with the same tokenizer, file and settings)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    settings = {"validation": data["sources"]["validation"], "tokenizer": data["tokenizer_sha256"],
+                "max_seq_length": args.max_seq_length, "seed": args.heldout_seed, "mlm_probability": 0.15,
+                "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "max_blocks": args.max_heldout_blocks}
+    settings = json.loads(json.dumps(settings))  # tuples as lists, as read back
+    info_path = out / HELDOUT_INFO
+    if info_path.is_file() and (out / HELDOUT_FILE).is_file():
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        heldout = load_file(str(out / HELDOUT_FILE))
+        if info.get("settings") == settings and heldout_sha256(heldout) == info.get("sha256"):
+            log(f"reusing {out / HELDOUT_FILE}")
+            return heldout, info
+    hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
+    tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
+    blocks = heldout_blocks(list(load_documents([args.validation_file])["text"]), tok, args.max_seq_length)
+    heldout = mask_heldout(blocks[:args.max_heldout_blocks], tok, args.heldout_seed)
+    save_file(heldout, str(out / HELDOUT_FILE))
+    info = {"settings": settings, "sha256": heldout_sha256(heldout), "blocks": len(heldout["lengths"]),
+            "tokens": int(heldout["lengths"].sum()), "masked": int((heldout["labels"] != -100).sum())}
+    info_path.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return heldout, info
+
+
+def heldout_batches(heldout: dict, max_tokens: int = 4096):
+    """``(input_ids, labels)`` batches of equal-length blocks (no padding), each (B, S) int64, B x S <= max_tokens
+    (at least one block), in order of length then position."""
+    import torch
+
+    lengths = heldout["lengths"].tolist()
+    starts = [0, *itertools.accumulate(lengths)][:-1]
+    for length, group in itertools.groupby(sorted(range(len(lengths)), key=lambda i: (lengths[i], i)),
+                                           key=lambda i: lengths[i]):
+        group = list(group)
+        per = max(1, max_tokens // length)
+        for i in range(0, len(group), per):
+            rows = [slice(starts[j], starts[j] + length) for j in group[i:i + per]]
+            yield (torch.stack([heldout["input_ids"][r] for r in rows]),
+                   torch.stack([heldout["labels"][r] for r in rows]))
+
+
+def heldout_loss(model, heldout: dict, device=None) -> float:
+    """Mean cross-entropy (nats) over the masked held-out positions, from ``model``'s full MLM logits in eval mode
+    (``model(input_ids, attention_mask=1, token_type_ids=0).logits`` of shape (B, S, V), any
+    ``AutoModelForMaskedLM``), accumulated in float64.
+
+    Raises:
+        BenchError: the logits are not (B, S, V) (e.g. a model that predicts only at labelled positions).
+    """
+    import torch
+
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    nll, count = torch.zeros((), dtype=torch.float64), 0
+    with torch.inference_mode():
+        for ids, labels in heldout_batches(heldout):
+            ids, labels = ids.to(device), labels.to(device)
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                           token_type_ids=torch.zeros_like(ids)).logits
+            if tuple(logits.shape[:2]) != tuple(ids.shape):
+                raise BenchError(f"{type(model).__name__}: logits {tuple(logits.shape)} for inputs {tuple(ids.shape)}; "
+                                 "expected full (B, S, V) MLM logits in eval mode")
+            sel = labels != -100
+            nll += torch.nn.functional.cross_entropy(logits[sel].float(), labels[sel], reduction="sum").double().cpu()
+            count += int(sel.sum())
+    model.train(was_training)
+    return float(nll) / max(count, 1)
+
+
+def load_mlm(folder: Path, weights: Path | None = None):
+    """``AutoModelForMaskedLM.from_pretrained`` of a model folder; with ``weights`` (a checkpoint's
+    ``model.safetensors``), the folder's config with those weights (through a temporary folder of links)."""
+    import tempfile
+
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    import modeling  # noqa: F401  (registers SesameBert with the Auto classes)
+
+    hf_logging.disable_progress_bar()
+    if weights is None:
+        return AutoModelForMaskedLM.from_pretrained(str(folder))
+    with tempfile.TemporaryDirectory() as tmp:
+        os.symlink((folder / "config.json").resolve(), Path(tmp) / "config.json")
+        os.symlink(weights.resolve(), Path(tmp) / "model.safetensors")
+        return AutoModelForMaskedLM.from_pretrained(tmp)
+
+
+# -- unigram plateau ------------------------------------------------------------------------------------------------
+def token_counts(blocks, vocab_size: int, special_ids) -> np.ndarray:
+    """Counts (V,) int64 of every non-special token id in ``blocks`` (lists of ids)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for ids in blocks:
+        counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=vocab_size)[:vocab_size]
+    counts[list(special_ids)] = 0
+    return counts
+
+
+def unigram_loss(counts, labels, special_ids, alpha: float = 1.0) -> float:
+    """Mean cross-entropy (nats) of predicting each label (ids; -100 ignored) from the unigram distribution
+    p(t) = (counts[t] + alpha) / sum over non-special t' of (counts[t'] + alpha); special ids get no mass."""
+    counts = np.asarray(counts, dtype=np.float64) + alpha
+    counts[list(special_ids)] = 0.0
+    logp = np.log(np.where(counts > 0, counts, 1.0) / counts.sum())
+    labels = np.asarray(labels)
+    labels = labels[labels != -100]
+    return float(-logp[labels].mean())
+
+
+def training_unigram_loss(reference_blocks: Path, tokenizer_dir: Path, heldout: dict) -> float:
+    """:func:`unigram_loss` of the held-out labels under the reference blocks' non-special token frequencies."""
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    blocks = load_from_disk(str(reference_blocks))
+    counts = sum(token_counts(batch["input_ids"], len(tok), tok.all_special_ids)
+                 for batch in blocks.iter(batch_size=4096))
+    return unigram_loss(counts, heldout["labels"].numpy(), tok.all_special_ids)
+
+
+# -- curves and ratios ----------------------------------------------------------------------------------------------
+def interpolate(curve: list[dict], x_key: str, x: float) -> float:
+    """The held-out loss of ``curve`` (points with ``x_key`` increasing and ``eval_loss``) at ``x``, linear between
+    points (``numpy.interp``; clamped to the end points outside them)."""
+    return float(np.interp(x, [p[x_key] for p in curve], [p["eval_loss"] for p in curve]))
+
+
+def quality_per_token(ours: list[dict], reference: list[dict], unigram: float) -> dict:
+    """(unigram - ours) / (unigram - reference) at T tokens, T = the smaller final token count, both losses
+    interpolated on their loss-vs-tokens curves. ``ratio`` None when the reference is not below ``unigram``."""
+    tokens = min(ours[-1]["tokens"], reference[-1]["tokens"])
+    lo, lr = interpolate(ours, "tokens", tokens), interpolate(reference, "tokens", tokens)
+    ratio = (unigram - lo) / (unigram - lr) if unigram - lr > 0 else None
+    return {"quality_per_token": ratio, "tokens_compared": tokens, "loss_at_tokens": {"ours": lo, "reference": lr}}
+
+
+def seconds_to_reach(curve: list[dict], target: float) -> tuple[float | None, bool]:
+    """The training seconds at which ``curve`` first reaches ``eval_loss <= target`` (linear between the two points
+    around the crossing), and whether its first point already does (then its seconds: an upper bound);
+    ``(None, False)`` when never reached."""
+    if curve and curve[0]["eval_loss"] <= target:
+        return curve[0]["seconds"], True
+    for prev, cur in zip(curve, curve[1:]):
+        if cur["eval_loss"] <= target < prev["eval_loss"]:
+            frac = (prev["eval_loss"] - target) / (prev["eval_loss"] - cur["eval_loss"])
+            return prev["seconds"] + frac * (cur["seconds"] - prev["seconds"]), False
+    return None, False
+
+
+def time_to_quality(ours: list[dict], reference: list[dict]) -> dict:
+    """Target = the reference's final held-out loss; ratio = the reference's final training seconds / the seconds
+    ``ours`` needs to reach the target (None: not reached)."""
+    target, ref_seconds = reference[-1]["eval_loss"], reference[-1]["seconds"]
+    seconds, first = seconds_to_reach(ours, target)
+    return {"time_to_quality": ref_seconds / seconds if seconds else None, "target_loss": target,
+            "reference_seconds": ref_seconds, "seconds_to_target": seconds, "reached_by_first_point": first}
+
+
+def median_or_none(values):
+    """The median of the values that are not None (None when there are none)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# -- runs -----------------------------------------------------------------------------------------------------------
+def steps_samples(step: int, n_blocks: int, per_step: int) -> int:
+    """Blocks in optimizer step ``step`` (1-based) of a loop over ``n_blocks`` blocks per epoch, ``per_step`` per
+    step, the last batch of an epoch short (``drop_last=False``)."""
+    steps_per_epoch = math.ceil(n_blocks / per_step)
+    return per_step if step % steps_per_epoch else n_blocks - per_step * (steps_per_epoch - 1)
+
+
+def times_from_trainer_log(records: list[dict], n_blocks: int, per_step: int) -> dict[int, dict]:
+    """``{step: {"seconds", "tokens"}}`` cumulative at every logged step of ``pretrain``'s ``trainer_log.json``:
+    an interval's seconds = its blocks (:func:`steps_samples`) / its ``samples_per_second``; its tokens = seconds x
+    ``tokens_per_second``."""
+    out, seconds, tokens, prev = {}, 0.0, 0.0, 0
+    for rec in sorted(records, key=lambda r: r["step"]):
+        blocks = sum(steps_samples(s, n_blocks, per_step) for s in range(prev + 1, rec["step"] + 1))
+        dt = blocks / rec["samples_per_second"]
+        seconds, tokens, prev = seconds + dt, tokens + dt * rec["tokens_per_second"], rec["step"]
+        out[rec["step"]] = {"seconds": seconds, "tokens": tokens}
+    return out
+
+
+@dataclass
+class Run:
+    """One training process: a recipe copy or a reference copy (``lr`` set), in ``folder``."""
+
+    name: str
+    kind: str  # "recipe" | "reference"
+    folder: Path
+    seed: int
+    recipe: str = ""  # the recipe of a recipe run, or the one a reference copy is paired with
+    steps: int = 0
+    flags: list[str] = field(default_factory=list)
+    lr: float | None = None
+    repeat: int = 0
+    paired_with: str | None = None
+
+
+def save_steps(steps: int, points: int) -> list[int]:
+    """The checkpoint steps of a run: every ceil(steps / points) steps, and the last step."""
+    every = max(1, math.ceil(steps / points))
+    return sorted({*range(every, steps + 1, every), steps})
+
+
+def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool = False) -> list[str]:
+    """The child command of ``run`` for ``steps`` optimizer steps (``probe``: log every step, no checkpoints)."""
+    py = sys.executable
+    every = steps + 1 if probe else max(1, math.ceil(steps / points))
+    if run.kind == "reference":
+        return [py, str(Path(__file__).resolve()), "_reference", "--blocks", str(data["reference_blocks"]),
+                "--tokenizer", str(data["tokenizer"]), "--model_shape", args.model_shape, "--learning_rate",
+                str(run.lr), "--max_train_steps", str(steps), "--batch_size", str(args.batch_size), "--seed",
+                str(run.seed), "--save_steps", *([] if probe else map(str, save_steps(steps, points))),
+                "--weight_decay", str(args.reference_weight_decay), "--mixed_precision",
+                args.reference_mixed_precision, "--threads", str(args.threads), "--output_dir", str(run.folder)]
+    return [py, "-m", "pretrain", "--prepared_dataset", str(data["prepared"]), "--config_name", args.model_shape,
+            "--per_device_train_batch_size", str(args.batch_size), *run.flags, "--output_dir", str(run.folder),
+            "--overwrite_output_dir", "--max_train_steps", str(steps), "--seed", str(run.seed),
+            "--checkpointing_steps", str(every), "--checkpoints_total_limit", "0",
+            "--logging_steps", "1" if probe else str(every), "--eval_steps", str(steps + 1),
+            "--max_eval_samples", "32", "--report_to", "none"]
+
+
+def per_step_blocks(run: Run, args) -> int:
+    """Blocks per optimizer step of ``run`` (its recipe's batch x accumulation, else ``--batch_size``)."""
+    if run.kind == "reference":
+        return args.batch_size
+    batch = int(flag_value(run.flags, "--per_device_train_batch_size", str(args.batch_size)))
+    return batch * int(flag_value(run.flags, "--gradient_accumulation_steps", "1"))
+
+
+def step_times(run: Run, args, data: dict) -> dict[int, dict]:
+    """``{step: {"seconds", "tokens"}}`` cumulative training time and tokens of a finished run (see the docstring)."""
+    if run.kind == "reference":
+        records = json.loads((run.folder / REFERENCE_LOG).read_text(encoding="utf-8"))["steps"]
+        return {r["step"]: {"seconds": r["seconds"], "tokens": r["tokens"]} for r in records}
+    path = run.folder / "trainer_log.json"
+    if not path.is_file():
+        raise BenchError(f"{run.name}: no {path}; expected pretrain's run files")
+    return times_from_trainer_log(json.loads(path.read_text(encoding="utf-8")),
+                                  data["manifest"]["blocks"]["train"], per_step_blocks(run, args))
+
+
+def probe_seconds_per_step(run: Run, args, data: dict) -> float:
+    """Mean training seconds per step of a probe run after its first ``--probe_warmup`` steps."""
+    times = step_times(run, args, data)
+    last = max(times)
+    return (times[last]["seconds"] - times[args.probe_warmup]["seconds"]) / (last - args.probe_warmup)
+
+
+def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
+    """Runs started together: each (reference copy, recipe) pair at once (``paired``) or one at a time."""
+    return [list(p) for p in pairs] if schedule == "paired" else [[r] for p in pairs for r in p]
+
+
+#: What ``pretrain`` logs once its set-up is done, right before its first step (README: "the run plan").
+RUN_PLAN_LINE = "run plan:"
+
+
+def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False):
+    """Run each group's runs at the same time (``--threads`` threads each), group after group. In a group with a
+    recipe run, the reference copies wait (``--start_file``) until the recipe has logged its run plan (or ended), so
+    that both start their first step together rather than the reference training during ``pretrain``'s start-up."""
+    for group in groups:
+        jobs, start = [], None
+        recipe = next((r for r in group if r.kind == "recipe"), None)
+        for run in group:
+            cmd = run_command(run, args, data, steps_of(run), points, probe)
+            if run.kind == "reference" and recipe is not None:
+                start = out / "logs" / f".start-{run.folder.name}"
+                start.unlink(missing_ok=True)
+                cmd += ["--start_file", str(start)]
+            jobs.append(Job(f"{run.name} ({'probe' if probe else 'train'})", cmd,
+                            out / "logs" / f"{run.folder.name}.log", child_env(args.threads)))
+        log("  ".join(f"{j.name}: {steps_of(r)} steps" for j, r in zip(jobs, group)))
+        on_poll = None
+        if start is not None:
+            recipe_job = jobs[group.index(recipe)]
+
+            def on_poll(start=start, recipe_job=recipe_job):
+                if not start.exists() and (recipe_job.returncode is not None or RUN_PLAN_LINE in
+                                           recipe_job.log.read_text(encoding="utf-8", errors="replace")):
+                    start.touch()
+        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll)
+        if start is not None:
+            start.unlink(missing_ok=True)
+
+
+def learning_rate_of(run: Run, out: Path) -> float | None:
+    """The run's peak learning rate: the reference's, a recipe's ``--learning_rate``, else the one ``pretrain``'s
+    run plan line logged ("learning rate X (source)")."""
+    if run.lr is not None:
+        return run.lr
+    given = flag_value(run.flags, "--learning_rate")
+    if given is not None:
+        return float(given)
+    text = (out / "logs" / f"{run.folder.name}.log").read_text(encoding="utf-8", errors="replace")
+    found = re.search(r"learning rate ([0-9.eE+-]+) \(", text)
+    return float(found.group(1)) if found else None
+
+
+def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = False) -> list[dict]:
+    """The run's curve: ``[{"seconds", "tokens", "step", "eval_loss"}]`` at its checkpoints (the last only with
+    ``final_only``), scored by :func:`heldout_loss`; the checkpoints are removed unless ``--keep_checkpoints``."""
+    times = step_times(run, args, data)
+    folder = run.folder / "checkpoints"
+    steps = sorted(int(p.name.split("_")[1]) for p in folder.glob("step_*")) if folder.is_dir() else []
+    if final_only:
+        steps = steps[-1:]
+    curve = []
+    for step in steps:
+        ckpt = folder / f"step_{step}"
+        weights = ckpt / "model.safetensors"
+        model = load_mlm(ckpt) if run.kind == "reference" else load_mlm(run.folder, weights)
+        if step not in times:
+            raise BenchError(f"{run.name}: no training time logged at checkpoint step {step}")
+        curve.append({"seconds": times[step]["seconds"], "tokens": times[step]["tokens"], "step": step,
+                      "eval_loss": heldout_loss(model, heldout)})
+    if not args.keep_checkpoints and folder.is_dir():
+        shutil.rmtree(folder)
+    return curve
+
+
+def copy_record(run: Run, curve: list[dict], out: Path) -> dict:
+    """The ``copies`` entry of a scored run."""
+    last = curve[-1]
+    return {"name": run.folder.name, "repeat": run.repeat, "seed": run.seed, "paired_with": run.paired_with,
+            "final_eval_loss": last["eval_loss"], "tokens": last["tokens"], "seconds": last["seconds"],
+            "steps": last["step"], "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
+            "learning_rate": learning_rate_of(run, out), "curve": curve}
+
+
+def summarize(kind: str, flags, copies: list[dict]) -> dict:
+    """A ``runs`` entry: medians over ``copies``, the first copy's curve."""
+    med = {k: statistics.median(c[k] for c in copies) for k in
+           ("final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second")}
+    return {"kind": kind, "flags": flags, **med, "learning_rate": copies[0]["learning_rate"],
+            "curve": copies[0]["curve"], "copies": copies}
+
+
+# -- the reference process ------------------------------------------------------------------------------------------
+class _ProjectImportBlocker:
+    """A ``sys.meta_path`` finder that refuses the project's packages (:data:`PROJECT_PACKAGES`)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in PROJECT_PACKAGES:
+            raise ImportError(f"the reference run imports no project code (tried {name})")
+        return None
+
+
+def block_project_imports() -> None:
+    """Make every later import of a project package fail in this process (the reference's guarantee)."""
+    if not any(isinstance(f, _ProjectImportBlocker) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ProjectImportBlocker())
+
+
+def reference_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench_time_to_quality.py _reference",
+                                description="transformers' BertForMaskedLM trained the run_mlm way (internal)")
+    p.add_argument("--blocks", required=True, help="save_to_disk folder of group_texts blocks")
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--model_shape", choices=list(SHAPES), required=True)
+    p.add_argument("--learning_rate", type=float, required=True)
+    p.add_argument("--max_train_steps", type=int, required=True)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--save_steps", type=int, nargs="*", default=[], help="steps whose weights are saved")
+    p.add_argument("--weight_decay", type=float, default=0.0)
+    p.add_argument("--mixed_precision", choices=["no", "bf16"], default="no")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--start_file", default=None, help="wait for this file to exist before the first step")
+    p.add_argument("--output_dir", required=True)
+    return p
+
+
+def reference_model(shape: str, tokenizer):
+    """transformers' ``BertForMaskedLM`` of ``shape`` (:data:`SHAPES`, BERT's other defaults) for ``tokenizer``,
+    with SDPA attention."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])
+    config._attn_implementation = "sdpa"
+    return BertForMaskedLM(config)
+
+
+def reference_main(argv=None) -> dict:
+    """Train the reference (see the module docstring, item 4) and write ``output_dir``: ``reference_log.json``
+    (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; the model, collator and
+    optimizer classes; project modules loaded, which must be none), ``checkpoints/step_N/`` (``save_pretrained``) at
+    ``--save_steps`` and the final model + tokenizer. Returns the log."""
+    block_project_imports()
+    args = reference_parser().parse_args(argv)
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.output_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    blocks = load_from_disk(args.blocks)
+    torch.manual_seed(args.seed)
+    model = reference_model(args.model_shape, tokenizer).to(device).train()
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    loader = torch.utils.data.DataLoader(blocks, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
+                                         generator=torch.Generator().manual_seed(args.seed), drop_last=False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-8,
+                                  weight_decay=args.weight_decay, fused=True)  # TrainingArguments: adamw_torch_fused
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
+    waited = time.perf_counter()
+    while args.start_file and not os.path.exists(args.start_file):  # the paired run's set-up (not timed)
+        if time.perf_counter() - waited > 600:
+            raise TimeoutError(f"--start_file {args.start_file}: not created within 600 s")
+        time.sleep(0.1)
+    waited = time.perf_counter() - waited
+    records, seconds, tokens, step = [], 0.0, 0, 0
+    saves = set(args.save_steps)
+    while step < args.max_train_steps:
+        batches = iter(loader)
+        while step < args.max_train_steps:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break  # the epoch is over: a new shuffle
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with autocast:
+                loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = float(loss)  # waits for the device: the step's time is complete
+            seconds += time.perf_counter() - t0
+            step += 1
+            tokens += int(batch["attention_mask"].sum())
+            records.append({"step": step, "seconds": seconds, "tokens": tokens, "loss": loss_value})
+            if step in saves:  # outside the timed span
+                model.save_pretrained(str(out / "checkpoints" / f"step_{step}"))
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    result = {"steps": records, "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+              "collator_class": f"{type(collator).__module__}.{type(collator).__qualname__}",
+              "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+              "attn_implementation": model.config._attn_implementation, "learning_rate": args.learning_rate,
+              "weight_decay": args.weight_decay, "mixed_precision": args.mixed_precision, "device": str(device),
+              "threads": torch.get_num_threads(), "waited_for_start_s": waited,
+              "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES)}
+    (out / REFERENCE_LOG).write_text(json.dumps(result) + "\n", encoding="utf-8")
+    return result
+
+
+# -- fine-tuning ----------------------------------------------------------------------------------------------------
+def make_random_inits(args, out: Path, data: dict) -> dict[str, Path]:
+    """``random-sesame`` (SesameBertForMaskedLM of the ``--model_shape`` preset) and ``random-bert``
+    (:func:`reference_model`), each initialised after ``torch.manual_seed(--seed)`` and saved with the tokenizer in
+    ``out/models/``; returns their folders."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
+    folders = {}
+    for kind in ("sesame", "bert"):
+        torch.manual_seed(args.seed)
+        if kind == "sesame":
+            import modeling
+
+            config = modeling.get_preset_config(args.model_shape, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
+            model = AutoModelForMaskedLM.from_config(config)
+        else:
+            model = reference_model(args.model_shape, tok)
+        folder = out / "models" / f"random-{kind}"
+        if folder.exists():
+            shutil.rmtree(folder)
+        model.save_pretrained(str(folder))
+        tok.save_pretrained(str(folder))
+        folders[f"random-{kind}"] = folder
+    return folders
+
+
+def finetune_command(model_dir: Path, task: str, seed: int, run_dir: Path, args) -> list[str]:
+    """The ``finetune.glue`` command of the fixed protocol (see the module docstring, item 8)."""
+    cap = min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None) \
+        if task in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None else None
+    return [sys.executable, "-m", "finetune.glue", "--model_name_or_path", str(model_dir), "--task_name", task,
+            "--glue_dir", args.glue_dir, "--output_dir", str(run_dir), "--overwrite_output_dir",
+            "--learning_rate", str(args.finetune_learning_rate), "--num_train_epochs", str(args.finetune_epochs),
+            "--per_device_train_batch_size", str(FINETUNE["per_device_train_batch_size"]),
+            "--warmup_ratio", str(FINETUNE["warmup_ratio"]), "--weight_decay", str(FINETUNE["weight_decay"]),
+            "--max_seq_length", str(args.max_seq_length), "--seed", str(seed), "--mixed_precision", "no",
+            "--report_to", "none", *(["--max_train_samples", str(cap)] if cap is not None else [])]
+
+
+def finetune_all(models: dict[str, Path], args, out: Path) -> dict[str, dict]:
+    """Fine-tune every model on every task and seed; ``{model: {"downstream": {task: median},
+    "downstream_seeds": {task: [value per seed]}, "errors": [...]}}``. A failed fine-tune is recorded, not fatal."""
+    seeds = [42 + i for i in range(args.seeds)]
+    jobs, where = [], {}
+    for name, folder in models.items():
+        for task in args.tasks:
+            for seed in seeds:
+                run_dir = out / "finetune" / name / f"{task}-s{seed}"
+                job = Job(f"{name} {task} seed {seed}", finetune_command(folder, task, seed, run_dir, args),
+                          out / "logs" / "finetune" / f"{name}-{task}-s{seed}.log", child_env(1))
+                jobs.append(job)
+                where[id(job)] = (name, task, run_dir)
+    log(f"fine-tuning: {len(jobs)} runs, {args.finetune_parallel} at a time")
+    run_jobs(jobs, args.finetune_parallel, check=False)
+    results = {name: {"downstream": {}, "downstream_seeds": {t: [] for t in args.tasks}, "errors": []}
+               for name in models}
+    for job in jobs:
+        name, task, run_dir = where[id(job)]
+        res_file = run_dir / "all_results.json"
+        key = f"eval_{TASK_METRICS[task]}"
+        res = json.loads(res_file.read_text(encoding="utf-8")) if res_file.is_file() else {}
+        if job.returncode != 0 or key not in res:
+            results[name]["errors"].append(f"{job.name}: exit {job.returncode}, see {job.log}")
+            continue
+        results[name]["downstream_seeds"][task].append(res[key])
+        if not args.keep_finetuned:
+            for item in ("checkpoints", "model.safetensors"):
+                target = run_dir / item
+                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    for rec in results.values():
+        rec["downstream"] = {t: median_or_none(v) for t, v in rec["downstream_seeds"].items()}
+    return results
+
+
+def read_baselines(path: str | None, tasks: list[str]) -> dict[str, dict[str, float]]:
+    """``{task: {backbone: value}}`` of a ``finetune.baselines`` results.json (``{"runs": [{"task", "backbone",
+    "metric", "value", ...}]}``), records of ``tasks`` with the task's main metric and a value only."""
+    if not path:
+        return {}
+    records = json.loads(Path(path).read_text(encoding="utf-8")).get("runs", [])
+    table: dict[str, dict[str, float]] = {}
+    for r in records:
+        if r.get("task") in tasks and r.get("metric") == TASK_METRICS[r["task"]] and r.get("value") is not None:
+            table.setdefault(r["task"], {})[r["backbone"]] = r["value"]
+    return table
+
+
+def pretraining_buys(runs: dict, baselines: dict) -> dict:
+    """Per trained run and task: its median downstream metric minus its random init's (ours: ``random-sesame``,
+    the reference: ``random-bert``; the other one when only one was fine-tuned) and minus the best classic
+    baseline."""
+    buys = {}
+    for name, run in runs.items():
+        if run["kind"] == "random-init" or not run.get("downstream"):
+            continue
+        tuned = [n for n, r in runs.items() if r["kind"] == "random-init" and r.get("downstream")]
+        own = "random-bert" if run["kind"] == "reference" else "random-sesame"
+        init = own if own in tuned else next(iter(tuned), None)
+        buys[name] = {}
+        for task, value in run["downstream"].items():
+            base = runs[init]["downstream"].get(task) if init else None
+            classic = {b: v for b, v in baselines.get(task, {}).items() if b in CLASSIC_BASELINES}
+            best = max(classic, key=classic.get) if classic else None
+            buys[name][task] = {
+                "metric": TASK_METRICS[task], "value": value, "random_init": init,
+                "vs_random_init": value - base if value is not None and base is not None else None,
+                "best_classic": best, "best_classic_value": classic.get(best),
+                "vs_best_classic": value - classic[best] if value is not None and best else None}
+    return buys
+
+
+# -- the bench ------------------------------------------------------------------------------------------------------
+def plan_pairs(args, out: Path) -> list[tuple[Run, Run]]:
+    """(reference copy, recipe run) for every repeat and recipe, in run order."""
+    pairs = []
+    for r in range(args.repeats):
+        for name, flags in args.recipe_table.items():
+            suffix = f"-r{r}" if args.repeats > 1 else ""
+            ours = Run(f"{name}{suffix}", "recipe", out / "runs" / f"{name}{suffix}", args.seed + r, name,
+                       flags=flags, repeat=r)
+            ref = Run(f"reference{suffix}@{name}", "reference", out / "runs" / f"reference{suffix}@{name}",
+                      args.seed + r, name, repeat=r, paired_with=ours.name)
+            ours.paired_with = ref.name
+            pairs.append((ref, ours))
+    return pairs
+
+
+def budget_steps(args, data: dict, out: Path, pairs: list[tuple[Run, Run]]) -> tuple[int, dict[str, int], dict]:
+    """``(reference steps, {recipe: steps}, probe record)`` for the budget: probes for ``--budget_minutes``
+    (repeat 0's pairs, run as the real runs will be), the tokens per step for ``--budget_tokens``."""
+    first = [p for p in pairs if p[0].repeat == 0]
+    if args.budget_tokens is not None:
+        ref_steps = math.ceil(args.budget_tokens / (args.batch_size * args.max_seq_length))
+        recipe_steps = {ours.recipe: math.ceil(args.budget_tokens / (per_step_blocks(ours, args) * args.max_seq_length))
+                        for _, ours in first}
+        return ref_steps, recipe_steps, {}
+    probes = []
+    for ref, ours in first:
+        probes.append((Run(f"probe {ref.name}", "reference", out / "probes" / f"probe-{ref.folder.name}", ref.seed,
+                           lr=args.reference_lrs[0]),
+                       Run(f"probe {ours.name}", "recipe", out / "probes" / f"probe-{ours.folder.name}", ours.seed,
+                           flags=ours.flags)))
+    log(f"probing {args.probe_steps} steps per run")
+    train_groups(groups_for(args.schedule, probes), args, data, out, lambda r: args.probe_steps, 1, probe=True)
+    budget_s = args.budget_minutes * 60
+    ref_per_step = statistics.median(probe_seconds_per_step(r, args, data) for r, _ in probes)
+    recipe_per_step = {ours.recipe: probe_seconds_per_step(p, args, data) for (_, ours), (_, p) in zip(first, probes)}
+    shutil.rmtree(out / "probes")
+    record = {"probe_steps": args.probe_steps, "probe_warmup": args.probe_warmup,
+              "seconds_per_step": {"reference": ref_per_step, **recipe_per_step}}
+    return (max(1, int(budget_s / ref_per_step)), {n: max(1, int(budget_s / s)) for n, s in recipe_per_step.items()},
+            record)
+
+
+def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) -> tuple[float, dict]:
+    """The reference's learning rate: the lowest final held-out loss of ``--reference_lrs`` after
+    ``--reference_sweep_fraction`` of its steps (2 runs at a time when ``paired``). Returns it and ``{lr: loss}``."""
+    if len(args.reference_lrs) == 1:
+        return args.reference_lrs[0], {}
+    steps = max(1, round(ref_steps * args.reference_sweep_fraction))
+    runs = [Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr)
+            for lr in args.reference_lrs]
+    width = 2 if args.schedule == "paired" else 1
+    groups = [runs[i:i + width] for i in range(0, len(runs), width)]
+    log(f"reference learning-rate sweep: {', '.join(f'{lr:g}' for lr in args.reference_lrs)} for {steps} steps")
+    train_groups(groups, args, data, out, lambda r: steps, 1)
+    sweep = {run.lr: score_run(run, args, data, heldout, final_only=True)[-1]["eval_loss"] for run in runs}
+    return min(sweep, key=sweep.get), {"steps": steps, "final_eval_loss": {f"{k:g}": v for k, v in sweep.items()}}
+
+
+def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
+    """A recipe's ratios from its (reference copy, ours) ``copies`` entries, one pair per repeat: medians, repeat
+    0's details and every repeat's ratios."""
+    per = []
+    for ref, ours in pairs_scored:
+        per.append({"repeat": ours["repeat"], **quality_per_token(ours["curve"], ref["curve"], unigram),
+                    **time_to_quality(ours["curve"], ref["curve"])})
+    first = dict(per[0])
+    first.update(quality_per_token=median_or_none(p["quality_per_token"] for p in per),
+                 time_to_quality=median_or_none(p["time_to_quality"] for p in per), per_repeat=per)
+    return first
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "_reference":
+        reference_main(argv[1:])
+        return 0
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)  # unwind (children stopped by run_jobs) instead of dying at once
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timings, t0 = {}, time.perf_counter()
+    load_before = os.getloadavg()[0]
+
+    def lap(phase: str) -> None:
+        nonlocal t0
+        timings[phase] = round(time.perf_counter() - t0, 1)
+        t0 = time.perf_counter()
+
+    data = prepare_shared_data(args, out)
+    heldout, hinfo = build_heldout(args, out, data)
+    unigram = training_unigram_loss(data["reference_blocks"], data["tokenizer"], heldout)
+    log(f"held-out: {hinfo['blocks']} blocks, {hinfo['masked']} masked tokens, sha256 {hinfo['sha256'][:12]}; "
+        f"unigram loss {unigram:.4f}")
+    lap("data")
+    pairs = plan_pairs(args, out)
+    ref_steps, recipe_steps, probe = budget_steps(args, data, out, pairs)
+    lap("probes")
+    lr, sweep = reference_sweep(args, data, out, heldout, ref_steps)
+    log(f"reference learning rate {lr:g}; reference {ref_steps} steps; "
+        + ", ".join(f"{n} {s} steps" for n, s in recipe_steps.items()))
+    lap("sweep")
+    copies: dict[str, dict] = {}
+    for ref, ours in pairs:
+        ref.lr, ref.steps = lr, ref_steps
+        ours.steps = recipe_steps[ours.recipe]
+    for group in groups_for(args.schedule, pairs):
+        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
+        for run in group:  # scored between groups: nothing trains meanwhile
+            copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
+            log(f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
+                f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
+                f"{copies[run.name]['seconds']:.0f} s")
+    lap("pretraining")
+    ref_copies = [copies[ref.name] for ref, _ in pairs]
+    runs = {"reference": summarize("reference", [], ref_copies)}
+    ratios = {}
+    for name, flags in args.recipe_table.items():
+        mine = [(copies[ref.name], copies[ours.name]) for ref, ours in pairs if ours.recipe == name]
+        runs[name] = summarize("recipe", flags, [o for _, o in mine])
+        ratios[name] = ratios_for(mine, unigram)
+    models = {"reference": pairs[0][0].folder}
+    models.update({ours.recipe: ours.folder for _, ours in pairs if ours.repeat == 0})
+    inits = make_random_inits(args, out, data)
+    for name, folder in inits.items():
+        runs[name] = {"kind": "random-init", "flags": [], "final_eval_loss": heldout_loss(load_mlm(folder), heldout)}
+    models.update({name: folder for name, folder in inits.items() if name[len("random-"):] in args.random_inits})
+    lap("scoring")
+    baselines = read_baselines(args.baselines_results, args.tasks)
+    results = {
+        "command": ["python", os.path.relpath(__file__), *argv],
+        "protocol": protocol(args, data, lr, ref_steps, recipe_steps, probe, load_before),
+        "heldout_sha256": hinfo["sha256"],
+        "heldout": {k: hinfo[k] for k in ("blocks", "tokens", "masked")} | {"seed": args.heldout_seed},
+        "unigram_loss": unigram,
+        "ratios": {"default_recipe": args.default_recipe,
+                   "quality_per_token": ratios[args.default_recipe]["quality_per_token"],
+                   "time_to_quality": ratios[args.default_recipe]["time_to_quality"], "by_recipe": ratios},
+        "runs": runs, "pretraining_buys": {}, "baselines": baselines, "sweep": sweep, "timings": timings}
+    write_outputs(results, out)  # the pretraining figures, in case fine-tuning is cut short
+    if args.tasks:
+        for name, rec in finetune_all(models, args, out).items():
+            runs[name].update(rec)
+        lap("finetuning")
+        results["pretraining_buys"] = pretraining_buys(runs, baselines)
+        write_outputs(results, out)
+    print_ratios(results)
+    return 0
+
+
+def write_outputs(results: dict, out: Path) -> None:
+    """``results.json``, ``results.md`` and ``results.png`` in ``out`` (the load average now as ``after``)."""
+    results["protocol"]["load_average_after"] = os.getloadavg()[0]
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
+    plot_results(results, out / "results.png")
+
+
+def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, probe: dict, load_before: float) -> dict:
+    """The ``protocol`` block of ``results.json``: every setting the figures depend on."""
+    import torch
+    import transformers
+
+    manifest = data["manifest"]
+    cap = {t: min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(t), args.max_train_samples) if x is not None)
+           for t in args.tasks if t in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None}
+    return {
+        "budget_minutes": args.budget_minutes, "budget_tokens": args.budget_tokens,
+        "model_shape": args.model_shape, "shape": SHAPES[args.model_shape], "vocab_size": manifest["tokenizer_size"],
+        "max_seq_length": args.max_seq_length, "batch_size": args.batch_size,
+        "tokens_per_step": args.batch_size * args.max_seq_length, "schedule": args.schedule,
+        "threads_per_run": args.threads, "repeats": args.repeats, "pretraining_seeds": [args.seed + r for r in
+                                                                                       range(args.repeats)],
+        "curve_points": args.curve_points, "budget_to_steps": probe or "tokens / tokens per step",
+        "steps": {"reference": ref_steps, **recipe_steps},
+        "reference": {"model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
+                      "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
+                      "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
+                      "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",
+                      "weight_decay": args.reference_weight_decay, "schedule": "linear decay to 0, no warmup",
+                      "max_grad_norm": 1.0, "mixed_precision": args.reference_mixed_precision,
+                      "learning_rates_swept": args.reference_lrs, "sweep_fraction": args.reference_sweep_fraction,
+                      "learning_rate": lr},
+        "recipes": {n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}
+                    for n, f in args.recipe_table.items()},
+        "default_recipe": args.default_recipe,
+        "prepared_dataset": {"path": str(data["prepared"]), "blocks": manifest["blocks"], "tokens": manifest["tokens"]},
+        "finetune": {**FINETUNE, "num_train_epochs": args.finetune_epochs,
+                     "learning_rate": args.finetune_learning_rate, "max_seq_length": args.max_seq_length,
+                     "max_train_samples": cap, "seeds": [42 + i for i in range(args.seeds)], "tasks": args.tasks,
+                     "metric": {t: TASK_METRICS[t] for t in args.tasks}, "mixed_precision": "no",
+                     "parallel": args.finetune_parallel, "statistic": "median over seeds"},
+        "random_inits": [f"random-{k}" for k in args.random_inits],
+        "heldout": {"file": str(Path(args.output_dir) / HELDOUT_FILE), "seed": args.heldout_seed,
+                    "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1,
+                    "blocks": "one document per block, [CLS] chunk [SEP], <= max_seq_length tokens",
+                    "score": "mean cross-entropy (nats) over masked positions, full logits, eval mode"},
+        "device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_count": os.cpu_count(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "load_average_before": load_before,
+    }
+
+
+def _fmt(value, spec: str = ".3f", none: str = "--") -> str:
+    return none if value is None else format(value, spec)
+
+
+def results_markdown(results: dict) -> str:
+    """``results.md``: the ratios, a table per run, what pretraining buys, the protocol and the command."""
+    proto, runs, ratios = results["protocol"], results["runs"], results["ratios"]
+    budget = (f"{proto['budget_minutes']:g} minutes" if proto["budget_minutes"] is not None
+              else f"{proto['budget_tokens']:,} tokens")
+    tasks = proto["finetune"]["tasks"]
+    lines = [f"# Time to quality: {proto['model_shape']}, {budget} per run", "",
+             f"Unigram held-out loss {results['unigram_loss']:.4f} nats; held-out set {results['heldout']['blocks']} "
+             f"blocks, {results['heldout']['masked']} masked tokens "
+             f"(sha256 `{results['heldout_sha256'][:16]}...`).", "",
+             f"## Ratios (default recipe: {ratios['default_recipe']})", "",
+             f"Each recipe against its paired reference copy. The two ratios are medians over {proto['repeats']} "
+             "repeat(s) (every repeat in results.json); the other columns are repeat 0's.", "",
+             "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
+             "| reference s | ours s to target |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in ratios["by_recipe"].items():
+        reached = ("not reached" if r["seconds_to_target"] is None else
+                   f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else ""))
+        qpt = _fmt(r["quality_per_token"], ".3f", "-- (reference not below unigram)")
+        lines.append(f"| {name} | {qpt} | {r['tokens_compared']:.3g} | "
+                     f"{r['loss_at_tokens']['ours']:.4f} / {r['loss_at_tokens']['reference']:.4f} | "
+                     f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
+                     f"{r['reference_seconds']:.0f} | {reached} |")
+    head = "| run | lr | steps | tokens | train s | tokens/s | held-out loss |" + "".join(f" {t} |" for t in tasks)
+    lines += ["", "## Runs", "", "Medians over copies (the reference: one copy per recipe and repeat); downstream: "
+              "median over fine-tuning seeds, metric x 100.", "", head, "|---" * (7 + len(tasks)) + "|"]
+    for name, run in runs.items():
+        down = run.get("downstream", {})
+        cells = [_fmt(run.get("learning_rate"), "g"), _fmt(run.get("steps"), ".0f"), _fmt(run.get("tokens"), ".3g"),
+                 _fmt(run.get("seconds"), ".0f"), _fmt(run.get("tokens_per_second"), ".0f"),
+                 _fmt(run.get("final_eval_loss"), ".4f")]
+        cells += [_fmt(None if down.get(t) is None else 100 * down[t], ".1f") for t in tasks]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if results["pretraining_buys"]:
+        lines += ["", "## What pretraining buys (metric x 100)", "",
+                  "| run | " + " | ".join(f"{t}: vs random init | {t}: vs best classic" for t in tasks) + " |",
+                  "|---" * (1 + 2 * len(tasks)) + "|"]
+        for name, per in results["pretraining_buys"].items():
+            cells = []
+            for t in tasks:
+                b = per.get(t, {})
+                vs_init = None if b.get("vs_random_init") is None else 100 * b["vs_random_init"]
+                vs_best = None if b.get("vs_best_classic") is None else 100 * b["vs_best_classic"]
+                cells += [f"{_fmt(vs_init, '+.1f')} ({b.get('random_init') or '--'})",
+                          f"{_fmt(vs_best, '+.1f')} ({b.get('best_classic') or 'no baselines'})"]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    ft = proto["finetune"]
+    lines += ["", "## Protocol", "",
+              f"- shape {proto['model_shape']} {proto['shape']}, vocabulary {proto['vocab_size']}, batch "
+              f"{proto['batch_size']} x {proto['max_seq_length']} = {proto['tokens_per_step']} tokens per step; "
+              f"steps {proto['steps']}",
+              f"- schedule `{proto['schedule']}`, {proto['threads_per_run']} thread(s) per run, {proto['repeats']} "
+              f"repeat(s), seeds {proto['pretraining_seeds']}; budget to steps: {proto['budget_to_steps']}",
+              f"- reference: {proto['reference']['model']}; {proto['reference']['collator']}; "
+              f"{proto['reference']['data']}; {proto['reference']['optimizer']}, weight decay "
+              f"{proto['reference']['weight_decay']}, {proto['reference']['schedule']}, clip 1.0, mixed precision "
+              f"{proto['reference']['mixed_precision']}; learning rate {proto['reference']['learning_rate']:g} of "
+              f"{proto['reference']['learning_rates_swept']} (sweep {results['sweep'] or 'none'})",
+              *[f"- recipe `{n}`: `{' '.join(r['flags']) or '(no flags)'}` -- {r['note']}"
+                for n, r in proto["recipes"].items()],
+              f"- fine-tuning: `python -m finetune.glue`, lr {ft['learning_rate']:g}, batch "
+              f"{ft['per_device_train_batch_size']}, {ft['num_train_epochs']:g} epochs, warmup ratio "
+              f"{ft['warmup_ratio']}, weight decay {ft['weight_decay']}, max_seq_length {ft['max_seq_length']}, "
+              f"training caps {ft['max_train_samples']}, seeds {ft['seeds']}, {ft['statistic']}; random inits "
+              f"{proto['random_inits']}",
+              f"- device {proto['device']} ({proto['cpu_count']} cores), load average "
+              f"{proto['load_average_before']:.1f} before, {proto.get('load_average_after', float('nan')):.1f} after; "
+              f"wall seconds per phase {results['timings']}",
+              "", "## Command", "", "```", shlex.join(results["command"]), "```", ""]
+    return "\n".join(lines)
+
+
+def plot_results(results: dict, path: Path) -> None:
+    """``results.png``: held-out loss vs training seconds and vs tokens (every trained run's first copy, the unigram
+    level, the untrained level, the reference's final loss), and the downstream medians as grouped bars (the best
+    classic baseline marked)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: the process's backend stays as it is
+    from matplotlib.figure import Figure
+
+    runs, tasks = results["runs"], results["protocol"]["finetune"]["tasks"]
+    fig = Figure(figsize=(16, 6.0))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3 if tasks else 2)
+    recipes = {n: r for n, r in runs.items() if r.get("kind") == "recipe"}
+    colors = {n: f"C{i}" for i, n in enumerate(recipes)}
+    for ax, key, label in ((axes[0], "seconds", "training seconds"), (axes[1], "tokens", "training tokens")):
+        for name, run in recipes.items():
+            ax.plot([p[key] for p in run["curve"]], [p["eval_loss"] for p in run["curve"]], marker="o", markersize=3,
+                    color=colors[name], label=f"{name} (lr {run['learning_rate']:g})")
+        # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
+        # partner); vs tokens one copy (the copies of a repeat share the trajectory)
+        copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+        for copy in copies if key == "seconds" else copies[:1]:
+            paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
+            ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",
+                    markersize=3, linestyle="--", color=colors.get(paired, "black") if key == "seconds" else "black",
+                    label=f"reference (lr {copy['learning_rate']:g})" + (f", paired with {paired}" if key == "seconds"
+                                                                          else ""))
+        ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
+        if "random-sesame" in runs:
+            ax.axhline(runs["random-sesame"]["final_eval_loss"], color="tab:red", linestyle=":", linewidth=0.8,
+                       label="random init (untrained)")
+        if copies:
+            ax.axhline(copies[0]["final_eval_loss"], color="black", linewidth=0.6, linestyle="-.",
+                       label="reference final (target)")
+        ax.set_xlabel(label)
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+        ax.set_ylabel("held-out MLM loss (nats)")
+        ax.grid(alpha=0.3)
+    axes[0].set_title("held-out loss vs training seconds")
+    axes[1].set_title("held-out loss vs tokens")
+    if tasks:
+        ax = axes[2]
+        names = [n for n, r in runs.items() if r.get("downstream")]
+        width = 0.8 / max(1, len(names))
+        for j, name in enumerate(names):
+            xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(tasks))]
+            ys = [100 * (runs[name]["downstream"].get(t) or 0.0) for t in tasks]
+            color = colors.get(name, {"reference": "0.3", "random-sesame": "0.7"}.get(name, "0.5"))
+            ax.bar_label(ax.bar(xs, ys, width, label=name, color=color), fmt="%.1f", fontsize=6, padding=1)
+        for i, t in enumerate(tasks):
+            best = max((v for b, v in results["baselines"].get(t, {}).items() if b in CLASSIC_BASELINES), default=None)
+            if best is not None:
+                ax.hlines(100 * best, i - 0.45, i + 0.45, color="black", linewidth=1.2,
+                          label="best classic baseline" if i == 0 else None)
+        ax.set_xticks(range(len(tasks)), [f"{t}\n({TASK_METRICS[t]})" for t in tasks])
+        ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
+        ax.set_title("downstream after fine-tuning")
+        ax.axhline(0, color="black", linewidth=0.5)
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:  # the bar panel is empty before fine-tuning
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    proto = results["protocol"]
+    budget = (f"{proto['budget_minutes']:g} min" if proto["budget_minutes"] is not None
+              else f"{proto['budget_tokens']:,} tokens")
+    fig.suptitle(f"time to quality: {proto['model_shape']}, {budget} per run, schedule {proto['schedule']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def print_ratios(results: dict) -> None:
+    """The summary lines, the default recipe's ratios last."""
+    for name, run in results["runs"].items():
+        if "steps" in run:
+            print(f"{name:24s} held-out loss {run['final_eval_loss']:.4f}  {run['steps']:.0f} steps  "
+                  f"{run['tokens']:.3g} tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s")
+    print(f"unigram loss {results['unigram_loss']:.4f}")
+    ratios = results["ratios"]
+    for name, r in ratios["by_recipe"].items():
+        if name != ratios["default_recipe"]:
+            qpt = _fmt(r["quality_per_token"], ".3f", "None (reference not below unigram)")
+            print(f"{name}: quality per token {qpt}, "
+                  f"time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}")
+    r = ratios["by_recipe"][ratios["default_recipe"]]
+    print(f"{ratios['default_recipe']} vs reference: quality per token "
+          f"{_fmt(r['quality_per_token'], '.3f', 'None (reference not below unigram)')} "
+          f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
+          f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
+          + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""bench/bench_time_to_quality.py: the fixed held-out masks, the reference run (transformers only), the unigram
+plateau, the curve arithmetic and the ratios, against hand-computed values. bench/ is not a package: the script is
+imported by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "bench_time_to_quality.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_time_to_quality", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+ttq = _load()
+
+WORDS_A = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+WORDS_B = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A WordPiece tokenizer over a hand-written vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] = ids 0-4, then words."""
+    from transformers import BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A, *WORDS_B]
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})
+    assert tok.convert_tokens_to_ids(["[CLS]", "alpha", "white"]) == [2, 5, len(vocab) - 1]
+    return tok
+
+
+def _documents(n_words: int = 300) -> list[str]:
+    """Two documents of disjoint vocabularies (A words, then B words), ``n_words`` words each."""
+    return [" ".join(WORDS_A[(i * 3) % 8] for i in range(n_words)),
+            " ".join(WORDS_B[(i * 5) % 8] for i in range(n_words))]
+
+
+def test_heldout_blocks_one_document_each(tokenizer):
+    blocks = ttq.heldout_blocks(_documents(300), tokenizer, max_len=32)
+    ids_a = set(tokenizer.convert_tokens_to_ids(WORDS_A))
+    ids_b = set(tokenizer.convert_tokens_to_ids(WORDS_B))
+    assert len(blocks) == 2 * math.ceil(300 / 30)  # 30 content tokens per block, per document
+    for block in blocks:
+        assert len(block) <= 32 and block[0] == tokenizer.cls_token_id and block[-1] == tokenizer.sep_token_id
+        inner = set(block[1:-1])
+        assert inner <= ids_a or inner <= ids_b  # never two documents in one block
+
+
+def test_heldout_masks_fixed_and_bert_like(tokenizer):
+    blocks = ttq.heldout_blocks(_documents(1500), tokenizer, max_len=64)
+    first = ttq.mask_heldout(blocks, tokenizer, seed=7)
+    again = ttq.mask_heldout(blocks, tokenizer, seed=7)
+    other = ttq.mask_heldout(blocks, tokenizer, seed=8)
+    for key in ("input_ids", "labels", "lengths"):
+        assert torch.equal(first[key], again[key])  # the same positions and the same replacement tokens
+    assert ttq.heldout_sha256(first) == ttq.heldout_sha256(again) != ttq.heldout_sha256(other)
+    original = torch.tensor([t for b in blocks for t in b])
+    special = torch.isin(original, torch.tensor(tokenizer.all_special_ids))
+    masked = first["labels"] != -100
+    assert not (masked & special).any()  # [CLS]/[SEP] are never predicted
+    assert torch.equal(first["labels"][masked], original[masked])
+    assert torch.equal(first["input_ids"][~masked], original[~masked])
+    assert first["lengths"].tolist() == [len(b) for b in blocks]
+    share = masked.sum().item() / (~special).sum().item()
+    assert 0.13 < share < 0.17  # 15% of ~3,000 non-special tokens
+    as_mask = (first["input_ids"][masked] == tokenizer.mask_token_id).float().mean().item()
+    kept = (first["input_ids"][masked] == original[masked]).float().mean().item()
+    assert 0.74 < as_mask < 0.86 and 0.05 < kept < 0.16  # 80% [MASK]; 10% kept (+ random draws of the same id)
+
+
+class _Recorder(torch.nn.Module):
+    """An MLM stand-in with constant logits (uniform over V) that records every input it is given."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size, self.seen = vocab_size, []
+        self.dummy = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        from types import SimpleNamespace
+
+        self.seen.append((input_ids.clone(), attention_mask.clone(), token_type_ids.clone()))
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, self.vocab_size) + self.dummy)
+
+
+def test_every_model_scored_on_the_same_inputs(tokenizer):
+    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(200), tokenizer, max_len=40), tokenizer, seed=3)
+    a, b = _Recorder(len(tokenizer)), _Recorder(2 * len(tokenizer))
+    loss_a, loss_b = ttq.heldout_loss(a, heldout), ttq.heldout_loss(b, heldout)
+    # uniform logits over V: the cross-entropy of every masked token is ln V
+    assert loss_a == pytest.approx(math.log(len(tokenizer)), rel=1e-6)  # float32 logits
+    assert loss_b == pytest.approx(math.log(2 * len(tokenizer)), rel=1e-6)
+    assert len(a.seen) == len(b.seen) > 0
+    for (ids_a, mask_a, types_a), (ids_b, _, _) in zip(a.seen, b.seen):
+        assert torch.equal(ids_a, ids_b) and bool(mask_a.all()) and not types_a.any()
+    fed = torch.cat([ids.flatten() for ids, _, _ in a.seen])
+    assert sorted(fed.tolist()) == sorted(heldout["input_ids"].tolist())  # every held-out token, once
+
+
+def test_heldout_loss_refuses_sparse_logits(tokenizer):
+    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(50), tokenizer, max_len=40), tokenizer, seed=3)
+
+    class Sparse(_Recorder):
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(logits=torch.zeros(5, self.vocab_size))
+
+    with pytest.raises(ttq.BenchError, match="full"):
+        ttq.heldout_loss(Sparse(len(tokenizer)), heldout)
+
+
+def test_group_texts_as_run_mlm():
+    batch = {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "special_tokens_mask": [[1, 0, 1], [0, 0], [1, 0, 0, 1]]}
+    out = ttq.group_texts(batch, 4)
+    assert out["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]]  # concatenated, cut, the remainder (9) dropped
+    assert out["special_tokens_mask"] == [[1, 0, 1, 0], [0, 1, 0, 0]]
+    assert ttq.group_texts({"input_ids": [[1, 2], [3]]}, 4) == {"input_ids": [[1, 2, 3]]}  # less than a block: kept
+
+
+def test_unigram_loss_by_hand():
+    # ids 0, 1 special; training counts of ids 2..5: 3, 1, 0, 0 -> add-one: 4, 2, 1, 1 out of 8
+    counts = ttq.token_counts([[0, 2, 2, 3, 1], [0, 2, 1]], vocab_size=6, special_ids=[0, 1])
+    assert counts.tolist() == [0, 0, 3, 1, 0, 0]
+    loss = ttq.unigram_loss(counts, [2, 3, 4, -100], special_ids=[0, 1])
+    # -(ln 4/8 + ln 2/8 + ln 1/8) / 3 = (ln 2 + ln 4 + ln 8) / 3 = 2 ln 2
+    assert loss == pytest.approx(2 * math.log(2), abs=1e-12)
+
+
+REF = [{"seconds": 10.0, "tokens": 100.0, "step": 1, "eval_loss": 8.0},
+       {"seconds": 20.0, "tokens": 200.0, "step": 2, "eval_loss": 7.0}]
+OURS = [{"seconds": 5.0, "tokens": 150.0, "step": 1, "eval_loss": 7.5},
+        {"seconds": 10.0, "tokens": 300.0, "step": 2, "eval_loss": 6.5},
+        {"seconds": 15.0, "tokens": 450.0, "step": 3, "eval_loss": 6.0}]
+
+
+def test_quality_per_token_by_hand():
+    r = ttq.quality_per_token(OURS, REF, unigram=9.0)
+    # T = min(450, 200) = 200 tokens; ours there: 7.5 - (50 / 150) * 1.0 = 7.1667; reference: 7.0
+    assert r["tokens_compared"] == 200.0
+    assert r["loss_at_tokens"]["ours"] == pytest.approx(7.5 - 1 / 3)
+    assert r["quality_per_token"] == pytest.approx((9.0 - (7.5 - 1 / 3)) / (9.0 - 7.0))
+    assert ttq.quality_per_token(OURS, REF, unigram=7.0)["quality_per_token"] is None  # reference on the plateau
+
+
+def test_time_to_quality_by_hand():
+    r = ttq.time_to_quality(OURS, REF)
+    # target 7.0 is crossed halfway between 5 s (7.5) and 10 s (6.5): 7.5 s; reference 20 s -> 20 / 7.5
+    assert r["target_loss"] == 7.0 and r["seconds_to_target"] == pytest.approx(7.5)
+    assert r["time_to_quality"] == pytest.approx(20.0 / 7.5) and not r["reached_by_first_point"]
+    slow = [dict(p, eval_loss=p["eval_loss"] + 1.0) for p in OURS]  # 8.5, 7.5, 7.0 -> reached at the last point
+    assert ttq.time_to_quality(slow, REF)["seconds_to_target"] == pytest.approx(15.0)
+    never = [dict(p, eval_loss=p["eval_loss"] + 2.0) for p in OURS]
+    assert ttq.time_to_quality(never, REF)["time_to_quality"] is None
+    early = ttq.time_to_quality([dict(p, eval_loss=6.9) for p in OURS], REF)
+    assert early["reached_by_first_point"] and early["seconds_to_target"] == 5.0
+
+
+def test_times_from_trainer_log_by_hand():
+    # 70 blocks, 32 per step: steps 1, 2 full, step 3 has the epoch's last 6 blocks, step 4 starts epoch 2
+    assert [ttq.steps_samples(s, 70, 32) for s in (1, 2, 3, 4, 6)] == [32, 32, 6, 32, 6]
+    log = [{"step": 2, "samples_per_second": 16.0, "tokens_per_second": 2048.0},   # 64 blocks in 4 s
+           {"step": 4, "samples_per_second": 19.0, "tokens_per_second": 2432.0}]   # 6 + 32 blocks in 2 s
+    times = ttq.times_from_trainer_log(log, n_blocks=70, per_step=32)
+    assert times[2] == {"seconds": 4.0, "tokens": 4.0 * 2048.0}
+    assert times[4]["seconds"] == pytest.approx(6.0) and times[4]["tokens"] == pytest.approx(4 * 2048 + 2 * 2432)
+
+
+def test_recipes_and_flags():
+    table = ttq.select_recipes(["sesame-default"], ["wd0=--weight_decay 0 --learning_rate=2e-3"])  # argv: no quotes
+    assert table == {"sesame-default": [], "wd0": ["--weight_decay", "0", "--learning_rate=2e-3"]}
+    assert ttq.flag_value(table["wd0"], "--learning_rate") == "2e-3"
+    with pytest.raises(ValueError, match="set by the bench"):
+        ttq.select_recipes([], ["x=--max_train_steps 5"])
+    with pytest.raises(ValueError, match="unknown"):
+        ttq.select_recipes(["nope"], [])
+    assert ttq.save_steps(10, 4) == [3, 6, 9, 10]
+
+
+def test_shapes_are_the_presets():
+    import modeling
+
+    for name, shape in ttq.SHAPES.items():
+        config = modeling.get_preset_config(name)
+        assert {k: getattr(config, k) for k in shape} == shape
+
+
+def test_reference_is_transformers_only(tokenizer, tmp_path):
+    """The reference child process: transformers' BertForMaskedLM and DataCollatorForLanguageModeling, with every
+    project package import refused in it; steps timed, tokens counted, weights saved at the save steps."""
+    from datasets import Dataset
+
+    enc = tokenizer(_documents(200), return_special_tokens_mask=True)
+    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
+        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16})
+    blocks.save_to_disk(str(tmp_path / "blocks"))
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('b', sys.argv[1]); "
+             "m = importlib.util.module_from_spec(spec); sys.modules['b'] = m; spec.loader.exec_module(m); "
+             "m.block_project_imports()\ntry:\n    import training\nexcept ImportError:\n    print('blocked')\n"
+             "m.reference_main(sys.argv[2:])")
+    cmd = [sys.executable, "-c", probe, str(SCRIPT), "--blocks", str(tmp_path / "blocks"), "--tokenizer",
+           str(tmp_path / "tok"), "--model_shape", "bert-tiny", "--learning_rate", "1e-3", "--max_train_steps", "3",
+           "--batch_size", "4", "--save_steps", "2", "3", "--threads", "1", "--output_dir", str(tmp_path / "ref"),
+           "--start_file", str(SCRIPT)]  # exists: no wait
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "blocked" in proc.stdout
+    result = json.loads((tmp_path / "ref" / ttq.REFERENCE_LOG).read_text())
+    assert result["model_class"] == "transformers.models.bert.modeling_bert.BertForMaskedLM"
+    assert result["collator_class"] == "transformers.data.data_collator.DataCollatorForLanguageModeling"
+    assert result["attn_implementation"] == "sdpa" and result["project_modules_loaded"] == []
+    assert result["waited_for_start_s"] < 1.0
+    steps = result["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3] and [s["tokens"] for s in steps] == [64, 128, 192]
+    assert 0 < steps[0]["seconds"] < steps[1]["seconds"] < steps[2]["seconds"]
+    assert sorted(p.name for p in (tmp_path / "ref" / "checkpoints").iterdir()) == ["step_2", "step_3"]
+    from transformers import AutoModelForMaskedLM, BertForMaskedLM
+
+    assert type(AutoModelForMaskedLM.from_pretrained(str(tmp_path / "ref"))) is BertForMaskedLM
+
+
+def test_what_pretraining_buys_by_hand(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [
+        {"task": "sst2", "backbone": "cbow", "metric": "accuracy", "value": 0.80},
+        {"task": "sst2", "backbone": "rnn", "metric": "accuracy", "value": 0.82},
+        {"task": "sst2", "backbone": "bert-tiny-1500", "metric": "accuracy", "value": 0.90},  # not a classic row
+        {"task": "stsb", "backbone": "cbow", "metric": "spearmanr", "value": 0.9},  # another metric: ignored
+        {"task": "stsb", "backbone": "cnn", "metric": "pearson", "error": "failed"}]}))
+    baselines = ttq.read_baselines(str(path), ["sst2", "stsb"])
+    assert baselines == {"sst2": {"cbow": 0.80, "rnn": 0.82, "bert-tiny-1500": 0.90}}
+    runs = {"reference": {"kind": "reference", "downstream": {"sst2": 0.75, "stsb": 0.30}},
+            "ours": {"kind": "recipe", "downstream": {"sst2": 0.85, "stsb": None}},
+            "random-sesame": {"kind": "random-init", "downstream": {"sst2": 0.70, "stsb": 0.10}},
+            "random-bert": {"kind": "random-init", "final_eval_loss": 9.0}}  # scored, not fine-tuned
+    buys = ttq.pretraining_buys(runs, baselines)
+    assert set(buys) == {"reference", "ours"}
+    ours, ref = buys["ours"]["sst2"], buys["reference"]["stsb"]
+    assert ours["vs_random_init"] == pytest.approx(0.15) and ours["random_init"] == "random-sesame"
+    assert ours["best_classic"] == "rnn" and ours["vs_best_classic"] == pytest.approx(0.03)
+    assert buys["ours"]["stsb"]["vs_random_init"] is None
+    # random-bert was not fine-tuned: the reference is compared with random-sesame; no classic STS-B row
+    assert ref["random_init"] == "random-sesame" and ref["vs_random_init"] == pytest.approx(0.20)
+    assert ref["best_classic"] is None and ref["vs_best_classic"] is None
+
+
+def test_pairs_schedules_and_token_budget(tmp_path):
+    args = ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g",
+                           "--output_dir", str(tmp_path), "--budget_tokens", "100000", "--repeats", "2",
+                           "--recipes", "sesame-default", "--recipe_flags",
+                           "big=--per_device_train_batch_size 16 --gradient_accumulation_steps 4"])
+    pairs = ttq.plan_pairs(args, tmp_path)
+    assert [(ref.name, ours.name, ours.seed) for ref, ours in pairs] == [
+        ("reference-r0@sesame-default", "sesame-default-r0", 42), ("reference-r0@big", "big-r0", 42),
+        ("reference-r1@sesame-default", "sesame-default-r1", 43), ("reference-r1@big", "big-r1", 43)]
+    assert all(ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe
+               for ref, ours in pairs)
+    assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
+    assert [r.kind for g in ttq.groups_for("sequential", pairs) for r in g] == ["reference", "recipe"] * 4
+    ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
+    # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
+    assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
