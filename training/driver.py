@@ -243,6 +243,7 @@ class Run:
             if result is None:
                 return status
             result.update(parts.extra_results)
+            self.settings.update(trainer.resolved_settings())  # run_config.json and the card: the resolved plan
             if parts.reevaluate_best and evaluate and result.get("best_step") not in (None, result["global_step"]):
                 evaluate(trainer.model)  # the side products (prediction files) of the best model, loaded at the end
             prepared, model = trainer.model, trainer.unwrapped_model
@@ -272,8 +273,8 @@ class Run:
         """Into the output folder, atomically (a temporary folder moved in at the end): when trained (``model``
         given) the model + tokenizer (``save_pretrained``; ``state_dict`` from ``accelerator.get_state_dict``,
         the full weights under FSDP), the command's extra files, the run files (:func:`write_run_files`) and,
-        with ``write_card``, the model card (a card that fails only logs a warning: the model is never lost
-        over it)."""
+        ``run_config.json`` (the run's settings, resolved; no secrets) and, with ``write_card``, the model card (a
+        card that fails only logs a warning: the model is never lost over it)."""
         with atomic_output_dir(self.output_dir) as tmp:
             if model is not None:
                 model.save_pretrained(tmp, state_dict=state_dict)
@@ -281,6 +282,8 @@ class Run:
             if write_outputs is not None:
                 write_outputs(tmp)
             write_run_files(tmp, result, results, Path(self.output_dir).name)
+            (tmp / "run_config.json").write_text(json.dumps(self.settings, indent=2, default=str) + "\n",
+                                                 encoding="utf-8")
             if self.write_card and model is not None:
                 try:
                     (tmp / "README.md").write_text(self.card(tmp), encoding="utf-8")

@@ -59,8 +59,9 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
   processes read the combined flag), write its checkpoint and raise :class:`TrainingStopped`;
   :mod:`training.signals` calls it on SIGTERM / SIGINT.
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
-  item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes)
-  go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history. The trackers record the
+  item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes), and
+  the training seconds and tokens of this session so far (``train_seconds``, ``train_tokens``: evaluation and
+  checkpoints excluded) go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history. The trackers record the
   run's settings with the resolved plan (``max_train_steps``, ``num_warmup_steps``, ``eval_steps``,
   ``checkpointing_steps`` in steps).
 * **Best model and early stopping** (:mod:`training.best`). ``load_best_model_at_end`` writes a checkpoint at
@@ -486,6 +487,7 @@ class Trainer:
             "tokens_per_second": interval.tokens / max(interval.time, 1e-9),
             "samples_per_second": interval.samples / max(interval.time, 1e-9),
             "epoch": self.state.epoch_position(self.num_epoch_batches),
+            "train_seconds": self._session.seconds, "train_tokens": self._session.tokens,
         }
         self.accelerator.log(record, step=step)
         self.log_history.append({"step": step, **record})

@@ -54,6 +54,17 @@ def test_trackers_record_the_resolved_intervals(corpus_dir, tmp_path, fresh_stat
     assert recorded["eval_steps"] == math.ceil(30 / 10) == recorded["checkpointing_steps"]
     assert recorded["max_train_steps"] == 30 and recorded["num_warmup_steps"] == math.ceil(0.06 * 30)
     assert recorded["learning_rate"] == 1e-3 and recorded["objective"] == "mlm" and "hub_token" not in recorded
+    saved = json.loads((out / "run_config.json").read_text())
+    assert {k: saved[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")} == \
+        {k: recorded[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")}
+    log = json.loads((out / "trainer_log.json").read_text())
+    assert all(0 < a["train_seconds"] < b["train_seconds"] for a, b in zip(log, log[1:]))
+    previous = {"train_seconds": 0.0, "train_tokens": 0.0}
+    for record in log:  # each interval's tokens/s is its share of the cumulative tokens and seconds
+        delta = (record["train_tokens"] - previous["train_tokens"]) / (record["train_seconds"] - previous["train_seconds"])
+        assert delta == pytest.approx(record["tokens_per_second"], rel=1e-6)
+        assert record["train_tokens"] - previous["train_tokens"] <= 10 * 8 * 32  # 10 steps of at most 8 x 32 tokens
+        previous = record
 
 
 def _every_fourth_token_collators(tokenizer, masking, seed):
