@@ -107,7 +107,7 @@ def check_data_files(corpus: CorpusArguments) -> None:
 def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator):
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
-    processes), the objective's item count and the plan log line."""
+    processes), the objective's loss, item count and extra output files, and the plan log line."""
     from training.data import make_stream_dataloader, make_train_dataloader
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
@@ -137,8 +137,14 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
                     n_params)
         log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks))
 
+    loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
+    write_outputs = None
+    if objective.write_outputs is not None:
+        def write_outputs(folder, predictions) -> None:
+            objective.write_outputs(folder, tokenizer)
+
     return RunParts(model=model, tokenizer=tokenizer, train_dataloader=loader, evaluate=evaluate, describe=describe,
-                    loop_kwargs={"weight_fn": objective.weight_fn} if objective.weight_fn else {},
+                    loop_kwargs=loop_kwargs, write_outputs=write_outputs,
                     result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"))
 
 
