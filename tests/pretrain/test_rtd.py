@@ -193,3 +193,32 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
     for name, p in trainer.unwrapped_model.named_parameters():
         torch.testing.assert_close(p.detach(), expected[name], rtol=1e-5, atol=1e-6, msg=name)
     assert result["train_loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+
+
+def test_rtd_generator_size_sharing_and_lambda_come_from_an_rtd_config(corpus_dir, tok_dir, tmp_path, fresh_state):
+    """``--config_name`` of a saved :class:`SesameBertRTDConfig` sets the RTD fields: generator_size 0.5 of bert-tiny
+    (hidden 128, 2 heads, intermediate 512) gives a generator of hidden 64, 1 head, intermediate 256; no sharing
+    leaves it its own embeddings (no ``embedding_size``); lambda 7 weights the run's evaluation loss."""
+    import modeling
+
+    config_dir = tmp_path / "rtd-config"
+    base = modeling.get_preset_config("bert-tiny").to_dict()
+    base = {k: v for k, v in base.items() if k not in ("model_type", "architectures", "transformers_version")}
+    modeling.SesameBertRTDConfig(**base, generator_size=0.5, embedding_sharing="none",
+                                 discriminator_weight=7.0).save_pretrained(config_dir)
+    out = tmp_path / "half"
+    args = [a if a != "bert-tiny" else str(config_dir) for a in _args(corpus_dir, out)]
+    assert run_cli(main, [*args, "--tokenizer_name", tok_dir, "--max_train_steps", "2"]) == 0
+    generator = json.loads((out / "generator" / "config.json").read_text())
+    assert (generator["hidden_size"], generator["num_attention_heads"], generator["intermediate_size"]) == (64, 1, 256)
+    assert generator.get("embedding_size") is None
+    assert json.loads((out / "config.json").read_text())["hidden_size"] == 128
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["eval_loss"] == pytest.approx(results["eval_generator_loss"]
+                                                 + 7.0 * results["eval_discriminator_loss"], rel=1e-6)
+
+
+def test_rtd_refuses_another_family_with_one_error_line(corpus_dir, tmp_path, capsys, fresh_state):
+    status = run_cli(main, _args(corpus_dir, tmp_path / "elmo", "--model_type", "elmo"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith("error:") and "rtd" in err[0], err
