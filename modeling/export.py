@@ -211,6 +211,9 @@ def export_onnx(model_name_or_path: str, output: str, task: str = "auto", opset:
     fields = tuple(f for f in TASKS[task][1] if reference.get(f) is not None)
     wrapper = _Outputs(model, family.inputs, fields).eval()
     dims = {0: "batch", 1: "sequence"}
+    # dynamo caches the bodies of scan loops (the ELMo-style LSTMs) across exports of this process; a body traced by an
+    # earlier export would pin this one's batch and sequence length to that export's example
+    torch._dynamo.reset()
     program = torch.onnx.export(
         wrapper, tuple(example[name] for name in family.inputs), input_names=list(family.inputs),
         output_names=list(fields), dynamic_shapes=(tuple(dims for _ in family.inputs),), opset_version=opset,

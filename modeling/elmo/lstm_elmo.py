@@ -47,7 +47,8 @@ def _steps(step, init, xs: torch.Tensor) -> torch.Tensor:
             carry, out = step(carry, x)
             return carry, out.clone()  # scan's outputs may not alias its carry
 
-        return scan(body, init, xs)[1]
+        # contiguous: scan traces a view's base too, and its sizes' symbols can pin the batch and length to the example
+        return scan(body, init, xs.contiguous())[1]
     carry, outs = init, []
     for x in xs.unbind(0):
         carry, out = step(carry, x)
@@ -57,50 +58,54 @@ def _steps(step, init, xs: torch.Tensor) -> torch.Tensor:
 
 def recurrence(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, reverse: bool = False, cell_clip: float | None = None,
                proj_clip: float | None = None) -> torch.Tensor:
-    """One direction of the first layer of ``rnn`` (``nn.LSTM``, with or without ``proj_size``, or ``nn.GRU``; either
-    ``batch_first``) over ``x (B, T, I)`` float from zero states, step by step: ``(B, T, P)`` (``P`` = ``proj_size`` or
-    ``hidden_size``), in ``x``'s dtype.
+    """One direction of the first layer of ``rnn`` (``nn.LSTM``, with or without ``proj_size``, or ``nn.GRU``) over
+    ``x (B, T, I)`` float (batch first, whatever ``rnn.batch_first`` says) from zero states, step by step: ``(B, T,
+    P)`` (``P`` = ``proj_size`` or ``hidden_size``), in ``x``'s dtype.
 
     The same parameters, gate order and equations as PyTorch's kernels (LSTM: input, forget, cell, output; GRU: reset,
     update, new), so with no clipping it equals ``rnn(x)[0]`` (the direction's half of it). ``reverse`` reads the
     ``*_reverse`` parameters of a bidirectional ``rnn`` (``x`` must already be in the order that direction reads).
     ``cell_clip`` / ``proj_clip`` (LSTM only): bilm-tf's clipping of the memory cell and of the projected output to
     ``[-clip, clip]``. Used for clipping, and under ``torch.export`` (see :func:`_steps`), where ``nn.LSTM`` / ``nn.GRU``
-    fix the sequence length and the ONNX LSTM operator has no projection.
+    fix the sequence length and the ONNX LSTM operator has no projection. The steps read the recurrent weights from
+    the module (not from a local variable): a tensor a ``scan`` body closes over gets symbolic sizes, which
+    ``torch.export`` may unify with the batch or the length (duck sizing) and then fix.
     """
     sfx = "_l0_reverse" if reverse else "_l0"
-    w_ih, w_hh = getattr(rnn, "weight_ih" + sfx), getattr(rnn, "weight_hh" + sfx)
-    b_ih, b_hh = getattr(rnn, "bias_ih" + sfx, None), getattr(rnn, "bias_hh" + sfx, None)
+
+    def weight(name: str) -> torch.Tensor | None:
+        return getattr(rnn, name + sfx, None)
+
     b = x.shape[0]
     if isinstance(rnn, nn.GRU):
-        gates_x = F.linear(x, w_ih, b_ih).transpose(0, 1)  # (T, B, 3H)
+        gates_x = F.linear(x, weight("weight_ih"), weight("bias_ih")).transpose(0, 1)  # (T, B, 3H)
 
         def gru_step(h, gx):
             r, z, n = gx.chunk(3, dim=-1)
-            hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+            hr, hz, hn = F.linear(h, weight("weight_hh"), weight("bias_hh")).chunk(3, dim=-1)
             r, z = torch.sigmoid(r + hr), torch.sigmoid(z + hz)
             h = (1 - z) * torch.tanh(n + r * hn) + z * h
             return h, h
 
         return _steps(gru_step, x.new_zeros(b, rnn.hidden_size), gates_x).transpose(0, 1)
-    bias = b_ih + b_hh if b_ih is not None else None
-    gates_x = F.linear(x, w_ih, bias).transpose(0, 1)  # (T, B, 4H)
-    w_hr = getattr(rnn, "weight_hr" + sfx, None)
+    bias = weight("bias_ih") + weight("bias_hh") if weight("bias_ih") is not None else None
+    gates_x = F.linear(x, weight("weight_ih"), bias).transpose(0, 1)  # (T, B, 4H)
+    projected = weight("weight_hr") is not None
 
     def lstm_step(state, gx):
         h, c = state
-        i, f, g, o = (gx + F.linear(h, w_hh)).chunk(4, dim=-1)
+        i, f, g, o = (gx + F.linear(h, weight("weight_hh"))).chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip is not None:
             c = c.clamp(-cell_clip, cell_clip)
         h = torch.sigmoid(o) * torch.tanh(c)
-        if w_hr is not None:
-            h = F.linear(h, w_hr)
+        if projected:
+            h = F.linear(h, weight("weight_hr"))
         if proj_clip is not None:
             h = h.clamp(-proj_clip, proj_clip)
         return (h, c), h
 
-    init = (x.new_zeros(b, w_hh.shape[1]), x.new_zeros(b, rnn.hidden_size))
+    init = (x.new_zeros(b, rnn.proj_size or rnn.hidden_size), x.new_zeros(b, rnn.hidden_size))  # two tensors
     return _steps(lstm_step, init, gates_x).transpose(0, 1)
 
 
