@@ -122,22 +122,29 @@ def baseline_batch() -> dict:
 
 
 _BASELINE_UNSUPPORTED = {
-    "return_tuple": "forward ignores return_dict=False (modeling/baselines)",
-    "export": "pack_words reads int(lengths.max()) (modeling/baselines: data-dependent shape)",
-    "hidden_states": "modeling/baselines returns no hidden_states",
     "attentions": "no attention",
-    "capture": "no _can_record_outputs (modeling/baselines)",
-    "inputs_embeds": "forward needs input_ids (modeling/baselines)",
+    "capture": "the hidden states (word vectors, encoder states) are put back at the input positions from the packed "
+               "sentences, not recorded from layer modules by transformers' capture hooks (output_hidden_states=True/"
+               "False is honoured)",
     "tied": "no output embeddings",
     "attn_implementation": "no attention",
-    "gradient_checkpointing": "supports_gradient_checkpointing=False (modeling/baselines)",
 }
+
+
+def _baseline_widths(model):
+    """The rnn encoder's hidden states: the word vectors (E), then its token states (directions x H)."""
+    return [model.config.embedding_dim, model.base_model.encoder.output_size]
+
+
 BASELINE_ROWS = {
     "baseline-model": Row(SesameBaselineModel, baseline_config, baseline_batch, lambda b: {}, "pooler_output",
-                          unsupported=dict(_BASELINE_UNSUPPORTED)),
+                          num_layers=1, unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
     "baseline-classification": Row(SesameBaselineForSequenceClassification, baseline_config, baseline_batch,
-                                   lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits",
-                                   unsupported=dict(_BASELINE_UNSUPPORTED)),
+                                   lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits", num_layers=1,
+                                   unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
+    "baseline-classification-pair": Row(SesameBaselineForSequenceClassification, baseline_config, bert_batch,
+                                        lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits", num_layers=1,
+                                        unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
 }
 
 # ---- the ELMo-style family --------------------------------------------------------------------------------------
