@@ -691,7 +691,8 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             checkpoint = self._gradient_checkpointing_func
         states = self.encoder.states(x, mask) if checkpoint is None else checkpoint(self.encoder.states, x, mask)
         if self.encoder.token_states:  # put back at the input positions, then read again from there
-            hidden += (sum(unpack_words(st, i, m, t) for st, (i, m) in zip(states.chunk(len(packed)), packed)),)
+            per_sentence = states.unflatten(0, (len(packed), selects.shape[1])).unbind(0)  # not chunk: see the pair path
+            hidden += (sum(unpack_words(st, i, m, t) for st, (i, m) in zip(per_sentence, packed)),)
             states = gather(hidden[-1])
         extra = (tree_merges,) if isinstance(self.encoder, TreeLSTMEncoder) else ()
         pool = self.encoder.pool
@@ -777,7 +778,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             # both sentences in one batched call: rows 0..B-1 of the sentence vectors are the first sentences
             selects = torch.stack([model.sentence_mask(input_ids, attention_mask, token_type_ids, s) for s in (0, 1)])
             hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds)
-            u, v = sent.chunk(2)
+            # unflatten, not chunk(2): torch.export cannot prove that chunking 2B rows gives two pieces for every B
+            u, v = sent.unflatten(0, (2, selects.shape[1])).unbind(0)
             pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
             logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
         else:
