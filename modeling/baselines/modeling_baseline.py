@@ -193,9 +193,10 @@ class WordVectors(nn.Module):
         m = mask.unsqueeze(-1)
         if inputs_embeds is not None:
             if self.ngram_embeddings is not None or self.static_embeddings is not None:
-                raise ValueError(f"inputs_embeds: not for encoder_type={self.config.encoder_type!r} with embedding_mode="
-                                 f"{self.config.embedding_mode!r} (fastText's vectors need the characters, a multichannel "
-                                 "CNN's frozen channel the word ids); pass input_ids (and char_ids)")
+                c = self.config
+                raise ValueError(f"inputs_embeds: not for encoder_type={c.encoder_type!r} with embedding_mode="
+                                 f"{c.embedding_mode!r} (fastText's vectors need the characters, a multichannel CNN's "
+                                 "frozen channel the word ids); pass input_ids (and char_ids)")
             return self.dropout(inputs_embeds) * m
         if self.ngram_embeddings is not None:
             if char_ids is None:
@@ -691,7 +692,7 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             checkpoint = self._gradient_checkpointing_func
         states = self.encoder.states(x, mask) if checkpoint is None else checkpoint(self.encoder.states, x, mask)
         if self.encoder.token_states:  # put back at the input positions, then read again from there
-            per_sentence = states.unflatten(0, (len(packed), selects.shape[1])).unbind(0)  # not chunk: see the pair path
+            per_sentence = states.unflatten(0, (len(packed), selects.shape[1])).unbind(0)  # not chunk: see the pairs
             hidden += (sum(unpack_words(st, i, m, t) for st, (i, m) in zip(per_sentence, packed)),)
             states = gather(hidden[-1])
         extra = (tree_merges,) if isinstance(self.encoder, TreeLSTMEncoder) else ()

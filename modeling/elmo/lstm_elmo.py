@@ -66,10 +66,10 @@ def recurrence(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, reverse: bool = False, ce
     update, new), so with no clipping it equals ``rnn(x)[0]`` (the direction's half of it). ``reverse`` reads the
     ``*_reverse`` parameters of a bidirectional ``rnn`` (``x`` must already be in the order that direction reads).
     ``cell_clip`` / ``proj_clip`` (LSTM only): bilm-tf's clipping of the memory cell and of the projected output to
-    ``[-clip, clip]``. Used for clipping, and under ``torch.export`` (see :func:`_steps`), where ``nn.LSTM`` / ``nn.GRU``
-    fix the sequence length and the ONNX LSTM operator has no projection. The steps read the recurrent weights from
-    the module (not from a local variable): a tensor a ``scan`` body closes over gets symbolic sizes, which
-    ``torch.export`` may unify with the batch or the length (duck sizing) and then fix.
+    ``[-clip, clip]``. Used for clipping, and under ``torch.export`` (see :func:`_steps`), where ``nn.LSTM`` /
+    ``nn.GRU`` fix the sequence length and the ONNX LSTM operator has no projection. The steps read the recurrent
+    weights from the module (not from a local variable): a tensor a ``scan`` body closes over gets symbolic sizes,
+    which ``torch.export`` may unify with the batch or the length (duck sizing) and then fix.
     """
     sfx = "_l0_reverse" if reverse else "_l0"
 
@@ -264,10 +264,11 @@ def token_slots(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Where each position of a ``(B, T)`` 0/1 ``mask`` goes when the kept tokens of each row are packed to the left,
     in order (any layout of the mask: right or left padding, holes): ``(forward, backward)``, ``(B, T)`` long.
 
-    ``forward[b, t]`` is the slot of position ``t`` in the packed row (the ``n_b`` kept tokens in slots ``0 .. n_b - 1``,
-    then the masked positions in order); ``backward[b, t]`` its slot in the packed row read backwards (kept token ``k``
-    in slot ``n_b - 1 - k``: the backward LM's order, padding still last). Both rows are permutations of ``0 .. T - 1``,
-    computed with cumulative sums (static shapes, no host read). For a right-padded mask ``forward`` is the identity.
+    ``forward[b, t]`` is the slot of position ``t`` in the packed row (the ``n_b`` kept tokens in slots
+    ``0 .. n_b - 1``, then the masked positions in order); ``backward[b, t]`` its slot in the packed row read
+    backwards (kept token ``k`` in slot ``n_b - 1 - k``: the backward LM's order, padding still last). Both rows are
+    permutations of ``0 .. T - 1``, computed with cumulative sums (static shapes, no host read). For a right-padded
+    mask ``forward`` is the identity.
     """
     keep = mask.bool()
     n = keep.sum(1, keepdim=True)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel
-from modeling.baselines import modeling_baseline
+from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, modeling_baseline
 from modeling.baselines.modeling_baseline import pack_words
 
 ENCODERS = ["cbow", "fasttext", "cnn", "rnn", "treelstm"]
@@ -43,8 +42,8 @@ def _words(batch):
 
 @pytest.mark.parametrize("encoder_type", ENCODERS)
 def test_hidden_states_are_the_word_vectors_then_the_encoder_states_at_the_input_positions(tiny, encoder_type):
-    """hidden_states[0]: the word vectors (here the embedding rows of the words), 0 at <S>, </S>, padding; then the RNN's
-    / Tree-LSTM's token states; last_hidden_state is the last of them; every one is in the graph of pooler_output
+    """hidden_states[0]: the word vectors (here the embedding rows of the words), 0 at <S>, </S>, padding; then the
+    RNN's / Tree-LSTM's token states; last_hidden_state is the last of them; every one is in the graph of pooler_output
     (on main: no hidden_states, last_hidden_state packed to the left)."""
     model = SesameBaselineModel(tiny(encoder_type))
     batch, words = _single(), _words(_single())

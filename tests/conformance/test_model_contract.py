@@ -175,8 +175,9 @@ def elmo_batch() -> dict:
 _ELMO_UNSUPPORTED = {
     "attentions": "no attention layers (a BiLSTM)",
     "attn_implementation": "no attention layers (a BiLSTM)",
-    "capture": "the hidden states are [forward; backward] pairs of two LSTM stacks stepped together, not the outputs of "
-               "one layer module that transformers' capture hooks record (output_hidden_states=True/False is honoured)",
+    "capture": "the hidden states are [forward; backward] pairs of two LSTM stacks stepped together, not the outputs "
+               "of one layer module that transformers' capture hooks record (output_hidden_states=True/False is "
+               "honoured)",
     "resize": "character input: the input embeddings are a character CNN, no token matrix to resize",
     "tied": "no tied weights (the BiLM softmax is not tied to the character CNN)",
 }

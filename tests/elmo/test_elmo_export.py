@@ -18,8 +18,8 @@ from modeling.elmo import (
     SesameElmoForSequenceClassification,
     SesameElmoForTokenClassification,
     SesameElmoModel,
+    lstm_elmo,
 )
-from modeling.elmo import lstm_elmo
 from modeling.elmo.lstm_elmo import recurrence
 from modeling.export import TOLERANCE, _elmo_sample, main
 from training.errors import run_cli
@@ -63,7 +63,7 @@ def test_torch_export_static_and_dynamic(cls, field):
     if hasattr(model, "scalar_mix"):
         _scale_mix(model)
     example = _batch(2, 8, seed=0)
-    torch._dynamo.reset()  # dynamo caches the LSTMs' scan bodies: one traced for static shapes would pin the dynamic ones
+    torch._dynamo.reset()  # dynamo caches the LSTMs' scan bodies: one traced for static shapes would pin these
     dynamic = torch.export.export(model, (), example, dynamic_shapes=DIMS)
     static = torch.export.export(model, (), example)
     with torch.no_grad():
