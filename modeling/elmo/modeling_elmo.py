@@ -56,7 +56,7 @@ Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``
 length, and ONNX's LSTM has no projection), with the same parameters.
 
 Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
-clipping, per-sequence reversal) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
+clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
 tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
 code: a saved folder carries them).
 """
@@ -675,7 +675,8 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
 
     ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
     as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
-    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018). Regression
+    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018); in a batch that mixes
+    pairs and single sentences each row is classified as what it is. Regression
     (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
     (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
     to float32 unless they are long/int32 class ids.
