@@ -622,10 +622,12 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
     RNN's top-layer states, the Tree-LSTM's leaves); every one in the graph of ``pooler_output``;
     ``last_hidden_state``: the last of them (the word vectors for cbow / fasttext / cnn).
 
-    Static shapes: nothing in ``forward`` reads tensor values back except eager mode's cut of the packed sentences to
-    the longest one (:func:`sentence_width`; ``T`` under ``torch.export`` / ``torch.compile``) and fastText's n-gram
-    hashing (Python over the characters: fastText cannot be exported). Gradient checkpointing recomputes the encoder
-    in the backward pass.
+    Static shapes: under ``torch.export`` / ``torch.compile`` nothing in ``forward`` reads tensor values back; eager
+    mode reads some for speed, with the same result: the cut of the packed sentences to the longest one
+    (:func:`sentence_width`; ``T`` in a graph), the RNN's packed sequences (lengths on the host; a ``scan`` loop under
+    ``torch.export``) and the classifier's single-sentence path. fastText's n-gram hashing (Python over the characters)
+    and the checks of given trees read values in any mode: neither exports. Gradient checkpointing recomputes the
+    encoder in the backward pass.
 
     Raises:
         ValueError: none or both of ``input_ids`` and ``inputs_embeds``; see :meth:`WordVectors.forward`.

@@ -47,10 +47,10 @@ Speed: in eager mode layer 0 is computed once per distinct token of a batch (``t
 rows), 5x less work on running text at B=32, T=128; the result is the same as per token.
 
 Static shapes (``torch.export``, ``torch.onnx.export``, ``torch.compile``): nothing in ``forward`` branches on tensor
-values or reads them back, except three shortcuts of eager mode that give the same result and are skipped while
-``torch.compiler.is_compiling()``: the ``torch.unique`` above, the pair heads' cut of both sentences to the longest
-one of the batch (:func:`_pair_width`), and the classifier's single-sentence path when no row of a batch with
-``token_type_ids`` is a pair. The attention mask may have any layout (right or left padding, holes): the kept tokens
+values or reads them back, except shortcuts of eager mode that give the same result and are skipped while
+``torch.compiler.is_compiling()`` (``is_exporting()`` for the last): the ``torch.unique`` above, the pair heads' cut
+of both sentences to the longest one of the batch (:func:`_pair_width`), the classifier's single-sentence path when no
+row of a batch with ``token_type_ids`` is a pair, and the task BiLSTM's packed sequences (lengths on the host). The attention mask may have any layout (right or left padding, holes): the kept tokens
 of each row are packed to the left with index arithmetic (``lstm_elmo.token_slots``) instead of checking the layout.
 Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``; ``nn.LSTM`` would fix the sequence
 length, and ONNX's LSTM has no projection), with the same parameters.
