@@ -28,6 +28,8 @@ from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
 
 #: Fraction of a run with data between two evaluations / checkpoints, when not given.
 DATA_INTERVAL = 0.1
+#: The manifest key of a prepared dataset whose blocks carry ``position_ids`` (document boundaries).
+DOCUMENT_BOUNDARIES_KEY = "document_boundaries"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +97,11 @@ class CorpusArguments:
     preprocessing_num_workers: int | None = arg(None, "processes for datasets.map")
     overwrite_cache: bool = arg(False, "recompute the cached datasets.map results")
     packing_batch_size: int = arg(1000, "documents per packing map batch (only its last block may be short)")
+    document_masking: bool | None = arg(None, "packed blocks keep their documents apart: each document piece starts "
+                                        "with [CLS] at position 0, position ids restart per document and attention "
+                                        "stays within a document (default: true for mlm; a --prepared_dataset: as "
+                                        "it was prepared; false: documents joined by [SEP], one [CLS] per block, "
+                                        "attention across the block)")
     streaming: bool = arg(False, "read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no "
                           "full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)")
 
@@ -218,12 +225,38 @@ def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, co
     objective = get_objective(model.model_type, objective_args.nsp, objective_args.objective)
     if manifest is not None and corpus.max_seq_length is None:
         corpus = dataclasses.replace(corpus, max_seq_length=manifest["max_seq_length"])
+    corpus = dataclasses.replace(corpus, document_masking=resolve_document_masking(objective, corpus, manifest))
     defaults = family_defaults(objective, demo)
     model, corpus = _fill(model, defaults), _fill(corpus, defaults)
     for name, value in (("max_seq_length", corpus.max_seq_length), ("vocab_size", model.vocab_size)):
         if value is not None and value < 1:
             raise InputError(f"--{name} {value}: expected an integer >= 1")
     return objective, model, corpus
+
+
+def resolve_document_masking(objective: Objective, corpus: CorpusArguments,
+                             manifest: Mapping[str, Any] | None = None) -> bool:
+    """``--document_masking`` resolved: as given; else true for an objective whose blocks can keep documents apart
+    (:attr:`pretrain.objectives.Objective.document_masking`), or, for a prepared dataset, what its ``manifest`` says
+    (a manifest written before the key existed: false). A mismatch with the manifest is refused later, by
+    :func:`pretrain.prepare.check_manifest`.
+
+    Raises:
+        InputError: ``--document_masking true`` for an objective without it (NSP pairs are one sequence per row; the
+            BiLM's LSTMs read a block as one sequence).
+    """
+    given = corpus.document_masking
+    if given and not objective.document_masking:
+        why = ("its LSTMs read each block as one sequence (document starts would need state resets)"
+               if objective.family.name == "elmo" else "its blocks hold one sequence each (no packing)")
+        raise InputError(f"--document_masking true: not available for the {objective.name} objective, {why}; "
+                         "expected false or no --document_masking")
+    if given is not None:
+        return given
+    if manifest is not None:
+        return bool(manifest.get(DOCUMENT_BOUNDARIES_KEY, False))
+    return objective.document_masking
+
 
 
 def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: MaskingArguments,
@@ -248,5 +281,6 @@ def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: 
     return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub)
 
 
-__all__ = ["CorpusArguments", "MaskingArguments", "ModelArguments", "ObjectiveArguments", "PretrainPlan",
-           "PretrainTrainingArguments", "TrainDataArguments", "family_defaults", "resolve", "resolve_inputs"]
+__all__ = ["DOCUMENT_BOUNDARIES_KEY", "CorpusArguments", "MaskingArguments", "ModelArguments", "ObjectiveArguments",
+           "PretrainPlan", "PretrainTrainingArguments", "TrainDataArguments", "family_defaults", "resolve",
+           "resolve_document_masking", "resolve_inputs"]
