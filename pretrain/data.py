@@ -573,6 +573,6 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
-    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "pack_documents", "make_nsp_pairs", "IndexedDataset", "StreamedBlocks",
-    "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
+    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "pack_documents", "make_nsp_pairs",
+    "IndexedDataset", "StreamedBlocks", "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
 ]

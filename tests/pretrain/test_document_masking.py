@@ -12,14 +12,15 @@ import torch
 from datasets import Dataset, DatasetDict
 
 from pretrain import data
-from pretrain.collators import MLMCollator
 from pretrain.cli import main
+from pretrain.collators import MLMCollator
 from training.errors import run_cli
 
 
 def _tokenized(tokenizer, docs):
     texts = ["\n".join(d) for d in docs]
-    raw = DatasetDict({"train": Dataset.from_dict({"text": texts}), "validation": Dataset.from_dict({"text": texts[:2]})})
+    raw = DatasetDict({"train": Dataset.from_dict({"text": texts}),
+                       "validation": Dataset.from_dict({"text": texts[:2]})})
     return data.tokenize_bert(raw, tokenizer)
 
 
@@ -86,8 +87,9 @@ def test_the_collator_passes_position_ids_and_pads_them(bert_tokenizer, packed):
 
 
 def _model(attn: str, vocab: int):
-    import modeling
     from transformers import AutoModelForMaskedLM
+
+    import modeling
 
     torch.manual_seed(0)
     config = modeling.get_preset_config("bert-tiny", vocab_size=vocab, num_hidden_layers=2, hidden_size=64,
@@ -213,17 +215,19 @@ def test_prepared_datasets_with_and_without_boundaries(corpus_dir, bert_tokenize
     (old / "manifest.json").write_text(json.dumps(manifest))
     common = ["--config_name", "bert-tiny", "--max_train_steps", "2", "--per_device_train_batch_size", "8"]
     runs = {}
-    for name, folder, extra in (("old", old, []), ("new", new, []), ("text-nodoc", None, ["--document_masking", "false"])):
+    for name, folder, extra in (("old", old, []), ("new", new, []),
+                                ("text-nodoc", None, ["--document_masking", "false"])):
         out = tmp_path / f"run-{name}"
-        argv = (["--prepared_dataset", str(folder)] if folder else [*source]) + ["--output_dir", str(out), *common, *extra]
+        argv = [*(["--prepared_dataset", str(folder)] if folder else source), "--output_dir", str(out), *common, *extra]
         assert run_cli(main, argv) == 0
         runs[name] = out
         config = json.loads((out / "run_config.json").read_text())
         assert config["document_masking"] is (name == "new")
-    assert (runs["old"] / "model.safetensors").read_bytes() == (runs["text-nodoc"] / "model.safetensors").read_bytes(), \
-        "an old prepared dataset trains as today's packing from text"
+    old_weights, text_weights = ((runs[n] / "model.safetensors").read_bytes() for n in ("old", "text-nodoc"))
+    assert old_weights == text_weights, "an old prepared dataset trains as today's packing from text"
     capsys.readouterr()
-    for folder, flag, message in ((old, "true", "carry no document boundaries"), (new, "false", "carry document boundaries")):
+    for folder, flag, message in ((old, "true", "carry no document boundaries"),
+                                  (new, "false", "carry document boundaries")):
         out = tmp_path / f"refused-{flag}"
         assert run_cli(main, ["--prepared_dataset", str(folder), "--document_masking", flag, "--output_dir", str(out),
                               *common]) == 2
