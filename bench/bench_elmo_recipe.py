@@ -21,7 +21,7 @@ curve arithmetic, ``finetune.glue`` fine-tunes); every run goes through the proj
    copy of the model), ``--checkpointing_steps 1/points``,
    ``--logging_steps 1`` (a training time at every step), the run's own evaluation on 8 blocks at the end only.
    A ``--config_name PRESET:field=value,...`` flag is written out as a config of that preset with those fields (e.g.
-   ``elmo-small:softmax=adaptive``).
+   ``elmo-small:softmax=adaptive``; ``bench_time_to_quality.materialize_configs``).
 4. **Noise**: the recipes run two at a time, one thread each (``--threads``), so that each pair shares the machine's
    noise; the seconds of a step come from ``trainer_log.json`` (evaluation and checkpoints excluded).
 5. **Fine-tuning**: every final model with ``python -m finetune.glue`` (the ELMo default head: frozen BiLM, learned
@@ -162,38 +162,6 @@ def prepare_data(args, out: Path) -> dict:
     return {"tokenizer": tok, "prepared": prepared}
 
 
-def materialize_configs(flags: list[str], out: Path) -> list[str]:
-    """``flags`` with a ``--config_name PRESET:field=value,...`` written out as a config folder in ``out/configs``
-    (the preset with those fields; values read as JSON where they parse, else as strings)."""
-    value = ttq.flag_value(flags, "--config_name")
-    if value is None or ":" not in value:
-        return list(flags)
-    import modeling
-
-    preset, _, fields = value.partition(":")
-    overrides = {}
-    for item in filter(None, fields.split(",")):
-        key, _, raw = item.partition("=")
-        try:
-            overrides[key] = json.loads(raw)
-        except ValueError:
-            overrides[key] = raw
-    folder = out / "configs" / value.replace(":", "-").replace(",", "-").replace("=", "_")
-    modeling.get_preset_config(preset, **overrides).save_pretrained(str(folder))
-    result, skip = [], False
-    for item in flags:
-        if skip:
-            skip = False
-        elif item == "--config_name":
-            result += [item, str(folder)]
-            skip = True
-        elif item.startswith("--config_name="):
-            result.append(f"--config_name={folder}")
-        else:
-            result.append(item)
-    return result
-
-
 def run_command(name: str, flags: list[str], args, data: dict, out: Path) -> list[str]:
     """The ``pretrain`` command of a recipe (see the module docstring, item 3)."""
     length = seq_length(flags)
@@ -203,7 +171,7 @@ def run_command(name: str, flags: list[str], args, data: dict, out: Path) -> lis
         budget = ["--time_budget", str(args.budget_minutes)]
     every = f"{1 / args.curve_points:.6g}" if args.curve_points > 1 else "1000000000"
     return [sys.executable, "-m", "pretrain", "--model_type", "elmo", "--config_name", "elmo-small",
-            *materialize_configs(flags, out), "--prepared_dataset", str(data["prepared"][length]["path"]),
+            *ttq.materialize_configs(flags, out), "--prepared_dataset", str(data["prepared"][length]["path"]),
             "--output_dir", str(out / "runs" / name), "--overwrite_output_dir", *budget, "--seed", str(args.seed),
             "--checkpointing_steps", every, "--checkpoints_total_limit", "0", "--logging_steps", "1",
             "--eval_steps", "1000000000", "--max_eval_samples", "8", "--report_to", "none"]

@@ -719,6 +719,38 @@ def save_steps(steps: int, points: int) -> list[int]:
     return sorted({*range(every, steps + 1, every), steps})
 
 
+def materialize_configs(flags: list[str], out: Path) -> list[str]:
+    """``flags`` with a ``--config_name PRESET:field=value,...`` written out as a config folder in ``out/configs``
+    (the preset with those fields; values read as JSON where they parse, else as strings)."""
+    value = flag_value(flags, "--config_name")
+    if value is None or ":" not in value:
+        return list(flags)
+    import modeling
+
+    preset, _, fields = value.partition(":")
+    overrides = {}
+    for item in filter(None, fields.split(",")):
+        key, _, raw = item.partition("=")
+        try:
+            overrides[key] = json.loads(raw)
+        except ValueError:
+            overrides[key] = raw
+    folder = out / "configs" / value.replace(":", "-").replace(",", "-").replace("=", "_")
+    modeling.get_preset_config(preset, **overrides).save_pretrained(str(folder))
+    result, skip = [], False
+    for item in flags:
+        if skip:
+            skip = False
+        elif item == "--config_name":
+            result += [item, str(folder)]
+            skip = True
+        elif item.startswith("--config_name="):
+            result.append(f"--config_name={folder}")
+        else:
+            result.append(item)
+    return result
+
+
 def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool = False) -> list[str]:
     """The child command of ``run`` for ``steps`` optimizer steps (``probe``: log every step, no checkpoints)."""
     py = sys.executable
@@ -732,7 +764,8 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
                 args.reference_mixed_precision, "--threads", str(args.threads), "--output_dir", str(run.folder)]
     prepared = data["variants"][data_variant(run.flags)]["path"]
     return [py, "-m", "pretrain", "--prepared_dataset", str(prepared), "--config_name", args.model_shape,
-            "--per_device_train_batch_size", str(args.batch_size), *run.flags, "--output_dir", str(run.folder),
+            "--per_device_train_batch_size", str(args.batch_size), *materialize_configs(run.flags, run.folder.parent),
+            "--output_dir", str(run.folder),
             "--overwrite_output_dir", "--max_train_steps", str(steps), "--seed", str(run.seed),
             "--checkpointing_steps", str(every), "--checkpoints_total_limit", "0",
             "--logging_steps", "1" if probe else str(every), "--eval_steps", str(steps + 1),
