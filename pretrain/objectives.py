@@ -84,6 +84,9 @@ class Objective:
     """Whether it is the objective ``--nsp`` selects for its family."""
     eval_step: Callable[[torch.nn.Module, Mapping[str, Any]], dict[str, torch.Tensor]] | None = None
     """Evaluation sums of one batch (default :func:`lm_eval_step`)."""
+    document_masking: bool = False
+    """Whether its blocks can keep packed documents apart (``position_ids`` restarting per document, attention within
+    a document); ``--document_masking`` then defaults to true (``to_blocks`` reads ``corpus.document_masking``)."""
 
     @property
     def model_type(self) -> str:
@@ -128,7 +131,8 @@ def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
     return pack_blocks(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
+                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache,
+                       document_positions=bool(corpus.document_masking))
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
@@ -256,7 +260,7 @@ def register_objective(objective: Objective) -> Objective:
 
 register_objective(Objective(
     "mlm", FAMILIES["bert"], "AutoModelForMaskedLM", "fill-mask", _pack_bert, _mlm_collators, ("nll_sum", "count"),
-    _lm_metrics))
+    _lm_metrics, document_masking=True))
 register_objective(Objective(
     "mlm+nsp", FAMILIES["bert"], "AutoModelForPreTraining", "fill-mask", _nsp_pairs, _mlm_collators,
     ("nll_sum", "count", "nsp_correct", "nsp_count"), _nsp_metrics, result_keys=("eval_nsp_accuracy",), nsp=True))

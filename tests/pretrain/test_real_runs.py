@@ -278,7 +278,7 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     blocks = pack_blocks(tokenize_bert(load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz")), tok),
-                         32, tok.cls_token_id, tok.sep_token_id)["train"]
+                         32, tok.cls_token_id, tok.sep_token_id, document_positions=True)["train"]  # the default
     # a stream longer than the data wraps around: a new epoch starts at the end of the text
     many = tmp_path / "many"
     steps = math.ceil(len(blocks) / 8) + 2
