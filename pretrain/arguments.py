@@ -20,12 +20,11 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
 from training.arguments import arg, with_defaults
 from training.config import TrainingConfig
 from training.errors import InputError
 from training.hub import HubArguments
-
-from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
 
 #: Fraction of a run with data between two evaluations / checkpoints, when not given.
 DATA_INTERVAL = 0.1

@@ -17,12 +17,20 @@ import logging
 import os
 from collections.abc import Sequence
 
+from pretrain.arguments import (
+    BudgetArguments,
+    CorpusArguments,
+    MaskingArguments,
+    ModelArguments,
+    ObjectiveArguments,
+    PretrainPlan,
+    PretrainTrainingArguments,
+    TrainDataArguments,
+    resolve,
+)
 from training.arguments import parse_arguments
 from training.errors import InputError
 from training.hub import HubArguments
-
-from pretrain.arguments import (BudgetArguments, CorpusArguments, MaskingArguments, ModelArguments, ObjectiveArguments,
-                                PretrainPlan, PretrainTrainingArguments, TrainDataArguments, resolve)
 
 logger = logging.getLogger("pretrain")
 
@@ -69,11 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
+    from pretrain.build import build_model, get_tokenizer, load_model_config
     from training.driver import Run
     from training.files import check_output_dir_reuse
     from training.logs import setup_logging
-
-    from pretrain.build import build_model, get_tokenizer, load_model_config
 
     plan = parse(argv)
     setup_logging()
@@ -159,12 +166,11 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
     processes), the objective's item count and the plan log line."""
+    from pretrain import data
+    from pretrain.objectives import lm_eval_step
     from training.data import make_stream_dataloader, make_train_dataloader
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
-
-    from pretrain import data
-    from pretrain.objectives import lm_eval_step
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)

@@ -32,11 +32,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pretrain.arguments import (
+    DOCUMENT_BOUNDARIES_KEY,
+    CorpusArguments,
+    ModelArguments,
+    ObjectiveArguments,
+    PretrainPlan,
+    resolve_inputs,
+)
 from training.arguments import arg, parse_arguments
 from training.errors import InputError
-
-from pretrain.arguments import (DOCUMENT_BOUNDARIES_KEY, CorpusArguments, ModelArguments, ObjectiveArguments,
-                                PretrainPlan, resolve_inputs)
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -90,10 +95,9 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
     import tokenizers
     import transformers
 
-    from training.files import atomic_output_dir, check_output_dir_reuse
-
     from pretrain import data
     from pretrain.build import get_tokenizer, tokenizer_hash
+    from training.files import atomic_output_dir, check_output_dir_reuse
 
     demo = corpus.demo
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo)

@@ -18,6 +18,7 @@ from training.arguments import arg
 from training.errors import InputError
 from training.optim import OPTIMIZERS, SCHEDULERS
 
+
 def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
     """Steps between two periodic actions (evaluation, checkpoint): ``value`` as given when >= 1, a fraction of
     ``max_train_steps`` (rounded up, at least 1) when below 1 (as transformers' ``TrainingArguments``), None when

@@ -520,8 +520,8 @@ class TreeLSTMEncoder(nn.Module):
             active = left >= 0
             if not bool(active.any()):
                 continue
-            l, r = left.clamp(min=0), right.clamp(min=0)
-            ph, pc = self.cell(nodes_h[rows, l], nodes_c[rows, l], nodes_h[rows, r], nodes_c[rows, r])
+            li, ri = left.clamp(min=0), right.clamp(min=0)
+            ph, pc = self.cell(nodes_h[rows, li], nodes_c[rows, li], nodes_h[rows, ri], nodes_c[rows, ri])
             target = (lengths + k).clamp(max=nodes_h.shape[1] - 1)
             keep = active.unsqueeze(-1)
             nodes_h = nodes_h.index_put((rows, target), torch.where(keep, ph, nodes_h[rows, target]))

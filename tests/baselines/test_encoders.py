@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, parse_binary_tree
 from modeling.baselines.modeling_baseline import BinaryTreeLSTMCell, chars_to_word, fnv1a_32, ngram_bucket_ids
-
 from modeling.elmo.tokenization_elmo import word_to_char_ids
 
 
@@ -239,8 +238,9 @@ def test_bf16_autocast_forward_backward_finite(tiny, encoder_type):
 def test_gate_biases_start_as_their_sources_say_and_survive_loading(tiny, tmp_path):
     """Tree-LSTM forget gates f_l, f_r start at 1 (Tai et al. 2015, as LSTMs' forget bias), ELMo's highway
     transform gate at -2 (bilm-tf); a saved model's trained values are loaded, not re-initialised."""
-    from modeling.elmo import SesameElmoModel
     from elmo.conftest import tiny_config  # tests/ is on sys.path (pyproject's pythonpath)
+
+    from modeling.elmo import SesameElmoModel
 
     cell = SesameBaselineModel(tiny("treelstm")).encoder.cell
     h = cell.hidden_size

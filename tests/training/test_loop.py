@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from training import checkpoint as ckpt
-from training.errors import InputError
 from training.config import TrainingConfig
 from training.data import make_train_dataloader
+from training.errors import InputError
 from training.loop import NonFiniteLossError, Trainer, TrainingStopped
 from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
 
