@@ -69,98 +69,120 @@ class _Tok:
         return self.vocab_size
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def _setup(args):
+    """The shared pieces of both loops: data, collator, initial model, loop settings, accelerator."""
+    import types
+
     import torch
     from datasets import Dataset
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.device == "cpu":
-        os.environ["ACCELERATE_USE_CPU"] = "1"
     import modeling
     from pretrain.collators import MLMCollator
     from pretrain.data import IndexedDataset
     from training.config import TrainingConfig
-    from training.data import make_train_dataloader
-    from training.loop import Trainer, make_accelerator
-    from training.optim import create_optimizer, create_scheduler
+    from training.loop import make_accelerator
 
     n_blocks = args.batch_size * (args.warmup + args.steps) + args.batch_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (n_blocks, args.seq_len), generator=g)
     ids[:, 0] = 2
     ds = IndexedDataset(Dataset.from_dict({"input_ids": ids.tolist(), "word_start": torch.ones_like(ids).tolist()}))
-    tok = _Tok(args.vocab_size)
-    collator = MLMCollator(tok, seed=0)
     config = modeling.get_preset_config(args.config_name, vocab_size=args.vocab_size)
     torch.manual_seed(0)
     init = modeling.SesameBertForMaskedLM(config)
     total_steps = args.warmup + args.steps
-    tmp = tempfile.mkdtemp(prefix="bench-loop-")
-    cfg = TrainingConfig(output_dir=tmp, learning_rate=1e-4, max_train_steps=total_steps, num_warmup_steps=1,
-                         logging_steps=args.logging_steps, checkpoints_total_limit=None)
+    cfg = TrainingConfig(output_dir=tempfile.mkdtemp(prefix="bench-loop-"), learning_rate=1e-4,
+                         max_train_steps=total_steps, num_warmup_steps=1, logging_steps=args.logging_steps,
+                         checkpoints_total_limit=None)
     accelerator = make_accelerator(cfg, mixed_precision=args.mixed_precision)
-    device = accelerator.device
+    return types.SimpleNamespace(ds=ds, collator=MLMCollator(_Tok(args.vocab_size), seed=0), init=init, cfg=cfg,
+                                 total_steps=total_steps, accelerator=accelerator, device=accelerator.device)
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
 
-    def bare_round():
-        model = copy.deepcopy(init).to(device).train()
-        opt = create_optimizer(model, 1e-4, 0.01)
-        sched = create_scheduler("linear", opt, 1, total_steps)
-        loader = make_train_dataloader(ds, args.batch_size, collator, seed=0, num_workers=args.num_workers)
-        it, tokens, t0 = iter(loader), 0, None
-        for step in range(total_steps):
-            if step == args.warmup:
-                sync()
-                t0 = time.perf_counter()
-            batch = {k: v.to(device, non_blocking=True) for k, v in next(it).items()}
-            with accelerator.autocast():
-                loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            if step >= args.warmup:
-                tokens += int(batch["input_ids"].numel())
-        sync()
-        return tokens / (time.perf_counter() - t0)
+def _sync(device) -> None:
+    import torch
 
-    def loop_round():
-        model = copy.deepcopy(init)
-        loader = make_train_dataloader(ds, args.batch_size, collator, seed=0, num_workers=args.num_workers)
-        trainer = Trainer(accelerator, model, loader, cfg)
-        trainer.save_checkpoint = lambda: None  # not per-step work
-        marks = {}
-        original = trainer.scheduler.step
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
-        def timed_step(*a, **k):  # the scheduler steps once per optimizer step: mark the warm-up's end there
-            original(*a, **k)
-            if trainer.state["global_step"] + 1 == args.warmup:
-                sync()
-                marks["t0"] = time.perf_counter()
 
-        trainer.scheduler.step = timed_step
-        trainer.train()
-        sync()
-        elapsed = time.perf_counter() - marks["t0"]
-        accelerator.free_memory()
-        return args.steps * args.batch_size * args.seq_len / elapsed
+def bare_round(args, s) -> float:
+    """Tokens/s of a plain step loop (forward, backward, clipping, AdamW, schedule) after ``args.warmup`` steps."""
+    import torch
 
+    from training.data import make_train_dataloader
+    from training.optim import create_optimizer, create_scheduler
+
+    model = copy.deepcopy(s.init).to(s.device).train()
+    opt = create_optimizer(model, 1e-4, 0.01)
+    sched = create_scheduler("linear", opt, 1, s.total_steps)
+    loader = make_train_dataloader(s.ds, args.batch_size, s.collator, seed=0, num_workers=args.num_workers)
+    it, tokens, t0 = iter(loader), 0, None
+    for step in range(s.total_steps):
+        if step == args.warmup:
+            _sync(s.device)
+            t0 = time.perf_counter()
+        batch = {k: v.to(s.device, non_blocking=True) for k, v in next(it).items()}
+        with s.accelerator.autocast():
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= args.warmup:
+            tokens += int(batch["input_ids"].numel())
+    _sync(s.device)
+    return tokens / (time.perf_counter() - t0)
+
+
+def loop_round(args, s) -> float:
+    """Tokens/s of ``training.loop.Trainer`` on the same model and data after ``args.warmup`` steps (checkpoints
+    left out: they are no per-step work)."""
+    from training.data import make_train_dataloader
+    from training.loop import Trainer
+
+    model = copy.deepcopy(s.init)
+    loader = make_train_dataloader(s.ds, args.batch_size, s.collator, seed=0, num_workers=args.num_workers)
+    trainer = Trainer(s.accelerator, model, loader, s.cfg)
+    trainer.save_checkpoint = lambda: None
+    marks = {}
+    original = trainer.scheduler.step
+
+    def timed_step(*a, **k):  # the scheduler steps once per optimizer step: mark the warm-up's end there
+        original(*a, **k)
+        if trainer.state.global_step + 1 == args.warmup:
+            _sync(s.device)
+            marks["t0"] = time.perf_counter()
+
+    trainer.scheduler.step = timed_step
+    trainer.train()
+    _sync(s.device)
+    elapsed = time.perf_counter() - marks["t0"]
+    s.accelerator.free_memory()
+    return args.steps * args.batch_size * args.seq_len / elapsed
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cpu":
+        os.environ["ACCELERATE_USE_CPU"] = "1"
+    setup = _setup(args)
     results = {"bare": [], "loop": []}
     for _ in range(args.rounds):
-        results["bare"].append(bare_round())
-        results["loop"].append(loop_round())
+        results["bare"].append(bare_round(args, setup))
+        results["loop"].append(loop_round(args, setup))
     med = {k: statistics.median(v) for k, v in results.items()}
     ratio = med["loop"] / med["bare"]
-    report = {"device": str(device), "config": args.config_name, "seq_len": args.seq_len, "batch_size": args.batch_size,
-              "mixed_precision": args.mixed_precision, "threads": torch.get_num_threads(), "rounds": results,
-              "median_tokens_per_second": med, "ratio_loop_over_bare": ratio}
-    print(f"{args.config_name} S{args.seq_len} B{args.batch_size} {args.mixed_precision} on {device} "
+    report = {"device": str(setup.device), "config": args.config_name, "seq_len": args.seq_len,
+              "batch_size": args.batch_size, "mixed_precision": args.mixed_precision,
+              "threads": torch.get_num_threads(), "rounds": results, "median_tokens_per_second": med,
+              "ratio_loop_over_bare": ratio}
+    print(f"{args.config_name} S{args.seq_len} B{args.batch_size} {args.mixed_precision} on {setup.device} "
           f"({torch.get_num_threads()} threads), median of {args.rounds} rounds x {args.steps} steps:")
     print(f"  bare step loop   {med['bare']:10.0f} tokens/s   {[round(x) for x in results['bare']]}")
     print(f"  pretrain loop    {med['loop']:10.0f} tokens/s   {[round(x) for x in results['loop']]}")

@@ -34,8 +34,8 @@ towards the label, blue against it) and ``explanations.png`` (one bar chart of w
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import html
 import inspect
 import json
@@ -182,32 +182,22 @@ def explain(
     Raises:
         InputError: unknown method or target label, empty text.
     """
-    from captum.attr import InputXGradient, IntegratedGradients, Saliency
+    from captum.attr import InputXGradient, Saliency
 
     if method not in METHODS:
         raise InputError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
     if not text or not text.strip():
         raise InputError("--text: empty; expected a sentence to explain")
-    config = model.config
+    config, device = model.config, next(model.parameters()).device
     regression = getattr(config, "problem_type", None) == "regression" or config.num_labels == 1
     id2label = {int(k): v for k, v in (config.id2label or {}).items()}
     model.eval()
     max_length = max_length or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
-    device = next(model.parameters()).device
     inputs, meta = _encode(tokenizer, text, text_pair, max_length)
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    restore = getattr(config, "freeze_backbone", None)
-    if restore:
-        config.freeze_backbone = False  # SesameElmo runs a frozen BiLM under no_grad: let the gradient through
-    stack = contextlib.ExitStack()
-    if device.type == "cuda":  # cuDNN refuses an RNN backward pass in eval mode (SesameElmo's LSTMs); torch's own kernels do not
-        stack.enter_context(torch.backends.cudnn.flags(enabled=False))
-    try:
-        layer0 = Layer0(model)
-        names = list(inputs)
-        f = _score_fn(layer0, regression, names)
-        x = layer0.representations(inputs)
-        extra = tuple(inputs[n] for n in names)
+    with _gradients_through(model, device):
+        layer0, names = Layer0(model), list(inputs)
+        f, x, extra = _score_fn(layer0, regression, names), layer0.representations(inputs), tuple(inputs.values())
         with torch.no_grad():
             out = f(x, *extra)[0].float()
         predicted = 0 if regression else int(out.argmax())
@@ -220,29 +210,78 @@ def explain(
         elif method == "input_x_gradient":
             per_token = InputXGradient(f).attribute(x, target=label_id, additional_forward_args=extra)[0].float().sum(-1)
         else:
-            baseline = torch.zeros_like(x)
-            with torch.no_grad():
-                gap = float(out[label_id]) - float(f(baseline, *extra)[0, label_id])
-            ig, steps = IntegratedGradients(f), n_steps
-            while True:  # more points until complete: a saturated classifier can switch within a short stretch of the path
-                attributions, delta = ig.attribute(
-                    x, baselines=baseline, target=label_id, additional_forward_args=extra, n_steps=steps,
-                    method="gausslegendre", return_convergence_delta=True, internal_batch_size=64)
-                delta = float(delta.reshape(-1)[0])
-                if abs(delta) <= max(completeness_tolerance * abs(gap), 1e-4) or steps >= max_steps:
-                    break
-                steps = min(4 * steps, max_steps)
-            if abs(delta) > max(completeness_tolerance * abs(gap), 1e-4):
-                logger.warning("integrated gradients: the scores miss f(x) - f(baseline) = %.4g by %.4g after %d steps "
-                               "(raise --max_steps)", gap, delta, steps)
-            per_token = attributions[0].float().sum(-1)
-            result.update(baseline=BASELINE, baseline_score=float(out[label_id]) - gap, convergence_delta=delta, n_steps=steps)
-    finally:
-        stack.close()
-        if restore:
-            config.freeze_backbone = restore
+            per_token, result = _integrated_gradients(f, x, extra, label_id, float(out[label_id]), n_steps, max_steps,
+                                                      completeness_tolerance)
     scores = per_token.detach().cpu().tolist()
-    texts = (text, text_pair)
+    name = (lambda i: "prediction") if regression else (lambda i: id2label.get(i, str(i)))
+    result.update({
+        "text": text, "text_pair": text_pair, "method": method, "label": name(label_id), "label_id": label_id,
+        "predicted_label": name(predicted), "score": float(out[label_id]),
+        "words": _word_scores(meta, scores, (text, text_pair), method),
+        "tokens": [{"token": t, "score": s} for t, s in zip(meta["tokens"], scores)],
+    })
+    if regression:
+        result["prediction"] = float(out[0])
+    else:
+        result["probabilities"] = {name(i): float(p) for i, p in enumerate(out.exp().tolist())}
+    return result
+
+
+@contextlib.contextmanager
+def _gradients_through(model: torch.nn.Module, device: torch.device):
+    """Within the block gradients reach layer 0 of a frozen backbone: SesameElmo runs a frozen BiLM under
+    ``no_grad`` (``config.freeze_backbone`` is lifted, then restored), and cuDNN, which refuses an RNN backward pass in
+    eval mode, is off on CUDA (torch's own LSTM kernels are used)."""
+    config = model.config
+    restore = getattr(config, "freeze_backbone", None)
+    if restore:
+        config.freeze_backbone = False
+    with contextlib.ExitStack() as stack:
+        if device.type == "cuda":
+            stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+        try:
+            yield
+        finally:
+            if restore:
+                config.freeze_backbone = restore
+
+
+def _integrated_gradients(f, x: torch.Tensor, extra: tuple, label_id: int, score: float, n_steps: int, max_steps: int,
+                          tolerance: float) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Integrated gradients (Sundararajan et al. 2017) from the zero baseline, with 4x more Gauss-Legendre points
+    (up to ``max_steps``) until the scores sum to f(x) - f(baseline) within ``tolerance`` (relative, or 1e-4).
+
+    Args:
+        f: ``(x, *extra) -> (B, C)`` scores; x: ``(1, T, D)`` float32 layer-0 representations; score: f(x) of
+            ``label_id``.
+
+    Returns:
+        ``(per-token attributions (T,) float32, {baseline, baseline_score, convergence_delta, n_steps})``.
+    """
+    from captum.attr import IntegratedGradients
+
+    baseline = torch.zeros_like(x)
+    with torch.no_grad():
+        gap = score - float(f(baseline, *extra)[0, label_id])
+    ig, steps = IntegratedGradients(f), n_steps
+    while True:  # more points until complete: a saturated classifier can switch within a short stretch of the path
+        attributions, delta = ig.attribute(
+            x, baselines=baseline, target=label_id, additional_forward_args=extra, n_steps=steps,
+            method="gausslegendre", return_convergence_delta=True, internal_batch_size=64)
+        delta = float(delta.reshape(-1)[0])
+        if abs(delta) <= max(tolerance * abs(gap), 1e-4) or steps >= max_steps:
+            break
+        steps = min(4 * steps, max_steps)
+    if abs(delta) > max(tolerance * abs(gap), 1e-4):
+        logger.warning("integrated gradients: the scores miss f(x) - f(baseline) = %.4g by %.4g after %d steps "
+                       "(raise --max_steps)", gap, delta, steps)
+    info = {"baseline": BASELINE, "baseline_score": score - gap, "convergence_delta": delta, "n_steps": steps}
+    return attributions[0].float().sum(-1), info
+
+
+def _word_scores(meta: dict, scores: list[float], texts: tuple[str, str | None], method: str) -> list[dict[str, Any]]:
+    """Token scores merged into words (:func:`merge_word_pieces`): the largest piece score for saliency, the sum
+    otherwise; each word with its text, segment, character span and pieces."""
     words = []
     for group in merge_word_pieces(meta["offsets"], meta["special"], meta["segments"]):
         seg = meta["segments"][group[0]]
@@ -251,19 +290,7 @@ def explain(
         score = max(piece_scores) if method == "saliency" else sum(piece_scores)
         words.append({"word": texts[seg][start:end], "segment": seg, "start": start, "end": end, "score": score,
                       "pieces": [meta["tokens"][i] for i in group]})
-    result.update({
-        "text": text, "text_pair": text_pair, "method": method,
-        "label": "prediction" if regression else id2label.get(label_id, str(label_id)), "label_id": label_id,
-        "predicted_label": "prediction" if regression else id2label.get(predicted, str(predicted)),
-        "score": float(out[label_id]),
-        "words": words,
-        "tokens": [{"token": t, "score": s} for t, s in zip(meta["tokens"], scores)],
-    })
-    if regression:
-        result["prediction"] = float(out[0])
-    else:
-        result["probabilities"] = {id2label.get(i, str(i)): float(p) for i, p in enumerate(out.exp().tolist())}
-    return result
+    return words
 
 
 def _label_id(target: int | str, id2label: dict[int, str], num_labels: int) -> int:

@@ -12,16 +12,25 @@ the skeleton shared with fine-tuning is :class:`training.driver.Run`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 
+from pretrain.arguments import (
+    BudgetArguments,
+    CorpusArguments,
+    MaskingArguments,
+    ModelArguments,
+    ObjectiveArguments,
+    PretrainPlan,
+    PretrainTrainingArguments,
+    TrainDataArguments,
+    resolve,
+)
 from training.arguments import parse_arguments
 from training.errors import InputError
 from training.hub import HubArguments
-
-from pretrain.arguments import (CorpusArguments, MaskingArguments, ModelArguments, ObjectiveArguments, PretrainPlan,
-                                PretrainTrainingArguments, TrainDataArguments, resolve)
 
 logger = logging.getLogger("pretrain")
 
@@ -35,7 +44,7 @@ DESCRIPTION = (
 )
 #: The argument dataclasses of ``pretrain``, in ``--help`` order.
 ARGUMENTS = (ModelArguments, CorpusArguments, TrainDataArguments, ObjectiveArguments, MaskingArguments, HubArguments,
-             PretrainTrainingArguments)
+             PretrainTrainingArguments, BudgetArguments)
 
 
 def build_parser():
@@ -51,28 +60,27 @@ def parse(argv: Sequence[str] | None = None) -> PretrainPlan:
     Raises:
         InputError: refused values; a prepared dataset that does not fit the run.
     """
-    model, corpus, data, objective, masking, hub, training = parse_arguments(ARGUMENTS, argv, prog=PROG,
-                                                                             description=DESCRIPTION)
+    model, corpus, data, objective, masking, hub, training, budget = parse_arguments(ARGUMENTS, argv, prog=PROG,
+                                                                                     description=DESCRIPTION)
     manifest = None
     if data.prepared_dataset:
         from pretrain.prepare import check_manifest, read_manifest
 
         manifest = read_manifest(data.prepared_dataset)
-        plan = resolve(model, objective, masking, corpus, data, training, hub, manifest)
+        plan = resolve(model, objective, masking, corpus, data, training, hub, manifest, budget)
         check_manifest(plan, manifest)
         return plan
-    return resolve(model, objective, masking, corpus, data, training, hub, manifest)
+    return resolve(model, objective, masking, corpus, data, training, hub, manifest, budget)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
+    from pretrain.build import build_model, get_tokenizer, load_model_config
     from training.driver import Run
     from training.files import check_output_dir_reuse
     from training.logs import setup_logging
-
-    from pretrain.build import build_model, get_tokenizer, load_model_config
 
     plan = parse(argv)
     setup_logging()
@@ -90,8 +98,58 @@ def main(argv: Sequence[str] | None = None) -> int:
                               wait_for_everyone=accelerator.wait_for_everyone)
     train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
     set_seed(training.seed)
-    return run.execute(pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks,
-                                         accelerator))
+    parts = pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks, accelerator)
+    if plan.budget.given:
+        plan = resolve_budget(plan, parts, accelerator, run)
+    return run.execute(parts)
+
+
+#: Optimizer steps of a ``--time_budget`` probe, and how many of them are not timed (allocation, first calls).
+BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP = 10, 2
+
+
+def resolve_budget(plan: PretrainPlan, parts, accelerator, run) -> PretrainPlan:
+    """``--max_train_tokens`` / ``--time_budget`` converted once into ``max_train_steps``, set on ``run`` (its loop
+    settings and its recorded settings, so run_config.json and the checkpoints hold the steps) and logged with the flag
+    that repeats the run exactly. Returns the plan with those steps.
+
+    Tokens: ``ceil(N / (global batch x max_seq_length))`` (:func:`training.budget.steps_for_tokens`). Time: the mean
+    seconds of :data:`BUDGET_PROBE_STEPS` optimizer steps (the first :data:`BUDGET_PROBE_WARMUP` not timed) on a copy of
+    the model (:func:`training.budget.time_optimizer_steps`, which leaves the model, data and random generators as they
+    were), then ``floor(60 x minutes / seconds per step)``; a resumed run reads the steps from its checkpoint instead
+    (no new probe: the schedule and the resume checks stay exact).
+    """
+    from training import budget as budgets
+    from training.checkpoint import read_state, resolve_checkpoint
+
+    training, budget = plan.training, plan.budget
+    tokens_per_step = (training.per_device_train_batch_size * training.gradient_accumulation_steps
+                       * accelerator.num_processes * plan.corpus.max_seq_length)
+    recorded = {}
+    if budget.max_train_tokens is not None:
+        steps = budgets.steps_for_tokens(budget.max_train_tokens, tokens_per_step)
+        how = f"--max_train_tokens {budget.max_train_tokens} / {tokens_per_step} tokens per optimizer step"
+    else:
+        checkpoint = resolve_checkpoint(training.resume_from_checkpoint,
+                                        os.path.join(training.output_dir, "checkpoints"))
+        if checkpoint is not None:
+            steps = int(read_state(checkpoint)["max_train_steps"])
+            how = f"--time_budget {budget.time_budget:g} minutes, as converted when the run started ({checkpoint})"
+        else:
+            seconds = budgets.time_optimizer_steps(accelerator, parts.model, parts.train_dataloader, training,
+                                                   steps=BUDGET_PROBE_STEPS, warmup=BUDGET_PROBE_WARMUP,
+                                                   **{k: v for k, v in parts.loop_kwargs.items()
+                                                      if k in ("loss_fn", "weight_fn")})
+            steps = budgets.steps_for_time(budget.time_budget, seconds)
+            recorded = {"time_budget_seconds_per_step": seconds}
+            how = (f"--time_budget {budget.time_budget:g} minutes / {seconds:.4g} s per optimizer step (timed over "
+                   f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)")
+    plan = dataclasses.replace(plan, training=training.resolved(max_train_steps=steps))
+    run.replan(plan.training, max_train_steps=steps, **recorded)
+    if accelerator.is_main_process:
+        logger.info("budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
+                    "instead of %s", how, steps, steps * tokens_per_step, steps, budget.given)
+    return plan
 
 
 def check_data_files(corpus: CorpusArguments) -> None:
@@ -108,12 +166,11 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
     processes), the objective's loss, item count and extra output files, and the plan log line."""
+    from pretrain import data
+    from pretrain.objectives import lm_eval_step
     from training.data import make_stream_dataloader, make_train_dataloader
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
-
-    from pretrain import data
-    from pretrain.objectives import lm_eval_step
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
@@ -187,8 +244,9 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
     from pretrain import data
 
     corpus, objective = plan.corpus, plan.objective
-    if plan.training.max_train_steps is None:
-        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps")
+    if plan.training.max_train_steps is None and not plan.budget.given:
+        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps (or "
+                         "--max_train_tokens / --time_budget)")
     raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
                                  corpus.dataset_config_name, corpus.text_column_name,
                                  corpus.validation_split_percentage, corpus.sample_by, streaming=True)
@@ -242,4 +300,5 @@ def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks
     return info
 
 
-__all__ = ["ARGUMENTS", "build_parser", "check_data_files", "load_blocks", "log_plan", "main", "parse", "pretraining_parts"]
+__all__ = ["ARGUMENTS", "build_parser", "check_data_files", "load_blocks", "log_plan", "main", "parse",
+           "pretraining_parts", "resolve_budget"]

@@ -93,6 +93,9 @@ class Objective:
     makes the discriminator's config an RTD config that adds the generator."""
     write_outputs: Callable[[Any, Any], None] | None = None
     """``(temporary output folder, tokenizer) -> None``: files the objective adds beside the saved model."""
+    document_masking: bool = False
+    """Whether its blocks can keep packed documents apart (``position_ids`` restarting per document, attention within
+    a document); ``--document_masking`` then defaults to true (``to_blocks`` reads ``corpus.document_masking``)."""
 
     @property
     def model_type(self) -> str:
@@ -137,7 +140,8 @@ def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
     return pack_blocks(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
+                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache,
+                       document_positions=bool(corpus.document_masking))
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
@@ -345,7 +349,7 @@ def register_objective(objective: Objective) -> Objective:
 
 register_objective(Objective(
     "mlm", FAMILIES["bert"], "AutoModelForMaskedLM", "fill-mask", _pack_bert, _mlm_collators, ("nll_sum", "count"),
-    _lm_metrics))
+    _lm_metrics, document_masking=True))
 register_objective(Objective(
     "mlm+nsp", FAMILIES["bert"], "AutoModelForPreTraining", "fill-mask", _nsp_pairs, _mlm_collators,
     ("nll_sum", "count", "nsp_correct", "nsp_count"), _nsp_metrics, result_keys=("eval_nsp_accuracy",), nsp=True))
@@ -357,7 +361,7 @@ register_objective(Objective(
     "rtd", FAMILIES["bert"], "AutoModelForPreTraining", "feature-extraction", _pack_bert, _rtd_collators,
     ("nll_sum", "count", "disc_nll_sum", "weighted_disc_sum", "real", "correct", "tp", "predicted", "replaced"),
     _rtd_metrics, weight_fn=rtd_weight, eval_step=rtd_eval_step, loss_fn=rtd_loss, model_config=_rtd_model_config,
-    write_outputs=_rtd_outputs))
+    write_outputs=_rtd_outputs, document_masking=True))
 
 
 def get_objective(model_type: str | None = None, nsp: bool = False, objective: str | None = None) -> Objective:

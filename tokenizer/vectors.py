@@ -30,7 +30,6 @@ from pathlib import Path
 
 from modeling.baselines.vectors import VECTORS_CONFIG, VECTORS_FILE  # files written next to the tokenizer
 from training.errors import InputError
-
 from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines
@@ -89,15 +88,7 @@ def train_word_vectors(
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
-        n_words = 0
-        with open(corpus, "w", encoding="utf-8") as f:
-            for line in iter_text_lines(paths):
-                words = tok._tokenize(line)
-                if words:
-                    n_words += len(words)
-                    f.write(" ".join(words) + "\n")
-        if n_words == 0:
-            raise InputError(f"--train_file {', '.join(map(str, paths))}: no words; expected text")
+        n_words = _write_word_corpus(paths, tok, corpus)
         model = FastText(vector_size=vector_size, window=window, min_count=min_count, min_n=min_n, max_n=max_n,
                          bucket=bucket, sg=int(sg), seed=seed, workers=1, epochs=epochs)
         model.build_vocab(corpus_file=str(corpus))
@@ -105,22 +96,8 @@ def train_word_vectors(
             raise InputError(f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value")
         model.train(corpus_file=str(corpus), total_examples=model.corpus_count, total_words=model.corpus_total_words,
                     epochs=epochs)
-
-    wv = model.wv
-    words = tok.ids_to_tokens
-    specials = {tok.pad_token, tok.bos_token, tok.eos_token, tok.unk_token}
-    vectors = np.zeros((len(words), vector_size), dtype=np.float32)
-    vocab_rows = np.zeros((len(words), vector_size), dtype=np.float32)
-    known = 0
-    for i, word in enumerate(words):
-        if word in specials:
-            continue
-        vectors[i] = wv.get_vector(word)
-        if word in wv.key_to_index:
-            vocab_rows[i] = wv.vectors_vocab[wv.key_to_index[word]]
-            known += 1
-        else:  # gensim's OOV vector is the n-gram mean; as a word row it gives the same fastText vector
-            vocab_rows[i] = vectors[i]
+    wv, words = model.wv, tok.ids_to_tokens
+    vectors, vocab_rows, known = _tokenizer_rows(wv, tok, vector_size)
     info = {
         "vector_size": vector_size, "epochs": epochs, "min_count": min_count, "window": window, "min_n": min_n,
         "max_n": max_n, "bucket": bucket, "sg": bool(sg), "seed": seed, "workers": 1,
@@ -135,3 +112,45 @@ def train_word_vectors(
                   str(out / VECTORS_FILE), metadata={"format": "sesame-lm word vectors"})
         (out / VECTORS_CONFIG).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def _write_word_corpus(paths, tok, corpus: Path) -> int:
+    """Write ``paths``' lines as the tokenizer's words (space-separated, one line per input line) to ``corpus``;
+    returns the number of words.
+
+    Raises:
+        InputError: the files hold no word.
+    """
+    n_words = 0
+    with open(corpus, "w", encoding="utf-8") as f:
+        for line in iter_text_lines(paths):
+            words = tok._tokenize(line)
+            if words:
+                n_words += len(words)
+                f.write(" ".join(words) + "\n")
+    if n_words == 0:
+        raise InputError(f"--train_file {', '.join(map(str, paths))}: no words; expected text")
+    return n_words
+
+
+def _tokenizer_rows(wv, tok, vector_size: int):
+    """The rows of every tokenizer word (zeros for the special tokens): ``vectors`` (V, D) float32, gensim's
+    ``wv[word]``; ``vectors_vocab`` (V, D) float32, the word's own fastText row (its n-gram vector when gensim did not
+    keep the word); and the number of words gensim kept."""
+    import numpy as np
+
+    words = tok.ids_to_tokens
+    specials = {tok.pad_token, tok.bos_token, tok.eos_token, tok.unk_token}
+    vectors = np.zeros((len(words), vector_size), dtype=np.float32)
+    vocab_rows = np.zeros((len(words), vector_size), dtype=np.float32)
+    known = 0
+    for i, word in enumerate(words):
+        if word in specials:
+            continue
+        vectors[i] = wv.get_vector(word)
+        if word in wv.key_to_index:
+            vocab_rows[i] = wv.vectors_vocab[wv.key_to_index[word]]
+            known += 1
+        else:  # gensim's OOV vector is the n-gram mean; as a word row it gives the same fastText vector
+            vocab_rows[i] = vectors[i]
+    return vectors, vocab_rows, known

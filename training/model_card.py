@@ -89,9 +89,9 @@ def _table(rows: Mapping[str, Any], header: tuple[str, str]) -> str:
 
 
 def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
-    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime/speed) and ``perplexity`` (also the BiLM's
+    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime, speed or counts) and ``perplexity`` (also the BiLM's
     ``forward_perplexity`` / ``backward_perplexity``)."""
-    skip = ("runtime", "per_second", "samples", "steps", "epoch")
+    skip = ("runtime", "per_second", "samples", "steps", "epoch", "tokens")
     out = {}
     for key, value in results.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

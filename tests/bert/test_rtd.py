@@ -10,10 +10,15 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _launch import run_remote_code_script
-from modeling import (SesameBertConfig, SesameBertDiscriminator, SesameBertForReplacedTokenDetection,
-                      SesameBertRTDConfig, sample_tokens)
+
+from modeling import (
+    SesameBertConfig,
+    SesameBertDiscriminator,
+    SesameBertForReplacedTokenDetection,
+    SesameBertRTDConfig,
+    sample_tokens,
+)
 
 SHARINGS = ("tied", "gdes", "none")
 

@@ -87,8 +87,9 @@ def test_train_vocab_frequency_order(tmp_path):
 
 
 def test_save_load_with_auto_tokenizer(elmo_tokenizer, tmp_path):
-    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
     from transformers import AutoTokenizer
+
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
 
     loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert type(loaded) is SesameElmoTokenizer
@@ -117,10 +118,10 @@ def test_a_folder_saved_before_the_move_still_loads(elmo_tokenizer, tmp_path):
     import json
     import shutil
 
-    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
+    from _launch import run_remote_code_script
     from transformers import AutoTokenizer
 
-    from _launch import run_remote_code_script
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
 
     old = tmp_path / "old"
     shutil.copytree(tmp_path / "tok", old)

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from _launch import ROOT
+from _launch import ROOT, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
-from _launch import write_tiny_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

@@ -210,7 +210,7 @@ def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(
     prepared = tmp_path / "prepared"
     assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
                      "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
-    other = train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
+    train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
     cases = [
         (["--tokenizer_name", str(tmp_path / "other-tok")], "prepared with another tokenizer"),
         (["--max_seq_length", "64"], "--max_seq_length 64: --prepared_dataset"),
@@ -276,12 +276,13 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
     assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full[3:]]
     assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
     # the number of blocks in one pass over the text, counted by the map-style pipeline
-    from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
     from transformers import AutoTokenizer
+
+    from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     blocks = pack_blocks(tokenize_bert(load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz")), tok),
-                         32, tok.cls_token_id, tok.sep_token_id)["train"]
+                         32, tok.cls_token_id, tok.sep_token_id, document_positions=True)["train"]  # the default
     # a stream longer than the data wraps around: a new epoch starts at the end of the text
     many = tmp_path / "many"
     steps = math.ceil(len(blocks) / 8) + 2

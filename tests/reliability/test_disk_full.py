@@ -8,8 +8,6 @@ import errno
 import os
 from pathlib import Path
 
-import pytest
-
 from training import checkpoint as ckpt
 from training.errors import run_cli
 

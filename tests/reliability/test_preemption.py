@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _launch import ROOT
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
