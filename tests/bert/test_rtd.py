@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from _launch import run_remote_code_script
+from _launch import BLOCK_PROJECT_IMPORTS, run_remote_code_script
 
 from modeling import (
     SesameBertConfig,
@@ -212,14 +212,8 @@ def test_save_writes_the_discriminator_and_the_generator_for_the_auto_classes(ti
         torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=1e-6 if sharing == "gdes" else 0)
 
 
-_REMOTE = textwrap.dedent(
+_REMOTE = BLOCK_PROJECT_IMPORTS + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("modeling", "tokenizer", "training", "finetune", "pretrain"):
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, Block())
     import torch
     from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
     d, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
