@@ -1452,6 +1452,7 @@ def plot_results(results: dict, path: Path) -> None:
         # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
         # partner); vs tokens one copy (the copies of a repeat share the trajectory)
         copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+        copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
         for copy in copies if key == "seconds" else copies[:1]:
             paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
             ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",
