@@ -154,8 +154,13 @@ SHAPES: dict[str, dict[str, int]] = {
 #: --per_device_train_batch_size B`` and the bench's run flags (:data:`BENCH_FLAGS` may not be set by a recipe).
 #: ``note`` says what the recipe is. ``--recipe_flags NAME='--flag v ...'`` adds one for a single invocation.
 RECIPES: dict[str, dict] = {
-    "sesame-default": dict(flags=[], note="today's default for user data: no flags (post-LN preset: lr 1e-4, "
-                                          "warmup 6%, weight decay 0.01, linear decay, float32)"),
+    "sesame-default": dict(flags=[], note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
+                                          "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
+                                          "last 20%, weight decay 0.01, float32)"),
+    "sesame-before-22": dict(flags=["--learning_rate", "1e-4", "--mlm_probability", "0.15", "--lr_scheduler_type",
+                                    "linear", "--document_masking", "false"],
+                             note="the default before issue 22, spelled out: lr 1e-4 (BERT's), 15% masking, linear "
+                                  "decay, documents joined by [SEP]"),
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
                                note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)"),
@@ -164,7 +169,7 @@ RECIPES: dict[str, dict] = {
                      "width and the discriminator (the preset's shape, fine-tuned downstream); its held-out curve is "
                      "the generator's MLM loss, so the MLM ratios do not apply"),
 }
-DEFAULT_RECIPES = ("sesame-default", "sesame-lr1e-3")
+DEFAULT_RECIPES = ("sesame-default", "sesame-before-22")
 
 #: ``pretrain`` flags the bench sets itself: a recipe giving one of them is refused.
 BENCH_FLAGS = ("--prepared_dataset", "--train_file", "--validation_file", "--dataset_name", "--tokenizer_name",
@@ -1499,6 +1504,7 @@ def plot_results(results: dict, path: Path) -> None:
         # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
         # partner); vs tokens one copy (the copies of a repeat share the trajectory)
         copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+        copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
         for copy in copies if key == "seconds" else copies[:1]:
             paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
             ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",

@@ -116,7 +116,7 @@ class TrainingConfig:
                                  "in (0, 1)")
         if self.optim not in OPTIMIZERS:
             raise InputError(f"--optim {self.optim!r}: expected one of {', '.join(OPTIMIZERS)}")
-        if self.lr_scheduler_type not in SCHEDULERS:
+        if self._is_set("lr_scheduler_type") and self.lr_scheduler_type not in SCHEDULERS:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
         if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
             raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: expected an integer >= 1")

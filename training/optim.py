@@ -132,7 +132,7 @@ def create_scheduler(
         num_warmup_steps: optimizer steps of linear warmup from 0 to the peak learning rate.
         num_training_steps: optimizer steps of the whole run (the loop's ``max_train_steps``).
         num_decay_steps: warmup-stable-decay schedules only; default 10% (cosine) / 20% (1-sqrt) of
-            ``num_training_steps``.
+            ``num_training_steps`` (at least 1, at most the steps after warmup: a run of warmup only has no decay).
 
     Raises:
         InputError: unknown ``name``; negative or inconsistent step counts.
@@ -148,7 +148,10 @@ def create_scheduler(
     kwargs = {}
     if name in WSD_DECAY:
         shape, percent = WSD_DECAY[name]
-        decay = max(1, num_training_steps * percent // 100) if num_decay_steps is None else num_decay_steps
+        if num_decay_steps is None:  # the default share, within what warmup leaves (a very short run: no decay)
+            decay = min(max(1, num_training_steps * percent // 100), max(0, num_training_steps - num_warmup_steps))
+        else:
+            decay = num_decay_steps
         if decay < 0 or num_warmup_steps + decay > num_training_steps:
             raise InputError(
                 f"--num_decay_steps {decay} with --num_warmup_steps {num_warmup_steps}: warmup + decay must not "

@@ -87,11 +87,13 @@ def test_with_data_and_no_step_flags_the_run_is_one_epoch_and_the_plan_says_so(c
         assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300")) == 0
     plan = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("run plan:"))
     m = re.search(r"run plan: (\d+) optimizer steps = ([\d.]+) epochs of (\d+) training blocks.*global batch (\d+) "
-                  r"sequences = (\d+) tokens.*warmup (\d+) steps; learning rate ([\d.e-]+) \(BERT", plan)
+                  r"sequences = (\d+) tokens.*warmup (\d+) steps; learning rate ([\d.e-]+) \(post-LN", plan)
     assert m, plan
     steps, epochs, blocks, batch, tokens, warmup, lr = m.groups()
     assert int(steps) == math.ceil(int(blocks) / 8) and float(epochs) == 1.0 and int(batch) == 8 and int(tokens) == 8 * 32
-    assert int(warmup) == math.ceil(0.06 * int(steps)) and float(lr) == 1e-4  # post-LN preset: BERT's 1e-4
+    assert int(warmup) == math.ceil(0.06 * int(steps)) and float(lr) == 2e-3  # post-LN, hidden 128: 2e-3 x 128 / 128
+    few = [r.getMessage() for r in caplog.records if "too few for the model" in r.getMessage()]  # 4608 tokens
+    assert len(few) == 1 and "tokens per parameter, below 1)" in few[0], few
     results = json.loads((out / "all_results.json").read_text())
     assert results["epoch"] == 1.0 and results["global_step"] == int(steps)
     history = json.loads((out / "eval_history.json").read_text())
@@ -257,7 +259,8 @@ def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
     for chunk in re.split(r" (?=--[a-z0-9_]+ )", flat):
         assert chunk.count("default") <= 1, chunk
     assert "(default: None)" not in flat
-    assert re.search(r"--learning_rate LEARNING_RATE peak learning rate \(default: 1e-4 for post-LN", flat)
+    assert re.search(r"--learning_rate LEARNING_RATE peak learning rate \(default: BERT-like post-LN: 2e-3 x 128 / "
+                     r"hidden size, at least 1e-4", flat)
     args = build_parser().parse_args(["--report_to", "tensorboard,wandb", "--warmup_ratio", "0.1"])
     from training.trackers import log_with
 

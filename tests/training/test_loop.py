@@ -70,6 +70,27 @@ def test_warmup_stable_decay_default_decay_steps():
         assert lrs[100 - decay] == 1.0 and lrs[101 - decay] < 1.0, name
 
 
+@pytest.mark.parametrize("steps,warmup,expected", [
+    (1, 1, [0.0]),  # warmup only: no room for the default decay, and no refusal
+    (2, 1, [0.0, 1.0]),  # 20% of 2 rounds to 0 -> at least 1 decay step, whose first value is the peak
+    (10, 1, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0 - math.sqrt(0.5)]),  # 2 decay steps
+])
+def test_default_decay_fits_within_a_short_run(steps, warmup, expected):
+    """The default decay length of warmup_stable_decay_1sqrt (pretraining's default schedule) is cut to the steps
+    warmup leaves, so a run of a few steps is not refused; a given --num_decay_steps that does not fit still is."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    sched = create_scheduler("warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    assert lrs == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(InputError, match="warmup \\+ decay must not exceed"):
+        create_scheduler("warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps,
+                         num_decay_steps=steps)
+
+
 def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_fn=None, seed=0, out="run"):
     config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=steps,
                             gradient_accumulation_steps=G, num_warmup_steps=2, checkpointing_steps=ckpt_steps,
