@@ -145,8 +145,9 @@ def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_
     split = ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"]
     assert run_cli(main, _data(corpus_dir, resumed, *common, *split, "--resume_from_checkpoint", "latest")) == 0
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
-    assert [r["step"] for r in log_resumed] == [4, 5, 6]
-    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[3:]], rel=1e-5)
+    assert [r["step"] for r in log_resumed] == [1, 2, 3, 4, 5, 6]  # the whole log: the checkpoint keeps steps 1-3
+    assert log_resumed[:3] == log_full[:3]
+    assert [r["train_loss"] for r in log_resumed[3:]] == pytest.approx([r["train_loss"] for r in log_full[3:]], rel=1e-5)
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
@@ -270,7 +271,7 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
     shutil.copytree(full / "checkpoints" / "step_3", resumed / "checkpoints" / "step_3")
     assert run_cli(main, _data(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest")) == 0
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
-    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full[3:]]
+    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full]  # steps 1-3 from the checkpoint
     assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
     # the number of blocks in one pass over the text, counted by the map-style pipeline
     from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
