@@ -92,7 +92,8 @@ def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expe
 
     Raises:
         InputError: ``"<arg> <source> (--revision R): <failure> (<Error>: <first line>); expected <expected>"``;
-            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``. An
+            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``; code of
+            its own (``auto_map``) without ``trust_remote_code``: a line naming ``--trust_remote_code``. An
             :class:`InputError` raised by the loader passes unchanged.
     """
     check_local_path(source, arg_name, expected)
@@ -102,6 +103,10 @@ def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expe
         raise
     except Exception as err:  # noqa: BLE001  (any failure of a user's model or repo is refused input)
         rev = f" (--revision {revision})" if revision else ""
+        if not trust_remote_code and "trust_remote_code" in str(err):
+            raise InputError(f"{arg_name} {source}{rev}: its auto_map names Python code of its own, which is not run "
+                             "without --trust_remote_code; expected a folder or repo without code, or "
+                             "--trust_remote_code if you trust that code") from err
         raise InputError(f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); "
                          f"expected {expected}") from err
 
