@@ -111,7 +111,8 @@ def read_table(path: str | os.PathLike, column_names: Sequence[str] | None = Non
         raise InputError(f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start}); expected a UTF-8 "
                          f"{fmt} file") from None
     except (OSError, EOFError, zlib.error) as err:  # e.g. a truncated, corrupt or fake .gz
-        raise InputError(f"{path}: cannot read the file ({err})") from None
+        raise InputError(f"{path}: cannot read the file ({err}); expected a readable {fmt} file (a complete .gz "
+                         "when compressed)") from None
 
 
 def _open_text(path: Path):

@@ -369,12 +369,16 @@ class Trainer:
             TrainingStopped: after :meth:`request_stop`, once the checkpoint is written.
         """
         self._begin()
-        while self.state.global_step < self.max_train_steps and not self._stopping_early:
-            micro_batches = self._next_micro_batches()
-            if micro_batches is None:  # the epoch (or the stream) ended: the next pass starts the next one
-                continue
-            self._optimizer_step(micro_batches)
-            self._on_step_end()
+        try:
+            while self.state.global_step < self.max_train_steps and not self._stopping_early:
+                micro_batches = self._next_micro_batches()
+                if micro_batches is None:  # the epoch (or the stream) ended: the next pass starts the next one
+                    continue
+                self._optimizer_step(micro_batches)
+                self._on_step_end()
+        except BaseException:
+            self._bar.close()  # ends the bar's line: the error line that follows starts its own
+            raise
         return self._end()
 
     def _begin(self) -> None:
