@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import logging
 import math
 import re
@@ -222,6 +223,37 @@ def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(
         lines = _error_lines(capsys)
         assert len(lines) == 1 and message in lines[0], (extra, lines)
         assert not out.exists()
+
+
+def test_prepared_shards_are_checked_by_size_always_and_by_hash_on_first_use_or_with_verify_prepared(
+        corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
+    from pretrain.prepare import VERIFIED, load_prepared
+
+    prepared = tmp_path / "prepared"
+    assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+                     "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
+    files = json.loads((prepared / "manifest.json").read_text())["files"]
+    shard = next(rel for rel in files if rel.startswith("train/") and rel.endswith(".arrow"))
+    assert files[shard]["sha256"] == _sha(prepared / shard) and files[shard]["bytes"] == (prepared / shard).stat().st_size
+    load_prepared(prepared)  # hashed on first use, recorded
+    assert shard in json.loads((prepared / VERIFIED).read_text())
+    data = bytearray((prepared / shard).read_bytes())
+    stamp = (prepared / shard).stat()
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)  # 64 bytes changed, same size (once: a segfault)
+    (prepared / shard).write_bytes(bytes(data))
+    os.utime(prepared / shard, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as if the change left no trace
+    load_prepared(prepared)  # size and stamp unchanged: not hashed again ...
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert run_cli(main, ["--prepared_dataset", str(prepared), "--verify_prepared", "--output_dir", str(out),
+                          "--max_train_steps", "1"]) == 2  # ... but --verify_prepared hashes every file
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and f"{shard} does not match its SHA-256" in lines[0], lines
+    (prepared / shard).write_bytes(bytes(data) + b"\0")  # another mtime: hashed again without the flag
+    assert run_cli(main, ["--prepared_dataset", str(prepared), "--output_dir", str(out), "--max_train_steps", "1"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and f"{shard} {len(data) + 1} bytes, the manifest says {len(data)}" in lines[0], lines
+    assert not out.exists()
 
 
 def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_dir, tok_dir):
