@@ -392,8 +392,13 @@ class Trainer:
         self._resume()
         from tqdm.auto import tqdm
 
-        if self.eval_fn is not None and (self.state.eval_pending or (self.eval_steps and self.state.global_step == 0)):
-            self.evaluate()  # the starting point of the validation curve, or the one a stop request interrupted
+        if self.eval_fn is not None and self.state.eval_pending:
+            # the evaluation a stop request interrupted; its RNG draws (a DataLoader's base seed) are in the
+            # checkpoint already, so they are not drawn twice
+            with torch.random.fork_rng(devices=[]):
+                self.evaluate()
+        elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
+            self.evaluate()  # the starting point of the validation curve
         self._bar = tqdm(total=self.max_train_steps, initial=self.state.global_step,
                          disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
         self._batches = None  # the iterator over the current epoch's micro-batches
