@@ -118,8 +118,9 @@ def test_real_disk_full_errors_of_safetensors_torch_and_tokenizers_are_recognise
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(assets / "wordpiece" / "tokenizer.json"))
-    for name, write in (("safetensors", lambda p: save_file(tensors, str(p))), ("torch.save", lambda p: torch.save(tensors, p)),
-                        ("tokenizers", lambda p: tokenizer.save(str(p)))):
+    writers = (("safetensors", lambda p: save_file(tensors, str(p))), ("torch.save", lambda p: torch.save(tensors, p)),
+               ("tokenizers", lambda p: tokenizer.save(str(p))))
+    for name, write in writers:
         with pytest.raises(Exception) as err:
             write(disk / f"{name}.out")
         assert storage_failure(err.value, disk) == "disk full", (name, type(err.value), str(err.value)[:200])

@@ -9,6 +9,7 @@ import logging
 import random
 
 from reliability.conftest import WORDS
+
 from training.errors import run_cli
 
 

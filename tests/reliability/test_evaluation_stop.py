@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from reliability.conftest import _collate, _toy_data  # noqa: F401  (the toy data of toy_run)
+
 from training.errors import TrainingStopped
 
 
@@ -39,7 +39,8 @@ def test_a_stop_request_during_evaluation_checkpoints_at_once_and_the_resume_eva
                       trainer_kwargs={"eval_fn": _eval_fn(full_batches, None)})
     seen: list[int] = []
     with pytest.raises(TrainingStopped) as stopped:
-        toy_run(tmp_path / "stopped", 6, ckpt_steps=100, eval_steps=3, trainer_kwargs={"eval_fn": _eval_fn(seen, (3, 2))})
+        toy_run(tmp_path / "stopped", 6, ckpt_steps=100, eval_steps=3,
+                trainer_kwargs={"eval_fn": _eval_fn(seen, (3, 2))})
     assert "during the evaluation at optimizer step 3" in str(stopped.value)
     assert seen.count(3) == 2, "the evaluation stopped after the batch that asked, not at its end (10 batches)"
     from training.checkpoint import read_state

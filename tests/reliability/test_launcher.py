@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _launch import CPU_2PROC, ROOT
-from _launch import tiny_run_args as _args
 from _launch import subprocess_env as _env
+from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

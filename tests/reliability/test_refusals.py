@@ -65,10 +65,10 @@ def test_convert_refuses_truncated_weights_with_one_line(bert_source, tmp_path, 
 
 
 def test_explain_refuses_a_classification_head_that_was_never_trained(tmp_path, capsys, assets):
-    import finetune.explain as ex
-
     # the saved tiny model of the reliability assets is a sequence classifier: drop its head's weights
     from safetensors.torch import load_file, save_file
+
+    import finetune.explain as ex
 
     model = tmp_path / "untrained-head"
     shutil.copytree(assets / "tiny-model", model)

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _launch import ROOT
 
 #: A token the test hub accepts for alice (written into every place a leak would show).

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from _launch import ROOT
 from _launch import subprocess_env as _env
 
