@@ -19,9 +19,9 @@ import statistics
 import time
 
 import torch
+from _mlm_common import make_batch, sync  # bench/ is the script's folder
 from transformers import BertConfig, BertForMaskedLM
 
-from _mlm_common import make_batch, sync  # bench/ is the script's folder
 from modeling import SesameBertConfig, SesameBertForMaskedLM
 from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
 

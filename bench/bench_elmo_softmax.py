@@ -71,7 +71,8 @@ def make_batches(tokenizer, files, seq_len: int, batch_size: int, num_batches: i
     ]
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this bench (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", nargs="+", required=True, help="corpus (.txt / .txt.gz)")
     parser.add_argument("--tokenizer_name", default=None, help="a saved SesameElmoTokenizer (default: train one)")
@@ -88,24 +89,32 @@ def main(argv=None) -> int:
     parser.add_argument("--native_lstm", action="store_true",
                         help="PyTorch's nn.LSTM kernel instead of the fused CPU BiLSTM (fused_cpu_lstm=False)")
     add_debug_argument(parser)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    return parser
 
+
+def load_tokenizer(args):
+    """``--tokenizer_name``, or a word vocabulary of ``--vocab_size`` trained on the first ``--max_lines`` lines."""
     if args.tokenizer_name:
         from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
-        tokenizer = SesameElmoTokenizer.from_pretrained(args.tokenizer_name)
-    else:
-        from tokenizer.elmo_training import train_elmo_tokenizer
+        return SesameElmoTokenizer.from_pretrained(args.tokenizer_name)
+    from tokenizer.elmo_training import train_elmo_tokenizer
 
-        with tempfile.TemporaryDirectory() as tmp:
-            sample = Path(tmp) / "sample.txt"
-            sample.write_text("\n".join(itertools.islice(iter_text_lines(args.train_file), args.max_lines)) + "\n",
-                              encoding="utf-8")
-            t0 = time.perf_counter()
-            tokenizer = train_elmo_tokenizer([sample], args.vocab_size)
-            print(f"vocabulary: {len(tokenizer)} words ({time.perf_counter() - t0:.1f} s)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        sample = Path(tmp) / "sample.txt"
+        sample.write_text("\n".join(itertools.islice(iter_text_lines(args.train_file), args.max_lines)) + "\n",
+                          encoding="utf-8")
+        t0 = time.perf_counter()
+        tokenizer = train_elmo_tokenizer([sample], args.vocab_size)
+        print(f"vocabulary: {len(tokenizer)} words ({time.perf_counter() - t0:.1f} s)", flush=True)
+    return tokenizer
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer(args)
     vocab = len(tokenizer)
     batches = make_batches(tokenizer, args.train_file, args.seq_len, args.batch_size, 4, args.max_lines)
 

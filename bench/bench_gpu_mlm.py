@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _mlm_common import make_batch, sync  # noqa: E402  (bench/ is the script's folder)
+
 from training.optim import create_optimizer  # noqa: E402
 
 H100_BF16_PEAK_FLOPS = 989e12

@@ -116,7 +116,7 @@ def _hf_loop(args, tokenizer, dataset, padding_fraction):
     scheduler = get_scheduler("linear", optimizer, num_warmup_steps=0, num_training_steps=total)
     rates = []
     it = iter(loader)
-    for step in range(total):
+    for _ in range(total):
         t0 = time.perf_counter()
         batch = next(it)
         loss = model(**batch).loss

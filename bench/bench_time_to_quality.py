@@ -150,17 +150,22 @@ SHAPES: dict[str, dict[str, int]] = {
 #: --per_device_train_batch_size B`` and the bench's run flags (:data:`BENCH_FLAGS` may not be set by a recipe).
 #: ``note`` says what the recipe is. ``--recipe_flags NAME='--flag v ...'`` adds one for a single invocation.
 RECIPES: dict[str, dict] = {
-    "sesame-default": dict(flags=[], note="today's default for user data: no flags (post-LN preset: lr 1e-4, "
-                                          "warmup 6%, weight decay 0.01, linear decay, float32)"),
+    "sesame-default": dict(flags=[], note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
+                                          "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
+                                          "last 20%, weight decay 0.01, float32)"),
+    "sesame-before-22": dict(flags=["--learning_rate", "1e-4", "--mlm_probability", "0.15", "--lr_scheduler_type",
+                                    "linear", "--document_masking", "false"],
+                             note="the default before issue 22, spelled out: lr 1e-4 (BERT's), 15% masking, linear "
+                                  "decay, documents joined by [SEP]"),
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
                                note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)"),
 }
-DEFAULT_RECIPES = ("sesame-default", "sesame-lr1e-3")
+DEFAULT_RECIPES = ("sesame-default", "sesame-before-22")
 
 #: ``pretrain`` flags the bench sets itself: a recipe giving one of them is refused.
 BENCH_FLAGS = ("--prepared_dataset", "--train_file", "--validation_file", "--dataset_name", "--tokenizer_name",
-               "--config_name", "--model_name_or_path", "--output_dir", "--overwrite_output_dir", "--max_train_steps",
+               "--model_name_or_path", "--output_dir", "--overwrite_output_dir", "--max_train_steps",
                "--num_train_epochs", "--checkpointing_steps", "--checkpoints_total_limit", "--logging_steps",
                "--eval_steps", "--max_eval_samples", "--max_train_samples", "--seed", "--report_to",
                "--resume_from_checkpoint", "--push_to_hub", "--load_best_model_at_end", "--early_stopping_patience",
@@ -201,7 +206,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     b.add_argument("--budget_tokens", type=int, default=None, help="training tokens per run (instead of minutes)")
     b.add_argument("--model_shape", choices=list(SHAPES), default="bert-tiny")
     b.add_argument("--batch_size", type=int, default=32, help="blocks per optimizer step (default 32)")
-    b.add_argument("--recipes", nargs="+", default=list(DEFAULT_RECIPES),
+    b.add_argument("--recipes", nargs="*", default=list(DEFAULT_RECIPES),
                    help=f"our recipes, of {', '.join(RECIPES)} (default: {' '.join(DEFAULT_RECIPES)})")
     b.add_argument("--recipe_flags", nargs="+", default=[], metavar="NAME='--flag v ...'",
                    help="ad-hoc recipes: pretrain flags for a new name (run after --recipes)")
@@ -214,8 +219,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     b.add_argument("--reference_mixed_precision", choices=["no", "bf16"], default="no",
                    help="the reference's autocast (run_mlm's default: no)")
     b.add_argument("--seed", type=int, default=42, help="pretraining seed of repeat 0; random-init seed")
-    b.add_argument("--schedule", choices=["paired", "sequential"], default="paired",
-                   help="paired: each recipe runs at the same time as its reference copy; sequential: one by one")
+    b.add_argument("--schedule", choices=["paired", "sequential", "shared"], default="paired",
+                   help="paired: each recipe runs at the same time as its reference copy; sequential: one by one; "
+                        "shared (--budget_tokens only; a recipe search): one reference run per repeat, paired with "
+                        "the first recipe, serves every recipe; the other recipes run two at a time")
     b.add_argument("--threads", type=int, default=1, help="threads per training process (OMP_NUM_THREADS)")
     b.add_argument("--repeats", type=int, default=1, help="repeat every pair with seeds seed+r; medians reported")
     b.add_argument("--probe_steps", type=int, default=20, help="steps of a budget probe (default 20)")
@@ -238,6 +245,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give exactly one of --budget_minutes and --budget_tokens")
     if args.repeats < 1 or args.seeds < 1 or args.curve_points < 1 or args.threads < 1:
         p.error("--repeats, --seeds, --curve_points and --threads must be >= 1")
+    if args.schedule == "shared" and args.budget_tokens is None:
+        p.error("--schedule shared: needs --budget_tokens (a wall-clock budget is converted per run, paired)")
     if args.probe_steps <= args.probe_warmup:
         p.error("--probe_steps must exceed --probe_warmup")
     unknown = [t for t in args.tasks if t not in TASK_METRICS]
@@ -379,8 +388,28 @@ def cached(folder: Path, stamp: dict, build) -> Path:
     return folder
 
 
+def data_variant(flags: list[str]) -> str:
+    """The prepared dataset a recipe trains on, named by what its blocks depend on among the recipe's flags:
+    ``prepared`` (the objective's default blocks: mlm with document boundaries), ``prepared-nodoc``
+    (``--document_masking false``: documents joined by ``[SEP]``, no ``position_ids``), ``prepared-<objective>``
+    (``--objective X`` other than mlm), or both suffixes."""
+    objective = flag_value(flags, "--objective", "mlm")
+    document_masking = (flag_value(flags, "--document_masking") or "").lower()
+    return ("prepared" + ("" if objective == "mlm" else f"-{objective}")
+            + ("-nodoc" if document_masking in ("false", "0", "no") else ""))
+
+
+def variant_flags(name: str) -> list[str]:
+    """The ``pretrain.prepare`` flags of a :func:`data_variant` name."""
+    flags, rest = [], name[len("prepared"):]
+    if rest.endswith("-nodoc"):
+        flags, rest = ["--document_masking", "false"], rest[: -len("-nodoc")]
+    return (["--objective", rest[1:]] if rest else []) + flags
+
+
 def prepare_shared_data(args, out: Path) -> dict:
-    """Tokenizer, prepared dataset and reference blocks in ``out`` (cached); returns their paths and the sources."""
+    """Tokenizer, prepared datasets (one per :func:`data_variant` of the recipes) and reference blocks in ``out``
+    (cached); returns their paths and the sources."""
     sources = {"train": [(str(Path(f).resolve()), file_sha256(f)) for f in args.train_file],
                "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file))}
     py = sys.executable
@@ -390,15 +419,21 @@ def prepare_shared_data(args, out: Path) -> dict:
         "--vocab_size", str(args.vocab_size), "--output_dir", str(d)], out / "logs" / "tokenizer.log")], 1))
     tok_sha = file_sha256(tok / "tokenizer.json")
     prep_stamp = {**sources, "tokenizer": tok_sha, "max_seq_length": args.max_seq_length}
-    prepared = cached(out / "prepared", prep_stamp, lambda d: run_jobs([Job("prepare", [
-        py, "-m", "pretrain.prepare", "--train_file", *args.train_file, "--validation_file", args.validation_file,
-        "--tokenizer_name", str(tok), "--max_seq_length", str(args.max_seq_length), "--output_dir", str(d)],
-        out / "logs" / "prepare.log")], 1))
+    variants = {}
+    for name in sorted({"prepared", *(data_variant(f) for f in args.recipe_table.values())}):
+        extra = variant_flags(name)
+        command = [py, "-m", "pretrain.prepare", "--train_file", *args.train_file, "--validation_file",
+                   args.validation_file, "--tokenizer_name", str(tok), "--max_seq_length", str(args.max_seq_length),
+                   *extra, "--output_dir"]
+        folder = cached(out / name, {**prep_stamp, "flags": extra}, lambda d, command=command, name=name: run_jobs(
+            [Job("prepare", [*command, str(d)], out / "logs" / f"{name}.log")], 1))
+        variants[name] = {"path": folder,
+                          "manifest": json.loads((folder / "manifest.json").read_text(encoding="utf-8"))}
     ref_blocks = cached(out / "reference_blocks", prep_stamp,
                         lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d))
-    manifest = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))
-    return {"tokenizer": tok, "tokenizer_sha256": tok_sha, "prepared": prepared, "reference_blocks": ref_blocks,
-            "manifest": manifest, "sources": sources}
+    return {"tokenizer": tok, "tokenizer_sha256": tok_sha, "prepared": variants["prepared"]["path"],
+            "manifest": variants["prepared"]["manifest"], "variants": variants, "reference_blocks": ref_blocks,
+            "sources": sources}
 
 
 def load_documents(files: list[str]):
@@ -689,6 +724,38 @@ def save_steps(steps: int, points: int) -> list[int]:
     return sorted({*range(every, steps + 1, every), steps})
 
 
+def materialize_configs(flags: list[str], out: Path) -> list[str]:
+    """``flags`` with a ``--config_name PRESET:field=value,...`` written out as a config folder in ``out/configs``
+    (the preset with those fields; values read as JSON where they parse, else as strings)."""
+    value = flag_value(flags, "--config_name")
+    if value is None or ":" not in value:
+        return list(flags)
+    import modeling
+
+    preset, _, fields = value.partition(":")
+    overrides = {}
+    for item in filter(None, fields.split(",")):
+        key, _, raw = item.partition("=")
+        try:
+            overrides[key] = json.loads(raw)
+        except ValueError:
+            overrides[key] = raw
+    folder = out / "configs" / value.replace(":", "-").replace(",", "-").replace("=", "_")
+    modeling.get_preset_config(preset, **overrides).save_pretrained(str(folder))
+    result, skip = [], False
+    for item in flags:
+        if skip:
+            skip = False
+        elif item == "--config_name":
+            result += [item, str(folder)]
+            skip = True
+        elif item.startswith("--config_name="):
+            result.append(f"--config_name={folder}")
+        else:
+            result.append(item)
+    return result
+
+
 def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool = False) -> list[str]:
     """The child command of ``run`` for ``steps`` optimizer steps (``probe``: log every step, no checkpoints)."""
     py = sys.executable
@@ -700,8 +767,10 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
                 str(run.seed), "--save_steps", *([] if probe else map(str, save_steps(steps, points))),
                 "--weight_decay", str(args.reference_weight_decay), "--mixed_precision",
                 args.reference_mixed_precision, "--threads", str(args.threads), "--output_dir", str(run.folder)]
-    return [py, "-m", "pretrain", "--prepared_dataset", str(data["prepared"]), "--config_name", args.model_shape,
-            "--per_device_train_batch_size", str(args.batch_size), *run.flags, "--output_dir", str(run.folder),
+    prepared = data["variants"][data_variant(run.flags)]["path"]
+    return [py, "-m", "pretrain", "--prepared_dataset", str(prepared), "--config_name", args.model_shape,
+            "--per_device_train_batch_size", str(args.batch_size), *materialize_configs(run.flags, run.folder.parent),
+            "--output_dir", str(run.folder),
             "--overwrite_output_dir", "--max_train_steps", str(steps), "--seed", str(run.seed),
             "--checkpointing_steps", str(every), "--checkpoints_total_limit", "0",
             "--logging_steps", "1" if probe else str(every), "--eval_steps", str(steps + 1),
@@ -724,8 +793,9 @@ def step_times(run: Run, args, data: dict) -> dict[int, dict]:
     path = run.folder / "trainer_log.json"
     if not path.is_file():
         raise BenchError(f"{run.name}: no {path}; expected pretrain's run files")
-    return times_from_trainer_log(json.loads(path.read_text(encoding="utf-8")),
-                                  data["manifest"]["blocks"]["train"], per_step_blocks(run, args))
+    manifest = data["variants"][data_variant(run.flags)]["manifest"]
+    return times_from_trainer_log(json.loads(path.read_text(encoding="utf-8")), manifest["blocks"]["train"],
+                                  per_step_blocks(run, args))
 
 
 def probe_seconds_per_step(run: Run, args, data: dict) -> float:
@@ -736,8 +806,27 @@ def probe_seconds_per_step(run: Run, args, data: dict) -> float:
 
 
 def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
-    """Runs started together: each (reference copy, recipe) pair at once (``paired``) or one at a time."""
-    return [list(p) for p in pairs] if schedule == "paired" else [[r] for p in pairs for r in p]
+    """Runs started together: each (reference copy, recipe) pair at once (``paired``), one at a time
+    (``sequential``), or per repeat its first pair, then the other recipes two at a time without reference copies
+    (``shared``: :func:`shared_copies` fills them in)."""
+    if schedule == "paired":
+        return [list(p) for p in pairs]
+    if schedule == "sequential":
+        return [[r] for p in pairs for r in p]
+    groups = []
+    for repeat in sorted({ours.repeat for _, ours in pairs}):
+        mine = [p for p in pairs if p[1].repeat == repeat]
+        rest = [ours for _, ours in mine[1:]]
+        groups += [list(mine[0])] + [rest[i:i + 2] for i in range(0, len(rest), 2)]
+    return groups
+
+
+def shared_copies(pairs: list[tuple[Run, Run]], copies: dict[str, dict]) -> None:
+    """``--schedule shared``: every reference copy that did not run is its repeat's run (the same seed and steps:
+    the same trajectory; its seconds were measured beside the first recipe only)."""
+    ran = {ref.repeat: copies[ref.name] for ref, _ in pairs if ref.name in copies}
+    for ref, _ in pairs:
+        copies.setdefault(ref.name, {**ran[ref.repeat], "paired_with": f"{ran[ref.repeat]['paired_with']} (shared)"})
 
 
 #: What ``pretrain`` logs once its set-up is done, right before its first step (README: "the run plan").
@@ -1106,7 +1195,7 @@ def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) 
     steps = max(1, round(ref_steps * args.reference_sweep_fraction))
     runs = [Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr)
             for lr in args.reference_lrs]
-    width = 2 if args.schedule == "paired" else 1
+    width = 1 if args.schedule == "sequential" else 2
     groups = [runs[i:i + width] for i in range(0, len(runs), width)]
     log(f"reference learning-rate sweep: {', '.join(f'{lr:g}' for lr in args.reference_lrs)} for {steps} steps")
     train_groups(groups, args, data, out, lambda r: steps, 1)
@@ -1172,6 +1261,7 @@ def main(argv=None) -> int:
             log(f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
                 f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
                 f"{copies[run.name]['seconds']:.0f} s")
+    shared_copies(pairs, copies)
     lap("pretraining")
     ref_copies = [copies[ref.name] for ref, _ in pairs]
     runs = {"reference": summarize("reference", [], ref_copies)}
@@ -1245,7 +1335,11 @@ def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, pr
         "recipes": {n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}
                     for n, f in args.recipe_table.items()},
         "default_recipe": args.default_recipe,
-        "prepared_dataset": {"path": str(data["prepared"]), "blocks": manifest["blocks"], "tokens": manifest["tokens"]},
+        "prepared_dataset": {"path": str(data["prepared"]), "blocks": manifest["blocks"], "tokens": manifest["tokens"],
+                             "variants": {n: {"path": str(v["path"]), "blocks": v["manifest"]["blocks"],
+                                              "tokens": v["manifest"]["tokens"],
+                                              "document_boundaries": v["manifest"].get("document_boundaries", False)}
+                                          for n, v in data["variants"].items()}},
         "finetune": {**FINETUNE, "num_train_epochs": args.finetune_epochs,
                      "learning_rate": args.finetune_learning_rate, "max_seq_length": args.max_seq_length,
                      "max_train_samples": cap, "seeds": [42 + i for i in range(args.seeds)], "tasks": args.tasks,
@@ -1358,6 +1452,7 @@ def plot_results(results: dict, path: Path) -> None:
         # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
         # partner); vs tokens one copy (the copies of a repeat share the trajectory)
         copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+        copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
         for copy in copies if key == "seconds" else copies[:1]:
             paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
             ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",

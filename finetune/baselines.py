@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if b in BASELINES:
                 record["embeddings"] = args.embeddings or "random"
             if proc.returncode != 0:
-                record["error"] = (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]
+                record["error"] = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
                 logger.warning("%s / %s failed: %s", task_name, name, record["error"])
             else:
                 res = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))

@@ -34,8 +34,8 @@ towards the label, blue against it) and ``explanations.png`` (one bar chart of w
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import html
 import inspect
 import json

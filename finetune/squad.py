@@ -293,9 +293,8 @@ def make_predict_fn(accelerator, data: SquadDataArguments, post: PostProcessingA
     ``best`` is each question's best span text; ``predictions`` the answers to write (v2: ``""`` where the null
     odds exceed ``--null_score_diff_threshold``); ``null_odds`` is None for v1.
     """
-    from training.evaluation import gather_predictions
-
     from finetune.qa import postprocess_qa_predictions
+    from training.evaluation import gather_predictions
 
     width = -(-data.max_seq_length // 8) * 8  # >= any batch's length, also when padded to a multiple of 8
     columns = features.select_columns(list(POSTPROCESS_COLUMNS))

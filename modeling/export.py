@@ -64,7 +64,8 @@ class Family:
     """How to export one model family: its graph inputs and a sample batch.
 
     Attributes:
-        inputs: names of the ``forward`` arguments that become graph inputs, each (batch, sequence) int64.
+        inputs: names of the ``forward`` arguments that become graph inputs, each int64 of shape (batch, sequence)
+            (ELMo-style ``char_ids``: (batch, sequence, characters)); batch and sequence are dynamic.
         sample: ``(config, batch, length, generator) -> {input name: tensor}``, a batch with padding (the last row
             shorter), for tracing and for the check.
     """
@@ -85,10 +86,38 @@ def _bert_sample(config, batch: int, length: int, generator: torch.Generator) ->
     return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
 
-#: model_type -> Family: the families whose ``forward`` traces into one graph. The ELMo-style family joins when its
-#: forward has no data-dependent checks left (issue 20).
+def _elmo_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Rows as the ELMo-style tokenizer writes them (``modeling/elmo/tokenization_elmo.py``): random words of 1-8 bytes
+    as ELMo character ids (begin of word 259, byte + 1, end of word 260, padding characters 261), ``<S>`` / ``</S>``
+    around each sentence; every row but the first a pair ``<S> a </S> <S> b </S>`` (token types 0 / 1), the first a
+    single sentence; the last row padded (masked tokens: all 0)."""
+    width = config.max_characters_per_token
+    char_ids = torch.full((batch, length, width), 261, dtype=torch.long)
+    char_ids[:, :, 0] = 259
+    n_bytes = torch.randint(1, 9, (batch, length), generator=generator)
+    chars = torch.randint(98, 123, (batch, length, width), generator=generator)  # bytes of a-z, + 1
+    at = torch.arange(width)
+    char_ids = torch.where((at >= 1) & (at <= n_bytes.unsqueeze(-1)), chars, char_ids)
+    char_ids = torch.where(at == n_bytes.unsqueeze(-1) + 1, torch.tensor(260), char_ids)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    attention_mask[-1, length // 2 + 1 :] = 0  # the last row is padded
+    token_type_ids = torch.zeros_like(attention_mask)
+    for row in range(batch):
+        n = int(attention_mask[row].sum())
+        bounds = [(0, n)] if row == 0 else [(0, n // 2), (n // 2, n)]
+        for segment, (start, end) in enumerate(bounds):
+            token_type_ids[row, start:end] = segment
+            for position, marker in ((start, 257), (end - 1, 258)):  # <S> and </S>: [bow, marker, eow, pad ...]
+                char_ids[row, position, 1:] = 261
+                char_ids[row, position, 1:3] = torch.tensor([marker, 260])
+    char_ids = char_ids * attention_mask.unsqueeze(-1)
+    return dict(char_ids=char_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+#: model_type -> Family: the families whose ``forward`` traces into one graph (no data-dependent shapes or branches).
 FAMILIES: dict[str, Family] = {
     "sesame-bert": Family(("input_ids", "attention_mask", "token_type_ids"), _bert_sample),
+    "sesame-elmo": Family(("char_ids", "attention_mask", "token_type_ids"), _elmo_sample),
 }
 
 
@@ -182,6 +211,9 @@ def export_onnx(model_name_or_path: str, output: str, task: str = "auto", opset:
     fields = tuple(f for f in TASKS[task][1] if reference.get(f) is not None)
     wrapper = _Outputs(model, family.inputs, fields).eval()
     dims = {0: "batch", 1: "sequence"}
+    # dynamo caches the bodies of scan loops (the ELMo-style LSTMs) across exports of this process; a body traced by an
+    # earlier export would pin this one's batch and sequence length to that export's example
+    torch._dynamo.reset()
     program = torch.onnx.export(
         wrapper, tuple(example[name] for name in family.inputs), input_names=list(family.inputs),
         output_names=list(fields), dynamic_shapes=(tuple(dims for _ in family.inputs),), opset_version=opset,

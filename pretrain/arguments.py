@@ -15,19 +15,21 @@ dataset's manifest) to a :class:`PretrainPlan` of new frozen values:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
 from training.arguments import arg, with_defaults
 from training.config import TrainingConfig
 from training.errors import InputError
 from training.hub import HubArguments
 
-from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
-
 #: Fraction of a run with data between two evaluations / checkpoints, when not given.
 DATA_INTERVAL = 0.1
+#: The manifest key of a prepared dataset whose blocks carry ``position_ids`` (document boundaries).
+DOCUMENT_BOUNDARIES_KEY = "document_boundaries"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +72,8 @@ class MaskingArguments:
 
     _argument_group_name: ClassVar[str] = "masking (BERT-like)"
 
-    mlm_probability: float = arg(0.15, "fraction of tokens selected for prediction")
+    mlm_probability: float | None = arg(None, "fraction of tokens selected for prediction (default: 0.3 for mlm on "
+                                              "your data, as measured; 0.15 (BERT) for mlm+nsp and the demo job)")
     mask_replace_prob: float = arg(0.8, "of the selected tokens: replaced by [MASK]")
     random_replace_prob: float = arg(0.1, "of the selected tokens: replaced by a random token (the rest are kept)")
     whole_word_mask: bool = arg(False, "select whole words (all their WordPiece pieces)")
@@ -97,6 +100,11 @@ class CorpusArguments:
     preprocessing_num_workers: int | None = arg(None, "processes for datasets.map")
     overwrite_cache: bool = arg(False, "recompute the cached datasets.map results")
     packing_batch_size: int = arg(1000, "documents per packing map batch (only its last block may be short)")
+    document_masking: bool | None = arg(None, "packed blocks keep their documents apart: each document piece starts "
+                                        "with [CLS] at position 0, position ids restart per document and attention "
+                                        "stays within a document (default: true for mlm; a --prepared_dataset: as "
+                                        "it was prepared; false: documents joined by [SEP], one [CLS] per block, "
+                                        "attention across the block)")
     streaming: bool = arg(False, "read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no "
                           "full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)")
 
@@ -121,6 +129,27 @@ class TrainDataArguments:
     dataloader_num_workers: int = arg(0, "DataLoader worker processes")
 
 
+@dataclasses.dataclass(frozen=True)
+class BudgetArguments:
+    """A compute budget, converted once into ``--max_train_steps`` (the run logs the flag that repeats it exactly)."""
+
+    _argument_group_name: ClassVar[str] = "compute budget (instead of --max_train_steps / --num_train_epochs)"
+
+    max_train_tokens: int | None = arg(None, "train on this many tokens: --max_train_steps = ceil(N / (global batch x "
+                                       "--max_seq_length))")
+    time_budget: float | None = arg(None, "train for about this many minutes of optimizer steps (evaluation, "
+                                    "checkpoints and start-up not counted): the first steps are timed on a copy of "
+                                    "the model and the budget becomes --max_train_steps (logged, and recorded in "
+                                    "run_config.json and checkpoints: a resumed run keeps it)")
+
+    @property
+    def given(self) -> str | None:
+        """The budget flag given (``--max_train_tokens`` / ``--time_budget``), or None."""
+        if self.max_train_tokens is not None:
+            return "--max_train_tokens"
+        return "--time_budget" if self.time_budget is not None else None
+
+
 def _learning_rate_help() -> str:
     rules = ", ".join(f.learning_rate_help for f in FAMILIES.values())
     demo = " / ".join(f"{f.demo_defaults['learning_rate']:.0e}".replace("e-0", "e-") for f in FAMILIES.values())
@@ -131,7 +160,8 @@ def _learning_rate_help() -> str:
 PretrainTrainingArguments = with_defaults(
     TrainingConfig,
     dict(output_dir=None, learning_rate=None, num_train_epochs=None, warmup_ratio=None, eval_steps=None,
-         checkpointing_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32),
+         checkpointing_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
+         lr_scheduler_type=None),
     help=dict(
         learning_rate=_learning_rate_help(),
         output_dir="run folder (model, checkpoints/, runs/, wandb/, all_results.json) (default: "
@@ -146,6 +176,8 @@ PretrainTrainingArguments = with_defaults(
                             "one at the end) (default: every 10%% of the run with your data)",
         weight_decay="AdamW weight decay, not on biases/norms (default: 0.01 BERT-like, 0 ELMo-style)",
         per_device_train_batch_size="micro-batch size per process (default: 32 BERT-like, 16 ELMo-style)",
+        lr_scheduler_type="learning-rate schedule (default: warmup_stable_decay_1sqrt for mlm on your data, as "
+                          "measured; linear for the other objectives and the demo job)",
     ),
     name="PretrainTrainingArguments",
 )
@@ -164,6 +196,7 @@ class PretrainPlan:
     training: TrainingConfig
     hub: HubArguments
     learning_rate_source: str = "--learning_rate"
+    budget: BudgetArguments = BudgetArguments()
 
     @property
     def demo(self) -> bool:
@@ -186,8 +219,8 @@ class PretrainPlan:
         """The run's flat settings (secrets removed), for trackers, the model card and run files."""
         from training.driver import run_config
 
-        return {**run_config(self.model, self.objective_args, self.masking, self.corpus, self.data, self.training,
-                             self.hub), "model_type": self.family.name, "objective": self.objective.name}
+        return {**run_config(self.model, self.objective_args, self.masking, self.corpus, self.data, self.budget,
+                             self.training, self.hub), "model_type": self.family.name, "objective": self.objective.name}
 
 
 def _fill(instance, defaults: Mapping[str, Any]):
@@ -197,15 +230,18 @@ def _fill(instance, defaults: Mapping[str, Any]):
     return dataclasses.replace(instance, **values) if values else instance
 
 
-def family_defaults(objective: Objective, demo: bool, epochs_given: bool = False) -> dict[str, Any]:
+def family_defaults(objective: Objective, demo: bool, epochs_given: bool = False,
+                    budget_given: bool = False) -> dict[str, Any]:
     """The settings a run fills in where not given: the family's demo settings (without their step counts when an
-    epoch count is given), or its data settings with one epoch, 6% warmup and evaluation + checkpoints every
-    :data:`DATA_INTERVAL` of the run; the output folder ``outputs/pretrain-<family>``."""
+    epoch count or a budget is given), or its data settings with one epoch, 6% warmup and evaluation + checkpoints
+    every :data:`DATA_INTERVAL` of the run; the output folder ``outputs/pretrain-<family>``."""
     family = objective.family
-    defaults = dict(family.demo_defaults if demo else family.data_defaults)
+    defaults = dict(family.demo_defaults) if demo else {**family.data_defaults, **objective.data_defaults}
     if demo and epochs_given:  # an explicit epoch count wins over the demo's step count
         defaults.pop("max_train_steps", None)
         defaults.pop("eval_steps", None)
+    if demo and budget_given:  # so does a budget (the demo's evaluation steps stay)
+        defaults.pop("max_train_steps", None)
     defaults.update(num_train_epochs=1.0, warmup_ratio=0.0 if demo else 0.06,
                     output_dir=os.path.join("outputs", f"pretrain-{family.name}"))
     return defaults
@@ -222,6 +258,7 @@ def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, co
     objective = get_objective(model.model_type, objective_args.nsp, objective_args.objective)
     if manifest is not None and corpus.max_seq_length is None:
         corpus = dataclasses.replace(corpus, max_seq_length=manifest["max_seq_length"])
+    corpus = dataclasses.replace(corpus, document_masking=resolve_document_masking(objective, corpus, manifest))
     defaults = family_defaults(objective, demo)
     model, corpus = _fill(model, defaults), _fill(corpus, defaults)
     for name, value in (("max_seq_length", corpus.max_seq_length), ("vocab_size", model.vocab_size)):
@@ -230,27 +267,79 @@ def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, co
     return objective, model, corpus
 
 
+def resolve_document_masking(objective: Objective, corpus: CorpusArguments,
+                             manifest: Mapping[str, Any] | None = None) -> bool:
+    """``--document_masking`` resolved: as given; else true for an objective whose blocks can keep documents apart
+    (:attr:`pretrain.objectives.Objective.document_masking`), or, for a prepared dataset, what its ``manifest`` says
+    (a manifest written before the key existed: false). A mismatch with the manifest is refused later, by
+    :func:`pretrain.prepare.check_manifest`.
+
+    Raises:
+        InputError: ``--document_masking true`` for an objective without it (NSP pairs are one sequence per row; the
+            BiLM's LSTMs read a block as one sequence).
+    """
+    given = corpus.document_masking
+    if given and not objective.document_masking:
+        why = ("its LSTMs read each block as one sequence (document starts would need state resets)"
+               if objective.family.name == "elmo" else "its blocks hold one sequence each (no packing)")
+        raise InputError(f"--document_masking true: not available for the {objective.name} objective, {why}; "
+                         "expected false or no --document_masking")
+    if given is not None:
+        return given
+    if manifest is not None:
+        return bool(manifest.get(DOCUMENT_BOUNDARIES_KEY, False))
+    return objective.document_masking
+
+
+
+def check_budget(budget: BudgetArguments, training: TrainingConfig) -> None:
+    """Refuse a budget given with another budget or run length, or out of range.
+
+    Raises:
+        InputError: one line naming the conflicting flags, or the value and what is expected.
+    """
+    given = [name for name, value in (("--max_train_tokens", budget.max_train_tokens),
+                                      ("--time_budget", budget.time_budget),
+                                      ("--max_train_steps", training.max_train_steps),
+                                      ("--num_train_epochs", training.num_train_epochs)) if value is not None]
+    if budget.given and len(given) > 1:
+        raise InputError(f"{given[0]}: conflicts with {', '.join(given[1:])}; expected one way to set the length of "
+                         "the run (--max_train_steps, --num_train_epochs, --max_train_tokens or --time_budget)")
+    if budget.max_train_tokens is not None and budget.max_train_tokens < 1:
+        raise InputError(f"--max_train_tokens {budget.max_train_tokens}: expected an integer >= 1")
+    if budget.time_budget is not None and not (budget.time_budget > 0 and math.isfinite(budget.time_budget)):
+        raise InputError(f"--time_budget {budget.time_budget}: expected a positive number of minutes")
+
+
 def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: MaskingArguments,
             corpus: CorpusArguments, data: TrainDataArguments, training: TrainingConfig, hub: HubArguments,
-            manifest: Mapping[str, Any] | None = None) -> PretrainPlan:
+            manifest: Mapping[str, Any] | None = None, budget: BudgetArguments | None = None) -> PretrainPlan:
     """The run plan of the parsed arguments (a pure function; the learning rate is resolved later, once the model
-    config is known: :meth:`PretrainPlan.with_model_config`).
+    config is known: :meth:`PretrainPlan.with_model_config`; a budget once the accelerator and the data are:
+    :func:`pretrain.cli.resolve_budget`).
 
     Args:
         manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).
+        budget: ``--max_train_tokens`` / ``--time_budget`` (then no run length is filled in).
 
     Raises:
-        InputError: an objective that does not fit ``--model_type`` / ``--nsp``, or a size argument below 1.
+        InputError: an objective that does not fit ``--model_type`` / ``--nsp``, a size argument below 1, or a budget
+            that conflicts with another run length (:func:`check_budget`).
     """
+    budget = budget or BudgetArguments()
+    check_budget(budget, training)
     demo = corpus.demo and not data.prepared_dataset
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo, manifest)
-    defaults = family_defaults(objective, demo, epochs_given=training.num_train_epochs is not None)
+    defaults = family_defaults(objective, demo, epochs_given=training.num_train_epochs is not None,
+                               budget_given=budget.given is not None)
     if not demo:
         defaults.update(eval_steps=training.eval_steps or DATA_INTERVAL)
         defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
     training = _fill(training, defaults)  # its construction checks the values
-    return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub)
+    masking = _fill(masking, defaults)
+    return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub, budget=budget)
 
 
-__all__ = ["CorpusArguments", "MaskingArguments", "ModelArguments", "ObjectiveArguments", "PretrainPlan",
-           "PretrainTrainingArguments", "TrainDataArguments", "family_defaults", "resolve", "resolve_inputs"]
+__all__ = ["DOCUMENT_BOUNDARIES_KEY", "BudgetArguments", "CorpusArguments", "MaskingArguments", "ModelArguments",
+           "ObjectiveArguments", "PretrainPlan", "PretrainTrainingArguments", "TrainDataArguments", "check_budget",
+           "family_defaults", "resolve", "resolve_document_masking", "resolve_inputs"]

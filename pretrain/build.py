@@ -7,11 +7,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from training.driver import check_model_fits, load_pretrained
-from training.errors import InputError, check_local_path, first_line
-
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainPlan
 from pretrain.objectives import Family, Objective
+from training.driver import check_model_fits, load_pretrained
+from training.errors import InputError, check_local_path, first_line
 
 logger = logging.getLogger("pretrain")
 

@@ -12,17 +12,26 @@ the skeleton shared with fine-tuning is :class:`training.driver.Run`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 from collections.abc import Sequence
 
+from pretrain.arguments import (
+    BudgetArguments,
+    CorpusArguments,
+    MaskingArguments,
+    ModelArguments,
+    ObjectiveArguments,
+    PretrainPlan,
+    PretrainTrainingArguments,
+    TrainDataArguments,
+    resolve,
+)
 from training.arguments import parse_arguments
 from training.errors import InputError
 from training.hub import HubArguments
-
-from pretrain.arguments import (CorpusArguments, MaskingArguments, ModelArguments, ObjectiveArguments, PretrainPlan,
-                                PretrainTrainingArguments, TrainDataArguments, resolve)
 
 logger = logging.getLogger("pretrain")
 
@@ -36,7 +45,7 @@ DESCRIPTION = (
 )
 #: The argument dataclasses of ``pretrain``, in ``--help`` order.
 ARGUMENTS = (ModelArguments, CorpusArguments, TrainDataArguments, ObjectiveArguments, MaskingArguments, HubArguments,
-             PretrainTrainingArguments)
+             PretrainTrainingArguments, BudgetArguments)
 
 
 def build_parser():
@@ -52,28 +61,27 @@ def parse(argv: Sequence[str] | None = None) -> PretrainPlan:
     Raises:
         InputError: refused values; a prepared dataset that does not fit the run.
     """
-    model, corpus, data, objective, masking, hub, training = parse_arguments(ARGUMENTS, argv, prog=PROG,
-                                                                             description=DESCRIPTION)
+    model, corpus, data, objective, masking, hub, training, budget = parse_arguments(ARGUMENTS, argv, prog=PROG,
+                                                                                     description=DESCRIPTION)
     manifest = None
     if data.prepared_dataset:
         from pretrain.prepare import check_manifest, read_manifest
 
         manifest = read_manifest(data.prepared_dataset)
-        plan = resolve(model, objective, masking, corpus, data, training, hub, manifest)
+        plan = resolve(model, objective, masking, corpus, data, training, hub, manifest, budget)
         check_manifest(plan, manifest)
         return plan
-    return resolve(model, objective, masking, corpus, data, training, hub, manifest)
+    return resolve(model, objective, masking, corpus, data, training, hub, manifest, budget)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
+    from pretrain.build import build_model, get_tokenizer, load_model_config
     from training.driver import Run
     from training.files import check_output_dir_reuse
     from training.logs import setup_logging
-
-    from pretrain.build import build_model, get_tokenizer, load_model_config
 
     plan = parse(argv)
     setup_logging()
@@ -93,7 +101,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         set_seed(training.seed)
         parts = pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks,
                                   accelerator)
+        if plan.budget.given:
+            plan = resolve_budget(plan, parts, accelerator, run)
         return run.execute(parts)
+
+
+#: Optimizer steps of a ``--time_budget`` probe, and how many of them are not timed (allocation, first calls).
+BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP = 10, 2
+
+
+def resolve_budget(plan: PretrainPlan, parts, accelerator, run) -> PretrainPlan:
+    """``--max_train_tokens`` / ``--time_budget`` converted once into ``max_train_steps``, set on ``run`` (its loop
+    settings and its recorded settings, so run_config.json and the checkpoints hold the steps) and logged with the flag
+    that repeats the run exactly. Returns the plan with those steps.
+
+    Tokens: ``ceil(N / (global batch x max_seq_length))`` (:func:`training.budget.steps_for_tokens`). Time: the mean
+    seconds of :data:`BUDGET_PROBE_STEPS` optimizer steps (the first :data:`BUDGET_PROBE_WARMUP` not timed) on a copy of
+    the model (:func:`training.budget.time_optimizer_steps`, which leaves the model, data and random generators as they
+    were), then ``floor(60 x minutes / seconds per step)``; a resumed run reads the steps from its checkpoint instead
+    (no new probe: the schedule and the resume checks stay exact).
+    """
+    from training import budget as budgets
+    from training.checkpoint import read_state, resolve_checkpoint
+
+    training, budget = plan.training, plan.budget
+    tokens_per_step = (training.per_device_train_batch_size * training.gradient_accumulation_steps
+                       * accelerator.num_processes * plan.corpus.max_seq_length)
+    recorded = {}
+    if budget.max_train_tokens is not None:
+        steps = budgets.steps_for_tokens(budget.max_train_tokens, tokens_per_step)
+        how = f"--max_train_tokens {budget.max_train_tokens} / {tokens_per_step} tokens per optimizer step"
+    else:
+        checkpoint = resolve_checkpoint(training.resume_from_checkpoint,
+                                        os.path.join(training.output_dir, "checkpoints"))
+        if checkpoint is not None:
+            steps = int(read_state(checkpoint)["max_train_steps"])
+            how = f"--time_budget {budget.time_budget:g} minutes, as converted when the run started ({checkpoint})"
+        else:
+            seconds = budgets.time_optimizer_steps(accelerator, parts.model, parts.train_dataloader, training,
+                                                   steps=BUDGET_PROBE_STEPS, warmup=BUDGET_PROBE_WARMUP,
+                                                   **{k: v for k, v in parts.loop_kwargs.items()
+                                                      if k in ("loss_fn", "weight_fn")})
+            steps = budgets.steps_for_time(budget.time_budget, seconds)
+            recorded = {"time_budget_seconds_per_step": seconds}
+            how = (f"--time_budget {budget.time_budget:g} minutes / {seconds:.4g} s per optimizer step (timed over "
+                   f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)")
+    plan = dataclasses.replace(plan, training=training.resolved(max_train_steps=steps))
+    run.replan(plan.training, max_train_steps=steps, **recorded)
+    if accelerator.is_main_process:
+        logger.info("budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
+                    "instead of %s", how, steps, steps * tokens_per_step, steps, budget.given)
+    return plan
 
 
 def check_data_files(corpus: CorpusArguments) -> None:
@@ -110,12 +168,11 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
     processes), the objective's item count and the plan log line."""
+    from pretrain import data
+    from pretrain.objectives import lm_eval_step
     from training.data import make_stream_dataloader, make_train_dataloader
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
-
-    from pretrain import data
-    from pretrain.objectives import lm_eval_step
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
@@ -141,7 +198,10 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
         logger.info("%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, objective.name,
                     n_params)
-        log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks), available)
+        info = log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks),
+                        available)
+        if not plan.demo and plan.model.model_name_or_path is None:
+            warn_few_tokens(info["total_tokens"], n_params)
 
     return RunParts(model=model, tokenizer=tokenizer, train_dataloader=loader, evaluate=evaluate, describe=describe,
                     loop_kwargs={"weight_fn": objective.weight_fn} if objective.weight_fn else {},
@@ -177,6 +237,7 @@ def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
         files = corpus.train_file or data.DEFAULT_TRAIN_FILES
     return fingerprint_sources(files, **settings, tokenizer=tokenizer_hash(tokenizer), objective=plan.objective.name,
                                max_seq_length=corpus.max_seq_length, sample_by=corpus.sample_by,
+                               document_masking=corpus.document_masking,
                                packing_batch_size=corpus.packing_batch_size,
                                validation_split_percentage=None if corpus.validation_file
                                else corpus.validation_split_percentage,
@@ -223,8 +284,9 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
     from pretrain import data
 
     corpus, objective = plan.corpus, plan.objective
-    if plan.training.max_train_steps is None:
-        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps")
+    if plan.training.max_train_steps is None and not plan.budget.given:
+        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps (or "
+                         "--max_train_tokens / --time_budget)")
     raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
                                  corpus.dataset_config_name, corpus.text_column_name,
                                  corpus.validation_split_percentage, corpus.sample_by, streaming=True)
@@ -319,5 +381,27 @@ def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks
     return info
 
 
-__all__ = ["ARGUMENTS", "build_parser", "check_data_files", "data_fingerprint", "default_eval_blocks", "load_blocks",
-           "log_plan", "main", "parse", "pretraining_parts"]
+#: A run from scratch with fewer planned tokens than this many per parameter gets a warning in its plan. Measured on
+#: the time-to-quality benchmark (bert-tiny, 1.5M parameters, shared corpus, the default recipe): the held-out MLM
+#: loss reached the unigram plateau only after ~0.4 tokens per parameter, was 0.33 nats below it at 1 and still
+#: falling by ~0.1 nats per 0.2 tokens per parameter at 2.
+MIN_TOKENS_PER_PARAMETER = 1.0
+
+
+def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKENS_PER_PARAMETER) -> bool:
+    """Log a warning (and return True) when ``total_tokens`` planned training tokens are fewer than ``minimum`` per
+    parameter of the model (``n_params``, every parameter, embeddings included): the model would stop while it
+    has barely left the word-frequency (unigram) plateau (see :data:`MIN_TOKENS_PER_PARAMETER`)."""
+    if n_params <= 0 or total_tokens >= minimum * n_params:
+        return False
+    logger.warning(
+        "run plan: %.3g training tokens for %.3g parameters (%.2g tokens per parameter, below %g): too few for the "
+        "model to learn much beyond word frequencies (bert-tiny on the benchmark corpus left the unigram plateau "
+        "only after ~0.4 tokens per parameter); train longer (--num_train_epochs, --max_train_tokens) or pick a "
+        "smaller --config_name", total_tokens, n_params, total_tokens / n_params, minimum)
+    return True
+
+
+__all__ = ["ARGUMENTS", "MIN_TOKENS_PER_PARAMETER", "build_parser", "check_data_files", "data_fingerprint",
+           "default_eval_blocks", "load_blocks", "log_plan", "main", "parse", "pretraining_parts", "resolve_budget",
+           "warn_few_tokens"]

@@ -84,10 +84,11 @@ class MLMCollator:
     """Pad packed blocks (or NSP pairs) and mask them for MLM.
 
     Examples are dicts with ``input_ids``, ``word_start`` and ``index`` (and, for NSP, ``token_type_ids`` and
-    ``next_sentence_label``). Output: ``input_ids`` (B, T) long, ``labels`` (B, T) long with -100 = not
-    predicted, ``attention_mask`` (B, T) long only when the batch has padding (full packed blocks have none: the
-    model then needs no mask and reads none back from the device), and ``token_type_ids`` /
-    ``next_sentence_label`` when present.
+    ``next_sentence_label``; for document-aware blocks, ``position_ids``). Output: ``input_ids`` (B, T) long,
+    ``labels`` (B, T) long with -100 = not predicted, ``attention_mask`` (B, T) long only when the batch has
+    padding (full packed blocks have none: the model then needs no mask and reads none back from the device), and
+    ``token_type_ids`` / ``next_sentence_label`` / ``position_ids`` (B, T) long when present (``position_ids``
+    padded with 0: every padding token is a document of its own, which the attention mask hides anyway).
 
     Args:
         tokenizer: gives ``mask_token_id``, ``pad_token_id``, the special ids and the vocabulary size.
@@ -147,6 +148,8 @@ class MLMCollator:
             batch["attention_mask"] = attention_mask
         if "token_type_ids" in examples[0]:
             batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], 0)
+        if "position_ids" in examples[0]:  # document boundaries: attention within each document
+            batch["position_ids"] = _pad([e["position_ids"] for e in examples], 0)
         if "next_sentence_label" in examples[0]:
             batch["next_sentence_label"] = torch.tensor([e["next_sentence_label"] for e in examples], dtype=torch.long)
         return batch

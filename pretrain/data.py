@@ -304,7 +304,8 @@ def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
 
 # -- packing -------------------------------------------------------------------------------------------------
 def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_token_id: int | None,
-                batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False):
+                batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False,
+                document_positions: bool = False):
     """Concatenate documents and cut them into blocks of ``max_seq_length`` tokens (``datasets.map``).
 
     With ``cls_token_id``/``sep_token_id`` (BERT-like) documents are separated by ``[SEP]`` and each block is
@@ -312,9 +313,19 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
     concatenated as they are. Every token lands in exactly one block; only the last block of each map batch
     may be shorter. Per-token columns other than ``input_ids`` (``word_start``, ``words``) are packed alongside;
     ``word_start`` is forced to 1 at a block's first body token (a word cut by a block edge starts anew).
+
+    ``document_positions`` (BERT-like only): the blocks keep the documents apart (see :func:`pack_documents`) and
+    carry a ``position_ids`` column that restarts at 0 at every document start, for attention within a document.
+
+    Raises:
+        InputError: ``max_seq_length`` below 2 (below 3 with ``document_positions``), or ``document_positions``
+            without ``[CLS]``/``[SEP]`` ids.
     """
     if max_seq_length < 2:
         raise InputError(f"--max_seq_length {max_seq_length}: expected at least 2")
+    if document_positions:
+        return pack_documents(tokenized, max_seq_length, cls_token_id, sep_token_id, batch_size, num_proc,
+                              overwrite_cache)
     columns = [c for c in _columns(tokenized) if c not in ("line_ends",)]
     per_token = [c for c in columns if c != "input_ids"]
     bert = cls_token_id is not None
@@ -349,6 +360,79 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
         tokenized, pack, key=f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
         batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
         load_from_cache_file=not overwrite_cache, desc=f"packing into blocks of {max_seq_length}",
+    )
+
+
+def pack_documents(tokenized, max_seq_length: int, cls_token_id: int, sep_token_id: int, batch_size: int = 1000,
+                   num_proc: int | None = None, overwrite_cache: bool = False):
+    """Document-aware packing (``datasets.map``): blocks of ``max_seq_length`` tokens whose documents stay apart.
+
+    The convention: every document is ``[CLS] tokens [SEP]``, and every piece of a document in a block starts with
+    ``[CLS]`` at position 0 -- a document cut by a block edge goes on in the next block after a new ``[CLS]``, as a
+    document of its own. So each piece is encoded exactly like a fine-tuning input ``[CLS] text [SEP]`` (position 0
+    is always ``[CLS]``; the ``[SEP]`` ends a piece only where its document ends, and is left out where the
+    document's last token fills the block: no piece is ``[CLS] [SEP]`` alone). A block with one free slot left after
+    a document's ``[SEP]`` ends with a lone ``[CLS]`` (a one-token document with nothing to predict), so that every
+    block but the last of each map batch is exactly ``max_seq_length`` tokens: no padding.
+
+    Output columns: those of :func:`pack_blocks` (``input_ids``, ``word_start`` when present: 1 at every ``[CLS]`` /
+    ``[SEP]`` and at a piece's first token) plus ``position_ids`` (list[int]): 0 at each ``[CLS]``, counting up to
+    the end of its piece -- the packed-sequence convention of :class:`modeling.bert.SesameBertModel` (a document
+    starts where ``position_ids[t] != position_ids[t-1] + 1``).
+
+    Raises:
+        InputError: ``max_seq_length`` below 3 (``[CLS]``, one token, ``[SEP]``), or no ``[CLS]``/``[SEP]`` ids.
+    """
+    if cls_token_id is None or sep_token_id is None:
+        raise InputError("--document_masking: packing with document boundaries needs a tokenizer with [CLS] and [SEP]")
+    if max_seq_length < 3:
+        raise InputError(f"--max_seq_length {max_seq_length}: expected at least 3 with document masking")
+    columns = [c for c in _columns(tokenized) if c not in ("line_ends", "position_ids")]
+    has_starts = "word_start" in columns
+    L = max_seq_length
+
+    def pack(batch):
+        out: dict[str, list] = {c: [] for c in (*columns, "position_ids")}
+        ids, starts, positions = [], [], []
+
+        def flush():
+            out["input_ids"].append(ids[:])
+            out["position_ids"].append(positions[:])
+            if has_starts:
+                out["word_start"].append(starts[:])
+            ids.clear(), starts.clear(), positions.clear()
+
+        for i, doc in enumerate(batch["input_ids"]):
+            if not doc:
+                continue
+            doc_ids = doc + [sep_token_id]
+            doc_starts = (batch["word_start"][i] + [1]) if has_starts else None
+            k = 0
+            while k < len(doc_ids) and not (k and k == len(doc_ids) - 1):  # never a piece of [SEP] alone
+                room = L - len(ids)
+                take = min(room - 1, len(doc_ids) - k)  # [CLS] + take tokens of the document
+                ids.append(cls_token_id)
+                ids.extend(doc_ids[k:k + take])
+                positions.extend(range(take + 1))
+                if has_starts:
+                    starts.append(1)
+                    starts.extend([1, *doc_starts[k + 1:k + take]] if take else [])
+                k += take
+                if len(ids) >= L - 1:  # full, or one slot left after [SEP]: a lone [CLS] fills it
+                    if len(ids) == L - 1:
+                        ids.append(cls_token_id)
+                        positions.append(0)
+                        if has_starts:
+                            starts.append(1)
+                    flush()
+        if ids:
+            flush()
+        return out
+
+    return _map(
+        tokenized, pack, key=f"pack_documents-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
+        load_from_cache_file=not overwrite_cache, desc=f"packing documents into blocks of {max_seq_length}",
     )
 
 
@@ -489,6 +573,6 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
-    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "make_nsp_pairs", "IndexedDataset", "StreamedBlocks",
-    "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
+    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "pack_documents", "make_nsp_pairs",
+    "IndexedDataset", "StreamedBlocks", "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
 ]

@@ -86,6 +86,12 @@ class Objective:
     """Whether it is the objective ``--nsp`` selects for its family."""
     eval_step: Callable[[torch.nn.Module, Mapping[str, Any]], dict[str, torch.Tensor]] | None = None
     """Evaluation sums of one batch (default :func:`lm_eval_step`)."""
+    data_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Settings of a run on the user's data that this objective sets over its family's ``data_defaults`` (the
+    measured recipe of MLM: masking rate and schedule)."""
+    document_masking: bool = False
+    """Whether its blocks can keep packed documents apart (``position_ids`` restarting per document, attention within
+    a document); ``--document_masking`` then defaults to true (``to_blocks`` reads ``corpus.document_masking``)."""
 
     @property
     def model_type(self) -> str:
@@ -130,7 +136,8 @@ def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
     return pack_blocks(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
+                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache,
+                       document_positions=bool(corpus.document_masking))
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
@@ -208,10 +215,24 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     return stats
 
 
+#: Peak learning rate of a post-LN BERT-like model of hidden size :data:`POST_LN_REFERENCE_WIDTH` (bert-tiny), chosen
+#: on the time-to-quality benchmark (bench/bench_time_to_quality.py; README, "Measured results"): at 3M tokens,
+#: batch 32 x 128, held-out MLM loss 6.92 (1e-4, BERT's rate), 6.50 (1e-3), 6.41 (2e-3); unigram plateau 6.89.
+POST_LN_LEARNING_RATE = 2e-3
+POST_LN_REFERENCE_WIDTH = 128
+#: BERT's rate (Devlin et al. 2019, sec. A.2: Adam 1e-4 at batch 256), the floor of the width rule.
+BERT_LEARNING_RATE = 1e-4
+
+
 def _bert_learning_rate(config) -> tuple[float, str]:
+    """The peak learning rate of a BERT-like config: 1e-3 for pre-LN (Cramming); for post-LN the measured bert-tiny
+    rate scaled by 1/width (muP's Adam rule for hidden matrices, Yang et al. 2022) and kept >= BERT's 1e-4."""
     if getattr(config, "norm_position", "post") == "pre":
         return 1e-3, "Cramming (Geiping & Goldstein 2023): 1e-3 for pre-LN encoders"
-    return 1e-4, "BERT (Devlin et al. 2019, sec. A.2): 1e-4 at batch 256, post-LN"
+    width = int(getattr(config, "hidden_size", POST_LN_REFERENCE_WIDTH))
+    rate = max(BERT_LEARNING_RATE, POST_LN_LEARNING_RATE * POST_LN_REFERENCE_WIDTH / width)
+    return float(f"{rate:.2g}"), (f"post-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size "
+                                  f"{width} (measured at bert-tiny, 1/width as muP), at least BERT's 1e-4")
 
 
 def _elmo_learning_rate(config) -> tuple[float, str]:
@@ -236,20 +257,22 @@ FAMILIES: dict[str, Family] = {
     "bert": Family(
         name="bert", config_model_types=None, preset_model_type="sesame-bert",
         data_defaults=dict(config_name="bert-base", vocab_size=30000, max_seq_length=128, per_device_train_batch_size=32,
-                           weight_decay=0.01, warmup_ratio=0.06),
+                           weight_decay=0.01, warmup_ratio=0.06, mlm_probability=0.15, lr_scheduler_type="linear"),
         demo_defaults=dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
                            learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100,
-                           weight_decay=0.01),
+                           weight_decay=0.01, mlm_probability=0.15, lr_scheduler_type="linear"),
         learning_rate=_bert_learning_rate,
-        learning_rate_help="1e-4 for post-LN BERT-like presets (BERT, batch 256), 1e-3 for pre-LN ones (Cramming)",
-        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert, tokenizer_problem=_subword_tokenizer_problem),
+        learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
+                           "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
+        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert,
+        tokenizer_problem=_subword_tokenizer_problem),
     "elmo": Family(
         name="elmo", config_model_types=("sesame-elmo",), preset_model_type="sesame-elmo",
         data_defaults=dict(config_name="elmo-small", vocab_size=30000, max_seq_length=32, per_device_train_batch_size=16,
-                           weight_decay=0.0, warmup_ratio=0.06),
+                           weight_decay=0.0, warmup_ratio=0.06, lr_scheduler_type="linear"),
         demo_defaults=dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
                            learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50,
-                           weight_decay=0.0),
+                           weight_decay=0.0, lr_scheduler_type="linear"),
         learning_rate=_elmo_learning_rate, learning_rate_help="1e-3 for ELMo-style",
         train_tokenizer=_train_words, tokenize=_tokenize_elmo, tokenizer_problem=_word_tokenizer_problem),
 }
@@ -270,9 +293,14 @@ def register_objective(objective: Objective) -> Objective:
     return objective
 
 
+#: MLM's recipe on the user's data, chosen on the time-to-quality benchmark (README, "Measured results"): 30% masking
+#: (Wettig et al. 2023, "Should You Mask 15% in Masked Language Modeling?") and warmup-stable-decay with a 1 - sqrt
+#: decay over the last 20% (Hägele et al. 2024); each lowered bert-tiny's held-out loss at 3M tokens by ~0.05 nats.
+MLM_DATA_DEFAULTS = dict(mlm_probability=0.3, lr_scheduler_type="warmup_stable_decay_1sqrt")
+
 register_objective(Objective(
     "mlm", FAMILIES["bert"], "AutoModelForMaskedLM", "fill-mask", _pack_bert, _mlm_collators, ("nll_sum", "count"),
-    _lm_metrics))
+    _lm_metrics, data_defaults=MLM_DATA_DEFAULTS, document_masking=True))
 register_objective(Objective(
     "mlm+nsp", FAMILIES["bert"], "AutoModelForPreTraining", "fill-mask", _nsp_pairs, _mlm_collators,
     ("nll_sum", "count", "nsp_correct", "nsp_count"), _nsp_metrics, result_keys=("eval_nsp_accuracy",), nsp=True))

@@ -6,11 +6,12 @@
 
 ``P`` holds the blocks as ``datasets`` folders (``save_to_disk``: ``P/train``, ``P/validation``, Arrow shards of at
 most ``--max_shard_size``), the tokenizer (``P/tokenizer``) and ``P/manifest.json``: the objective, the tokenizer's
-hash and size, ``max_seq_length``, the source files with their sizes and SHA-256, block and token counts, the size
-and SHA-256 of every file of the splits (``files``), and the library versions. ``pretrain --prepared_dataset``
-refuses a manifest that does not fit the run (another objective, tokenizer or sequence length) and a damaged folder:
-every file's size is checked at each load, its content (SHA-256) on first use and with ``--verify_prepared``
-(:func:`verify_prepared`).
+hash and size, ``max_seq_length``, whether the blocks carry document boundaries (``document_boundaries``: a
+``position_ids`` column, ``--document_masking``; manifests written before the key existed have none), the source
+files with their sizes and SHA-256, block and token counts, the size and SHA-256 of every file of the splits
+(``files``), and the library versions. ``pretrain --prepared_dataset`` refuses a manifest that does not fit the run
+(another objective, tokenizer, sequence length or ``--document_masking``) and a damaged folder: every file's size is
+checked at each load, its content (SHA-256) on first use and with ``--verify_prepared`` (:func:`verify_prepared`).
 
 Memory stays bounded as the corpus grows: the tokenizer trainer reads the files as a stream, and ``datasets``
 tokenizes and packs batch by batch into Arrow files on disk (intermediate files live in ``P``'s temporary folder and
@@ -32,10 +33,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pretrain.arguments import (
+    DOCUMENT_BOUNDARIES_KEY,
+    CorpusArguments,
+    ModelArguments,
+    ObjectiveArguments,
+    PretrainPlan,
+    resolve_inputs,
+)
 from training.arguments import arg, parse_arguments
 from training.errors import InputError
-
-from pretrain.arguments import CorpusArguments, ModelArguments, ObjectiveArguments, PretrainPlan, resolve_inputs
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -89,10 +96,9 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
     import tokenizers
     import transformers
 
-    from training.files import atomic_output_dir, check_output_dir_reuse
-
     from pretrain import data
     from pretrain.build import get_tokenizer, tokenizer_hash
+    from training.files import atomic_output_dir, check_output_dir_reuse
 
     demo = corpus.demo
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo)
@@ -136,6 +142,7 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
             "validation_split_percentage": (None if valid_files or corpus.dataset_name
                                             else corpus.validation_split_percentage),
             "nsp_seed": output.seed if objective.nsp else None, "streamed": bool(corpus.streaming),
+            DOCUMENT_BOUNDARIES_KEY: bool(corpus.document_masking),
             "sources": {"train": _sources(train_files), "validation": _sources(valid_files),
                         "dataset_name": corpus.dataset_name, "dataset_config_name": corpus.dataset_config_name},
             "blocks": counts, "tokens": tokens, "files": shards,
@@ -243,6 +250,13 @@ def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
     if corpus.max_seq_length != manifest["max_seq_length"]:
         raise InputError(f"--max_seq_length {corpus.max_seq_length}: --prepared_dataset {path} holds blocks of "
                          f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)")
+    prepared_with = bool(manifest.get(DOCUMENT_BOUNDARIES_KEY, False))
+    if bool(corpus.document_masking) != prepared_with:
+        held = "carry document boundaries" if prepared_with else "carry no document boundaries (no position_ids)"
+        raise InputError(f"--document_masking {str(bool(corpus.document_masking)).lower()}: the blocks of "
+                         f"--prepared_dataset {path} {held}; expected --document_masking "
+                         f"{str(prepared_with).lower()} (or leave it out), or prepare the data again with "
+                         f"`python -m pretrain.prepare ... --document_masking {str(not prepared_with).lower()}`")
 
 
 def load_prepared(path: str | os.PathLike, verify: bool = False) -> dict:

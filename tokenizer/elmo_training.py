@@ -24,7 +24,6 @@ from modeling.elmo.tokenization_elmo import (
     build_pre_tokenizer,
 )
 from training.errors import InputError
-
 from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines

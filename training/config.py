@@ -18,6 +18,7 @@ from training.arguments import arg
 from training.errors import InputError
 from training.optim import OPTIMIZERS, SCHEDULERS
 
+
 def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
     """Steps between two periodic actions (evaluation, checkpoint): ``value`` as given when >= 1, a fraction of
     ``max_train_steps`` (rounded up, at least 1) when below 1 (as transformers' ``TrainingArguments``), None when
@@ -77,7 +78,8 @@ class TrainingConfig:
     num_warmup_steps: int | None = arg(None, "optimizer steps of linear warmup (overrides --warmup_ratio)")
     warmup_ratio: float = arg(0.0, "warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not "
                               "given")
-    num_decay_steps: int | None = arg(None, "warmup_stable_decay: steps of the final decay (default: 10%% of the run)")
+    num_decay_steps: int | None = arg(None, "warmup_stable_decay(_1sqrt): steps of the final decay (default: 10%% / "
+                                      "20%% of the run)")
     max_train_steps: int | None = arg(None, "optimizer steps of the run (overrides --num_train_epochs)")
     num_train_epochs: float = arg(1.0, "passes over the training data, unless --max_train_steps is given")
     max_grad_norm: float | None = arg(1.0, "gradient clipping norm, 0 = none")
@@ -135,7 +137,7 @@ class TrainingConfig:
                                  "in (0, 1)")
         if self.optim not in OPTIMIZERS:
             raise InputError(f"--optim {self.optim!r}: expected one of {', '.join(OPTIMIZERS)}")
-        if self.lr_scheduler_type not in SCHEDULERS:
+        if self._is_set("lr_scheduler_type") and self.lr_scheduler_type not in SCHEDULERS:
             raise InputError(f"--lr_scheduler_type {self.lr_scheduler_type!r}: expected one of {', '.join(SCHEDULERS)}")
         if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
             raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: expected an integer >= 1")

@@ -272,6 +272,12 @@ class Run:
             self.run_id = self.ownership.run_id if self.ownership is not None else read_run_id(self.output_dir)
         return self.accelerator
 
+    def replan(self, training: TrainingConfig, **settings: Any) -> None:
+        """Replace the loop settings before :meth:`execute` (e.g. a compute budget converted into steps once the
+        accelerator and the data exist); ``settings`` update the recorded ones (trackers, run_config.json, card)."""
+        self.training = training
+        self.settings.update(settings)
+
     def card(self, folder: str | os.PathLike) -> str:
         """The model card of the model saved in ``folder``."""
         from training.model_card import card_for_run

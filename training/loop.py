@@ -632,7 +632,6 @@ class Trainer:
             return
         saved = ckpt.read_state(path)
         self._check_resume_geometry(path, saved)
-        self._check_resume_settings(path, saved)
         self._check_pickles(path)
         try:
             self.accelerator.load_state(str(path))
@@ -648,6 +647,7 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
+        self._check_resume_settings(path, saved)  # after the load: another model is named first, not its default lr
         self.state.load_resumed(saved)
         # the position in the epoch is counted in examples, so that another split of the same global batch
         # (processes x per-device batch x accumulation) continues with the very next examples

@@ -26,7 +26,14 @@ SCHEDULERS = {
     "constant": "constant",
     "constant_with_warmup": "constant_with_warmup",
     "warmup_stable_decay": "warmup_stable_decay",
+    "warmup_stable_decay_1sqrt": "warmup_stable_decay",
 }
+
+#: Warmup-stable-decay schedules: ``--lr_scheduler_type`` -> (decay shape of ``transformers.get_wsd_schedule``,
+#: default decay steps in percent of the run). ``1-sqrt``: lr factor 1 - sqrt(t / decay steps) over the last 20%
+#: (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations", sec. 3: a
+#: 1-sqrt cooldown over 20% of the run matches or beats a cosine schedule of the same length).
+WSD_DECAY = {"warmup_stable_decay": ("cosine", 10), "warmup_stable_decay_1sqrt": ("1-sqrt", 20)}
 
 #: Module types whose parameters are never decayed (normalisation layers).
 _NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
@@ -120,10 +127,12 @@ def create_scheduler(
     Args:
         name: a key of :data:`SCHEDULERS` (``linear``: linear warmup then linear decay to 0; ``cosine``: linear
             warmup then half-cosine to 0; ``constant_with_warmup``; ``constant``; ``warmup_stable_decay``:
-            linear warmup, constant, then cosine decay to 0 over ``num_decay_steps``).
+            linear warmup, constant, then cosine decay to 0 over ``num_decay_steps``;
+            ``warmup_stable_decay_1sqrt``: the same with the decay 1 - sqrt(progress), :data:`WSD_DECAY`).
         num_warmup_steps: optimizer steps of linear warmup from 0 to the peak learning rate.
         num_training_steps: optimizer steps of the whole run (the loop's ``max_train_steps``).
-        num_decay_steps: ``warmup_stable_decay`` only; default 10% of ``num_training_steps``.
+        num_decay_steps: warmup-stable-decay schedules only; default 10% (cosine) / 20% (1-sqrt) of
+            ``num_training_steps`` (at least 1, at most the steps after warmup: a run of warmup only has no decay).
 
     Raises:
         InputError: unknown ``name``; negative or inconsistent step counts.
@@ -137,14 +146,18 @@ def create_scheduler(
     from transformers import get_scheduler
 
     kwargs = {}
-    if name == "warmup_stable_decay":
-        decay = max(1, num_training_steps // 10) if num_decay_steps is None else num_decay_steps
+    if name in WSD_DECAY:
+        shape, percent = WSD_DECAY[name]
+        if num_decay_steps is None:  # the default share, within what warmup leaves (a very short run: no decay)
+            decay = min(max(1, num_training_steps * percent // 100), max(0, num_training_steps - num_warmup_steps))
+        else:
+            decay = num_decay_steps
         if decay < 0 or num_warmup_steps + decay > num_training_steps:
             raise InputError(
                 f"--num_decay_steps {decay} with --num_warmup_steps {num_warmup_steps}: warmup + decay must not "
                 f"exceed the {num_training_steps} training steps"
             )
-        kwargs = {"num_decay_steps": decay}
+        kwargs = {"num_decay_steps": decay, "decay_type": shape}
     return get_scheduler(
         SCHEDULERS[name],
         optimizer,

@@ -80,24 +80,44 @@ def pack_words(select: torch.Tensor, max_len: int | None = None) -> tuple[torch.
 
     Args:
         select: ``(B, T)`` bool, the tokens that belong to the sentence.
-        max_len: width of the result (default: the longest row, at least 1).
+        max_len: width ``W`` of the result (default ``T``; a longer sentence is cut). Index arithmetic only (cumulative
+            sums, a scatter): static shapes, no host read.
 
     Returns:
         ``index (B, W)`` long (position in the row; 0 where unused) and ``mask (B, W)`` bool.
     """
-    lengths = select.sum(1)
-    width = max_len or max(int(lengths.max()) if select.numel() else 0, 1)
-    order = torch.sort((~select).to(torch.uint8), dim=1, stable=True).indices[:, :width]
-    mask = torch.arange(order.shape[1], device=select.device).unsqueeze(0) < lengths.unsqueeze(1)
+    t = select.shape[1]
+    width = t if max_len is None else max_len
+    n = select.sum(1, keepdim=True)
+    slot = torch.where(select, select.cumsum(1) - 1, n + (~select).cumsum(1) - 1)  # the words first, then the others
+    positions = torch.arange(t, device=select.device).expand_as(slot)
+    order = torch.empty_like(slot).scatter_(1, slot, positions)[:, :width]
     if order.shape[1] < width:
         order = F.pad(order, (0, width - order.shape[1]))
-        mask = F.pad(mask, (0, width - mask.shape[1]))
+    mask = torch.arange(width, device=select.device).unsqueeze(0) < n
     return order * mask, mask
+
+
+def sentence_width(select: torch.Tensor) -> int:
+    """The width to pack the sentences ``select (B, T)`` bool to: ``T`` under ``torch.compile`` / ``torch.export``
+    (static shapes); in eager mode the longest sentence (at least 1) -- one host read that spares the encoders the
+    positions of ``<S>``, ``</S>``, padding and, for pairs, the other sentence."""
+    if torch.compiler.is_compiling() or not select.numel():
+        return max(select.shape[1], 1)
+    return max(int(select.sum(1).max()), 1)
 
 
 def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``x[b, index[b, i]]`` for ``x`` of shape ``(B, T, ...)``."""
     return x.gather(1, index.reshape(*index.shape, *([1] * (x.dim() - 2))).expand(*index.shape, *x.shape[2:]))
+
+
+def unpack_words(rows: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """The inverse of packing (:func:`pack_words`): ``rows (B, W, D)`` put back at the positions ``index (B, W)`` of a
+    ``(B, length, D)`` zero tensor; rows where ``mask (B, W)`` is False add nothing."""
+    rows = rows * mask.unsqueeze(-1).to(rows.dtype)
+    out = rows.new_zeros(rows.shape[0], length, rows.shape[-1])
+    return out.scatter_add(1, index.unsqueeze(-1).expand_as(rows), rows)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -160,10 +180,24 @@ class WordVectors(nn.Module):
         word = F.embedding(input_ids, self._weight(self.word_embeddings, static)) * known.unsqueeze(-1)
         return (word + sums) / (counts + known.long()).clamp(min=1).unsqueeze(-1).to(sums.dtype)
 
-    def forward(self, input_ids: torch.Tensor, char_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
-        """``input_ids (B, W)`` (+ ``char_ids (B, W, 50)`` for fastText), ``mask (B, W)`` bool ->
-        ``(B, W, E)`` float, 0 at masked positions (``(2, B, W, E)`` for multichannel)."""
+    def forward(self, input_ids: torch.Tensor | None, char_ids: torch.Tensor | None, mask: torch.Tensor,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """``input_ids (B, T)`` (+ ``char_ids (B, T, 50)`` for fastText), ``mask (B, T)`` bool (the words) ->
+        ``(B, T, E)`` float, 0 where ``mask`` is False (``(2, B, T, E)`` for multichannel: the frozen channel, then the
+        fine-tuned one). ``inputs_embeds (B, T, E)`` replaces the embedding lookup (``input_ids`` is not read).
+
+        Raises:
+            ValueError: fastText without ``char_ids``; ``inputs_embeds`` for fastText (its vectors need the
+                characters of each word) or multichannel embeddings (the frozen channel needs the word ids).
+        """
         m = mask.unsqueeze(-1)
+        if inputs_embeds is not None:
+            if self.ngram_embeddings is not None or self.static_embeddings is not None:
+                c = self.config
+                raise ValueError(f"inputs_embeds: not for encoder_type={c.encoder_type!r} with embedding_mode="
+                                 f"{c.embedding_mode!r} (fastText's vectors need the characters, a multichannel CNN's "
+                                 "frozen channel the word ids); pass input_ids (and char_ids)")
+            return self.dropout(inputs_embeds) * m
         if self.ngram_embeddings is not None:
             if char_ids is None:
                 raise ValueError("encoder_type='fasttext' needs char_ids (the ELMo-style tokenizer's output)")
@@ -183,7 +217,9 @@ class WordVectors(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Encoders: (x (B, W, E), mask (B, W) bool) -> (token states (B, W, H), sentence vector (B, D))
+# Encoders: (x (B, W, E), mask (B, W) bool) -> (token states (B, W, H), sentence vector (B, D)), in two steps:
+# ``states(x, mask)`` and ``pool(states, mask, x)``; ``token_states`` says whether the states are more than the word
+# vectors (the RNN's states, the Tree-LSTM's leaves), i.e. a hidden state of their own.
 
 
 def _nonempty(mask: torch.Tensor) -> torch.Tensor:
@@ -206,12 +242,20 @@ def masked_pool(h: torch.Tensor, mask: torch.Tensor, kind: str, scorer: nn.Modul
 class BagOfWordsEncoder(nn.Module):
     """CBoW / fastText: the mean of the word vectors (Joulin et al. 2017)."""
 
+    token_states = False
+
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
         self.output_size = config.embedding_dim
 
+    def states(self, x, mask):
+        return x
+
+    def pool(self, states, mask, x):
+        return masked_pool(states, mask, "mean")
+
     def forward(self, x, mask):
-        return x, masked_pool(x, mask, "mean")
+        return x, self.pool(x, mask, x)
 
 
 class KimCNNEncoder(nn.Module):
@@ -220,12 +264,20 @@ class KimCNNEncoder(nn.Module):
     ``w`` still has windows), ReLU, max over the windows that hold at least one word. Multichannel: each filter
     is applied to both channels and the results added (one bias)."""
 
+    token_states = False
+
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
         self.widths = list(config.cnn_filter_sizes)
         self.convs = nn.ModuleList(nn.Conv1d(config.embedding_dim, config.cnn_num_filters, w, padding=w - 1)
                                    for w in self.widths)
         self.output_size = config.cnn_num_filters * len(self.widths)
+
+    def states(self, x, mask):
+        return x[-1] if x.dim() == 4 else x  # the (fine-tuned) word vectors
+
+    def pool(self, states, mask, x):
+        return self(x, mask)[1]
 
     def forward(self, x, mask):
         channels = x if x.dim() == 4 else x.unsqueeze(0)
@@ -243,7 +295,10 @@ class KimCNNEncoder(nn.Module):
 
 class RNNEncoder(nn.Module):
     """A stacked (bi)LSTM / GRU over the words (packed sequences: padding never enters a state), pooled by
-    ``pooling`` (max / mean / attention with a learned scorer)."""
+    ``pooling`` (max / mean / attention with a learned scorer). Under ``torch.export`` the recurrence runs as torch's
+    ``scan`` over the steps (:func:`_scan_rnn`: the same function; ``nn.LSTM`` would fix the sequence length)."""
+
+    token_states = True
 
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
@@ -256,13 +311,66 @@ class RNNEncoder(nn.Module):
         self.scorer = (nn.Sequential(nn.Linear(self.output_size, self.output_size), nn.Tanh(),
                                      nn.Linear(self.output_size, 1, bias=False)) if config.pooling == "attention" else None)
 
+    def states(self, x, mask):
+        if torch.compiler.is_exporting():
+            h = _scan_rnn(self.rnn, x, mask.sum(1))
+        else:
+            lengths = mask.sum(1).clamp(min=1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            out, _ = self.rnn(packed)
+            h, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return h * mask.unsqueeze(-1)
+
+    def pool(self, states, mask, x):
+        return masked_pool(states, mask, self.pooling, self.scorer)
+
     def forward(self, x, mask):
-        lengths = mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = self.rnn(packed)
-        h, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
-        h = h * mask.unsqueeze(-1)
-        return h, masked_pool(h, mask, self.pooling, self.scorer)
+        h = self.states(x, mask)
+        return h, self.pool(h, mask, x)
+
+
+def _scan_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``rnn`` (``batch_first``, any layers and directions, no projection) over the right-padded sequences ``x (B, W,
+    E)`` of ``lengths (B,)`` as packed sequences would give it at the valid positions, with torch's ``scan`` over the
+    steps (``torch.export``: the length stays symbolic; ONNX ``Scan``): each direction's cell is PyTorch's own
+    (``torch.lstm_cell`` / ``torch.gru_cell``) with the module's parameters, the reverse direction reads each sequence
+    backwards within its length, dropout between layers as the module's. Returns ``(B, W, directions * H)``."""
+    from torch._higher_order_ops.scan import scan
+
+    b, w = x.shape[:2]
+    pos = torch.arange(w, device=x.device).expand(b, w)
+    n = lengths.unsqueeze(1)
+    backwards = torch.where(pos < n, n - 1 - pos, pos).unsqueeze(-1)  # an involution
+
+    def run(inputs, names):
+        # the weights are read from the module inside the steps: a tensor a scan body closes over gets symbolic sizes,
+        # which torch.export may unify with the batch or the length (duck sizing) and then fix
+        if isinstance(rnn, nn.LSTM):
+            def step(state, xt):
+                h, c = torch.lstm_cell(xt, state, *(getattr(rnn, name) for name in names))
+                return (h, c), h.clone()  # scan's outputs may not alias its carry
+            init = (inputs.new_zeros(b, rnn.hidden_size), inputs.new_zeros(b, rnn.hidden_size))  # two tensors: no alias
+        else:
+            def step(h, xt):
+                h = torch.gru_cell(xt, h, *(getattr(rnn, name) for name in names))
+                return h, h.clone()
+            init = inputs.new_zeros(b, rnn.hidden_size)
+        # contiguous: scan traces a view's base too, and its sizes' symbols can pin the batch and length to the example
+        return scan(step, init, inputs.transpose(0, 1).contiguous())[1].transpose(0, 1)
+
+    for layer in range(rnn.num_layers):
+        outs = []
+        for suffix in ("", "_reverse")[: 1 + rnn.bidirectional]:
+            names = [f"{name}_l{layer}{suffix}" for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            if suffix:
+                flip = backwards.expand(-1, -1, x.shape[-1])
+                outs.append(run(x.gather(1, flip), names).gather(1, backwards.expand(-1, -1, rnn.hidden_size)))
+            else:
+                outs.append(run(x, names))
+        x = torch.cat(outs, dim=-1)
+        if layer < rnn.num_layers - 1:
+            x = F.dropout(x, rnn.dropout, rnn.training)
+    return x
 
 
 class BinaryTreeLSTMCell(nn.Module):
@@ -373,22 +481,32 @@ class TreeLSTMEncoder(nn.Module):
         c, o = self.leaf(x).chunk(2, dim=-1)
         return torch.sigmoid(o) * torch.tanh(c), c
 
-    def forward(self, x, mask, tree_merges: torch.Tensor | None = None):
-        """``x (B, W, E)`` word embeddings, ``mask (B, W)`` 1 = word -> ``(leaf states (B, W, H), 0 at padding;
-        root states (B, H))``.
+    token_states = True
+
+    def states(self, x, mask):
+        """The leaves' ``h (B, W, H)``, 0 at padding (a leaf of a padding "word" is not 0 once its bias is trained)."""
+        return self.leaves(x)[0] * mask.unsqueeze(-1).to(x.dtype)
+
+    def pool(self, states, mask, x, tree_merges: torch.Tensor | None = None):
+        """The root's ``h (B, H)``, composed from the leaves ``states (B, W, H)`` (their cells recomputed from the word
+        vectors ``x (B, W, E)``) over ``tree_merges`` or a latent tree.
 
         Raises:
             ValueError: ``tree_source='given'`` without ``tree_merges``, or too few merges for a sentence.
         """
-        h, c = self.leaves(x)
+        c = self.leaves(x)[1]
         lengths = mask.sum(1)
         if tree_merges is not None:
-            root = self.compose_given(h, c, lengths, tree_merges)
-        elif self.tree_source == "given":
+            return self.compose_given(states, c, lengths, tree_merges)
+        if self.tree_source == "given":
             raise ValueError("SesameBaselineConfig.tree_source='given' but no tree_merges were passed")
-        else:
-            root = self.compose_latent(h, c, lengths)
-        return h * mask.unsqueeze(-1).to(h.dtype), root  # a leaf of a padding "word" is not 0 once its bias is trained
+        return self.compose_latent(states, c, lengths)
+
+    def forward(self, x, mask, tree_merges: torch.Tensor | None = None):
+        """``x (B, W, E)`` word embeddings, ``mask (B, W)`` 1 = word -> ``(leaf states (B, W, H), 0 at padding;
+        root states (B, H))`` (:meth:`states`, :meth:`pool`)."""
+        h = self.states(x, mask)
+        return h, self.pool(h, mask, x, tree_merges)
 
     def compose_given(self, h, c, lengths, merges) -> torch.Tensor:
         b, w = h.shape[:2]
@@ -402,8 +520,8 @@ class TreeLSTMEncoder(nn.Module):
             active = left >= 0
             if not bool(active.any()):
                 continue
-            l, r = left.clamp(min=0), right.clamp(min=0)
-            ph, pc = self.cell(nodes_h[rows, l], nodes_c[rows, l], nodes_h[rows, r], nodes_c[rows, r])
+            li, ri = left.clamp(min=0), right.clamp(min=0)
+            ph, pc = self.cell(nodes_h[rows, li], nodes_c[rows, li], nodes_h[rows, ri], nodes_c[rows, ri])
             target = (lengths + k).clamp(max=nodes_h.shape[1] - 1)
             keep = active.unsqueeze(-1)
             nodes_h = nodes_h.index_put((rows, target), torch.where(keep, ph, nodes_h[rows, target]))
@@ -450,7 +568,7 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
     config_class = SesameBaselineConfig
     base_model_prefix = "baseline"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Conv1d)):
@@ -477,17 +595,45 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
         elif isinstance(module, TreeLSTMEncoder):
             init.normal_(module.query, mean=0.0, std=0.1)
 
+    def _finish(self, output, return_dict: bool | None):
+        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
+        ``config.return_dict``) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
+        """``output_hidden_states``, defaulting to the config's."""
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
 
 class SesameBaselineModel(SesameBaselinePreTrainedModel):
     """Sentence vectors from one of the classic encoders (``config.encoder_type``).
 
     Forward args: ``input_ids (B, T)`` long word ids, ``char_ids (B, T, 50)`` (fastText), ``attention_mask (B, T)``,
     ``token_type_ids (B, T)`` (with 1s: only sentence ``segment`` is encoded), ``tree_merges`` (Tree-LSTM over
-    given trees, single sentences). Returns ``BaseModelOutputWithPooling``: ``pooler_output (B, D)`` float, the
-    sentence vector (``D = output_size``), and ``last_hidden_state (B, W, H)``, the token-level states of the
-    sentence's ``W`` words packed to the left (word vectors for cbow / fasttext / cnn, the RNN's states, the
-    Tree-LSTM's leaves).
+    given trees, single sentences), ``inputs_embeds (B, T, E)`` instead of ``input_ids``: the word vectors
+    (``get_input_embeddings()(input_ids)``; not for fastText, whose vectors need the characters, nor a multichannel
+    CNN) -- every position of ``attention_mask`` is then a word (mask ``<S>``/``</S>`` out: without the word ids the
+    model cannot see them), ``output_hidden_states`` and ``return_dict`` (defaults from the config).
+
+    Returns ``BaseModelOutputWithPooling`` (or its tuple): ``pooler_output (B, D)`` float, the sentence vector (``D =
+    output_size``); ``hidden_states`` (when asked), each ``(B, T, .)`` at the input positions, 0 elsewhere (``<S>``,
+    ``</S>``, padding, the other sentence): the word vectors ``(B, T, E)`` (what the encoder reads; the fine-tuned
+    channel of a multichannel CNN), then for "rnn" and "treelstm" the encoder's token states ``(B, T, H)`` (the
+    RNN's top-layer states, the Tree-LSTM's leaves); every one in the graph of ``pooler_output``;
+    ``last_hidden_state``: the last of them (the word vectors for cbow / fasttext / cnn).
+
+    Static shapes: under ``torch.export`` / ``torch.compile`` nothing in ``forward`` reads tensor values back; eager
+    mode reads some for speed, with the same result: the cut of the packed sentences to the longest one
+    (:func:`sentence_width`; ``T`` in a graph), the RNN's packed sequences (lengths on the host; a ``scan`` loop under
+    ``torch.export``) and the classifier's single-sentence path. fastText's n-gram hashing (Python over the characters)
+    and the checks of given trees read values in any mode: neither exports. Gradient checkpointing recomputes the
+    encoder in the backward pass.
+
+    Raises:
+        ValueError: none or both of ``input_ids`` and ``inputs_embeds``; see :meth:`WordVectors.forward`.
     """
+
+    gradient_checkpointing = False  # set by gradient_checkpointing_enable(): recompute the encoder in backward
 
     def __init__(self, config: SesameBaselineConfig):
         super().__init__(config)
@@ -504,9 +650,13 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def sentence_mask(self, input_ids, attention_mask, token_type_ids=None, segment: int | None = None) -> torch.Tensor:
-        """``(B, T)`` bool: the words of the sentence (no ``<S>``/``</S>``, no padding; of ``segment`` if given)."""
+        """``(B, T)`` bool: the words of the sentence (no ``<S>``/``</S>``, no padding; of ``segment`` if given).
+        Without ``input_ids`` (``inputs_embeds``): the positions of ``attention_mask`` (required then)."""
         c = self.config
-        select = (input_ids != c.pad_token_id) & (input_ids != c.bos_token_id) & (input_ids != c.eos_token_id)
+        if input_ids is not None:
+            select = (input_ids != c.pad_token_id) & (input_ids != c.bos_token_id) & (input_ids != c.eos_token_id)
+        else:
+            select = torch.ones_like(attention_mask, dtype=torch.bool)
         if attention_mask is not None:
             select &= attention_mask.bool()
         if segment is not None:
@@ -515,25 +665,67 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             select &= token_type_ids == segment
         return select
 
-    def encode(self, input_ids, char_ids, select, tree_merges=None):
-        """Encode the words ``select (B, T)`` bool of each row: ``(token states (B, W, H), sentence (B, D))``."""
-        index, mask = pack_words(select)
-        ids = input_ids.gather(1, index) * mask
-        chars = _take(char_ids, index) * mask.unsqueeze(-1) if char_ids is not None else None
-        x = self.embeddings(ids, chars, mask)
-        if isinstance(self.encoder, TreeLSTMEncoder):
-            return self.encoder(x, mask, tree_merges)
-        if tree_merges is not None:
+    def encode(self, input_ids, char_ids, select, tree_merges=None, inputs_embeds=None):
+        """Encode the words ``select`` bool of each row: ``(B, T)``, one sentence per row, or ``(S, B, T)``, ``S``
+        sentences per row (a pair's two), each encoded alone.
+
+        Returns ``(hidden states, sentences (S * B, D))`` (sentence ``s`` of row ``b`` at ``s * B + b``), the hidden
+        states as :class:`SesameBaselineModel` returns them, each ``(B, T, .)`` with every sentence's words at their
+        input positions. Each sentence's words are packed to the left from the returned hidden states (a gather), so
+        that those are in the graph of the sentence vectors.
+        """
+        if tree_merges is not None and not isinstance(self.encoder, TreeLSTMEncoder):
             raise ValueError(f"tree_merges is for encoder_type='treelstm', not {self.config.encoder_type!r}")
-        return self.encoder(x, mask)
+        selects = select if select.dim() == 3 else select.unsqueeze(0)
+        t = selects.shape[-1]
+        width = sentence_width(selects.flatten(0, 1))
+        packed = [pack_words(sel, width) for sel in selects]
+        index, mask = torch.cat([i for i, _ in packed]), torch.cat([m for _, m in packed])  # (S * B, W)
+        keep = mask.unsqueeze(-1)
+
+        def gather(full):  # (B, T, D) -> (S * B, W, D), 0 at unused slots
+            return _take(full.repeat(len(packed), 1, 1), index) * keep.to(full.dtype)
+
+        words = self.embeddings(input_ids, char_ids, selects.any(0), inputs_embeds)  # (B, T, E) or (2, B, T, E)
+        x = torch.stack([gather(w) for w in words]) if words.dim() == 4 else gather(words)
+        hidden = (words[-1] if words.dim() == 4 else words,)
+        checkpoint = None
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            checkpoint = self._gradient_checkpointing_func
+        states = self.encoder.states(x, mask) if checkpoint is None else checkpoint(self.encoder.states, x, mask)
+        if self.encoder.token_states:  # put back at the input positions, then read again from there
+            per_sentence = states.unflatten(0, (len(packed), selects.shape[1])).unbind(0)  # not chunk: see the pairs
+            hidden += (sum(unpack_words(st, i, m, t) for st, (i, m) in zip(per_sentence, packed)),)
+            states = gather(hidden[-1])
+        extra = (tree_merges,) if isinstance(self.encoder, TreeLSTMEncoder) else ()
+        pool = self.encoder.pool
+        sentence = pool(states, mask, x, *extra) if checkpoint is None else checkpoint(pool, states, mask, x, *extra)
+        return hidden, sentence
+
+    def _inputs(self, input_ids, inputs_embeds, attention_mask):
+        """``attention_mask``, or by default: the positions that are not ``<pad>`` (all of ``inputs_embeds``).
+
+        Raises:
+            ValueError: none or both of ``input_ids`` and ``inputs_embeds``.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"{type(self).__name__} needs exactly one of input_ids (word ids of the ELMo-style "
+                             "tokenizer) or inputs_embeds (B, T, embedding_dim)")
+        if attention_mask is not None:
+            return attention_mask
+        if input_ids is not None:
+            return input_ids != self.config.pad_token_id
+        return torch.ones(inputs_embeds.shape[:2], dtype=torch.bool, device=inputs_embeds.device)
 
     def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
-                segment: int | None = None, **kwargs) -> BaseModelOutputWithPooling:
-        if input_ids is None:
-            raise ValueError("SesameBaselineModel needs input_ids (word ids of the ELMo-style tokenizer)")
+                segment: int | None = None, inputs_embeds=None, output_hidden_states=None, return_dict=None,
+                **kwargs) -> BaseModelOutputWithPooling | tuple:
+        attention_mask = self._inputs(input_ids, inputs_embeds, attention_mask)
         select = self.sentence_mask(input_ids, attention_mask, token_type_ids, segment)
-        states, sentence = self.encode(input_ids, char_ids, select, tree_merges)
-        return BaseModelOutputWithPooling(last_hidden_state=states, pooler_output=sentence)
+        hidden, sentence = self.encode(input_ids, char_ids, select, tree_merges, inputs_embeds)
+        output = BaseModelOutputWithPooling(last_hidden_state=hidden[-1], pooler_output=sentence,
+                                            hidden_states=hidden if self._hidden_flag(output_hidden_states) else None)
+        return self._finish(output, return_dict)
 
 
 def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
@@ -547,16 +739,22 @@ def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
 class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     """Sentence / sentence-pair classification or regression with a classic encoder.
 
-    Single sentences: ``classifier(u)``. Pairs (``token_type_ids`` with 1s, as the tokenizer makes them): each
-    sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
-    u * v]`` (Wang et al. 2018). A linear classifier (``classifier_hidden_size=0``) or one hidden layer.
-    Regression (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
-    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels
-    cast to float32 unless they are long/int32 class ids.
+    Single sentences: ``classifier(u)``. Pairs (rows whose ``token_type_ids`` have 1s, as the tokenizer makes them):
+    each sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
+    u * v]`` (Wang et al. 2018); in a batch that mixes both, each row is classified as what it is. A linear classifier
+    (``classifier_hidden_size=0``) or one hidden layer. Regression (MSE) when ``num_labels == 1``; the loss is
+    transformers' ``self.loss_function`` (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers
+    does) on float32 logits, labels cast to float32 unless they are long/int32 class ids.
 
-    Forward args: ``input_ids (B, T)``, ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids
-    (B, T)`` optional, ``tree_merges`` optional (single sentences), ``labels (B,)`` long (float for
-    regression). Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and ``loss``.
+    Forward args: ``input_ids (B, T)`` (or ``inputs_embeds (B, T, E)``, see :class:`SesameBaselineModel`),
+    ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional, ``tree_merges`` optional
+    (single sentences), ``labels (B,)`` long (float for regression), ``output_hidden_states``, ``return_dict``
+    (defaults from the config). Returns ``SequenceClassifierOutput`` (or its tuple) with ``logits (B, num_labels)``,
+    ``loss`` and, when asked, ``hidden_states`` as :class:`SesameBaselineModel`'s (for a pair, both sentences' in the
+    pair's layout).
+
+    Raises:
+        ValueError: none or both of ``input_ids`` and ``inputs_embeds``; ``tree_merges`` with pairs.
     """
 
     def __init__(self, config: SesameBaselineConfig):
@@ -570,33 +768,34 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
         self.baseline.embeddings.freeze()
 
     def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
-                labels=None, **kwargs) -> SequenceClassifierOutput:
-        if input_ids is None:
-            raise ValueError("SesameBaselineForSequenceClassification needs input_ids (word ids)")
+                labels=None, inputs_embeds=None, output_hidden_states=None, return_dict=None,
+                **kwargs) -> SequenceClassifierOutput | tuple:
         model = self.baseline
-        if attention_mask is None:
-            attention_mask = input_ids != self.config.pad_token_id
-        if token_type_ids is not None and bool((token_type_ids.bool() & attention_mask.bool()).any()):
+        attention_mask = model._inputs(input_ids, inputs_embeds, attention_mask)
+        pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
+        # Eager mode skips the second sentence when no row has one (one host read; the same result); a captured graph
+        # (torch.export / torch.compile) always takes the general path, which decides row by row.
+        if pair is not None and (torch.compiler.is_compiling() or bool(pair.any())):
             if tree_merges is not None:
                 raise ValueError("tree_merges: given trees are supported for single sentences, not pairs")
-            # both sentences in one batched call: rows 0..B-1 are the first sentences, B..2B-1 the second
-            first = model.sentence_mask(input_ids, attention_mask, token_type_ids, 0)
-            second = model.sentence_mask(input_ids, attention_mask, token_type_ids, 1)
-            chars = torch.cat([char_ids, char_ids]) if char_ids is not None else None
-            _, sent = model.encode(torch.cat([input_ids, input_ids]), chars, torch.cat([first, second]))
-            u, v = sent.chunk(2)
-            logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            unused = self.classifier
+            # both sentences in one batched call: rows 0..B-1 of the sentence vectors are the first sentences
+            selects = torch.stack([model.sentence_mask(input_ids, attention_mask, token_type_ids, s) for s in (0, 1)])
+            hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds)
+            # unflatten, not chunk(2): torch.export cannot prove that chunking 2B rows gives two pieces for every B
+            u, v = sent.unflatten(0, (2, selects.shape[1])).unbind(0)
+            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
         else:
-            _, u = model.encode(input_ids, char_ids, model.sentence_mask(input_ids, attention_mask), tree_merges)
-            logits = self.classifier(u)
-            unused = self.pair_classifier
-        # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
-        # (find_unused_parameters=False) requires; its gradient is 0.
-        logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
+            select = model.sentence_mask(input_ids, attention_mask)
+            hidden, u = model.encode(input_ids, char_ids, select, tree_merges, inputs_embeds)
+            # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
+            # (find_unused_parameters=False) requires; its gradient is 0.
+            logits = self.classifier(u) + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
             loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
                                       config=self.config)
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        output = SequenceClassifierOutput(loss=loss, logits=logits,
+                                          hidden_states=hidden if self._hidden_flag(output_hidden_states) else None)
+        return self._finish(output, return_dict)

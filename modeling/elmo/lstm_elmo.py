@@ -6,9 +6,12 @@
 * :func:`run_bilm_stacks` -- both directions layer by layer (residual from the second layer on); on CPU in
   :class:`BiLSTMProjectionFunction`, the forward and backward LSTMs of a layer stepped together with hand-written
   backpropagation through time (:func:`fused_lstm_applies` says when), else cuDNN / PyTorch's kernel, or
-  :func:`lstm_clipped`, the step-by-step loop with bilm-tf's cell and projection clipping.
-* :func:`reverse_padded` -- each sequence reversed within its length (the backward LM's input and output);
-  :func:`full_precision` -- how the LSTMs run under autocast (float32, autocast off).
+  :func:`recurrence`, the step-by-step loop (bilm-tf's cell and projection clipping; under ``torch.export`` a
+  ``scan`` whose length stays symbolic); optionally recomputing each layer in the backward pass (gradient
+  checkpointing).
+* :func:`token_slots` -- where each kept token goes when a row's tokens are packed to the left and read forwards or
+  backwards (static shapes: any mask layout, no host read); :func:`full_precision` -- how the LSTMs run under
+  autocast (float32, autocast off).
 
 Saved folders carry this file: ``modeling_elmo.py`` imports it relatively, and transformers copies a model file's
 relative imports with it (``trust_remote_code``). Imports only torch and the sibling configuration file.
@@ -30,17 +33,80 @@ def full_precision(x: torch.Tensor, module: nn.Module):
     return x.to(dtype), torch.autocast(device_type=x.device.type, enabled=False)
 
 
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each sequence of ``x (B, T, ...)`` within its length (right padding stays in place).
+def _steps(step, init, xs: torch.Tensor) -> torch.Tensor:
+    """Run ``step(carry, x_t) -> (carry, out_t)`` over ``xs (T, ...)`` from ``init``: ``(T, ...)``, the stacked outputs.
 
-    An involution: ``reverse_padded(reverse_padded(x, n), n) == x``.
+    A Python loop; under ``torch.export`` (``torch.compiler.is_exporting()``) torch's ``scan`` higher-order operator,
+    which keeps the number of steps symbolic (a loop would fix it to the example's length) and which the ONNX
+    exporter writes as one ``Scan`` node.
     """
-    b, t = x.shape[:2]
-    pos = torch.arange(t, device=x.device).unsqueeze(0).expand(b, t)
-    rev = lengths.unsqueeze(1) - 1 - pos
-    idx = torch.where(rev >= 0, rev, pos)
-    idx = idx.reshape(b, t, *([1] * (x.dim() - 2))).expand_as(x)
-    return x.gather(1, idx)
+    if torch.compiler.is_exporting():
+        from torch._higher_order_ops.scan import scan
+
+        def body(carry, x):
+            carry, out = step(carry, x)
+            return carry, out.clone()  # scan's outputs may not alias its carry
+
+        # contiguous: scan traces a view's base too, and its sizes' symbols can pin the batch and length to the example
+        return scan(body, init, xs.contiguous())[1]
+    carry, outs = init, []
+    for x in xs.unbind(0):
+        carry, out = step(carry, x)
+        outs.append(out)
+    return torch.stack(outs)
+
+
+def recurrence(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, reverse: bool = False, cell_clip: float | None = None,
+               proj_clip: float | None = None) -> torch.Tensor:
+    """One direction of the first layer of ``rnn`` (``nn.LSTM``, with or without ``proj_size``, or ``nn.GRU``) over
+    ``x (B, T, I)`` float (batch first, whatever ``rnn.batch_first`` says) from zero states, step by step: ``(B, T,
+    P)`` (``P`` = ``proj_size`` or ``hidden_size``), in ``x``'s dtype.
+
+    The same parameters, gate order and equations as PyTorch's kernels (LSTM: input, forget, cell, output; GRU: reset,
+    update, new), so with no clipping it equals ``rnn(x)[0]`` (the direction's half of it). ``reverse`` reads the
+    ``*_reverse`` parameters of a bidirectional ``rnn`` (``x`` must already be in the order that direction reads).
+    ``cell_clip`` / ``proj_clip`` (LSTM only): bilm-tf's clipping of the memory cell and of the projected output to
+    ``[-clip, clip]``. Used for clipping, and under ``torch.export`` (see :func:`_steps`), where ``nn.LSTM`` /
+    ``nn.GRU`` fix the sequence length and the ONNX LSTM operator has no projection. The steps read the recurrent
+    weights from the module (not from a local variable): a tensor a ``scan`` body closes over gets symbolic sizes,
+    which ``torch.export`` may unify with the batch or the length (duck sizing) and then fix.
+    """
+    sfx = "_l0_reverse" if reverse else "_l0"
+
+    def weight(name: str) -> torch.Tensor | None:
+        return getattr(rnn, name + sfx, None)
+
+    b = x.shape[0]
+    if isinstance(rnn, nn.GRU):
+        gates_x = F.linear(x, weight("weight_ih"), weight("bias_ih")).transpose(0, 1)  # (T, B, 3H)
+
+        def gru_step(h, gx):
+            r, z, n = gx.chunk(3, dim=-1)
+            hr, hz, hn = F.linear(h, weight("weight_hh"), weight("bias_hh")).chunk(3, dim=-1)
+            r, z = torch.sigmoid(r + hr), torch.sigmoid(z + hz)
+            h = (1 - z) * torch.tanh(n + r * hn) + z * h
+            return h, h
+
+        return _steps(gru_step, x.new_zeros(b, rnn.hidden_size), gates_x).transpose(0, 1)
+    bias = weight("bias_ih") + weight("bias_hh") if weight("bias_ih") is not None else None
+    gates_x = F.linear(x, weight("weight_ih"), bias).transpose(0, 1)  # (T, B, 4H)
+    projected = weight("weight_hr") is not None
+
+    def lstm_step(state, gx):
+        h, c = state
+        i, f, g, o = (gx + F.linear(h, weight("weight_hh"))).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        if cell_clip is not None:
+            c = c.clamp(-cell_clip, cell_clip)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        if projected:
+            h = F.linear(h, weight("weight_hr"))
+        if proj_clip is not None:
+            h = h.clamp(-proj_clip, proj_clip)
+        return (h, c), h
+
+    init = (x.new_zeros(b, rnn.proj_size or rnn.hidden_size), x.new_zeros(b, rnn.hidden_size))  # two tensors
+    return _steps(lstm_step, init, gates_x).transpose(0, 1)
 
 
 def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_clip: float | None) -> torch.Tensor:
@@ -48,26 +114,9 @@ def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_c
     ``[-cell_clip, cell_clip]`` and of the projected output to ``[-proj_clip, proj_clip]``.
 
     Same parameters and gate order (input, forget, cell, output) as ``nn.LSTM``; with no clipping it equals
-    ``lstm(x)[0]``. ``x (B, T, I)`` -> ``(B, T, P)``.
+    ``lstm(x)[0]``. ``x (B, T, I)`` -> ``(B, T, P)``. (:func:`recurrence` for the forward direction.)
     """
-    b, t, _ = x.shape
-    gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-    w_hh, w_hr = lstm.weight_hh_l0, getattr(lstm, "weight_hr_l0", None)
-    h = x.new_zeros(b, w_hh.shape[1])
-    c = x.new_zeros(b, lstm.hidden_size)
-    outputs = []
-    for step in range(t):
-        i, f, g, o = (gates_x[:, step] + F.linear(h, w_hh)).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip is not None:
-            c = c.clamp(-cell_clip, cell_clip)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        if w_hr is not None:
-            h = F.linear(h, w_hr)
-        if proj_clip is not None:
-            h = h.clamp(-proj_clip, proj_clip)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1)
+    return recurrence(lstm, x, cell_clip=cell_clip, proj_clip=proj_clip)
 
 
 class BiLSTMProjectionFunction(torch.autograd.Function):
@@ -156,7 +205,8 @@ class BiLSTMProjectionFunction(torch.autograd.Function):
 
 def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
     """Whether :class:`BiLSTMProjectionFunction` runs the LSTM layers: ``config.fused_cpu_lstm``, LSTM cells
-    with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast."""
+    with a projection (``projection_dim < cell_size``), no clipping, a CPU float32/float64 input, no autocast, not
+    under ``torch.export`` (the exported graph runs :func:`recurrence`, the same function)."""
     return (
         config.fused_cpu_lstm
         and config.cell_type == "lstm"
@@ -166,6 +216,7 @@ def fused_lstm_applies(config: SesameElmoConfig, x: torch.Tensor) -> bool:
         and x.device.type == "cpu"
         and x.dtype in (torch.float32, torch.float64)
         and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_exporting()
     )
 
 
@@ -190,6 +241,8 @@ class RecurrentLayer(nn.Module):
         cfg = self.config
         if cfg.cell_type == "lstm" and (cfg.cell_clip is not None or cfg.proj_clip is not None):
             out = lstm_clipped(self.rnn, x, cfg.cell_clip, cfg.proj_clip)
+        elif torch.compiler.is_exporting():  # nn.LSTM / nn.GRU would fix the sequence length of the graph
+            out = recurrence(self.rnn, x)
         else:
             out = self.rnn(x)[0]
         return self.proj(out) if self.proj is not None else out
@@ -207,41 +260,76 @@ class DirectionalStack(nn.Module):
         self.use_residual = config.use_residual
 
 
+def token_slots(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each position of a ``(B, T)`` 0/1 ``mask`` goes when the kept tokens of each row are packed to the left,
+    in order (any layout of the mask: right or left padding, holes): ``(forward, backward)``, ``(B, T)`` long.
+
+    ``forward[b, t]`` is the slot of position ``t`` in the packed row (the ``n_b`` kept tokens in slots
+    ``0 .. n_b - 1``, then the masked positions in order); ``backward[b, t]`` its slot in the packed row read
+    backwards (kept token ``k`` in slot ``n_b - 1 - k``: the backward LM's order, padding still last). Both rows are
+    permutations of ``0 .. T - 1``, computed with cumulative sums (static shapes, no host read). For a right-padded
+    mask ``forward`` is the identity.
+    """
+    keep = mask.bool()
+    n = keep.sum(1, keepdim=True)
+    forward = torch.where(keep, keep.cumsum(1) - 1, n + (~keep).cumsum(1) - 1)
+    return forward, torch.where(forward < n, n - 1 - forward, forward)
+
+
+def inverse_permutation(slots: torch.Tensor) -> torch.Tensor:
+    """The inverse of the row permutations ``slots (B, T)`` long (position -> slot): ``order[b, slots[b, t]] = t``."""
+    arange = torch.arange(slots.shape[1], device=slots.device).expand_as(slots)
+    return torch.empty_like(slots).scatter_(1, slots, arange)
+
+
+def permute_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x (B, T, D)`` reordered along ``T``: ``out[b, i] = x[b, index[b, i]]`` (``index (B, T)`` long)."""
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
 def run_bilm_stacks(
     config: SesameElmoConfig,
     forward_stack: DirectionalStack,
     backward_stack: DirectionalStack,
-    x_forward: torch.Tensor,
-    x_backward: torch.Tensor,
-    lengths: torch.Tensor,
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    layer0: torch.Tensor,
+    mask: torch.Tensor,
+    checkpoint=None,
+) -> list[torch.Tensor]:
     """Run both directions' stacks on layer 0: dropout on each layer's input, residual from the second layer on.
 
-    Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when :func:`fused_lstm_applies`,
-    else as two :class:`RecurrentLayer` calls; under autocast in float32 (:func:`full_precision`).
+    Each layer reads the previous layer's representation as returned (``[forward h; backward h]``, 0 at masked
+    positions), so every returned layer is in the graph of the layers above it. The kept tokens of each row are packed
+    to the left (:func:`token_slots`) and the backward stack reads them in reverse; masked positions never reach a kept
+    token's state. Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when
+    :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls; under autocast in float32
+    (:func:`full_precision`).
 
     Args:
         config: the model's config (``fused_cpu_lstm``, clipping, sizes).
         forward_stack / backward_stack: the two directions' :class:`DirectionalStack`.
-        x_forward / x_backward: ``(B, T, P)`` float, layer 0 as each direction reads it (in natural order; the
-            backward stack's input is reversed within each sequence here).
-        lengths: ``(B,)`` long, the number of tokens of each (right-padded) sequence.
+        layer0: ``(B, T, 2P)`` float, ``[x; x]`` with ``x`` the token representations (0 at masked positions): the
+            forward stack reads its first half, the backward stack its second.
+        mask: ``(B, T)`` 0/1, the tokens (any layout).
+        checkpoint: ``None``, or ``checkpoint(function, *args)`` (transformers' ``_gradient_checkpointing_func``) to
+            recompute each layer in the backward pass instead of keeping its activations (gradient checkpointing).
 
     Returns:
-        ``(forward_layers, backward_layers)``: ``num_layers`` tensors ``(B, T, P)`` each, in natural order (position
-        ``t`` of the forward layers has read tokens ``<= t``, of the backward layers tokens ``>= t``), in the
-        parameters' dtype. Padding positions hold values that depend on padding only; the caller masks them.
+        ``num_layers`` tensors ``(B, T, 2P)``: ``[forward h; backward h]`` at each position (the forward half has read
+        the kept tokens up to it, the backward half those from it on), 0 at masked positions, in the parameters' dtype.
     """
     fwd, bwd = forward_stack, backward_stack
-    x_forward, no_autocast = full_precision(x_forward, fwd)
-    x_backward = x_backward.to(x_forward.dtype)
-    forward_layers, backward_layers = [], []
-    with no_autocast:  # the LSTMs run in float32 under autocast (see modeling_elmo's module docstring)
-        fused = fused_lstm_applies(config, x_forward)
-        xs = (x_forward, reverse_padded(x_backward, lengths))
-        for j, (lf, lb) in enumerate(zip(fwd.layers, bwd.layers)):
-            inputs = (fwd.dropout(xs[0]), bwd.dropout(xs[1]))
-            if fused:
+    p = config.projection_dim
+    slot_f, slot_b = token_slots(mask)
+    order_f, order_b = inverse_permutation(slot_f), inverse_permutation(slot_b)
+    keep = mask.unsqueeze(-1)
+
+    def layer(j: int, h: torch.Tensor) -> torch.Tensor:
+        xf, no_autocast = full_precision(permute_rows(h[..., :p], order_f), fwd)
+        xb = permute_rows(h[..., p:], order_b).to(xf.dtype)
+        with no_autocast:  # the LSTMs run in float32 under autocast (see modeling_elmo's module docstring)
+            lf, lb = fwd.layers[j], bwd.layers[j]
+            inputs = (fwd.dropout(xf), bwd.dropout(xb))
+            if fused_lstm_applies(config, xf):
                 rf, rb = lf.rnn, lb.rnn
                 of, ob = BiLSTMProjectionFunction.apply(
                     torch.stack(inputs),
@@ -253,8 +341,11 @@ def run_bilm_stacks(
             else:
                 of, ob = lf(inputs[0]), lb(inputs[1])
             if fwd.use_residual and j > 0:
-                of, ob = of + xs[0], ob + xs[1]
-            forward_layers.append(of)
-            backward_layers.append(ob)
-            xs = (of, ob)
-    return forward_layers, [reverse_padded(h, lengths) for h in backward_layers]
+                of, ob = of + xf, ob + xb
+            return torch.cat([permute_rows(of, slot_f), permute_rows(ob, slot_b)], dim=-1) * keep.to(of.dtype)
+
+    hidden, h = [], layer0
+    for j in range(len(fwd.layers)):
+        h = layer(j, h) if checkpoint is None else checkpoint(layer, j, h)
+        hidden.append(h)
+    return hidden

@@ -43,11 +43,20 @@ in fp16 without a loss scaler. The adaptive softmax also runs outside autocast i
 (``nn.AdaptiveLogSoftmaxWithLoss`` mixes its head's and its clusters' output dtypes in ``index_copy_`` under
 CUDA bf16 autocast); losses are computed in float32.
 
-Speed: layer 0 is computed once per distinct token of a batch (``torch.unique`` over the character rows),
-5x less work on running text at B=32, T=128; the result is the same as per token.
+Speed: in eager mode layer 0 is computed once per distinct token of a batch (``torch.unique`` over the character
+rows), 5x less work on running text at B=32, T=128; the result is the same as per token.
+
+Static shapes (``torch.export``, ``torch.onnx.export``, ``torch.compile``): nothing in ``forward`` branches on tensor
+values or reads them back, except shortcuts of eager mode that give the same result and are skipped while
+``torch.compiler.is_compiling()`` (``is_exporting()`` for the last): the ``torch.unique`` above, the pair heads' cut
+of both sentences to the longest one of the batch (:func:`_pair_width`), the classifier's single-sentence path when no
+row of a batch with ``token_type_ids`` is a pair, and the task BiLSTM's packed sequences (lengths on the host). The attention mask may have any layout (right or left padding, holes): the kept tokens
+of each row are packed to the left with index arithmetic (``lstm_elmo.token_slots``) instead of checking the layout.
+Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``; ``nn.LSTM`` would fix the sequence
+length, and ONNX's LSTM has no projection), with the same parameters.
 
 Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
-clipping, per-sequence reversal) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
+clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
 tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
 code: a saved folder carries them).
 """
@@ -70,7 +79,15 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import SesameElmoConfig
-from .lstm_elmo import DirectionalStack, full_precision, run_bilm_stacks
+from .lstm_elmo import (
+    DirectionalStack,
+    full_precision,
+    inverse_permutation,
+    permute_rows,
+    recurrence,
+    run_bilm_stacks,
+    token_slots,
+)
 
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 
@@ -158,8 +175,11 @@ class CharCNNEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         b, t, c = char_ids.shape
+        if torch.compiler.is_compiling():  # torch.compile / torch.export: static shapes, every token
+            return self.encode_words(char_ids.reshape(b * t, c)).reshape(b, t, -1)
         # Layer 0 is context-free: compute it once per distinct token of the batch (a batch of running text
         # holds far fewer distinct words than tokens), then scatter back; gradients add up through the index.
+        # (A data-dependent shape: eager mode only; the result is the same.)
         unique, inverse = torch.unique(char_ids.reshape(b * t, c), dim=0, return_inverse=True)
         return self.encode_words(unique)[inverse].reshape(b, t, -1)
 
@@ -200,7 +220,7 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
     config_class = SesameElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "char_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Conv1d)):
@@ -245,12 +265,6 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
         return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
 
-def _check_mask(mask: torch.Tensor) -> torch.Tensor:
-    if mask.shape[1] > 1 and bool((mask[:, 1:] > mask[:, :-1]).any()):
-        raise ValueError("attention_mask must be right-padded (1s then 0s in every row) for the BiLM")
-    return mask.sum(dim=1)
-
-
 def _input_mask(char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
                 attention_mask: torch.Tensor | None) -> torch.Tensor:
     """``attention_mask``, or by default ``(B, T)`` long: the tokens whose character ids are not all 0 (every
@@ -273,8 +287,9 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
 
     Forward args:
         char_ids: ``(B, T, 50)`` long, ELMo character ids (see ``tokenization_elmo.py``); the main input.
-        attention_mask: ``(B, T)`` 0/1, right-padded; default: tokens whose char ids are not all 0 (with
-            ``inputs_embeds``: every position).
+        attention_mask: ``(B, T)`` 0/1, the tokens, in any layout (right or left padding, masked positions inside a
+            row): the kept tokens of a row are read as one sentence, in order, as if the others were absent; default:
+            tokens whose char ids are not all 0 (with ``inputs_embeds``: every position).
         inputs_embeds: ``(B, T, P)`` float instead of ``char_ids``: layer 0, the token representations that
             :meth:`get_input_embeddings` (the character CNN + highway + projection) computes from ``char_ids``.
         return_dict: a :class:`SesameElmoModelOutput` (default ``config.return_dict``) or its tuple.
@@ -284,11 +299,17 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         :class:`SesameElmoModelOutput` with ``hidden_states`` = ``num_layers + 1`` tensors ``(B, T, 2P)``
         (zeros at padding; always returned, ELMo's output is all its layers) and ``last_hidden_state`` = the top
         one. ``hidden_states[0]`` is ``[x; x]`` (x = layer 0, masked), the tensor whose halves the forward and the
-        backward LSTM stacks read: gradients of the upper layers reach it.
+        backward LSTM stacks read, and each LSTM layer reads the one below as returned: every hidden state is in the
+        graph of those above it.
+
+    Gradient checkpointing (``model.gradient_checkpointing_enable()``): each LSTM layer (both directions) is recomputed
+    in the backward pass instead of keeping its activations; the gradients are the same (dropout masks replayed).
 
     Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded or holed ``attention_mask``.
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
+
+    gradient_checkpointing = False  # set by gradient_checkpointing_enable(): recompute each LSTM layer in backward
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
@@ -316,15 +337,14 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         **kwargs,
     ) -> SesameElmoModelOutput | tuple:
         attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
-        lengths = _check_mask(attention_mask)
         x = self.char_encoder(char_ids) if inputs_embeds is None else inputs_embeds
-        keep = attention_mask.unsqueeze(-1).to(x.dtype)
-        x = x * keep
+        x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         layer0 = torch.cat([x, x], dim=-1)  # the stacks read its halves: layer 0 as returned is in the graph
-        p = self.config.projection_dim
-        forward_layers, backward_layers = run_bilm_stacks(self.config, self.forward_stack, self.backward_stack,
-                                                          layer0[..., :p], layer0[..., p:], lengths)
-        hidden = [layer0] + [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_layers, backward_layers)]
+        checkpoint = None
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            checkpoint = self._gradient_checkpointing_func
+        hidden = [layer0] + run_bilm_stacks(self.config, self.forward_stack, self.backward_stack, layer0,
+                                            attention_mask, checkpoint)
         out = SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
         return self._finish(out, return_dict)
 
@@ -345,10 +365,12 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
             (see :class:`SesameElmoModel`).
         attention_mask: ``(B, T)`` 0/1 (default: tokens whose char ids are not all 0; every position with
             ``inputs_embeds``).
-        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, right padded): the words to predict.
+        input_ids: ``(B, T)`` long word ids (``<S> w_1 ... w_n </S>``, padded as ``attention_mask``): the words to
+            predict.
         labels: ``(B, T)`` long word ids to predict, -100 = ignored; default ``input_ids`` with padding
-            set to -100. The forward LM at ``t`` predicts ``labels[t + 1]``; the backward LM at ``t``
-            predicts ``labels[t - 1]`` (so ``<S>`` is predicted only backward, ``</S>`` only forward).
+            set to -100. The forward LM at a token predicts the label of the next kept token; the backward LM
+            that of the previous one (so ``<S>`` is predicted only backward, ``</S>`` only forward); for a
+            right-padded mask: at ``t``, ``labels[t + 1]`` and ``labels[t - 1]``.
         output_hidden_states: also return the layer representations (default ``config.output_hidden_states``).
         return_dict: the output dataclass (default ``config.return_dict``) or its tuple.
 
@@ -386,9 +408,8 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         return torch.log_softmax(self.softmax(h).float(), dim=-1)
 
     def _nll_sum(self, h: torch.Tensor, targets: torch.Tensor, samples: torch.Tensor | None) -> torch.Tensor:
-        """Sum of NLL of ``targets (N,)`` given states ``h (N, P)``."""
-        if targets.numel() == 0:
-            return h.sum() * 0.0
+        """Sum of NLL of ``targets (N,)`` given states ``h (N, P)`` (0, in the graph, for ``N = 0``: no branch on ``N``,
+        a data-dependent size)."""
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
             h, no_autocast = full_precision(h, self.softmax)
             with no_autocast:
@@ -440,8 +461,10 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
             if input_ids is None:
                 raise ValueError("SesameElmoForBidirectionalLM needs input_ids or labels (the words to predict)")
             labels = input_ids.masked_fill(attention_mask == 0, -100)
-        top = self.dropout(out.last_hidden_state)
-        (hf, tf), (hb, tb) = self._directions(top, labels, attention_mask)
+        # neighbours are neighbours among the kept tokens: pack them to the left (the identity for right padding)
+        order = inverse_permutation(token_slots(attention_mask)[0])
+        top = permute_rows(self.dropout(out.last_hidden_state), order)
+        (hf, tf), (hb, tb) = self._directions(top, labels.gather(1, order), attention_mask.gather(1, order))
         samples = None
         if self.training and self.config.softmax == "sampled":
             samples = self._draw_samples(top.device)
@@ -473,7 +496,11 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
 
 # --------------------------------------------------------------------------------------------- heads
 class _TaskBiLSTM(nn.Module):
-    """One-layer bidirectional LSTM over packed sequences (padding never enters), or identity if size 0."""
+    """One-layer bidirectional LSTM over the tokens of ``mask`` (any layout: they are packed to the left first), padding
+    never entering a state, or identity if size 0. ``(B, T, D)``, ``(B, T)`` -> ``(B, T, 2H)``, 0 at masked positions.
+
+    Eager mode runs packed sequences (``pack_padded_sequence``); under ``torch.export`` each direction runs
+    :func:`~.lstm_elmo.recurrence` (the same function with the same parameters, static shapes)."""
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
@@ -483,12 +510,20 @@ class _TaskBiLSTM(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.lstm is None:
             return x
-        lengths = mask.sum(1).clamp(min=1).cpu()
+        slot_f, slot_b = token_slots(mask)
         x, no_autocast = full_precision(x, self.lstm)
         with no_autocast:  # float32 under autocast, as the BiLM's LSTMs
-            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-            out, _ = self.lstm(packed)
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+            if torch.compiler.is_exporting():
+                out_f = recurrence(self.lstm, permute_rows(x, inverse_permutation(slot_f)))
+                out_b = recurrence(self.lstm, permute_rows(x, inverse_permutation(slot_b)), reverse=True)
+                out = torch.cat([permute_rows(out_f, slot_f), permute_rows(out_b, slot_b)], dim=-1)
+            else:
+                lengths = mask.sum(1).clamp(min=1).cpu()
+                packed = nn.utils.rnn.pack_padded_sequence(permute_rows(x, inverse_permutation(slot_f)), lengths,
+                                                           batch_first=True, enforce_sorted=False)
+                out, _ = self.lstm(packed)
+                out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+                out = permute_rows(out, slot_f)
         return out * mask.unsqueeze(-1).to(out.dtype)
 
 
@@ -533,20 +568,33 @@ def _nonempty(mask: torch.Tensor) -> torch.Tensor:
     return m | ~m.any(dim=1, keepdim=True)
 
 
-def split_pair(token_type_ids: torch.Tensor, attention_mask: torch.Tensor, segment: int):
+def split_pair(token_type_ids: torch.Tensor, attention_mask: torch.Tensor, segment: int, width: int | None = None):
     """Positions of sentence ``segment`` (0 or 1) of each row, packed to the left.
 
+    Args:
+        token_type_ids, attention_mask: ``(B, T)``; a token of the sentence has type ``segment`` and mask 1.
+        segment: 0 or 1.
+        width: the number of slots ``T_s`` (``<= T``; a sentence longer than that is cut). Default ``T``.
+
     Returns ``(index (B, T_s) long, mask (B, T_s) long)``: ``index[b, i]`` is the position in the pair of the
-    ``i``-th token of the sentence (0 where ``mask`` is 0).
+    ``i``-th token of the sentence (0 where ``mask`` is 0). Static shapes (no host read) for a static ``width``.
     """
     sel = attention_mask.bool() & (token_type_ids == segment)
     t = sel.shape[1]
-    lengths = sel.sum(1)
-    width = max(int(lengths.max()), 1)
-    key = (~sel).long() * t + torch.arange(t, device=sel.device)
-    index = key.argsort(dim=1)[:, :width]
-    mask = (torch.arange(width, device=sel.device).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    width = t if width is None else width
+    index = inverse_permutation(token_slots(sel)[0])[:, :width]  # the sentence's positions in order, then the others
+    mask = (torch.arange(width, device=sel.device).unsqueeze(0) < sel.sum(1, keepdim=True)).long()
     return index * mask, mask
+
+
+def _pair_width(token_type_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """The width of both sentences of a pair batch once split (:func:`split_pair`): ``T`` under ``torch.compile`` /
+    ``torch.export`` (static shapes), in eager mode the longest sentence of the batch (at least 1) -- one host read
+    that spares the LSTMs the steps over padding (a pair's sentences are each about half of ``T``)."""
+    if torch.compiler.is_compiling():
+        return token_type_ids.shape[1]
+    keep = attention_mask.bool()
+    return max(int(torch.stack([(keep & (token_type_ids == s)).sum(1) for s in (0, 1)]).max()), 1)
 
 
 def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -573,56 +621,53 @@ class _ElmoFeaturesMixin:
         if self.config.freeze_backbone:
             self.elmo.requires_grad_(False)
 
-    def _features(self, char_ids: torch.Tensor | None, mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
-        """``char_ids (B, T, 50)`` (or layer 0, ``inputs_embeds (B, T, P)``), ``mask (B, T)`` -> ``(features, layers)``:
-        the ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied), and the BiLM's ``num_layers + 1``
-        layers ``(B, T, 2P)``."""
+    def _layers(self, char_ids: torch.Tensor | None, mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
+        """The BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` of ``char_ids (B, T, 50)`` (or of layer 0,
+        ``inputs_embeds (B, T, P)``) under ``mask (B, T)``; a frozen BiLM runs without gradient and without dropout."""
         if self.config.freeze_backbone:  # frozen: no gradient, no dropout inside the BiLM
             was_training = self.elmo.training
             self.elmo.eval()
             with torch.no_grad():
                 layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
             self.elmo.train(was_training)
-        else:
-            layers = self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
-        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype), layers
+            return layers
+        return self.elmo(char_ids, mask, inputs_embeds=inputs_embeds, return_dict=True).hidden_states
+
+    def _mix(self, layers, mask: torch.Tensor) -> torch.Tensor:
+        """The ScalarMix features ``(B, T, 2P)`` of ``layers`` (``num_layers + 1`` x ``(B, T, 2P)``), dropout applied,
+        0 where ``mask (B, T)`` is 0."""
+        return self.feature_dropout(self.scalar_mix(layers)) * mask.unsqueeze(-1).to(layers[0].dtype)
+
+    def _features(self, char_ids: torch.Tensor | None, mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
+        """``char_ids (B, T, 50)`` (or layer 0, ``inputs_embeds (B, T, P)``), ``mask (B, T)`` -> ``(features, layers)``:
+        the ScalarMix features ``(B, T, 2P)``, 0 at padding (dropout applied), and the BiLM's ``num_layers + 1``
+        layers ``(B, T, 2P)``."""
+        layers = self._layers(char_ids, mask, inputs_embeds)
+        return self._mix(layers, mask), layers
 
     def _segment_features(self, char_ids, inputs_embeds, mask, token_type_ids):
         """ELMo features of both sentences of a pair, each run through the BiLM alone (one batched call): each
         sentence's tokens are taken from ``char_ids (B, T, 50)``, or from ``inputs_embeds (B, T, P)`` when given.
 
         Returns ``(segments, layers)``: ``segments = [(features (B, T_s, 2P), mask (B, T_s), index (B, T_s)) for s in
-        (0, 1)]`` (``index``: each token's position in the pair) and the BiLM's layers ``(2B, W, 2P)``, the first
-        sentences in rows ``0 .. B-1`` (see :meth:`_pair_hidden_states`)."""
-        parts = [split_pair(token_type_ids, mask, s) for s in (0, 1)]
-        width = max(p[0].shape[1] for p in parts)
+        (0, 1)]`` (``index``: each token's position in the pair; ``T_s``: :func:`_pair_width`) and the BiLM's
+        ``num_layers + 1`` layers in the pair's layout, ``(B, T, 2P)``: each token's representation computed with its
+        own sentence alone, 0 at padding. The features are mixed from those layers (ScalarMix works token by token),
+        so the returned layers are in the graph of the features."""
+        width = _pair_width(token_type_ids, mask)
+        parts = [split_pair(token_type_ids, mask, s, width) for s in (0, 1)]
         source = char_ids if inputs_embeds is None else inputs_embeds
-        rows, masks = [], []
-        for index, m in parts:
-            pad = width - index.shape[1]
-            r = _gather_rows(source, index) * m.unsqueeze(-1).to(source.dtype)
-            rows.append(F.pad(r, (0, 0, 0, pad)))
-            masks.append(F.pad(m, (0, pad)))
-        rows = torch.cat(rows)
-        if inputs_embeds is None:
-            feats, layers = self._features(rows, torch.cat(masks))
-        else:
-            feats, layers = self._features(None, torch.cat(masks), inputs_embeds=rows)
-        b = source.shape[0]
-        segments = [(feats[i * b : (i + 1) * b, : parts[i][0].shape[1]], parts[i][1], parts[i][0]) for i in (0, 1)]
-        return segments, layers
-
-    @staticmethod
-    def _pair_hidden_states(layers, segments, length: int) -> tuple[torch.Tensor, ...]:
-        """The BiLM layers of a pair's sentences (from :meth:`_segment_features`) in the pair's layout: ``num_layers
-        + 1`` tensors ``(B, length, 2P)``, each token's representation computed with its own sentence alone, 0 at
-        padding."""
-        b = segments[0][1].shape[0]
-        return tuple(
-            sum(_scatter_rows(h[i * b : (i + 1) * b, : index.shape[1]], index, m, length)
-                for i, (_, m, index) in enumerate(segments))
-            for h in layers
+        rows = torch.cat([_gather_rows(source, index) * m.unsqueeze(-1).to(source.dtype) for index, m in parts])
+        masks = torch.cat([m for _, m in parts])
+        segment_layers = self._layers(rows, masks) if inputs_embeds is None else self._layers(None, masks, rows)
+        b, t = mask.shape
+        layers = tuple(
+            sum(_scatter_rows(h[i * b : (i + 1) * b], index, m, t) for i, (index, m) in enumerate(parts))
+            for h in segment_layers
         )
+        feats = self._mix(layers, mask)
+        segments = [(_gather_rows(feats, index) * m.unsqueeze(-1).to(feats.dtype), m, index) for index, m in parts]
+        return segments, layers
 
 
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -630,7 +675,8 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
 
     ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
     as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
-    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018). Regression
+    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018); in a batch that mixes
+    pairs and single sentences each row is classified as what it is. Regression
     (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
     (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
     to float32 unless they are long/int32 class ids.
@@ -643,7 +689,7 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` (for a pair, each token's from its own sentence alone).
 
     Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -683,21 +729,23 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     ) -> SequenceClassifierOutput | tuple:
         attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
         want_hidden = self._hidden_flag(output_hidden_states)
-        if token_type_ids is not None and bool((token_type_ids * attention_mask).any()):
+        pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
+        # Eager mode skips the split when no row is a pair (one host read; the result is the same); a captured graph
+        # (torch.export / torch.compile) always takes the general path, which decides row by row.
+        if pair is not None and (torch.compiler.is_compiling() or bool(pair.any())):
             segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
             (fa, ma, _), (fb, mb, _) = segments
             u, v = self._encode(fa, ma), self._encode(fb, mb)
-            logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            unused = self.classifier
-            hidden = self._pair_hidden_states(layers, segments, attention_mask.shape[1]) if want_hidden else None
+            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
+            hidden = layers if want_hidden else None
         else:
             feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
             logits = self.classifier(self._encode(feats, attention_mask))
-            unused = self.pair_classifier
+            # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
+            # (find_unused_parameters=False) requires; the gradient it gets is 0.
+            logits = logits + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
             hidden = layers if want_hidden else None
-        # + 0 * (the unused classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
-        # (find_unused_parameters=False) requires; the gradient it gets is 0.
-        logits = logits + 0.0 * sum(p.sum() for p in unused.parameters())
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
@@ -715,7 +763,7 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
     BiLM's ``num_layers + 1`` layers ``(B, T, 2P)``).
 
     Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``; a left-padded ``attention_mask``.
+        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
     def __init__(self, config: SesameElmoConfig):
@@ -817,7 +865,7 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
             sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
             loss = (F.cross_entropy(start_logits.float(), sp, ignore_index=t)
                     + F.cross_entropy(end_logits.float(), ep, ignore_index=t)) / 2
-        hidden = self._pair_hidden_states(layers, segments, t) if self._hidden_flag(output_hidden_states) else None
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
                                               hidden_states=hidden)
         return self._finish(output, return_dict)

@@ -112,6 +112,32 @@ def build_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.BertPreTokenizer()
 
 
+def truncated_lengths(len_a: int, len_b: int | None, strategy: TruncationStrategy, max_length: int,
+                      n_special: int) -> tuple[int, int]:
+    """Word counts of a text (``len_a``) and its optional pair (``len_b``, None: no pair) after truncation to
+    ``max_length`` tokens, ``n_special`` of them ``<S>``/``</S>`` markers, as transformers' strategies do:
+    ``only_first`` / ``only_second`` cut that text, ``longest_first`` removes one word at a time from the longer
+    one (the first on ties). Returns ``(len_a, len_b)`` (``len_b`` 0 without a pair).
+
+    Raises:
+        ValueError: ``max_length`` below the number of markers.
+    """
+    budget = max_length - n_special
+    if budget < 0:
+        raise ValueError(f"max_length={max_length} leaves no room for the {n_special} <S>/</S> markers")
+    len_b_ = len_b or 0
+    if strategy == TruncationStrategy.ONLY_FIRST or len_b is None:
+        return max(0, min(len_a, budget - len_b_)), len_b_
+    if strategy == TruncationStrategy.ONLY_SECOND:
+        return len_a, max(0, min(len_b_, budget - len_a))
+    while len_a + len_b_ > budget:  # longest_first
+        if len_a >= len_b_:
+            len_a -= 1
+        else:
+            len_b_ -= 1
+    return len_a, len_b_
+
+
 class SesameElmoTokenizer(PreTrainedTokenizer):
     """Word-level tokenizer with ELMo character ids (see the module docstring for the exact format).
 
@@ -295,20 +321,8 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
 
         n_special = (2 + (2 if words_b is not None else 0)) if add_special_tokens else 0
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
-            budget = max_length - n_special
-            if budget < 0:
-                raise ValueError(f"max_length={max_length} leaves no room for the {n_special} <S>/</S> markers")
-            len_a, len_b = len(words_a), len(words_b or [])
-            if truncation_strategy == TruncationStrategy.ONLY_FIRST or words_b is None:
-                len_a = max(0, min(len_a, budget - len_b))
-            elif truncation_strategy == TruncationStrategy.ONLY_SECOND:
-                len_b = max(0, min(len_b, budget - len_a))
-            else:  # longest_first: remove one word at a time from the longer sentence
-                while len_a + len_b > budget:
-                    if len_a >= len_b:
-                        len_a -= 1
-                    else:
-                        len_b -= 1
+            len_a, len_b = truncated_lengths(len(words_a), None if words_b is None else len(words_b),
+                                             truncation_strategy, max_length, n_special)
             words_a, offs_a = words_a[:len_a], offs_a[:len_a]
             if words_b is not None:
                 words_b, offs_b = words_b[:len_b], offs_b[:len_b]

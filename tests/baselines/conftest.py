@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 
 def tiny_baseline_config(encoder_type: str = "cbow", **overrides):

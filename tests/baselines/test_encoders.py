@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, parse_binary_tree
 from modeling.baselines.modeling_baseline import BinaryTreeLSTMCell, chars_to_word, fnv1a_32, ngram_bucket_ids
-
 from modeling.elmo.tokenization_elmo import word_to_char_ids
 
 
@@ -57,7 +56,9 @@ def test_fasttext_word_vector_is_the_mean_of_word_and_ngram_vectors(tiny):
     dogs = ngram_bucket_ids("dogs", 3, 4, 97)
     v_cat = (e[5] + g[cat].sum(0)) / (1 + len(cat))
     v_dogs = g[dogs].sum(0) / len(dogs)
-    torch.testing.assert_close(out.last_hidden_state[0, :2], torch.stack([v_cat, v_dogs]))
+    # the word vectors at the words' input positions (<S> is position 0), 0 at <S>, </S>
+    torch.testing.assert_close(out.last_hidden_state[0, 1:3], torch.stack([v_cat, v_dogs]))
+    assert out.last_hidden_state[0, [0, 3]].abs().max() == 0
     torch.testing.assert_close(out.pooler_output[0], (v_cat + v_dogs) / 2)
     assert chars_to_word(chars[0, 2].tolist()) == "dogs"
 
@@ -109,16 +110,16 @@ def test_rnn_directions_by_perturbation(tiny, rnn_type):
     changed[0, 3] = 20  # word 2 of the sentence (position 3 with <S>)
     h0 = uni(input_ids=ids, attention_mask=mask).last_hidden_state
     h1 = uni(input_ids=changed, attention_mask=mask).last_hidden_state
-    diff = (h0 - h1).abs().amax(-1)[0]
+    diff = (h0 - h1).abs().amax(-1)[0, 1:6]  # the states of the 5 words (input positions 1..5)
     assert torch.all(diff[:2] == 0) and torch.all(diff[2:] > 0)
     b0 = bi(input_ids=ids, attention_mask=mask).last_hidden_state
     b1 = bi(input_ids=changed, attention_mask=mask).last_hidden_state
-    fwd, bwd = (b0 - b1)[..., :6].abs().amax(-1)[0], (b0 - b1)[..., 6:].abs().amax(-1)[0]
+    fwd, bwd = (b0 - b1)[0, 1:6, :6].abs().amax(-1), (b0 - b1)[0, 1:6, 6:].abs().amax(-1)
     assert torch.all(fwd[:2] == 0) and torch.all(fwd[2:] > 0)
     assert torch.all(bwd[3:] == 0) and torch.all(bwd[:3] > 0)
     # the same sentence padded in a longer batch gives the same states
     padded_ids, _, padded_mask = _batch([[5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 10, 11, 12]])
-    torch.testing.assert_close(bi(input_ids=padded_ids, attention_mask=padded_mask).last_hidden_state[0, :5], b0[0])
+    torch.testing.assert_close(bi(input_ids=padded_ids, attention_mask=padded_mask).last_hidden_state[0, :7], b0[0])
 
 
 @pytest.mark.parametrize("pooling", ["max", "mean", "attention"])
@@ -126,7 +127,7 @@ def test_rnn_pooling_over_the_words_only(tiny, pooling):
     model = SesameBaselineModel(tiny("rnn", pooling=pooling)).eval()
     ids, chars, mask = _batch([[5, 6, 7], [5, 6, 7, 8, 9, 10]])
     out = model(input_ids=ids, attention_mask=mask)
-    h = out.last_hidden_state[0, :3]
+    h = out.last_hidden_state[0, 1:4]
     if pooling == "max":
         ref = h.amax(0)
     elif pooling == "mean":
@@ -237,8 +238,9 @@ def test_bf16_autocast_forward_backward_finite(tiny, encoder_type):
 def test_gate_biases_start_as_their_sources_say_and_survive_loading(tiny, tmp_path):
     """Tree-LSTM forget gates f_l, f_r start at 1 (Tai et al. 2015, as LSTMs' forget bias), ELMo's highway
     transform gate at -2 (bilm-tf); a saved model's trained values are loaded, not re-initialised."""
-    from modeling.elmo import SesameElmoModel
     from elmo.conftest import tiny_config  # tests/ is on sys.path (pyproject's pythonpath)
+
+    from modeling.elmo import SesameElmoModel
 
     cell = SesameBaselineModel(tiny("treelstm")).encoder.cell
     h = cell.hidden_size
@@ -263,7 +265,8 @@ def test_tree_lstm_leaf_states_are_zero_at_padding(tiny):
         model.encoder.leaf.bias.fill_(0.5)
     ids, chars, mask = _batch([[5, 6, 7, 8], [5, 6]])
     out = model(input_ids=ids, char_ids=chars, attention_mask=mask)
-    assert out.last_hidden_state[1, 2:].abs().max() == 0 and out.last_hidden_state[1, :2].abs().min() > 0
+    last = out.last_hidden_state[1]  # <S> 5 6 </S> <pad> <pad>: the leaves at positions 1, 2
+    assert last[[0, 3, 4, 5]].abs().max() == 0 and last[1:3].abs().min() > 0
     ids, chars, mask = _batch([[5, 6]])
     alone = model(input_ids=ids, char_ids=chars, attention_mask=mask)
     torch.testing.assert_close(out.pooler_output[1], alone.pooler_output[0])

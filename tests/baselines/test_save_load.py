@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 import torch
+from _launch import run_remote_code_script
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel
-from _launch import run_remote_code_script
 
 TEXTS = (["The whale rose from the sea.", "It rained."], ["A dog near the river bank.", "The city was wet."])
 

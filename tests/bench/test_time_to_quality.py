@@ -180,6 +180,15 @@ def test_times_from_trainer_log_by_hand():
     assert times[4]["seconds"] == pytest.approx(6.0) and times[4]["tokens"] == pytest.approx(4 * 2048 + 2 * 2432)
 
 
+def test_prepared_dataset_variants_follow_the_recipe_flags():
+    assert ttq.data_variant([]) == "prepared" and ttq.variant_flags("prepared") == []
+    assert ttq.data_variant(["--document_masking", "false", "--learning_rate", "1e-3"]) == "prepared-nodoc"
+    assert ttq.variant_flags("prepared-nodoc") == ["--document_masking", "false"]
+    assert ttq.data_variant(["--objective=rtd", "--document_masking=False"]) == "prepared-rtd-nodoc"
+    assert ttq.variant_flags("prepared-rtd-nodoc") == ["--objective", "rtd", "--document_masking", "false"]
+    assert ttq.data_variant(["--document_masking", "true"]) == "prepared"
+
+
 def test_recipes_and_flags():
     table = ttq.select_recipes(["sesame-default"], ["wd0=--weight_decay 0 --learning_rate=2e-3"])  # argv: no quotes
     assert table == {"sesame-default": [], "wd0": ["--weight_decay", "0", "--learning_rate=2e-3"]}
@@ -272,6 +281,17 @@ def test_pairs_schedules_and_token_budget(tmp_path):
                for ref, ours in pairs)
     assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
     assert [r.kind for g in ttq.groups_for("sequential", pairs) for r in g] == ["reference", "recipe"] * 4
+    # shared (a recipe search): per repeat the first pair, then the other recipes without reference copies
+    assert [[r.name for r in g] for g in ttq.groups_for("shared", pairs)] == [
+        ["reference-r0@sesame-default", "sesame-default-r0"], ["big-r0"],
+        ["reference-r1@sesame-default", "sesame-default-r1"], ["big-r1"]]
+    copies = {"reference-r0@sesame-default": {"paired_with": "sesame-default-r0", "final_eval_loss": 6.0},
+              "reference-r1@sesame-default": {"paired_with": "sesame-default-r1", "final_eval_loss": 6.1}}
+    ttq.shared_copies(pairs, copies)
+    assert copies["reference-r1@big"] == {"paired_with": "sesame-default-r1 (shared)", "final_eval_loss": 6.1}
+    with pytest.raises(SystemExit):
+        ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g", "--output_dir",
+                        str(tmp_path), "--budget_minutes", "1", "--schedule", "shared"])
     ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
     # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
     assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+
 @pytest.fixture
 def elmo_sentences(tiny_corpus: Path) -> list[str]:
     """The distinct sentences of the shared ``tiny_corpus`` fixture (6 sentences, ~70 words)."""

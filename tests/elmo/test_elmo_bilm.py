@@ -9,7 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from modeling.elmo import ScalarMix, SesameElmoConfig, SesameElmoForBidirectionalLM, SesameElmoModel
-from modeling.elmo.lstm_elmo import BiLSTMProjectionFunction, fused_lstm_applies, lstm_clipped, reverse_padded
+from modeling.elmo.lstm_elmo import (
+    BiLSTMProjectionFunction,
+    fused_lstm_applies,
+    inverse_permutation,
+    lstm_clipped,
+    permute_rows,
+    token_slots,
+)
 
 
 def _random_batch(b=2, t=9, vocab=100):
@@ -50,8 +57,16 @@ def test_padding_does_not_change_outputs(tiny):
         assert (b[0, 6:] == 0).all()
     # layer 0 is the context-free token representation duplicated to the width of [forward; backward]
     torch.testing.assert_close(alone[0][..., :16], alone[0][..., 16:])
-    with pytest.raises(ValueError, match="right-padded"):
-        model(chars, attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]]))
+    # any layout of the mask (issue 20: the right-padding check, a host read, is gone): left padding and a hole give
+    # each kept token the states of the sentence alone, 0 elsewhere
+    for keep in ([0, 0, 0, 1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 0, 1, 1, 1, 0]):
+        keep = torch.tensor(keep).bool()
+        laid_out = torch.zeros(1, 9, 50, dtype=torch.long)
+        laid_out[0, keep] = chars[0]
+        other_layout = model(laid_out, attention_mask=keep.long().unsqueeze(0)).hidden_states
+        for a, b in zip(alone, other_layout):
+            torch.testing.assert_close(b[0, keep], a[0], rtol=1e-5, atol=1e-6)
+            assert (b[0, ~keep] == 0).all()
 
 
 def test_char_encoder_unique_tokens_equals_per_token(tiny):
@@ -258,12 +273,17 @@ def test_gru_cell_type_runs_and_is_causal(tiny):
     torch.testing.assert_close(model.log_probs(changed)[0][0, :4], fwd[0, :4])
 
 
-def test_reverse_padded_is_an_involution():
-    x = torch.arange(12).reshape(2, 6, 1)
-    lengths = torch.tensor([6, 4])
-    rev = reverse_padded(x, lengths)
-    assert rev[1, :, 0].tolist() == [9, 8, 7, 6, 10, 11]
-    assert torch.equal(reverse_padded(rev, lengths), x)
+def test_token_slots_pack_the_kept_tokens_in_order():
+    """Hand-computed slots: right padding is the identity forwards and the reversal within the length backwards; left
+    padding and a hole pack the kept tokens first, the masked positions after them, in order."""
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [1, 0, 1, 1, 0, 1]])
+    forward, backward = token_slots(mask)
+    assert forward.tolist() == [[0, 1, 2, 3, 4, 5], [4, 5, 0, 1, 2, 3], [0, 4, 1, 2, 5, 3]]
+    assert backward.tolist() == [[3, 2, 1, 0, 4, 5], [4, 5, 3, 2, 1, 0], [3, 4, 2, 1, 5, 0]]
+    order = inverse_permutation(forward)
+    assert order.tolist() == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 0, 1], [0, 2, 3, 5, 1, 4]]
+    x = torch.arange(18).reshape(3, 6, 1)
+    assert torch.equal(permute_rows(permute_rows(x, order), forward), x)  # packing, then back
 
 
 def test_scalar_mix_equals_formula():

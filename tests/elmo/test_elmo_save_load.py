@@ -6,9 +6,9 @@ import json
 import textwrap
 
 import torch
+from _launch import run_remote_code_script
 
 from modeling.elmo import SesameElmoForBidirectionalLM, SesameElmoForSequenceClassification
-from _launch import run_remote_code_script
 
 TEXTS = (["The whale rose from the sea.", "It rained."], ["A dog near the river bank.", "The city was wet."])
 

@@ -87,8 +87,9 @@ def test_train_vocab_frequency_order(tmp_path):
 
 
 def test_save_load_with_auto_tokenizer(elmo_tokenizer, tmp_path):
-    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
     from transformers import AutoTokenizer
+
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
 
     loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert type(loaded) is SesameElmoTokenizer
@@ -117,10 +118,10 @@ def test_a_folder_saved_before_the_move_still_loads(elmo_tokenizer, tmp_path):
     import json
     import shutil
 
-    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
+    from _launch import run_remote_code_script
     from transformers import AutoTokenizer
 
-    from _launch import run_remote_code_script
+    import modeling  # noqa: F401  (registers the tokenizer with AutoTokenizer)
 
     old = tmp_path / "old"
     shutil.copytree(tmp_path / "tok", old)
@@ -137,3 +138,22 @@ def test_a_folder_saved_before_the_move_still_loads(elmo_tokenizer, tmp_path):
     assert got["module"].endswith("elmo_tokenization") and got["module"].startswith("transformers_modules")
     reference = elmo_tokenizer(*text)
     assert got["input_ids"] == reference["input_ids"] and got["char_ids"] == reference["char_ids"]
+
+
+@pytest.mark.parametrize("len_a,len_b,strategy,max_length,expected", [
+    (5, None, "only_first", 6, (4, 0)),  # 6 - 2 markers = 4 words
+    (5, 3, "only_first", 10, (3, 3)),  # 10 - 4 markers - 3 (pair kept) = 3
+    (5, 3, "only_second", 10, (5, 1)),  # 10 - 4 - 5 = 1
+    (5, 3, "longest_first", 10, (3, 3)),  # 5/3 -> 4/3 -> 3/3: ties cut the first
+    (5, 3, "longest_first", 9, (2, 3)),  # then the tie 3/3 cuts the first: 2/3
+    (2, 2, "only_second", 6, (2, 0)),  # nothing left for the pair
+])
+def test_truncated_lengths_by_strategy(len_a, len_b, strategy, max_length, expected):
+    from transformers.tokenization_utils_base import TruncationStrategy
+
+    from modeling.elmo.tokenization_elmo import truncated_lengths
+
+    n_special = 2 + (2 if len_b is not None else 0)
+    assert truncated_lengths(len_a, len_b, TruncationStrategy(strategy), max_length, n_special) == expected
+    with pytest.raises(ValueError, match="no room"):
+        truncated_lengths(len_a, len_b, TruncationStrategy(strategy), n_special - 1, n_special)

@@ -37,8 +37,8 @@ def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
     config = _config(out)
     assert config["id2label"] == {"0": "negative", "1": "positive"} and config["problem_type"] == "single_label_classification"
     lines = (out / "SST-2.tsv").read_text().splitlines()
-    assert lines[0] == "index\tprediction" and [l.split("\t")[0] for l in lines[1:]] == ["0", "1"]
-    assert all(l.split("\t")[1] in ("0", "1") for l in lines[1:])
+    assert lines[0] == "index\tprediction" and [line.split("\t")[0] for line in lines[1:]] == ["0", "1"]
+    assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
     # The fine-tuned model loads with the Auto class and predicts with the task's label names.
     from transformers import pipeline
 
@@ -54,7 +54,7 @@ def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
         assert key in results
     assert results["eval_accuracy"] == results["eval_matched_accuracy"]
     assert sorted(p.name for p in out.glob("*.tsv")) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
-    names = {l.split("\t")[1] for l in (out / "MNLI-mm.tsv").read_text().splitlines()[1:]}
+    names = {line.split("\t")[1] for line in (out / "MNLI-mm.tsv").read_text().splitlines()[1:]}
     assert names <= {"entailment", "neutral", "contradiction"}
 
 
@@ -66,12 +66,12 @@ def test_regression_task(tiny_bert, glue_dir, tmp_path):
     config = _config(out)
     assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1
     assert config["problem_type"] == "regression"
-    scores = [float(l.split("\t")[1]) for l in (out / "STS-B.tsv").read_text().splitlines()[1:]]
+    scores = [float(line.split("\t")[1]) for line in (out / "STS-B.tsv").read_text().splitlines()[1:]]
     assert len(scores) == 2 and all(0.0 <= s <= 5.0 for s in scores)
 
 
 def _write_nli(path: Path, rows: list[tuple[str, str, str]]) -> Path:
-    path.write_text("index\tpremise\thypothesis\tlabel\n" + "".join(f"{i}\t{p}\t{h}\t{l}\n" for i, (p, h, l) in enumerate(rows)))
+    path.write_text("index\tpremise\thypothesis\tlabel\n" + "".join(f"{i}\t{p}\t{h}\t{y}\n" for i, (p, h, y) in enumerate(rows)))
     return path
 
 

@@ -196,7 +196,7 @@ def test_labels_outside_label_set(tmp_path, glue_dir):
 @pytest.mark.parametrize("train_labels, dev_label", [(["0", "2", "2", "0"], "1"), (["-1", "1", "1", "-1"], "0")])
 def test_custom_digit_labels_are_names_not_class_ids(tmp_path, train_labels, dev_label):
     # Labels {0, 2}: a "1" used to become class 1 (= "2"); labels {-1, 1}: a "0" used to become "-1".
-    train = _write(tmp_path / "train.tsv", [{"sentence": f"s {i}", "label": l} for i, l in enumerate(train_labels)], "tsv")
+    train = _write(tmp_path / "train.tsv", [{"sentence": f"s {i}", "label": y} for i, y in enumerate(train_labels)], "tsv")
     dev = _write(tmp_path / "dev.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": dev_label}], "tsv")
     names = sorted(set(train_labels), key=int)
     with pytest.raises(InputError) as err:

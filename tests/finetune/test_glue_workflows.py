@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _launch import CPU_2PROC, ROOT, subprocess_env
+
 from finetune import glue
 from tests.finetune.test_glue import COMMON, NLI, _write_nli
 from training.errors import run_cli

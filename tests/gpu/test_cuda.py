@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import torch
-
-import modeling  # noqa: F401  (registers the Auto classes)
 from precision.cases import BERT_CASES, ELMO_CASES, NO_DROPOUT  # tests/ is on sys.path (pyproject's pythonpath)
 from precision.conftest import BERT_TINY, ELMO_TINY, bert_batch, elmo_batch
+
+import modeling  # noqa: F401  (registers the Auto classes)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -144,6 +143,7 @@ def test_30_pretraining_steps_on_cuda_in_bf16(tiny_corpus, tmp_path, fresh_state
 
 def test_tiny_glue_fine_tuning_on_cuda(tmp_path, fresh_state):
     from bert.conftest import make_tokenizer
+
     from finetune import glue
     from modeling import SesameBertConfig, SesameBertModel
 
@@ -156,7 +156,7 @@ def test_tiny_glue_fine_tuning_on_cuda(tmp_path, fresh_state):
     sst.mkdir(parents=True)
     rows = [("a good film", 1), ("a bad movie", 0), ("the story is good", 1), ("what a bad story", 0)] * 4
     for split in ("train", "dev"):
-        (sst / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows), encoding="utf-8")
+        (sst / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows), encoding="utf-8")
     allocated = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     out = tmp_path / "sst2"

@@ -18,7 +18,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.slow  # each command imports torch + transformers in a subprocess on 2 busy cores
 
@@ -140,7 +139,7 @@ def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, run
     hub, W = module_hub, module_hub.write_token
     rows = [(" ".join(random.Random(i).choice(WORDS) for _ in range(8)), "pos" if i % 2 else "neg") for i in range(12)]
     for split in ("train", "dev"):
-        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows))
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
     out = tmp_path / "clf"
     proc = _command(hub, ["finetune.glue", "--model_name_or_path", "alice/cli-bert", "--config_name", "alice/cli-bert",
                           "--tokenizer_name", "alice/cli-bert", "--revision", "v0", "--train_file",
@@ -154,8 +153,9 @@ def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, run
     cache = tmp_path / "glue_home" / "hub" / "models--alice--cli-bert"
     assert (cache / "refs" / "v0").read_text() == bert.tags["v0"] == bert.branches["main"]
 
-    import modeling  # noqa: F401
     from transformers import pipeline
+
+    import modeling  # noqa: F401
 
     local = pipeline("text-classification", model=str(out))(TEXT)
     remote = hub.run(BLOCK + textwrap.dedent(f"""

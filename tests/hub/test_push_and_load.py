@@ -150,13 +150,13 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b,
                                                    "sesame": logits_sesame, "remote": remote}))
 
-    pushed = hub.run(f"""
+    pushed = hub.run("""
         import json
         from huggingface_hub import HfApi
         from training.hub import push_output_dir
         from training.model_card import render_model_card, results_from_dir
         card = render_model_card(model_type="bert", repo_id="alice/tiny-bert", preset="tiny", task="fill-mask",
-                                 training_data="six test sentences", hyperparameters={{"learning_rate": 1e-3}},
+                                 training_data="six test sentences", hyperparameters={"learning_rate": 1e-3},
                                  results=results_from_dir("model_a"), license="apache-2.0")
         c1 = push_output_dir("model_a", "alice/tiny-bert", model_card=card, commit_message="Upload model (step 10)")
         HfApi().create_tag("alice/tiny-bert", tag="v1", revision=c1.oid)
@@ -165,7 +165,7 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         push_output_dir("remote_code", "alice/remote-code")
         push_output_dir("sesame", "alice/sesame-bert")
         push_output_dir("classifier", "alice/sesame-clf")
-        print(json.dumps({{"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}}))
+        print(json.dumps({"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}))
     """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
 
     main = hub.server.repo("alice/tiny-bert")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
-from training.errors import InputError
 from huggingface_hub import ModelCard
+
 from training.arguments import parse_arguments
+from training.errors import InputError
 from training.hub import HubArguments, default_repo_id, validate_hub_arguments
 from training.model_card import render_model_card
-
 
 CARD = dict(model_type="sesame-bert", repo_id="alice/m", preset="bert-tiny", training_data="tiny.txt",
             hyperparameters={"learning_rate": 0.001}, results={"eval_loss": 2.0, "perplexity": 7.39})

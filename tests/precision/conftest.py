@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import modeling  # noqa: F401  (registers the Auto classes)
 from bert.conftest import TINY as _BERT_KWARGS  # tests/ is on sys.path (pyproject's pythonpath)
 from elmo.conftest import TINY_KWARGS as _ELMO_KWARGS
+
+import modeling  # noqa: F401  (registers the Auto classes)
 
 BERT_TINY = dict(_BERT_KWARGS, vocab_size=60)
 ELMO_TINY = dict(_ELMO_KWARGS, vocab_size=60)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from precision.cases import BERT_CASES, ELMO_CASES, NO_DROPOUT  # tests/ is on sys.path (pyproject's pythonpath)
 from torch import nn
 
 from modeling import SesameBertForSequenceClassification
 from modeling.elmo import SesameElmoForBidirectionalLM, SesameElmoForQuestionAnswering
-from precision.cases import BERT_CASES, ELMO_CASES, NO_DROPOUT  # tests/ is on sys.path (pyproject's pythonpath)
 
 #: |loss_bf16 - loss_fp32| <= REL * |loss_fp32| + ABS. bfloat16 keeps 8 significant bits (relative rounding error
 #: 2^-9 ~ 0.2% per operation); through two tiny layers the measured difference is ~0.01-0.1%, so 2% leaves room

@@ -13,7 +13,6 @@ from pretrain.objectives import OBJECTIVES
 from training.errors import run_cli
 
 
-
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
     return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
             "--output_dir", str(out), "--vocab_size", "300", "--max_seq_length", "32",
@@ -31,8 +30,9 @@ def test_default_job_settings():
 
 
 def test_bert_mlm_end_to_end(corpus_dir, tmp_path, fresh_state):
-    import modeling  # noqa: F401
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    import modeling  # noqa: F401
 
     out = tmp_path / "bert"
     assert run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--whole_word_mask", "--logging_steps", "1")) == 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
@@ -11,7 +9,6 @@ from datasets import Dataset, DatasetDict
 from pretrain import data
 from pretrain.collators import BiLMCollator, MLMCollator
 from training.errors import InputError
-
 
 
 def _tokenized(bert_tokenizer, docs):

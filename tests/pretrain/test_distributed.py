@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from _launch import ROOT
+from _launch import ROOT, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
-from _launch import write_tiny_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -65,8 +63,9 @@ def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp
     hist = {d.name: json.loads((d / "eval_history.json").read_text()) for d in (one, ddp, fsdp)}
     assert [h["eval_tokens"] for h in hist["ddp"]] == [h["eval_tokens"] for h in hist["one"]] == [h["eval_tokens"] for h in hist["fsdp"]]
     assert hist["fsdp"][-1]["eval_loss"] == pytest.approx(hist["ddp"][-1]["eval_loss"], rel=1e-5)
-    import modeling  # noqa: F401
     from transformers import AutoModelForMaskedLM
+
+    import modeling  # noqa: F401
 
     a = AutoModelForMaskedLM.from_pretrained(ddp).state_dict()
     b = AutoModelForMaskedLM.from_pretrained(fsdp).state_dict()
@@ -108,8 +107,10 @@ def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(share
     shutil.copytree(full / "checkpoints" / "step_10", resumed / "checkpoints" / "step_10")
     _run(_command(2) + _args(shared, resumed, *steps, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
     log_full, log_resumed = _log(full), _log(resumed)
-    assert [r["step"] for r in log_resumed] == list(range(11, 19))
-    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[10:]], rel=1e-5)
+    assert [r["step"] for r in log_resumed] == list(range(1, 19))  # steps 1-10 from the checkpoint
+    assert log_resumed[:10] == log_full[:10]
+    assert [r["train_loss"] for r in log_resumed[10:]] == pytest.approx([r["train_loss"] for r in log_full[10:]],
+                                                                        rel=1e-5)
 
 
 def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):
@@ -118,8 +119,9 @@ def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):
     this test passes without that call too.)"""
     import random
 
-    import modeling
     from transformers import AutoTokenizer
+
+    import modeling
 
     model_dir = tmp_path / "bert"
     tok = AutoTokenizer.from_pretrained(shared / "wordpiece")
@@ -131,7 +133,7 @@ def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):
     words = (shared / "train.txt").read_text().split()
     for split, n in (("train", 64), ("dev", 9)):
         rows = [(" ".join(rng.choice(words) for _ in range(8)), rng.choice(["good", "bad"])) for _ in range(n)]
-        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows))
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
     outs = {}
     for name, launch in (("ddp", ["--config_file", str(ROOT / "configs" / "cpu-2proc.yaml")]), ("fsdp", ["--config_file", str(FSDP_CPU)])):
         outs[name] = tmp_path / name

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from _launch import ROOT
+from _launch import ROOT, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
-from _launch import write_tiny_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -108,7 +106,8 @@ def test_elmo_resume_after_sigkill_is_bitwise_equal(shared, tmp_path):
 
 def test_two_processes_with_accumulation_follow_one_process_with_the_same_global_batch(shared, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    common = ["--config_name", str(shared / "bert-nodrop"), "--max_train_steps", "8", "--checkpointing_steps", "100"]
+    common = ["--config_name", str(shared / "bert-nodrop"), "--max_train_steps", "8", "--checkpointing_steps", "100",
+              "--lr_scheduler_type", "linear"]
     _run(1, _bert_args(shared, one, "--per_device_train_batch_size", "8", *common))
     # same global batch of 8 blocks: 2 processes x 2 blocks x 2 accumulation steps
     _run(2, _bert_args(shared, two, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", *common))

@@ -69,8 +69,9 @@ def test_whole_word_masks_cover_whole_words(bert_tokenizer):
 
 
 def test_whole_word_mask_on_real_tokenizer_words(bert_tokenizer):
-    from pretrain.data import tokenize_bert
     from datasets import Dataset, DatasetDict
+
+    from pretrain.data import tokenize_bert
 
     text = "unbelievable extraordinary representatives the " * 40
     raw = DatasetDict({"train": Dataset.from_dict({"text": [text]}), "validation": Dataset.from_dict({"text": ["a"]})})

@@ -85,11 +85,13 @@ def test_with_data_and_no_step_flags_the_run_is_one_epoch_and_the_plan_says_so(c
         assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300")) == 0
     plan = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("run plan:"))
     m = re.search(r"run plan: (\d+) optimizer steps = ([\d.]+) epochs of (\d+) training blocks.*global batch (\d+) "
-                  r"sequences = (\d+) tokens.*warmup (\d+) steps; learning rate ([\d.e-]+) \(BERT", plan)
+                  r"sequences = (\d+) tokens.*warmup (\d+) steps; learning rate ([\d.e-]+) \(post-LN", plan)
     assert m, plan
     steps, epochs, blocks, batch, tokens, warmup, lr = m.groups()
     assert int(steps) == math.ceil(int(blocks) / 8) and float(epochs) == 1.0 and int(batch) == 8 and int(tokens) == 8 * 32
-    assert int(warmup) == math.ceil(0.06 * int(steps)) and float(lr) == 1e-4  # post-LN preset: BERT's 1e-4
+    assert int(warmup) == math.ceil(0.06 * int(steps)) and float(lr) == 2e-3  # post-LN, hidden 128: 2e-3 x 128 / 128
+    few = [r.getMessage() for r in caplog.records if "too few for the model" in r.getMessage()]  # 4608 tokens
+    assert len(few) == 1 and "tokens per parameter, below 1)" in few[0], few
     results = json.loads((out / "all_results.json").read_text())
     assert results["epoch"] == 1.0 and results["global_step"] == int(steps)
     history = json.loads((out / "eval_history.json").read_text())
@@ -209,7 +211,7 @@ def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(
     prepared = tmp_path / "prepared"
     assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
                      "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
-    other = train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
+    train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
     cases = [
         (["--tokenizer_name", str(tmp_path / "other-tok")], "prepared with another tokenizer"),
         (["--max_seq_length", "64"], "--max_seq_length 64: --prepared_dataset"),
@@ -287,7 +289,8 @@ def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
     for chunk in re.split(r" (?=--[a-z0-9_]+ )", flat):
         assert chunk.count("default") <= 1, chunk
     assert "(default: None)" not in flat
-    assert re.search(r"--learning_rate LEARNING_RATE peak learning rate \(default: 1e-4 for post-LN", flat)
+    assert re.search(r"--learning_rate LEARNING_RATE peak learning rate \(default: BERT-like post-LN: 2e-3 x 128 / "
+                     r"hidden size, at least 1e-4", flat)
     args = build_parser().parse_args(["--report_to", "tensorboard,wandb", "--warmup_ratio", "0.1"])
     from training.trackers import log_with
 
@@ -306,12 +309,13 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
     assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full]  # steps 1-3 from the checkpoint
     assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
     # the number of blocks in one pass over the text, counted by the map-style pipeline
-    from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
     from transformers import AutoTokenizer
+
+    from pretrain.data import load_raw_datasets, pack_blocks, tokenize_bert
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     blocks = pack_blocks(tokenize_bert(load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz")), tok),
-                         32, tok.cls_token_id, tok.sep_token_id)["train"]
+                         32, tok.cls_token_id, tok.sep_token_id, document_positions=True)["train"]  # the default
     # a stream longer than the data wraps around: a new epoch starts at the end of the text
     many = tmp_path / "many"
     steps = math.ceil(len(blocks) / 8) + 2

@@ -104,7 +104,8 @@ def test_a_new_objective_is_one_table_entry(corpus_dir, tmp_path, fresh_state):
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     raw = load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz"))
-    blocks = pack_blocks(tokenize_bert(raw, tokenizer), 32, tokenizer.cls_token_id, tokenizer.sep_token_id, 1000)
+    blocks = pack_blocks(tokenize_bert(raw, tokenizer), 32, tokenizer.cls_token_id, tokenizer.sep_token_id, 1000,
+                         document_positions=True)  # the toy copies mlm's entry: document masking on by default
     every_fourth = sum(len(range(3, len(b), 4)) for b in blocks["validation"]["input_ids"])
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_predicted_tokens"] == results["eval_tokens"] == every_fourth

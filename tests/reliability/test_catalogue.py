@@ -8,7 +8,6 @@ and the hub flags (``--push_to_hub``, offline)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -250,9 +249,8 @@ def clean_env_reset():
 
 
 def test_debug_shows_the_traceback(assets, tmp_path, clean_env):
-    from training.errors import InputError
-
     from tokenizer.__main__ import main
+    from training.errors import InputError
 
     with pytest.raises(InputError, match="nope.txt"):
         run_cli(main, tok(tmp_path, assets, "--train_file", str(tmp_path / "nope.txt"), "--debug"))
@@ -279,8 +277,8 @@ def test_real_exit_status_in_a_subprocess(name, module, build, assets, tmp_path)
 
 def test_ctrl_c_while_training_a_tokenizer_writes_nothing(assets, tmp_path, monkeypatch, capsys):
     import tokenizer.wordpiece
-    from training.files import atomic_output_dir
     from tokenizer.__main__ import main
+    from training.files import atomic_output_dir
 
     def interrupted(files, vocab_size, output_dir, **kwargs):
         with atomic_output_dir(output_dir) as tmp:

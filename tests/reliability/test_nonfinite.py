@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from training import checkpoint as ckpt
-from training.errors import InputError
 from training.config import TrainingConfig
-from training.errors import NonFiniteLossError
+from training.errors import InputError, NonFiniteLossError
 
 
 def _nan_at(calls_with_nan):

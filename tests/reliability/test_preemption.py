@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _launch import ROOT
-from _launch import tiny_run_args as _args
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
+from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

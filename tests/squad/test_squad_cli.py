@@ -5,7 +5,6 @@ windows), evaluation only; refused input through the CLI (one line, exit 2, noth
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import subprocess

@@ -15,7 +15,17 @@ import torch
 from finetune import squad
 from finetune.squad_data import load_squad_file
 from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
-    FAST, QUESTIONS, ROOT, WINDOW, _json, _one_thread, _run, squad_document, tiny_sesame_bert, wordpiece_dir, write_json,
+    FAST,
+    QUESTIONS,
+    ROOT,
+    WINDOW,
+    _json,
+    _one_thread,
+    _run,
+    squad_document,
+    tiny_sesame_bert,
+    wordpiece_dir,
+    write_json,
 )
 from training.errors import InputError, run_cli
 

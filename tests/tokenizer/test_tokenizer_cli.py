@@ -24,7 +24,7 @@ def test_cli_trains_and_saves_a_loadable_tokenizer(tmp_path, corpus_file, capsys
     from transformers import AutoTokenizer
 
     gz = tmp_path / "more.txt.gz"
-    gz.write_bytes(gzip.compress("Zeppelins hovered over the harbour.\n".encode() * 20))
+    gz.write_bytes(gzip.compress(b"Zeppelins hovered over the harbour.\n" * 20))
     out = tmp_path / "tok"
     assert run_cli(main, train_args([corpus_file, gz], out, 250)) == 0
     summary = capsys.readouterr().out.strip().splitlines()

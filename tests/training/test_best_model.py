@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from training import checkpoint as ckpt
-from training.errors import InputError
 from training.config import TrainingConfig, greater_is_better
 from training.data import make_train_dataloader
+from training.errors import InputError
 from training.loop import Trainer, TrainingStopped
 
 #: A validation curve the test controls: eval_accuracy by optimizer step; it peaks at step 4.
@@ -139,7 +139,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_sesame_bert(tmp_pa
         calls = []
         layer = next(m for m in model.modules() if type(m).__name__ == "SesameBertLayer")
         inner = next(m for m in layer.modules() if isinstance(m, torch.nn.Linear))  # runs again when recomputed
-        inner.register_forward_hook(lambda *_: calls.append(1))
+        inner.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         model.train()
         model(input_ids=ids, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})

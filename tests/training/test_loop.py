@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from training import checkpoint as ckpt
-from training.errors import InputError
 from training.config import TrainingConfig
 from training.data import make_train_dataloader
+from training.errors import InputError
 from training.loop import NonFiniteLossError, Trainer, TrainingStopped
 from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
 
@@ -29,7 +29,8 @@ def test_no_weight_decay_on_biases_and_norms(toy):
         create_optimizer(model, -1.0)
 
 
-@pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup", "warmup_stable_decay"])
+@pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup", "warmup_stable_decay",
+                                  "warmup_stable_decay_1sqrt"])
 def test_schedules_follow_their_formulas(name):
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([param], lr=1.0)
@@ -45,14 +46,49 @@ def test_schedules_follow_their_formulas(name):
             return 0.5 * (1 + math.cos(math.pi * (s - W) / (N - W)))
         if name == "constant_with_warmup":
             return 1.0
-        if s < N - D:  # warmup_stable_decay: stable, then cosine decay over D steps
+        if s < N - D:  # warmup_stable_decay: stable, then cosine (or 1 - sqrt) decay over D steps
             return 1.0
+        if name == "warmup_stable_decay_1sqrt":  # Hägele et al. 2024: 1 - sqrt(progress)
+            return 1.0 - math.sqrt((s - (N - D)) / D)
         return 0.5 * (1 + math.cos(math.pi * (s - (N - D)) / D))
 
     for s in range(N + 1):
         assert sched.get_last_lr()[0] == pytest.approx(expected(s), abs=1e-9), f"step {s}"
         opt.step()
         sched.step()
+
+
+def test_warmup_stable_decay_default_decay_steps():
+    param = torch.nn.Parameter(torch.zeros(1))
+    for name, decay in (("warmup_stable_decay", 10), ("warmup_stable_decay_1sqrt", 20)):  # 10% / 20% of 100 steps
+        sched = create_scheduler(name, torch.optim.AdamW([param], lr=1.0), 0, 100)
+        lrs = []
+        for _ in range(100):
+            lrs.append(sched.get_last_lr()[0])
+            sched.optimizer.step()
+            sched.step()
+        assert lrs[100 - decay] == 1.0 and lrs[101 - decay] < 1.0, name
+
+
+@pytest.mark.parametrize("steps,warmup,expected", [
+    (1, 1, [0.0]),  # warmup only: no room for the default decay, and no refusal
+    (2, 1, [0.0, 1.0]),  # 20% of 2 rounds to 0 -> at least 1 decay step, whose first value is the peak
+    (10, 1, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0 - math.sqrt(0.5)]),  # 2 decay steps
+])
+def test_default_decay_fits_within_a_short_run(steps, warmup, expected):
+    """The default decay length of warmup_stable_decay_1sqrt (pretraining's default schedule) is cut to the steps
+    warmup leaves, so a run of a few steps is not refused; a given --num_decay_steps that does not fit still is."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    sched = create_scheduler("warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    assert lrs == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(InputError, match="warmup \\+ decay must not exceed"):
+        create_scheduler("warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps,
+                         num_decay_steps=steps)
 
 
 def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_fn=None, seed=0, out="run"):

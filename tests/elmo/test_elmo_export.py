@@ -1,0 +1,215 @@
+"""SesameElmo with static shapes (issue 20): torch.export (static and dynamic batch/length), ONNX through
+``python -m modeling.export`` checked with onnxruntime on padded batches, the graph-capture schedule against eager
+mode, the step-by-step recurrence against PyTorch's LSTM/GRU kernels, pairs and single sentences mixed in one batch,
+and gradient checkpointing over the LSTM layers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from modeling.elmo import (
+    SesameElmoConfig,
+    SesameElmoForBidirectionalLM,
+    SesameElmoForQuestionAnswering,
+    SesameElmoForSequenceClassification,
+    SesameElmoForTokenClassification,
+    SesameElmoModel,
+    lstm_elmo,
+)
+from modeling.elmo.lstm_elmo import recurrence
+from modeling.export import TOLERANCE, _elmo_sample, main
+from training.errors import run_cli
+
+#: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
+TINY = dict(vocab_size=60, char_embedding_dim=4, cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, projection_dim=8,
+            cell_size=16, num_layers=2, dropout=0.0, task_hidden_size=4, classifier_hidden_size=8,
+            classifier_dropout=0.0, num_labels=3)
+
+
+def _config(**overrides) -> SesameElmoConfig:
+    return SesameElmoConfig(**{**TINY, **overrides})
+
+
+def _batch(batch: int, length: int, seed: int, pairs: bool = True) -> dict:
+    """modeling.export's sample (row 0 a single sentence, the others pairs, the last row padded); ``pairs=False``:
+    every row a single sentence."""
+    sample = _elmo_sample(_config(), batch, length, torch.Generator().manual_seed(seed))
+    if not pairs:
+        sample["token_type_ids"].zero_()
+    return sample
+
+
+def _scale_mix(model) -> None:
+    """ScalarMix away from its initial equal weights, so that a wrong layer would show."""
+    with torch.no_grad():
+        model.scalar_mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.5]))
+        model.scalar_mix.gamma.fill_(1.7)
+
+
+_AXES = {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")}  # one batch and one sequence symbol for all
+DIMS = dict(char_ids=_AXES, attention_mask=_AXES, token_type_ids=_AXES)
+
+
+@pytest.mark.parametrize("cls,field", [(SesameElmoModel, "last_hidden_state"),
+                                       (SesameElmoForSequenceClassification, "logits")])
+def test_torch_export_static_and_dynamic(cls, field):
+    """Exported on a (2, 8) batch; the dynamic program runs other shapes, pairs and single sentences alike (on main:
+    GuardOnDataDependentSymNode at the mask check, the pair/single choice, the pair width, torch.unique)."""
+    model = cls(_config()).eval()
+    if hasattr(model, "scalar_mix"):
+        _scale_mix(model)
+    example = _batch(2, 8, seed=0)
+    torch._dynamo.reset()  # dynamo caches the LSTMs' scan bodies: one traced for static shapes would pin these
+    dynamic = torch.export.export(model, (), example, dynamic_shapes=DIMS)
+    static = torch.export.export(model, (), example)
+    with torch.no_grad():
+        same_shape = _batch(2, 8, seed=5)
+        torch.testing.assert_close(static.module()(**same_shape)[field], model(**same_shape)[field], rtol=0, atol=1e-5)
+        for pairs in (True, False):
+            other = _batch(5, 11, seed=1, pairs=pairs)
+            torch.testing.assert_close(dynamic.module()(**other)[field], model(**other)[field], rtol=0, atol=1e-5)
+
+
+def test_torch_export_of_the_bilm_loss():
+    """The BiLM head in eval mode (full softmax) exports too: no branch on the number of predicted tokens."""
+    model = SesameElmoForBidirectionalLM(_config()).eval()
+    batch = {k: v for k, v in _batch(3, 9, seed=0).items() if k != "token_type_ids"}
+    batch["input_ids"] = torch.randint(4, 60, (3, 9)) * batch["attention_mask"]
+    exported = torch.export.export(model, (), batch)
+    other = {k: v.flip(0) for k, v in batch.items()}
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(**other).loss, model(**other).loss, rtol=0, atol=1e-6)
+        # no predicted token at all: loss 0, still in the graph
+        nothing = model(**batch, labels=torch.full((3, 9), -100))
+    assert nothing.loss == 0 and nothing.forward_num_tokens == 0
+
+
+# ~15 s on 2 cores: the classifier runs in the fast set, the base model is marked slow
+@pytest.mark.parametrize("cls,task", [(SesameElmoForSequenceClassification, "sequence-classification"),
+                                      pytest.param(SesameElmoModel, "base", marks=pytest.mark.slow)])
+def test_onnx_export_command_matches_pytorch_on_padded_batches(tmp_path, capsys, cls, task):
+    """``python -m modeling.export`` on a saved frozen-ELMo classifier: inputs char_ids, attention_mask,
+    token_type_ids; onnxruntime equals PyTorch within 1e-4 on padded batches of another shape (on main: refused)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install -e '.[test]')")
+    pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript")
+    model = cls(_config()).eval()
+    if hasattr(model, "scalar_mix"):
+        _scale_mix(model)
+    model.save_pretrained(tmp_path / "m")
+    out = tmp_path / "model.onnx"
+    assert run_cli(main, ["--model_name_or_path", str(tmp_path / "m"), "--output", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["task"] == task and report["class"] == cls.__name__
+    assert report["inputs"] == ["char_ids", "attention_mask", "token_type_ids"]
+    assert max(report["max_abs_diff"].values()) <= TOLERANCE
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for pairs in (True, False):  # an independent check: another shape, pairs and single sentences
+        batch = _batch(4, 13, seed=3, pairs=pairs)
+        got = session.run(report["outputs"], {k: v.numpy() for k, v in batch.items()})
+        with torch.no_grad():
+            expected = model(**batch)
+        for name, value in zip(report["outputs"], got):
+            torch.testing.assert_close(torch.from_numpy(value), expected[name], rtol=0, atol=1e-4)
+
+
+def _eager_and_captured(monkeypatch, fn):
+    """``fn()`` in eager mode, and with the graph-capture schedule (what torch.export / torch.compile trace: every
+    token through the character CNN, the pairs at the full width T, the general pair/single path), still eager."""
+    eager = fn()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    captured = fn()
+    monkeypatch.undo()
+    return eager, captured
+
+
+@pytest.mark.parametrize("cls", [SesameElmoForSequenceClassification, SesameElmoForQuestionAnswering,
+                                 SesameElmoForTokenClassification])
+def test_graph_capture_schedule_equals_eager_mode(monkeypatch, cls):
+    """The shortcuts eager mode takes give the same outputs as the static-shape path (pairs: the sentences packed to
+    T instead of the longest sentence; the hidden states are in the pair's layout either way), in float32 and under
+    bf16 autocast."""
+    model = cls(_config(freeze_backbone=False)).eval()
+    batch = _batch(4, 12, seed=2)
+    batch["char_ids"][1, 3] = batch["char_ids"][2, 4]  # a repeated word (torch.unique's shortcut)
+    field = "start_logits" if cls is SesameElmoForQuestionAnswering else "logits"
+    for autocast in (False, True):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            eager, captured = _eager_and_captured(monkeypatch, lambda: model(**batch, output_hidden_states=True))
+        tol = 2e-2 if autocast else 1e-5
+        torch.testing.assert_close(captured[field], eager[field], rtol=0, atol=tol)
+        for a, b in zip(captured.hidden_states, eager.hidden_states):
+            torch.testing.assert_close(a, b, rtol=0, atol=tol)
+
+
+def test_mixed_batch_classifies_each_row_as_what_it_is():
+    """A single sentence in a batch of pairs gets the logits it gets alone, a pair those of a batch of pairs (on main
+    the whole batch took the pair path: the single sentence went through the pair classifier with an empty v)."""
+    model = SesameElmoForSequenceClassification(_config()).eval()
+    _scale_mix(model)
+    batch = _batch(3, 10, seed=4)  # row 0 single, rows 1 and 2 pairs
+    with torch.no_grad():
+        mixed = model(**batch).logits
+        single = model(**{k: v[:1] for k, v in batch.items() if k != "token_type_ids"}).logits
+        pairs = model(**{k: v[1:] for k, v in batch.items()}).logits
+    torch.testing.assert_close(mixed[:1], single, rtol=0, atol=1e-6)
+    torch.testing.assert_close(mixed[1:], pairs, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["lstm-projection", "lstm", "gru", "bidirectional-reverse"])
+def test_recurrence_equals_pytorch_kernels(kind):
+    """``recurrence`` (the exported graph's LSTM / GRU) against nn.LSTM / nn.GRU with the same parameters."""
+    x = torch.randn(3, 7, 5)
+    if kind == "gru":
+        rnn = nn.GRU(5, 6, batch_first=True)
+    else:
+        rnn = nn.LSTM(5, 6, batch_first=True, proj_size=4 if kind == "lstm-projection" else 0,
+                      bidirectional=kind == "bidirectional-reverse")
+    with torch.no_grad():
+        for p in rnn.parameters():  # not the default small init: saturating gates are part of the check
+            p.uniform_(-1.0, 1.0)
+        expected = rnn(x)[0]
+        if kind == "bidirectional-reverse":  # the reverse direction reads the sequence backwards
+            got = recurrence(rnn, x.flip(1), reverse=True).flip(1)
+            expected = expected[..., 6:]
+        else:
+            got = recurrence(rnn, x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", [{}, dict(fused_cpu_lstm=False), dict(cell_clip=1.0, proj_clip=1.0),
+                                     dict(cell_type="gru")], ids=["fused", "native", "clipped", "gru"])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gradient_checkpointing_recomputes_each_layer_with_the_same_gradients(monkeypatch, options, reentrant):
+    """BiLM training step with dropout, the mask left- and right-padded: the same gradients with and without
+    checkpointing (dropout masks replayed), and each LSTM layer really runs twice (on main: refused,
+    supports_gradient_checkpointing=False)."""
+    torch.manual_seed(0)
+    model = SesameElmoForBidirectionalLM(_config(dropout=0.3, **options)).train()
+    batch = {k: v for k, v in _batch(3, 9, seed=0).items() if k != "token_type_ids"}
+    batch["attention_mask"][0, :2] = 0  # left padding too
+    batch["input_ids"] = torch.randint(4, 60, (3, 9))
+    calls = []
+    layer = lstm_elmo.RecurrentLayer.forward
+    fused = lstm_elmo.BiLSTMProjectionFunction.forward
+    monkeypatch.setattr(lstm_elmo.RecurrentLayer, "forward", lambda self, x: calls.append(1) or layer(self, x))
+    monkeypatch.setattr(lstm_elmo.BiLSTMProjectionFunction, "forward",
+                        staticmethod(lambda ctx, *a: calls.append(1) or fused(ctx, *a)))
+
+    def gradients():
+        model.zero_grad()
+        calls.clear()
+        torch.manual_seed(1)
+        model(**batch).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(calls)
+
+    plain, plain_calls = gradients()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    checkpointed, checkpointed_calls = gradients()
+    assert checkpointed_calls == 2 * plain_calls > 0
+    assert plain.keys() == checkpointed.keys() and len(plain) == len(list(model.parameters()))
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=1e-6, msg=name)

@@ -1,0 +1,153 @@
+"""Compute budgets in optimizer steps: a token budget by arithmetic, a time budget by timing the loop's step.
+
+:func:`steps_for_tokens` converts a number of training tokens into optimizer steps. :func:`time_optimizer_steps`
+measures the seconds of one optimizer step of a model as the loop takes it (the same micro-batches, accumulation,
+autocast, clipping and AdamW), on a *copy* of the model and with a sequential loader of its own, and leaves
+everything of the run as it found it: the model, the run's data loader and every random number generator (torch on
+the CPU and on CUDA, Python's, NumPy's). A run that converts its budget this way is therefore the very run that
+``--max_train_steps N`` gives, for the N chosen (the commands log that flag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import math
+import random
+import time
+from collections.abc import Callable
+from itertools import islice
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from training.config import TrainingConfig
+from training.errors import InputError
+from training.optim import OPTIMIZERS, create_optimizer
+
+#: The clock of :func:`time_optimizer_steps` (seconds; tests replace it with a fake one).
+clock: Callable[[], float] = time.perf_counter
+
+
+def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
+    """Optimizer steps that train at least ``max_train_tokens`` tokens: ``ceil(max_train_tokens / tokens_per_step)``.
+
+    Args:
+        max_train_tokens: the budget in tokens (block positions, padding included), >= 1.
+        tokens_per_step: tokens of one optimizer step (global batch x block length), >= 1.
+
+    Raises:
+        InputError: a budget or step size below 1.
+    """
+    if max_train_tokens < 1:
+        raise InputError(f"--max_train_tokens {max_train_tokens}: expected an integer >= 1")
+    if tokens_per_step < 1:
+        raise InputError(f"tokens per optimizer step {tokens_per_step}: expected at least 1")
+    return -(-max_train_tokens // tokens_per_step)
+
+
+def steps_for_time(minutes: float, seconds_per_step: float) -> int:
+    """Optimizer steps that fit in ``minutes``: ``max(1, floor(60 * minutes / seconds_per_step))``.
+
+    Raises:
+        InputError: a budget that is not a positive finite number, or a step time that is not positive.
+    """
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise InputError(f"--time_budget {minutes}: expected a positive number of minutes")
+    if not seconds_per_step > 0:
+        raise InputError(f"measured {seconds_per_step} seconds per optimizer step: expected a positive time")
+    return max(1, math.floor(60.0 * minutes / seconds_per_step))
+
+
+@contextlib.contextmanager
+def preserved_rng_states():
+    """Restore every random number generator a run draws from (torch CPU and CUDA, Python, NumPy) on exit."""
+    states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+              random.getstate(), np.random.get_state())
+    try:
+        yield
+    finally:
+        torch.set_rng_state(states[0])
+        if states[1] is not None:
+            torch.cuda.set_rng_state_all(states[1])
+        random.setstate(states[2])
+        np.random.set_state(states[3])
+
+
+def time_optimizer_steps(accelerator, model: torch.nn.Module, dataloader: DataLoader, config: TrainingConfig, *,
+                         steps: int = 10, warmup: int = 2, loss_fn: Callable | None = None,
+                         weight_fn: Callable | None = None) -> float:
+    """Mean seconds of an optimizer step after ``warmup`` untimed ones (``steps`` in all), measured on a copy.
+
+    Each step takes ``config.gradient_accumulation_steps`` micro-batches of ``dataloader``'s dataset and collator
+    (read in order by a loader of its own; re-read from the start when it ends), runs forward and backward under
+    ``accelerator.autocast()`` with the loop's item-weighted loss, clips to ``config.max_grad_norm`` and steps an
+    AdamW built as the loop builds it; a step is timed from fetching its batches to the end of the update (the
+    device synchronised), as the loop times its steps. With several processes every process measures its own copy
+    (no gradient all-reduce) and the mean over processes is returned, so all of them convert a budget alike.
+    ``config.torch_compile`` compiles the copy (its compilation falls into the warmup steps).
+
+    Args:
+        accelerator: the run's ``Accelerator`` (device, autocast, processes); nothing is registered with it.
+        model: the model before ``accelerator.prepare``; left untouched.
+        dataloader: the run's training loader (its dataset, batch size and collator are used; it is not iterated).
+        config: the loop's settings (accumulation, optimizer, clipping, gradient checkpointing, compile).
+        steps / warmup: optimizer steps run / not timed.
+        loss_fn / weight_fn: as :class:`training.loop.Trainer` (defaults: ``model(**batch).loss`` and the labels
+            that are not -100).
+
+    Raises:
+        InputError: ``steps <= warmup``, or a loader that gives no batch.
+    """
+    from training.loop import default_loss_fn, default_weight_fn, enable_gradient_checkpointing
+
+    if steps <= warmup or warmup < 0:
+        raise InputError(f"time budget probe: {steps} steps with {warmup} not timed; expected more steps than that")
+    loss_fn, weight_fn = loss_fn or default_loss_fn, weight_fn or default_weight_fn
+    device = accelerator.device
+    probe = DataLoader(dataloader.dataset, batch_size=dataloader.batch_size, collate_fn=dataloader.collate_fn,
+                       generator=torch.Generator())
+    with preserved_rng_states():
+        twin = copy.deepcopy(model).to(device).train()
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(twin)
+        optimizer = create_optimizer(twin, config.learning_rate, config.weight_decay,
+                                     (config.adam_beta1, config.adam_beta2), config.adam_epsilon,
+                                     fused=OPTIMIZERS[config.optim])
+        forward = torch.compile(twin) if config.torch_compile else twin
+        batches = iter(probe)
+        timed: list[float] = []
+        for step in range(steps):
+            started = clock() if step >= warmup else 0.0
+            group = list(islice(batches, config.gradient_accumulation_steps))
+            if not group:
+                batches = iter(probe)
+                group = list(islice(batches, config.gradient_accumulation_steps))
+                if not group:
+                    raise InputError("time budget probe: the training data gives no batch")
+            group = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in group]
+            weights = [float(weight_fn(b)) for b in group]
+            total = max(sum(weights), 1e-12)
+            for batch, weight in zip(group, weights):
+                with accelerator.autocast():
+                    loss = loss_fn(forward, batch)
+                (loss * (weight / total)).backward()
+            if config.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(twin.parameters(), config.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if step >= warmup:
+                timed.append(clock() - started)
+        del twin, forward, optimizer, batches
+        gc.collect()
+    mean = torch.tensor(sum(timed) / len(timed), dtype=torch.float64, device=device)
+    if accelerator.num_processes > 1:
+        mean = accelerator.reduce(mean, reduction="mean")
+    return float(mean)
+
+
+__all__ = ["clock", "preserved_rng_states", "steps_for_time", "steps_for_tokens", "time_optimizer_steps"]
