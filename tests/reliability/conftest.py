@@ -103,3 +103,38 @@ def toy_run():
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
 
+
+
+@pytest.fixture
+def hub_server():
+    """``hub_server(tokens) -> HubServer``: the project's Hub-compatible test server (tests/hub/hub_server.py) on
+    127.0.0.1, started; every server started is stopped after the test."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "hub" / "hub_server.py"
+    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_reliability", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    started = []
+
+    def start(tokens: dict[str, tuple[str, str]]):
+        server = module.HubServer(tokens).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def hub_client_env(url: str, home: Path) -> dict[str, str]:
+    """The environment of a subprocess that talks to the test hub at ``url`` (no other HF/wandb settings)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "WANDB"))}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
+               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false",
+               WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    return env

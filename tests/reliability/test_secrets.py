@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from _launch import ROOT
+from reliability.conftest import hub_client_env
 
 #: A token the test hub accepts for alice (written into every place a leak would show).
 TOKEN = "hf_alice_write_planted_7f3a91c2"
@@ -68,32 +68,21 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
 
 
 @pytest.mark.slow
-def test_planted_token_is_in_no_file_of_the_run_the_trackers_or_the_hub_repo(tmp_path):
-    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_secrets",
-                                                  ROOT / "tests" / "hub" / "hub_server.py")
-    hub_server = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = hub_server
-    spec.loader.exec_module(hub_server)
+def test_planted_token_is_in_no_file_of_the_run_the_trackers_or_the_hub_repo(tmp_path, hub_server):
     assets = tmp_path / "assets"
     assets.mkdir()
     (assets / "train.txt").write_text("\n\n".join(f"the whale rose from the sea number {i}.\nsailors shouted."
                                                   for i in range(60)) + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "WANDB"))}
-    server = hub_server.HubServer({TOKEN: ("alice", "write")}).start()
-    try:
-        env.update(HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
-                   HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false",
-                   WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
-        out = tmp_path / "run"
-        cmd = [sys.executable, "-m", "pretrain", "--train_file", str(assets / "train.txt"), "--config_name",
-               "bert-tiny", "--vocab_size", "200", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
-               "--max_train_steps", "3", "--checkpointing_steps", "2", "--output_dir", str(out), "--report_to", "all",
-               "--push_to_hub", "--hub_model_id", "alice/planted", "--hub_token", TOKEN]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        repo = server.state.repos["alice/planted"]
-    finally:
-        server.stop()
+    server = hub_server({TOKEN: ("alice", "write")})
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(assets / "train.txt"), "--config_name",
+           "bert-tiny", "--vocab_size", "200", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
+           "--max_train_steps", "3", "--checkpointing_steps", "2", "--output_dir", str(out), "--report_to", "all",
+           "--push_to_hub", "--hub_model_id", "alice/planted", "--hub_token", TOKEN]
+    proc = subprocess.run(cmd, cwd=ROOT, env=hub_client_env(server.url, tmp_path / "hf"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    repo = server.state.repos["alice/planted"]
     assert list(out.glob("wandb/offline-run-*/run-*.wandb")) and list(out.glob("runs/**/events.out.tfevents.*"))
     assert (out / "checkpoints").is_dir()
     assert TOKEN not in proc.stdout + proc.stderr
