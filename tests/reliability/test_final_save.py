@@ -7,6 +7,7 @@ import os
 import signal
 
 from _launch import tiny_run_args
+
 from training.errors import run_cli
 
 
