@@ -144,7 +144,8 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         ``(result, 0)`` when training ended; ``(None, status)`` after a requested stop (status 143 / 130 for
         SIGTERM / SIGINT) or a non-finite loss (status 1): then ``on_stop()`` has been called (e.g. to end
         trackers and the process group) and the one-line ``error:`` reason, saying where the last checkpoint
-        is and how to resume, has been printed to stderr.
+        is and how to resume, has been printed to stderr by the main process (every process stops at the same
+        step).
     """
     from training.errors import NonFiniteLossError, TrainingStopped
 
@@ -152,6 +153,8 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         try:
             return trainer.train(), 0
         except (NonFiniteLossError, TrainingStopped) as err:
+            main_process = trainer.accelerator.is_main_process
             on_stop()
-            print(f"error: {err}", file=sys.stderr, flush=True)
+            if main_process:  # every process stops at the same step: one error line, not one per process
+                print(f"error: {err}", file=sys.stderr, flush=True)
             return None, (stopper.exit_code if isinstance(err, TrainingStopped) else 1)
