@@ -334,7 +334,8 @@ def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_proces
     :data:`EVAL_SHARE` of the blocks it trains on (forward passes only, so well under that share of its time for
     BERT-like models; ELMo's exact full-softmax perplexity costs about as much per block as a sampled-softmax
     training step), and one evaluation at most :data:`MAX_EVAL_TOKENS` tokens; never fewer than
-    :data:`MIN_EVAL_BLOCKS`.
+    :data:`MIN_EVAL_BLOCKS`. With ``--max_train_tokens`` the steps it gives are counted; with ``--time_budget``
+    (known only after the probe) the epochs are.
 
     Args:
         train_blocks: training blocks (None: a stream; ``--max_train_steps`` then sets the length).
@@ -348,7 +349,12 @@ def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_proces
     batches = None if train_blocks is None else math.ceil(math.ceil(train_blocks / t.per_device_train_batch_size)
                                                           / num_processes)  # per process, as accelerate shards
     max_steps, _ = planned_steps(t, batches)
-    trained = max_steps * t.per_device_train_batch_size * t.gradient_accumulation_steps * num_processes
+    sequences_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * num_processes
+    if t.max_train_steps is None and plan.budget.max_train_tokens is not None:  # the steps the budget will give
+        from training.budget import steps_for_tokens
+
+        max_steps = steps_for_tokens(plan.budget.max_train_tokens, sequences_per_step * plan.corpus.max_seq_length)
+    trained = max_steps * sequences_per_step
     by_compute = int(EVAL_SHARE * trained / evaluations(resolve_interval(t.eval_steps, max_steps), max_steps))
     return max(MIN_EVAL_BLOCKS, min(by_compute, MAX_EVAL_TOKENS // plan.corpus.max_seq_length))
 

@@ -32,6 +32,9 @@ def test_default_evaluation_set_is_capped_by_the_planned_training(tmp_path):
     medium = _plan(tmp_path, "--max_train_steps", "1000", "--per_device_train_batch_size", "16", "--max_seq_length",
                    "128", "--eval_steps", "250")
     assert default_eval_blocks(medium, 10**6, 2) == int(0.1 * 1000 * 16 * 2 / 5)  # 5 evaluations, 2 processes
+    budget = _plan(tmp_path, "--max_train_tokens", "10240", "--per_device_train_batch_size", "16",
+                   "--max_seq_length", "32", "--eval_steps", "0.1")  # 20 steps of 512 tokens, as `short`
+    assert default_eval_blocks(budget, 100_000, 1) == 128
     given = _plan(tmp_path, "--max_train_steps", "20", "--max_eval_samples", "7")
     assert default_eval_blocks(given, 1000, 1) is None  # the user's choice stands
 
