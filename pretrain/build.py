@@ -63,7 +63,8 @@ def given_tokenizer(model: ModelArguments):
         InputError: a tokenizer that cannot be loaded, one that differs from the model's, or a model without one.
     """
     trust = model.trust_remote_code
-    given = load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision, trust) if model.tokenizer_name else None
+    given = (load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision, trust) if model.tokenizer_name
+             else None)
     if not model.model_name_or_path:
         return given
     if not _has_tokenizer(model.model_name_or_path):
@@ -92,8 +93,8 @@ def check_tokenizer_family(tokenizer, family: Family, where: str) -> None:
     """
     problem = family.tokenizer_problem(tokenizer)
     if problem is not None:
-        raise InputError(f"{where}: a {type(tokenizer).__name__} ({len(tokenizer)} tokens); expected a tokenizer of the "
-                         f"model family: {problem}")
+        raise InputError(f"{where}: a {type(tokenizer).__name__} ({len(tokenizer)} tokens); expected a tokenizer of "
+                         f"the model family: {problem}")
 
 
 def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments, output_dir: str | Path, *,
@@ -233,5 +234,6 @@ def build_model(plan: PretrainPlan, tokenizer):
     return model
 
 
-__all__ = ["build_model", "check_tokenizer_family", "get_tokenizer", "given_tokenizer", "load_model_config", "load_tokenizer",
+__all__ = ["build_model", "check_tokenizer_family", "get_tokenizer", "given_tokenizer", "load_model_config",
+           "load_tokenizer",
            "tokenizer_hash", "train_tokenizer"]

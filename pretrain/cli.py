@@ -216,10 +216,9 @@ def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
     import hashlib
     import json
 
-    from training.data import fingerprint_sources
-
     from pretrain import data
     from pretrain.build import tokenizer_hash
+    from training.data import fingerprint_sources
 
     corpus, limits = plan.corpus, plan.data
     files, settings = [], {}

@@ -187,7 +187,8 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
         f = path / rel
         size = f.stat().st_size if f.is_file() else None
         if size != meta["bytes"]:
-            what = "missing" if size is None else f"{size} bytes, the manifest says {meta['bytes']} (truncated or changed)"
+            what = ("missing" if size is None
+                    else f"{size} bytes, the manifest says {meta['bytes']} (truncated or changed)")
             raise InputError(f"--prepared_dataset {path}: {rel} {what}; expected the folder as `python -m "
                              "pretrain.prepare` wrote it (prepare it again)")
     try:

@@ -126,9 +126,9 @@ def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike, run
     path = check_checkpoint_path(spec)
     problem = _problem(path, ignore_integrity)
     if problem is not None:
-        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, e.g. "
-                         "'latest' (--ignore_checkpoint_integrity resumes from one without its manifest or RNG files, "
-                         "not bitwise)")
+        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, "
+                         "e.g. 'latest' (--ignore_checkpoint_integrity resumes from one without its manifest or RNG "
+                         "files, not bitwise)")
     return path
 
 

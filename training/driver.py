@@ -330,7 +330,8 @@ class Run:
         if stopper.signum is not None:
             pushed = ""
             if pusher is not None:
-                pushed = " and pushed" if self.pushed else f"; not pushed: push them with `{_push_command(self, pusher)}`"
+                pushed = (" and pushed" if self.pushed
+                          else f"; not pushed: push them with `{_push_command(self, pusher)}`")
             print(f"error: {signal.Signals(stopper.signum).name} received while saving: the outputs in "
                   f"{self.output_dir} are complete{pushed}", file=sys.stderr, flush=True)
             return stopper.exit_code

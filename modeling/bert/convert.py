@@ -156,7 +156,8 @@ def _load_tokenizer(source: str, arg_name: str, vocab_size: int):
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as err:
-        raise InputError(f"{arg_name} {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}; {hint}") from err
+        raise InputError(f"{arg_name} {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}; "
+                         f"{hint}") from err
     if len(tokenizer) < vocab_size // 2:
         raise InputError(f"{arg_name} {source}: the tokenizer has {len(tokenizer)} tokens for a model vocabulary of "
                          f"{vocab_size}; expected the model's tokenizer: {hint}")

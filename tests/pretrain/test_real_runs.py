@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import logging
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -150,7 +150,8 @@ def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
     assert [r["step"] for r in log_resumed] == [1, 2, 3, 4, 5, 6]  # the whole log: the checkpoint keeps steps 1-3
     assert log_resumed[:3] == log_full[:3]
-    assert [r["train_loss"] for r in log_resumed[3:]] == pytest.approx([r["train_loss"] for r in log_full[3:]], rel=1e-5)
+    assert [r["train_loss"] for r in log_resumed[3:]] == pytest.approx([r["train_loss"] for r in log_full[3:]],
+                                                                       rel=1e-5)
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
@@ -236,7 +237,7 @@ def test_prepared_shards_are_checked_by_size_always_and_by_hash_on_first_use_or_
                      "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
     files = json.loads((prepared / "manifest.json").read_text())["files"]
     shard = next(rel for rel in files if rel.startswith("train/") and rel.endswith(".arrow"))
-    assert files[shard]["sha256"] == _sha(prepared / shard) and files[shard]["bytes"] == (prepared / shard).stat().st_size
+    assert files[shard] == {"sha256": _sha(prepared / shard), "bytes": (prepared / shard).stat().st_size}
     load_prepared(prepared)  # hashed on first use, recorded
     assert shard in json.loads((prepared / VERIFIED).read_text())
     data = bytearray((prepared / shard).read_bytes())
@@ -306,7 +307,8 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
     shutil.copytree(full / "checkpoints" / "step_3", resumed / "checkpoints" / "step_3")
     assert run_cli(main, _data(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest")) == 0
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
-    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full]  # steps 1-3 from the checkpoint
+    # steps 1-3 from the checkpoint
+    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full]
     assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
     # the number of blocks in one pass over the text, counted by the map-style pipeline
     from transformers import AutoTokenizer
