@@ -22,7 +22,9 @@ Example::
     python -m finetune.baselines --glue_dir data/glue --tasks sst2 mrpc stsb cola \\
         --backbones cbow fasttext cnn rnn treelstm runs/bert-mini runs/elmo-small --embeddings vectors --output_dir table
 
-Arguments after ``--`` go to every ``finetune.glue`` run (e.g. ``-- --max_train_samples 1000``).
+Arguments after ``--`` go to every ``finetune.glue`` run (e.g. ``-- --max_train_samples 1000``); a ``--hub_token``
+among them reaches the runs as ``HF_TOKEN`` in their environment, never on a command line, in ``results.json`` or
+in the log.
 """
 
 from __future__ import annotations
@@ -164,14 +166,15 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
 
 def glue_command(task: str, model_dir: str, run_dir: Path, recipe: dict, args: BaselinesArguments,
                  extra: list[str]) -> list[str]:
-    """The ``finetune.glue`` command line of one run."""
+    """The ``finetune.glue`` command line of one run (``--overwrite_output_dir``: a table cell run again replaces
+    the earlier run of that cell, its checkpoints deleted first)."""
     epochs = args.num_train_epochs or recipe["epochs"].get(task, recipe["epochs"]["default"])
     return [sys.executable, "-m", "finetune.glue", "--model_name_or_path", str(model_dir), "--task_name", task,
             "--glue_dir", args.glue_dir, "--output_dir", str(run_dir), "--max_seq_length", str(args.max_seq_length),
             "--learning_rate", str(recipe["learning_rate"]), "--per_device_train_batch_size",
             str(recipe["per_device_train_batch_size"]), "--weight_decay", str(recipe["weight_decay"]),
             "--num_warmup_steps", str(recipe["num_warmup_steps"]), "--num_train_epochs", str(epochs),
-            "--seed", str(args.seed), "--report_to", "none",
+            "--seed", str(args.seed), "--report_to", "none", "--overwrite_output_dir",
             *(["--max_train_samples", str(recipe["max_train_samples"][task])] if task in recipe.get("max_train_samples", {}) else []),
             *recipe.get("extra_args", {}).get(task, []), *extra]
 
@@ -181,8 +184,15 @@ def backbone_name(backbone: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from training.arguments import split_secrets
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    # a --hub_token for the children goes to them through the environment (HF_TOKEN), never on a command line,
+    # in results.json or in the log
+    extra, secrets = split_secrets(argv[argv.index("--") + 1 :] if "--" in argv else [])
+    child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if secrets.get("hub_token"):
+        child_env["HF_TOKEN"] = secrets["hub_token"]
     (args,) = parse_arguments([BaselinesArguments], argv[: argv.index("--")] if "--" in argv else argv,
                               prog="python -m finetune.baselines", description=DESCRIPTION)
     from training.logs import setup_logging
@@ -227,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = glue_command(task_name, str(model_dir), run_dir, recipe, args, extra)
             logger.info("%s / %s: %s", task_name, name, " ".join(cmd))
             start = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env)
             wall = time.perf_counter() - start
             (out / "runs").mkdir(exist_ok=True)
             (out / "runs" / f"{task_name}-{name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")

@@ -402,6 +402,20 @@ class ExplainArguments:
             raise InputError(f"--n_steps {self.n_steps}: expected an integer >= 1")
 
 
+def check_trained_head(loading_info: dict, source: str) -> None:
+    """Refuse a model whose weights ``from_pretrained`` had to initialise (``output_loading_info``'s
+    ``missing_keys``): explaining a random classification head explains nothing.
+
+    Raises:
+        InputError: naming the folder and a few of the newly initialised weights.
+    """
+    missing = sorted(loading_info.get("missing_keys") or [])
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise InputError(f"--model_name_or_path {source}: its classification head is not trained ({shown} newly "
+                         "initialised); expected a fine-tuned sequence classifier (python -m finetune.glue output)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from training.arguments import parse_arguments
     from training.checkpoint import check_output_dir
@@ -421,8 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     expected = "a finetune.glue output folder"
     tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.model_name_or_path, "--model_name_or_path",
                                 expected, failure="cannot load a sequence classifier", **hub)
-    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, args.model_name_or_path,
-                            "--model_name_or_path", expected, failure="cannot load a sequence classifier", **hub)
+    model, loading = load_pretrained(AutoModelForSequenceClassification.from_pretrained, args.model_name_or_path,
+                                     "--model_name_or_path", expected, failure="cannot load a sequence classifier",
+                                     output_loading_info=True, **hub)
+    check_trained_head(loading, args.model_name_or_path)
     pairs = args.text_pair or [None] * len(args.text)
     explanations = [explain(model, tokenizer, t, p, method=args.method, target=args.target, n_steps=args.n_steps,
                             max_length=args.max_seq_length, max_steps=max(args.max_steps, args.n_steps))

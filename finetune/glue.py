@@ -313,15 +313,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
-    run = Run(training, hub, run_config(model_args, data_args, modes, training, hub), do_train=modes.do_train,
-              card_task="text-classification")
-    accelerator = run.start()
-    tokenizer, model, mapping = load_model_and_tokenizer(model_args, data.label_names, data.regression,
-                                                         data_args.task_name, data_args.max_seq_length)
-    splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
-    tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
-    return run.execute(glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training,
-                                  modes))
+    with Run(training, hub, run_config(model_args, data_args, modes, training, hub), do_train=modes.do_train,
+             card_task="text-classification") as run:
+        accelerator = run.start()
+        tokenizer, model, mapping = load_model_and_tokenizer(model_args, data.label_names, data.regression,
+                                                             data_args.task_name, data_args.max_seq_length)
+        splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
+        tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
+        parts = glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes)
+        if modes.do_train:
+            parts.data_fingerprint = training_data_fingerprint(data_args, task, data)
+        return run.execute(parts)
+
+
+def training_data_fingerprint(data_args: GlueDataArguments, task: GlueTask | None, data: GlueData) -> list[dict]:
+    """What the training split is made of, for the resume check (:func:`training.data.fingerprint_sources`): the
+    training file by content (``--train_file``, or the task's file in ``--glue_dir``; a hub dataset by its
+    ``datasets`` fingerprint), the label set and the settings that shape the examples."""
+    from training.data import fingerprint_sources
+
+    if data_args.train_file:
+        files = [data_args.train_file]
+    elif data_args.glue_dir and task is not None:
+        files = [str(Path(data_args.glue_dir) / task.files["train"].path)]
+    else:
+        files = []
+    return fingerprint_sources(files, dataset=None if files else data.raw["train"]._fingerprint,
+                               labels=data.label_names or "regression", max_seq_length=data_args.max_seq_length,
+                               max_train_samples=data_args.max_train_samples)
 
 
 def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueData, tokenized: dict, mapping,

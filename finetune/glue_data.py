@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import tempfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,9 @@ def read_table(path: str | os.PathLike, column_names: Sequence[str] | None = Non
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start}); expected a UTF-8 "
                          f"{fmt} file") from None
-    except (OSError, EOFError) as err:  # e.g. a truncated or fake .gz
-        raise InputError(f"{path}: cannot read the file ({err})") from None
+    except (OSError, EOFError, zlib.error) as err:  # e.g. a truncated, corrupt or fake .gz
+        raise InputError(f"{path}: cannot read the file ({err}); expected a readable {fmt} file (a complete .gz "
+                         "when compressed)") from None
 
 
 def _open_text(path: Path):
@@ -201,6 +203,19 @@ def _as_float(value: Any) -> float | None:
 
 def _shown(values: list[tuple[int, Any]]) -> str:
     return ", ".join(f"{v!r} (row {row})" for row, v in values[:_MAX_SHOWN])
+
+
+def check_labels_present(values: Sequence[Any], where: str) -> None:
+    """Refuse empty label cells and records without the label key (``None``): they are not a class named ``''``.
+
+    Raises:
+        InputError: naming ``where`` (file and column), how many rows lack a label and a few of them (0-based).
+    """
+    missing = [row for row, value in enumerate(values) if _label_key(value) == ""]
+    if missing:
+        shown = ", ".join(f"row {row}" for row in missing[:_MAX_SHOWN])
+        raise InputError(f"{where}: {len(missing)} example(s) without a label (an empty cell, or a JSON record without "
+                         f"the key): {shown}; expected a label in every row (test files may leave the column out)")
 
 
 def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str, allow_class_ids: bool = False) -> list[int]:
@@ -314,6 +329,8 @@ def normalize_split(
     data: dict[str, list[Any]] = {"sentence1": ["" if v is None else str(v) for v in columns[sentence1]]}
     if sentence2 is not None:
         data["sentence2"] = ["" if v is None else str(v) for v in columns[sentence2]]
+    if label is not None:
+        check_labels_present(columns[label], f"{where}, column {label!r}")
     if label is None:
         data["label"] = [-1.0 if regression else -1] * n_rows
     elif regression:
@@ -433,6 +450,8 @@ def load_custom_files(
         labelled = [s for s in files if label_key in tables[s]]
         source = "train" if "train" in labelled else (labelled[0] if labelled else None)
         values = tables[source][label_key] if source else []
+        if source is not None and source != "test":
+            check_labels_present(values, f"{files[source]} ({source}), column {label_key!r}")
         if label_names is not None:
             names, regression = list(label_names), False
         elif is_regression:
@@ -448,7 +467,8 @@ def load_custom_files(
     name = task.name if task is not None else "custom task"
     splits = {}
     for split, path in files.items():
-        has_label = split != "test" or label_key in tables[split]
+        has_label = split != "test" or (label_key in tables[split]
+                                        and any(_label_key(v) != "" for v in tables[split][label_key]))
         splits[split] = normalize_split(
             tables[split],
             f"{path} ({split})",

@@ -364,12 +364,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
-    run = Run(training, hub, run_config(model_args, data, modes, post, training, hub), do_train=modes.do_train,
-              card_task="question-answering")
-    accelerator = run.start()
-    features = tokenize(examples, tokenizer, data, accelerator)
-    return run.execute(squad_parts(accelerator, load_model(model_args, pretrained_config), tokenizer, examples,
-                                   features, data, post, training, modes))
+    with Run(training, hub, run_config(model_args, data, modes, post, training, hub), do_train=modes.do_train,
+             card_task="question-answering") as run:
+        accelerator = run.start()
+        features = tokenize(examples, tokenizer, data, accelerator)
+        parts = squad_parts(accelerator, load_model(model_args, pretrained_config), tokenizer, examples, features,
+                            data, post, training, modes)
+        if modes.do_train:
+            from training.data import fingerprint_sources
+
+            parts.data_fingerprint = fingerprint_sources(
+                data.train_file or [], dataset=None if data.train_file else examples["train"]._fingerprint,
+                max_seq_length=data.max_seq_length, doc_stride=data.doc_stride,
+                max_query_length=data.max_query_length, max_train_samples=data.max_train_samples)
+        return run.execute(parts)
 
 
 def squad_parts(accelerator, model, tokenizer, examples: dict, features: dict, data: SquadDataArguments,

@@ -27,6 +27,7 @@ import logging
 import os
 import random
 import tempfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,7 @@ def read_squad_json(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise InputError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start}); expected a UTF-8 SQuAD-format JSON file") from None
     except json.JSONDecodeError as err:
         raise InputError(f"{path}: malformed JSON: {err.msg} at line {err.lineno} column {err.colno}; expected a SQuAD-format JSON file") from None
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # a truncated or corrupt .gz, an unreadable file
         raise InputError(f"{path}: cannot read the file ({err}); expected a SQuAD-format .json or .json.gz file") from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         found = sorted(document) if isinstance(document, dict) else type(document).__name__

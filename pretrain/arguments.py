@@ -50,6 +50,8 @@ class ModelArguments:
     revision: str | None = arg(None, "revision (branch, tag or commit id) of hub repos given by --model_name_or_path "
                                "/ --config_name / --tokenizer_name")
     vocab_size: int | None = arg(None, "vocabulary size of a trained tokenizer (default: 30000; the demo job: 8000)")
+    trust_remote_code: bool = arg(False, "allow Python code from the folders or repos of --model_name_or_path / "
+                                  "--tokenizer_name / --config_name (auto_map); without it such code is refused")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +122,8 @@ class TrainDataArguments:
 
     prepared_dataset: str | None = arg(None, "a folder written by `python -m pretrain.prepare`: memory-mapped blocks, "
                                        "no tokenization")
+    verify_prepared: bool = arg(False, "check the SHA-256 of every file of --prepared_dataset against its manifest "
+                                "(default: sizes always, contents on first use and when changed)")
     max_train_samples: int | None = arg(None, "use only the first N training blocks")
     max_eval_samples: int | None = arg(None, "use only the first N validation blocks")
     dataloader_num_workers: int = arg(0, "DataLoader worker processes")

@@ -24,8 +24,9 @@ def tokenizer_hash(tokenizer) -> str:
     return content_hash(tokenizer)
 
 
-def load_tokenizer(path: str, arg_name: str, revision: str | None = None):
-    """``AutoTokenizer.from_pretrained(path)`` (sesame tokenizers registered), refused with one line if it fails.
+def load_tokenizer(path: str, arg_name: str, revision: str | None = None, trust_remote_code: bool = False):
+    """``AutoTokenizer.from_pretrained(path)`` (sesame tokenizers registered), refused with one line if it fails
+    (also a folder whose ``auto_map`` names code of its own, unless ``trust_remote_code``).
 
     Raises:
         InputError: no such folder, or the tokenizer cannot be loaded.
@@ -34,7 +35,8 @@ def load_tokenizer(path: str, arg_name: str, revision: str | None = None):
 
     import modeling  # noqa: F401  (registers the tokenizers with AutoTokenizer)
 
-    return load_pretrained(AutoTokenizer.from_pretrained, path, arg_name, TOKENIZER_EXPECTED, revision=revision)
+    return load_pretrained(AutoTokenizer.from_pretrained, path, arg_name, TOKENIZER_EXPECTED, revision=revision,
+                           trust_remote_code=trust_remote_code)
 
 
 def _has_tokenizer(path: str) -> bool:
@@ -60,7 +62,9 @@ def given_tokenizer(model: ModelArguments):
     Raises:
         InputError: a tokenizer that cannot be loaded, one that differs from the model's, or a model without one.
     """
-    given = load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision) if model.tokenizer_name else None
+    trust = model.trust_remote_code
+    given = (load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision, trust) if model.tokenizer_name
+             else None)
     if not model.model_name_or_path:
         return given
     if not _has_tokenizer(model.model_name_or_path):
@@ -68,7 +72,7 @@ def given_tokenizer(model: ModelArguments):
             raise _no_tokenizer(model)
         return given
     try:
-        saved = load_tokenizer(model.model_name_or_path, "--model_name_or_path", model.revision)
+        saved = load_tokenizer(model.model_name_or_path, "--model_name_or_path", model.revision, trust)
     except InputError:
         if given is None:
             raise _no_tokenizer(model) from None
@@ -79,6 +83,18 @@ def given_tokenizer(model: ModelArguments):
             f"{model.model_name_or_path} ({len(given)} vs {len(saved)} tokens, or other ids); expected the tokenizer the "
             "model was trained with (leave --tokenizer_name out to use it)")
     return given if given is not None else saved
+
+
+def check_tokenizer_family(tokenizer, family: Family, where: str) -> None:
+    """Refuse a tokenizer the family cannot use (a WordPiece tokenizer for ELMo-style pretraining, ...).
+
+    Raises:
+        InputError: naming ``where`` (the flag and value), the tokenizer's class and what the family needs.
+    """
+    problem = family.tokenizer_problem(tokenizer)
+    if problem is not None:
+        raise InputError(f"{where}: a {type(tokenizer).__name__} ({len(tokenizer)} tokens); expected a tokenizer of "
+                         f"the model family: {problem}")
 
 
 def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments, output_dir: str | Path, *,
@@ -98,12 +114,16 @@ def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments
         InputError: a tokenizer that cannot be loaded, or one that differs from the model's / the prepared dataset's.
     """
     given = given_tokenizer(model)
+    if given is not None:
+        check_tokenizer_family(given, family, f"--tokenizer_name {model.tokenizer_name}" if model.tokenizer_name
+                               else f"--model_name_or_path {model.model_name_or_path}")
     if prepared:
         tok = load_tokenizer(str(Path(prepared) / "tokenizer"), "--prepared_dataset")
         if given is not None and tokenizer_hash(given) != tokenizer_hash(tok):
             raise InputError(f"--prepared_dataset {prepared}: prepared with another tokenizer than "
                              f"{model.tokenizer_name or model.model_name_or_path}; expected the same tokenizer (prepare "
                              "the data again with it, or leave --tokenizer_name out)")
+        check_tokenizer_family(tok, family, f"--prepared_dataset {prepared}")
         return tok
     if given is not None:
         return given
@@ -170,7 +190,7 @@ def load_model_config(plan: PretrainPlan, **overrides):
     if model.model_name_or_path:
         return load_pretrained(AutoConfig.from_pretrained, model.model_name_or_path, "--model_name_or_path",
                                "a model folder with config.json and model.safetensors (save_pretrained) or a hub "
-                               "repo id", revision=model.revision)
+                               "repo id", revision=model.revision, trust_remote_code=model.trust_remote_code)
     presets = _presets(plan.objective)
     if model.config_name in presets:
         config = modeling.get_preset_config(model.config_name, **overrides)
@@ -181,7 +201,8 @@ def load_model_config(plan: PretrainPlan, **overrides):
             raise InputError(expected)
         check_local_path(model.config_name, "--config_name", "a preset, a config path or a hub repo id")
         try:  # a config.json file or folder, or a hub repo id (at --revision)
-            config = AutoConfig.from_pretrained(model.config_name, revision=model.revision, **overrides)
+            config = AutoConfig.from_pretrained(model.config_name, revision=model.revision,
+                                                trust_remote_code=model.trust_remote_code, **overrides)
         except Exception as err:  # noqa: BLE001
             raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {first_line(err)})") from err
     if not plan.family.accepts(config):
@@ -203,7 +224,8 @@ def build_model(plan: PretrainPlan, tokenizer):
         kwargs = {} if wrap is None else {"config": wrap(load_model_config(plan))}
         model = load_pretrained(auto.from_pretrained, model_args.model_name_or_path, "--model_name_or_path",
                                 "a model folder with config.json and model.safetensors (save_pretrained) or a hub "
-                                "repo id", revision=model_args.revision, **kwargs)
+                                "repo id", revision=model_args.revision, trust_remote_code=model_args.trust_remote_code,
+                                **kwargs)
     else:
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:
@@ -216,5 +238,6 @@ def build_model(plan: PretrainPlan, tokenizer):
     return model
 
 
-__all__ = ["build_model", "get_tokenizer", "given_tokenizer", "load_model_config", "load_tokenizer",
+__all__ = ["build_model", "check_tokenizer_family", "get_tokenizer", "given_tokenizer", "load_model_config",
+           "load_tokenizer",
            "tokenizer_hash", "train_tokenizer"]

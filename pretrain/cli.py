@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Sequence
 
@@ -88,20 +89,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_output_dir_reuse(training.output_dir, training.overwrite_output_dir, bool(training.resume_from_checkpoint))
     check_data_files(plan.corpus)
     plan = plan.with_model_config(load_model_config(plan))
-    run = Run(plan.training, plan.hub, plan.settings(), card_task=plan.objective.card_task, write_card=True,
-              card_overrides={"objective": plan.objective.name.split("+")},
-              commit_message=f"pretrain: {plan.family.name} {plan.model.config_name}")
-    accelerator = run.start()
-    tokenizer = get_tokenizer(plan.model, plan.family, plan.corpus, training.output_dir,
-                              prepared=plan.data.prepared_dataset, resuming=bool(training.resume_from_checkpoint),
-                              is_main_process=accelerator.is_main_process,
-                              wait_for_everyone=accelerator.wait_for_everyone)
-    train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
-    set_seed(training.seed)
-    parts = pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks, accelerator)
-    if plan.budget.given:
-        plan = resolve_budget(plan, parts, accelerator, run)
-    return run.execute(parts)
+    with Run(plan.training, plan.hub, plan.settings(), card_task=plan.objective.card_task, write_card=True,
+             card_overrides={"objective": plan.objective.name.split("+")},
+             commit_message=f"pretrain: {plan.family.name} {plan.model.config_name}") as run:
+        accelerator = run.start()
+        tokenizer = get_tokenizer(plan.model, plan.family, plan.corpus, training.output_dir,
+                                  prepared=plan.data.prepared_dataset, resuming=bool(training.resume_from_checkpoint),
+                                  is_main_process=accelerator.is_main_process,
+                                  wait_for_everyone=accelerator.wait_for_everyone)
+        train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
+        set_seed(training.seed)
+        parts = pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks,
+                                  accelerator)
+        if plan.budget.given:
+            plan = resolve_budget(plan, parts, accelerator, run)
+        return run.execute(parts)
 
 
 #: Optimizer steps of a ``--time_budget`` probe, and how many of them are not timed (allocation, first calls).
@@ -174,6 +176,10 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
+    available = len(valid_blocks)
+    cap = default_eval_blocks(plan, None if plan.corpus.streaming else len(train_blocks), accelerator.num_processes)
+    if cap is not None and cap < available:
+        valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
     if plan.corpus.streaming:
         loader = make_stream_dataloader(data.StreamedBlocks(train_blocks), training.per_device_train_batch_size,
@@ -192,7 +198,8 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
         logger.info("%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, objective.name,
                     n_params)
-        info = log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks))
+        info = log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks),
+                        available)
         if not plan.demo and plan.model.model_name_or_path is None:
             warn_few_tokens(info["total_tokens"], n_params)
 
@@ -204,7 +211,42 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
 
     return RunParts(model=model, tokenizer=tokenizer, train_dataloader=loader, evaluate=evaluate, describe=describe,
                     loop_kwargs=loop_kwargs, write_outputs=write_outputs,
-                    result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"))
+                    result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
+                    data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks))
+
+
+def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
+    """What the training blocks are made of, for the resume check (:func:`training.data.fingerprint_sources`): the
+    training files by size and SHA-256 (a prepared dataset: its manifest's hashes of the sources and shards; a hub
+    dataset: its name and ``datasets`` fingerprint), the tokenizer's hash and the settings that cut the blocks."""
+    import hashlib
+    import json
+
+    from pretrain import data
+    from pretrain.build import tokenizer_hash
+    from training.data import fingerprint_sources
+
+    corpus, limits = plan.corpus, plan.data
+    files, settings = [], {}
+    if limits.prepared_dataset:
+        from pretrain.prepare import read_manifest
+
+        manifest = read_manifest(limits.prepared_dataset)
+        train = {"sources": manifest["sources"]["train"],
+                 "shards": {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith("train/")}}
+        settings["prepared_train"] = hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()
+    elif corpus.dataset_name:
+        settings["dataset"] = f"{corpus.dataset_name}/{corpus.dataset_config_name}"
+        settings["datasets_fingerprint"] = getattr(train_blocks, "_fingerprint", None)
+    else:
+        files = corpus.train_file or data.DEFAULT_TRAIN_FILES
+    return fingerprint_sources(files, **settings, tokenizer=tokenizer_hash(tokenizer), objective=plan.objective.name,
+                               max_seq_length=corpus.max_seq_length, sample_by=corpus.sample_by,
+                               document_masking=corpus.document_masking,
+                               packing_batch_size=corpus.packing_batch_size,
+                               validation_split_percentage=None if corpus.validation_file
+                               else corpus.validation_split_percentage,
+                               max_train_samples=limits.max_train_samples)
 
 
 def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
@@ -221,7 +263,8 @@ def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
     if plan.data.prepared_dataset:
         from pretrain.prepare import load_prepared
 
-        splits = load_prepared(plan.data.prepared_dataset)
+        with accelerator.main_process_first():  # the main process hashes (once), the others find it verified
+            splits = load_prepared(plan.data.prepared_dataset, verify=plan.data.verify_prepared)
         return _limit(plan, splits["train"], splits["validation"])
     if corpus.streaming:
         return stream_blocks(plan, tokenizer)
@@ -281,9 +324,51 @@ def _interval(steps: int | None) -> str:
     return f"every {steps} steps" if steps else "at the end"
 
 
-def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks: int) -> dict:
+#: The default evaluation set of a run on the user's data (no ``--max_eval_samples``): its evaluations cover at most
+#: this share of the blocks the run trains on ...
+EVAL_SHARE = 0.10
+#: ... and one evaluation at most this many tokens ...
+MAX_EVAL_TOKENS = 1_000_000
+#: ... but at least this many blocks (or all there are).
+MIN_EVAL_BLOCKS = 128
+
+
+def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_processes: int) -> int | None:
+    """How many validation blocks a run evaluates when ``--max_eval_samples`` is not given (None: all of them; the
+    demo job keeps its bundled validation file whole): so that all its evaluations together cover at most
+    :data:`EVAL_SHARE` of the blocks it trains on (forward passes only, so well under that share of its time for
+    BERT-like models; ELMo's exact full-softmax perplexity costs about as much per block as a sampled-softmax
+    training step), and one evaluation at most :data:`MAX_EVAL_TOKENS` tokens; never fewer than
+    :data:`MIN_EVAL_BLOCKS`. With ``--max_train_tokens`` the steps it gives are counted; with ``--time_budget``
+    (known only after the probe) the epochs are.
+
+    Args:
+        train_blocks: training blocks (None: a stream; ``--max_train_steps`` then sets the length).
+        num_processes: processes of the run (the global batch).
+    """
+    if plan.demo or plan.data.max_eval_samples is not None:
+        return None
+    from training.config import evaluations, planned_steps, resolve_interval
+
+    t = plan.training
+    batches = None if train_blocks is None else math.ceil(math.ceil(train_blocks / t.per_device_train_batch_size)
+                                                          / num_processes)  # per process, as accelerate shards
+    max_steps, _ = planned_steps(t, batches)
+    sequences_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * num_processes
+    if t.max_train_steps is None and plan.budget.max_train_tokens is not None:  # the steps the budget will give
+        from training.budget import steps_for_tokens
+
+        max_steps = steps_for_tokens(plan.budget.max_train_tokens, sequences_per_step * plan.corpus.max_seq_length)
+    trained = max_steps * sequences_per_step
+    by_compute = int(EVAL_SHARE * trained / evaluations(resolve_interval(t.eval_steps, max_steps), max_steps))
+    return max(MIN_EVAL_BLOCKS, min(by_compute, MAX_EVAL_TOKENS // plan.corpus.max_seq_length))
+
+
+def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks: int,
+             available_valid_blocks: int | None = None) -> dict:
     """Log the run plan once (main process) and return it: global batch in sequences and tokens, steps, epochs,
-    warmup, total tokens, evaluation/checkpoint intervals and the learning rate with its source."""
+    warmup, total tokens, the validation blocks (of how many, when the default cap chose fewer:
+    :func:`default_eval_blocks`), evaluation/checkpoint intervals and the learning rate with its source."""
     info = trainer.plan()
     max_seq_length = plan.corpus.max_seq_length
     info.update(tokens_per_step=info["global_batch_size"] * max_seq_length, max_seq_length=max_seq_length,
@@ -291,11 +376,16 @@ def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks
     info["total_tokens"] = info["tokens_per_step"] * info["max_train_steps"]
     data = (f"{info['epochs']:.3g} epochs of {train_blocks} training blocks" if train_blocks is not None
             else "a stream of training blocks")
+    validation = f"{valid_blocks} validation"
+    if available_valid_blocks is not None and available_valid_blocks > valid_blocks:
+        validation = (f"{valid_blocks} of {available_valid_blocks} validation blocks: evaluations within "
+                      f"~{EVAL_SHARE:.0%} of the training blocks, --max_eval_samples to choose")
+    info["eval_blocks"] = valid_blocks
     logger.info(
-        "run plan: %d optimizer steps = %s (%d validation); global batch %d sequences = "
+        "run plan: %d optimizer steps = %s (%s); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning "
         "rate %g (%s); evaluation %s, checkpoints %s",
-        info["max_train_steps"], data, valid_blocks, info["global_batch_size"], info["tokens_per_step"],
+        info["max_train_steps"], data, validation, info["global_batch_size"], info["tokens_per_step"],
         info["num_processes"], info["per_device_train_batch_size"], info["gradient_accumulation_steps"],
         info["total_tokens"], info["num_warmup_steps"], plan.training.learning_rate, plan.learning_rate_source,
         _interval(info["eval_steps"]), _interval(info["checkpointing_steps"]))
@@ -323,5 +413,6 @@ def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKEN
     return True
 
 
-__all__ = ["ARGUMENTS", "MIN_TOKENS_PER_PARAMETER", "build_parser", "check_data_files", "load_blocks", "log_plan",
-           "main", "parse", "pretraining_parts", "resolve_budget", "warn_few_tokens"]
+__all__ = ["ARGUMENTS", "MIN_TOKENS_PER_PARAMETER", "build_parser", "check_data_files", "data_fingerprint",
+           "default_eval_blocks", "load_blocks", "log_plan", "main", "parse", "pretraining_parts", "resolve_budget",
+           "warn_few_tokens"]

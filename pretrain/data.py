@@ -113,17 +113,17 @@ def _load_text_files(train_files, validation_file, validation_split_percentage, 
         data_files["validation"] = [str(p) for p in check_text_files([validation_file], "--validation_file")]
     try:
         raw = load_dataset("text", data_files=data_files, sample_by=sample_by, cache_dir=cache_dir)
-    except Exception as err:  # noqa: BLE001 - find the file and byte that are not UTF-8, else report the failure
-        cause = err
-        while cause is not None and not isinstance(cause, UnicodeDecodeError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            raise
+    except Exception as err:  # noqa: BLE001 - find the file and line that are not UTF-8 or not gzip, else re-raise
         from tokenizer.corpus import iter_text_lines
 
         for split, files in data_files.items():  # only on this error path: a streaming pass names the file
             for _ in iter_text_lines(files, arg_name="--train_file" if split == "train" else "--validation_file"):
                 pass
+        cause = err
+        while cause is not None and not isinstance(cause, UnicodeDecodeError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
         raise InputError(f"--train_file / --validation_file: not valid UTF-8 text ({cause.reason} at byte {cause.start}); "
                          "expected UTF-8 .txt / .txt.gz files") from None
     raw = raw.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)

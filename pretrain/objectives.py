@@ -52,6 +52,8 @@ class Family:
     """``(files, vocab_size, output_dir, max_seq_length)``: train and save a tokenizer."""
     tokenize: Callable[..., Any]
     """``(raw DatasetDict, tokenizer, num_proc, overwrite_cache) -> DatasetDict`` of tokenized documents."""
+    tokenizer_problem: Callable[[Any], str | None] = lambda tokenizer: None
+    """``(tokenizer) -> None`` when the family can use it, else what the family needs instead (one phrase)."""
 
     def accepts(self, config) -> bool:
         """Whether this family trains a model of ``config``."""
@@ -326,6 +328,20 @@ def _elmo_learning_rate(config) -> tuple[float, str]:
     return 1e-3, "sesame-lm default for the BiLM with Adam (bilm-tf used Adagrad at 0.2, which does not transfer)"
 
 
+def _subword_tokenizer_problem(tokenizer) -> str | None:
+    if getattr(tokenizer, "is_fast", False):
+        return None
+    return ("--model_type bert needs a fast subword tokenizer (word ids for whole-word masking), e.g. WordPiece from "
+            "`python -m tokenizer train --model_type bert`")
+
+
+def _word_tokenizer_problem(tokenizer) -> str | None:
+    if hasattr(tokenizer, "split_words") and tokenizer.bos_token is not None and tokenizer.eos_token is not None:
+        return None
+    return ("--model_type elmo needs the ELMo-style word tokenizer (words, <S> </S>; `python -m tokenizer train "
+            "--model_type elmo`)")
+
+
 FAMILIES: dict[str, Family] = {
     "bert": Family(
         name="bert", config_model_types=None, preset_model_type="sesame-bert",
@@ -337,7 +353,8 @@ FAMILIES: dict[str, Family] = {
         learning_rate=_bert_learning_rate,
         learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
                            "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
-        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert),
+        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert,
+        tokenizer_problem=_subword_tokenizer_problem),
     "elmo": Family(
         name="elmo", config_model_types=("sesame-elmo",), preset_model_type="sesame-elmo",
         data_defaults=dict(config_name="elmo-small", vocab_size=30000, max_seq_length=32, per_device_train_batch_size=16,
@@ -346,7 +363,7 @@ FAMILIES: dict[str, Family] = {
                            learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50,
                            weight_decay=0.0, lr_scheduler_type="linear"),
         learning_rate=_elmo_learning_rate, learning_rate_help="1e-3 for ELMo-style",
-        train_tokenizer=_train_words, tokenize=_tokenize_elmo),
+        train_tokenizer=_train_words, tokenize=_tokenize_elmo, tokenizer_problem=_word_tokenizer_problem),
 }
 
 OBJECTIVES: dict[str, Objective] = {}

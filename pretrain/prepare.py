@@ -8,9 +8,10 @@
 most ``--max_shard_size``), the tokenizer (``P/tokenizer``) and ``P/manifest.json``: the objective, the tokenizer's
 hash and size, ``max_seq_length``, whether the blocks carry document boundaries (``document_boundaries``: a
 ``position_ids`` column, ``--document_masking``; manifests written before the key existed have none), the source
-files with their sizes and SHA-256, block and token counts, and the library versions. ``pretrain
---prepared_dataset`` refuses a manifest that does not fit the run (another objective, tokenizer, sequence length or
-``--document_masking``).
+files with their sizes and SHA-256, block and token counts, the size and SHA-256 of every file of the splits
+(``files``), and the library versions. ``pretrain --prepared_dataset`` refuses a manifest that does not fit the run
+(another objective, tokenizer, sequence length or ``--document_masking``) and a damaged folder: every file's size is
+checked at each load, its content (SHA-256) on first use and with ``--verify_prepared`` (:func:`verify_prepared`).
 
 Memory stays bounded as the corpus grows: the tokenizer trainer reads the files as a stream, and ``datasets``
 tokenizes and packs batch by batch into Arrow files on disk (intermediate files live in ``P``'s temporary folder and
@@ -130,6 +131,7 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
             tokens[split] = data.count_tokens(blocks[split])
         del raw, tokenized, blocks
         shutil.rmtree(cache, ignore_errors=True)
+        shards = shard_manifest(tmp)
         train_files = corpus.train_file or ([] if corpus.dataset_name else data.DEFAULT_TRAIN_FILES)
         valid_files = ([corpus.validation_file] if corpus.validation_file
                        else ([data.DEFAULT_VALIDATION_FILE] if demo else []))
@@ -144,7 +146,7 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
             DOCUMENT_BOUNDARIES_KEY: bool(corpus.document_masking),
             "sources": {"train": _sources(train_files), "validation": _sources(valid_files),
                         "dataset_name": corpus.dataset_name, "dataset_config_name": corpus.dataset_config_name},
-            "blocks": counts, "tokens": tokens,
+            "blocks": counts, "tokens": tokens, "files": shards,
             "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
                          "transformers": transformers.__version__},
         }
@@ -152,6 +154,63 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
     logger.info("wrote %s: %d training and %d validation blocks of <= %d tokens (%d training tokens)", out,
                 counts["train"], counts["validation"], corpus.max_seq_length, tokens["train"])
     return manifest
+
+
+#: Files of a prepared folder whose content was verified, with their size and mtime then (hash-on-first-use).
+VERIFIED = ".verified.json"
+
+
+def shard_manifest(root: str | os.PathLike) -> dict[str, dict]:
+    """``{"train/data-00000-of-00001.arrow": {"bytes": size, "sha256": hex}, ...}`` of every file of the
+    ``train`` and ``validation`` folders under ``root``."""
+    root = Path(root)
+    return {f.relative_to(root).as_posix(): {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
+            for split in ("train", "validation") for f in sorted((root / split).rglob("*")) if f.is_file()}
+
+
+def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], content: bool = False) -> None:
+    """Check the files of a prepared folder against its manifest (``files``): every size, and the SHA-256 of the
+    files not verified before (or of all with ``content``), before anything memory-maps them (a changed Arrow
+    shard can crash the reader or train on garbage). Verified files are recorded in :data:`VERIFIED` with their
+    size and mtime (when the folder is writable) and not hashed again while unchanged. A manifest without
+    ``files`` (an older ``prepare``) is only warned about.
+
+    Raises:
+        InputError: a file missing, of another size, or with another SHA-256 than the manifest says.
+    """
+    path = Path(path)
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        logger.warning("--prepared_dataset %s: its manifest has no shard hashes (an older `pretrain.prepare`): its "
+                       "files cannot be verified; prepare it again to have them checked", path)
+        return
+    for rel, meta in files.items():
+        f = path / rel
+        size = f.stat().st_size if f.is_file() else None
+        if size != meta["bytes"]:
+            what = ("missing" if size is None
+                    else f"{size} bytes, the manifest says {meta['bytes']} (truncated or changed)")
+            raise InputError(f"--prepared_dataset {path}: {rel} {what}; expected the folder as `python -m "
+                             "pretrain.prepare` wrote it (prepare it again)")
+    try:
+        verified = json.loads((path / VERIFIED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        verified = {}
+    stamps = {rel: [(path / rel).stat().st_size, (path / rel).stat().st_mtime_ns] for rel in files}
+    for rel, meta in files.items():
+        if not content and verified.get(rel) == stamps[rel]:
+            continue
+        if file_sha256(path / rel) != meta["sha256"]:
+            raise InputError(f"--prepared_dataset {path}: {rel} does not match its SHA-256 in the manifest (changed or "
+                             "corrupted); expected the folder as `python -m pretrain.prepare` wrote it (prepare it "
+                             "again)")
+    if stamps != verified:
+        from training.files import write_text_atomic
+
+        try:
+            write_text_atomic(path / VERIFIED, json.dumps(stamps) + "\n")
+        except OSError:  # a read-only folder: hashed again next time
+            pass
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
@@ -204,19 +263,22 @@ def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
                          f"`python -m pretrain.prepare ... --document_masking {str(not prepared_with).lower()}`")
 
 
-def load_prepared(path: str | os.PathLike) -> dict:
-    """Memory-map the splits of a prepared dataset (``load_from_disk``), checked against its manifest's block counts.
+def load_prepared(path: str | os.PathLike, verify: bool = False) -> dict:
+    """Memory-map the splits of a prepared dataset (``load_from_disk``), checked against its manifest: the files'
+    sizes and hashes first (:func:`verify_prepared`; every hash with ``verify``), then the block counts.
 
     Returns:
         ``{"train": Dataset, "validation": Dataset, "manifest": dict}``.
 
     Raises:
-        InputError: a damaged folder (unreadable split, block counts that differ from the manifest).
+        InputError: a damaged folder (a file truncated or changed, an unreadable split, block counts that differ from
+            the manifest).
     """
     from datasets import load_from_disk
 
     path = Path(path)
     manifest = read_manifest(path)
+    verify_prepared(path, manifest, content=verify)
     splits = {}
     for split in ("train", "validation"):
         try:

@@ -30,6 +30,16 @@ def pretrain_command(processes: int) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
 
 
+def tiny_run_args(assets: Path, out: Path, *extra: str) -> list[str]:
+    """``pretrain`` arguments of a 40-step bert-tiny run on the reliability assets (``train.txt``, ``valid.txt``,
+    ``wordpiece/``), a checkpoint every 4 steps, all kept."""
+    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"),
+            "--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
+            "--per_device_train_batch_size", "4", "--max_train_steps", "40", "--checkpointing_steps", "4",
+            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3",
+            "--num_warmup_steps", "2", "--output_dir", str(out), *extra]
+
+
 def write_tiny_corpus(root: Path) -> Path:
     """80 random documents over a 17-word vocabulary: ``root/train.txt`` (72) and ``root/valid.txt`` (8), a 120-piece
     WordPiece tokenizer in ``root/wordpiece`` and a dropout-free bert-tiny config in ``root/bert-nodrop``."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import zlib
 from collections.abc import Iterable, Iterator
@@ -21,10 +22,17 @@ from typing import Union
 
 from training.errors import InputError
 
+logger = logging.getLogger(__name__)
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: Read buffer for the files (bytes); lines are split from it, never the whole file.
 READ_BUFFER_BYTES = 1 << 20
+#: Longest piece of a line handed on at once (bytes): a longer line is split at whitespace (a warning names it).
+#: The tokenizers library needs ~150 times a line's size in memory to train on it (a 50 MB line: 7.3 GB).
+MAX_LINE_BYTES = 1 << 20
+#: A batch of :func:`iter_text_batches` ends before it holds more text than this (bytes).
+MAX_BATCH_BYTES = 64 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UNSUPPORTED_SUFFIXES = {".bz2", ".xz", ".lzma", ".zst", ".zip", ".7z", ".tar"}
@@ -108,11 +116,40 @@ def _has_text(path: Path, where: str) -> bool:
     return False
 
 
+def _bounded_lines(f, where: str, limit: int | None = None) -> Iterator[tuple[bytes, bool]]:
+    """``(piece, continued)`` for the lines of the binary stream ``f``: whole lines, except that a line longer than
+    ``limit`` bytes (default :data:`MAX_LINE_BYTES`) comes in pieces of at most ``limit`` bytes cut after the last
+    whitespace byte (else before a UTF-8 character starts); ``continued`` is True for the pieces after the first."""
+    limit = limit or MAX_LINE_BYTES
+    carry, continued, warned = b"", False, False
+    while True:
+        raw = carry + f.readline(limit - len(carry) + 1)
+        carry = b""
+        if not raw:
+            return
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield raw, continued
+            continued = False
+            continue
+        cut = max(raw.rfind(b" ", 0, limit), raw.rfind(b"\t", 0, limit)) + 1
+        if cut <= 0:  # no whitespace: cut before a UTF-8 continuation byte, never inside a character
+            cut = limit
+            while cut > 1 and raw[cut] & 0xC0 == 0x80:
+                cut -= 1
+        if not warned:
+            warned = True
+            logger.warning("%s: a line longer than %d bytes is read in pieces of at most %d bytes, cut at whitespace",
+                           where, limit, limit)
+        yield raw[:cut], continued
+        carry, continued = raw[cut:], True
+
+
 def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--train_file") -> Iterator[str]:
     """Yield the stripped, non-empty lines of the corpus files, one at a time, in file order.
 
-    Streaming: the files are read through a fixed-size buffer (plus one line), never whole, so memory is
-    bounded by the longest line, not by the file size. Text must be
+    Streaming: the files are read through a fixed-size buffer, never whole, and a line longer than
+    :data:`MAX_LINE_BYTES` is handed on in pieces of at most that size, cut at whitespace (a word longer than that
+    is cut; a warning names the file and line), so memory is bounded whatever the file. Text must be
     strict UTF-8 (a leading byte-order mark is dropped). Call :func:`check_text_files` first for clear
     errors about missing or empty files.
 
@@ -138,8 +175,8 @@ def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--tra
             offset = 0
             lineno = 0
             try:
-                for raw in f:
-                    lineno += 1
+                for raw, continued in _bounded_lines(f, where):
+                    lineno += 0 if continued else 1
                     try:
                         line = raw.decode("utf-8")
                     except UnicodeDecodeError as err:
@@ -149,7 +186,7 @@ def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--tra
                             f"{where}: line {lineno}, byte offset {offset + err.start}{stream}: "
                             f"invalid byte 0x{bad:02x} ({err.reason}); expected UTF-8 text"
                         ) from None
-                    if lineno == 1 and line.startswith("\ufeff"):
+                    if lineno == 1 and not continued and line.startswith("\ufeff"):
                         line = line[1:]
                     offset += len(raw)
                     line = line.strip()
@@ -164,8 +201,9 @@ def iter_text_lines(files: PathLike | Iterable[PathLike], arg_name: str = "--tra
 def iter_text_batches(
     files: PathLike | Iterable[PathLike], batch_size: int = 1000, arg_name: str = "--train_file"
 ) -> Iterator[list[str]]:
-    """Yield the lines of :func:`iter_text_lines` in lists of at most ``batch_size`` (for
-    ``tokenizers.Tokenizer.train_from_iterator``); the last list may be shorter, none is empty.
+    """Yield the lines of :func:`iter_text_lines` in lists of at most ``batch_size`` lines and about
+    :data:`MAX_BATCH_BYTES` characters (for ``tokenizers.Tokenizer.train_from_iterator``); the last list may be
+    shorter, none is empty.
 
     Raises:
         InputError: as :func:`iter_text_lines`.
@@ -174,10 +212,12 @@ def iter_text_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     batch: list[str] = []
+    size = 0
     for line in iter_text_lines(files, arg_name=arg_name):
         batch.append(line)
-        if len(batch) == batch_size:
+        size += len(line)
+        if len(batch) == batch_size or size >= MAX_BATCH_BYTES:
             yield batch
-            batch = []
+            batch, size = [], 0
     if batch:
         yield batch

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+#: Flags whose values are secrets: never written to a file, a log, a tracker or a child's command line.
+SECRET_FLAGS = ("hub_token",)
 
 #: Metadata keys of :func:`arg` that ``HfArgumentParser`` passes on to ``add_argument``.
 _ARGPARSE_KEYS = ("help", "choices", "metavar", "nargs", "aliases", "action")
@@ -154,6 +158,8 @@ def parse_arguments(types: Sequence[type], argv: Sequence[str] | None, *, prog: 
     """Parse ``argv`` into one instance of each dataclass in ``types`` (in that order).
 
     Unknown flags stop the command as argparse does (usage, ``error: unrecognized arguments``, exit status 2).
+    The values of secret flags (:data:`SECRET_FLAGS`) are then removed from ``sys.argv`` (trackers such as wandb
+    record it) and from error messages.
 
     Raises:
         SystemExit: ``--help`` (status 0) or a usage error (status 2).
@@ -162,9 +168,29 @@ def parse_arguments(types: Sequence[type], argv: Sequence[str] | None, *, prog: 
     parser = build_parser(types, prog=prog, description=description)
     *parsed, remaining = parser.parse_args_into_dataclasses(args=list(argv) if argv is not None else None,
                                                             return_remaining_strings=True, look_for_args_file=False)
+    sys.argv[:] = split_secrets(sys.argv)[0]  # before any tracker starts: wandb records sys.argv
     if remaining:
-        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+        parser.error(f"unrecognized arguments: {' '.join(split_secrets(remaining)[0])}")
     return tuple(parsed[: len(types)])  # after them: the namespace of --debug (read by run_cli)
+
+
+def split_secrets(argv: Sequence[str], secrets: Iterable[str] = SECRET_FLAGS) -> tuple[list[str], dict[str, str]]:
+    """``argv`` without the secret flags (:data:`SECRET_FLAGS`: ``--hub_token X``, ``--hub_token=X``,
+    ``--hub-token X``) and their values, and the values by flag name (e.g. to hand a child process its token
+    through the environment instead of its command line)."""
+    names = {f"--{n}" for n in secrets} | {f"--{n.replace('_', '-')}" for n in secrets}
+    kept, found, i = [], {}, 0
+    argv = list(argv)
+    while i < len(argv):
+        flag, _, value = argv[i].partition("=")
+        if flag in names:
+            if not value and i + 1 < len(argv):
+                i, value = i + 1, argv[i + 1]
+            found[flag.lstrip("-").replace("-", "_")] = value
+        else:
+            kept.append(argv[i])
+        i += 1
+    return kept, found
 
 
 def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
@@ -179,4 +205,5 @@ def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
     return out
 
 
-__all__ = ["HelpFormatter", "arg", "build_parser", "flat_values", "parse_arguments", "with_defaults"]
+__all__ = ["SECRET_FLAGS", "HelpFormatter", "arg", "build_parser", "flat_values", "parse_arguments", "split_secrets",
+           "with_defaults"]

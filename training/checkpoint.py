@@ -13,13 +13,20 @@ of the checkpoint, all processes' files included). :func:`verify_checkpoint` re-
 warning naming it and the problem, and takes the one before. A save that fails (disk full, permission)
 removes its temporary folder and raises :class:`CheckpointWriteError`; the previous checkpoints are untouched.
 
+Completeness: a checkpoint without a manifest, or without the RNG file of one of its processes
+(``random_states_<i>.pkl``), cannot resume bitwise: it is refused (``latest`` skips it) unless
+``ignore_integrity`` (``--ignore_checkpoint_integrity``) is given, which resumes from it with a warning.
+
+Ownership: ``trainer_state.json`` records the ``run_id`` of the run that wrote it (:mod:`training.ownership`).
+Given a ``run_id``, listing, ``latest`` and rotation leave checkpoints of other runs alone (checkpoints written
+before run ids existed count as the folder's own).
+
 No pickle: weights are safetensors, the optimizer and RNG files are read by accelerate with
 ``torch.load(weights_only=True)``, and the learning-rate schedule is stored as JSON in ``trainer_state.json``.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -29,12 +36,15 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.errors import InputError
+from training.errors import InputError, first_line
+from training.files import storage_failure
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 MANIFEST_KEY = "files"
+#: accelerate's file of process ``i``'s RNG states in a checkpoint.
+RNG_FILE = "random_states_{}.pkl"
 
 
 class CheckpointWriteError(InputError):
@@ -42,11 +52,20 @@ class CheckpointWriteError(InputError):
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-def checkpoint_dirs(checkpoints_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+def run_id_of(path: str | os.PathLike) -> str | None:
+    """The ``run_id`` recorded in a checkpoint's ``trainer_state.json`` (None: none recorded, or unreadable)."""
+    try:
+        return read_state(path).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def checkpoint_dirs(checkpoints_dir: str | os.PathLike, run_id: str | None = None) -> list[tuple[int, Path]]:
     """Complete checkpoints under ``checkpoints_dir`` as ``(step, path)``, oldest first.
 
     Only folders named ``step_N`` that hold ``trainer_state.json`` count; temporary ``.tmp-*`` folders and
-    incomplete folders are left out.
+    incomplete folders are left out. With ``run_id``, so are the checkpoints of other runs (a checkpoint that records
+    no run id counts as the run's own).
     """
     root = Path(checkpoints_dir)
     if not root.is_dir():
@@ -55,47 +74,73 @@ def checkpoint_dirs(checkpoints_dir: str | os.PathLike) -> list[tuple[int, Path]
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
         if match and child.is_dir() and (child / STATE_FILE).is_file():
+            if run_id is not None and run_id_of(child) not in (None, run_id):
+                continue
             found.append((int(match.group(1)), child))
     return sorted(found)
 
 
-def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike) -> Path | None:
+def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike, run_id: str | None = None,
+                       ignore_integrity: bool = False) -> Path | None:
     """The checkpoint folder to resume from.
 
     Args:
-        spec: ``None`` (do not resume), ``"latest"`` (the newest complete and undamaged checkpoint under
+        spec: ``None`` (do not resume), ``"latest"`` (the newest complete and undamaged checkpoint of the run under
             ``checkpoints_dir``; damaged ones are skipped with a warning naming them; ``None`` with a warning
             when there is no checkpoint at all, so a preempted job can be relaunched with the same command),
             or a path to a checkpoint folder.
         checkpoints_dir: ``<output_dir>/checkpoints``.
+        run_id: the run whose checkpoints ``latest`` considers (others are skipped with a warning); None: all.
+        ignore_integrity: accept a checkpoint without a manifest or RNG files (a warning instead of a refusal;
+            a damaged file is still refused).
 
     Raises:
         InputError: ``spec`` is a path that is not a complete, undamaged checkpoint folder, or ``latest`` finds
-            checkpoints but every one is damaged.
+            checkpoints but every one is damaged or incomplete.
     """
     if spec is None or spec == "":
         return None
     if spec == "latest":
-        found = checkpoint_dirs(checkpoints_dir)
+        if run_id is not None:
+            mine = {path for _, path in checkpoint_dirs(checkpoints_dir, run_id)}
+            for _, path in checkpoint_dirs(checkpoints_dir):
+                if path not in mine:
+                    logger.warning("--resume_from_checkpoint latest: skipping %s, a checkpoint of another run (run id "
+                                   "%s; this folder's run is %s)", path, run_id_of(path), run_id)
+        found = checkpoint_dirs(checkpoints_dir, run_id)
         if not found:
             logger.warning("--resume_from_checkpoint latest: no checkpoint in %s; starting from scratch", checkpoints_dir)
             return None
         damaged = []
         for _, path in reversed(found):
-            problem = verify_checkpoint(path)
+            problem = _problem(path, ignore_integrity)
             if problem is None:
                 return path
             logger.warning("--resume_from_checkpoint latest: skipping damaged checkpoint %s (%s); trying the one before", path, problem)
             damaged.append(f"{path.name}: {problem}")
         raise InputError(
             f"--resume_from_checkpoint latest: every checkpoint in {checkpoints_dir} is damaged ({'; '.join(damaged)}); "
-            "expected at least one intact checkpoint (delete the checkpoints folder to start from scratch)"
+            "expected at least one intact checkpoint (delete the checkpoints folder to start from scratch; "
+            "--ignore_checkpoint_integrity resumes from one without its manifest or RNG files, not bitwise)"
         )
     path = check_checkpoint_path(spec)
-    problem = verify_checkpoint(path)
+    problem = _problem(path, ignore_integrity)
     if problem is not None:
-        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, e.g. 'latest'")
+        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, "
+                         "e.g. 'latest' (--ignore_checkpoint_integrity resumes from one without its manifest or RNG "
+                         "files, not bitwise)")
     return path
+
+
+def _problem(path: Path, ignore_integrity: bool) -> str | None:
+    """What refuses ``path`` for a resume: damage always, incompleteness unless ``ignore_integrity`` (then a
+    warning)."""
+    damaged, incomplete = checkpoint_problems(path)
+    if damaged is None and incomplete is not None and ignore_integrity:
+        logger.warning("--ignore_checkpoint_integrity: resuming from %s although %s: the run will not continue "
+                       "bitwise as an uninterrupted one", path, incomplete)
+        return None
+    return damaged or incomplete
 
 
 def check_checkpoint_path(spec: str) -> Path:
@@ -138,32 +183,47 @@ def file_manifest(root: str | os.PathLike) -> dict[str, dict]:
     return manifest
 
 
-def verify_checkpoint(path: str | os.PathLike) -> str | None:
-    """``None`` if the checkpoint folder is intact, else what is wrong with it (one short phrase).
+def checkpoint_problems(path: str | os.PathLike) -> tuple[str | None, str | None]:
+    """``(damage, incompleteness)`` of a checkpoint folder, each None or one short phrase.
 
-    Checks that ``trainer_state.json`` is readable JSON and that every file of its manifest exists with the
-    recorded size and SHA-256 (checkpoints written without a manifest are only checked for the state file).
+    Damage: ``trainer_state.json`` missing or not readable JSON, or a file of its manifest missing or with another
+    size or SHA-256. Incompleteness: no manifest (a checkpoint of an older version, or an edited state file), or no
+    RNG file for one of the processes that wrote it (:data:`RNG_FILE`): resuming would not be bitwise.
     """
     path = Path(path)
     try:
         state = read_state(path)
     except FileNotFoundError:
-        return f"{STATE_FILE} missing"
+        return f"{STATE_FILE} missing", None
     except (OSError, ValueError) as err:
-        return f"{STATE_FILE} unreadable ({err})"
+        return f"{STATE_FILE} unreadable ({err})", None
+    if not isinstance(state, dict):
+        return f"{STATE_FILE} is not a JSON object", None
     manifest = state.get(MANIFEST_KEY)
+    if isinstance(manifest, dict):
+        for rel, meta in manifest.items():
+            f = path / rel
+            if not f.is_file():
+                return f"{rel} missing", None
+            size = f.stat().st_size
+            if size != meta.get("bytes"):
+                return f"{rel} has {size} bytes, expected {meta.get('bytes')} (truncated or changed)", None
+            if meta.get("sha256") and _sha256(f) != meta["sha256"]:
+                return f"{rel} does not match its SHA-256 (changed or corrupted)", None
+    missing = [RNG_FILE.format(i) for i in range(int(state.get("num_processes") or 1))
+               if not (path / RNG_FILE.format(i)).is_file()]
+    if missing:
+        return None, f"no RNG state file {', '.join(missing)} (dropout and sampling would not continue as saved)"
     if not isinstance(manifest, dict):
-        return None
-    for rel, meta in manifest.items():
-        f = path / rel
-        if not f.is_file():
-            return f"{rel} missing"
-        size = f.stat().st_size
-        if size != meta.get("bytes"):
-            return f"{rel} has {size} bytes, expected {meta.get('bytes')} (truncated or changed)"
-        if meta.get("sha256") and _sha256(f) != meta["sha256"]:
-            return f"{rel} does not match its SHA-256 (changed or corrupted)"
-    return None
+        return None, f"no file manifest in {STATE_FILE} (its files cannot be verified)"
+    return None, None
+
+
+def verify_checkpoint(path: str | os.PathLike) -> str | None:
+    """``None`` if the checkpoint folder is intact and complete, else what is wrong with it (one short phrase; see
+    :func:`checkpoint_problems`)."""
+    damaged, incomplete = checkpoint_problems(path)
+    return damaged or incomplete
 
 
 def read_state(path: str | os.PathLike) -> dict:
@@ -183,18 +243,22 @@ def _fsync_tree(root: Path) -> None:
 
 
 def save_checkpoint(
-    accelerator, checkpoints_dir: str | os.PathLike, step: int, state: dict, keep_last: int | None, protect: Sequence[int] = ()
+    accelerator, checkpoints_dir: str | os.PathLike, step: int, state: dict, keep_last: int | None,
+    protect: Sequence[int] = (), run_id: str | None = None,
 ) -> Path:
     """Write a checkpoint atomically on every process; return its final path ``checkpoints_dir/step_{step}``.
 
     Must be called by all processes (``save_state`` writes each process's RNG state). The main process writes
     ``trainer_state.json`` (``state`` plus the file manifest) last, flushes the folder to disk, renames it into
-    place and deletes the oldest checkpoints beyond ``keep_last`` (``None`` or 0 keeps all), never those of the
-    steps in ``protect`` (the best model's): the last ``keep_last`` checkpoints are kept, plus the protected ones.
+    place and deletes the oldest checkpoints of the run ``run_id`` beyond ``keep_last`` (``None`` or 0 keeps all),
+    never those of the steps in ``protect`` (the best model's) nor other runs' checkpoints: the last ``keep_last``
+    checkpoints of the run are kept, plus the protected ones.
 
     Raises:
-        CheckpointWriteError: writing failed (``OSError``: disk full, no permission); the temporary folder is
-            removed and the existing checkpoints are left as they were.
+        CheckpointWriteError: writing failed with a storage error (:func:`training.files.storage_failure`: disk full,
+            no permission, also as safetensors / torch.save report them); the temporary folder is removed and the
+            existing checkpoints are left as they were. Other errors propagate (after the temporary folder is
+            removed).
     """
     root = Path(checkpoints_dir)
     tmp = root / f".tmp-step_{step}"
@@ -215,23 +279,28 @@ def save_checkpoint(
                 json.dump(full_state, f, indent=2)
             _fsync_tree(tmp)
             if final.exists():  # re-saving a step (e.g. after a resume): swap atomically, then drop the old one
+                if run_id is not None and run_id_of(final) not in (None, run_id):
+                    logger.warning("replacing %s, a checkpoint of another run (run id %s), by this run's step %d",
+                                   final, run_id_of(final), step)
                 old = root / f".tmp-old-step_{step}"
                 os.replace(final, old)
                 os.replace(tmp, final)
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(tmp, final)
-    except OSError as err:
+    except Exception as err:
+        reason = storage_failure(err, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = "disk full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
-        previous = checkpoint_dirs(root)
+        if reason is None:
+            raise
+        previous = checkpoint_dirs(root, run_id)
         kept = f"the previous checkpoint {previous[-1][1]} is intact" if previous else "no earlier checkpoint exists"
         raise CheckpointWriteError(
-            f"could not write checkpoint {final} ({reason}: {err}); {kept}; expected a writable --output_dir with "
-            "free space (free some and resume with --resume_from_checkpoint latest)"
+            f"could not write checkpoint {final} ({reason}: {first_line(err)}); {kept}; expected a writable "
+            "--output_dir with free space (free some and resume with --resume_from_checkpoint latest)"
         ) from err
     if accelerator.is_main_process and keep_last:
-        for found_step, path in checkpoint_dirs(root)[:-keep_last]:
+        for found_step, path in checkpoint_dirs(root, run_id)[:-keep_last]:
             if found_step not in protect:
                 shutil.rmtree(path, ignore_errors=True)
     accelerator.wait_for_everyone()

@@ -30,6 +30,24 @@ def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
     return int(value)
 
 
+def planned_steps(config: TrainingConfig, num_epoch_batches: int | None) -> tuple[int, int | None]:
+    """``(max_train_steps, optimizer steps per epoch)`` of a run whose data gives ``num_epoch_batches``
+    micro-batches per process and epoch (None: a stream, which needs ``max_train_steps``): ``max_train_steps`` when
+    given, else ``num_train_epochs`` (rounded up, at least 1 step)."""
+    per_epoch = None if num_epoch_batches is None else math.ceil(num_epoch_batches / config.gradient_accumulation_steps)
+    if config.max_train_steps is not None:
+        return config.max_train_steps, per_epoch
+    return max(1, math.ceil(config.num_train_epochs * per_epoch)), per_epoch
+
+
+def evaluations(eval_steps: int | None, max_train_steps: int) -> int:
+    """How many evaluations a run with ``eval_steps`` (resolved, in steps; None: only at the end) makes: at step 0,
+    every ``eval_steps`` steps before the last, and at the end."""
+    if not eval_steps:
+        return 1
+    return 2 + (max_train_steps - 1) // eval_steps
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """Settings of the shared loop (the ``training loop`` flags of every training command).
@@ -44,7 +62,8 @@ class TrainingConfig:
     _resolved_later: ClassVar[frozenset[str]] = frozenset()
 
     output_dir: str = arg(help="run folder (model, checkpoints/, runs/, wandb/, all_results.json)")
-    overwrite_output_dir: bool = arg(False, "allow a non-empty --output_dir (its checkpoints are ignored unless resuming)")
+    overwrite_output_dir: bool = arg(False, "replace the run in a non-empty --output_dir (its checkpoints are deleted "
+                                     "first)")
     per_device_train_batch_size: int = arg(32, "micro-batch size per process")
     per_device_eval_batch_size: int = arg(64, "evaluation batch size per process")
     gradient_accumulation_steps: int = arg(1, "micro-batches per process per optimizer step")
@@ -69,6 +88,8 @@ class TrainingConfig:
     checkpoints_total_limit: int | None = arg(2, "keep the last K checkpoints, 0 = all")
     resume_from_checkpoint: str | None = arg(None, "'latest' (newest in <output_dir>/checkpoints) or a checkpoint "
                                              "folder")
+    ignore_checkpoint_integrity: bool = arg(False, "resume from a checkpoint without its file manifest or RNG state "
+                                            "files (a warning instead of a refusal; the run does not continue bitwise)")
     logging_steps: int = arg(10, "log every N optimizer steps")
     eval_steps: float | None = arg(None, "evaluate every N optimizer steps, or every fraction of the run when below 1 "
                                    "(and at the end)")
@@ -158,5 +179,5 @@ def greater_is_better(config: TrainingConfig) -> bool:
     return not ("loss" in name or "perplexity" in name)
 
 
-__all__ = ["TrainingConfig", "best_metric_name", "greater_is_better",
+__all__ = ["TrainingConfig", "best_metric_name", "evaluations", "greater_is_better", "planned_steps",
            "resolve_interval"]

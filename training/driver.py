@@ -4,10 +4,11 @@ A command parses its typed arguments, resolves them, and hands the driver what d
 model and tokenizer, the training data, an evaluation and a prediction function, extra output files); the driver
 does the rest, in this order::
 
-    run = Run(training, hub, settings, do_train=..., card_task="fill-mask")
-    accelerator = run.start()              # hub flags and token checked (training runs), accelerator, logging
-    parts = RunParts(model=..., tokenizer=..., train_dataloader=..., evaluate=...)   # built by the command
-    return run.execute(parts)              # train (SIGTERM/SIGINT: checkpoint, 143/130) or evaluate, predict,
+    with Run(training, hub, settings, do_train=..., card_task="fill-mask") as run:   # releases the folder at the end
+        accelerator = run.start()          # hub flags and token checked, the output folder claimed (training runs:
+                                           # lock, run id, stale temporaries removed), accelerator, logging
+        parts = RunParts(model=..., tokenizer=..., train_dataloader=..., evaluate=...)   # built by the command
+        return run.execute(parts)          # train (SIGTERM/SIGINT: checkpoint, 143/130) or evaluate, predict,
                                            # save atomically, finish, push; returns the exit status
 
 Also here: the one loader wrapper (:func:`load_pretrained`: every ``from_pretrained`` of a user path or repo id,
@@ -18,25 +19,28 @@ one ``error:`` line when it fails), the model-fits check, the run files (``all_r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from training.arguments import arg, flat_values
+from training.arguments import SECRET_FLAGS, arg, flat_values
 from training.config import TrainingConfig
 from training.errors import InputError, check_local_path, first_line
-from training.files import atomic_output_dir
+from training.files import atomic_output_dir, write_text_atomic
 from training.hub import HubArguments, HubPusher, every_save_hook
 from training.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 
-#: Arguments never written to trackers, model cards or run files.
-SECRET_ARGUMENTS = ("hub_token",)
+#: Arguments never written to trackers, model cards or run files (:data:`training.arguments.SECRET_FLAGS`).
+SECRET_ARGUMENTS = SECRET_FLAGS
 #: ``all_results.json`` keys of every training run (besides the ``eval_*`` metrics and a command's own keys).
 RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second",
                "global_step", "epoch", "best_step", "best_metric", "stopped_early")
@@ -73,8 +77,11 @@ def run_config(*arguments: Any) -> dict[str, Any]:
 
 
 def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expected: str, *,
-                    revision: str | None = None, failure: str = "could not be loaded", **kwargs: Any) -> Any:
-    """``loader(source, revision=revision, **kwargs)`` (a ``from_pretrained``) with the one error wrapper.
+                    revision: str | None = None, failure: str = "could not be loaded", trust_remote_code: bool = False,
+                    **kwargs: Any) -> Any:
+    """``loader(source, revision=revision, trust_remote_code=trust_remote_code, **kwargs)`` (a ``from_pretrained``)
+    with the one error wrapper. ``trust_remote_code`` is always passed (default False): a folder or repo whose
+    ``auto_map`` names code of its own is refused unless allowed, never a question on stdin.
 
     Args:
         loader: e.g. ``AutoTokenizer.from_pretrained`` or ``AutoModelForMaskedLM.from_pretrained``.
@@ -85,16 +92,21 @@ def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expe
 
     Raises:
         InputError: ``"<arg> <source> (--revision R): <failure> (<Error>: <first line>); expected <expected>"``;
-            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``. An
+            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``; code of
+            its own (``auto_map``) without ``trust_remote_code``: a line naming ``--trust_remote_code``. An
             :class:`InputError` raised by the loader passes unchanged.
     """
     check_local_path(source, arg_name, expected)
     try:
-        return loader(source, revision=revision, **kwargs)
+        return loader(source, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
     except InputError:
         raise
     except Exception as err:  # noqa: BLE001  (any failure of a user's model or repo is refused input)
         rev = f" (--revision {revision})" if revision else ""
+        if not trust_remote_code and "trust_remote_code" in str(err):
+            raise InputError(f"{arg_name} {source}{rev}: its auto_map names Python code of its own, which is not run "
+                             "without --trust_remote_code; expected a folder or repo without code, or "
+                             "--trust_remote_code if you trust that code") from err
         raise InputError(f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); "
                          f"expected {expected}") from err
 
@@ -161,6 +173,8 @@ class RunParts:
         result_keys: the command's own ``all_results.json`` keys besides :data:`RESULT_KEYS` and ``eval_*``.
         reevaluate_best: run ``evaluate`` again after training when the best model was loaded at the end (for
             the side products of the evaluation, e.g. prediction files).
+        data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`); a resume
+            with other data is refused.
     """
 
     model: Any
@@ -174,6 +188,13 @@ class RunParts:
     extra_results: dict[str, Any] = dataclasses.field(default_factory=dict)
     result_keys: tuple[str, ...] = ()
     reevaluate_best: bool = False
+    data_fingerprint: list[dict[str, Any]] | None = None
+
+
+def _push_command(run: Run, pusher: HubPusher) -> str:
+    """The command that pushes a run's saved output folder later (:func:`training.hub.main`)."""
+    revision = f" --hub_revision {pusher.revision}" if pusher.revision else ""
+    return f"python -m training.hub push {run.output_dir} --hub_model_id {pusher.repo_id}{revision}"
 
 
 class Run:
@@ -188,6 +209,9 @@ class Run:
         card_overrides: more :func:`training.model_card.card_for_run` arguments.
         write_card: write the model card (``README.md``) into the output folder (else only into the push).
         commit_message: of the final push (default ``"Upload model (step N)"``).
+
+    Used as a context manager (``with Run(...) as run:``), it releases the output folder it claimed
+    (:mod:`training.ownership`) when the block ends, however it ends.
     """
 
     def __init__(self, training: TrainingConfig, hub: HubArguments, settings: Mapping[str, Any], *,
@@ -197,6 +221,21 @@ class Run:
         self.card_task, self.card_overrides = card_task, dict(card_overrides or {})
         self.write_card, self.commit_message = write_card, commit_message
         self.accelerator = None
+        self.ownership = None
+        self.run_id: str | None = None
+        self.pushed = False
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Release the output folder claimed by :meth:`start` (idempotent)."""
+        if self.ownership is not None:
+            self.ownership.release()
+            self.ownership = None
 
     @property
     def output_dir(self) -> str:
@@ -204,15 +243,33 @@ class Run:
 
     def start(self):
         """Check the hub flags and token (training runs: fail in seconds, not after hours), create the
-        accelerator and set up logging. Returns the accelerator."""
+        accelerator, set up logging and, for a training run, claim the output folder
+        (:func:`training.ownership.claim_output_dir` on the main process: lock, run id, stale temporary folders
+        removed, an earlier run's checkpoints deleted with ``--overwrite_output_dir``) and, under a launcher,
+        ask for SIGTERM when the launcher dies (:func:`training.signals.stop_with_launcher`). Returns the
+        accelerator.
+
+        Raises:
+            InputError: bad hub flags or token; another run holds the output folder; the folder holds another
+                run and neither ``--resume_from_checkpoint`` nor ``--overwrite_output_dir`` is given.
+        """
         from training.hub import validate_hub_arguments
         from training.loop import make_accelerator
+        from training.ownership import claim_output_dir, read_run_id
+        from training.signals import stop_with_launcher
 
         if self.do_train:
             self.hub = validate_hub_arguments(self.hub, self.output_dir)
             self.settings["hub_model_id"] = self.hub.hub_model_id
+            stop_with_launcher()
         self.accelerator = make_accelerator(self.training)
         setup_logging(self.accelerator.is_main_process)
+        if self.do_train:
+            if self.accelerator.is_main_process:
+                self.ownership = claim_output_dir(self.output_dir, overwrite=self.training.overwrite_output_dir,
+                                                  resuming=bool(self.training.resume_from_checkpoint))
+            self.accelerator.wait_for_everyone()
+            self.run_id = self.ownership.run_id if self.ownership is not None else read_run_id(self.output_dir)
         return self.accelerator
 
     def replan(self, training: TrainingConfig, **settings: Any) -> None:
@@ -231,7 +288,7 @@ class Run:
         """Train (or evaluate), predict, save the outputs atomically, finish, push. Returns the exit status:
         0, or 143 / 130 after SIGTERM / SIGINT (checkpoint written), 1 after a non-finite loss."""
         from training.loop import Trainer, finish
-        from training.signals import train_until_stopped
+        from training.signals import signals_deferred, train_until_stopped
 
         acc = self.accelerator
         pusher = HubPusher.from_arguments(self.hub) if self.do_train else None
@@ -241,7 +298,8 @@ class Run:
             on_save = every_save_hook(pusher, self.output_dir, parts.tokenizer, self.card)
             trainer = Trainer(acc, parts.model, parts.train_dataloader, self.training, run_config=self.settings,
                               eval_fn=(lambda trainer: evaluate(trainer.model)) if evaluate else None,
-                              on_save=on_save, **parts.loop_kwargs)
+                              on_save=on_save, run_id=self.run_id, data_fingerprint=parts.data_fingerprint,
+                              **parts.loop_kwargs)
             parts.model = parts.train_dataloader = None
             if acc.is_main_process and parts.describe is not None:
                 parts.describe(trainer)
@@ -258,21 +316,49 @@ class Run:
             parts.model = None
             result = parts.evaluate(prepared) if parts.evaluate else {}
         predictions = parts.predict(prepared) if parts.predict else None
-        state_dict = acc.get_state_dict(prepared) if model is not None else None  # all processes (FSDP gathers)
-        if acc.is_main_process:
-            self.save(model, parts.tokenizer, result, flat_results(result, parts.result_keys), state_dict,
-                      lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None)
-            logger.info("wrote %s: %s", self.output_dir,
-                        {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)})
-        del prepared, model, state_dict
-        finish(acc, *([trainer] if trainer else []))
-        if pusher is not None and acc.is_main_process:  # after the process group is gone: no rank waits on it
-            card = (Path(self.output_dir) / "README.md").read_text(encoding="utf-8") if self.write_card \
-                else self.card(self.output_dir)
-            url = pusher.push(self.output_dir, step=result.get("global_step"), model_card=card,
-                              commit_message=self.commit_message)
-            logger.info("pushed %s to %s", self.output_dir, url)
+        with signals_deferred("saving the outputs") as stopper:  # a signal now must not cut the save short
+            state_dict = acc.get_state_dict(prepared) if model is not None else None  # all processes (FSDP gathers)
+            if acc.is_main_process:
+                self.save(model, parts.tokenizer, result, flat_results(result, parts.result_keys), state_dict,
+                          lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None)
+                logger.info("wrote %s: %s", self.output_dir, {k: round(v, 4) for k, v in result.items()
+                                                             if k.startswith("eval_") and isinstance(v, float)})
+            del prepared, model, state_dict
+            finish(acc, *([trainer] if trainer else []))
+            if pusher is not None and acc.is_main_process and stopper.signum is None:
+                self.push(pusher, result.get("global_step"))  # after the process group is gone: no rank waits on it
+        if stopper.signum is not None:
+            pushed = ""
+            if pusher is not None:
+                pushed = (" and pushed" if self.pushed
+                          else f"; not pushed: push them with `{_push_command(self, pusher)}`")
+            print(f"error: {signal.Signals(stopper.signum).name} received while saving: the outputs in "
+                  f"{self.output_dir} are complete{pushed}", file=sys.stderr, flush=True)
+            return stopper.exit_code
         return 0
+
+    def push(self, pusher: HubPusher, step: int | None) -> None:
+        """The final push of the saved output folder (its model card: ``README.md`` there, or made now).
+
+        Raises:
+            InputError: the push failed (hub unreachable, refused, interrupted): the message says that the model
+                is saved locally and gives the command that pushes it later (the card is written into the folder
+                for it).
+        """
+        out = Path(self.output_dir)
+        card = (out / "README.md").read_text(encoding="utf-8") if self.write_card else self.card(out)
+        try:
+            url = pusher.push(out, step=step, model_card=card, commit_message=self.commit_message)
+        except Exception as err:  # noqa: BLE001  (network, hub, refusal: the model is safe on disk either way)
+            if not (out / "README.md").exists():
+                with contextlib.suppress(OSError):
+                    write_text_atomic(out / "README.md", card)
+            raise InputError(
+                f"--push_to_hub: the model is saved in {out}, but the push to {pusher.repo_id!r} failed "
+                f"({type(err).__name__}: {first_line(err)}); expected a reachable hub: push it later with "
+                f"`{_push_command(self, pusher)}` (token from HF_TOKEN or `hf auth login`)") from err
+        self.pushed = True
+        logger.info("pushed %s to %s", out, url)
 
     def save(self, model, tokenizer, result: Mapping[str, Any], results: Mapping[str, Any], state_dict=None,
              write_outputs: Callable[[Path], None] | None = None) -> None:

@@ -1,16 +1,62 @@
 """Evaluation helpers of the training loop: exact sums over a dataset (perplexity) and gathered predictions.
 
 Both run on every process with the *prepared* model (DDP, FSDP, ...) in eval mode and restore its training mode.
+Inside :func:`stop_when` (the loop's evaluations during training) they check a stop request between batches and
+raise :class:`EvaluationInterrupted` once every process has seen it (the flag is combined across processes at each
+batch, so all processes leave at the same batch).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+
+
+class EvaluationInterrupted(Exception):
+    """A stop request arrived during an evaluation (see :func:`stop_when`); the evaluation was abandoned."""
+
+
+#: ``(predicate, accelerator)`` of the innermost :func:`stop_when` block, or None.
+_stop_check: tuple[Callable[[], bool], Any] | None = None
+
+
+@contextlib.contextmanager
+def stop_when(predicate: Callable[[], bool], accelerator) -> Iterator[None]:
+    """Within the block, :func:`evaluate_sums` and :func:`gather_predictions` call ``predicate()`` between batches on
+    every process (with several processes the flags are summed with one small all-reduce per batch) and raise
+    :class:`EvaluationInterrupted` when it is true on any process."""
+    global _stop_check
+    previous, _stop_check = _stop_check, (predicate, accelerator)
+    try:
+        yield
+    finally:
+        _stop_check = previous
+
+
+def _check_stop() -> None:
+    """Raise :class:`EvaluationInterrupted` when the stop predicate of :func:`stop_when` holds on any process."""
+    if _stop_check is None:
+        return
+    predicate, accelerator = _stop_check
+    stop = bool(predicate())
+    if accelerator.num_processes > 1:
+        flag = torch.tensor([float(stop)], device=accelerator.device)
+        stop = bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+    if stop:
+        raise EvaluationInterrupted("stop requested during the evaluation")
+
+
+@contextlib.contextmanager
+def _training_mode_restored(model: torch.nn.Module, was_training: bool) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def evaluate_sums(
@@ -34,6 +80,9 @@ def evaluate_sums(
 
     Returns:
         ``{key: global sum}`` for every name in ``keys``.
+
+    Raises:
+        EvaluationInterrupted: a stop request inside :func:`stop_when` (checked before each batch).
     """
     from accelerate.utils import send_to_device
 
@@ -47,10 +96,11 @@ def evaluate_sums(
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
-    with torch.no_grad(), accelerator.autocast():
+    with torch.no_grad(), accelerator.autocast(), _training_mode_restored(model, was_training):
         batches = iter(loader)
         first = None
         for _ in range(num_batches):
+            _check_stop()
             batch = next(batches, None)
             real = batch is not None and hi > lo
             if batch is None:
@@ -60,7 +110,6 @@ def evaluate_sums(
             out = step_fn(model, batch)
             stats = torch.stack([torch.as_tensor(out[k], device=accelerator.device).double() for k in keys])
             sums += stats if real else torch.zeros_like(stats)  # a padding batch: counted as nothing
-    model.train(was_training)
     if P > 1:
         sums = accelerator.reduce(sums, reduction="sum")
     return {k: float(v) for k, v in zip(keys, sums.tolist())}
@@ -74,17 +123,20 @@ def gather_predictions(accelerator, model, dataloader, predict_fn: Callable) -> 
 
     Returns:
         ``{name: tensor of all examples in dataset order}`` on every process.
+
+    Raises:
+        EvaluationInterrupted: a stop request inside :func:`stop_when` (checked before each batch).
     """
     was_training = model.training
     model.eval()
     parts: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), _training_mode_restored(model, was_training):
         for batch in dataloader:
+            _check_stop()
             out = accelerator.gather_for_metrics(dict(predict_fn(model, batch)))
             for k, v in out.items():
                 parts.setdefault(k, []).append(v.cpu())
-    model.train(was_training)
     return {k: torch.cat(v) for k, v in parts.items()}
 
 
-__all__ = ["evaluate_sums", "gather_predictions"]
+__all__ = ["EvaluationInterrupted", "evaluate_sums", "gather_predictions", "stop_when"]

@@ -10,14 +10,107 @@ import contextlib
 import errno
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
 
-from training.errors import InputError
+from training.errors import InputError, first_line
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: A run's bookkeeping in its output folder (:mod:`training.ownership`): not outputs of a run.
+BOOKKEEPING_FILES = (".sesame-run.lock", ".sesame-run.json")
+
+#: Messages of storage errors raised as other exceptions than ``OSError`` (safetensors, tokenizers: Rust I/O errors
+#: as text), and the reason they give.
+_STORAGE_MESSAGES = (("No space left on device", "disk full"), ("os error 28", "disk full"),
+                     ("StorageFull", "disk full"), ("Disk quota exceeded", "disk quota exceeded"),
+                     ("os error 122", "disk quota exceeded"), ("Read-only file system", "read-only file system"),
+                     ("os error 30", "read-only file system"), ("Permission denied", "permission denied"),
+                     ("os error 13", "permission denied"))
+#: ``OSError`` numbers of a failed write (not of a bad input file, e.g. a corrupt .gz read while writing).
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                             errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENAMETOOLONG, errno.EXDEV})
+#: Free bytes below which a filesystem counts as full (torch.save's serializer reports a short write without errno).
+_NEARLY_FULL_BYTES = 1 << 20
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host (``os.kill(pid, 0)``; a process of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_bytes(path: Path) -> int | None:
+    probe = Path(path)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        stat = os.statvfs(probe)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def storage_failure(err: BaseException, where: PathLike) -> str | None:
+    """Why a write into ``where`` failed when ``err`` is a storage error, else None (a bug, which keeps its traceback).
+
+    Storage errors: an ``OSError`` of a write (disk full, quota, permission, read-only filesystem, I/O error; not,
+    e.g., a corrupt input file's ``BadGzipFile``), the Rust I/O errors that
+    safetensors and tokenizers raise as plain exceptions (``SafetensorError: ... No space left on device (os error
+    28)``), and torch.save's serializer error (``[enforce fail at inline_container.cc] ... unexpected pos``) when the
+    filesystem of ``where`` is (nearly) full. Exceptions chained to ``err`` are looked at too.
+
+    Returns:
+        ``"disk full"``, ``"permission denied"``, an ``OSError``'s ``strerror``, ..., or None.
+    """
+    seen, todo = set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            return "disk full" if e.errno == errno.ENOSPC else (e.strerror or type(e).__name__)
+        text = str(e)
+        for needle, reason in _STORAGE_MESSAGES:
+            if needle in text:
+                return reason
+        if isinstance(e, RuntimeError) and ("inline_container" in text or "PytorchStreamWriter" in text):
+            free = _free_bytes(Path(where))
+            if free is not None and free < _NEARLY_FULL_BYTES:
+                return "disk full"
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _tmp_prefix(name: str) -> str:
+    """Prefix of the temporary folders of :func:`atomic_output_dir` for ``name``: host and process id in it, so that
+    the folders of a killed process can be recognised (:func:`remove_dead_temporaries`)."""
+    return f".{name}.tmp-{socket.gethostname()}-{os.getpid()}-"
+
+
+def remove_dead_temporaries(output_dir: PathLike) -> list[Path]:
+    """Remove the temporary folders next to ``output_dir`` that :func:`atomic_output_dir` made in processes of this
+    host that no longer run (a killed run's half-written outputs). Returns the removed paths."""
+    out = Path(output_dir)
+    host = socket.gethostname()
+    removed = []
+    for path in out.absolute().parent.glob(f".{out.name}.tmp-{host}-*"):
+        pid = path.name[len(f".{out.name}.tmp-{host}-"):].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -37,10 +130,14 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
     Yields:
         The temporary folder (a ``Path`` in the same parent as ``output_dir``) to write into.
 
+    Temporary folders of killed processes (on this host) next to ``output_dir`` are removed first
+    (:func:`remove_dead_temporaries`).
+
     Raises:
         InputError: ``output_dir`` (or one of its parents) is an existing file, or its parent cannot be created,
-            or writing into the temporary folder failed with an ``OSError`` (e.g. disk full; then the temporary
-            folder is removed and ``output_dir`` is unchanged).
+            or writing into the temporary folder failed with a storage error (:func:`storage_failure`: disk full,
+            quota, permission, also as raised by safetensors / tokenizers / torch.save); then the temporary folder
+            is removed and ``output_dir`` is unchanged.
     """
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
@@ -52,18 +149,23 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
         raise InputError(f"{arg_name} {out}: a parent is an existing file; expected a directory path") from err
     except OSError as err:
         raise InputError(f"{arg_name} {out}: cannot create its parent folder ({err.strerror})") from err
+    remove_dead_temporaries(out)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out.name), dir=parent))
     except OSError as err:
         raise InputError(f"{arg_name} {out}: cannot create a folder in {parent} ({err.strerror}); expected a writable "
                          "location") from err
     try:
         try:
             yield tmp
-        except OSError as err:  # disk full, quota, permission: report it, leave output_dir as it was
-            reason = "disk full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
-            raise InputError(f"{arg_name} {out}: could not write the outputs ({reason}: {err}); {out} was left as it "
-                             "was; expected a writable folder with free space") from err
+        except InputError:
+            raise
+        except Exception as err:  # disk full, quota, permission: report it, leave output_dir as it was
+            reason = storage_failure(err, tmp)
+            if reason is None:
+                raise
+            raise InputError(f"{arg_name} {out}: could not write the outputs ({reason}: {first_line(err)}); {out} was "
+                             "left as it was; expected a writable folder with free space") from err
         if not out.exists():
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
             os.replace(tmp, out)
@@ -99,18 +201,26 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
     return target
 
 
+def _is_output(entry: Path) -> bool:
+    """False for a run's bookkeeping files and temporary folders (``.*.tmp-*``) in an output folder."""
+    return entry.name not in BOOKKEEPING_FILES and not (entry.name.startswith(".") and ".tmp-" in entry.name)
+
+
 def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool) -> None:
     """A non-empty ``--output_dir`` is an earlier run's: refuse it unless resuming or ``--overwrite_output_dir``
     (transformers' Trainer rule), so that nothing of that run (its tokenizer, checkpoints) is reused silently.
+
+    A folder holding only a run's bookkeeping (:data:`BOOKKEEPING_FILES`) or temporary folders counts as empty.
 
     Raises:
         InputError: ``output_dir`` exists, is not empty, and neither flag is given.
     """
     out = Path(output_dir)
-    if resuming or overwrite or not out.is_dir() or not any(out.iterdir()):
+    if resuming or overwrite or not out.is_dir() or not any(_is_output(p) for p in out.iterdir()):
         return
     raise InputError(f"--output_dir {out}: exists and is not empty (an earlier run?); expected a new or empty folder, "
                      "--resume_from_checkpoint latest to continue that run, or --overwrite_output_dir to replace it")
 
 
-__all__ = ["atomic_output_dir", "check_output_dir_reuse", "write_text_atomic"]
+__all__ = ["BOOKKEEPING_FILES", "atomic_output_dir", "check_output_dir_reuse", "pid_alive", "remove_dead_temporaries",
+           "storage_failure", "write_text_atomic"]

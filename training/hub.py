@@ -11,7 +11,8 @@ A self-hosted Hub-compatible server without Xet storage needs ``HF_HUB_DISABLE_X
 through Git LFS); the error says so when it is missing.
 Which token: ``--hub_token``, else ``HF_TOKEN``, else the one stored by ``hf auth login``.
 
-What is pushed: everything in the output directory except checkpoints and pickles -- ``config.json``,
+What is pushed: the regular files of the output directory (a symbolic link is refused, naming it: it may point
+at a private file outside the folder), except checkpoints and pickles -- ``config.json``,
 ``*.safetensors`` (+ index), tokenizer files, the model code referenced by ``auto_map`` (``*.py``),
 ``all_results.json`` and the generated ``README.md`` (model card). Never ``checkpoints/`` (accelerate
 states), ``*.bin`` / ``*.pt`` / ``*.pkl`` (pickles), optimizer or RNG states. Remote weight files that the
@@ -262,10 +263,30 @@ def prepare_repo(repo_id: str, token: str | None = None, private: bool = False, 
 
 
 def _local_files(folder: Path, allow_patterns, ignore_patterns) -> list[str]:
+    """The regular files under ``folder`` (relative POSIX paths) that the patterns select; links are not followed.
+
+    Raises:
+        InputError: a selected entry is a symbolic link (to a file or a folder): its content may lie outside the
+            folder (a private file), so the push is refused naming the links.
+    """
     from huggingface_hub.utils import filter_repo_objects
 
-    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    return list(filter_repo_objects(paths, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
+    files, links = [], []
+    for dirpath, dirnames, filenames in os.walk(folder):  # os.walk does not descend into linked folders
+        base = Path(dirpath)
+        for name in (*dirnames, *filenames):
+            entry = base / name
+            rel = entry.relative_to(folder).as_posix()
+            if entry.is_symlink():
+                links.append(rel)
+            elif name in filenames and entry.is_file():
+                files.append(rel)
+    files = list(filter_repo_objects(sorted(files), allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
+    links = list(filter_repo_objects(sorted(links), allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
+    if links:
+        raise InputError(f"--output_dir {folder}: symbolic links are not pushed (their content may lie outside the "
+                         f"folder): {', '.join(links)}; expected regular files (copy them in, or remove the links)")
+    return files
 
 
 def push_output_dir(
@@ -458,7 +479,45 @@ def every_save_hook(pusher: HubPusher | None, output_dir: str | os.PathLike, tok
     return on_save
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m training.hub push OUTPUT_DIR --hub_model_id REPO [--hub_revision BRANCH] [--hub_private_repo]``:
+    push a saved output folder (its ``README.md`` as the model card) as one commit, e.g. after a final push that
+    failed. The token comes from ``HF_TOKEN`` or ``hf auth login``.
+
+    Raises:
+        InputError: as :func:`validate_hub_arguments` and :func:`push_output_dir`.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m training.hub", description="Push a saved model folder to a hub.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    push = commands.add_parser("push", help="push OUTPUT_DIR (model, tokenizer, README.md, all_results.json) as one "
+                               "commit; never checkpoints or pickles")
+    push.add_argument("output_dir", help="the run's --output_dir")
+    push.add_argument("--hub_model_id", required=True, help="repo id 'namespace/name' (or 'name': the token's user)")
+    push.add_argument("--hub_revision", default=None, help="branch (default: main)")
+    push.add_argument("--hub_private_repo", action="store_true", help="create the repo as private")
+    push.add_argument("--commit_message", default="Upload model", help="the commit's title")
+    push.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
+    args = parser.parse_args(argv)
+    hub = validate_hub_arguments(HubArguments(push_to_hub=True, hub_model_id=args.hub_model_id,
+                                              hub_revision=args.hub_revision,
+                                              hub_private_repo=args.hub_private_repo), args.output_dir)
+    url = push_output_dir(args.output_dir, hub.hub_model_id, private=hub.hub_private_repo, revision=hub.hub_revision,
+                          commit_message=args.commit_message)
+    print(url)
+    return 0
+
+
 __all__ = [
     "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubArguments", "HubPusher", "default_repo_id",
-    "every_save_hook", "hub_errors", "prepare_repo", "push_output_dir", "validate_hub_arguments",
+    "every_save_hook", "hub_errors", "main", "prepare_repo", "push_output_dir", "validate_hub_arguments",
 ]
+
+
+if __name__ == "__main__":
+    import sys
+
+    from training.errors import run_cli
+
+    sys.exit(run_cli(main))

@@ -53,8 +53,10 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
   JSON in ``trainer_state.json`` (nothing is unpickled on resume). ``latest`` skips damaged checkpoints; a failed
   save (disk full) raises :class:`training.checkpoint.CheckpointWriteError` and leaves the previous checkpoints
   intact.
-* **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path) restores weights, optimizer, schedule,
-  every process's RNG states and the position in the data: the epoch is set on the sampler and collator, and
+* **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
+  rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
+  states, the log and evaluation histories and the position in the data (it refuses another global batch, number
+  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is set on the sampler and collator, and
   the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
   them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
   training data must be ordered by a sampler seeded from (seed, epoch) (e.g.
@@ -64,7 +66,9 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 * **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
   finish the current optimizer step (with several processes: the steps up to the next logging step, where all
   processes read the combined flag), write its checkpoint and raise :class:`TrainingStopped`;
-  :mod:`training.signals` calls it on SIGTERM / SIGINT.
+  :mod:`training.signals` calls it on SIGTERM / SIGINT. During an evaluation the request is checked between
+  batches (:func:`training.evaluation.stop_when`): the evaluation is abandoned, the checkpoint written, and a
+  resume runs that evaluation first.
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes), and
   the training seconds and tokens of this session so far (``train_seconds``, ``train_tokens``: evaluation and
@@ -88,6 +92,7 @@ import dataclasses
 import logging
 import math
 import os
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from itertools import islice
@@ -98,9 +103,10 @@ from torch.utils.data import DataLoader
 
 from training import checkpoint as ckpt
 from training.best import should_stop_early, update_best
-from training.config import TrainingConfig, best_metric_name, resolve_interval
-from training.data import length_of
+from training.config import TrainingConfig, best_metric_name, planned_steps, resolve_interval
+from training.data import data_change, length_of
 from training.errors import InputError, NonFiniteLossError, TrainingStopped, first_line
+from training.evaluation import EvaluationInterrupted, stop_when
 from training.optim import OPTIMIZERS, create_optimizer, create_scheduler
 from training.state import TrainerState
 from training.stats import Interval, StepStatistics
@@ -125,7 +131,8 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
 
 
 def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None):
-    """An ``Accelerator`` for the shared loop: trackers from ``report_to``, project folder ``output_dir``.
+    """An ``Accelerator`` for the shared loop: trackers from ``report_to``, project folder ``output_dir``; gloo on the
+    loopback interface when every process runs on this machine (:func:`_gloo_on_loopback`).
 
     ``rng_types=[]``: accelerate must not re-synchronise the global RNG at each epoch (dropout streams are
     per process and restored from checkpoints). ``non_blocking=True``: batches go to the GPU from pinned memory
@@ -137,6 +144,7 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
     from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 
     prepare_environment(config.report_to, config.output_dir)
+    _gloo_on_loopback()
     project = ProjectConfiguration(project_dir=config.output_dir, logging_dir=os.path.join(config.output_dir, "runs"))
     accelerator = Accelerator(
         cpu=_no_accelerator_device(),
@@ -149,6 +157,21 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
     )
     set_seed(config.seed)
     return accelerator
+
+
+def _gloo_on_loopback() -> None:
+    """All processes on this machine with a loopback rendezvous (``MASTER_ADDR`` 127.0.0.1, as the single-machine
+    configs set it): gloo's sockets listen on the loopback interface only (``GLOO_SOCKET_IFNAME``), not on the
+    address the host name resolves to. A ``GLOO_SOCKET_IFNAME`` already set is kept."""
+    import socket
+
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if ("GLOO_SOCKET_IFNAME" in os.environ or not world or world != local
+            or os.environ.get("MASTER_ADDR") not in ("127.0.0.1", "localhost", "::1")):
+        return
+    loopback = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    if loopback is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback
 
 
 def _no_accelerator_device() -> bool:
@@ -234,6 +257,10 @@ class Trainer:
             (``checkpointing_steps``) is complete, not after the final one nor the one written on a stop
             request; the processes then wait for each other. The hook does its main-process work itself
             (e.g. :func:`training.hub.every_save_hook` for ``--hub_strategy every_save``).
+        run_id: the run that owns ``output_dir`` (:mod:`training.ownership`): recorded in every checkpoint;
+            ``latest``, resume and rotation leave other runs' checkpoints alone. None: every checkpoint counts.
+        data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`), recorded
+            in checkpoints; a resume with other data is refused.
 
     Raises:
         InputError: the training data gives no batch.
@@ -243,7 +270,8 @@ class Trainer:
                  optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable = default_loss_fn,
                  weight_fn: Callable = default_weight_fn, tokens_fn: Callable = default_tokens_fn,
                  eval_fn: Callable | None = None, run_config: Mapping[str, Any] | None = None,
-                 on_save: Callable[[Any, int], None] | None = None):
+                 on_save: Callable[[Any, int], None] | None = None, run_id: str | None = None,
+                 data_fingerprint: list[dict[str, Any]] | None = None):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         if optimizer is None:
@@ -265,11 +293,11 @@ class Trainer:
         self.state = TrainerState(
             max_train_steps=self.max_train_steps, num_processes=accelerator.num_processes,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
-            per_device_train_batch_size=self.per_device_train_batch_size, num_train_examples=self.num_train_examples)
+            per_device_train_batch_size=self.per_device_train_batch_size, num_train_examples=self.num_train_examples,
+            run_id=run_id, data_fingerprint=data_fingerprint, optimizer_settings=self.optimizer_settings())
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
         self.run_config = {**(run_config if run_config is not None else dataclasses.asdict(config)),
                            **self.resolved_settings()}
-        self.log_history: list[dict[str, Any]] = []
         self.stop_requested = False
         self.last_checkpoint: str | None = None
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
@@ -280,17 +308,10 @@ class Trainer:
         self.num_epoch_batches = length_of(self.train_dataloader)
         if self.num_epoch_batches == 0:
             raise InputError("the training data gives no batch on this process; expected more examples than processes")
-        if self.num_epoch_batches is None:  # a stream: its length is unknown until it ends
-            if config.max_train_steps is None:
-                raise InputError("--max_train_steps: not given, but a streamed dataset has no length to count epochs "
-                                 "in; expected --max_train_steps with --streaming")
-            self.num_update_steps_per_epoch = None
-        else:
-            self.num_update_steps_per_epoch = math.ceil(self.num_epoch_batches / config.gradient_accumulation_steps)
-        if config.max_train_steps is None:
-            self.max_train_steps = max(1, math.ceil(config.num_train_epochs * self.num_update_steps_per_epoch))
-        else:
-            self.max_train_steps = config.max_train_steps
+        if self.num_epoch_batches is None and config.max_train_steps is None:  # a stream: no length until it ends
+            raise InputError("--max_train_steps: not given, but a streamed dataset has no length to count epochs "
+                             "in; expected --max_train_steps with --streaming")
+        self.max_train_steps, self.num_update_steps_per_epoch = planned_steps(config, self.num_epoch_batches)
         if config.num_warmup_steps is not None:
             self.num_warmup_steps = config.num_warmup_steps
         else:
@@ -326,6 +347,20 @@ class Trainer:
             "eval_steps": self.eval_steps, "checkpointing_steps": self.checkpointing_steps,
         }
 
+    def optimizer_settings(self) -> dict[str, Any]:
+        """The settings a checkpoint's optimizer state and schedule carry (compared on resume), with the resolved
+        warmup; ``max_grad_norm`` is applied by the loop as given."""
+        cfg = self.config
+        return {"learning_rate": cfg.learning_rate, "weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
+                "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon, "optim": cfg.optim,
+                "lr_scheduler_type": cfg.lr_scheduler_type, "num_warmup_steps": self.num_warmup_steps,
+                "num_decay_steps": cfg.num_decay_steps, "max_grad_norm": cfg.max_grad_norm}
+
+    @property
+    def log_history(self) -> list[dict[str, Any]]:
+        """``{"step": N, "train_loss": ..., ...}`` per logging step of the whole run (resumed parts included)."""
+        return self.state.log_history
+
     @property
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
@@ -343,12 +378,16 @@ class Trainer:
             TrainingStopped: after :meth:`request_stop`, once the checkpoint is written.
         """
         self._begin()
-        while self.state.global_step < self.max_train_steps and not self._stopping_early:
-            micro_batches = self._next_micro_batches()
-            if micro_batches is None:  # the epoch (or the stream) ended: the next pass starts the next one
-                continue
-            self._optimizer_step(micro_batches)
-            self._on_step_end()
+        try:
+            while self.state.global_step < self.max_train_steps and not self._stopping_early:
+                micro_batches = self._next_micro_batches()
+                if micro_batches is None:  # the epoch (or the stream) ended: the next pass starts the next one
+                    continue
+                self._optimizer_step(micro_batches)
+                self._on_step_end()
+        except BaseException:
+            self._bar.close()  # ends the bar's line: the error line that follows starts its own
+            raise
         return self._end()
 
     def _begin(self) -> None:
@@ -362,7 +401,12 @@ class Trainer:
         self._resume()
         from tqdm.auto import tqdm
 
-        if self.eval_steps and self.state.global_step == 0 and self.eval_fn is not None:
+        if self.eval_fn is not None and self.state.eval_pending:
+            # the evaluation a stop request interrupted; its RNG draws (a DataLoader's base seed) are in the
+            # checkpoint already, so they are not drawn twice
+            with torch.random.fork_rng(devices=[]):
+                self.evaluate()
+        elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
             self.evaluate()  # the starting point of the validation curve
         self._bar = tqdm(total=self.max_train_steps, initial=self.state.global_step,
                          disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
@@ -510,7 +554,7 @@ class Trainer:
             "train_seconds": self._session.seconds, "train_tokens": self._session.tokens,
         }
         self.accelerator.log(record, step=step)
-        self.log_history.append({"step": step, **record})
+        self.state.log_history.append({"step": step, **record})
         if not self._eta_logged and self.accelerator.is_main_process and step < self.max_train_steps:
             self._eta_logged = True
             per_step = interval.time / max(interval.steps, 1)
@@ -525,8 +569,9 @@ class Trainer:
         self._session.add(self.stats.interval)
         self._bar.close()
         metrics: dict[str, float] = {}
-        if self._stopping_early:
-            metrics = {k: v for k, v in self.state.eval_history[-1].items() if k != "step"}
+        history = self.state.eval_history
+        if self._stopping_early or (history and history[-1]["step"] == self.state.global_step):
+            metrics = {k: v for k, v in history[-1].items() if k != "step"}  # (a resume's pending evaluation)
         elif self.eval_fn is not None:
             metrics = self.evaluate()
         self.save_checkpoint()
@@ -546,7 +591,7 @@ class Trainer:
         result["stopped_early"] = self._stopping_early
         result["replica_max_abs_diff"] = self.replica_difference()
         result["eval_history"] = list(self.state.eval_history)
-        result["log_history"] = list(self.log_history)
+        result["log_history"] = list(self.state.log_history)
         return result
 
     # -- helpers of the step -----------------------------------------------------------------------------
@@ -597,26 +642,34 @@ class Trainer:
         best = self.state.best_step
         protect = [best] if self.config.load_best_model_at_end and best is not None else []
         path = ckpt.save_checkpoint(self.accelerator, self.checkpoints_dir, self.state.global_step, state,
-                                    self.config.checkpoints_total_limit, protect=protect)
+                                    self.config.checkpoints_total_limit, protect=protect, run_id=self.state.run_id)
         self.last_checkpoint = str(path)
         return str(path)
 
     def _resume(self) -> None:
-        path = ckpt.resolve_checkpoint(self.config.resume_from_checkpoint, self.checkpoints_dir)
+        cfg = self.config
+        path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, self.checkpoints_dir, self.state.run_id,
+                                       cfg.ignore_checkpoint_integrity)
         if path is None:
             return
         saved = ckpt.read_state(path)
         self._check_resume_geometry(path, saved)
+        self._check_pickles(path)
         try:
             self.accelerator.load_state(str(path))
             if "lr_scheduler" in saved:
                 self.scheduler.load_state_dict(saved["lr_scheduler"])
+        except pickle.UnpicklingError as err:
+            raise InputError(f"--resume_from_checkpoint {path}: a file holds objects other than tensors and plain "
+                             f"values, refused by torch.load(weights_only=True) ({first_line(err)[:200]}); expected a "
+                             "checkpoint written by sesame-lm (it may have been tampered with)") from err
         except (RuntimeError, KeyError, ValueError) as err:  # shapes/names/param groups that do not fit
             first = first_line(err)[:300]
             raise InputError(
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
+        self._check_resume_settings(path, saved)  # after the load: another model is named first, not its default lr
         self.state.load_resumed(saved)
         # the position in the epoch is counted in examples, so that another split of the same global batch
         # (processes x per-device batch x accumulation) continues with the very next examples
@@ -628,6 +681,49 @@ class Trainer:
         if self.accelerator.is_main_process:
             logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state.global_step,
                         self.state.epoch, self.state.batches_in_epoch)
+
+    def _check_pickles(self, path) -> None:
+        """Load this process's RNG file with ``weights_only`` first: accelerate would skip a blocked one silently.
+
+        Raises:
+            InputError: the file holds objects that ``torch.load(weights_only=True)`` refuses.
+        """
+        from accelerate.utils import load
+
+        rng = os.path.join(path, ckpt.RNG_FILE.format(self.accelerator.process_index))
+        if not os.path.isfile(rng):
+            return
+        try:
+            load(rng)
+        except pickle.UnpicklingError as err:
+            raise InputError(f"--resume_from_checkpoint {path}: {os.path.basename(rng)} holds objects other than "
+                             "tensors and plain values, refused by torch.load(weights_only=True) "
+                             f"({first_line(err)[:200]}); expected a checkpoint written by sesame-lm (it may have been "
+                             "tampered with)") from err
+
+    def _check_resume_settings(self, path, saved: Mapping[str, Any]) -> None:
+        """Refuse a resume with other training data (by content) or other optimizer settings than the checkpoint's
+        (its optimizer state and schedule would silently keep the old values); warn about another
+        ``max_grad_norm`` (applied as given from here on).
+
+        Raises:
+            InputError: one line naming what changed, the saved and the current value.
+        """
+        changed = data_change(saved.get("data_fingerprint"), self.state.data_fingerprint)
+        if changed:
+            raise InputError(f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
+                             f"({changed}); expected the same files and settings (start a new run for other data)")
+        old, new = saved.get("optimizer_settings") or {}, self.state.optimizer_settings
+        differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm"]
+        if differ:
+            raise InputError(
+                f"--resume_from_checkpoint {path}: optimizer settings differ from the checkpoint's "
+                f"({'; '.join(f'{k} {old[k]} -> {new[k]}' for k in differ)}): the checkpoint's optimizer state and "
+                "schedule would keep its values; expected the same settings (to train on with others, start a new "
+                "run from the saved model)")
+        if "max_grad_norm" in old and old["max_grad_norm"] != new["max_grad_norm"] and self.accelerator.is_main_process:
+            logger.warning("--max_grad_norm %s differs from the checkpoint's %s: the run continues with %s",
+                           new["max_grad_norm"], old["max_grad_norm"], new["max_grad_norm"])
 
     def _check_resume_geometry(self, path, saved: Mapping[str, Any]) -> None:
         """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
@@ -668,13 +764,30 @@ class Trainer:
         """Run ``eval_fn`` (all processes), record and log the metrics, and update the best model's bookkeeping
         (:func:`training.best.update_best`).
 
+        A stop request during the evaluation (checked between batches by :mod:`training.evaluation`) abandons it,
+        writes the checkpoint of the step (which records that its evaluation is pending) and raises
+        :class:`TrainingStopped`.
+
         Raises:
             InputError: ``metric_for_best_model`` is not among the metrics (with ``load_best_model_at_end``,
                 ``early_stopping_patience`` or an explicit ``metric_for_best_model``).
+            TrainingStopped: after a stop request during the evaluation, once the checkpoint is written.
         """
         if self.eval_fn is None:
             return {}
-        metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
+        try:
+            with stop_when(lambda: self.stop_requested, self.accelerator):
+                metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
+        except EvaluationInterrupted:
+            self.state.eval_pending = True
+            if getattr(self, "_bar", None) is not None:
+                self._bar.close()
+            path = self.save_checkpoint()
+            raise TrainingStopped(f"training stopped on request during the evaluation at optimizer step "
+                                  f"{self.state.global_step}; checkpoint {path} written; resume with "
+                                  "--resume_from_checkpoint latest (same --output_dir "
+                                  f"{self.config.output_dir}; the evaluation runs first)", path) from None
+        self.state.eval_pending = False
         step = self.state.global_step
         self.state.eval_history.append({"step": step, **metrics})
         self.accelerator.log(metrics, step=step)

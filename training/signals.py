@@ -13,6 +13,11 @@ checkpoint is untouched because checkpoints are renamed into place only when com
 forwards the signal it received to its workers (``torchrun`` does, and a terminal or ``scancel`` also
 signals the whole process group) makes each worker see the same signal twice within milliseconds: a repeat
 of the same signal within :data:`REPEAT_WINDOW_S` seconds of the first counts as the same request.
+
+Under a launcher, a worker asks the kernel for SIGTERM when its launcher dies (:func:`stop_with_launcher`,
+``PR_SET_PDEATHSIG``): accelerate's single-process launcher does not forward signals (it dies of SIGTERM at once),
+so a SIGTERM to the launcher alone still reaches the worker, which checkpoints and exits 143 on its own. After
+training, :func:`signals_deferred` keeps the first signal from cutting the final save short.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ REPEAT_WINDOW_S = 2.0
 class SignalStopper:
     """The installed handler's state: which signal arrived first (``signum``), and when."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    def __init__(self, trainer, finishing: str = "the current optimizer step and writing a checkpoint"):
+        self.trainer, self.finishing = trainer, finishing
         self.signum: int | None = None
         self.received_at = 0.0
 
@@ -44,9 +49,10 @@ class SignalStopper:
         if self.signum is None:
             self.signum, self.received_at = signum, now
             name = signal.Signals(signum).name
-            print(f"{name} received: finishing the current optimizer step and writing a checkpoint "
-                  "(send it again to exit at once)", file=sys.stderr, flush=True)
-            self.trainer.request_stop()
+            print(f"{name} received: finishing {self.finishing} (send it again to exit at once)", file=sys.stderr,
+                  flush=True)
+            if self.trainer is not None:
+                self.trainer.request_stop()
             return
         if signum == self.signum and now - self.received_at < REPEAT_WINDOW_S:
             return  # the same signal forwarded by the launcher
@@ -61,8 +67,9 @@ class SignalStopper:
 
 
 @contextlib.contextmanager
-def stop_on_signals(trainer) -> Iterator[SignalStopper]:
-    """Within the block, SIGTERM / SIGINT request a graceful stop of ``trainer`` (see the module docstring).
+def stop_on_signals(trainer, finishing: str | None = None) -> Iterator[SignalStopper]:
+    """Within the block, SIGTERM / SIGINT request a graceful stop of ``trainer`` (see the module docstring); with
+    ``trainer`` None the first signal is only recorded, ``finishing`` (what completes first) in its message.
 
     The previous handlers are restored on exit. Outside the main thread (where Python cannot install signal
     handlers) nothing is installed.
@@ -73,7 +80,7 @@ def stop_on_signals(trainer) -> Iterator[SignalStopper]:
     """
     import threading
 
-    stopper = SignalStopper(trainer)
+    stopper = SignalStopper(trainer) if finishing is None else SignalStopper(trainer, finishing)
     if threading.current_thread() is not threading.main_thread():
         yield stopper
         return
@@ -85,6 +92,51 @@ def stop_on_signals(trainer) -> Iterator[SignalStopper]:
             signal.signal(s, handler)
 
 
+def signals_deferred(finishing: str):
+    """Within the block the first SIGTERM / SIGINT is recorded, not acted on (its message says that ``finishing``
+    completes first); a second one exits at once. For the final save after training: check ``.signum`` after the
+    block and exit with ``.exit_code`` when a signal arrived."""
+    return stop_on_signals(None, finishing)
+
+
+#: ``prctl`` option: the signal the kernel sends this process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def launched_by_launcher() -> bool:
+    """Whether this process is a worker of ``accelerate launch`` (its launchers set ``ACCELERATE_DYNAMO_BACKEND``)
+    or ``torchrun`` (``TORCHELASTIC_RUN_ID``)."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("ACCELERATE_DYNAMO_BACKEND"))
+
+
+def stop_with_launcher() -> bool:
+    """Under a launcher (:func:`launched_by_launcher`, Linux), ask the kernel to send this process SIGTERM when its
+    launcher dies (``prctl(PR_SET_PDEATHSIG, SIGTERM)``), so that a SIGTERM to the launcher alone -- which
+    accelerate's single-process launcher does not forward: it dies at once -- still stops training with a
+    checkpoint. A launcher that already died sends the signal at once. Not done for a process started directly
+    (``nohup python -m pretrain &`` must survive its shell).
+
+    Returns:
+        True when the request was made.
+    """
+    if not sys.platform.startswith("linux") or not launched_by_launcher():
+        return False
+    import ctypes
+
+    parent = os.getppid()
+    if parent == 1:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the launcher died before the request: nobody will send the signal
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | None, int]:
     """``trainer.train()`` under :func:`stop_on_signals`, for a command's ``main``.
 
@@ -92,7 +144,8 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         ``(result, 0)`` when training ended; ``(None, status)`` after a requested stop (status 143 / 130 for
         SIGTERM / SIGINT) or a non-finite loss (status 1): then ``on_stop()`` has been called (e.g. to end
         trackers and the process group) and the one-line ``error:`` reason, saying where the last checkpoint
-        is and how to resume, has been printed to stderr.
+        is and how to resume, has been printed to stderr by the main process (every process stops at the same
+        step).
     """
     from training.errors import NonFiniteLossError, TrainingStopped
 
@@ -100,6 +153,8 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         try:
             return trainer.train(), 0
         except (NonFiniteLossError, TrainingStopped) as err:
+            main_process = trainer.accelerator.is_main_process
             on_stop()
-            print(f"error: {err}", file=sys.stderr, flush=True)
+            if main_process:  # every process stops at the same step: one error line, not one per process
+                print(f"error: {err}", file=sys.stderr, flush=True)
             return None, (stopper.exit_code if isinstance(err, TrainingStopped) else 1)

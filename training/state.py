@@ -2,8 +2,10 @@
 
 :class:`TrainerState` holds the position in the run (optimizer step, epoch, micro-batches consumed in the epoch),
 the running loss sums, the run geometry a resume is checked against, the evaluation history and the best-model
-bookkeeping. :meth:`TrainerState.state_dict` gives the JSON keys of ``trainer_state.json`` (unchanged since the
-format's first version), :meth:`TrainerState.load_resumed` takes them back.
+bookkeeping, the run id and what a resume is compared with (the training data's fingerprint, the optimizer
+settings), and the log history. :meth:`TrainerState.state_dict` gives the JSON keys of ``trainer_state.json`` (keys
+are only ever added: a checkpoint of an older version lacks the newer ones), :meth:`TrainerState.load_resumed`
+takes them back.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 #: ``trainer_state.json`` keys restored on resume (the geometry keys are checked instead, the position in the
 #: epoch is converted from examples).
 RESUMED_KEYS = ("global_step", "epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped",
-                "best_metric", "best_step", "evals_without_improvement")
+                "best_metric", "best_step", "evals_without_improvement", "log_history", "eval_pending")
 
 
 @dataclasses.dataclass
@@ -45,6 +47,16 @@ class TrainerState:
     best_metric: float | None = None
     best_step: int | None = None
     evals_without_improvement: int = 0
+    run_id: str | None = None
+    """The run that wrote the checkpoint (:mod:`training.ownership`); None outside a claimed output folder."""
+    data_fingerprint: list[dict[str, Any]] | None = None
+    """What the training data is made of (:func:`training.data.fingerprint_sources`), compared on resume."""
+    optimizer_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The optimizer and schedule settings (learning rate, betas, ...), compared on resume."""
+    log_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """``{"step": N, "train_loss": ..., ...}`` per logging step (``trainer_log.json``), kept across resumes."""
+    eval_pending: bool = False
+    """The evaluation of ``global_step`` was interrupted by a stop request: a resume runs it first."""
 
     def state_dict(self) -> dict[str, Any]:
         """The ``trainer_state.json`` content (a deep copy)."""

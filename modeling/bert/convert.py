@@ -1,6 +1,7 @@
 """Convert a Hugging Face BERT checkpoint (and its tokenizer) into a SesameBert model directory.
 
     python -m modeling.bert.convert --source HF_BERT_DIR|REPO --output_dir D [--overwrite_output_dir] [--seed 0]
+        [--tokenizer_name T]
 
 The source may hold a ``BertModel``, ``BertForMaskedLM`` or ``BertForPreTraining`` checkpoint (safetensors or
 PyTorch, sharded or not; with or without the ``bert.`` prefix), read through transformers'
@@ -11,7 +12,8 @@ and reported. The output is ``SesameBertForPreTraining.save_pretrained`` output 
 models run on a sample sentence pair and the largest differences are reported (they are ~1e-6 in fp32).
 
 Errors: :class:`training.errors.InputError` (exit status 2 under the CLI) for a missing source, a source without a
-BERT config or without weights or without a tokenizer, an unsupported BERT variant, or a non-empty output directory.
+BERT config or without readable weights (missing, truncated), without tokenizer files and no ``--tokenizer_name``,
+an unsupported BERT variant, or a non-empty output directory.
 """
 
 from __future__ import annotations
@@ -98,9 +100,10 @@ def convert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> dict[
     return out
 
 
-def _load_source(source: str):
-    """(BertForPreTraining in eval mode, missing keys, tokenizer) from a local directory or a hub repo id."""
-    from transformers import AutoConfig, AutoTokenizer, BertForPreTraining
+def _load_source(source: str, tokenizer_name: str | None = None):
+    """(BertForPreTraining in eval mode, missing keys, tokenizer) from a local directory or a hub repo id; the
+    tokenizer from ``tokenizer_name`` when given."""
+    from transformers import AutoConfig, BertForPreTraining
 
     path = Path(source)
     if path.exists() and not path.is_dir():
@@ -110,30 +113,61 @@ def _load_source(source: str):
     if not path.is_dir() and (source.startswith((".", "/", "~")) or source.count("/") > 1):
         raise InputError(f"--source {source}: no such directory")
     try:
-        bert_config = AutoConfig.from_pretrained(source)
+        bert_config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise InputError(f"--source {source}: cannot read a config ({err.__class__.__name__}: {err})") from err
     # refuse unsupported BERT variants before reading the weights
     sesame_config_from_bert(bert_config, f"--source {source}: config.json")
     try:
-        model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True)
-    except OSError as err:
+        model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True,
+                                                         trust_remote_code=False)
+    except Exception as err:  # noqa: BLE001  (missing, truncated or corrupt weights: OSError, SafetensorError, ...)
         raise InputError(
-            f"--source {source}: no readable weights (model.safetensors / pytorch_model.bin): {err}"
+            f"--source {source}: no readable weights (model.safetensors / pytorch_model.bin): "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}; expected a complete BERT checkpoint"
         ) from err
     missing = list(info.get("missing_keys", []))
     # A checkpoint that matches no BERT parameter at all is not a BERT checkpoint.
     if any(k.startswith("bert.embeddings.word_embeddings") for k in missing):
         raise InputError(f"--source {source}: the weights hold no BERT encoder (embeddings missing)")
+    return model.eval(), missing, _load_tokenizer(tokenizer_name or source, "--tokenizer_name" if tokenizer_name
+                                                  else "--source", bert_config.vocab_size)
+
+
+#: Files one of which a tokenizer folder holds (``tokenizer.json``, or BERT's ``vocab.txt``).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
+def _load_tokenizer(source: str, arg_name: str, vocab_size: int):
+    """The tokenizer of ``source`` (a folder or a hub repo id).
+
+    Raises:
+        InputError: a local folder without tokenizer files (transformers would build an empty 5-token tokenizer
+            that maps every word to [UNK]), a tokenizer that cannot be loaded, or one with far fewer tokens than the
+            model's vocabulary; the message suggests ``--tokenizer_name``.
+    """
+    from transformers import AutoTokenizer
+
+    hint = "pass --tokenizer_name with the tokenizer the model was trained with"
+    path = Path(source)
+    if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{arg_name} {source}: no tokenizer files ({' / '.join(TOKENIZER_FILES)}); expected the "
+                         f"model's tokenizer: {hint}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as err:
-        raise InputError(f"--source {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}") from err
-    return model.eval(), missing, tokenizer
+        raise InputError(f"{arg_name} {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}; "
+                         f"{hint}") from err
+    if len(tokenizer) < vocab_size // 2:
+        raise InputError(f"{arg_name} {source}: the tokenizer has {len(tokenizer)} tokens for a model vocabulary of "
+                         f"{vocab_size}; expected the model's tokenizer: {hint}")
+    return tokenizer
 
 
-def convert(source: str, output_dir: str | os.PathLike, overwrite: bool = False, seed: int = 0) -> dict:
-    """Convert ``source`` (a BERT directory or hub repo id) into a SesameBert directory at ``output_dir``.
+def convert(source: str, output_dir: str | os.PathLike, overwrite: bool = False, seed: int = 0,
+            tokenizer_name: str | None = None) -> dict:
+    """Convert ``source`` (a BERT directory or hub repo id) into a SesameBert directory at ``output_dir``, with the
+    source's tokenizer (or ``tokenizer_name``'s; a source folder without tokenizer files is refused without it).
 
     Returns the report: ``architecture`` (what the source held), ``initialized`` (heads that were missing and
     are newly initialised), ``max_abs_diff`` (largest |difference| of last hidden state, MLM logits and NSP
@@ -145,7 +179,7 @@ def convert(source: str, output_dir: str | os.PathLike, overwrite: bool = False,
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
         raise InputError(f"--output_dir {output_dir}: exists and is not empty; pass --overwrite_output_dir")
     torch.manual_seed(seed)
-    hf_model, missing, tokenizer = _load_source(source)
+    hf_model, missing, tokenizer = _load_source(source, tokenizer_name)
     config = sesame_config_from_bert(hf_model.config)
     initialized = sorted({name for key in missing for prefix, name in HEADS.items() if key.startswith(prefix)})
     architectures = getattr(hf_model.config, "architectures", None) or ["unknown"]
@@ -204,9 +238,12 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", required=True, help="where to write the SesameBert directory")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="replace a non-empty --output_dir")
     parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation of missing heads")
+    parser.add_argument("--tokenizer_name", default=None, help="tokenizer folder or repo id (default: the source's; "
+                        "required when the source has no tokenizer files)")
     add_debug_argument(parser)
     args = parser.parse_args(argv)
-    report = convert(args.source, args.output_dir, overwrite=args.overwrite_output_dir, seed=args.seed)
+    report = convert(args.source, args.output_dir, overwrite=args.overwrite_output_dir, seed=args.seed,
+                     tokenizer_name=args.tokenizer_name)
     if report["initialized"]:
         print(f"initialised (not in the source): {', '.join(report['initialized'])}", file=sys.stderr)
     print(json.dumps(report, indent=2))

@@ -112,6 +112,26 @@ def build_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.BertPreTokenizer()
 
 
+def with_markers(words: list[str], offsets: list[tuple[int, int]], type_id: int, add_special_tokens: bool):
+    """One sentence as the model reads it: ``(tokens, offsets, token type ids, special-tokens mask)``, with ``<S>`` /
+    ``</S>`` around the words when ``add_special_tokens`` (their offsets ``(0, 0)``, mask 1), each a list of the
+    sentence's length (+2 with markers)."""
+    if add_special_tokens:
+        return ([BOS_TOKEN, *words, EOS_TOKEN], [(0, 0), *offsets, (0, 0)], [type_id] * (len(words) + 2),
+                [1] + [0] * len(words) + [1])
+    return list(words), list(offsets), [type_id] * len(words), [0] * len(words)
+
+
+def is_batch(text: Any, is_split_into_words: bool) -> bool:
+    """Whether ``text`` given to the tokenizer is a batch: a list of strings (or of word lists when
+    ``is_split_into_words``), or an empty list of texts; a single word list is one example."""
+    return isinstance(text, (list, tuple)) and bool(
+        (not text and not is_split_into_words)
+        or (text and is_split_into_words and isinstance(text[0], (list, tuple)))
+        or (text and not is_split_into_words and isinstance(text[0], (str, list, tuple)))
+    )
+
+
 def truncated_lengths(len_a: int, len_b: int | None, strategy: TruncationStrategy, max_length: int,
                       n_special: int) -> tuple[int, int]:
     """Word counts of a text (``len_a``) and its optional pair (``len_b``, None: no pair) after truncation to
@@ -265,6 +285,16 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             return words, [(0, 0)] * len(words)
         raise ValueError(f"expected a string or a list of strings, got {type(text).__name__}")
 
+    def _pad_examples(self, outs, padding_strategy, max_length, pad_to_multiple_of, padding_side,
+                      return_attention_mask, return_tensors) -> BatchEncoding:
+        """Encoded examples (``BatchEncoding`` each, lists of ids) merged into one batch and padded by :meth:`pad`
+        (``char_ids`` included), as tensors of ``return_tensors``."""
+        merged = {k: [o[k] for o in outs] for k in outs[0].keys()}
+        padded = self.pad(merged, padding=padding_strategy.value, max_length=max_length,
+                          pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
+                          return_attention_mask=return_attention_mask)
+        return BatchEncoding(dict(padded), tensor_type=return_tensors)
+
     def _encode_plus(
         self,
         text: Any,
@@ -289,13 +319,8 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
     ) -> BatchEncoding:
         """Encode one text (or pair) -- or a batch, delegated to the base class, which calls back here per
         example and pads with :meth:`pad` (``char_ids`` included)."""
-        batched = isinstance(text, (list, tuple)) and (
-            (not text and not is_split_into_words)
-            or (text and is_split_into_words and isinstance(text[0], (list, tuple)))
-            or (text and not is_split_into_words and isinstance(text[0], (str, list, tuple)))
-        )
-        if batched:
-            if return_offsets_mapping:
+        if is_batch(text, is_split_into_words):
+            if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
                 outs = [
                     self._encode_plus(t, p, add_special_tokens, PaddingStrategy.DO_NOT_PAD, truncation_strategy,
                                       max_length, stride, is_split_into_words, None, None, None,
@@ -303,11 +328,8 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
                                       True, return_length, verbose)
                     for t, p in zip(text, text_pair if text_pair is not None else [None] * len(text))
                 ]
-                merged = {k: [o[k] for o in outs] for k in outs[0].keys()}
-                padded = self.pad(merged, padding=padding_strategy.value, max_length=max_length,
-                                  pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
-                                  return_attention_mask=return_attention_mask)
-                return BatchEncoding(dict(padded), tensor_type=return_tensors)
+                return self._pad_examples(outs, padding_strategy, max_length, pad_to_multiple_of, padding_side,
+                                          return_attention_mask, return_tensors)
             return super()._encode_plus(
                 text, text_pair, add_special_tokens, padding_strategy, truncation_strategy, max_length, stride,
                 is_split_into_words, pad_to_multiple_of, padding_side, return_tensors, return_token_type_ids,
@@ -327,17 +349,10 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             if words_b is not None:
                 words_b, offs_b = words_b[:len_b], offs_b[:len_b]
 
-        def wrap(words, offs, type_id):
-            if add_special_tokens:
-                return [BOS_TOKEN, *words, EOS_TOKEN], [(0, 0), *offs, (0, 0)], [type_id] * (len(words) + 2)
-            return list(words), list(offs), [type_id] * len(words)
-
-        tokens, offsets, types = wrap(words_a, offs_a, 0)
-        specials = [1] + [0] * len(words_a) + [1] if add_special_tokens else [0] * len(words_a)
+        tokens, offsets, types, specials = with_markers(words_a, offs_a, 0, add_special_tokens)
         if words_b is not None:
-            t2, o2, y2 = wrap(words_b, offs_b, 1)
-            tokens, offsets, types = tokens + t2, offsets + o2, types + y2
-            specials += [1] + [0] * len(words_b) + [1] if add_special_tokens else [0] * len(words_b)
+            t2, o2, y2, s2 = with_markers(words_b, offs_b, 1, add_special_tokens)
+            tokens, offsets, types, specials = tokens + t2, offsets + o2, types + y2, specials + s2
 
         encoded: dict[str, Any] = {
             "input_ids": [self._convert_token_to_id(t) for t in tokens],

@@ -28,9 +28,19 @@ def test_layer0_runs_a_model_from_its_input_embeddings_whatever_the_family():
 
 
 def test_layer0_refuses_a_model_without_inputs_embeds():
-    """The classic baselines have word embeddings but no ``inputs_embeds`` argument: refused, not silently ignored."""
-    import modeling
+    """A model with word embeddings but no ``inputs_embeds`` argument in ``forward`` is refused, not silently
+    ignored (every sesame family now takes ``inputs_embeds``, so the model here is a minimal one without it)."""
 
-    model = modeling.SesameBaselineForSequenceClassification(modeling.get_preset_config("baseline-cbow", vocab_size=30))
+    class NoInputsEmbeds(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(30, 4)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, input_ids, attention_mask=None):
+            return self.embed(input_ids).sum(1)
+
     with pytest.raises(InputError, match="no input embeddings to attribute to .*inputs_embeds"):
-        ex.Layer0(model)
+        ex.Layer0(NoInputsEmbeds())

@@ -127,8 +127,10 @@ def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(share
     shutil.copytree(full / "checkpoints" / "step_10", resumed / "checkpoints" / "step_10")
     _run(_command(2) + _args(shared, resumed, *steps, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
     log_full, log_resumed = _log(full), _log(resumed)
-    assert [r["step"] for r in log_resumed] == list(range(11, 19))
-    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[10:]], rel=1e-5)
+    assert [r["step"] for r in log_resumed] == list(range(1, 19))  # steps 1-10 from the checkpoint
+    assert log_resumed[:10] == log_full[:10]
+    assert [r["train_loss"] for r in log_resumed[10:]] == pytest.approx([r["train_loss"] for r in log_full[10:]],
+                                                                        rel=1e-5)
 
 
 def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -150,8 +151,10 @@ def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_
     split = ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"]
     assert run_cli(main, _data(corpus_dir, resumed, *common, *split, "--resume_from_checkpoint", "latest")) == 0
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
-    assert [r["step"] for r in log_resumed] == [4, 5, 6]
-    assert [r["train_loss"] for r in log_resumed] == pytest.approx([r["train_loss"] for r in log_full[3:]], rel=1e-5)
+    assert [r["step"] for r in log_resumed] == [1, 2, 3, 4, 5, 6]  # the whole log: the checkpoint keeps steps 1-3
+    assert log_resumed[:3] == log_full[:3]
+    assert [r["train_loss"] for r in log_resumed[3:]] == pytest.approx([r["train_loss"] for r in log_full[3:]],
+                                                                       rel=1e-5)
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
@@ -228,6 +231,37 @@ def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(
         assert not out.exists()
 
 
+def test_prepared_shards_are_checked_by_size_always_and_by_hash_on_first_use_or_with_verify_prepared(
+        corpus_dir, tok_dir, tmp_path, fresh_state, capsys):
+    from pretrain.prepare import VERIFIED, load_prepared
+
+    prepared = tmp_path / "prepared"
+    assert _prepare(["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
+                     "--tokenizer_name", tok_dir, "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
+    files = json.loads((prepared / "manifest.json").read_text())["files"]
+    shard = next(rel for rel in files if rel.startswith("train/") and rel.endswith(".arrow"))
+    assert files[shard] == {"sha256": _sha(prepared / shard), "bytes": (prepared / shard).stat().st_size}
+    load_prepared(prepared)  # hashed on first use, recorded
+    assert shard in json.loads((prepared / VERIFIED).read_text())
+    data = bytearray((prepared / shard).read_bytes())
+    stamp = (prepared / shard).stat()
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)  # 64 bytes changed, same size (once: a segfault)
+    (prepared / shard).write_bytes(bytes(data))
+    os.utime(prepared / shard, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as if the change left no trace
+    load_prepared(prepared)  # size and stamp unchanged: not hashed again ...
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert run_cli(main, ["--prepared_dataset", str(prepared), "--verify_prepared", "--output_dir", str(out),
+                          "--max_train_steps", "1"]) == 2  # ... but --verify_prepared hashes every file
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and f"{shard} does not match its SHA-256" in lines[0], lines
+    (prepared / shard).write_bytes(bytes(data) + b"\0")  # another mtime: hashed again without the flag
+    assert run_cli(main, ["--prepared_dataset", str(prepared), "--output_dir", str(out), "--max_train_steps", "1"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and f"{shard} {len(data) + 1} bytes, the manifest says {len(data)}" in lines[0], lines
+    assert not out.exists()
+
+
 def test_validation_split_and_tokenized_fingerprints_are_deterministic(corpus_dir, tok_dir):
     from transformers import AutoTokenizer
 
@@ -276,7 +310,8 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(corpus_dir
     shutil.copytree(full / "checkpoints" / "step_3", resumed / "checkpoints" / "step_3")
     assert run_cli(main, _data(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest")) == 0
     log_full, log_resumed = (json.loads((d / "trainer_log.json").read_text()) for d in (full, resumed))
-    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full[3:]]
+    # steps 1-3 from the checkpoint
+    assert [r["train_loss"] for r in log_resumed] == [r["train_loss"] for r in log_full]
     assert _sha(resumed / "model.safetensors") == _sha(full / "model.safetensors")
     # the number of blocks in one pass over the text, counted by the map-style pipeline
     from transformers import AutoTokenizer

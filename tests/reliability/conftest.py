@@ -71,9 +71,10 @@ def _collate(examples):
 
 @pytest.fixture
 def toy_run():
-    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, **config) -> (trainer, result)``:
-    the shared loop on a toy regressor (40 examples, batch 4: 10 steps per epoch), all checkpoints kept, in a
-    fresh accelerate state."""
+    """``toy_run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, trainer_kwargs=None,
+    **config) -> (trainer, result)``: the shared loop on a toy regressor (40 examples, batch 4: 10 steps per epoch),
+    all checkpoints kept unless ``checkpoints_total_limit`` is given, more ``Trainer`` arguments in
+    ``trainer_kwargs`` (``run_id``, ``eval_fn``, ...), in a fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
 
     from training.config import TrainingConfig
@@ -81,15 +82,17 @@ def toy_run():
     from training.loop import Trainer, make_accelerator
     from training.optim import create_optimizer
 
-    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, **config_kwargs):
+    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, trainer_kwargs=None,
+            **config_kwargs):
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
+        config_kwargs.setdefault("checkpoints_total_limit", 0)
         config = TrainingConfig(output_dir=str(out), learning_rate=0.05, max_train_steps=steps, num_warmup_steps=1,
-                                checkpointing_steps=ckpt_steps, checkpoints_total_limit=0, resume_from_checkpoint=resume, seed=0,
-                                **config_kwargs)
+                                checkpointing_steps=ckpt_steps, resume_from_checkpoint=resume, seed=0, **config_kwargs)
         acc = make_accelerator(config)
         torch.manual_seed(0)
         kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
+        kwargs.update(trainer_kwargs or {})
         model = ToyRegressor(hidden)
         if fused is not None:  # True: the fused AdamW (non-finite steps skipped on the device); False: foreach
             kwargs["optimizer"] = create_optimizer(model, config.learning_rate, config.weight_decay, fused=fused)
@@ -100,3 +103,38 @@ def toy_run():
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
 
+
+
+@pytest.fixture
+def hub_server():
+    """``hub_server(tokens) -> HubServer``: the project's Hub-compatible test server (tests/hub/hub_server.py) on
+    127.0.0.1, started; every server started is stopped after the test."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "hub" / "hub_server.py"
+    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_reliability", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    started = []
+
+    def start(tokens: dict[str, tuple[str, str]]):
+        server = module.HubServer(tokens).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def hub_client_env(url: str, home: Path) -> dict[str, str]:
+    """The environment of a subprocess that talks to the test hub at ``url`` (no other HF/wandb settings)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "WANDB"))}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
+               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false",
+               WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    return env

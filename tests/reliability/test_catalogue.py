@@ -51,6 +51,23 @@ def _no_weights_model(tmp: Path, assets: Path) -> Path:
     return d
 
 
+def _truncated_gz(path: Path, source: Path) -> Path:
+    import gzip
+
+    data = gzip.compress(source.read_bytes() * 4)
+    return _write(path, data[: len(data) // 2])
+
+
+def _truncated_weights(tmp: Path, assets: Path) -> Path:
+    import shutil
+
+    d = tmp / "truncated"
+    shutil.copytree(assets / "tiny-model", d)
+    weights = d / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return d
+
+
 # -- the cases: (name, command, argv builder, pattern the error line must match) --------------------------------
 def tok(tmp, a, *extra):
     return ["train", "--model_type", "bert", "--vocab_size", "100", "--output_dir", str(tmp / "out"), *extra]
@@ -141,6 +158,17 @@ CASES = [
     ("squad: not SQuAD format", "squad", lambda t, a: squad(t, a, train=_write(t / "list.json", '[1, 2, 3]')), r"list\.json"),
     ("squad: negative doc_stride", "squad", lambda t, a: squad(t, a, "--doc_stride", "-1"), r"--doc_stride -1: expected an integer >= 0"),
     ("squad: no data", "squad", lambda t, a: ["--model_name_or_path", str(a / "tiny-model"), "--output_dir", str(t / "out")], r"no data given"),
+    # issue 23: faults that gave tracebacks or silently wrong results
+    ("pretrain: corrupt gzip train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_write(t / "bad.txt.gz", b"\x1f\x8b not really gzip"))), r"bad\.txt\.gz"),
+    ("pretrain: truncated gzip train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_truncated_gz(t / "cut.txt.gz", a / "train.txt"))), r"cut\.txt\.gz"),
+    ("pretrain: elmo with a WordPiece tokenizer", "pretrain", lambda t, a: pre(t, a, "--model_type", "elmo", "--config_name", "elmo-small"), r"--tokenizer_name .*wordpiece.*model family"),
+    ("glue: truncated model.safetensors", "glue", lambda t, a: glue(t, a, "--model_name_or_path", str(_truncated_weights(t, a))), r"--model_name_or_path .*truncated"),
+    ("glue: corrupt gzip train file", "glue", lambda t, a: glue(t, a, train=_write(t / "bad.csv.gz", b"\x1f\x8b not really gzip")), r"bad\.csv\.gz"),
+    ("glue: empty label cell", "glue", lambda t, a: glue(t, a, train=_sst(t / "gap.csv", GOOD_ROWS + [("no label here", "")])), r"gap\.csv.*label"),
+    ("glue: JSON record without the label key", "glue", lambda t, a: glue(t, a, train=_write(t / "nokey.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "no key"}\n'), valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "bad", "label": 0}\n')), r"nokey\.jsonl.*label"),
+    ("squad: model directory without weights", "squad", lambda t, a: squad(t, a, "--model_name_or_path", str(_no_weights_model(t, a)), "--max_query_length", "16"), r"--model_name_or_path .*no-weights"),
+    ("squad: truncated model.safetensors", "squad", lambda t, a: squad(t, a, "--model_name_or_path", str(_truncated_weights(t, a)), "--max_query_length", "16"), r"--model_name_or_path .*truncated"),
+    ("squad: corrupt gzip train file", "squad", lambda t, a: squad(t, a, train=_write(t / "bad.json.gz", b"\x1f\x8b not really gzip")), r"bad\.json\.gz"),
 ]
 
 

@@ -8,6 +8,8 @@ import errno
 import os
 from pathlib import Path
 
+import pytest
+
 from training import checkpoint as ckpt
 from training.errors import run_cli
 
@@ -68,3 +70,70 @@ def test_disk_full_when_saving_the_model(assets, tmp_path, monkeypatch, capsys, 
     assert not (out / "model.safetensors").exists() and not (out / "all_results.json").exists()
     assert not list(tmp_path.glob(".out.tmp-*")), "the temporary output folder was removed"
     assert ckpt.resolve_checkpoint("latest", out / "checkpoints").name == "step_4"  # the work is not lost
+
+
+# -- a real full disk: a small tmpfs (needs the right to mount; skipped with the reason otherwise) -------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(megabytes) -> Path``: a tmpfs of that size mounted in ``tmp_path`` (unmounted after the test)."""
+    import subprocess
+
+    mounted = []
+
+    def mount(megabytes: float) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(megabytes * 1024)}k", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here (not root, or no CAP_SYS_ADMIN): {proc.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    import subprocess as sp
+
+    for where in mounted:
+        sp.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> None:
+    with open(disk / "ballast", "wb") as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+
+
+def test_real_disk_full_errors_of_safetensors_torch_and_tokenizers_are_recognised(small_disk, assets):
+    """The libraries raise their own errors (not ``OSError``) on a full disk; each is recognised as "disk full"."""
+    import torch
+    from safetensors.torch import save_file
+
+    from training.files import storage_failure
+
+    disk = small_disk(1)
+    _fill(disk)
+    tensors = {"w": torch.zeros(100_000)}
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(assets / "wordpiece" / "tokenizer.json"))
+    writers = (("safetensors", lambda p: save_file(tensors, str(p))), ("torch.save", lambda p: torch.save(tensors, p)),
+               ("tokenizers", lambda p: tokenizer.save(str(p))))
+    for name, write in writers:
+        with pytest.raises(Exception) as err:
+            write(disk / f"{name}.out")
+        assert storage_failure(err.value, disk) == "disk full", (name, type(err.value), str(err.value)[:200])
+
+
+def test_real_disk_full_at_checkpoint_time_gives_one_line_and_leaves_no_temporary_folder(small_disk, assets, capsys,
+                                                                                        fresh_state):
+    from pretrain.cli import main
+
+    out = small_disk(1.5) / "out"  # bert-tiny's checkpoint (weights + Adam moments) needs ~6 MB
+    assert run_cli(main, _args(assets, out)) == 2
+    err = capsys.readouterr().err
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert "could not write checkpoint" in lines[0] and "disk full" in lines[0], lines[0]
+    assert not list((out / "checkpoints").glob(".tmp-*"))

@@ -18,16 +18,9 @@ import torch
 from _launch import ROOT
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
+from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-
-def _args(assets: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"),
-            "--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "4", "--max_train_steps", "40", "--checkpointing_steps", "4",
-            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3",
-            "--num_warmup_steps", "2", "--output_dir", str(out), *extra]
 
 
 def _run(processes: int, args: list[str]) -> None:

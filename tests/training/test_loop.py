@@ -174,9 +174,10 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(toy, tmp_path):
 
 def test_checkpoint_bookkeeping(tmp_path):
     root = tmp_path / "checkpoints"
-    for step in (2, 10, 4):
+    for step in (2, 10, 4):  # complete: a manifest (here of no file) and the RNG file of its one process
         (root / f"step_{step}").mkdir(parents=True)
-        (root / f"step_{step}" / ckpt.STATE_FILE).write_text(json.dumps({"global_step": step}))
+        (root / f"step_{step}" / ckpt.RNG_FILE.format(0)).write_bytes(b"")
+        (root / f"step_{step}" / ckpt.STATE_FILE).write_text(json.dumps({"global_step": step, "files": {}}))
     (root / "step_12").mkdir()  # incomplete: no trainer_state.json
     (root / ".tmp-step_14").mkdir()  # a save that was interrupted
     assert [s for s, _ in ckpt.checkpoint_dirs(root)] == [2, 4, 10]
