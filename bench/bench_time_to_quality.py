@@ -41,7 +41,11 @@ What runs (every run is a child process; the project is driven through its comma
    ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval, ``--eval_steps N+1`` and
    ``--max_eval_samples 32``: the run's own evaluation then runs only before the first and after the last step, on 32
    blocks, outside the timed steps).
-6. **Curves**: every checkpoint's weights are scored on the held-out set after training (checkpoint writing and
+6. **Curves**: every checkpoint's weights are scored on the held-out set after training (a run that saved a
+   ``generator/`` -- ``--objective rtd``, ELECTRA -- is scored by its generator, the MLM it trains beside the
+   discriminator: a model of 1/4 the width, so its curve is labelled "generator" and the quality-per-token and
+   time-to-quality ratios, which compare MLMs of the same shape, are ``None`` for it with the reason in
+   ``not_applicable``; its downstream rows fine-tune the discriminator, the run folder's model) (checkpoint writing and
    scoring are never timed). Training seconds at a step: for ours, the sum of ``trainer_log.json``'s interval times up
    to it, an interval's time being its blocks / its ``samples_per_second`` (the blocks of each optimizer step follow
    from the block count, the batch and the epoch length: only an epoch's last step is short); tokens = time x
@@ -160,6 +164,10 @@ RECIPES: dict[str, dict] = {
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
                                note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)"),
+    "rtd": dict(flags=["--objective", "rtd", "--learning_rate", "1e-3"],
+                note="ELECTRA replaced-token detection (issue 21), lr 1e-3 as sesame-lr1e-3: a generator of 1/4 the "
+                     "width and the discriminator (the preset's shape, fine-tuned downstream); its held-out curve is "
+                     "the generator's MLM loss, so the MLM ratios do not apply"),
 }
 DEFAULT_RECIPES = ("sesame-default", "sesame-before-22")
 
@@ -585,6 +593,34 @@ def heldout_loss(model, heldout: dict, device=None) -> float:
     return float(nll) / max(count, 1)
 
 
+def scored_by_generator(folder: Path) -> bool:
+    """Whether the run in ``folder`` saved an MLM generator beside its model (``--objective rtd``): then the held-out
+    MLM score is the generator's (:func:`load_scored_mlm`)."""
+    return (folder / "generator" / "config.json").is_file()
+
+
+def load_scored_mlm(folder: Path, weights: Path | None = None):
+    """The MLM that a run of ours is scored with: :func:`load_mlm` of the run folder, or for an RTD run its generator
+    (``folder/generator``; with ``weights``, a checkpoint's ``model.safetensors`` of the whole RTD model, the
+    ``generator.`` part of it).
+
+    Raises:
+        BenchError: the checkpoint's generator weights do not fit the saved generator.
+    """
+    if not scored_by_generator(folder):
+        return load_mlm(folder, weights)
+    model = load_mlm(folder / "generator")
+    if weights is not None:
+        from safetensors.torch import load_file
+
+        state = {k[len("generator."):]: v for k, v in load_file(str(weights)).items() if k.startswith("generator.")}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"cls.decoder.weight"}:  # the decoder is tied to the word embeddings
+            raise BenchError(f"{weights}: the generator's weights do not fit {folder / 'generator'} (missing "
+                             f"{sorted(missing)}, unexpected {sorted(unexpected)})")
+    return model
+
+
 def load_mlm(folder: Path, weights: Path | None = None):
     """``AutoModelForMaskedLM.from_pretrained`` of a model folder; with ``weights`` (a checkpoint's
     ``model.safetensors``), the folder's config with those weights (through a temporary folder of links)."""
@@ -887,7 +923,7 @@ def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = Fals
     for step in steps:
         ckpt = folder / f"step_{step}"
         weights = ckpt / "model.safetensors"
-        model = load_mlm(ckpt) if run.kind == "reference" else load_mlm(run.folder, weights)
+        model = load_mlm(ckpt) if run.kind == "reference" else load_scored_mlm(run.folder, weights)
         if step not in times:
             raise BenchError(f"{run.name}: no training time logged at checkpoint step {step}")
         curve.append({"seconds": times[step]["seconds"], "tokens": times[step]["tokens"], "step": step,
@@ -901,6 +937,7 @@ def copy_record(run: Run, curve: list[dict], out: Path) -> dict:
     """The ``copies`` entry of a scored run."""
     last = curve[-1]
     return {"name": run.folder.name, "repeat": run.repeat, "seed": run.seed, "paired_with": run.paired_with,
+            "heldout_model": "generator" if run.kind == "recipe" and scored_by_generator(run.folder) else "model",
             "final_eval_loss": last["eval_loss"], "tokens": last["tokens"], "seconds": last["seconds"],
             "steps": last["step"], "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
             "learning_rate": learning_rate_of(run, out), "curve": curve}
@@ -911,7 +948,7 @@ def summarize(kind: str, flags, copies: list[dict]) -> dict:
     med = {k: statistics.median(c[k] for c in copies) for k in
            ("final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second")}
     return {"kind": kind, "flags": flags, **med, "learning_rate": copies[0]["learning_rate"],
-            "curve": copies[0]["curve"], "copies": copies}
+            "heldout_model": copies[0].get("heldout_model", "model"), "curve": copies[0]["curve"], "copies": copies}
 
 
 # -- the reference process ------------------------------------------------------------------------------------------
@@ -1203,9 +1240,18 @@ def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) 
     return min(sweep, key=sweep.get), {"steps": steps, "final_eval_loss": {f"{k:g}": v for k, v in sweep.items()}}
 
 
+#: Why a run scored by its generator (``heldout_model`` "generator") has no MLM ratios.
+NOT_APPLICABLE = ("scored by its generator (an MLM of 1/4 the width, trained beside the discriminator that is "
+                  "fine-tuned): its held-out loss is not the loss of a model of the reference's shape")
+
+
 def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
     """A recipe's ratios from its (reference copy, ours) ``copies`` entries, one pair per repeat: medians, repeat
-    0's details and every repeat's ratios."""
+    0's details and every repeat's ratios. A run scored by its generator gets ``None`` ratios and
+    ``not_applicable`` (:data:`NOT_APPLICABLE`)."""
+    if pairs_scored and pairs_scored[0][1].get("heldout_model") == "generator":
+        return {"quality_per_token": None, "time_to_quality": None, "not_applicable": NOT_APPLICABLE,
+                "per_repeat": []}
     per = []
     for ref, ours in pairs_scored:
         per.append({"repeat": ours["repeat"], **quality_per_token(ours["curve"], ref["curve"], unigram),
@@ -1376,6 +1422,9 @@ def results_markdown(results: dict) -> str:
              "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
              "| reference s | ours s to target |", "|---|---|---|---|---|---|---|---|"]
     for name, r in ratios["by_recipe"].items():
+        if r.get("not_applicable"):
+            lines.append(f"| {name} | n/a | | | n/a | | | {r['not_applicable']} |")
+            continue
         reached = ("not reached" if r["seconds_to_target"] is None else
                    f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else ""))
         qpt = _fmt(r["quality_per_token"], ".3f", "-- (reference not below unigram)")
@@ -1390,7 +1439,8 @@ def results_markdown(results: dict) -> str:
         down = run.get("downstream", {})
         cells = [_fmt(run.get("learning_rate"), "g"), _fmt(run.get("steps"), ".0f"), _fmt(run.get("tokens"), ".3g"),
                  _fmt(run.get("seconds"), ".0f"), _fmt(run.get("tokens_per_second"), ".0f"),
-                 _fmt(run.get("final_eval_loss"), ".4f")]
+                 _fmt(run.get("final_eval_loss"), ".4f")
+                 + (" (generator)" if run.get("heldout_model") == "generator" else "")]
         cells += [_fmt(None if down.get(t) is None else 100 * down[t], ".1f") for t in tasks]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if results["pretraining_buys"]:
@@ -1447,8 +1497,10 @@ def plot_results(results: dict, path: Path) -> None:
     colors = {n: f"C{i}" for i, n in enumerate(recipes)}
     for ax, key, label in ((axes[0], "seconds", "training seconds"), (axes[1], "tokens", "training tokens")):
         for name, run in recipes.items():
-            ax.plot([p[key] for p in run["curve"]], [p["eval_loss"] for p in run["curve"]], marker="o", markersize=3,
-                    color=colors[name], label=f"{name} (lr {run['learning_rate']:g})")
+            generator = run.get("heldout_model") == "generator"  # an RTD run: its generator's MLM loss
+            ax.plot([p[key] for p in run["curve"]], [p["eval_loss"] for p in run["curve"]], marker="x" if generator
+                    else "o", markersize=3, linestyle=":" if generator else "-", color=colors[name],
+                    label=f"{name} (lr {run['learning_rate']:g})" + (": generator's MLM loss" if generator else ""))
         # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
         # partner); vs tokens one copy (the copies of a repeat share the trajectory)
         copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
@@ -1505,16 +1557,21 @@ def print_ratios(results: dict) -> None:
     """The summary lines, the default recipe's ratios last."""
     for name, run in results["runs"].items():
         if "steps" in run:
-            print(f"{name:24s} held-out loss {run['final_eval_loss']:.4f}  {run['steps']:.0f} steps  "
+            which = " (generator)" if run.get("heldout_model") == "generator" else ""
+            print(f"{name:24s} held-out loss {run['final_eval_loss']:.4f}{which}  {run['steps']:.0f} steps  "
                   f"{run['tokens']:.3g} tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s")
     print(f"unigram loss {results['unigram_loss']:.4f}")
     ratios = results["ratios"]
     for name, r in ratios["by_recipe"].items():
-        if name != ratios["default_recipe"]:
+        if r.get("not_applicable"):
+            print(f"{name}: no quality per token / time to quality: {r['not_applicable']}")
+        elif name != ratios["default_recipe"]:
             qpt = _fmt(r["quality_per_token"], ".3f", "None (reference not below unigram)")
             print(f"{name}: quality per token {qpt}, "
                   f"time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}")
     r = ratios["by_recipe"][ratios["default_recipe"]]
+    if r.get("not_applicable"):
+        return
     print(f"{ratios['default_recipe']} vs reference: quality per token "
           f"{_fmt(r['quality_per_token'], '.3f', 'None (reference not below unigram)')} "
           f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "

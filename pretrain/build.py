@@ -219,15 +219,19 @@ def build_model(plan: PretrainPlan, tokenizer):
         InputError: weights or a config that cannot be loaded; a tokenizer or block length the model cannot take.
     """
     model_args, auto = plan.model, plan.objective.auto_model_class()
+    wrap = plan.objective.model_config  # e.g. rtd: the discriminator's config -> generator + discriminator
     if model_args.model_name_or_path:
+        kwargs = {} if wrap is None else {"config": wrap(load_model_config(plan))}
         model = load_pretrained(auto.from_pretrained, model_args.model_name_or_path, "--model_name_or_path",
                                 "a model folder with config.json and model.safetensors (save_pretrained) or a hub "
-                                "repo id", revision=model_args.revision, trust_remote_code=model_args.trust_remote_code)
+                                "repo id", revision=model_args.revision, trust_remote_code=model_args.trust_remote_code,
+                                **kwargs)
     else:
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:
             overrides["pad_token_id"] = tokenizer.pad_token_id
-        model = auto.from_config(load_model_config(plan, **overrides))
+        config = load_model_config(plan, **overrides)
+        model = auto.from_config(config if wrap is None else wrap(config))
     arg = "--tokenizer_name" if model_args.tokenizer_name or not model_args.model_name_or_path else "--model_name_or_path"
     check_model_fits(model.config, tokenizer, plan.corpus.max_seq_length,
                      f"{arg} {getattr(model_args, arg[2:]) or ''}".rstrip())

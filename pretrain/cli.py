@@ -167,7 +167,7 @@ def check_data_files(corpus: CorpusArguments) -> None:
 def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator):
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
-    processes), the objective's item count and the plan log line."""
+    processes), the objective's loss, item count and extra output files, and the plan log line."""
     from pretrain import data
     from pretrain.objectives import lm_eval_step
     from training.data import make_stream_dataloader, make_train_dataloader
@@ -203,8 +203,14 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         if not plan.demo and plan.model.model_name_or_path is None:
             warn_few_tokens(info["total_tokens"], n_params)
 
+    loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
+    write_outputs = None
+    if objective.write_outputs is not None:
+        def write_outputs(folder, predictions) -> None:
+            objective.write_outputs(folder, tokenizer)
+
     return RunParts(model=model, tokenizer=tokenizer, train_dataloader=loader, evaluate=evaluate, describe=describe,
-                    loop_kwargs={"weight_fn": objective.weight_fn} if objective.weight_fn else {},
+                    loop_kwargs=loop_kwargs, write_outputs=write_outputs,
                     result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
                     data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks))
 

@@ -155,6 +155,36 @@ class MLMCollator:
         return batch
 
 
+class RTDCollator:
+    """MLM batches for replaced-token detection (ELECTRA): :class:`MLMCollator`'s batch (the generator's input and
+    labels, masked by its rules) plus ``sampling_uniforms`` (B, T) float32 in [0, 1), the uniform numbers with which
+    the model draws the generator's sample at each masked position (inverse-CDF sampling,
+    ``modeling.bert.modeling_sesame_bert_rtd.sample_tokens``).
+
+    The numbers of an example come from a generator seeded with ``(seed, salt, epoch, example index,`` 1``)`` of the
+    wrapped collator (a stream apart from its masking draws), so that the samples, like the masks, do not depend on
+    the number of processes, the workers or a resume, and the eval collator's are fixed.
+    """
+
+    SAMPLING_STREAM = 1
+
+    def __init__(self, mlm: MLMCollator):
+        self.mlm = mlm
+
+    def set_epoch(self, epoch: int) -> None:
+        """New masks and samples every epoch (the training loop calls this; also at resume)."""
+        self.mlm.set_epoch(epoch)
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.mlm(examples)
+        length, m = batch["input_ids"].shape[1], self.mlm
+        batch["sampling_uniforms"] = torch.stack([
+            torch.rand(length, generator=torch.Generator().manual_seed(
+                seed_for(m.seed, m.salt, m.epoch, e["index"], self.SAMPLING_STREAM)))
+            for e in examples])
+        return batch
+
+
 class BiLMCollator:
     """Pad packed word blocks for the ELMo-style BiLM.
 

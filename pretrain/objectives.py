@@ -8,6 +8,7 @@ objective  family       Auto class                  blocks / collator / evaluati
 mlm        bert         AutoModelForMaskedLM        packed ``[CLS]`` blocks, MLM masking; perplexity
 mlm+nsp    bert         AutoModelForPreTraining     ``[CLS] A [SEP] B [SEP]`` pairs; + NSP accuracy
 bilm       elmo         AutoModelForPreTraining     packed word blocks, char ids; forward/backward perplexity
+rtd        bert         AutoModelForPreTraining     the mlm blocks and masks; ELECTRA generator + discriminator
 =========  ===========  ==========================  =======================================================
 
 A :class:`Family` (``--model_type``) holds what every objective of a model family shares: the settings of a run on
@@ -86,6 +87,14 @@ class Objective:
     """Whether it is the objective ``--nsp`` selects for its family."""
     eval_step: Callable[[torch.nn.Module, Mapping[str, Any]], dict[str, torch.Tensor]] | None = None
     """Evaluation sums of one batch (default :func:`lm_eval_step`)."""
+    loss_fn: Callable | None = None
+    """``(model, batch) -> loss`` for the loop (``None``: the model's ``loss``); a (K,) tensor of loss terms with a
+    ``weight_fn`` that counts each term's items (see :mod:`training.loop`)."""
+    model_config: Callable[[Any], Any] | None = None
+    """``(the family's model config) -> the config the Auto class builds`` (``None``: the config as it is); ``rtd``
+    makes the discriminator's config an RTD config that adds the generator."""
+    write_outputs: Callable[[Any, Any], None] | None = None
+    """``(temporary output folder, tokenizer) -> None``: files the objective adds beside the saved model."""
     data_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Settings of a run on the user's data that this objective sets over its family's ``data_defaults`` (the
     measured recipe of MLM: masking rate and schedule)."""
@@ -167,6 +176,86 @@ def _bilm_collators(tokenizer, masking: MaskingArguments, seed: int):
 
     collator = BiLMCollator(tokenizer)
     return collator, collator
+
+
+def _rtd_collators(tokenizer, masking: MaskingArguments, seed: int):
+    from pretrain.collators import RTDCollator
+
+    train, evaluation = _mlm_collators(tokenizer, masking, seed)
+    return RTDCollator(train), RTDCollator(evaluation)
+
+
+def rtd_weight(batch) -> torch.Tensor:
+    """Items of the two RTD loss terms, a (2,) tensor on the batch's device (no host sync): ``[masked tokens
+    (labels != -100: the generator's MLM loss), real tokens (attention_mask sum, or every token of a batch without
+    padding: the discriminator's loss)]``."""
+    labels = batch["labels"]
+    masked = (labels != -100).sum()
+    real = batch["attention_mask"].sum() if "attention_mask" in batch else torch.full_like(masked, labels.numel())
+    return torch.stack([masked, real.to(masked.dtype)])
+
+
+def rtd_loss(model, batch) -> torch.Tensor:
+    """The RTD model's two loss terms, (2,) float32: ``[generator MLM loss, lambda x discriminator loss]``, each a
+    mean over its own items (:func:`rtd_weight`)."""
+    return model(**batch).losses
+
+
+def _rtd_model_config(config):
+    """The RTD config whose discriminator is ``config`` (a SesameBert config; an RTD config stays as it is).
+
+    Raises:
+        InputError: a config of another family.
+    """
+    from modeling import SesameBertConfig, SesameBertRTDConfig
+    from training.errors import InputError
+
+    if not isinstance(config, SesameBertConfig):
+        raise InputError(f"--objective rtd: a {getattr(config, 'model_type', type(config).__name__)} config; expected "
+                         "a SesameBert (BERT-like) preset or config, whose shape the discriminator takes")
+    return SesameBertRTDConfig.from_discriminator(config)
+
+
+def _rtd_outputs(folder, tokenizer) -> None:
+    """The tokenizer beside the generator too (``generator/``), so that ``pipeline("fill-mask")`` loads it alone."""
+    from pathlib import Path
+
+    tokenizer.save_pretrained(Path(folder) / "generator")
+
+
+def rtd_eval_step(model, batch) -> dict[str, torch.Tensor]:
+    """Sums over one evaluation batch of the RTD model (0-d float64 tensors on the batch's device): the generator's
+    ``nll_sum`` and ``count`` over the masked tokens (the eval collator's fixed masks), the discriminator's
+    ``disc_nll_sum`` and ``weighted_disc_sum`` (x lambda) over the ``real`` tokens, and over the real tokens the
+    discriminator's ``correct`` predictions, true positives ``tp`` (predicted and replaced), ``predicted`` (logit
+    > 0) and ``replaced`` tokens."""
+    out = model(**batch)
+    labels = batch["labels"]
+    masked = (labels != -100).sum().double()
+    keep = batch["attention_mask"].bool() if "attention_mask" in batch else torch.ones_like(labels, dtype=torch.bool)
+    real = keep.sum().double()
+    predicted, replaced = (out.logits > 0) & keep, out.replaced_labels.bool() & keep
+    return {"nll_sum": out.generator_loss.double() * masked, "count": masked,
+            "disc_nll_sum": out.discriminator_loss.double() * real, "weighted_disc_sum": out.losses[1].double() * real,
+            "real": real, "correct": (((out.logits > 0) == out.replaced_labels.bool()) & keep).sum().double(),
+            "tp": (predicted & replaced).sum().double(), "predicted": predicted.sum().double(),
+            "replaced": replaced.sum().double()}
+
+
+def _rtd_metrics(sums):
+    """``eval_loss`` = generator MLM loss + lambda x discriminator loss (each exact over the set);
+    ``eval_generator_loss`` (nats) and ``perplexity`` (the generator's); ``eval_discriminator_loss``;
+    ``eval_discriminator_accuracy`` over the real tokens; ``eval_replaced_precision`` / ``eval_replaced_recall`` of
+    "replaced" (0 when nothing is predicted / replaced); ``eval_replaced_fraction`` = replaced / real tokens (an
+    always-"original" discriminator scores 1 minus it); ``eval_tokens`` = masked tokens."""
+    real = max(sums["real"], 1.0)
+    generator = sums["nll_sum"] / max(sums["count"], 1.0)
+    return {"eval_loss": generator + sums["weighted_disc_sum"] / real, "eval_generator_loss": generator,
+            "perplexity": math.exp(min(generator, 700.0)), "eval_discriminator_loss": sums["disc_nll_sum"] / real,
+            "eval_discriminator_accuracy": sums["correct"] / real,
+            "eval_replaced_precision": sums["tp"] / sums["predicted"] if sums["predicted"] else 0.0,
+            "eval_replaced_recall": sums["tp"] / sums["replaced"] if sums["replaced"] else 0.0,
+            "eval_replaced_fraction": sums["replaced"] / real, "eval_tokens": sums["count"]}
 
 
 def bilm_weight(batch) -> torch.Tensor:
@@ -308,6 +397,11 @@ register_objective(Objective(
     "bilm", FAMILIES["elmo"], "AutoModelForPreTraining", "feature-extraction", _pack_words, _bilm_collators,
     ("nll_sum", "count", "fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"), _bilm_metrics,
     result_keys=("forward_perplexity", "backward_perplexity"), weight_fn=bilm_weight))
+register_objective(Objective(
+    "rtd", FAMILIES["bert"], "AutoModelForPreTraining", "feature-extraction", _pack_bert, _rtd_collators,
+    ("nll_sum", "count", "disc_nll_sum", "weighted_disc_sum", "real", "correct", "tp", "predicted", "replaced"),
+    _rtd_metrics, weight_fn=rtd_weight, eval_step=rtd_eval_step, loss_fn=rtd_loss, model_config=_rtd_model_config,
+    write_outputs=_rtd_outputs, document_masking=True))
 
 
 def get_objective(model_type: str | None = None, nsp: bool = False, objective: str | None = None) -> Objective:
@@ -343,4 +437,4 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
 
 
 __all__ = ["FAMILIES", "OBJECTIVES", "Family", "Objective", "bilm_weight", "get_objective", "lm_eval_step",
-           "register_objective"]
+           "register_objective", "rtd_eval_step", "rtd_loss", "rtd_weight"]

@@ -41,6 +41,7 @@ from pretrain.arguments import (
     PretrainPlan,
     resolve_inputs,
 )
+from pretrain.objectives import OBJECTIVES
 from training.arguments import arg, parse_arguments
 from training.errors import InputError
 
@@ -243,11 +244,13 @@ def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
         raise InputError(f"--prepared_dataset {path}: given with --train_file/--validation_file/--dataset_name; expected "
                          "one source of data (the prepared folder already holds the tokenized text)")
     objective = plan.objective
-    if manifest["objective"] != objective.name:
+    prepared_for = OBJECTIVES.get(manifest["objective"])
+    if manifest["objective"] != objective.name and (prepared_for is None or prepared_for.to_blocks
+                                                    is not objective.to_blocks):  # rtd trains on the mlm blocks
         nsp = " --nsp" if plan.objective_args.nsp else ""
         raise InputError(f"--prepared_dataset {path}: prepared for the {manifest['objective']} objective; this run trains "
                          f"{objective.name} (--model_type {objective.family.name}{nsp}); expected a dataset prepared "
-                         "with the same --model_type/--nsp")
+                         "with the same --model_type/--nsp (or an --objective with the same blocks)")
     if corpus.max_seq_length != manifest["max_seq_length"]:
         raise InputError(f"--max_seq_length {corpus.max_seq_length}: --prepared_dataset {path} holds blocks of "
                          f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)")

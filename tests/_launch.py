@@ -58,6 +58,18 @@ def write_tiny_corpus(root: Path) -> Path:
     return root
 
 
+#: The opening of a remote-code script: the project's packages cannot be imported after it (``json`` and ``sys``
+#: imported).
+BLOCK_PROJECT_IMPORTS = """
+import importlib.abc, json, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("modeling", "tokenizer", "training", "finetune", "pretrain"):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
 def run_remote_code_script(script: str, tmp_path: Path, *args: str) -> dict:
     """Run ``script`` (which blocks the project's packages and loads with ``trust_remote_code``) in a fresh
     interpreter, with its own module cache, offline; return the JSON its last stdout line prints."""

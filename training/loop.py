@@ -27,6 +27,13 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
   gradient is that of the mean over *all* items of the optimizer step, however they are split across
   micro-batches and processes: a 2-process run follows the 1-process run with the same global batch. (This is
   what ``accelerator.accumulate`` does, but with per-item rather than per-micro-batch averaging.)
+  **A loss of several terms** with different items (e.g. ELECTRA: the generator's MLM loss over the masked tokens
+  plus lambda x the discriminator's loss over all real tokens): ``loss_fn`` returns the K terms, each a mean over
+  its own items (a (K,) tensor, any weights such as lambda applied), and ``weight_fn`` their K item counts (a (K,)
+  tensor); the loop sums each term's counts over the step (one all-reduce, as above) and back-propagates
+  ``sum_k loss_ik * count_ik * P / total_count_k``, so that the gradient is that of ``sum_k`` (term k's mean over
+  all its items of the step). The logged loss of such a step is that sum, counted with the weight of the first
+  term's items. A scalar loss and count take the single-term path unchanged.
 * **Clipping and non-finite values.** ``accelerator.clip_grad_norm_`` with ``max_grad_norm`` (the norm is always
   computed and logged). An optimizer step whose loss (on any process) or gradient norm is NaN/inf is not applied:
   weights, Adam moments and Adam's step count stay as they were; the step, its batches and the learning-rate
@@ -238,9 +245,11 @@ class Trainer:
         train_dataloader: not yet prepared; see :func:`training.data.make_train_dataloader` for exact resume.
         config: the loop's settings.
         optimizer: default :func:`training.optim.create_optimizer` from ``config``.
-        loss_fn: ``(model, batch) -> scalar loss``, the mean over the batch's predicted items.
+        loss_fn: ``(model, batch) -> scalar loss``, the mean over the batch's predicted items; or a (K,) tensor of
+            K loss terms, each the mean over its own items (see the module docstring).
         weight_fn: ``batch -> int | 0-d tensor``, the number of items ``loss_fn`` averages over (known before the
-            forward); return a tensor on the batch's device to avoid a host sync.
+            forward); return a tensor on the batch's device to avoid a host sync. With K loss terms: a (K,) tensor,
+            the items of each term.
         tokens_fn: ``batch -> int | 0-d tensor``, tokens processed (for tokens/s).
         eval_fn: ``(trainer) -> dict[str, float]``, called on all processes.
         run_config: settings to record with the trackers (default: ``config``'s); the resolved plan is added.
@@ -468,22 +477,33 @@ class Trainer:
         last), so that the gradient is that of the mean over all items of the step. Returns the 0-d device
         tensors (loss x items, non-finite flag, total items over processes, tokens) and the samples (int)."""
         acc = self.accelerator
-        weights = [self._as_device_scalar(self.weight_fn(b)) for b in group]
+        weights = [self._as_device_scalar(self.weight_fn(b)) for b in group]  # 0-d, or (K,) for K loss terms
         tokens = sum(self._as_device_scalar(self.tokens_fn(b)) for b in group)
         samples = sum(int(next(v for v in b.values() if isinstance(v, torch.Tensor)).shape[0]) for b in group)
-        total_weight = self._reduce_tensor(torch.stack(weights).sum())
+        total_weight = self._reduce_tensor(torch.stack(weights).sum(0))
         scale = acc.num_processes / total_weight.clamp_min(1e-12)
+        terms = total_weight.dim() == 1
+        if terms:  # term k's loss x items, logged with the first term's items (see the module docstring)
+            to_first = total_weight[0] / total_weight.clamp_min(1e-12)
         self.model.train()
         loss_sum = torch.zeros((), dtype=torch.float64, device=acc.device)
         nonfinite = torch.zeros((), dtype=torch.float64, device=acc.device)
         for i, batch in enumerate(group):
             with contextlib.nullcontext() if i == len(group) - 1 else acc.no_sync(self.model):
                 loss = self.loss_fn(self.model, batch)
-                acc.backward(loss * (weights[i] * scale).to(loss.dtype))
+                if loss.shape != weights[i].shape:
+                    raise ValueError(f"loss_fn gave a loss of shape {tuple(loss.shape)} but weight_fn counts of shape "
+                                     f"{tuple(weights[i].shape)}; expected one count per loss term")
+                scaled = loss * (weights[i] * scale).to(loss.dtype)
+                acc.backward(scaled.sum() if terms else scaled)
             detached = loss.detach().double()
-            nonfinite = torch.maximum(nonfinite, (~torch.isfinite(detached)).double())
-            loss_sum += detached * weights[i]
-        return loss_sum, nonfinite, total_weight, tokens, samples
+            if terms:
+                nonfinite = torch.maximum(nonfinite, (~torch.isfinite(detached)).any().double())
+                loss_sum += (detached * weights[i] * to_first).sum()
+            else:
+                nonfinite = torch.maximum(nonfinite, (~torch.isfinite(detached)).double())
+                loss_sum += detached * weights[i]
+        return loss_sum, nonfinite, total_weight[0] if terms else total_weight, tokens, samples
 
     def _on_step_end(self) -> None:
         """After an optimizer step: read the statistics at a sync point, then log, evaluate, checkpoint, stop
@@ -585,9 +605,11 @@ class Trainer:
             self.collator.set_epoch(epoch)
 
     def _as_device_scalar(self, value) -> torch.Tensor:
-        """A count (int or 0-d tensor) as a float64 0-d tensor on the accelerator's device, without a host sync."""
+        """A count (int or 0-d tensor) as a float64 0-d tensor on the accelerator's device, without a host sync; a
+        1-d tensor of counts (one per loss term) keeps its shape."""
         if isinstance(value, torch.Tensor):
-            return value.detach().to(device=self.accelerator.device, dtype=torch.float64).reshape(())
+            value = value.detach().to(device=self.accelerator.device, dtype=torch.float64)
+            return value if value.dim() == 1 else value.reshape(())
         return torch.full((), float(value), dtype=torch.float64, device=self.accelerator.device)  # a fill, no copy
 
     def _reduce_tensor(self, t: torch.Tensor) -> torch.Tensor:

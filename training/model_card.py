@@ -35,6 +35,11 @@ _OBJECTIVES = {
             "token and 10% kept, and the model predicts the original tokens (cross-entropy over the vocabulary)."),
     "nsp": ("Next sentence prediction (NSP; Devlin et al., 2019): a binary classifier on the first token "
             "predicts whether segment B followed segment A in the corpus (50% of pairs) or was sampled at random."),
+    "rtd": ("Replaced-token detection (RTD; ELECTRA, Clark et al., 2020): a small masked-language-model generator "
+            "fills the masked positions with tokens sampled from its predictions, and this model (the discriminator) "
+            "predicts for every token whether it was replaced; the loss is the generator's MLM loss plus lambda "
+            "(50 by default) times the discriminator's binary cross-entropy over all tokens. The generator is saved "
+            "in `generator/`."),
     "bilm": ("Bidirectional language modelling (BiLM; Peters et al., 2018): token representations from a "
              "character CNN with highway layers feed a forward and a backward stacked LSTM; the forward LM "
              "predicts the next token, the backward LM the previous one, and the loss is the mean of the two "

@@ -7,6 +7,11 @@ and marks them with ``register_for_auto_class``, so that ``save_pretrained`` wri
 code (``configuration_sesame_bert.py``, ``modeling_sesame_bert.py``) and a process without this package loads the
 directory with ``trust_remote_code=True``.
 
+Replaced-token detection (ELECTRA, ``modeling_sesame_bert_rtd``): ``AutoModelForPreTraining`` of a
+``SesameBertRTDConfig`` (``model_type`` ``"sesame-bert-rtd"``) is ``SesameBertForReplacedTokenDetection``, the
+generator + discriminator pretraining model; it saves a SesameBert discriminator folder with the generator in
+``generator/``.
+
 ``python -m modeling.bert.convert --source DIR|REPO --output_dir D`` converts a Hugging Face BERT checkpoint.
 """
 
@@ -21,8 +26,8 @@ from transformers import (
 )
 
 from .._auto import register_family
-from . import modeling_sesame_bert
-from .configuration_sesame_bert import SesameBertConfig
+from . import modeling_sesame_bert, modeling_sesame_bert_rtd
+from .configuration_sesame_bert import SesameBertConfig, SesameBertRTDConfig
 from .modeling_sesame_bert import (
     SesameBertForMaskedLM,
     SesameBertForPreTraining,
@@ -33,6 +38,8 @@ from .modeling_sesame_bert import (
     SesameBertModel,
     SesameBertPreTrainedModel,
 )
+from .modeling_sesame_bert_rtd import *  # noqa: F401,F403  (the replaced-token detection classes)
+from .modeling_sesame_bert_rtd import SesameBertForReplacedTokenDetection
 
 #: Auto class -> SesameBert class (registered in-process and marked for ``auto_map``).
 AUTO_CLASSES = {
@@ -44,7 +51,11 @@ AUTO_CLASSES = {
     AutoModelForTokenClassification: SesameBertForTokenClassification,
 }
 
+#: Auto class -> the replaced-token detection (ELECTRA) pretraining model, for its own config type.
+RTD_AUTO_CLASSES = {AutoModelForPreTraining: SesameBertForReplacedTokenDetection}
+
 register_family(SesameBertConfig, AUTO_CLASSES)
+register_family(SesameBertRTDConfig, RTD_AUTO_CLASSES)
 
 
 def _sizes(layers: int, hidden: int, heads: int) -> dict:
@@ -60,4 +71,5 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "bert-base": (SesameBertConfig, _sizes(12, 768, 12)),
 }
 
-__all__ = ["SesameBertConfig", *modeling_sesame_bert.__all__]
+__all__ = ["SesameBertConfig", "SesameBertRTDConfig", *modeling_sesame_bert.__all__,
+           *modeling_sesame_bert_rtd.__all__]

@@ -60,6 +60,10 @@ class SesameBertConfig(PretrainedConfig):
         sparse_prediction (bool): in training mode with MLM labels, run the MLM head (transform + decoder) only at
             the positions whose label is not -100 (Cramming, Geiping & Goldstein 2023; academic-budget-bert). The
             loss is unchanged; ``logits`` then holds only those rows. Eval mode always returns full logits.
+        embedding_size (int | None): width E of the embeddings (word, position, segment and their norm) when it
+            differs from ``hidden_size``; a linear ``embeddings_project`` (E -> H) then follows them and the MLM
+            head maps back (H -> E) before its decoder, as ``ElectraConfig.embedding_size`` (Clark et al. 2020):
+            a narrow ELECTRA generator shares the discriminator's wider embeddings this way. ``None``: E = H.
     """
 
     model_type = "sesame-bert"
@@ -84,6 +88,12 @@ class SesameBertConfig(PretrainedConfig):
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
     classifier_pooling: Literal["cls", "mean", "max", "attention"] = "cls"
     sparse_prediction: bool = True
+    embedding_size: int | None = None
+
+    @property
+    def embedding_width(self) -> int:
+        """E: ``embedding_size``, or ``hidden_size`` when it is ``None``."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     def validate_architecture(self):
         """Check the shape and the string-valued choices (``@strict`` validator); raises ``ValueError``."""
@@ -95,8 +105,93 @@ class SesameBertConfig(PretrainedConfig):
         for field, choices in CHOICES.items():
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r}; expected one of {', '.join(choices)}")
-        if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
-            raise ValueError(f"sinusoidal position embeddings need an even hidden_size, got {self.hidden_size}")
+        if self.position_embedding_type == "sinusoidal" and self.embedding_width % 2:
+            raise ValueError(f"sinusoidal position embeddings need an even embedding width, got "
+                             f"{self.embedding_width}")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ValueError(f"embedding_size={self.embedding_size}; expected a positive integer or None")
 
 
-__all__ = ["SesameBertConfig"]
+#: The fields :class:`SesameBertRTDConfig` adds to the discriminator's :class:`SesameBertConfig` fields.
+RTD_FIELDS = ("generator_size", "discriminator_weight", "embedding_sharing")
+#: ``to_dict`` keys that are not SesameBertConfig settings (left out when the two encoders' configs are derived).
+_NOT_SETTINGS = (*RTD_FIELDS, "model_type", "architectures", "auto_map", "transformers_version", "_name_or_path")
+
+
+@strict
+class SesameBertRTDConfig(SesameBertConfig):
+    r"""Configuration of ELECTRA-style replaced-token detection (RTD) pretraining with SesameBert (Clark et al. 2020,
+    "ELECTRA: Pre-training Text Encoders as Discriminators Rather Than Generators"): a small MLM generator and a
+    discriminator that tells, for every token, whether the generator replaced it.
+
+    The :class:`SesameBertConfig` fields describe the discriminator (:meth:`discriminator_config`); the generator
+    (:meth:`generator_config`) is the same encoder with its width multiplied by ``generator_size``.
+
+    Args:
+        generator_size (float): the generator's width as a fraction of the discriminator's, in (0, 1]:
+            ``hidden_size``, ``intermediate_size`` and ``num_attention_heads`` are multiplied by it and rounded
+            (heads at least 1; the hidden size must stay a multiple of the heads); depth and every other field are
+            the discriminator's. ELECTRA (sec. 3.2, Fig. 3; its code's ``generator_hidden_size``): 1/4 for Small
+            and Large, 1/3 for Base; generators of 1/4-1/2 the discriminator's size work best.
+        discriminator_weight (float): lambda of the combined loss ``L_MLM(generator) + lambda * L_Disc``
+            (ELECTRA, sec. 2, the equation after eq. (2)): 50, as ELECTRA (the discriminator's binary loss is
+            much smaller than the generator's cross-entropy over the vocabulary).
+        embedding_sharing (str): how the two encoders share their embeddings:
+            ``"tied"`` (ELECTRA, sec. 3.1): one embedding module (word, position and segment tables, their norm),
+            width E = the discriminator's; the generator projects it to its own width (``embedding_size``) and both
+            losses train it. ``"gdes"``: gradient-disentangled embedding sharing (DeBERTa-v3, He et al. 2021,
+            sec. 3.2): the discriminator's tables are ``stop_gradient(E_G) + E_delta`` with ``E_delta`` starting at
+            zero, so the generator's MLM loss alone trains ``E_G`` and the discriminator's loss trains only
+            ``E_delta`` (and its own embedding norm). ``"none"``: separate embeddings (the generator's of its own
+            width).
+    """
+
+    model_type = "sesame-bert-rtd"
+
+    generator_size: float | int = 0.25
+    discriminator_weight: float | int = 50.0
+    embedding_sharing: Literal["tied", "gdes", "none"] = "tied"
+
+    def validate_architecture(self):
+        """Check the discriminator (:class:`SesameBertConfig`) and the generator's shape; raises ``ValueError``."""
+        super().validate_architecture()
+        if not 0 < self.generator_size <= 1:
+            raise ValueError(f"generator_size={self.generator_size}; expected a fraction in (0, 1]")
+        hidden, heads = self._generator_shape()[:2]
+        if hidden < 1 or hidden % heads:
+            raise ValueError(f"generator_size={self.generator_size} gives a generator of hidden_size {hidden} with "
+                             f"{heads} attention heads; expected a hidden size that is a positive multiple of the "
+                             "heads")
+
+    def _generator_shape(self) -> tuple[int, int, int]:
+        g = self.generator_size
+        return (round(self.hidden_size * g), max(1, round(self.num_attention_heads * g)),
+                max(1, round(self.intermediate_size * g)))
+
+    def _settings(self) -> dict:
+        return {k: v for k, v in self.to_dict().items() if k not in _NOT_SETTINGS}
+
+    def discriminator_config(self) -> SesameBertConfig:
+        """The discriminator's :class:`SesameBertConfig` (this config without the RTD fields)."""
+        return SesameBertConfig(**self._settings())
+
+    def generator_config(self) -> SesameBertConfig:
+        """The generator's :class:`SesameBertConfig`: the discriminator's, ``generator_size`` times as wide; with
+        shared embeddings its ``embedding_size`` is the discriminator's embedding width (as ELECTRA's generator)."""
+        hidden, heads, intermediate = self._generator_shape()
+        shared = None if self.embedding_sharing == "none" else self.embedding_width
+        return SesameBertConfig(**{**self._settings(), "hidden_size": hidden, "num_attention_heads": heads,
+                                   "intermediate_size": intermediate,
+                                   "embedding_size": shared if shared != hidden else None})
+
+    @classmethod
+    def from_discriminator(cls, config: SesameBertConfig, **fields) -> SesameBertRTDConfig:
+        """An RTD config whose discriminator is ``config`` (a :class:`SesameBertConfig`; an RTD config is returned
+        as it is when no ``fields`` are given), with the RTD ``fields`` (default: ELECTRA's)."""
+        if isinstance(config, cls) and not fields:
+            return config
+        settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_SETTINGS}
+        return cls(**{**settings, **fields})
+
+
+__all__ = ["RTD_FIELDS", "SesameBertConfig", "SesameBertRTDConfig"]

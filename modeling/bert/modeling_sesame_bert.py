@@ -92,15 +92,15 @@ ACTIVATIONS = {
     "tanh": nn.Tanh,
 }
 NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
-POSITION_EMBEDDINGS = {
-    "learned": lambda c: nn.Embedding(c.max_position_embeddings, c.hidden_size),
-    "absolute": lambda c: nn.Embedding(c.max_position_embeddings, c.hidden_size),  # old BertConfig name
-    "sinusoidal": lambda c: SinusoidalPositionEmbedding(c.max_position_embeddings, c.hidden_size),
+POSITION_EMBEDDINGS = {  # (config, width) -> module
+    "learned": lambda c, w: nn.Embedding(c.max_position_embeddings, w),
+    "absolute": lambda c, w: nn.Embedding(c.max_position_embeddings, w),  # old BertConfig name
+    "sinusoidal": lambda c, w: SinusoidalPositionEmbedding(c.max_position_embeddings, w),
 }
 
 
-def _norm(config: SesameBertConfig) -> nn.Module:
-    return NORMS[config.norm_type](config.hidden_size, eps=config.layer_norm_eps)
+def _norm(config: SesameBertConfig, width: int | None = None) -> nn.Module:
+    return NORMS[config.norm_type](config.hidden_size if width is None else width, eps=config.layer_norm_eps)
 
 
 def _keep_mask(attention_mask: torch.Tensor | None, shape: torch.Size, device) -> torch.Tensor:
@@ -136,14 +136,16 @@ POOLINGS = {"cls": _pool_cls, "mean": _pool_mean, "max": _pool_max, "attention":
 
 # ---- modules ------------------------------------------------------------------------------------------------------
 class SesameBertEmbeddings(nn.Module):
-    """Word + position + segment embeddings, then norm and dropout: ``-> (B, T, H)``."""
+    """Word + position + segment embeddings, then norm and dropout: ``-> (B, T, E)``, E = ``config.embedding_width``
+    (the hidden size H unless ``embedding_size`` is set)."""
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = _norm(config)
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.norm = _norm(config, width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
@@ -317,15 +319,17 @@ class SesameBertPooler(nn.Module):
 class SesameBertMLMHead(nn.Module):
     """BERT's MLM head: ``decoder(Norm(act(dense(h))))``; the decoder weight is tied to the word embeddings.
 
-    ``forward(h (..., H)) -> logits (..., V)``.
+    ``forward(h (..., H)) -> logits (..., V)``. With ``embedding_size`` E != H the dense layer maps H -> E and the
+    decoder E -> V (ELECTRA's generator head).
     """
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        width = config.embedding_width
+        self.dense = nn.Linear(config.hidden_size, width)
         self.act = ACTIVATIONS[config.hidden_act]()
-        self.norm = _norm(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.norm = _norm(config, width)
+        self.decoder = nn.Linear(width, config.vocab_size)
 
     def forward(self, h):
         return self.decoder(self.norm(self.act(self.dense(h))))
@@ -470,9 +474,10 @@ class SesameBertModel(SesameBertPreTrainedModel):
     arguments, default the config's; captured by transformers' output hooks). ``return_dict=False`` gives the
     tuple of the fields that are not ``None``.
 
-    Inputs: ``input_ids`` (B, T) long, or ``inputs_embeds`` (B, T, H); ``attention_mask`` (B, T) 1 = token,
-    0 = padding; ``token_type_ids`` (B, T) segment ids (default 0); ``position_ids`` (B|1, T) long (default 0..T-1).
-    Other keyword arguments go to the attention kernel.
+    Inputs: ``input_ids`` (B, T) long, or ``inputs_embeds`` (B, T, E) (E = ``config.embedding_width``, H unless
+    ``embedding_size`` is set; then ``embeddings_project`` maps the embeddings E -> H); ``attention_mask`` (B, T)
+    1 = token, 0 = padding; ``token_type_ids`` (B, T) segment ids (default 0); ``position_ids`` (B|1, T) long
+    (default 0..T-1). Other keyword arguments go to the attention kernel.
 
     **Masks.** Without ``attention_mask`` and ``position_ids`` no mask reaches attention (the fast path: SDPA may take
     its unmasked flash kernel; packed pretraining blocks leave the mask out, :class:`pretrain.collators.MLMCollator`
@@ -496,6 +501,10 @@ class SesameBertModel(SesameBertPreTrainedModel):
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = SesameBertEmbeddings(config)
+        # embeddings of another width E (config.embedding_size, as ELECTRA's generator): a projection E -> H
+        self.embeddings_project = None
+        if config.embedding_width != config.hidden_size:
+            self.embeddings_project = nn.Linear(config.embedding_width, config.hidden_size)
         self.encoder = SesameBertEncoder(config)
         self.pooler = SesameBertPooler(config) if add_pooling_layer else None
         self.post_init()
@@ -512,11 +521,13 @@ class SesameBertModel(SesameBertPreTrainedModel):
         """See the class docstring. Raises ``ValueError`` unless exactly one of ``input_ids`` / ``inputs_embeds`` is
         given, and for ``position_ids`` with an attention implementation that has no mask function."""
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids (B, T) or inputs_embeds (B, T, H)")
+            raise ValueError("pass exactly one of input_ids (B, T) or inputs_embeds (B, T, E)")
         kwargs.pop("output_hidden_states", None)  # captured by the hooks of capture_outputs
         output_attentions = kwargs.pop("output_attentions", None)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
         mask = self._attention_mask(x, attention_mask, position_ids, kwargs)
         last = self.encoder(x, mask, output_attentions=output_attentions, **kwargs)
         pooled = None

@@ -295,3 +295,71 @@ def test_pairs_schedules_and_token_budget(tmp_path):
     ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
     # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
     assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
+
+
+def _rtd_model(seed: int):
+    import modeling
+
+    torch.manual_seed(seed)
+    config = modeling.SesameBertRTDConfig(vocab_size=21, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                          intermediate_size=64, max_position_embeddings=32)
+    return modeling.SesameBertForReplacedTokenDetection(config).eval()
+
+
+def test_rtd_runs_are_scored_by_their_generator_also_from_checkpoints(tmp_path):
+    """An RTD run folder (discriminator + generator/) is scored by its generator; a checkpoint (accelerate's
+    ``save_state`` of the whole RTD model, shared tensors written once) gives the generator of that step."""
+    from accelerate import Accelerator
+
+    folder, later = tmp_path / "run", _rtd_model(1)
+    _rtd_model(0).save_pretrained(folder)
+    assert ttq.scored_by_generator(folder) and not ttq.scored_by_generator(folder / "generator")
+    acc = Accelerator(cpu=True)
+    acc.prepare(later)
+    acc.save_state(str(tmp_path / "ckpt"))
+    ids = torch.randint(5, 21, (2, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        final = ttq.load_scored_mlm(folder).eval()(ids).logits
+        step = ttq.load_scored_mlm(folder, tmp_path / "ckpt" / "model.safetensors").eval()(ids).logits
+        assert torch.equal(final, _rtd_model(0).generator(ids).logits)
+        assert torch.equal(step, later.generator(ids).logits) and not torch.equal(step, final)
+    assert type(ttq.load_scored_mlm(folder)).__name__ == "SesameBertForMaskedLM"
+
+
+def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, capsys):
+    args = ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g",
+                           "--output_dir", str(tmp_path), "--budget_tokens", "8192", "--recipes", "sesame-lr1e-3",
+                           "rtd", "--tasks", "sst2"])
+    assert args.recipe_table["rtd"] == ["--objective", "rtd", "--learning_rate", "1e-3"]
+    curve = [{"seconds": 1.0, "tokens": 4096, "step": 1, "eval_loss": 7.0},
+             {"seconds": 2.0, "tokens": 8192, "step": 2, "eval_loss": 6.5}]
+    ref = {"name": "ref", "repeat": 0, "seed": 42, "paired_with": "x", "heldout_model": "model", "curve": curve,
+           "final_eval_loss": 6.5, "tokens": 8192, "seconds": 2.0, "steps": 2, "tokens_per_second": 4096,
+           "learning_rate": 1e-3}
+    ours = {**ref, "curve": [dict(p, eval_loss=p["eval_loss"] - 0.1) for p in curve], "final_eval_loss": 6.4}
+    rtd = {**ours, "heldout_model": "generator"}
+    ratios = {"sesame-lr1e-3": ttq.ratios_for([(ref, ours)], 7.5), "rtd": ttq.ratios_for([(ref, rtd)], 7.5)}
+    assert ratios["sesame-lr1e-3"]["quality_per_token"] == pytest.approx((7.5 - 6.4) / (7.5 - 6.5))
+    assert ratios["rtd"]["quality_per_token"] is None and ratios["rtd"]["time_to_quality"] is None
+    assert "generator" in ratios["rtd"]["not_applicable"]
+    runs = {"reference": ttq.summarize("reference", [], [ref]),
+            "sesame-lr1e-3": ttq.summarize("recipe", [], [ours]),
+            "rtd": {**ttq.summarize("recipe", ["--objective", "rtd"], [rtd]), "downstream": {"sst2": 0.7}},
+            "random-sesame": {"kind": "random-init", "flags": [], "final_eval_loss": 9.0}}
+    assert runs["rtd"]["heldout_model"] == "generator"
+    manifest = {"tokenizer_size": 21, "blocks": {"train": 10}, "tokens": {"train": 1280}}
+    data = {"manifest": manifest, "prepared": tmp_path / "prepared",
+            "variants": {name: {"path": tmp_path / name, "manifest": manifest} for name in ("prepared", "prepared-rtd")}}
+    results = {"command": ["bench"], "protocol": ttq.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2},
+                                                              {}, 1.0),
+               "heldout_sha256": "0" * 64, "heldout": {"blocks": 2, "tokens": 64, "masked": 9, "seed": 1},
+               "unigram_loss": 7.5, "ratios": {"default_recipe": "sesame-lr1e-3", "quality_per_token": 1.1,
+                                               "time_to_quality": None, "by_recipe": ratios},
+               "runs": runs, "pretraining_buys": {}, "baselines": {}, "sweep": {}, "timings": {}}
+    ttq.write_outputs(results, tmp_path)
+    table = (tmp_path / "results.md").read_text()
+    assert "| rtd | n/a |" in table and "6.4000 (generator)" in table
+    assert (tmp_path / "results.png").stat().st_size > 0
+    ttq.print_ratios(results)
+    printed = capsys.readouterr().out
+    assert "rtd: no quality per token / time to quality" in printed and "(generator)" in printed

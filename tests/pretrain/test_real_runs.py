@@ -49,12 +49,15 @@ def nodrop_config(tmp_path_factory) -> Path:
     return path
 
 
-def test_same_command_twice_gives_bitwise_identical_tokenizer_and_weights(corpus_dir, tmp_path, fresh_state):
+@pytest.mark.parametrize("objective", ["mlm", "rtd"])
+def test_same_command_twice_gives_bitwise_identical_tokenizer_and_weights(corpus_dir, tmp_path, fresh_state, objective):
     runs = {}
+    weights = ("model.safetensors", "generator/model.safetensors") if objective == "rtd" else ("model.safetensors",)
     for name, seed in (("a", "7"), ("b", "7"), ("other_seed", "8")):
         out = tmp_path / name
-        assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300", "--max_train_steps", "4", "--seed", seed)) == 0
-        runs[name] = (_sha(out / "tokenizer.json"), _sha(out / "model.safetensors"))
+        assert run_cli(main, _data(corpus_dir, out, "--vocab_size", "300", "--max_train_steps", "4", "--seed", seed,
+                                   "--objective", objective)) == 0
+        runs[name] = (_sha(out / "tokenizer.json"), "".join(_sha(out / w) for w in weights))
     assert runs["a"] == runs["b"]
     assert runs["other_seed"][0] == runs["a"][0], "the tokenizer depends on the corpus only"
     assert runs["other_seed"][1] != runs["a"][1], "the seed changes the weights (the check can fail)"
