@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def make_batch(batch_size: int, seq_len: int, vocab_size: int, mlm_probability: float, device,
-               mask_id: int = 103) -> dict[str, torch.Tensor]:
+def make_batch(
+    batch_size: int, seq_len: int, vocab_size: int, mlm_probability: float, device, mask_id: int = 103
+) -> dict[str, torch.Tensor]:
     """A full (unpadded) MLM batch, the same for every call: ``input_ids`` (B, S) long with ``mask_id`` at the
     chosen positions (each with probability ``mlm_probability``), ``token_type_ids`` (B, S) zeros and ``labels``
     (B, S) long, the original id at the chosen positions and -100 elsewhere, on ``device``. No ``attention_mask``,
@@ -15,8 +16,9 @@ def make_batch(batch_size: int, seq_len: int, vocab_size: int, mlm_probability: 
     input_ids = torch.randint(1000, vocab_size, (batch_size, seq_len), generator=g)
     chosen = torch.rand(input_ids.shape, generator=g) < mlm_probability
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-    batch = dict(input_ids=input_ids.masked_fill(chosen, mask_id), token_type_ids=torch.zeros_like(input_ids),
-                 labels=labels)
+    batch = dict(
+        input_ids=input_ids.masked_fill(chosen, mask_id), token_type_ids=torch.zeros_like(input_ids), labels=labels
+    )
     return {k: v.to(device) for k, v in batch.items()}
 
 

@@ -2,7 +2,8 @@
 
     python bench/bench_bert_mlm_step.py [--steps 10] [--warmup 3] [--threads 2] [--device cpu]
 
-Same config for both (BERT-mini size: L4 / H256 / A4, intermediate 1024, vocab 30522, dropout 0.1 unless --dropout), same weights
+Same config for both (BERT-mini size: L4 / H256 / A4, intermediate 1024, vocab 30522, dropout 0.1 unless --dropout),
+same weights
 (SesameBert is converted from the transformers model), the same batch (B32 x S128, no padding, 15 % of the tokens
 replaced by [MASK] and predicted). A step is forward + backward + AdamW step + zero_grad. The models' steps are
 interleaved (one of each per round) so that they share the machine's noise; the medians over ``--steps`` rounds
@@ -28,10 +29,16 @@ from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
 
 def make_models(args):
     torch.manual_seed(0)
-    hf_config = BertConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
-                           num_attention_heads=args.heads, intermediate_size=4 * args.hidden_size,
-                           max_position_embeddings=max(512, args.seq_len), hidden_dropout_prob=args.dropout,
-                           attention_probs_dropout_prob=args.dropout)
+    hf_config = BertConfig(
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden_size,
+        max_position_embeddings=max(512, args.seq_len),
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
+    )
     hf = BertForMaskedLM(hf_config)
     config = sesame_config_from_bert(hf_config)
     models = {"transformers": hf}
@@ -55,12 +62,19 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab_size", type=int, default=30522)
     parser.add_argument("--mlm_probability", type=float, default=0.15)
-    parser.add_argument("--dropout", type=float, default=0.1,
-                        help="hidden and attention dropout of both models (0.1 = BERT; Cramming pretrains with 0)")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.1,
+        help="hidden and attention dropout of both models (0.1 = BERT; Cramming pretrains with 0)",
+    )
     parser.add_argument("--no_dense", action="store_true", help="skip the SesameBert dense-head variant")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also time the encoder alone (forward + backward of a surrogate loss, no MLM head, no "
-                             "optimizer) for transformers and SesameBert; step - encoder = MLM head + loss + AdamW")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the encoder alone (forward + backward of a surrogate loss, no MLM head, no "
+        "optimizer) for transformers and SesameBert; step - encoder = MLM head + loss + AdamW",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -103,7 +117,7 @@ def main(argv=None):
     medians = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "config": f"L{args.layers}/H{args.hidden_size}/A{args.heads}/S{args.seq_len}/B{args.batch_size}"
-                  f"/V{args.vocab_size}",
+        f"/V{args.vocab_size}",
         "device": args.device,
         "threads": args.threads,
         "dropout": args.dropout,

@@ -53,8 +53,9 @@ import numpy as np
 
 
 def _load_ttq():
-    spec = importlib.util.spec_from_file_location("bench_time_to_quality",
-                                                  Path(__file__).resolve().parent / "bench_time_to_quality.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_time_to_quality", Path(__file__).resolve().parent / "bench_time_to_quality.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)
     spec.loader.exec_module(module)
@@ -70,22 +71,50 @@ def default_seq_length() -> int:
 
     return int(FAMILIES["elmo"].data_defaults["max_seq_length"])
 
+
 #: ELMo recipes: name -> ``pretrain`` flags (added to ``--model_type elmo --config_name elmo-small``) and a note.
 RECIPES: dict[str, dict] = {
-    "elmo-default": dict(flags=["--learning_rate", "1e-3", "--per_device_train_batch_size", "16",
-                                "--max_seq_length", "32", "--config_name", "elmo-small:softmax=full"],
-                         note="the defaults before issue 22, spelled out: elmo-small (full softmax), lr 1e-3, "
-                              "batch 16 x 32 words"),
+    "elmo-default": dict(
+        flags=[
+            "--learning_rate",
+            "1e-3",
+            "--per_device_train_batch_size",
+            "16",
+            "--max_seq_length",
+            "32",
+            "--config_name",
+            "elmo-small:softmax=full",
+        ],
+        note="the defaults before issue 22, spelled out: elmo-small (full softmax), lr 1e-3, batch 16 x 32 words",
+    ),
     "elmo-new-default": dict(flags=[], note="no flags: the ELMo-style default for user data"),
-    "elmo-adaptive": dict(flags=["--config_name", "elmo-small:softmax=adaptive"],
-                          note="the default with the adaptive softmax"),
+    "elmo-adaptive": dict(
+        flags=["--config_name", "elmo-small:softmax=adaptive"], note="the default with the adaptive softmax"
+    ),
 }
 DEFAULT_RECIPES = ("elmo-default", "elmo-new-default")
 #: ``pretrain`` flags the bench sets itself.
-BENCH_FLAGS = ("--prepared_dataset", "--train_file", "--validation_file", "--tokenizer_name", "--output_dir",
-               "--max_train_steps", "--num_train_epochs", "--time_budget", "--max_train_tokens",
-               "--checkpointing_steps", "--checkpoints_total_limit", "--logging_steps", "--eval_steps",
-               "--max_eval_samples", "--seed", "--report_to", "--resume_from_checkpoint", "--model_type", "--objective")
+BENCH_FLAGS = (
+    "--prepared_dataset",
+    "--train_file",
+    "--validation_file",
+    "--tokenizer_name",
+    "--output_dir",
+    "--max_train_steps",
+    "--num_train_epochs",
+    "--time_budget",
+    "--max_train_tokens",
+    "--checkpointing_steps",
+    "--checkpoints_total_limit",
+    "--logging_steps",
+    "--eval_steps",
+    "--max_eval_samples",
+    "--seed",
+    "--report_to",
+    "--resume_from_checkpoint",
+    "--model_type",
+    "--objective",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -145,19 +174,58 @@ def prepare_data(args, out: Path) -> dict:
     """The word vocabulary and one prepared dataset per block length (recipes' and the held-out one), cached."""
     py = sys.executable
     sources = [(str(Path(f).resolve()), ttq.file_sha256(f)) for f in [*args.train_file, args.validation_file]]
-    tok = ttq.cached(out / "tokenizer", {"sources": sources, "vocab_size": args.vocab_size}, lambda d: ttq.run_jobs([
-        ttq.Job("tokenizer", [py, "-m", "tokenizer", "train", "--model_type", "elmo", "--train_file", *args.train_file,
-                              "--vocab_size", str(args.vocab_size), "--output_dir", str(d)],
-                out / "logs" / "tokenizer.log")], 1))
+    tok = ttq.cached(
+        out / "tokenizer",
+        {"sources": sources, "vocab_size": args.vocab_size},
+        lambda d: ttq.run_jobs(
+            [
+                ttq.Job(
+                    "tokenizer",
+                    [
+                        py,
+                        "-m",
+                        "tokenizer",
+                        "train",
+                        "--model_type",
+                        "elmo",
+                        "--train_file",
+                        *args.train_file,
+                        "--vocab_size",
+                        str(args.vocab_size),
+                        "--output_dir",
+                        str(d),
+                    ],
+                    out / "logs" / "tokenizer.log",
+                )
+            ],
+            1,
+        ),
+    )
     prepared = {}
     for length in sorted({args.heldout_seq_length, *(seq_length(f) for f in args.recipe_table.values())}):
-        command = [py, "-m", "pretrain.prepare", "--model_type", "elmo", "--train_file", *args.train_file,
-                   "--validation_file", args.validation_file, "--tokenizer_name", str(tok), "--max_seq_length",
-                   str(length), "--output_dir"]
-        folder = ttq.cached(out / f"prepared-L{length}", {"sources": sources, "length": length,
-                                                          "tokenizer": ttq.file_sha256(tok / "vocab.txt")},
-                            lambda d, command=command, length=length: ttq.run_jobs(
-                                [ttq.Job("prepare", [*command, str(d)], out / "logs" / f"prepare-L{length}.log")], 1))
+        command = [
+            py,
+            "-m",
+            "pretrain.prepare",
+            "--model_type",
+            "elmo",
+            "--train_file",
+            *args.train_file,
+            "--validation_file",
+            args.validation_file,
+            "--tokenizer_name",
+            str(tok),
+            "--max_seq_length",
+            str(length),
+            "--output_dir",
+        ]
+        folder = ttq.cached(
+            out / f"prepared-L{length}",
+            {"sources": sources, "length": length, "tokenizer": ttq.file_sha256(tok / "vocab.txt")},
+            lambda d, command=command, length=length: ttq.run_jobs(
+                [ttq.Job("prepare", [*command, str(d)], out / "logs" / f"prepare-L{length}.log")], 1
+            ),
+        )
         prepared[length] = {"path": folder, "manifest": json.loads((folder / "manifest.json").read_text())}
     return {"tokenizer": tok, "prepared": prepared}
 
@@ -170,11 +238,36 @@ def run_command(name: str, flags: list[str], args, data: dict, out: Path) -> lis
     else:
         budget = ["--time_budget", str(args.budget_minutes)]
     every = f"{1 / args.curve_points:.6g}" if args.curve_points > 1 else "1000000000"
-    return [sys.executable, "-m", "pretrain", "--model_type", "elmo", "--config_name", "elmo-small",
-            *ttq.materialize_configs(flags, out), "--prepared_dataset", str(data["prepared"][length]["path"]),
-            "--output_dir", str(out / "runs" / name), "--overwrite_output_dir", *budget, "--seed", str(args.seed),
-            "--checkpointing_steps", every, "--checkpoints_total_limit", "0", "--logging_steps", "1",
-            "--eval_steps", "1000000000", "--max_eval_samples", "8", "--report_to", "none"]
+    return [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--model_type",
+        "elmo",
+        "--config_name",
+        "elmo-small",
+        *ttq.materialize_configs(flags, out),
+        "--prepared_dataset",
+        str(data["prepared"][length]["path"]),
+        "--output_dir",
+        str(out / "runs" / name),
+        "--overwrite_output_dir",
+        *budget,
+        "--seed",
+        str(args.seed),
+        "--checkpointing_steps",
+        every,
+        "--checkpoints_total_limit",
+        "0",
+        "--logging_steps",
+        "1",
+        "--eval_steps",
+        "1000000000",
+        "--max_eval_samples",
+        "8",
+        "--report_to",
+        "none",
+    ]
 
 
 def heldout_batches(validation, n_blocks: int, tokenizer, batch_size: int = 32):
@@ -183,7 +276,7 @@ def heldout_batches(validation, n_blocks: int, tokenizer, batch_size: int = 32):
 
     collator = BiLMCollator(tokenizer)
     rows = [validation[i] for i in range(min(n_blocks, len(validation)))]
-    return [collator(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+    return [collator(rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]
 
 
 def heldout_perplexity(model, batches) -> float:
@@ -225,14 +318,21 @@ def score_run(name: str, flags: list[str], data: dict, out: Path, batches) -> li
     manifest = data["prepared"][seq_length(flags)]["manifest"]
     config = json.loads((folder / "run_config.json").read_text())
     batch = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"]
-    times = ttq.times_from_trainer_log(json.loads((folder / "trainer_log.json").read_text()),
-                                       manifest["blocks"]["train"], batch)
+    times = ttq.times_from_trainer_log(
+        json.loads((folder / "trainer_log.json").read_text()), manifest["blocks"]["train"], batch
+    )
     curve = []
     for ckpt in sorted((folder / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1])):
         step = int(ckpt.name.split("_")[1])
         model = load_bilm(folder, ckpt / "model.safetensors")
-        curve.append({"seconds": times[step]["seconds"], "tokens": times[step]["tokens"], "step": step,
-                      "perplexity": heldout_perplexity(model, batches)})
+        curve.append(
+            {
+                "seconds": times[step]["seconds"],
+                "tokens": times[step]["tokens"],
+                "step": step,
+                "perplexity": heldout_perplexity(model, batches),
+            }
+        )
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     return curve
 
@@ -240,16 +340,20 @@ def score_run(name: str, flags: list[str], data: dict, out: Path, batches) -> li
 def compare(ours: list[dict], base: list[dict]) -> dict:
     """Against the baseline's curve: our perplexity at its final tokens and seconds (log-perplexity interpolated),
     and the seconds we need to reach its final perplexity (None: not reached) and the ratio to its seconds."""
+
     def at(curve, key, x):
         return float(math.exp(np.interp(x, [p[key] for p in curve], [math.log(p["perplexity"]) for p in curve])))
 
     target = base[-1]["perplexity"]
     as_loss = [{**p, "eval_loss": math.log(p["perplexity"])} for p in ours]
     seconds, _ = ttq.seconds_to_reach(as_loss, math.log(target))
-    return {"perplexity_at_baseline_tokens": at(ours, "tokens", base[-1]["tokens"]),
-            "perplexity_at_baseline_seconds": at(ours, "seconds", base[-1]["seconds"]),
-            "baseline_perplexity": target, "seconds_to_baseline_perplexity": seconds,
-            "time_to_quality": base[-1]["seconds"] / seconds if seconds else None}
+    return {
+        "perplexity_at_baseline_tokens": at(ours, "tokens", base[-1]["tokens"]),
+        "perplexity_at_baseline_seconds": at(ours, "seconds", base[-1]["seconds"]),
+        "baseline_perplexity": target,
+        "seconds_to_baseline_perplexity": seconds,
+        "time_to_quality": base[-1]["seconds"] / seconds if seconds else None,
+    }
 
 
 def main(argv=None) -> int:
@@ -270,35 +374,66 @@ def main(argv=None) -> int:
     names = list(args.recipe_table)
     runs = {}
     for i in range(0, len(names), 2):
-        group = names[i:i + 2]
-        jobs = [ttq.Job(n, run_command(n, args.recipe_table[n], args, data, out), out / "logs" / f"{n}.log",
-                        ttq.child_env(args.threads)) for n in group]
+        group = names[i : i + 2]
+        jobs = [
+            ttq.Job(
+                n,
+                run_command(n, args.recipe_table[n], args, data, out),
+                out / "logs" / f"{n}.log",
+                ttq.child_env(args.threads),
+            )
+            for n in group
+        ]
         ttq.log("  ".join(group))
         ttq.run_jobs(jobs, parallel=len(jobs))
         for n in group:
             curve = score_run(n, args.recipe_table[n], data, out, batches)
             last = curve[-1]
-            runs[n] = {"flags": args.recipe_table[n], "note": RECIPES.get(n, {}).get("note", "--recipe_flags"),
-                       "final_perplexity": last["perplexity"], "tokens": last["tokens"], "seconds": last["seconds"],
-                       "steps": last["step"], "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
-                       "curve": curve}
-            ttq.log(f"{n}: held-out perplexity {last['perplexity']:.1f} after {last['step']} steps, "
-                    f"{last['tokens']:.3g} tokens, {last['seconds']:.0f} s")
+            runs[n] = {
+                "flags": args.recipe_table[n],
+                "note": RECIPES.get(n, {}).get("note", "--recipe_flags"),
+                "final_perplexity": last["perplexity"],
+                "tokens": last["tokens"],
+                "seconds": last["seconds"],
+                "steps": last["step"],
+                "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
+                "curve": curve,
+            }
+            ttq.log(
+                f"{n}: held-out perplexity {last['perplexity']:.1f} after {last['step']} steps, "
+                f"{last['tokens']:.3g} tokens, {last['seconds']:.0f} s"
+            )
     timings["pretraining"] = round(time.perf_counter() - t0 - timings["data"], 1)
     base = runs[args.baseline_recipe]["curve"]
-    results = {"command": ["python", os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])],
-               "protocol": {"budget_minutes": args.budget_minutes, "budget_tokens": args.budget_tokens,
-                            "vocab_size": args.vocab_size, "threads_per_run": args.threads, "seed": args.seed,
-                            "heldout": {"seq_length": args.heldout_seq_length, "blocks": sum(len(b["input_ids"])
-                                                                                             for b in batches),
-                                        "score": "exact full-softmax perplexity, both directions, eval mode"},
-                            "finetune": {**ttq.FINETUNE, "learning_rate": args.finetune_learning_rate,
-                                         "num_train_epochs": args.finetune_epochs, "tasks": args.tasks,
-                                         "seeds": [42 + i for i in range(args.seeds)],
-                                         "head": "finetune.glue default for SesameElmo: frozen BiLM + ScalarMix"},
-                            "load_average_before": load_before, "cpu_count": os.cpu_count()},
-               "baseline_recipe": args.baseline_recipe,
-               "ratios": {n: compare(r["curve"], base) for n, r in runs.items()}, "runs": runs, "timings": timings}
+    results = {
+        "command": ["python", os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])],
+        "protocol": {
+            "budget_minutes": args.budget_minutes,
+            "budget_tokens": args.budget_tokens,
+            "vocab_size": args.vocab_size,
+            "threads_per_run": args.threads,
+            "seed": args.seed,
+            "heldout": {
+                "seq_length": args.heldout_seq_length,
+                "blocks": sum(len(b["input_ids"]) for b in batches),
+                "score": "exact full-softmax perplexity, both directions, eval mode",
+            },
+            "finetune": {
+                **ttq.FINETUNE,
+                "learning_rate": args.finetune_learning_rate,
+                "num_train_epochs": args.finetune_epochs,
+                "tasks": args.tasks,
+                "seeds": [42 + i for i in range(args.seeds)],
+                "head": "finetune.glue default for SesameElmo: frozen BiLM + ScalarMix",
+            },
+            "load_average_before": load_before,
+            "cpu_count": os.cpu_count(),
+        },
+        "baseline_recipe": args.baseline_recipe,
+        "ratios": {n: compare(r["curve"], base) for n, r in runs.items()},
+        "runs": runs,
+        "timings": timings,
+    }
     write_outputs(results, out)
     if args.tasks:
         finetune_args = argparse.Namespace(**{**vars(args), "max_seq_length": 128})
@@ -308,9 +443,11 @@ def main(argv=None) -> int:
         write_outputs(results, out)
     for name, run in runs.items():
         r = results["ratios"][name]
-        print(f"{name:20s} perplexity {run['final_perplexity']:8.1f}  {run['steps']} steps  {run['tokens']:.3g} "
-              f"tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s  at the baseline's seconds "
-              f"{r['perplexity_at_baseline_seconds']:.1f}  {run.get('downstream', {})}")
+        print(
+            f"{name:20s} perplexity {run['final_perplexity']:8.1f}  {run['steps']} steps  {run['tokens']:.3g} "
+            f"tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s  at the baseline's seconds "
+            f"{r['perplexity_at_baseline_seconds']:.1f}  {run.get('downstream', {})}"
+        )
     return 0
 
 
@@ -319,22 +456,35 @@ def write_outputs(results: dict, out: Path) -> None:
     results["protocol"]["load_average_after"] = os.getloadavg()[0]
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     tasks = results["protocol"]["finetune"]["tasks"]
-    lines = [f"# ELMo recipes (baseline: {results['baseline_recipe']})", "",
-             "| recipe | steps | tokens | train s | tokens/s | held-out perplexity | at baseline tokens | at baseline "
-             "seconds | s to baseline perplexity |" + "".join(f" {t} |" for t in tasks),
-             "|---" * (9 + len(tasks)) + "|"]
+    lines = [
+        f"# ELMo recipes (baseline: {results['baseline_recipe']})",
+        "",
+        "| recipe | steps | tokens | train s | tokens/s | held-out perplexity | at baseline tokens | at baseline "
+        "seconds | s to baseline perplexity |" + "".join(f" {t} |" for t in tasks),
+        "|---" * (9 + len(tasks)) + "|",
+    ]
     for name, run in results["runs"].items():
         r = results["ratios"][name]
         down = run.get("downstream", {})
         reached = r["seconds_to_baseline_perplexity"]
-        lines.append(f"| {name} | {run['steps']} | {run['tokens']:.3g} | {run['seconds']:.0f} | "
-                     f"{run['tokens_per_second']:.0f} | {run['final_perplexity']:.1f} | "
-                     f"{r['perplexity_at_baseline_tokens']:.1f} | {r['perplexity_at_baseline_seconds']:.1f} | "
-                     f"{'not reached' if reached is None else f'{reached:.0f}'} |"
-                     + "".join(f" {'--' if down.get(t) is None else f'{100 * down[t]:.1f}'} |" for t in tasks))
-    lines += ["", *[f"- `{n}`: `{' '.join(r['flags']) or '(no flags)'}` -- {r['note']}"
-                    for n, r in results["runs"].items()],
-              "", f"Protocol: {json.dumps(results['protocol'])}", "", "```", shlex.join(results["command"]), "```", ""]
+        lines.append(
+            f"| {name} | {run['steps']} | {run['tokens']:.3g} | {run['seconds']:.0f} | "
+            f"{run['tokens_per_second']:.0f} | {run['final_perplexity']:.1f} | "
+            f"{r['perplexity_at_baseline_tokens']:.1f} | {r['perplexity_at_baseline_seconds']:.1f} | "
+            f"{'not reached' if reached is None else f'{reached:.0f}'} |"
+            + "".join(f" {'--' if down.get(t) is None else f'{100 * down[t]:.1f}'} |" for t in tasks)
+        )
+    lines += [
+        "",
+        *[f"- `{n}`: `{' '.join(r['flags']) or '(no flags)'}` -- {r['note']}" for n, r in results["runs"].items()],
+        "",
+        f"Protocol: {json.dumps(results['protocol'])}",
+        "",
+        "```",
+        shlex.join(results["command"]),
+        "```",
+        "",
+    ]
     (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -86,8 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_sampled", type=int, default=1024, help="negatives of the sampled softmax")
     parser.add_argument("--max_lines", type=int, default=200000, help="corpus lines read for the vocabulary")
     parser.add_argument("--kinds", nargs="+", default=["full", "sampled", "adaptive"])
-    parser.add_argument("--native_lstm", action="store_true",
-                        help="PyTorch's nn.LSTM kernel instead of the fused CPU BiLSTM (fused_cpu_lstm=False)")
+    parser.add_argument(
+        "--native_lstm",
+        action="store_true",
+        help="PyTorch's nn.LSTM kernel instead of the fused CPU BiLSTM (fused_cpu_lstm=False)",
+    )
     add_debug_argument(parser)
     return parser
 
@@ -102,8 +105,9 @@ def load_tokenizer(args):
 
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.txt"
-        sample.write_text("\n".join(itertools.islice(iter_text_lines(args.train_file), args.max_lines)) + "\n",
-                          encoding="utf-8")
+        sample.write_text(
+            "\n".join(itertools.islice(iter_text_lines(args.train_file), args.max_lines)) + "\n", encoding="utf-8"
+        )
         t0 = time.perf_counter()
         tokenizer = train_elmo_tokenizer([sample], args.vocab_size)
         print(f"vocabulary: {len(tokenizer)} words ({time.perf_counter() - t0:.1f} s)", flush=True)
@@ -118,8 +122,9 @@ def main(argv=None) -> int:
     vocab = len(tokenizer)
     batches = make_batches(tokenizer, args.train_file, args.seq_len, args.batch_size, 4, args.max_lines)
 
-    base = modeling.get_preset_config(args.config_name, vocab_size=vocab, num_sampled=args.num_sampled,
-                                      fused_cpu_lstm=not args.native_lstm)
+    base = modeling.get_preset_config(
+        args.config_name, vocab_size=vocab, num_sampled=args.num_sampled, fused_cpu_lstm=not args.native_lstm
+    )
     models, opts = {}, {}
     reference = None
     for kind in args.kinds:
@@ -167,8 +172,13 @@ def main(argv=None) -> int:
     tokens = args.batch_size * args.seq_len
     med = {k: statistics.median(v) for k, v in times.items() if v}
     result = {
-        "config": args.config_name, "vocab_size": vocab, "seq_len": args.seq_len, "batch_size": args.batch_size,
-        "threads": args.threads, "steps": args.steps, "num_sampled": args.num_sampled,
+        "config": args.config_name,
+        "vocab_size": vocab,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+        "steps": args.steps,
+        "num_sampled": args.num_sampled,
         "fused_cpu_lstm": not args.native_lstm,
         "adaptive_cutoffs": base.__class__(**{**base.to_dict(), "softmax": "adaptive"}).resolved_adaptive_cutoffs(),
     }

@@ -55,20 +55,32 @@ H100_BF16_PEAK_FLOPS = 989e12
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:1, cpu, ...")
-    p.add_argument("--config_name", default="bert-base", help="a SesameBert preset (bert-tiny, bert-mini, bert-small, bert-base)")
+    p.add_argument(
+        "--config_name", default="bert-base", help="a SesameBert preset (bert-tiny, bert-mini, bert-small, bert-base)"
+    )
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--mlm_probability", type=float, default=0.15)
     p.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout of both models (BERT: 0.1)")
-    p.add_argument("--mixed_precision", default="bf16", choices=["bf16", "fp16", "no"], help="autocast dtype of the forward")
+    p.add_argument(
+        "--mixed_precision", default="bf16", choices=["bf16", "fp16", "no"], help="autocast dtype of the forward"
+    )
     p.add_argument("--compile", default="both", choices=["both", "eager", "compiled"], help="which variants to time")
-    p.add_argument("--fused_adamw", default="auto", choices=["auto", "on", "off"],
-                   help="fused AdamW: auto = where the device has the kernel")
+    p.add_argument(
+        "--fused_adamw",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="fused AdamW: auto = where the device has the kernel",
+    )
     p.add_argument("--steps", type=int, default=20, help="timed rounds (median over them)")
     p.add_argument("--warmup", type=int, default=5, help="untimed rounds first (torch.compile compiles there)")
-    p.add_argument("--peak_flops", type=float, default=None,
-                   help="peak FLOP/s of the device for MFU (default 989e12 on CUDA: H100 dense bf16; none on the CPU)")
+    p.add_argument(
+        "--peak_flops",
+        type=float,
+        default=None,
+        help="peak FLOP/s of the device for MFU (default 989e12 on CUDA: H100 dense bf16; none on the CPU)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--output", default=None, help="also write the results as JSON here")
     return p.parse_args(argv)
@@ -85,10 +97,15 @@ def make_models(args, device):
     preset = modeling.get_preset_config(args.config_name)
     torch.manual_seed(0)
     hf_config = BertConfig(
-        vocab_size=args.vocab_size, hidden_size=preset.hidden_size, num_hidden_layers=preset.num_hidden_layers,
-        num_attention_heads=preset.num_attention_heads, intermediate_size=preset.intermediate_size,
-        max_position_embeddings=max(512, args.seq_len), hidden_dropout_prob=args.dropout,
-        attention_probs_dropout_prob=args.dropout, attn_implementation="sdpa",
+        vocab_size=args.vocab_size,
+        hidden_size=preset.hidden_size,
+        num_hidden_layers=preset.num_hidden_layers,
+        num_attention_heads=preset.num_attention_heads,
+        intermediate_size=preset.intermediate_size,
+        max_position_embeddings=max(512, args.seq_len),
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
+        attn_implementation="sdpa",
     )
     hf = BertForMaskedLM(hf_config)
     sesame = SesameBertForMaskedLM(sesame_config_from_bert(hf_config))
@@ -119,8 +136,12 @@ def main(argv=None):
     if args.compile in ("both", "eager"):
         models.update({"transformers eager": hf, "sesame eager": sesame})
     if args.compile in ("both", "compiled"):
-        models.update({"transformers compiled": torch.compile(copy.deepcopy(hf)),
-                       "sesame compiled": torch.compile(copy.deepcopy(sesame))})
+        models.update(
+            {
+                "transformers compiled": torch.compile(copy.deepcopy(hf)),
+                "sesame compiled": torch.compile(copy.deepcopy(sesame)),
+            }
+        )
     optimizers = {k: create_optimizer(m, 1e-4, weight_decay=0.0, fused=fused) for k, m in models.items()}
     fused = bool(next(iter(optimizers.values())).defaults.get("fused"))  # what create_optimizer chose
     batch = make_batch(args.batch_size, args.seq_len, args.vocab_size, args.mlm_probability, device)
@@ -160,22 +181,36 @@ def main(argv=None):
     per_token = flops_per_token(sesame, args)
     result = {
         "config": f"{args.config_name} L{sesame.config.num_hidden_layers}/H{sesame.config.hidden_size}"
-                  f"/V{args.vocab_size} S{args.seq_len} x B{args.batch_size}",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
-        "torch": torch.__version__, "mixed_precision": args.mixed_precision, "fused_adamw": bool(fused),
-        "dropout": args.dropout, "steps": args.steps, "warmup": args.warmup,
-        "first_step_loss": first_loss, "tokens_per_s": tokens_per_s,
-        "flops_per_token": per_token, "peak_flops": peak,
+        f"/V{args.vocab_size} S{args.seq_len} x B{args.batch_size}",
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)",
+        "torch": torch.__version__,
+        "mixed_precision": args.mixed_precision,
+        "fused_adamw": bool(fused),
+        "dropout": args.dropout,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "first_step_loss": first_loss,
+        "tokens_per_s": tokens_per_s,
+        "flops_per_token": per_token,
+        "peak_flops": peak,
         "mfu": {k: v * per_token / peak for k, v in tokens_per_s.items()} if peak else None,
         "ratios": {},
     }
-    pairs = [("sesame eager", "transformers eager"), ("sesame compiled", "transformers compiled"),
-             ("sesame compiled", "transformers eager"), ("sesame compiled", "sesame eager")]
+    pairs = [
+        ("sesame eager", "transformers eager"),
+        ("sesame compiled", "transformers compiled"),
+        ("sesame compiled", "transformers eager"),
+        ("sesame compiled", "sesame eager"),
+    ]
     for a, b in pairs:
         if a in tokens_per_s and b in tokens_per_s:
             result["ratios"][f"{a} / {b}"] = tokens_per_s[a] / tokens_per_s[b]
-    print(f"{result['config']} on {result['device']}, {args.mixed_precision} autocast, fused AdamW {bool(fused)}, "
-          f"median of {args.steps} interleaved steps")
+    print(
+        f"{result['config']} on {result['device']}, {args.mixed_precision} autocast, fused AdamW {bool(fused)}, "
+        f"median of {args.steps} interleaved steps"
+    )
     for name, value in tokens_per_s.items():
         mfu = f"  MFU {100 * result['mfu'][name]:5.1f}%" if peak else ""
         print(f"  {name:>22}: {value:12,.0f} tokens/s{mfu}  (first loss {first_loss[name]:.4f})")

@@ -42,8 +42,12 @@ def parse_args(argv=None):
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16"], help="autocast dtype (fp16 is left out: "
-                   "the loop's GradScaler has no counterpart in the bare loop)")
+    p.add_argument(
+        "--mixed_precision",
+        default="no",
+        choices=["no", "bf16"],
+        help="autocast dtype (fp16 is left out: the loop's GradScaler has no counterpart in the bare loop)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers")
     p.add_argument("--logging_steps", type=int, default=10)
@@ -53,7 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--output", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
     if args.warmup < 1:
-        p.error(f"--warmup {args.warmup}: expected >= 1 (the loop's timing starts at the end of the warm-up's last step)")
+        p.error(
+            f"--warmup {args.warmup}: expected >= 1 (the loop's timing starts at the end of the warm-up's last step)"
+        )
     return args
 
 
@@ -91,12 +97,24 @@ def _setup(args):
     torch.manual_seed(0)
     init = modeling.SesameBertForMaskedLM(config)
     total_steps = args.warmup + args.steps
-    cfg = TrainingConfig(output_dir=tempfile.mkdtemp(prefix="bench-loop-"), learning_rate=1e-4,
-                         max_train_steps=total_steps, num_warmup_steps=1, logging_steps=args.logging_steps,
-                         checkpoints_total_limit=None)
+    cfg = TrainingConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-loop-"),
+        learning_rate=1e-4,
+        max_train_steps=total_steps,
+        num_warmup_steps=1,
+        logging_steps=args.logging_steps,
+        checkpoints_total_limit=None,
+    )
     accelerator = make_accelerator(cfg, mixed_precision=args.mixed_precision)
-    return types.SimpleNamespace(ds=ds, collator=MLMCollator(_Tok(args.vocab_size), seed=0), init=init, cfg=cfg,
-                                 total_steps=total_steps, accelerator=accelerator, device=accelerator.device)
+    return types.SimpleNamespace(
+        ds=ds,
+        collator=MLMCollator(_Tok(args.vocab_size), seed=0),
+        init=init,
+        cfg=cfg,
+        total_steps=total_steps,
+        accelerator=accelerator,
+        device=accelerator.device,
+    )
 
 
 def _sync(device) -> None:
@@ -178,12 +196,21 @@ def main(argv=None):
         results["loop"].append(loop_round(args, setup))
     med = {k: statistics.median(v) for k, v in results.items()}
     ratio = med["loop"] / med["bare"]
-    report = {"device": str(setup.device), "config": args.config_name, "seq_len": args.seq_len,
-              "batch_size": args.batch_size, "mixed_precision": args.mixed_precision,
-              "threads": torch.get_num_threads(), "rounds": results, "median_tokens_per_second": med,
-              "ratio_loop_over_bare": ratio}
-    print(f"{args.config_name} S{args.seq_len} B{args.batch_size} {args.mixed_precision} on {setup.device} "
-          f"({torch.get_num_threads()} threads), median of {args.rounds} rounds x {args.steps} steps:")
+    report = {
+        "device": str(setup.device),
+        "config": args.config_name,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "mixed_precision": args.mixed_precision,
+        "threads": torch.get_num_threads(),
+        "rounds": results,
+        "median_tokens_per_second": med,
+        "ratio_loop_over_bare": ratio,
+    }
+    print(
+        f"{args.config_name} S{args.seq_len} B{args.batch_size} {args.mixed_precision} on {setup.device} "
+        f"({torch.get_num_threads()} threads), median of {args.rounds} rounds x {args.steps} steps:"
+    )
     print(f"  bare step loop   {med['bare']:10.0f} tokens/s   {[round(x) for x in results['bare']]}")
     print(f"  pretrain loop    {med['loop']:10.0f} tokens/s   {[round(x) for x in results['loop']]}")
     print(f"  ratio loop/bare  {ratio:.3f}")

@@ -79,20 +79,32 @@ def bench_sesame(args, tokenizer, docs):
     blocks = data.pack_blocks(tokenized, args.seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id)["train"]
     total = args.warmup + args.steps
     with tempfile.TemporaryDirectory() as out:
-        config = TrainingConfig(output_dir=out, learning_rate=1e-3, max_train_steps=total, logging_steps=1,
-                                checkpoints_total_limit=1)
+        config = TrainingConfig(
+            output_dir=out, learning_rate=1e-3, max_train_steps=total, logging_steps=1, checkpoints_total_limit=1
+        )
         accelerator = make_accelerator(config)
         torch.manual_seed(0)
-        cfg = modeling.get_preset_config("bert-mini", vocab_size=len(tokenizer), num_hidden_layers=args.layers,
-                                         hidden_size=args.hidden, num_attention_heads=args.heads, intermediate_size=4 * args.hidden)
+        cfg = modeling.get_preset_config(
+            "bert-mini",
+            vocab_size=len(tokenizer),
+            num_hidden_layers=args.layers,
+            hidden_size=args.hidden,
+            num_attention_heads=args.heads,
+            intermediate_size=4 * args.hidden,
+        )
         model = modeling.SesameBertForMaskedLM(cfg)
         loader = make_train_dataloader(data.IndexedDataset(blocks), args.batch_size, MLMCollator(tokenizer), seed=0)
         trainer = Trainer(accelerator, model, loader, config)
         trainer.train()
-        rates = [r["tokens_per_second"] for r in trainer.log_history[args.warmup:]]
+        rates = [r["tokens_per_second"] for r in trainer.log_history[args.warmup :]]
         tokens = [r["tokens_per_second"] for r in trainer.log_history]
-    return {"median_tokens_per_second": statistics.median(rates), "steps": len(rates), "padding_fraction": 0.0,
-            "blocks": len(blocks), "all_steps_tokens_per_second": tokens}
+    return {
+        "median_tokens_per_second": statistics.median(rates),
+        "steps": len(rates),
+        "padding_fraction": 0.0,
+        "blocks": len(blocks),
+        "all_steps_tokens_per_second": tokens,
+    }
 
 
 def _hf_loop(args, tokenizer, dataset, padding_fraction):
@@ -100,15 +112,29 @@ def _hf_loop(args, tokenizer, dataset, padding_fraction):
     from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, get_scheduler
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=args.hidden, num_hidden_layers=args.layers,
-                        num_attention_heads=args.heads, intermediate_size=4 * args.hidden, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden,
+        max_position_embeddings=512,
+    )
     model = BertForMaskedLM(config).train()
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        collate_fn=collator,
+        generator=torch.Generator().manual_seed(0),
+    )
     no_decay = ["bias", "LayerNorm.weight"]
     groups = [
-        {"params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)], "weight_decay": 0.01},
+        {
+            "params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)],
+            "weight_decay": 0.01,
+        },
         {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=1e-3)
@@ -126,14 +152,21 @@ def _hf_loop(args, tokenizer, dataset, padding_fraction):
         optimizer.zero_grad()
         dt = time.perf_counter() - t0
         rates.append(int(batch["attention_mask"].sum()) / dt)
-    timed = rates[args.warmup:]
-    return {"median_tokens_per_second": statistics.median(timed), "steps": len(timed),
-            "padding_fraction": padding_fraction, "examples": len(dataset), "all_steps_tokens_per_second": rates}
+    timed = rates[args.warmup :]
+    return {
+        "median_tokens_per_second": statistics.median(timed),
+        "steps": len(timed),
+        "padding_fraction": padding_fraction,
+        "examples": len(dataset),
+        "all_steps_tokens_per_second": rates,
+    }
 
 
 def bench_hf_line_by_line(args, tokenizer, docs):
     lines = [ln for text in docs["text"] for ln in text.split("\n") if ln.strip()]
-    enc = tokenizer(lines, truncation=True, max_length=args.seq_length, padding="max_length", return_special_tokens_mask=True)
+    enc = tokenizer(
+        lines, truncation=True, max_length=args.seq_length, padding="max_length", return_special_tokens_mask=True
+    )
     dataset = [{k: enc[k][i] for k in enc} for i in range(len(lines))]
     real = sum(sum(m) for m in enc["attention_mask"])
     return _hf_loop(args, tokenizer, dataset, 1 - real / (len(lines) * args.seq_length))
@@ -144,7 +177,7 @@ def bench_hf_group_texts(args, tokenizer, docs):
     L = args.seq_length
     concatenated = {k: [t for seq in enc[k] for t in seq] for k in enc}
     n = (len(concatenated["input_ids"]) // L) * L
-    dataset = [{k: concatenated[k][i:i + L] for k in concatenated} for i in range(0, n, L)]
+    dataset = [{k: concatenated[k][i : i + L] for k in concatenated} for i in range(0, n, L)]
     return _hf_loop(args, tokenizer, dataset, 0.0)
 
 
@@ -164,17 +197,30 @@ def main(argv=None):
         tmp.write_text("\n".join(docs["text"]) + "\n", encoding="utf-8")
         tokenizer = train_wordpiece_tokenizer([tmp], 8000)
     runs = {"sesame": bench_sesame, "hf-line-by-line": bench_hf_line_by_line, "hf-group-texts": bench_hf_group_texts}
-    results = {"config": {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_length", "batch_size", "threads", "steps", "warmup")},
-               "vocab_size": len(tokenizer), "load_average_1min": os.getloadavg()[0]}
+    results = {
+        "config": {
+            k: getattr(args, k)
+            for k in ("layers", "hidden", "heads", "seq_length", "batch_size", "threads", "steps", "warmup")
+        },
+        "vocab_size": len(tokenizer),
+        "load_average_1min": os.getloadavg()[0],
+    }
     for name in args.only or list(runs):
         results[name] = runs[name](args, tokenizer, docs)
-        print(f"{name:16s} median {results[name]['median_tokens_per_second']:10.0f} tokens/s  "
-              f"(padding {results[name]['padding_fraction']:.1%})", flush=True)
+        print(
+            f"{name:16s} median {results[name]['median_tokens_per_second']:10.0f} tokens/s  "
+            f"(padding {results[name]['padding_fraction']:.1%})",
+            flush=True,
+        )
     if "sesame" in results and "hf-line-by-line" in results:
-        results["ratio_vs_line_by_line"] = results["sesame"]["median_tokens_per_second"] / results["hf-line-by-line"]["median_tokens_per_second"]
+        results["ratio_vs_line_by_line"] = (
+            results["sesame"]["median_tokens_per_second"] / results["hf-line-by-line"]["median_tokens_per_second"]
+        )
         print(f"ratio sesame / hf-line-by-line: {results['ratio_vs_line_by_line']:.2f}x (target >= 2.5)")
     if "sesame" in results and "hf-group-texts" in results:
-        results["ratio_vs_group_texts"] = results["sesame"]["median_tokens_per_second"] / results["hf-group-texts"]["median_tokens_per_second"]
+        results["ratio_vs_group_texts"] = (
+            results["sesame"]["median_tokens_per_second"] / results["hf-group-texts"]["median_tokens_per_second"]
+        )
         print(f"ratio sesame / hf-group-texts:   {results['ratio_vs_group_texts']:.2f}x")
     results["load_average_1min_end"] = os.getloadavg()[0]
     if args.output:

@@ -154,34 +154,80 @@ SHAPES: dict[str, dict[str, int]] = {
 #: --per_device_train_batch_size B`` and the bench's run flags (:data:`BENCH_FLAGS` may not be set by a recipe).
 #: ``note`` says what the recipe is. ``--recipe_flags NAME='--flag v ...'`` adds one for a single invocation.
 RECIPES: dict[str, dict] = {
-    "sesame-default": dict(flags=[], note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
-                                          "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
-                                          "last 20%, weight decay 0.01, float32)"),
-    "sesame-before-22": dict(flags=["--learning_rate", "1e-4", "--mlm_probability", "0.15", "--lr_scheduler_type",
-                                    "linear", "--document_masking", "false"],
-                             note="the default before issue 22, spelled out: lr 1e-4 (BERT's), 15% masking, linear "
-                                  "decay, documents joined by [SEP]"),
+    "sesame-default": dict(
+        flags=[],
+        note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
+        "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
+        "last 20%, weight decay 0.01, float32)",
+    ),
+    "sesame-before-22": dict(
+        flags=[
+            "--learning_rate",
+            "1e-4",
+            "--mlm_probability",
+            "0.15",
+            "--lr_scheduler_type",
+            "linear",
+            "--document_masking",
+            "false",
+        ],
+        note="the default before issue 22, spelled out: lr 1e-4 (BERT's), 15% masking, linear "
+        "decay, documents joined by [SEP]",
+    ),
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
-    "sesame-lr1e-3-bf16": dict(flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
-                               note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)"),
-    "rtd": dict(flags=["--objective", "rtd", "--learning_rate", "1e-3"],
-                note="ELECTRA replaced-token detection (issue 21), lr 1e-3 as sesame-lr1e-3: a generator of 1/4 the "
-                     "width and the discriminator (the preset's shape, fine-tuned downstream); its held-out curve is "
-                     "the generator's MLM loss, so the MLM ratios do not apply"),
+    "sesame-lr1e-3-bf16": dict(
+        flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
+        note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)",
+    ),
+    "rtd": dict(
+        flags=["--objective", "rtd", "--learning_rate", "1e-3"],
+        note="ELECTRA replaced-token detection (issue 21), lr 1e-3 as sesame-lr1e-3: a generator of 1/4 the "
+        "width and the discriminator (the preset's shape, fine-tuned downstream); its held-out curve is "
+        "the generator's MLM loss, so the MLM ratios do not apply",
+    ),
 }
 DEFAULT_RECIPES = ("sesame-default", "sesame-before-22")
 
 #: ``pretrain`` flags the bench sets itself: a recipe giving one of them is refused.
-BENCH_FLAGS = ("--prepared_dataset", "--train_file", "--validation_file", "--dataset_name", "--tokenizer_name",
-               "--model_name_or_path", "--output_dir", "--overwrite_output_dir", "--max_train_steps",
-               "--num_train_epochs", "--checkpointing_steps", "--checkpoints_total_limit", "--logging_steps",
-               "--eval_steps", "--max_eval_samples", "--max_train_samples", "--seed", "--report_to",
-               "--resume_from_checkpoint", "--push_to_hub", "--load_best_model_at_end", "--early_stopping_patience",
-               "--streaming", "--max_seq_length")
+BENCH_FLAGS = (
+    "--prepared_dataset",
+    "--train_file",
+    "--validation_file",
+    "--dataset_name",
+    "--tokenizer_name",
+    "--model_name_or_path",
+    "--output_dir",
+    "--overwrite_output_dir",
+    "--max_train_steps",
+    "--num_train_epochs",
+    "--checkpointing_steps",
+    "--checkpoints_total_limit",
+    "--logging_steps",
+    "--eval_steps",
+    "--max_eval_samples",
+    "--max_train_samples",
+    "--seed",
+    "--report_to",
+    "--resume_from_checkpoint",
+    "--push_to_hub",
+    "--load_best_model_at_end",
+    "--early_stopping_patience",
+    "--streaming",
+    "--max_seq_length",
+)
 
 #: GLUE tasks -> the main metric (the first of the task's metrics, as ``finetune.glue`` / ``finetune.baselines``).
-TASK_METRICS = {"cola": "matthews_correlation", "sst2": "accuracy", "mrpc": "f1", "qqp": "f1", "stsb": "pearson",
-                "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy", "wnli": "accuracy"}
+TASK_METRICS = {
+    "cola": "matthews_correlation",
+    "sst2": "accuracy",
+    "mrpc": "f1",
+    "qqp": "f1",
+    "stsb": "pearson",
+    "mnli": "accuracy",
+    "qnli": "accuracy",
+    "rte": "accuracy",
+    "wnli": "accuracy",
+}
 #: The classic backbones of ``finetune.baselines`` (their rows in ``--baselines_results``).
 CLASSIC_BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 #: The fine-tuning protocol (``finetune.glue`` flags); SST-2 on its first 20,000 training examples.
@@ -214,23 +260,49 @@ def parse_args(argv=None) -> argparse.Namespace:
     b.add_argument("--budget_tokens", type=int, default=None, help="training tokens per run (instead of minutes)")
     b.add_argument("--model_shape", choices=list(SHAPES), default="bert-tiny")
     b.add_argument("--batch_size", type=int, default=32, help="blocks per optimizer step (default 32)")
-    b.add_argument("--recipes", nargs="*", default=list(DEFAULT_RECIPES),
-                   help=f"our recipes, of {', '.join(RECIPES)} (default: {' '.join(DEFAULT_RECIPES)})")
-    b.add_argument("--recipe_flags", nargs="+", default=[], metavar="NAME='--flag v ...'",
-                   help="ad-hoc recipes: pretrain flags for a new name (run after --recipes)")
+    b.add_argument(
+        "--recipes",
+        nargs="*",
+        default=list(DEFAULT_RECIPES),
+        help=f"our recipes, of {', '.join(RECIPES)} (default: {' '.join(DEFAULT_RECIPES)})",
+    )
+    b.add_argument(
+        "--recipe_flags",
+        nargs="+",
+        default=[],
+        metavar="NAME='--flag v ...'",
+        help="ad-hoc recipes: pretrain flags for a new name (run after --recipes)",
+    )
     b.add_argument("--default_recipe", default=None, help="the recipe of the top-level ratios (default: the first)")
-    b.add_argument("--reference_lrs", nargs="+", type=float, default=[5e-4, 1e-3, 2e-3],
-                   help="the reference's learning-rate sweep (one value: no sweep)")
-    b.add_argument("--reference_sweep_fraction", type=float, default=0.25,
-                   help="sweep runs last this fraction of the reference's steps (default 0.25)")
+    b.add_argument(
+        "--reference_lrs",
+        nargs="+",
+        type=float,
+        default=[5e-4, 1e-3, 2e-3],
+        help="the reference's learning-rate sweep (one value: no sweep)",
+    )
+    b.add_argument(
+        "--reference_sweep_fraction",
+        type=float,
+        default=0.25,
+        help="sweep runs last this fraction of the reference's steps (default 0.25)",
+    )
     b.add_argument("--reference_weight_decay", type=float, default=0.0, help="run_mlm's default 0.0")
-    b.add_argument("--reference_mixed_precision", choices=["no", "bf16"], default="no",
-                   help="the reference's autocast (run_mlm's default: no)")
+    b.add_argument(
+        "--reference_mixed_precision",
+        choices=["no", "bf16"],
+        default="no",
+        help="the reference's autocast (run_mlm's default: no)",
+    )
     b.add_argument("--seed", type=int, default=42, help="pretraining seed of repeat 0; random-init seed")
-    b.add_argument("--schedule", choices=["paired", "sequential", "shared"], default="paired",
-                   help="paired: each recipe runs at the same time as its reference copy; sequential: one by one; "
-                        "shared (--budget_tokens only; a recipe search): one reference run per repeat, paired with "
-                        "the first recipe, serves every recipe; the other recipes run two at a time")
+    b.add_argument(
+        "--schedule",
+        choices=["paired", "sequential", "shared"],
+        default="paired",
+        help="paired: each recipe runs at the same time as its reference copy; sequential: one by one; "
+        "shared (--budget_tokens only; a recipe search): one reference run per repeat, paired with "
+        "the first recipe, serves every recipe; the other recipes run two at a time",
+    )
     b.add_argument("--threads", type=int, default=1, help="threads per training process (OMP_NUM_THREADS)")
     b.add_argument("--repeats", type=int, default=1, help="repeat every pair with seeds seed+r; medians reported")
     b.add_argument("--probe_steps", type=int, default=20, help="steps of a budget probe (default 20)")
@@ -244,8 +316,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     f.add_argument("--finetune_epochs", type=float, default=FINETUNE["num_train_epochs"])
     f.add_argument("--max_train_samples", type=int, default=None, help="cap every task's training examples")
     f.add_argument("--finetune_parallel", type=int, default=2, help="fine-tuning processes at once (1 thread each)")
-    f.add_argument("--random_inits", nargs="*", choices=["sesame", "bert"], default=["sesame"],
-                   help="random inits fine-tuned as the no-pretraining baseline (default: sesame)")
+    f.add_argument(
+        "--random_inits",
+        nargs="*",
+        choices=["sesame", "bert"],
+        default=["sesame"],
+        help="random inits fine-tuned as the no-pretraining baseline (default: sesame)",
+    )
     f.add_argument("--baselines_results", default=None, help="a finetune.baselines results.json")
     f.add_argument("--keep_finetuned", action="store_true", help="keep the fine-tuned weights")
     args = p.parse_args(argv)
@@ -323,9 +400,16 @@ class Job:
 def child_env(threads: int) -> dict[str, str]:
     """Environment of a child: ``threads`` OpenMP/MKL threads, passive OpenMP waiting (idle threads sleep instead of
     spinning, which on a shared 2-core machine starves the other process), offline hubs."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
-            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    return {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+    }
 
 
 def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -> list[Job]:
@@ -344,8 +428,7 @@ def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -
                 handle = open(job.log, "w", encoding="utf-8")
                 handle.write("$ " + shlex.join(job.cmd) + "\n")
                 handle.flush()
-                proc = subprocess.Popen(job.cmd, stdout=handle, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **job.env})
+                proc = subprocess.Popen(job.cmd, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **job.env})
                 running.append((job, proc, handle, time.perf_counter()))
             time.sleep(0.2)
             if on_poll is not None:
@@ -403,13 +486,16 @@ def data_variant(flags: list[str]) -> str:
     (``--objective X`` other than mlm), or both suffixes."""
     objective = flag_value(flags, "--objective", "mlm")
     document_masking = (flag_value(flags, "--document_masking") or "").lower()
-    return ("prepared" + ("" if objective == "mlm" else f"-{objective}")
-            + ("-nodoc" if document_masking in ("false", "0", "no") else ""))
+    return (
+        "prepared"
+        + ("" if objective == "mlm" else f"-{objective}")
+        + ("-nodoc" if document_masking in ("false", "0", "no") else "")
+    )
 
 
 def variant_flags(name: str) -> list[str]:
     """The ``pretrain.prepare`` flags of a :func:`data_variant` name."""
-    flags, rest = [], name[len("prepared"):]
+    flags, rest = [], name[len("prepared") :]
     if rest.endswith("-nodoc"):
         flags, rest = ["--document_masking", "false"], rest[: -len("-nodoc")]
     return (["--objective", rest[1:]] if rest else []) + flags
@@ -418,30 +504,84 @@ def variant_flags(name: str) -> list[str]:
 def prepare_shared_data(args, out: Path) -> dict:
     """Tokenizer, prepared datasets (one per :func:`data_variant` of the recipes) and reference blocks in ``out``
     (cached); returns their paths and the sources."""
-    sources = {"train": [(str(Path(f).resolve()), file_sha256(f)) for f in args.train_file],
-               "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file))}
+    sources = {
+        "train": [(str(Path(f).resolve()), file_sha256(f)) for f in args.train_file],
+        "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file)),
+    }
     py = sys.executable
     tok_stamp = {"train": sources["train"], "vocab_size": args.vocab_size}
-    tok = cached(out / "tokenizer", tok_stamp, lambda d: run_jobs([Job("tokenizer", [
-        py, "-m", "tokenizer", "train", "--model_type", "bert", "--train_file", *args.train_file,
-        "--vocab_size", str(args.vocab_size), "--output_dir", str(d)], out / "logs" / "tokenizer.log")], 1))
+    tok = cached(
+        out / "tokenizer",
+        tok_stamp,
+        lambda d: run_jobs(
+            [
+                Job(
+                    "tokenizer",
+                    [
+                        py,
+                        "-m",
+                        "tokenizer",
+                        "train",
+                        "--model_type",
+                        "bert",
+                        "--train_file",
+                        *args.train_file,
+                        "--vocab_size",
+                        str(args.vocab_size),
+                        "--output_dir",
+                        str(d),
+                    ],
+                    out / "logs" / "tokenizer.log",
+                )
+            ],
+            1,
+        ),
+    )
     tok_sha = file_sha256(tok / "tokenizer.json")
     prep_stamp = {**sources, "tokenizer": tok_sha, "max_seq_length": args.max_seq_length}
     variants = {}
     for name in sorted({"prepared", *(data_variant(f) for f in args.recipe_table.values())}):
         extra = variant_flags(name)
-        command = [py, "-m", "pretrain.prepare", "--train_file", *args.train_file, "--validation_file",
-                   args.validation_file, "--tokenizer_name", str(tok), "--max_seq_length", str(args.max_seq_length),
-                   *extra, "--output_dir"]
-        folder = cached(out / name, {**prep_stamp, "flags": extra}, lambda d, command=command, name=name: run_jobs(
-            [Job("prepare", [*command, str(d)], out / "logs" / f"{name}.log")], 1))
-        variants[name] = {"path": folder,
-                          "manifest": json.loads((folder / "manifest.json").read_text(encoding="utf-8"))}
-    ref_blocks = cached(out / "reference_blocks", prep_stamp,
-                        lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d))
-    return {"tokenizer": tok, "tokenizer_sha256": tok_sha, "prepared": variants["prepared"]["path"],
-            "manifest": variants["prepared"]["manifest"], "variants": variants, "reference_blocks": ref_blocks,
-            "sources": sources}
+        command = [
+            py,
+            "-m",
+            "pretrain.prepare",
+            "--train_file",
+            *args.train_file,
+            "--validation_file",
+            args.validation_file,
+            "--tokenizer_name",
+            str(tok),
+            "--max_seq_length",
+            str(args.max_seq_length),
+            *extra,
+            "--output_dir",
+        ]
+        folder = cached(
+            out / name,
+            {**prep_stamp, "flags": extra},
+            lambda d, command=command, name=name: run_jobs(
+                [Job("prepare", [*command, str(d)], out / "logs" / f"{name}.log")], 1
+            ),
+        )
+        variants[name] = {
+            "path": folder,
+            "manifest": json.loads((folder / "manifest.json").read_text(encoding="utf-8")),
+        }
+    ref_blocks = cached(
+        out / "reference_blocks",
+        prep_stamp,
+        lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d),
+    )
+    return {
+        "tokenizer": tok,
+        "tokenizer_sha256": tok_sha,
+        "prepared": variants["prepared"]["path"],
+        "manifest": variants["prepared"]["manifest"],
+        "variants": variants,
+        "reference_blocks": ref_blocks,
+        "sources": sources,
+    }
 
 
 def load_documents(files: list[str]):
@@ -461,7 +601,7 @@ def group_texts(batch: dict[str, list[list[int]]], block_size: int) -> dict[str,
     total = len(next(iter(joined.values())))
     if total >= block_size:
         total = total // block_size * block_size
-    return {k: [v[i:i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
+    return {k: [v[i : i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
 
 
 def build_reference_blocks(files: list[str], tokenizer_dir: Path, block_size: int, folder: Path) -> None:
@@ -485,7 +625,7 @@ def heldout_blocks(documents: list[str], tokenizer, max_len: int) -> list[list[i
     width = max_len - 2
     for ids in tokenizer(list(documents), add_special_tokens=False)["input_ids"]:
         for i in range(0, len(ids), width):
-            blocks.append([tokenizer.cls_token_id, *ids[i:i + width], tokenizer.sep_token_id])
+            blocks.append([tokenizer.cls_token_id, *ids[i : i + width], tokenizer.sep_token_id])
     return blocks
 
 
@@ -507,8 +647,11 @@ def mask_heldout(blocks: list[list[int]], tokenizer, seed: int, mlm_probability:
         batch = collator([{"input_ids": block, "special_tokens_mask": special}])
         ids.append(batch["input_ids"][0])
         labels.append(batch["labels"][0])
-    return {"input_ids": torch.cat(ids).long(), "labels": torch.cat(labels).long(),
-            "lengths": torch.tensor([len(b) for b in blocks], dtype=torch.long)}
+    return {
+        "input_ids": torch.cat(ids).long(),
+        "labels": torch.cat(labels).long(),
+        "lengths": torch.tensor([len(b) for b in blocks], dtype=torch.long),
+    }
 
 
 def heldout_sha256(heldout: dict) -> str:
@@ -525,9 +668,16 @@ def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    settings = {"validation": data["sources"]["validation"], "tokenizer": data["tokenizer_sha256"],
-                "max_seq_length": args.max_seq_length, "seed": args.heldout_seed, "mlm_probability": 0.15,
-                "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "max_blocks": args.max_heldout_blocks}
+    settings = {
+        "validation": data["sources"]["validation"],
+        "tokenizer": data["tokenizer_sha256"],
+        "max_seq_length": args.max_seq_length,
+        "seed": args.heldout_seed,
+        "mlm_probability": 0.15,
+        "mask_replace_prob": 0.8,
+        "random_replace_prob": 0.1,
+        "max_blocks": args.max_heldout_blocks,
+    }
     settings = json.loads(json.dumps(settings))  # tuples as lists, as read back
     info_path = out / HELDOUT_INFO
     if info_path.is_file() and (out / HELDOUT_FILE).is_file():
@@ -539,10 +689,15 @@ def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
     hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
     tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
     blocks = heldout_blocks(list(load_documents([args.validation_file])["text"]), tok, args.max_seq_length)
-    heldout = mask_heldout(blocks[:args.max_heldout_blocks], tok, args.heldout_seed)
+    heldout = mask_heldout(blocks[: args.max_heldout_blocks], tok, args.heldout_seed)
     save_file(heldout, str(out / HELDOUT_FILE))
-    info = {"settings": settings, "sha256": heldout_sha256(heldout), "blocks": len(heldout["lengths"]),
-            "tokens": int(heldout["lengths"].sum()), "masked": int((heldout["labels"] != -100).sum())}
+    info = {
+        "settings": settings,
+        "sha256": heldout_sha256(heldout),
+        "blocks": len(heldout["lengths"]),
+        "tokens": int(heldout["lengths"].sum()),
+        "masked": int((heldout["labels"] != -100).sum()),
+    }
     info_path.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return heldout, info
 
@@ -554,14 +709,17 @@ def heldout_batches(heldout: dict, max_tokens: int = 4096):
 
     lengths = heldout["lengths"].tolist()
     starts = [0, *itertools.accumulate(lengths)][:-1]
-    for length, group in itertools.groupby(sorted(range(len(lengths)), key=lambda i: (lengths[i], i)),
-                                           key=lambda i: lengths[i]):
+    for length, group in itertools.groupby(
+        sorted(range(len(lengths)), key=lambda i: (lengths[i], i)), key=lambda i: lengths[i]
+    ):
         group = list(group)
         per = max(1, max_tokens // length)
         for i in range(0, len(group), per):
-            rows = [slice(starts[j], starts[j] + length) for j in group[i:i + per]]
-            yield (torch.stack([heldout["input_ids"][r] for r in rows]),
-                   torch.stack([heldout["labels"][r] for r in rows]))
+            rows = [slice(starts[j], starts[j] + length) for j in group[i : i + per]]
+            yield (
+                torch.stack([heldout["input_ids"][r] for r in rows]),
+                torch.stack([heldout["labels"][r] for r in rows]),
+            )
 
 
 def heldout_loss(model, heldout: dict, device=None) -> float:
@@ -581,11 +739,14 @@ def heldout_loss(model, heldout: dict, device=None) -> float:
     with torch.inference_mode():
         for ids, labels in heldout_batches(heldout):
             ids, labels = ids.to(device), labels.to(device)
-            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                           token_type_ids=torch.zeros_like(ids)).logits
+            logits = model(
+                input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids)
+            ).logits
             if tuple(logits.shape[:2]) != tuple(ids.shape):
-                raise BenchError(f"{type(model).__name__}: logits {tuple(logits.shape)} for inputs {tuple(ids.shape)}; "
-                                 "expected full (B, S, V) MLM logits in eval mode")
+                raise BenchError(
+                    f"{type(model).__name__}: logits {tuple(logits.shape)} for inputs {tuple(ids.shape)}; "
+                    "expected full (B, S, V) MLM logits in eval mode"
+                )
             sel = labels != -100
             nll += torch.nn.functional.cross_entropy(logits[sel].float(), labels[sel], reduction="sum").double().cpu()
             count += int(sel.sum())
@@ -613,11 +774,13 @@ def load_scored_mlm(folder: Path, weights: Path | None = None):
     if weights is not None:
         from safetensors.torch import load_file
 
-        state = {k[len("generator."):]: v for k, v in load_file(str(weights)).items() if k.startswith("generator.")}
+        state = {k[len("generator.") :]: v for k, v in load_file(str(weights)).items() if k.startswith("generator.")}
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or set(missing) - {"cls.decoder.weight"}:  # the decoder is tied to the word embeddings
-            raise BenchError(f"{weights}: the generator's weights do not fit {folder / 'generator'} (missing "
-                             f"{sorted(missing)}, unexpected {sorted(unexpected)})")
+            raise BenchError(
+                f"{weights}: the generator's weights do not fit {folder / 'generator'} (missing "
+                f"{sorted(missing)}, unexpected {sorted(unexpected)})"
+            )
     return model
 
 
@@ -668,8 +831,9 @@ def training_unigram_loss(reference_blocks: Path, tokenizer_dir: Path, heldout: 
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     blocks = load_from_disk(str(reference_blocks))
-    counts = sum(token_counts(batch["input_ids"], len(tok), tok.all_special_ids)
-                 for batch in blocks.iter(batch_size=4096))
+    counts = sum(
+        token_counts(batch["input_ids"], len(tok), tok.all_special_ids) for batch in blocks.iter(batch_size=4096)
+    )
     return unigram_loss(counts, heldout["labels"].numpy(), tok.all_special_ids)
 
 
@@ -707,8 +871,13 @@ def time_to_quality(ours: list[dict], reference: list[dict]) -> dict:
     ``ours`` needs to reach the target (None: not reached)."""
     target, ref_seconds = reference[-1]["eval_loss"], reference[-1]["seconds"]
     seconds, first = seconds_to_reach(ours, target)
-    return {"time_to_quality": ref_seconds / seconds if seconds else None, "target_loss": target,
-            "reference_seconds": ref_seconds, "seconds_to_target": seconds, "reached_by_first_point": first}
+    return {
+        "time_to_quality": ref_seconds / seconds if seconds else None,
+        "target_loss": target,
+        "reference_seconds": ref_seconds,
+        "seconds_to_target": seconds,
+        "reached_by_first_point": first,
+    }
 
 
 def median_or_none(values):
@@ -797,20 +966,67 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
     py = sys.executable
     every = steps + 1 if probe else max(1, math.ceil(steps / points))
     if run.kind == "reference":
-        return [py, str(Path(__file__).resolve()), "_reference", "--blocks", str(data["reference_blocks"]),
-                "--tokenizer", str(data["tokenizer"]), "--model_shape", args.model_shape, "--learning_rate",
-                str(run.lr), "--max_train_steps", str(steps), "--batch_size", str(args.batch_size), "--seed",
-                str(run.seed), "--save_steps", *([] if probe else map(str, save_steps(steps, points))),
-                "--weight_decay", str(args.reference_weight_decay), "--mixed_precision",
-                args.reference_mixed_precision, "--threads", str(args.threads), "--output_dir", str(run.folder)]
+        return [
+            py,
+            str(Path(__file__).resolve()),
+            "_reference",
+            "--blocks",
+            str(data["reference_blocks"]),
+            "--tokenizer",
+            str(data["tokenizer"]),
+            "--model_shape",
+            args.model_shape,
+            "--learning_rate",
+            str(run.lr),
+            "--max_train_steps",
+            str(steps),
+            "--batch_size",
+            str(args.batch_size),
+            "--seed",
+            str(run.seed),
+            "--save_steps",
+            *([] if probe else map(str, save_steps(steps, points))),
+            "--weight_decay",
+            str(args.reference_weight_decay),
+            "--mixed_precision",
+            args.reference_mixed_precision,
+            "--threads",
+            str(args.threads),
+            "--output_dir",
+            str(run.folder),
+        ]
     prepared = data["variants"][data_variant(run.flags)]["path"]
-    return [py, "-m", "pretrain", "--prepared_dataset", str(prepared), "--config_name", args.model_shape,
-            "--per_device_train_batch_size", str(args.batch_size), *materialize_configs(run.flags, run.folder.parent),
-            "--output_dir", str(run.folder),
-            "--overwrite_output_dir", "--max_train_steps", str(steps), "--seed", str(run.seed),
-            "--checkpointing_steps", str(every), "--checkpoints_total_limit", "0",
-            "--logging_steps", "1" if probe else str(every), "--eval_steps", str(steps + 1),
-            "--max_eval_samples", "32", "--report_to", "none"]
+    return [
+        py,
+        "-m",
+        "pretrain",
+        "--prepared_dataset",
+        str(prepared),
+        "--config_name",
+        args.model_shape,
+        "--per_device_train_batch_size",
+        str(args.batch_size),
+        *materialize_configs(run.flags, run.folder.parent),
+        "--output_dir",
+        str(run.folder),
+        "--overwrite_output_dir",
+        "--max_train_steps",
+        str(steps),
+        "--seed",
+        str(run.seed),
+        "--checkpointing_steps",
+        str(every),
+        "--checkpoints_total_limit",
+        "0",
+        "--logging_steps",
+        "1" if probe else str(every),
+        "--eval_steps",
+        str(steps + 1),
+        "--max_eval_samples",
+        "32",
+        "--report_to",
+        "none",
+    ]
 
 
 def per_step_blocks(run: Run, args) -> int:
@@ -830,8 +1046,9 @@ def step_times(run: Run, args, data: dict) -> dict[int, dict]:
     if not path.is_file():
         raise BenchError(f"{run.name}: no {path}; expected pretrain's run files")
     manifest = data["variants"][data_variant(run.flags)]["manifest"]
-    return times_from_trainer_log(json.loads(path.read_text(encoding="utf-8")), manifest["blocks"]["train"],
-                                  per_step_blocks(run, args))
+    return times_from_trainer_log(
+        json.loads(path.read_text(encoding="utf-8")), manifest["blocks"]["train"], per_step_blocks(run, args)
+    )
 
 
 def probe_seconds_per_step(run: Run, args, data: dict) -> float:
@@ -853,7 +1070,7 @@ def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
     for repeat in sorted({ours.repeat for _, ours in pairs}):
         mine = [p for p in pairs if p[1].repeat == repeat]
         rest = [ours for _, ours in mine[1:]]
-        groups += [list(mine[0])] + [rest[i:i + 2] for i in range(0, len(rest), 2)]
+        groups += [list(mine[0])] + [rest[i : i + 2] for i in range(0, len(rest), 2)]
     return groups
 
 
@@ -882,17 +1099,26 @@ def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of,
                 start = out / "logs" / f".start-{run.folder.name}"
                 start.unlink(missing_ok=True)
                 cmd += ["--start_file", str(start)]
-            jobs.append(Job(f"{run.name} ({'probe' if probe else 'train'})", cmd,
-                            out / "logs" / f"{run.folder.name}.log", child_env(args.threads)))
+            jobs.append(
+                Job(
+                    f"{run.name} ({'probe' if probe else 'train'})",
+                    cmd,
+                    out / "logs" / f"{run.folder.name}.log",
+                    child_env(args.threads),
+                )
+            )
         log("  ".join(f"{j.name}: {steps_of(r)} steps" for j, r in zip(jobs, group)))
         on_poll = None
         if start is not None:
             recipe_job = jobs[group.index(recipe)]
 
             def on_poll(start=start, recipe_job=recipe_job):
-                if not start.exists() and (recipe_job.returncode is not None or RUN_PLAN_LINE in
-                                           recipe_job.log.read_text(encoding="utf-8", errors="replace")):
+                if not start.exists() and (
+                    recipe_job.returncode is not None
+                    or RUN_PLAN_LINE in recipe_job.log.read_text(encoding="utf-8", errors="replace")
+                ):
                     start.touch()
+
         run_jobs(jobs, parallel=len(jobs), on_poll=on_poll)
         if start is not None:
             start.unlink(missing_ok=True)
@@ -926,8 +1152,14 @@ def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = Fals
         model = load_mlm(ckpt) if run.kind == "reference" else load_scored_mlm(run.folder, weights)
         if step not in times:
             raise BenchError(f"{run.name}: no training time logged at checkpoint step {step}")
-        curve.append({"seconds": times[step]["seconds"], "tokens": times[step]["tokens"], "step": step,
-                      "eval_loss": heldout_loss(model, heldout)})
+        curve.append(
+            {
+                "seconds": times[step]["seconds"],
+                "tokens": times[step]["tokens"],
+                "step": step,
+                "eval_loss": heldout_loss(model, heldout),
+            }
+        )
     if not args.keep_checkpoints and folder.is_dir():
         shutil.rmtree(folder)
     return curve
@@ -936,19 +1168,37 @@ def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = Fals
 def copy_record(run: Run, curve: list[dict], out: Path) -> dict:
     """The ``copies`` entry of a scored run."""
     last = curve[-1]
-    return {"name": run.folder.name, "repeat": run.repeat, "seed": run.seed, "paired_with": run.paired_with,
-            "heldout_model": "generator" if run.kind == "recipe" and scored_by_generator(run.folder) else "model",
-            "final_eval_loss": last["eval_loss"], "tokens": last["tokens"], "seconds": last["seconds"],
-            "steps": last["step"], "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
-            "learning_rate": learning_rate_of(run, out), "curve": curve}
+    return {
+        "name": run.folder.name,
+        "repeat": run.repeat,
+        "seed": run.seed,
+        "paired_with": run.paired_with,
+        "heldout_model": "generator" if run.kind == "recipe" and scored_by_generator(run.folder) else "model",
+        "final_eval_loss": last["eval_loss"],
+        "tokens": last["tokens"],
+        "seconds": last["seconds"],
+        "steps": last["step"],
+        "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
+        "learning_rate": learning_rate_of(run, out),
+        "curve": curve,
+    }
 
 
 def summarize(kind: str, flags, copies: list[dict]) -> dict:
     """A ``runs`` entry: medians over ``copies``, the first copy's curve."""
-    med = {k: statistics.median(c[k] for c in copies) for k in
-           ("final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second")}
-    return {"kind": kind, "flags": flags, **med, "learning_rate": copies[0]["learning_rate"],
-            "heldout_model": copies[0].get("heldout_model", "model"), "curve": copies[0]["curve"], "copies": copies}
+    med = {
+        k: statistics.median(c[k] for c in copies)
+        for k in ("final_eval_loss", "tokens", "seconds", "steps", "tokens_per_second")
+    }
+    return {
+        "kind": kind,
+        "flags": flags,
+        **med,
+        "learning_rate": copies[0]["learning_rate"],
+        "heldout_model": copies[0].get("heldout_model", "model"),
+        "curve": copies[0]["curve"],
+        "copies": copies,
+    }
 
 
 # -- the reference process ------------------------------------------------------------------------------------------
@@ -968,8 +1218,10 @@ def block_project_imports() -> None:
 
 
 def reference_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_time_to_quality.py _reference",
-                                description="transformers' BertForMaskedLM trained the run_mlm way (internal)")
+    p = argparse.ArgumentParser(
+        prog="bench_time_to_quality.py _reference",
+        description="transformers' BertForMaskedLM trained the run_mlm way (internal)",
+    )
     p.add_argument("--blocks", required=True, help="save_to_disk folder of group_texts blocks")
     p.add_argument("--tokenizer", required=True)
     p.add_argument("--model_shape", choices=list(SHAPES), required=True)
@@ -1019,10 +1271,22 @@ def reference_main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     model = reference_model(args.model_shape, tokenizer).to(device).train()
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    loader = torch.utils.data.DataLoader(blocks, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-                                         generator=torch.Generator().manual_seed(args.seed), drop_last=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=args.weight_decay, fused=True)  # TrainingArguments: adamw_torch_fused
+    loader = torch.utils.data.DataLoader(
+        blocks,
+        batch_size=args.batch_size,
+        shuffle=True,
+        collate_fn=collator,
+        generator=torch.Generator().manual_seed(args.seed),
+        drop_last=False,
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=args.learning_rate,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=args.weight_decay,
+        fused=True,
+    )  # TrainingArguments: adamw_torch_fused
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
     waited = time.perf_counter()
@@ -1057,13 +1321,20 @@ def reference_main(argv=None) -> dict:
                 model.save_pretrained(str(out / "checkpoints" / f"step_{step}"))
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    result = {"steps": records, "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-              "collator_class": f"{type(collator).__module__}.{type(collator).__qualname__}",
-              "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
-              "attn_implementation": model.config._attn_implementation, "learning_rate": args.learning_rate,
-              "weight_decay": args.weight_decay, "mixed_precision": args.mixed_precision, "device": str(device),
-              "threads": torch.get_num_threads(), "waited_for_start_s": waited,
-              "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES)}
+    result = {
+        "steps": records,
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "collator_class": f"{type(collator).__module__}.{type(collator).__qualname__}",
+        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "attn_implementation": model.config._attn_implementation,
+        "learning_rate": args.learning_rate,
+        "weight_decay": args.weight_decay,
+        "mixed_precision": args.mixed_precision,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "waited_for_start_s": waited,
+        "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES),
+    }
     (out / REFERENCE_LOG).write_text(json.dumps(result) + "\n", encoding="utf-8")
     return result
 
@@ -1098,15 +1369,44 @@ def make_random_inits(args, out: Path, data: dict) -> dict[str, Path]:
 
 def finetune_command(model_dir: Path, task: str, seed: int, run_dir: Path, args) -> list[str]:
     """The ``finetune.glue`` command of the fixed protocol (see the module docstring, item 8)."""
-    cap = min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None) \
-        if task in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None else None
-    return [sys.executable, "-m", "finetune.glue", "--model_name_or_path", str(model_dir), "--task_name", task,
-            "--glue_dir", args.glue_dir, "--output_dir", str(run_dir), "--overwrite_output_dir",
-            "--learning_rate", str(args.finetune_learning_rate), "--num_train_epochs", str(args.finetune_epochs),
-            "--per_device_train_batch_size", str(FINETUNE["per_device_train_batch_size"]),
-            "--warmup_ratio", str(FINETUNE["warmup_ratio"]), "--weight_decay", str(FINETUNE["weight_decay"]),
-            "--max_seq_length", str(args.max_seq_length), "--seed", str(seed), "--mixed_precision", "no",
-            "--report_to", "none", *(["--max_train_samples", str(cap)] if cap is not None else [])]
+    cap = (
+        min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None)
+        if task in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
+        else None
+    )
+    return [
+        sys.executable,
+        "-m",
+        "finetune.glue",
+        "--model_name_or_path",
+        str(model_dir),
+        "--task_name",
+        task,
+        "--glue_dir",
+        args.glue_dir,
+        "--output_dir",
+        str(run_dir),
+        "--overwrite_output_dir",
+        "--learning_rate",
+        str(args.finetune_learning_rate),
+        "--num_train_epochs",
+        str(args.finetune_epochs),
+        "--per_device_train_batch_size",
+        str(FINETUNE["per_device_train_batch_size"]),
+        "--warmup_ratio",
+        str(FINETUNE["warmup_ratio"]),
+        "--weight_decay",
+        str(FINETUNE["weight_decay"]),
+        "--max_seq_length",
+        str(args.max_seq_length),
+        "--seed",
+        str(seed),
+        "--mixed_precision",
+        "no",
+        "--report_to",
+        "none",
+        *(["--max_train_samples", str(cap)] if cap is not None else []),
+    ]
 
 
 def finetune_all(models: dict[str, Path], args, out: Path) -> dict[str, dict]:
@@ -1118,14 +1418,19 @@ def finetune_all(models: dict[str, Path], args, out: Path) -> dict[str, dict]:
         for task in args.tasks:
             for seed in seeds:
                 run_dir = out / "finetune" / name / f"{task}-s{seed}"
-                job = Job(f"{name} {task} seed {seed}", finetune_command(folder, task, seed, run_dir, args),
-                          out / "logs" / "finetune" / f"{name}-{task}-s{seed}.log", child_env(1))
+                job = Job(
+                    f"{name} {task} seed {seed}",
+                    finetune_command(folder, task, seed, run_dir, args),
+                    out / "logs" / "finetune" / f"{name}-{task}-s{seed}.log",
+                    child_env(1),
+                )
                 jobs.append(job)
                 where[id(job)] = (name, task, run_dir)
     log(f"fine-tuning: {len(jobs)} runs, {args.finetune_parallel} at a time")
     run_jobs(jobs, args.finetune_parallel, check=False)
-    results = {name: {"downstream": {}, "downstream_seeds": {t: [] for t in args.tasks}, "errors": []}
-               for name in models}
+    results = {
+        name: {"downstream": {}, "downstream_seeds": {t: [] for t in args.tasks}, "errors": []} for name in models
+    }
     for job in jobs:
         name, task, run_dir = where[id(job)]
         res_file = run_dir / "all_results.json"
@@ -1174,10 +1479,14 @@ def pretraining_buys(runs: dict, baselines: dict) -> dict:
             classic = {b: v for b, v in baselines.get(task, {}).items() if b in CLASSIC_BASELINES}
             best = max(classic, key=classic.get) if classic else None
             buys[name][task] = {
-                "metric": TASK_METRICS[task], "value": value, "random_init": init,
+                "metric": TASK_METRICS[task],
+                "value": value,
+                "random_init": init,
                 "vs_random_init": value - base if value is not None and base is not None else None,
-                "best_classic": best, "best_classic_value": classic.get(best),
-                "vs_best_classic": value - classic[best] if value is not None and best else None}
+                "best_classic": best,
+                "best_classic_value": classic.get(best),
+                "vs_best_classic": value - classic[best] if value is not None and best else None,
+            }
     return buys
 
 
@@ -1188,10 +1497,24 @@ def plan_pairs(args, out: Path) -> list[tuple[Run, Run]]:
     for r in range(args.repeats):
         for name, flags in args.recipe_table.items():
             suffix = f"-r{r}" if args.repeats > 1 else ""
-            ours = Run(f"{name}{suffix}", "recipe", out / "runs" / f"{name}{suffix}", args.seed + r, name,
-                       flags=flags, repeat=r)
-            ref = Run(f"reference{suffix}@{name}", "reference", out / "runs" / f"reference{suffix}@{name}",
-                      args.seed + r, name, repeat=r, paired_with=ours.name)
+            ours = Run(
+                f"{name}{suffix}",
+                "recipe",
+                out / "runs" / f"{name}{suffix}",
+                args.seed + r,
+                name,
+                flags=flags,
+                repeat=r,
+            )
+            ref = Run(
+                f"reference{suffix}@{name}",
+                "reference",
+                out / "runs" / f"reference{suffix}@{name}",
+                args.seed + r,
+                name,
+                repeat=r,
+                paired_with=ours.name,
+            )
             ours.paired_with = ref.name
             pairs.append((ref, ours))
     return pairs
@@ -1203,25 +1526,47 @@ def budget_steps(args, data: dict, out: Path, pairs: list[tuple[Run, Run]]) -> t
     first = [p for p in pairs if p[0].repeat == 0]
     if args.budget_tokens is not None:
         ref_steps = math.ceil(args.budget_tokens / (args.batch_size * args.max_seq_length))
-        recipe_steps = {ours.recipe: math.ceil(args.budget_tokens / (per_step_blocks(ours, args) * args.max_seq_length))
-                        for _, ours in first}
+        recipe_steps = {
+            ours.recipe: math.ceil(args.budget_tokens / (per_step_blocks(ours, args) * args.max_seq_length))
+            for _, ours in first
+        }
         return ref_steps, recipe_steps, {}
     probes = []
     for ref, ours in first:
-        probes.append((Run(f"probe {ref.name}", "reference", out / "probes" / f"probe-{ref.folder.name}", ref.seed,
-                           lr=args.reference_lrs[0]),
-                       Run(f"probe {ours.name}", "recipe", out / "probes" / f"probe-{ours.folder.name}", ours.seed,
-                           flags=ours.flags)))
+        probes.append(
+            (
+                Run(
+                    f"probe {ref.name}",
+                    "reference",
+                    out / "probes" / f"probe-{ref.folder.name}",
+                    ref.seed,
+                    lr=args.reference_lrs[0],
+                ),
+                Run(
+                    f"probe {ours.name}",
+                    "recipe",
+                    out / "probes" / f"probe-{ours.folder.name}",
+                    ours.seed,
+                    flags=ours.flags,
+                ),
+            )
+        )
     log(f"probing {args.probe_steps} steps per run")
     train_groups(groups_for(args.schedule, probes), args, data, out, lambda r: args.probe_steps, 1, probe=True)
     budget_s = args.budget_minutes * 60
     ref_per_step = statistics.median(probe_seconds_per_step(r, args, data) for r, _ in probes)
     recipe_per_step = {ours.recipe: probe_seconds_per_step(p, args, data) for (_, ours), (_, p) in zip(first, probes)}
     shutil.rmtree(out / "probes")
-    record = {"probe_steps": args.probe_steps, "probe_warmup": args.probe_warmup,
-              "seconds_per_step": {"reference": ref_per_step, **recipe_per_step}}
-    return (max(1, int(budget_s / ref_per_step)), {n: max(1, int(budget_s / s)) for n, s in recipe_per_step.items()},
-            record)
+    record = {
+        "probe_steps": args.probe_steps,
+        "probe_warmup": args.probe_warmup,
+        "seconds_per_step": {"reference": ref_per_step, **recipe_per_step},
+    }
+    return (
+        max(1, int(budget_s / ref_per_step)),
+        {n: max(1, int(budget_s / s)) for n, s in recipe_per_step.items()},
+        record,
+    )
 
 
 def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) -> tuple[float, dict]:
@@ -1230,10 +1575,12 @@ def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) 
     if len(args.reference_lrs) == 1:
         return args.reference_lrs[0], {}
     steps = max(1, round(ref_steps * args.reference_sweep_fraction))
-    runs = [Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr)
-            for lr in args.reference_lrs]
+    runs = [
+        Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr)
+        for lr in args.reference_lrs
+    ]
     width = 1 if args.schedule == "sequential" else 2
-    groups = [runs[i:i + width] for i in range(0, len(runs), width)]
+    groups = [runs[i : i + width] for i in range(0, len(runs), width)]
     log(f"reference learning-rate sweep: {', '.join(f'{lr:g}' for lr in args.reference_lrs)} for {steps} steps")
     train_groups(groups, args, data, out, lambda r: steps, 1)
     sweep = {run.lr: score_run(run, args, data, heldout, final_only=True)[-1]["eval_loss"] for run in runs}
@@ -1241,8 +1588,10 @@ def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) 
 
 
 #: Why a run scored by its generator (``heldout_model`` "generator") has no MLM ratios.
-NOT_APPLICABLE = ("scored by its generator (an MLM of 1/4 the width, trained beside the discriminator that is "
-                  "fine-tuned): its held-out loss is not the loss of a model of the reference's shape")
+NOT_APPLICABLE = (
+    "scored by its generator (an MLM of 1/4 the width, trained beside the discriminator that is "
+    "fine-tuned): its held-out loss is not the loss of a model of the reference's shape"
+)
 
 
 def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
@@ -1250,15 +1599,22 @@ def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
     0's details and every repeat's ratios. A run scored by its generator gets ``None`` ratios and
     ``not_applicable`` (:data:`NOT_APPLICABLE`)."""
     if pairs_scored and pairs_scored[0][1].get("heldout_model") == "generator":
-        return {"quality_per_token": None, "time_to_quality": None, "not_applicable": NOT_APPLICABLE,
-                "per_repeat": []}
+        return {"quality_per_token": None, "time_to_quality": None, "not_applicable": NOT_APPLICABLE, "per_repeat": []}
     per = []
     for ref, ours in pairs_scored:
-        per.append({"repeat": ours["repeat"], **quality_per_token(ours["curve"], ref["curve"], unigram),
-                    **time_to_quality(ours["curve"], ref["curve"])})
+        per.append(
+            {
+                "repeat": ours["repeat"],
+                **quality_per_token(ours["curve"], ref["curve"], unigram),
+                **time_to_quality(ours["curve"], ref["curve"]),
+            }
+        )
     first = dict(per[0])
-    first.update(quality_per_token=median_or_none(p["quality_per_token"] for p in per),
-                 time_to_quality=median_or_none(p["time_to_quality"] for p in per), per_repeat=per)
+    first.update(
+        quality_per_token=median_or_none(p["quality_per_token"] for p in per),
+        time_to_quality=median_or_none(p["time_to_quality"] for p in per),
+        per_repeat=per,
+    )
     return first
 
 
@@ -1286,15 +1642,19 @@ def main(argv=None) -> int:
     data = prepare_shared_data(args, out)
     heldout, hinfo = build_heldout(args, out, data)
     unigram = training_unigram_loss(data["reference_blocks"], data["tokenizer"], heldout)
-    log(f"held-out: {hinfo['blocks']} blocks, {hinfo['masked']} masked tokens, sha256 {hinfo['sha256'][:12]}; "
-        f"unigram loss {unigram:.4f}")
+    log(
+        f"held-out: {hinfo['blocks']} blocks, {hinfo['masked']} masked tokens, sha256 {hinfo['sha256'][:12]}; "
+        f"unigram loss {unigram:.4f}"
+    )
     lap("data")
     pairs = plan_pairs(args, out)
     ref_steps, recipe_steps, probe = budget_steps(args, data, out, pairs)
     lap("probes")
     lr, sweep = reference_sweep(args, data, out, heldout, ref_steps)
-    log(f"reference learning rate {lr:g}; reference {ref_steps} steps; "
-        + ", ".join(f"{n} {s} steps" for n, s in recipe_steps.items()))
+    log(
+        f"reference learning rate {lr:g}; reference {ref_steps} steps; "
+        + ", ".join(f"{n} {s} steps" for n, s in recipe_steps.items())
+    )
     lap("sweep")
     copies: dict[str, dict] = {}
     for ref, ours in pairs:
@@ -1304,9 +1664,11 @@ def main(argv=None) -> int:
         train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
         for run in group:  # scored between groups: nothing trains meanwhile
             copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
-            log(f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
+            log(
+                f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
                 f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
-                f"{copies[run.name]['seconds']:.0f} s")
+                f"{copies[run.name]['seconds']:.0f} s"
+            )
     shared_copies(pairs, copies)
     lap("pretraining")
     ref_copies = [copies[ref.name] for ref, _ in pairs]
@@ -1321,7 +1683,7 @@ def main(argv=None) -> int:
     inits = make_random_inits(args, out, data)
     for name, folder in inits.items():
         runs[name] = {"kind": "random-init", "flags": [], "final_eval_loss": heldout_loss(load_mlm(folder), heldout)}
-    models.update({name: folder for name, folder in inits.items() if name[len("random-"):] in args.random_inits})
+    models.update({name: folder for name, folder in inits.items() if name[len("random-") :] in args.random_inits})
     lap("scoring")
     baselines = read_baselines(args.baselines_results, args.tasks)
     results = {
@@ -1330,10 +1692,18 @@ def main(argv=None) -> int:
         "heldout_sha256": hinfo["sha256"],
         "heldout": {k: hinfo[k] for k in ("blocks", "tokens", "masked")} | {"seed": args.heldout_seed},
         "unigram_loss": unigram,
-        "ratios": {"default_recipe": args.default_recipe,
-                   "quality_per_token": ratios[args.default_recipe]["quality_per_token"],
-                   "time_to_quality": ratios[args.default_recipe]["time_to_quality"], "by_recipe": ratios},
-        "runs": runs, "pretraining_buys": {}, "baselines": baselines, "sweep": sweep, "timings": timings}
+        "ratios": {
+            "default_recipe": args.default_recipe,
+            "quality_per_token": ratios[args.default_recipe]["quality_per_token"],
+            "time_to_quality": ratios[args.default_recipe]["time_to_quality"],
+            "by_recipe": ratios,
+        },
+        "runs": runs,
+        "pretraining_buys": {},
+        "baselines": baselines,
+        "sweep": sweep,
+        "timings": timings,
+    }
     write_outputs(results, out)  # the pretraining figures, in case fine-tuning is cut short
     if args.tasks:
         for name, rec in finetune_all(models, args, out).items():
@@ -1359,44 +1729,84 @@ def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, pr
     import transformers
 
     manifest = data["manifest"]
-    cap = {t: min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(t), args.max_train_samples) if x is not None)
-           for t in args.tasks if t in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None}
+    cap = {
+        t: min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(t), args.max_train_samples) if x is not None)
+        for t in args.tasks
+        if t in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
+    }
     return {
-        "budget_minutes": args.budget_minutes, "budget_tokens": args.budget_tokens,
-        "model_shape": args.model_shape, "shape": SHAPES[args.model_shape], "vocab_size": manifest["tokenizer_size"],
-        "max_seq_length": args.max_seq_length, "batch_size": args.batch_size,
-        "tokens_per_step": args.batch_size * args.max_seq_length, "schedule": args.schedule,
-        "threads_per_run": args.threads, "repeats": args.repeats, "pretraining_seeds": [args.seed + r for r in
-                                                                                       range(args.repeats)],
-        "curve_points": args.curve_points, "budget_to_steps": probe or "tokens / tokens per step",
+        "budget_minutes": args.budget_minutes,
+        "budget_tokens": args.budget_tokens,
+        "model_shape": args.model_shape,
+        "shape": SHAPES[args.model_shape],
+        "vocab_size": manifest["tokenizer_size"],
+        "max_seq_length": args.max_seq_length,
+        "batch_size": args.batch_size,
+        "tokens_per_step": args.batch_size * args.max_seq_length,
+        "schedule": args.schedule,
+        "threads_per_run": args.threads,
+        "repeats": args.repeats,
+        "pretraining_seeds": [args.seed + r for r in range(args.repeats)],
+        "curve_points": args.curve_points,
+        "budget_to_steps": probe or "tokens / tokens per step",
         "steps": {"reference": ref_steps, **recipe_steps},
-        "reference": {"model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
-                      "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
-                      "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
-                      "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",
-                      "weight_decay": args.reference_weight_decay, "schedule": "linear decay to 0, no warmup",
-                      "max_grad_norm": 1.0, "mixed_precision": args.reference_mixed_precision,
-                      "learning_rates_swept": args.reference_lrs, "sweep_fraction": args.reference_sweep_fraction,
-                      "learning_rate": lr},
-        "recipes": {n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}
-                    for n, f in args.recipe_table.items()},
+        "reference": {
+            "model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
+            "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
+            "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
+            "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",
+            "weight_decay": args.reference_weight_decay,
+            "schedule": "linear decay to 0, no warmup",
+            "max_grad_norm": 1.0,
+            "mixed_precision": args.reference_mixed_precision,
+            "learning_rates_swept": args.reference_lrs,
+            "sweep_fraction": args.reference_sweep_fraction,
+            "learning_rate": lr,
+        },
+        "recipes": {
+            n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}
+            for n, f in args.recipe_table.items()
+        },
         "default_recipe": args.default_recipe,
-        "prepared_dataset": {"path": str(data["prepared"]), "blocks": manifest["blocks"], "tokens": manifest["tokens"],
-                             "variants": {n: {"path": str(v["path"]), "blocks": v["manifest"]["blocks"],
-                                              "tokens": v["manifest"]["tokens"],
-                                              "document_boundaries": v["manifest"].get("document_boundaries", False)}
-                                          for n, v in data["variants"].items()}},
-        "finetune": {**FINETUNE, "num_train_epochs": args.finetune_epochs,
-                     "learning_rate": args.finetune_learning_rate, "max_seq_length": args.max_seq_length,
-                     "max_train_samples": cap, "seeds": [42 + i for i in range(args.seeds)], "tasks": args.tasks,
-                     "metric": {t: TASK_METRICS[t] for t in args.tasks}, "mixed_precision": "no",
-                     "parallel": args.finetune_parallel, "statistic": "median over seeds"},
+        "prepared_dataset": {
+            "path": str(data["prepared"]),
+            "blocks": manifest["blocks"],
+            "tokens": manifest["tokens"],
+            "variants": {
+                n: {
+                    "path": str(v["path"]),
+                    "blocks": v["manifest"]["blocks"],
+                    "tokens": v["manifest"]["tokens"],
+                    "document_boundaries": v["manifest"].get("document_boundaries", False),
+                }
+                for n, v in data["variants"].items()
+            },
+        },
+        "finetune": {
+            **FINETUNE,
+            "num_train_epochs": args.finetune_epochs,
+            "learning_rate": args.finetune_learning_rate,
+            "max_seq_length": args.max_seq_length,
+            "max_train_samples": cap,
+            "seeds": [42 + i for i in range(args.seeds)],
+            "tasks": args.tasks,
+            "metric": {t: TASK_METRICS[t] for t in args.tasks},
+            "mixed_precision": "no",
+            "parallel": args.finetune_parallel,
+            "statistic": "median over seeds",
+        },
         "random_inits": [f"random-{k}" for k in args.random_inits],
-        "heldout": {"file": str(Path(args.output_dir) / HELDOUT_FILE), "seed": args.heldout_seed,
-                    "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1,
-                    "blocks": "one document per block, [CLS] chunk [SEP], <= max_seq_length tokens",
-                    "score": "mean cross-entropy (nats) over masked positions, full logits, eval mode"},
-        "device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_count": os.cpu_count(),
+        "heldout": {
+            "file": str(Path(args.output_dir) / HELDOUT_FILE),
+            "seed": args.heldout_seed,
+            "mlm_probability": 0.15,
+            "mask_replace_prob": 0.8,
+            "random_replace_prob": 0.1,
+            "blocks": "one document per block, [CLS] chunk [SEP], <= max_seq_length tokens",
+            "score": "mean cross-entropy (nats) over masked positions, full logits, eval mode",
+        },
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "cpu_count": os.cpu_count(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "load_average_before": load_before,
     }
@@ -1409,76 +1819,122 @@ def _fmt(value, spec: str = ".3f", none: str = "--") -> str:
 def results_markdown(results: dict) -> str:
     """``results.md``: the ratios, a table per run, what pretraining buys, the protocol and the command."""
     proto, runs, ratios = results["protocol"], results["runs"], results["ratios"]
-    budget = (f"{proto['budget_minutes']:g} minutes" if proto["budget_minutes"] is not None
-              else f"{proto['budget_tokens']:,} tokens")
+    budget = (
+        f"{proto['budget_minutes']:g} minutes"
+        if proto["budget_minutes"] is not None
+        else f"{proto['budget_tokens']:,} tokens"
+    )
     tasks = proto["finetune"]["tasks"]
-    lines = [f"# Time to quality: {proto['model_shape']}, {budget} per run", "",
-             f"Unigram held-out loss {results['unigram_loss']:.4f} nats; held-out set {results['heldout']['blocks']} "
-             f"blocks, {results['heldout']['masked']} masked tokens "
-             f"(sha256 `{results['heldout_sha256'][:16]}...`).", "",
-             f"## Ratios (default recipe: {ratios['default_recipe']})", "",
-             f"Each recipe against its paired reference copy. The two ratios are medians over {proto['repeats']} "
-             "repeat(s) (every repeat in results.json); the other columns are repeat 0's.", "",
-             "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
-             "| reference s | ours s to target |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Time to quality: {proto['model_shape']}, {budget} per run",
+        "",
+        f"Unigram held-out loss {results['unigram_loss']:.4f} nats; held-out set {results['heldout']['blocks']} "
+        f"blocks, {results['heldout']['masked']} masked tokens "
+        f"(sha256 `{results['heldout_sha256'][:16]}...`).",
+        "",
+        f"## Ratios (default recipe: {ratios['default_recipe']})",
+        "",
+        f"Each recipe against its paired reference copy. The two ratios are medians over {proto['repeats']} "
+        "repeat(s) (every repeat in results.json); the other columns are repeat 0's.",
+        "",
+        "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
+        "| reference s | ours s to target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in ratios["by_recipe"].items():
         if r.get("not_applicable"):
             lines.append(f"| {name} | n/a | | | n/a | | | {r['not_applicable']} |")
             continue
-        reached = ("not reached" if r["seconds_to_target"] is None else
-                   f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else ""))
+        reached = (
+            "not reached"
+            if r["seconds_to_target"] is None
+            else f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else "")
+        )
         qpt = _fmt(r["quality_per_token"], ".3f", "-- (reference not below unigram)")
-        lines.append(f"| {name} | {qpt} | {r['tokens_compared']:.3g} | "
-                     f"{r['loss_at_tokens']['ours']:.4f} / {r['loss_at_tokens']['reference']:.4f} | "
-                     f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
-                     f"{r['reference_seconds']:.0f} | {reached} |")
+        lines.append(
+            f"| {name} | {qpt} | {r['tokens_compared']:.3g} | "
+            f"{r['loss_at_tokens']['ours']:.4f} / {r['loss_at_tokens']['reference']:.4f} | "
+            f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
+            f"{r['reference_seconds']:.0f} | {reached} |"
+        )
     head = "| run | lr | steps | tokens | train s | tokens/s | held-out loss |" + "".join(f" {t} |" for t in tasks)
-    lines += ["", "## Runs", "", "Medians over copies (the reference: one copy per recipe and repeat); downstream: "
-              "median over fine-tuning seeds, metric x 100.", "", head, "|---" * (7 + len(tasks)) + "|"]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "Medians over copies (the reference: one copy per recipe and repeat); downstream: "
+        "median over fine-tuning seeds, metric x 100.",
+        "",
+        head,
+        "|---" * (7 + len(tasks)) + "|",
+    ]
     for name, run in runs.items():
         down = run.get("downstream", {})
-        cells = [_fmt(run.get("learning_rate"), "g"), _fmt(run.get("steps"), ".0f"), _fmt(run.get("tokens"), ".3g"),
-                 _fmt(run.get("seconds"), ".0f"), _fmt(run.get("tokens_per_second"), ".0f"),
-                 _fmt(run.get("final_eval_loss"), ".4f")
-                 + (" (generator)" if run.get("heldout_model") == "generator" else "")]
+        cells = [
+            _fmt(run.get("learning_rate"), "g"),
+            _fmt(run.get("steps"), ".0f"),
+            _fmt(run.get("tokens"), ".3g"),
+            _fmt(run.get("seconds"), ".0f"),
+            _fmt(run.get("tokens_per_second"), ".0f"),
+            _fmt(run.get("final_eval_loss"), ".4f")
+            + (" (generator)" if run.get("heldout_model") == "generator" else ""),
+        ]
         cells += [_fmt(None if down.get(t) is None else 100 * down[t], ".1f") for t in tasks]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if results["pretraining_buys"]:
-        lines += ["", "## What pretraining buys (metric x 100)", "",
-                  "| run | " + " | ".join(f"{t}: vs random init | {t}: vs best classic" for t in tasks) + " |",
-                  "|---" * (1 + 2 * len(tasks)) + "|"]
+        lines += [
+            "",
+            "## What pretraining buys (metric x 100)",
+            "",
+            "| run | " + " | ".join(f"{t}: vs random init | {t}: vs best classic" for t in tasks) + " |",
+            "|---" * (1 + 2 * len(tasks)) + "|",
+        ]
         for name, per in results["pretraining_buys"].items():
             cells = []
             for t in tasks:
                 b = per.get(t, {})
                 vs_init = None if b.get("vs_random_init") is None else 100 * b["vs_random_init"]
                 vs_best = None if b.get("vs_best_classic") is None else 100 * b["vs_best_classic"]
-                cells += [f"{_fmt(vs_init, '+.1f')} ({b.get('random_init') or '--'})",
-                          f"{_fmt(vs_best, '+.1f')} ({b.get('best_classic') or 'no baselines'})"]
+                cells += [
+                    f"{_fmt(vs_init, '+.1f')} ({b.get('random_init') or '--'})",
+                    f"{_fmt(vs_best, '+.1f')} ({b.get('best_classic') or 'no baselines'})",
+                ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     ft = proto["finetune"]
-    lines += ["", "## Protocol", "",
-              f"- shape {proto['model_shape']} {proto['shape']}, vocabulary {proto['vocab_size']}, batch "
-              f"{proto['batch_size']} x {proto['max_seq_length']} = {proto['tokens_per_step']} tokens per step; "
-              f"steps {proto['steps']}",
-              f"- schedule `{proto['schedule']}`, {proto['threads_per_run']} thread(s) per run, {proto['repeats']} "
-              f"repeat(s), seeds {proto['pretraining_seeds']}; budget to steps: {proto['budget_to_steps']}",
-              f"- reference: {proto['reference']['model']}; {proto['reference']['collator']}; "
-              f"{proto['reference']['data']}; {proto['reference']['optimizer']}, weight decay "
-              f"{proto['reference']['weight_decay']}, {proto['reference']['schedule']}, clip 1.0, mixed precision "
-              f"{proto['reference']['mixed_precision']}; learning rate {proto['reference']['learning_rate']:g} of "
-              f"{proto['reference']['learning_rates_swept']} (sweep {results['sweep'] or 'none'})",
-              *[f"- recipe `{n}`: `{' '.join(r['flags']) or '(no flags)'}` -- {r['note']}"
-                for n, r in proto["recipes"].items()],
-              f"- fine-tuning: `python -m finetune.glue`, lr {ft['learning_rate']:g}, batch "
-              f"{ft['per_device_train_batch_size']}, {ft['num_train_epochs']:g} epochs, warmup ratio "
-              f"{ft['warmup_ratio']}, weight decay {ft['weight_decay']}, max_seq_length {ft['max_seq_length']}, "
-              f"training caps {ft['max_train_samples']}, seeds {ft['seeds']}, {ft['statistic']}; random inits "
-              f"{proto['random_inits']}",
-              f"- device {proto['device']} ({proto['cpu_count']} cores), load average "
-              f"{proto['load_average_before']:.1f} before, {proto.get('load_average_after', float('nan')):.1f} after; "
-              f"wall seconds per phase {results['timings']}",
-              "", "## Command", "", "```", shlex.join(results["command"]), "```", ""]
+    lines += [
+        "",
+        "## Protocol",
+        "",
+        f"- shape {proto['model_shape']} {proto['shape']}, vocabulary {proto['vocab_size']}, batch "
+        f"{proto['batch_size']} x {proto['max_seq_length']} = {proto['tokens_per_step']} tokens per step; "
+        f"steps {proto['steps']}",
+        f"- schedule `{proto['schedule']}`, {proto['threads_per_run']} thread(s) per run, {proto['repeats']} "
+        f"repeat(s), seeds {proto['pretraining_seeds']}; budget to steps: {proto['budget_to_steps']}",
+        f"- reference: {proto['reference']['model']}; {proto['reference']['collator']}; "
+        f"{proto['reference']['data']}; {proto['reference']['optimizer']}, weight decay "
+        f"{proto['reference']['weight_decay']}, {proto['reference']['schedule']}, clip 1.0, mixed precision "
+        f"{proto['reference']['mixed_precision']}; learning rate {proto['reference']['learning_rate']:g} of "
+        f"{proto['reference']['learning_rates_swept']} (sweep {results['sweep'] or 'none'})",
+        *[
+            f"- recipe `{n}`: `{' '.join(r['flags']) or '(no flags)'}` -- {r['note']}"
+            for n, r in proto["recipes"].items()
+        ],
+        f"- fine-tuning: `python -m finetune.glue`, lr {ft['learning_rate']:g}, batch "
+        f"{ft['per_device_train_batch_size']}, {ft['num_train_epochs']:g} epochs, warmup ratio "
+        f"{ft['warmup_ratio']}, weight decay {ft['weight_decay']}, max_seq_length {ft['max_seq_length']}, "
+        f"training caps {ft['max_train_samples']}, seeds {ft['seeds']}, {ft['statistic']}; random inits "
+        f"{proto['random_inits']}",
+        f"- device {proto['device']} ({proto['cpu_count']} cores), load average "
+        f"{proto['load_average_before']:.1f} before, {proto.get('load_average_after', float('nan')):.1f} after; "
+        f"wall seconds per phase {results['timings']}",
+        "",
+        "## Command",
+        "",
+        "```",
+        shlex.join(results["command"]),
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -1498,26 +1954,48 @@ def plot_results(results: dict, path: Path) -> None:
     for ax, key, label in ((axes[0], "seconds", "training seconds"), (axes[1], "tokens", "training tokens")):
         for name, run in recipes.items():
             generator = run.get("heldout_model") == "generator"  # an RTD run: its generator's MLM loss
-            ax.plot([p[key] for p in run["curve"]], [p["eval_loss"] for p in run["curve"]], marker="x" if generator
-                    else "o", markersize=3, linestyle=":" if generator else "-", color=colors[name],
-                    label=f"{name} (lr {run['learning_rate']:g})" + (": generator's MLM loss" if generator else ""))
+            ax.plot(
+                [p[key] for p in run["curve"]],
+                [p["eval_loss"] for p in run["curve"]],
+                marker="x" if generator else "o",
+                markersize=3,
+                linestyle=":" if generator else "-",
+                color=colors[name],
+                label=f"{name} (lr {run['learning_rate']:g})" + (": generator's MLM loss" if generator else ""),
+            )
         # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
         # partner); vs tokens one copy (the copies of a repeat share the trajectory)
         copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
         copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
         for copy in copies if key == "seconds" else copies[:1]:
             paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
-            ax.plot([p[key] for p in copy["curve"]], [p["eval_loss"] for p in copy["curve"]], marker="o",
-                    markersize=3, linestyle="--", color=colors.get(paired, "black") if key == "seconds" else "black",
-                    label=f"reference (lr {copy['learning_rate']:g})" + (f", paired with {paired}" if key == "seconds"
-                                                                          else ""))
+            ax.plot(
+                [p[key] for p in copy["curve"]],
+                [p["eval_loss"] for p in copy["curve"]],
+                marker="o",
+                markersize=3,
+                linestyle="--",
+                color=colors.get(paired, "black") if key == "seconds" else "black",
+                label=f"reference (lr {copy['learning_rate']:g})"
+                + (f", paired with {paired}" if key == "seconds" else ""),
+            )
         ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
         if "random-sesame" in runs:
-            ax.axhline(runs["random-sesame"]["final_eval_loss"], color="tab:red", linestyle=":", linewidth=0.8,
-                       label="random init (untrained)")
+            ax.axhline(
+                runs["random-sesame"]["final_eval_loss"],
+                color="tab:red",
+                linestyle=":",
+                linewidth=0.8,
+                label="random init (untrained)",
+            )
         if copies:
-            ax.axhline(copies[0]["final_eval_loss"], color="black", linewidth=0.6, linestyle="-.",
-                       label="reference final (target)")
+            ax.axhline(
+                copies[0]["final_eval_loss"],
+                color="black",
+                linewidth=0.6,
+                linestyle="-.",
+                label="reference final (target)",
+            )
         ax.set_xlabel(label)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
         ax.set_ylabel("held-out MLM loss (nats)")
@@ -1536,8 +2014,14 @@ def plot_results(results: dict, path: Path) -> None:
         for i, t in enumerate(tasks):
             best = max((v for b, v in results["baselines"].get(t, {}).items() if b in CLASSIC_BASELINES), default=None)
             if best is not None:
-                ax.hlines(100 * best, i - 0.45, i + 0.45, color="black", linewidth=1.2,
-                          label="best classic baseline" if i == 0 else None)
+                ax.hlines(
+                    100 * best,
+                    i - 0.45,
+                    i + 0.45,
+                    color="black",
+                    linewidth=1.2,
+                    label="best classic baseline" if i == 0 else None,
+                )
         ax.set_xticks(range(len(tasks)), [f"{t}\n({TASK_METRICS[t]})" for t in tasks])
         ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
         ax.set_title("downstream after fine-tuning")
@@ -1546,8 +2030,11 @@ def plot_results(results: dict, path: Path) -> None:
         if ax.get_legend_handles_labels()[0]:  # the bar panel is empty before fine-tuning
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     proto = results["protocol"]
-    budget = (f"{proto['budget_minutes']:g} min" if proto["budget_minutes"] is not None
-              else f"{proto['budget_tokens']:,} tokens")
+    budget = (
+        f"{proto['budget_minutes']:g} min"
+        if proto["budget_minutes"] is not None
+        else f"{proto['budget_tokens']:,} tokens"
+    )
     fig.suptitle(f"time to quality: {proto['model_shape']}, {budget} per run, schedule {proto['schedule']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -1558,8 +2045,10 @@ def print_ratios(results: dict) -> None:
     for name, run in results["runs"].items():
         if "steps" in run:
             which = " (generator)" if run.get("heldout_model") == "generator" else ""
-            print(f"{name:24s} held-out loss {run['final_eval_loss']:.4f}{which}  {run['steps']:.0f} steps  "
-                  f"{run['tokens']:.3g} tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s")
+            print(
+                f"{name:24s} held-out loss {run['final_eval_loss']:.4f}{which}  {run['steps']:.0f} steps  "
+                f"{run['tokens']:.3g} tokens  {run['seconds']:.0f} s  {run['tokens_per_second']:.0f} tokens/s"
+            )
     print(f"unigram loss {results['unigram_loss']:.4f}")
     ratios = results["ratios"]
     for name, r in ratios["by_recipe"].items():
@@ -1567,16 +2056,19 @@ def print_ratios(results: dict) -> None:
             print(f"{name}: no quality per token / time to quality: {r['not_applicable']}")
         elif name != ratios["default_recipe"]:
             qpt = _fmt(r["quality_per_token"], ".3f", "None (reference not below unigram)")
-            print(f"{name}: quality per token {qpt}, "
-                  f"time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}")
+            print(
+                f"{name}: quality per token {qpt}, time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}"
+            )
     r = ratios["by_recipe"][ratios["default_recipe"]]
     if r.get("not_applicable"):
         return
-    print(f"{ratios['default_recipe']} vs reference: quality per token "
-          f"{_fmt(r['quality_per_token'], '.3f', 'None (reference not below unigram)')} "
-          f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
-          f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
-          + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)"))
+    print(
+        f"{ratios['default_recipe']} vs reference: quality per token "
+        f"{_fmt(r['quality_per_token'], '.3f', 'None (reference not below unigram)')} "
+        f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
+        f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
+        + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)")
+    )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,12 @@ class FinetuneModelArguments:
 
     model_name_or_path: str = arg(help="model directory or hub repo (SesameBert, SesameElmo, or a transformers model)")
     tokenizer_name: str | None = arg(None, "tokenizer path or repo (default: the model's)")
-    revision: str | None = arg(None, "revision (branch, tag or commit id) of the hub repos given by the model "
-                               "arguments")
-    unfreeze_backbone: bool = arg(False, "SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head "
-                                  "trained)")
+    revision: str | None = arg(
+        None, "revision (branch, tag or commit id) of the hub repos given by the model arguments"
+    )
+    unfreeze_backbone: bool = arg(
+        False, "SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + head trained)"
+    )
     trust_remote_code: bool = arg(False, "allow model code from the model repository")
 
     def hub_kwargs(self) -> dict:

@@ -17,10 +17,12 @@ model folder (a pretrained SesameBert / SesameElmo, fine-tuned with the recipe o
 
 Example::
 
-    python -m tokenizer train --model_type elmo --lowercase --train_file corpus.txt.gz --vocab_size 50000 --output_dir wordtok
+    python -m tokenizer train --model_type elmo --lowercase --train_file corpus.txt.gz --vocab_size 50000 \\
+        --output_dir wordtok
     python -m tokenizer vectors --train_file corpus.txt.gz --tokenizer_name wordtok --output_dir vectors
     python -m finetune.baselines --glue_dir data/glue --tasks sst2 mrpc stsb cola \\
-        --backbones cbow fasttext cnn rnn treelstm runs/bert-mini runs/elmo-small --embeddings vectors --output_dir table
+        --backbones cbow fasttext cnn rnn treelstm runs/bert-mini runs/elmo-small --embeddings vectors \\
+        --output_dir table
 
 Arguments after ``--`` go to every ``finetune.glue`` run (e.g. ``-- --max_train_samples 1000``); a ``--hub_token``
 among them reaches the runs as ``HF_TOKEN`` in their environment, never on a command line, in ``results.json`` or
@@ -51,25 +53,66 @@ BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 #: Small enough for a CPU; the baselines train everything (embeddings included unless static) with AdamW.
 #: ``max_train_samples``: per task, train on the first N examples only (the latent Tree-LSTM's CPU time).
 RECIPES: dict[str, dict] = {
-    "cbow": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                 epochs={"sst2": 3, "default": 3}),
-    "fasttext": dict(learning_rate=3e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                     epochs={"sst2": 3, "default": 3}),
+    "cbow": dict(
+        learning_rate=3e-3,
+        per_device_train_batch_size=128,
+        weight_decay=0.0,
+        num_warmup_steps=0,
+        epochs={"sst2": 3, "default": 3},
+    ),
+    "fasttext": dict(
+        learning_rate=3e-3,
+        per_device_train_batch_size=128,
+        weight_decay=0.0,
+        num_warmup_steps=0,
+        epochs={"sst2": 3, "default": 3},
+    ),
     # SST-2: 6 epochs, keeping the checkpoint with the best dev accuracy (evaluated every half epoch), as the GLUE
     # paper's baselines stopped early on dev; 3 epochs without it ended at 79.6-80.3, still rising
-    "cnn": dict(learning_rate=2e-3, per_device_train_batch_size=128, weight_decay=0.0, num_warmup_steps=0,
-                epochs={"sst2": 6, "default": 3},
-                extra_args={"sst2": ["--eval_steps", "264", "--load_best_model_at_end"]}),
-    "rnn": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
-                epochs={"sst2": 1, "default": 3}),
-    "treelstm": dict(learning_rate=1e-3, per_device_train_batch_size=64, weight_decay=0.0, num_warmup_steps=0,
-                     epochs={"sst2": 1, "default": 3}, max_train_samples={"sst2": 20000}),
-    "sesame-bert": dict(learning_rate=1e-4, per_device_train_batch_size=32, weight_decay=0.01, num_warmup_steps=50,
-                        epochs={"sst2": 1, "default": 3}),
-    "sesame-elmo": dict(learning_rate=3e-3, per_device_train_batch_size=32, weight_decay=0.0, num_warmup_steps=50,
-                        epochs={"sst2": 1, "default": 3}),
-    "default": dict(learning_rate=5e-5, per_device_train_batch_size=32, weight_decay=0.01, num_warmup_steps=50,
-                    epochs={"sst2": 1, "default": 3}),
+    "cnn": dict(
+        learning_rate=2e-3,
+        per_device_train_batch_size=128,
+        weight_decay=0.0,
+        num_warmup_steps=0,
+        epochs={"sst2": 6, "default": 3},
+        extra_args={"sst2": ["--eval_steps", "264", "--load_best_model_at_end"]},
+    ),
+    "rnn": dict(
+        learning_rate=1e-3,
+        per_device_train_batch_size=64,
+        weight_decay=0.0,
+        num_warmup_steps=0,
+        epochs={"sst2": 1, "default": 3},
+    ),
+    "treelstm": dict(
+        learning_rate=1e-3,
+        per_device_train_batch_size=64,
+        weight_decay=0.0,
+        num_warmup_steps=0,
+        epochs={"sst2": 1, "default": 3},
+        max_train_samples={"sst2": 20000},
+    ),
+    "sesame-bert": dict(
+        learning_rate=1e-4,
+        per_device_train_batch_size=32,
+        weight_decay=0.01,
+        num_warmup_steps=50,
+        epochs={"sst2": 1, "default": 3},
+    ),
+    "sesame-elmo": dict(
+        learning_rate=3e-3,
+        per_device_train_batch_size=32,
+        weight_decay=0.0,
+        num_warmup_steps=50,
+        epochs={"sst2": 1, "default": 3},
+    ),
+    "default": dict(
+        learning_rate=5e-5,
+        per_device_train_batch_size=32,
+        weight_decay=0.01,
+        num_warmup_steps=50,
+        epochs={"sst2": 1, "default": 3},
+    ),
 }
 
 
@@ -79,27 +122,40 @@ class BaselinesArguments:
 
     glue_dir: str = arg(help="the official GLUE folder (SST-2/train.tsv, ...)")
     tasks: list[str] = arg(help="GLUE tasks (sst2 mrpc stsb cola ...)", nargs="+")
-    backbones: list[str] = arg(help=f"{' | '.join(BASELINES)} | a model folder (SesameBert, SesameElmo, ...)",
-                               nargs="+")
+    backbones: list[str] = arg(
+        help=f"{' | '.join(BASELINES)} | a model folder (SesameBert, SesameElmo, ...)", nargs="+"
+    )
     output_dir: str = arg(help="results.{json,md,png}, models/, runs/")
-    embeddings: str | None = arg(None, "word vectors folder of python -m tokenizer vectors (its word tokenizer is "
-                                 "used); default: random embeddings")
-    tokenizer_name: str | None = arg(None, "word tokenizer (python -m tokenizer train --model_type elmo) when no "
-                                     "--embeddings")
+    embeddings: str | None = arg(
+        None,
+        "word vectors folder of python -m tokenizer vectors (its word tokenizer is used); default: random embeddings",
+    )
+    tokenizer_name: str | None = arg(
+        None, "word tokenizer (python -m tokenizer train --model_type elmo) when no --embeddings"
+    )
     embedding_dim: int | None = arg(None, "without --embeddings (default 100)")
     max_seq_length: int = arg(64, "tokens per input")
     seed: int = arg(42, "random seed")
     num_train_epochs: float | None = arg(None, "override every recipe's epochs")
 
 
-DESCRIPTION = ("Fine-tune classic baselines (cbow, fasttext, cnn, rnn, treelstm) and pretrained model folders on GLUE "
-               "tasks with finetune.glue; write results.json, results.md and results.png. Arguments after -- are passed "
-               "to every finetune.glue run.")
+DESCRIPTION = (
+    "Fine-tune classic baselines (cbow, fasttext, cnn, rnn, treelstm) and pretrained model folders on GLUE "
+    "tasks with finetune.glue; write results.json, results.md and results.png. Arguments after -- are passed "
+    "to every finetune.glue run."
+)
 
 
-def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddings: str | None = None,
-                        tokenizer_name: str | None = None, embedding_dim: int | None = None, seed: int = 42,
-                        **overrides) -> Path:
+def init_baseline_model(
+    backbone: str,
+    output_dir: str | os.PathLike,
+    *,
+    embeddings: str | None = None,
+    tokenizer_name: str | None = None,
+    embedding_dim: int | None = None,
+    seed: int = 42,
+    **overrides,
+) -> Path:
     """Write a freshly initialised baseline folder that ``finetune.glue`` (``AutoModelForSequenceClassification``)
     loads: ``config.json`` (the ``baseline-<backbone>`` preset), ``model.safetensors`` (a
     :class:`~modeling.baselines.SesameBaselineModel`; the classifier is added by the head), the word tokenizer.
@@ -125,7 +181,9 @@ def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddi
     from training.files import atomic_output_dir
 
     if backbone not in BASELINES:
-        raise InputError(f"--backbones {backbone}: not a baseline; expected one of {', '.join(BASELINES)} or a model folder")
+        raise InputError(
+            f"--backbones {backbone}: not a baseline; expected one of {', '.join(BASELINES)} or a model folder"
+        )
     source = embeddings or tokenizer_name
     if source is None:
         raise InputError("the baselines need a word tokenizer: pass --embeddings (vectors folder) or --tokenizer_name")
@@ -141,7 +199,9 @@ def init_baseline_model(backbone: str, output_dir: str | os.PathLike, *, embeddi
         overrides.setdefault("ngram_buckets", info["bucket"])
     else:
         dim = embedding_dim or 100
-    config = modeling.get_preset_config(f"baseline-{backbone}", vocab_size=len(tokenizer), embedding_dim=dim, **overrides)
+    config = modeling.get_preset_config(
+        f"baseline-{backbone}", vocab_size=len(tokenizer), embedding_dim=dim, **overrides
+    )
     torch.manual_seed(seed)
     model = SesameBaselineModel(config)
     if embeddings is not None:
@@ -158,25 +218,57 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
         return backbone, RECIPES[backbone]
     config = Path(backbone) / "config.json"
     if not config.is_file():
-        raise InputError(f"--backbones {backbone}: not a baseline ({', '.join(BASELINES)}) and no config.json there; "
-                         "expected a model folder written by save_pretrained")
+        raise InputError(
+            f"--backbones {backbone}: not a baseline ({', '.join(BASELINES)}) and no config.json there; "
+            "expected a model folder written by save_pretrained"
+        )
     model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
     return (model_type, RECIPES[model_type]) if model_type in RECIPES else ("default", RECIPES["default"])
 
 
-def glue_command(task: str, model_dir: str, run_dir: Path, recipe: dict, args: BaselinesArguments,
-                 extra: list[str]) -> list[str]:
+def glue_command(
+    task: str, model_dir: str, run_dir: Path, recipe: dict, args: BaselinesArguments, extra: list[str]
+) -> list[str]:
     """The ``finetune.glue`` command line of one run (``--overwrite_output_dir``: a table cell run again replaces
     the earlier run of that cell, its checkpoints deleted first)."""
     epochs = args.num_train_epochs or recipe["epochs"].get(task, recipe["epochs"]["default"])
-    return [sys.executable, "-m", "finetune.glue", "--model_name_or_path", str(model_dir), "--task_name", task,
-            "--glue_dir", args.glue_dir, "--output_dir", str(run_dir), "--max_seq_length", str(args.max_seq_length),
-            "--learning_rate", str(recipe["learning_rate"]), "--per_device_train_batch_size",
-            str(recipe["per_device_train_batch_size"]), "--weight_decay", str(recipe["weight_decay"]),
-            "--num_warmup_steps", str(recipe["num_warmup_steps"]), "--num_train_epochs", str(epochs),
-            "--seed", str(args.seed), "--report_to", "none", "--overwrite_output_dir",
-            *(["--max_train_samples", str(recipe["max_train_samples"][task])] if task in recipe.get("max_train_samples", {}) else []),
-            *recipe.get("extra_args", {}).get(task, []), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "finetune.glue",
+        "--model_name_or_path",
+        str(model_dir),
+        "--task_name",
+        task,
+        "--glue_dir",
+        args.glue_dir,
+        "--output_dir",
+        str(run_dir),
+        "--max_seq_length",
+        str(args.max_seq_length),
+        "--learning_rate",
+        str(recipe["learning_rate"]),
+        "--per_device_train_batch_size",
+        str(recipe["per_device_train_batch_size"]),
+        "--weight_decay",
+        str(recipe["weight_decay"]),
+        "--num_warmup_steps",
+        str(recipe["num_warmup_steps"]),
+        "--num_train_epochs",
+        str(epochs),
+        "--seed",
+        str(args.seed),
+        "--report_to",
+        "none",
+        "--overwrite_output_dir",
+        *(
+            ["--max_train_samples", str(recipe["max_train_samples"][task])]
+            if task in recipe.get("max_train_samples", {})
+            else []
+        ),
+        *recipe.get("extra_args", {}).get(task, []),
+        *extra,
+    ]
 
 
 def backbone_name(backbone: str) -> str:
@@ -193,8 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     if secrets.get("hub_token"):
         child_env["HF_TOKEN"] = secrets["hub_token"]
-    (args,) = parse_arguments([BaselinesArguments], argv[: argv.index("--")] if "--" in argv else argv,
-                              prog="python -m finetune.baselines", description=DESCRIPTION)
+    (args,) = parse_arguments(
+        [BaselinesArguments],
+        argv[: argv.index("--")] if "--" in argv else argv,
+        prog="python -m finetune.baselines",
+        description=DESCRIPTION,
+    )
     from training.logs import setup_logging
 
     setup_logging()
@@ -209,21 +305,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError("the baselines need a word tokenizer: pass --embeddings (vectors folder) or --tokenizer_name")
     for flag in ("embeddings", "tokenizer_name"):
         if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
-            raise InputError(f"--{flag} {getattr(args, flag)}: not a folder; expected "
-                             + ("python -m tokenizer vectors output" if flag == "embeddings" else "a word tokenizer folder"))
+            raise InputError(
+                f"--{flag} {getattr(args, flag)}: not a folder; expected "
+                + ("python -m tokenizer vectors output" if flag == "embeddings" else "a word tokenizer folder")
+            )
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tree_source = {}
     for b in args.backbones:
         if b in BASELINES:
-            settings = {"backbone": b, "embeddings": args.embeddings, "tokenizer_name": args.tokenizer_name,
-                        "embedding_dim": args.embedding_dim, "seed": args.seed}
+            settings = {
+                "backbone": b,
+                "embeddings": args.embeddings,
+                "tokenizer_name": args.tokenizer_name,
+                "embedding_dim": args.embedding_dim,
+                "seed": args.seed,
+            }
             marker = out / "models" / b / "init.json"
             if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
                 logger.info("%s: reusing %s (initialised with the same settings)", b, marker.parent)
             else:
-                init_baseline_model(b, out / "models" / b, embeddings=args.embeddings, tokenizer_name=args.tokenizer_name,
-                                    embedding_dim=args.embedding_dim, seed=args.seed)
+                init_baseline_model(
+                    b,
+                    out / "models" / b,
+                    embeddings=args.embeddings,
+                    tokenizer_name=args.tokenizer_name,
+                    embedding_dim=args.embedding_dim,
+                    seed=args.seed,
+                )
                 marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
             if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
                 tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
@@ -241,8 +350,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             wall = time.perf_counter() - start
             (out / "runs").mkdir(exist_ok=True)
             (out / "runs" / f"{task_name}-{name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-            record = {"task": task_name, "backbone": name, "source": str(b), "recipe": recipe_name,
-                      "metric": task.main_metric, "command": cmd[1:], "wall_s": round(wall, 1)}
+            record = {
+                "task": task_name,
+                "backbone": name,
+                "source": str(b),
+                "recipe": recipe_name,
+                "metric": task.main_metric,
+                "command": cmd[1:],
+                "wall_s": round(wall, 1),
+            }
             if name in tree_source:
                 record["tree_source"] = tree_source[name]
             if b in BASELINES:
@@ -252,8 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 logger.warning("%s / %s failed: %s", task_name, name, record["error"])
             else:
                 res = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
-                record.update(value=res.get(f"eval_{task.main_metric}"), train_runtime_s=res.get("train_runtime_s"),
-                              eval={k: v for k, v in res.items() if k.startswith("eval_")})
+                record.update(
+                    value=res.get(f"eval_{task.main_metric}"),
+                    train_runtime_s=res.get("train_runtime_s"),
+                    eval={k: v for k, v in res.items() if k.startswith("eval_")},
+                )
                 logger.info("%s / %s: %s = %.4f (%.0f s)", task_name, name, task.main_metric, record["value"], wall)
             records = [r for r in records if (r["task"], r["backbone"]) != (task_name, name)] + [record]
             write_results(out, records)
@@ -282,7 +401,9 @@ def write_results(out: Path, records: list[dict]) -> None:
 def _write_table(out: Path, records: list[dict]) -> None:
     from finetune.tasks import TASK_NAMES
 
-    tasks = sorted(dict.fromkeys(r["task"] for r in records), key=lambda t: (TASK_NAMES.index(t) if t in TASK_NAMES else 99, t))
+    tasks = sorted(
+        dict.fromkeys(r["task"] for r in records), key=lambda t: (TASK_NAMES.index(t) if t in TASK_NAMES else 99, t)
+    )
     seen = list(dict.fromkeys(r["backbone"] for r in records))  # baselines in their usual order, then model folders
     backbones = [b for b in BASELINES if b in seen] + [b for b in seen if b not in BASELINES]
     cell = {(r["task"], r["backbone"]): r for r in records}
@@ -295,12 +416,15 @@ def _write_table(out: Path, records: list[dict]) -> None:
             return "failed"
         return f"{100 * r['value']:.2f} ({r['train_runtime_s'] / 60:.1f} min)"
 
-    lines = ["| backbone | " + " | ".join(f"{t} {metric[t]}" for t in tasks) + " |",
-             "|---|" + "---|" * len(tasks)]
+    lines = ["| backbone | " + " | ".join(f"{t} {metric[t]}" for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     lines += [f"| {b} | " + " | ".join(fmt(cell.get((t, b))) for t in tasks) + " |" for b in backbones]
     notes = sorted({f"{r['backbone']}: trees {r['tree_source']}" for r in records if "tree_source" in r})
-    text = ("# GLUE dev results\n\nMetric x 100 on the dev set (training time in minutes).\n\n" + "\n".join(lines) + "\n"
-            + "".join(f"\n{n}\n" for n in notes))
+    text = (
+        "# GLUE dev results\n\nMetric x 100 on the dev set (training time in minutes).\n\n"
+        + "\n".join(lines)
+        + "\n"
+        + "".join(f"\n{n}\n" for n in notes)
+    )
     (out / "results.md").write_text(text, encoding="utf-8")
     plot_results(out / "results.png", tasks, backbones, cell, metric)
 

@@ -24,7 +24,8 @@ for a regression head). Methods (Captum):
   ``f(x) - f(x')`` within 5% (completeness; the remaining ``convergence_delta`` is reported).
 
 Word pieces are merged into words (the tokenizer's character offsets: pieces without a gap between them form a
-word; special tokens are left out); a word's score is the sum of its pieces' scores (saliency: the maximum). Outputs in ``--output_dir``: ``explanations.json`` (per text: label, probabilities, words with
+word; special tokens are left out); a word's score is the sum of its pieces' scores (saliency: the maximum). Outputs in
+``--output_dir``: ``explanations.json`` (per text: label, probabilities, words with
 scores and character spans, word pieces with scores), ``explanations.html`` (words coloured by score: red
 towards the label, blue against it) and ``explanations.png`` (one bar chart of word scores per text)::
 
@@ -54,7 +55,9 @@ from training.errors import InputError, run_cli
 logger = logging.getLogger("finetune.explain")
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
-BASELINE = "zero layer-0 token representations (BERT-like: zero word embeddings, position and token-type embeddings kept)"
+BASELINE = (
+    "zero layer-0 token representations (BERT-like: zero word embeddings, position and token-type embeddings kept)"
+)
 
 
 class Layer0:
@@ -78,9 +81,11 @@ class Layer0:
         except (AttributeError, NotImplementedError):
             self.module = None
         if self.module is None or "inputs_embeds" not in inspect.signature(model.forward).parameters:
-            raise InputError(f"--model_name_or_path: {type(model).__name__} has no input embeddings to attribute to "
-                             "(get_input_embeddings and an inputs_embeds argument); expected a BERT-like or SesameElmo "
-                             "sequence classifier")
+            raise InputError(
+                f"--model_name_or_path: {type(model).__name__} has no input embeddings to attribute to "
+                "(get_input_embeddings and an inputs_embeds argument); expected a BERT-like or SesameElmo "
+                "sequence classifier"
+            )
         self.dtype: torch.dtype | None = None  # of the representations as the model computes them
 
     def representations(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -107,7 +112,9 @@ def _score_fn(layer0: Layer0, regression: bool, names: Sequence[str]):
     return f
 
 
-def merge_word_pieces(offsets: Sequence[tuple[int, int]], special: Sequence[int], segments: Sequence[int]) -> list[list[int]]:
+def merge_word_pieces(
+    offsets: Sequence[tuple[int, int]], special: Sequence[int], segments: Sequence[int]
+) -> list[list[int]]:
     """Group token positions into words: consecutive non-special tokens of the same segment whose character
     spans touch (the next starts where the previous ended) form one word.
 
@@ -132,18 +139,32 @@ def merge_word_pieces(offsets: Sequence[tuple[int, int]], special: Sequence[int]
     return words
 
 
-def _encode(tokenizer, text: str, text_pair: str | None, max_length: int) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
-    encoded = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_offsets_mapping=True,
-                        return_special_tokens_mask=True)
-    meta = {"offsets": [tuple(o) for o in encoded.pop("offset_mapping")],
-            "special": list(encoded.pop("special_tokens_mask")),
-            "tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"])}
+def _encode(
+    tokenizer, text: str, text_pair: str | None, max_length: int
+) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+    encoded = tokenizer(
+        text,
+        text_pair,
+        truncation=True,
+        max_length=max_length,
+        return_offsets_mapping=True,
+        return_special_tokens_mask=True,
+    )
+    meta = {
+        "offsets": [tuple(o) for o in encoded.pop("offset_mapping")],
+        "special": list(encoded.pop("special_tokens_mask")),
+        "tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"]),
+    }
     types = encoded.get("token_type_ids") or [0] * len(encoded["input_ids"])
     if text_pair is not None and not any(types):  # tokenizers without token types: the sequence ids tell
         seq = encoded.sequence_ids() if hasattr(encoded, "sequence_ids") else None
         types = [1 if s == 1 else 0 for s in seq] if seq else types
     meta["segments"] = list(types)
-    inputs = {k: torch.tensor([v]) for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids", "char_ids")}
+    inputs = {
+        k: torch.tensor([v])
+        for k, v in encoded.items()
+        if k in ("input_ids", "attention_mask", "token_type_ids", "char_ids")
+    }
     return inputs, meta
 
 
@@ -208,18 +229,28 @@ def explain(
             grads = Saliency(f).attribute(x, target=label_id, abs=False, additional_forward_args=extra)[0].float()
             per_token = grads.abs().amax(dim=-1)
         elif method == "input_x_gradient":
-            per_token = InputXGradient(f).attribute(x, target=label_id, additional_forward_args=extra)[0].float().sum(-1)
+            per_token = (
+                InputXGradient(f).attribute(x, target=label_id, additional_forward_args=extra)[0].float().sum(-1)
+            )
         else:
-            per_token, result = _integrated_gradients(f, x, extra, label_id, float(out[label_id]), n_steps, max_steps,
-                                                      completeness_tolerance)
+            per_token, result = _integrated_gradients(
+                f, x, extra, label_id, float(out[label_id]), n_steps, max_steps, completeness_tolerance
+            )
     scores = per_token.detach().cpu().tolist()
     name = (lambda i: "prediction") if regression else (lambda i: id2label.get(i, str(i)))
-    result.update({
-        "text": text, "text_pair": text_pair, "method": method, "label": name(label_id), "label_id": label_id,
-        "predicted_label": name(predicted), "score": float(out[label_id]),
-        "words": _word_scores(meta, scores, (text, text_pair), method),
-        "tokens": [{"token": t, "score": s} for t, s in zip(meta["tokens"], scores)],
-    })
+    result.update(
+        {
+            "text": text,
+            "text_pair": text_pair,
+            "method": method,
+            "label": name(label_id),
+            "label_id": label_id,
+            "predicted_label": name(predicted),
+            "score": float(out[label_id]),
+            "words": _word_scores(meta, scores, (text, text_pair), method),
+            "tokens": [{"token": t, "score": s} for t, s in zip(meta["tokens"], scores)],
+        }
+    )
     if regression:
         result["prediction"] = float(out[0])
     else:
@@ -246,8 +277,9 @@ def _gradients_through(model: torch.nn.Module, device: torch.device):
                 config.freeze_backbone = restore
 
 
-def _integrated_gradients(f, x: torch.Tensor, extra: tuple, label_id: int, score: float, n_steps: int, max_steps: int,
-                          tolerance: float) -> tuple[torch.Tensor, dict[str, Any]]:
+def _integrated_gradients(
+    f, x: torch.Tensor, extra: tuple, label_id: int, score: float, n_steps: int, max_steps: int, tolerance: float
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Integrated gradients (Sundararajan et al. 2017) from the zero baseline, with 4x more Gauss-Legendre points
     (up to ``max_steps``) until the scores sum to f(x) - f(baseline) within ``tolerance`` (relative, or 1e-4).
 
@@ -266,15 +298,27 @@ def _integrated_gradients(f, x: torch.Tensor, extra: tuple, label_id: int, score
     ig, steps = IntegratedGradients(f), n_steps
     while True:  # more points until complete: a saturated classifier can switch within a short stretch of the path
         attributions, delta = ig.attribute(
-            x, baselines=baseline, target=label_id, additional_forward_args=extra, n_steps=steps,
-            method="gausslegendre", return_convergence_delta=True, internal_batch_size=64)
+            x,
+            baselines=baseline,
+            target=label_id,
+            additional_forward_args=extra,
+            n_steps=steps,
+            method="gausslegendre",
+            return_convergence_delta=True,
+            internal_batch_size=64,
+        )
         delta = float(delta.reshape(-1)[0])
         if abs(delta) <= max(tolerance * abs(gap), 1e-4) or steps >= max_steps:
             break
         steps = min(4 * steps, max_steps)
     if abs(delta) > max(tolerance * abs(gap), 1e-4):
-        logger.warning("integrated gradients: the scores miss f(x) - f(baseline) = %.4g by %.4g after %d steps "
-                       "(raise --max_steps)", gap, delta, steps)
+        logger.warning(
+            "integrated gradients: the scores miss f(x) - f(baseline) = %.4g by %.4g after %d steps "
+            "(raise --max_steps)",
+            gap,
+            delta,
+            steps,
+        )
     info = {"baseline": BASELINE, "baseline_score": score - gap, "convergence_delta": delta, "n_steps": steps}
     return attributions[0].float().sum(-1), info
 
@@ -288,8 +332,16 @@ def _word_scores(meta: dict, scores: list[float], texts: tuple[str, str | None],
         start, end = meta["offsets"][group[0]][0], meta["offsets"][group[-1]][1]
         piece_scores = [scores[i] for i in group]
         score = max(piece_scores) if method == "saliency" else sum(piece_scores)
-        words.append({"word": texts[seg][start:end], "segment": seg, "start": start, "end": end, "score": score,
-                      "pieces": [meta["tokens"][i] for i in group]})
+        words.append(
+            {
+                "word": texts[seg][start:end],
+                "segment": seg,
+                "start": start,
+                "end": end,
+                "score": score,
+                "pieces": [meta["tokens"][i] for i in group],
+            }
+        )
     return words
 
 
@@ -300,8 +352,10 @@ def _label_id(target: int | str, id2label: dict[int, str], num_labels: int) -> i
         return names[key.lower()]
     if key.isdigit() and int(key) < num_labels:
         return int(key)
-    raise InputError(f"--target {target!r}: not a label of the model; expected one of {[id2label[i] for i in sorted(id2label)]} "
-                     f"or a class id 0..{num_labels - 1}")
+    raise InputError(
+        f"--target {target!r}: not a label of the model; expected one of {[id2label[i] for i in sorted(id2label)]} "
+        f"or a class id 0..{num_labels - 1}"
+    )
 
 
 def top_words(explanation: dict[str, Any], k: int = 3) -> list[tuple[str, float]]:
@@ -319,16 +373,21 @@ def _color(score: float, scale: float) -> str:
 def render_html(explanations: Sequence[dict[str, Any]]) -> str:
     """An HTML page: one paragraph per explanation, each word on a background whose opacity is its score
     relative to the largest absolute score of that text (red: towards the label, blue: against it)."""
-    parts = ["<!DOCTYPE html>", '<html><head><meta charset="utf-8"><title>sesame-lm explanations</title>',
-             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:2}"
-             " .w{padding:0.15em 0.25em;border-radius:0.25em;margin:0 0.05em} .meta{color:#555;font-size:0.9em}"
-             " .sep{color:#999;margin:0 0.6em}</style></head><body>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8"><title>sesame-lm explanations</title>',
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:2}"
+        " .w{padding:0.15em 0.25em;border-radius:0.25em;margin:0 0.05em} .meta{color:#555;font-size:0.9em}"
+        " .sep{color:#999;margin:0 0.6em}</style></head><body>",
+    ]
     for e in explanations:
         scale = max((abs(w["score"]) for w in e["words"]), default=0.0)
         prob = e.get("probabilities", {}).get(e["label"])
-        head = (f"{html.escape(e['method'])}: label <b>{html.escape(str(e['label']))}</b>"
-                + (f" (p = {prob:.3f})" if prob is not None else "")
-                + f", predicted <b>{html.escape(str(e['predicted_label']))}</b>")
+        head = (
+            f"{html.escape(e['method'])}: label <b>{html.escape(str(e['label']))}</b>"
+            + (f" (p = {prob:.3f})" if prob is not None else "")
+            + f", predicted <b>{html.escape(str(e['predicted_label']))}</b>"
+        )
         if "convergence_delta" in e:
             head += f"; completeness gap {e['convergence_delta']:.2e}"
         spans, segment = [], 0
@@ -336,8 +395,10 @@ def render_html(explanations: Sequence[dict[str, Any]]) -> str:
             if w["segment"] != segment:
                 spans.append('<span class="sep">||</span>')
                 segment = w["segment"]
-            spans.append(f'<span class="w" style="background:{_color(w["score"], scale)}" title="{w["score"]:.4g}">'
-                         f"{html.escape(w['word'])}</span>")
+            spans.append(
+                f'<span class="w" style="background:{_color(w["score"], scale)}" title="{w["score"]:.4g}">'
+                f"{html.escape(w['word'])}</span>"
+            )
         parts.append(f'<div><p class="meta">{head}</p><p>{" ".join(spans)}</p></div><hr>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -360,7 +421,9 @@ def plot_explanations(explanations: Sequence[dict[str, Any]]):
         ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_ylabel("attribution")
         prob = e.get("probabilities", {}).get(e["label"])
-        ax.set_title(f"{e['method']} for label '{e['label']}'" + (f" (p = {prob:.3f})" if prob is not None else ""), fontsize=10)
+        ax.set_title(
+            f"{e['method']} for label '{e['label']}'" + (f" (p = {prob:.3f})" if prob is not None else ""), fontsize=10
+        )
     return fig
 
 
@@ -369,7 +432,9 @@ def write_outputs(explanations: Sequence[dict[str, Any]], output_dir: str | os.P
     from training.files import atomic_output_dir
 
     with atomic_output_dir(output_dir) as tmp:
-        (tmp / "explanations.json").write_text(json.dumps(list(explanations), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / "explanations.json").write_text(
+            json.dumps(list(explanations), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         (tmp / "explanations.html").write_text(render_html(explanations), encoding="utf-8")
         plot_explanations(explanations).savefig(tmp / "explanations.png", dpi=100)
     out = Path(output_dir)
@@ -387,8 +452,11 @@ class ExplainArguments:
     method: str = arg("saliency", "attribution method", choices=list(METHODS))
     target: str | None = arg(None, "label name or id to explain (default: the predicted label)")
     n_steps: int = arg(50, "integrated_gradients: integration points to start with")
-    max_steps: int = arg(3200, "integrated_gradients: at most this many points (4x more each time the attributions are "
-                         "not complete within 5%%)")
+    max_steps: int = arg(
+        3200,
+        "integrated_gradients: at most this many points (4x more each time the attributions are "
+        "not complete within 5%%)",
+    )
     max_seq_length: int | None = arg(None, "truncate inputs to N tokens (default: the model's positions, at most 512)")
     revision: str | None = arg(None, "hub revision of --model_name_or_path")
     trust_remote_code: bool = arg(False, "allow model code from the model repository")
@@ -396,8 +464,9 @@ class ExplainArguments:
 
     def __post_init__(self) -> None:
         if self.text_pair is not None and len(self.text_pair) != len(self.text):
-            raise InputError(f"--text_pair given {len(self.text_pair)} time(s) for {len(self.text)} --text; expected one "
-                             "per --text")
+            raise InputError(
+                f"--text_pair given {len(self.text_pair)} time(s) for {len(self.text)} --text; expected one per --text"
+            )
         if self.n_steps < 1:
             raise InputError(f"--n_steps {self.n_steps}: expected an integer >= 1")
 
@@ -412,8 +481,10 @@ def check_trained_head(loading_info: dict, source: str) -> None:
     missing = sorted(loading_info.get("missing_keys") or [])
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        raise InputError(f"--model_name_or_path {source}: its classification head is not trained ({shown} newly "
-                         "initialised); expected a fine-tuned sequence classifier (python -m finetune.glue output)")
+        raise InputError(
+            f"--model_name_or_path {source}: its classification head is not trained ({shown} newly "
+            "initialised); expected a fine-tuned sequence classifier (python -m finetune.glue output)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -422,9 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.driver import load_pretrained
     from training.logs import setup_logging
 
-    (args,) = parse_arguments([ExplainArguments], argv, prog="python -m finetune.explain",
-                              description="Per-word attributions (Captum) of a fine-tuned sequence classifier's "
-                                          "prediction.")
+    (args,) = parse_arguments(
+        [ExplainArguments],
+        argv,
+        prog="python -m finetune.explain",
+        description="Per-word attributions (Captum) of a fine-tuned sequence classifier's prediction.",
+    )
     check_output_dir(args.output_dir)
     setup_logging()
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -433,16 +507,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
     expected = "a finetune.glue output folder"
-    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.model_name_or_path, "--model_name_or_path",
-                                expected, failure="cannot load a sequence classifier", **hub)
-    model, loading = load_pretrained(AutoModelForSequenceClassification.from_pretrained, args.model_name_or_path,
-                                     "--model_name_or_path", expected, failure="cannot load a sequence classifier",
-                                     output_loading_info=True, **hub)
+    tokenizer = load_pretrained(
+        AutoTokenizer.from_pretrained,
+        args.model_name_or_path,
+        "--model_name_or_path",
+        expected,
+        failure="cannot load a sequence classifier",
+        **hub,
+    )
+    model, loading = load_pretrained(
+        AutoModelForSequenceClassification.from_pretrained,
+        args.model_name_or_path,
+        "--model_name_or_path",
+        expected,
+        failure="cannot load a sequence classifier",
+        output_loading_info=True,
+        **hub,
+    )
     check_trained_head(loading, args.model_name_or_path)
     pairs = args.text_pair or [None] * len(args.text)
-    explanations = [explain(model, tokenizer, t, p, method=args.method, target=args.target, n_steps=args.n_steps,
-                            max_length=args.max_seq_length, max_steps=max(args.max_steps, args.n_steps))
-                    for t, p in zip(args.text, pairs)]
+    explanations = [
+        explain(
+            model,
+            tokenizer,
+            t,
+            p,
+            method=args.method,
+            target=args.target,
+            n_steps=args.n_steps,
+            max_length=args.max_seq_length,
+            max_steps=max(args.max_steps, args.n_steps),
+        )
+        for t, p in zip(args.text, pairs)
+    ]
     paths = write_outputs(explanations, args.output_dir)
     for e in explanations:
         top = ", ".join(f"{w} ({s:+.3g})" for w, s in top_words(e))

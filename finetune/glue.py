@@ -53,8 +53,9 @@ class GlueModelArguments(FinetuneModelArguments):
     """The backbone, its config and its classification head."""
 
     config_name: str | None = arg(None, "config path or repo (default: the model's)")
-    ignore_mismatched_sizes: bool = arg(False, "replace a pretrained classification head whose labels differ from the "
-                                        "task's")
+    ignore_mismatched_sizes: bool = arg(
+        False, "replace a pretrained classification head whose labels differ from the task's"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,24 +69,39 @@ class GlueDataArguments:
     train_file: str | None = arg(None, "csv, tsv, json or jsonl training file (custom task, or a GLUE task from files)")
     validation_file: str | None = arg(None, "validation file, same format")
     test_file: str | None = arg(None, "test file (labels optional), predicted with --do_predict")
-    sentence1_key: str | None = arg(None, "column of the first text (default: the task's / sentence1 / premise / "
-                                    "sentence / text)")
+    sentence1_key: str | None = arg(
+        None, "column of the first text (default: the task's / sentence1 / premise / sentence / text)"
+    )
     sentence2_key: str | None = arg(None, "column of the second text of pairs")
     label_key: str = arg("label", "label column of custom files")
     max_seq_length: int = arg(128, "longer inputs are truncated (tokens)")
     pad_to_max_length: bool = arg(False, "pad every batch to --max_seq_length (default: dynamic padding)")
-    group_by_length: bool = arg(True, "group training batches by length (--no_group_by_length: shuffle without "
-                                "grouping)")
+    group_by_length: bool = arg(
+        True, "group training batches by length (--no_group_by_length: shuffle without grouping)"
+    )
     max_train_samples: int | None = arg(None, "use only the first N training examples")
     max_eval_samples: int | None = arg(None, "use only the first N examples of each evaluation split")
 
 
-GlueRunModes = with_defaults(RunModes, {}, name="GlueRunModes", help=dict(
-    do_train="fine-tune --model_name_or_path on the training split",
-    do_eval="evaluate on the validation split(s) (alone: evaluate --model_name_or_path as it is)",
-    do_predict="write predictions for the test split(s) (GLUE submission files; predictions_test.tsv for --test_file)"))
-GlueTrainingArguments = finetune_training_arguments("GlueTrainingArguments", learning_rate=2e-5, num_train_epochs=3.0,
-                                                    per_device_train_batch_size=32, per_device_eval_batch_size=64)
+GlueRunModes = with_defaults(
+    RunModes,
+    {},
+    name="GlueRunModes",
+    help=dict(
+        do_train="fine-tune --model_name_or_path on the training split",
+        do_eval="evaluate on the validation split(s) (alone: evaluate --model_name_or_path as it is)",
+        do_predict=(
+            "write predictions for the test split(s) (GLUE submission files; predictions_test.tsv for --test_file)"
+        ),
+    ),
+)
+GlueTrainingArguments = finetune_training_arguments(
+    "GlueTrainingArguments",
+    learning_rate=2e-5,
+    num_train_epochs=3.0,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+)
 #: The argument dataclasses of ``finetune.glue``, in ``--help`` order.
 ARGUMENTS = (GlueModelArguments, GlueDataArguments, GlueRunModes, GlueTrainingArguments, HubArguments)
 
@@ -116,11 +132,14 @@ def check_arguments(data: GlueDataArguments, modes: RunModes, training) -> GlueT
     if data.glue_dir and (data.train_file or data.validation_file or data.test_file):
         raise InputError("--glue_dir and --train_file/--validation_file/--test_file: give one data source, not both")
     if task is None and not (data.train_file or data.validation_file or data.test_file):
-        raise InputError("a custom task needs --train_file (and --validation_file / --test_file); or give a GLUE "
-                         "--task_name")
+        raise InputError(
+            "a custom task needs --train_file (and --validation_file / --test_file); or give a GLUE --task_name"
+        )
     if modes.do_train and task is None and not data.train_file:
-        raise InputError("training a custom task needs --train_file; pass --do_eval / --do_predict alone to use a "
-                         "fine-tuned --model_name_or_path as it is")
+        raise InputError(
+            "training a custom task needs --train_file; pass --do_eval / --do_predict alone to use a "
+            "fine-tuned --model_name_or_path as it is"
+        )
     if modes.do_predict and not modes.do_train and not modes.do_eval and task is None and not data.test_file:
         raise InputError("--do_predict needs --test_file for a custom task")
     for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
@@ -153,12 +172,15 @@ def label_mapping(pretrained_config, label_names: list[str], model: GlueModelArg
     if model.ignore_mismatched_sizes:
         logger.warning("the pretrained head predicts %s, the task has %s: training a new head", names, label_names)
         return None
-    raise InputError(f"--model_name_or_path {model.model_name_or_path}: its classification head predicts {names}, but the "
-                     f"task has the labels {label_names}; pass --ignore_mismatched_sizes to train a new head")
+    raise InputError(
+        f"--model_name_or_path {model.model_name_or_path}: its classification head predicts {names}, but the "
+        f"task has the labels {label_names}; pass --ignore_mismatched_sizes to train a new head"
+    )
 
 
-def load_model_and_tokenizer(model_args: GlueModelArguments, label_names: list[str], regression: bool,
-                             task_name: str | None, max_seq_length: int):
+def load_model_and_tokenizer(
+    model_args: GlueModelArguments, label_names: list[str], regression: bool, task_name: str | None, max_seq_length: int
+):
     """The tokenizer and an ``AutoModelForSequenceClassification`` with the task's labels in its config.
 
     Returns:
@@ -177,25 +199,39 @@ def load_model_and_tokenizer(model_args: GlueModelArguments, label_names: list[s
     expected = "a model folder written by save_pretrained or a hub repo id"
     config_source = model_args.config_name or source
     config_arg = "--config_name" if model_args.config_name else "--model_name_or_path"
-    pretrained = load_pretrained(AutoConfig.from_pretrained, config_source, config_arg, expected,
-                                 failure="cannot load the config", **hub)
-    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_args.tokenizer_name or source,
-                                "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path", expected,
-                                failure="cannot load the tokenizer", **hub)
+    pretrained = load_pretrained(
+        AutoConfig.from_pretrained, config_source, config_arg, expected, failure="cannot load the config", **hub
+    )
+    tokenizer = load_pretrained(
+        AutoTokenizer.from_pretrained,
+        model_args.tokenizer_name or source,
+        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
+        expected,
+        failure="cannot load the tokenizer",
+        **hub,
+    )
     mapping = None if regression else label_mapping(pretrained, label_names, model_args)
-    overrides: dict[str, Any] = {"num_labels": 1 if regression else len(label_names),
-                                 "problem_type": "regression" if regression else "single_label_classification",
-                                 "finetuning_task": task_name}
+    overrides: dict[str, Any] = {
+        "num_labels": 1 if regression else len(label_names),
+        "problem_type": "regression" if regression else "single_label_classification",
+        "finetuning_task": task_name,
+    }
     if mapping is None and not regression:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {n: i for i, n in enumerate(label_names)}
     if hasattr(pretrained, "freeze_backbone"):  # a model with a frozen-backbone option (SesameElmo)
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(config_source, **hub, **overrides)
-    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "--model_name_or_path",
-                            "a model folder with model.safetensors (save_pretrained) or a hub repo id",
-                            failure="cannot load the weights", config=config,
-                            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub)
+    model = load_pretrained(
+        AutoModelForSequenceClassification.from_pretrained,
+        source,
+        "--model_name_or_path",
+        "a model folder with model.safetensors (save_pretrained) or a hub repo id",
+        failure="cannot load the weights",
+        config=config,
+        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+        **hub,
+    )
     check_model_fits(model.config, tokenizer, max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     return tokenizer, model, mapping
 
@@ -211,11 +247,18 @@ def tokenize_splits(raw, tokenizer, data: GlueDataArguments, mapping: dict[int, 
 
     def preprocess(batch, labelled: bool):
         texts = (batch["sentence1"], batch["sentence2"]) if pair else (batch["sentence1"],)
-        encoded = tokenizer(*texts, truncation=True, max_length=data.max_seq_length,
-                            padding="max_length" if data.pad_to_max_length else False)
+        encoded = tokenizer(
+            *texts,
+            truncation=True,
+            max_length=data.max_seq_length,
+            padding="max_length" if data.pad_to_max_length else False,
+        )
         if labelled:
-            encoded["labels"] = [float(v) for v in batch["label"]] if regression else \
-                [mapping[v] if mapping else v for v in batch["label"]]
+            encoded["labels"] = (
+                [float(v) for v in batch["label"]]
+                if regression
+                else [mapping[v] if mapping else v for v in batch["label"]]
+            )
         return encoded
 
     out = {}
@@ -225,8 +268,16 @@ def tokenize_splits(raw, tokenizer, data: GlueDataArguments, mapping: dict[int, 
             if limit is not None and limit < len(ds):
                 ds = ds.select(range(limit))
             labelled = not split.startswith("test") or -1 not in set(ds["label"][:100])
-            out[split] = (ds, ds.map(preprocess, batched=True, remove_columns=ds.column_names,
-                                     fn_kwargs={"labelled": labelled}, desc=f"tokenize {split}"))
+            out[split] = (
+                ds,
+                ds.map(
+                    preprocess,
+                    batched=True,
+                    remove_columns=ds.column_names,
+                    fn_kwargs={"labelled": labelled},
+                    desc=f"tokenize {split}",
+                ),
+            )
     return out
 
 
@@ -236,7 +287,9 @@ def metric_for(task: GlueTask | None, regression: bool):
 
     if task is not None:
         return load_metric("glue", task.metric_config, keep_in_memory=True)
-    return load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
+    return (
+        load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
+    )
 
 
 def fine_tuned_label_names(model_args: FinetuneModelArguments) -> list[str] | None:
@@ -247,8 +300,9 @@ def fine_tuned_label_names(model_args: FinetuneModelArguments) -> list[str] | No
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
 
     try:
-        config = AutoConfig.from_pretrained(getattr(model_args, "config_name", None) or model_args.model_name_or_path,
-                                            **model_args.hub_kwargs())
+        config = AutoConfig.from_pretrained(
+            getattr(model_args, "config_name", None) or model_args.model_name_or_path, **model_args.hub_kwargs()
+        )
     except (OSError, ValueError):
         return None  # load_model_and_tokenizer reports it with the full message
     names = [config.id2label[i] for i in sorted(config.id2label or {})]
@@ -281,20 +335,30 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
     from finetune.glue_data import label_names_of, load_glue_data
 
     known_labels = None if modes.do_train or data.task_name else fine_tuned_label_names(model_args)
-    raw = load_glue_data(data.task_name, glue_dir=data.glue_dir, train_file=data.train_file,
-                         validation_file=data.validation_file, test_file=data.test_file,
-                         sentence1_key=data.sentence1_key, sentence2_key=data.sentence2_key, label_key=data.label_key,
-                         label_names=known_labels)
+    raw = load_glue_data(
+        data.task_name,
+        glue_dir=data.glue_dir,
+        train_file=data.train_file,
+        validation_file=data.validation_file,
+        test_file=data.test_file,
+        sentence1_key=data.sentence1_key,
+        sentence2_key=data.sentence2_key,
+        label_key=data.label_key,
+        label_names=known_labels,
+    )
     if modes.do_train and "train" not in raw:
         raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
     eval_splits = [s for s in raw if s.startswith("validation")] if modes.do_eval else []
     test_splits = [s for s in raw if s.startswith("test")] if modes.do_predict else []
     if explicit and modes.do_eval and not eval_splits:
-        raise InputError(f"--do_eval: no validation split (found {sorted(raw)}); pass --validation_file, or --glue_dir "
-                         "with the dev file")
+        raise InputError(
+            f"--do_eval: no validation split (found {sorted(raw)}); pass --validation_file, or --glue_dir "
+            "with the dev file"
+        )
     if modes.do_predict and not test_splits:
-        raise InputError(f"--do_predict: no test split (found {sorted(raw)}); pass --test_file, or --glue_dir with the "
-                         "test file")
+        raise InputError(
+            f"--do_predict: no test split (found {sorted(raw)}); pass --test_file, or --glue_dir with the test file"
+        )
     return GlueData(raw, label_names_of(raw["train"] if "train" in raw else raw), eval_splits, test_splits)
 
 
@@ -302,8 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.driver import Run, run_config
     from training.logs import setup_logging
 
-    model_args, data_args, parsed_modes, training, hub = parse_arguments(ARGUMENTS, argv, prog=PROG,
-                                                                         description=DESCRIPTION)
+    model_args, data_args, parsed_modes, training, hub = parse_arguments(
+        ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
+    )
     modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
     task = check_arguments(data_args, modes, training)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -313,11 +378,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
-    with Run(training, hub, run_config(model_args, data_args, modes, training, hub), do_train=modes.do_train,
-             card_task="text-classification") as run:
+    with Run(
+        training,
+        hub,
+        run_config(model_args, data_args, modes, training, hub),
+        do_train=modes.do_train,
+        card_task="text-classification",
+    ) as run:
         accelerator = run.start()
-        tokenizer, model, mapping = load_model_and_tokenizer(model_args, data.label_names, data.regression,
-                                                             data_args.task_name, data_args.max_seq_length)
+        tokenizer, model, mapping = load_model_and_tokenizer(
+            model_args, data.label_names, data.regression, data_args.task_name, data_args.max_seq_length
+        )
         splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
         tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
         parts = glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes)
@@ -338,13 +409,27 @@ def training_data_fingerprint(data_args: GlueDataArguments, task: GlueTask | Non
         files = [str(Path(data_args.glue_dir) / task.files["train"].path)]
     else:
         files = []
-    return fingerprint_sources(files, dataset=None if files else data.raw["train"]._fingerprint,
-                               labels=data.label_names or "regression", max_seq_length=data_args.max_seq_length,
-                               max_train_samples=data_args.max_train_samples)
+    return fingerprint_sources(
+        files,
+        dataset=None if files else data.raw["train"]._fingerprint,
+        labels=data.label_names or "regression",
+        max_seq_length=data_args.max_seq_length,
+        max_train_samples=data_args.max_train_samples,
+    )
 
 
-def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueData, tokenized: dict, mapping,
-               data_args: GlueDataArguments, training, modes: RunModes):
+def glue_parts(
+    accelerator,
+    model,
+    tokenizer,
+    task: GlueTask | None,
+    data: GlueData,
+    tokenized: dict,
+    mapping,
+    data_args: GlueDataArguments,
+    training,
+    modes: RunModes,
+):
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
     the test splits and their submission files."""
@@ -355,9 +440,14 @@ def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueD
     from training.evaluation import gather_predictions
 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
-    loaders = {s: accelerator.prepare(torch.utils.data.DataLoader(tokenized[s][1], collate_fn=collator, shuffle=False,
-                                                                  batch_size=training.per_device_eval_batch_size))
-               for s in [*data.eval_splits, *data.test_splits]}
+    loaders = {
+        s: accelerator.prepare(
+            torch.utils.data.DataLoader(
+                tokenized[s][1], collate_fn=collator, shuffle=False, batch_size=training.per_device_eval_batch_size
+            )
+        )
+        for s in [*data.eval_splits, *data.test_splits]
+    }
     metric = metric_for(task, data.regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
 
@@ -409,14 +499,25 @@ def glue_parts(accelerator, model, tokenizer, task: GlueTask | None, data: GlueD
             logger.info("wrote %s", path.name)
 
     def describe(trainer) -> None:
-        logger.info("%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
-                    task.name if task else "custom task", len(tokenized["train"][1]), data.eval_splits or "nothing",
-                    data.label_names or "regression", trainer.max_train_steps)
+        logger.info(
+            "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+            task.name if task else "custom task",
+            len(tokenized["train"][1]),
+            data.eval_splits or "nothing",
+            data.label_names or "regression",
+            trainer.max_train_steps,
+        )
 
     train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
-    return RunParts(model=model, tokenizer=tokenizer, train_dataloader=train_loader,
-                    evaluate=evaluate if data.eval_splits else None, predict=predict if data.test_splits else None,
-                    write_outputs=write_outputs, describe=describe)
+    return RunParts(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataloader=train_loader,
+        evaluate=evaluate if data.eval_splits else None,
+        predict=predict if data.test_splits else None,
+        write_outputs=write_outputs,
+        describe=describe,
+    )
 
 
 def train_dataloader(train_ds, collator, data_args: GlueDataArguments, training):
@@ -425,20 +526,28 @@ def train_dataloader(train_ds, collator, data_args: GlueDataArguments, training)
     from training.data import LengthGroupedSampler, make_train_dataloader
 
     length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
-    sampler = (LengthGroupedSampler([len(x) for x in train_ds[length_key]], training.per_device_train_batch_size,
-                                    training.seed) if data_args.group_by_length else None)
-    return make_train_dataloader(train_ds, training.per_device_train_batch_size, collator, training.seed,
-                                 sampler=sampler)
+    sampler = (
+        LengthGroupedSampler(
+            [len(x) for x in train_ds[length_key]], training.per_device_train_batch_size, training.seed
+        )
+        if data_args.group_by_length
+        else None
+    )
+    return make_train_dataloader(
+        train_ds, training.per_device_train_batch_size, collator, training.seed, sampler=sampler
+    )
 
 
-def write_custom_predictions(output_dir: str | os.PathLike, split: str, idx: Sequence[int], preds: np.ndarray,
-                             label_names: list[str]) -> Path:
+def write_custom_predictions(
+    output_dir: str | os.PathLike, split: str, idx: Sequence[int], preds: np.ndarray, label_names: list[str]
+) -> Path:
     """``predictions_<split>.tsv`` (``index\\tprediction``: label names, or scores for regression), atomically."""
     from training.files import write_text_atomic
 
     rows = [f"{int(i)}\t{label_names[int(p)] if label_names else f'{float(p):.6g}'}" for i, p in zip(idx, preds)]
-    return write_text_atomic(Path(output_dir) / f"predictions_{split}.tsv",
-                             "index\tprediction\n" + "".join(r + "\n" for r in rows))
+    return write_text_atomic(
+        Path(output_dir) / f"predictions_{split}.tsv", "index\tprediction\n" + "".join(r + "\n" for r in rows)
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,13 @@ FILE_FORMATS = ("csv", "tsv", "json", "jsonl")
 _INDEX_COLUMNS = ("idx", "index", "id")
 
 #: Default text columns of a custom file, tried in order when no ``sentence*_key`` is given.
-_DEFAULT_TEXT_COLUMNS = (("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "sentence"), ("sentence", None), ("text", None))
+_DEFAULT_TEXT_COLUMNS = (
+    ("sentence1", "sentence2"),
+    ("premise", "hypothesis"),
+    ("question", "sentence"),
+    ("sentence", None),
+    ("text", None),
+)
 
 _MAX_SHOWN = 5
 
@@ -78,8 +84,10 @@ def file_format(path: str | os.PathLike) -> str:
         name = name[:-3]
     ext = name.rsplit(".", 1)[-1] if "." in name else ""
     if ext not in FILE_FORMATS:
-        raise InputError(f"{path}: unsupported file extension {('.' + ext) if ext else '(none)'}; expected one of "
-                         f"{', '.join('.' + f for f in FILE_FORMATS)} (optionally .gz)")
+        raise InputError(
+            f"{path}: unsupported file extension {('.' + ext) if ext else '(none)'}; expected one of "
+            f"{', '.join('.' + f for f in FILE_FORMATS)} (optionally .gz)"
+        )
     return ext
 
 
@@ -108,11 +116,13 @@ def read_table(path: str | os.PathLike, column_names: Sequence[str] | None = Non
             return _read_delimited(path, fmt, column_names)
         return _read_json(path, fmt)
     except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start}); expected a UTF-8 "
-                         f"{fmt} file") from None
+        raise InputError(
+            f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start}); expected a UTF-8 {fmt} file"
+        ) from None
     except (OSError, EOFError, zlib.error) as err:  # e.g. a truncated, corrupt or fake .gz
-        raise InputError(f"{path}: cannot read the file ({err}); expected a readable {fmt} file (a complete .gz "
-                         "when compressed)") from None
+        raise InputError(
+            f"{path}: cannot read the file ({err}); expected a readable {fmt} file (a complete .gz when compressed)"
+        ) from None
 
 
 def _open_text(path: Path):
@@ -138,8 +148,10 @@ def _read_delimited(path: Path, fmt: str, column_names: Sequence[str] | None) ->
     if bad:
         shown = ", ".join(f"line {line} has {n}" for line, n in bad[:_MAX_SHOWN])
         hint = " (GLUE .tsv files are unquoted: a '\"' is text, a tab always separates fields)" if fmt == "tsv" else ""
-        raise InputError(f"{path}: malformed {fmt} file: {len(bad)} line(s) without the {len(header)} fields of the "
-                         f"columns {header}: {shown}{hint}")
+        raise InputError(
+            f"{path}: malformed {fmt} file: {len(bad)} line(s) without the {len(header)} fields of the "
+            f"columns {header}: {shown}{hint}"
+        )
     return {name: [row[i] for _, row in rows] for i, name in enumerate(header)}
 
 
@@ -164,8 +176,10 @@ def _read_json(path: Path, fmt: str) -> dict[str, list[Any]]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise InputError(f"{path}: malformed JSON on line {number}: {err.msg} (column {err.colno}); "
-                                 f"expected one JSON object per line, or one JSON list of objects") from None
+                raise InputError(
+                    f"{path}: malformed JSON on line {number}: {err.msg} (column {err.colno}); "
+                    f"expected one JSON object per line, or one JSON list of objects"
+                ) from None
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise InputError(f"{path}: expected a list of JSON objects (one per example), or JSON lines")
     columns: dict[str, list[Any]] = {}
@@ -214,11 +228,15 @@ def check_labels_present(values: Sequence[Any], where: str) -> None:
     missing = [row for row, value in enumerate(values) if _label_key(value) == ""]
     if missing:
         shown = ", ".join(f"row {row}" for row in missing[:_MAX_SHOWN])
-        raise InputError(f"{where}: {len(missing)} example(s) without a label (an empty cell, or a JSON record without "
-                         f"the key): {shown}; expected a label in every row (test files may leave the column out)")
+        raise InputError(
+            f"{where}: {len(missing)} example(s) without a label (an empty cell, or a JSON record without "
+            f"the key): {shown}; expected a label in every row (test files may leave the column out)"
+        )
 
 
-def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str, allow_class_ids: bool = False) -> list[int]:
+def encode_labels(
+    values: Sequence[Any], label_names: Sequence[str], where: str, allow_class_ids: bool = False
+) -> list[int]:
     """Class ids of raw labels: a label name (``1``, ``1.0`` and ``"1"`` all name the label ``"1"``), or, with
     ``allow_class_ids`` (a GLUE task, whose official files write class ids, e.g. SST-2's ``0`` / ``1`` for
     negative / positive), an integer class id in ``range(len(label_names))``.
@@ -240,9 +258,13 @@ def encode_labels(values: Sequence[Any], label_names: Sequence[str], where: str,
         else:
             bad.append((row, value))
     if bad:
-        expected = f"label names or class ids 0..{len(label_names) - 1}" if allow_class_ids else "one of the label names"
-        raise InputError(f"{where}: {len(bad)} label(s) outside the label set {list(label_names)}: {_shown(bad)}; "
-                         f"expected {expected}")
+        expected = (
+            f"label names or class ids 0..{len(label_names) - 1}" if allow_class_ids else "one of the label names"
+        )
+        raise InputError(
+            f"{where}: {len(bad)} label(s) outside the label set {list(label_names)}: {_shown(bad)}; "
+            f"expected {expected}"
+        )
     return ids
 
 
@@ -259,8 +281,10 @@ def encode_scores(values: Sequence[Any], where: str, task: str) -> list[float]:
             bad.append((row, value))
         scores.append(number)
     if bad:
-        raise InputError(f"{where}: {task} is a regression task and needs numeric labels, but {len(bad)} label(s) "
-                         f"are not numbers: {_shown(bad)}")
+        raise InputError(
+            f"{where}: {task} is a regression task and needs numeric labels, but {len(bad)} label(s) "
+            f"are not numbers: {_shown(bad)}"
+        )
     return scores
 
 
@@ -290,8 +314,10 @@ def _features(pair: bool, label_names: Sequence[str], regression: bool) -> datas
 def _require_columns(columns: dict[str, list[Any]], needed: dict[str, str | None], where: str) -> None:
     missing = [f"{col!r} ({role})" for role, col in needed.items() if col is not None and col not in columns]
     if missing:
-        raise InputError(f"{where}: missing column(s) {', '.join(missing)}; columns found: {list(columns)}"
-                         f"; expected the columns named by --sentence1_key / --sentence2_key / --label_key")
+        raise InputError(
+            f"{where}: missing column(s) {', '.join(missing)}; columns found: {list(columns)}"
+            f"; expected the columns named by --sentence1_key / --sentence2_key / --label_key"
+        )
 
 
 def normalize_split(
@@ -372,8 +398,10 @@ def load_glue_dir(glue_dir: str | os.PathLike, task: GlueTask) -> datasets.Datas
             if spec.optional or split.startswith("test"):
                 continue
             expected = ", ".join(str(root / f.path) for f in task.files.values() if not f.optional)
-            raise InputError(f"--glue_dir {root}: missing {path} for task {task.name} (split {split}); expected the "
-                             f"official GLUE layout: {expected}")
+            raise InputError(
+                f"--glue_dir {root}: missing {path} for task {task.name} (split {split}); expected the "
+                f"official GLUE layout: {expected}"
+            )
         splits[split] = normalize_split(
             read_table(path, spec.column_names),
             f"{path} ({split})",
@@ -398,8 +426,10 @@ def _pick_text_columns(columns: dict[str, list[Any]], task: GlueTask | None, whe
             continue
         if s1 in columns and (s2 is None or s2 in columns):
             return s1, s2
-    raise InputError(f"{where}: cannot tell the text column(s); columns found: {list(columns)}; name them with "
-                     f"--sentence1_key (and --sentence2_key for sentence pairs)")
+    raise InputError(
+        f"{where}: cannot tell the text column(s); columns found: {list(columns)}; name them with "
+        f"--sentence1_key (and --sentence2_key for sentence pairs)"
+    )
 
 
 def load_custom_files(
@@ -434,8 +464,10 @@ def load_custom_files(
     """
     files = {s: f for s, f in (("train", train_file), ("validation", validation_file), ("test", test_file)) if f}
     if not files:
-        raise InputError("no data given: pass --train_file / --validation_file (/ --test_file), --glue_dir, or a "
-                         "GLUE --task_name to load from the hub")
+        raise InputError(
+            "no data given: pass --train_file / --validation_file (/ --test_file), --glue_dir, or a "
+            "GLUE --task_name to load from the hub"
+        )
     tables = {split: read_table(path) for split, path in files.items()}
     for split, table in tables.items():
         if not table or not next(iter(table.values())):
@@ -462,13 +494,16 @@ def load_custom_files(
                 names, regression = sorted({_label_key(v) for v in values}), False
         if not regression and not names:
             where = files[source] if source else ", ".join(str(f) for f in files.values())
-            raise InputError(f"{where}: no labels to learn from (column {label_key!r}); columns found: "
-                             f"{list(tables[source or first_split])}")
+            raise InputError(
+                f"{where}: no labels to learn from (column {label_key!r}); columns found: "
+                f"{list(tables[source or first_split])}"
+            )
     name = task.name if task is not None else "custom task"
     splits = {}
     for split, path in files.items():
-        has_label = split != "test" or (label_key in tables[split]
-                                        and any(_label_key(v) != "" for v in tables[split][label_key]))
+        has_label = split != "test" or (
+            label_key in tables[split] and any(_label_key(v) != "" for v in tables[split][label_key])
+        )
         splits[split] = normalize_split(
             tables[split],
             f"{path} ({split})",
@@ -485,7 +520,9 @@ def load_custom_files(
 
 
 def _offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.DatasetDict:
@@ -505,10 +542,15 @@ def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.Data
         except Exception as err:  # noqa: BLE001 - connection / cache errors of many kinds
             if config != task.name:  # optional extra (the diagnostic set)
                 continue
-            mode = "offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set) and not in the local cache" if _offline() \
+            mode = (
+                "offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set) and not in the local cache"
+                if _offline()
                 else f"unreachable ({type(err).__name__}: {err})"
-            raise InputError(f"--task_name {task.name}: the hub dataset nyu-mll/glue ({config}) is {mode}; pass "
-                             f"--glue_dir DIR (the official GLUE files) or --train_file/--validation_file") from None
+            )
+            raise InputError(
+                f"--task_name {task.name}: the hub dataset nyu-mll/glue ({config}) is {mode}; pass "
+                f"--glue_dir DIR (the official GLUE files) or --train_file/--validation_file"
+            ) from None
         for ours, hub_split in pairs:
             ds = loaded[hub_split]
             rename = {task.hub_sentence1_key: "sentence1"}
@@ -551,12 +593,21 @@ def load_glue_data(
         return load_glue_dir(glue_dir, task)
     if train_file or validation_file or test_file:
         return load_custom_files(
-            train_file, validation_file, test_file, task=task, sentence1_key=sentence1_key,
-            sentence2_key=sentence2_key, label_key=label_key, label_names=label_names, is_regression=is_regression,
+            train_file,
+            validation_file,
+            test_file,
+            task=task,
+            sentence1_key=sentence1_key,
+            sentence2_key=sentence2_key,
+            label_key=label_key,
+            label_names=label_names,
+            is_regression=is_regression,
         )
     if task is None:
-        raise InputError("no data given: pass --task_name (GLUE, from the hub or --glue_dir) or "
-                         "--train_file/--validation_file for a custom task")
+        raise InputError(
+            "no data given: pass --task_name (GLUE, from the hub or --glue_dir) or "
+            "--train_file/--validation_file for a custom task"
+        )
     return load_glue_hub(task, cache_dir=cache_dir)
 
 
@@ -581,8 +632,10 @@ def write_submission(
         The path written.
     """
     if split not in task.submission:
-        raise InputError(f"task {task.name} has no GLUE submission file for split {split!r}; "
-                         f"expected one of {sorted(task.submission)}")
+        raise InputError(
+            f"task {task.name} has no GLUE submission file for split {split!r}; "
+            f"expected one of {sorted(task.submission)}"
+        )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = out / task.submission[split]

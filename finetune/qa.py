@@ -5,7 +5,8 @@ with a *fast* tokenizer's character offsets:
 
 * each example becomes ``[CLS] question [SEP] context [SEP]`` (context first when the tokenizer pads on the
   left; ``<S> question </S> <S> context </S>`` with the word-level ELMo tokenizer, which has offsets but no
-  overflowing windows: its windows are cut here over the context's tokens, with the same stride); questions longer than ``max_query_length`` tokens are cut to that length; only the context is
+  overflowing windows: its windows are cut here over the context's tokens, with the same stride); questions longer than
+  ``max_query_length`` tokens are cut to that length; only the context is
   truncated (``"only_second"``), and a long context overflows into several windows ("features") that start
   ``max_seq_length - question - specials - doc_stride`` context tokens apart, so consecutive windows share
   ``doc_stride`` tokens;
@@ -57,21 +58,31 @@ def check_window_arguments(tokenizer: Any, max_seq_length: int, doc_stride: int,
         except (NotImplementedError, TypeError, ValueError):
             probe = {}
         if "offset_mapping" not in probe or "token_type_ids" not in probe:
-            raise InputError(f"tokenizer {type(tokenizer).__name__}: span QA needs character offsets "
-                             f"(offset_mapping) and token_type_ids; load a fast tokenizer (AutoTokenizer, use_fast=True)")
+            raise InputError(
+                f"tokenizer {type(tokenizer).__name__}: span QA needs character offsets "
+                f"(offset_mapping) and token_type_ids; load a fast tokenizer (AutoTokenizer, use_fast=True)"
+            )
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     room = max_seq_length - max_query_length - specials
     if max_query_length < 1 or room < 1:
-        raise InputError(f"--max_seq_length {max_seq_length} leaves no room for the context after a question of "
-                         f"--max_query_length {max_query_length} tokens and {specials} special tokens")
+        raise InputError(
+            f"--max_seq_length {max_seq_length} leaves no room for the context after a question of "
+            f"--max_query_length {max_query_length} tokens and {specials} special tokens"
+        )
     if not 0 <= doc_stride < room:
-        raise InputError(f"--doc_stride {doc_stride}: must be at least 0 and smaller than the context tokens of a "
-                         f"window ({room} = --max_seq_length {max_seq_length} - --max_query_length "
-                         f"{max_query_length} - {specials} special tokens)")
+        raise InputError(
+            f"--doc_stride {doc_stride}: must be at least 0 and smaller than the context tokens of a "
+            f"window ({room} = --max_seq_length {max_seq_length} - --max_query_length "
+            f"{max_query_length} - {specials} special tokens)"
+        )
 
 
 def _truncate_questions(
-    questions: list[str], ids: Sequence[Any], tokenizer: Any, max_seq_length: int, doc_stride: int,
+    questions: list[str],
+    ids: Sequence[Any],
+    tokenizer: Any,
+    max_seq_length: int,
+    doc_stride: int,
     max_query_length: int,
 ) -> list[str]:
     """Cut questions to ``max_query_length`` tokens (at a token's end character); refuse those leaving no room."""
@@ -87,10 +98,12 @@ def _truncate_questions(
             raise InputError(f"question id {ids[i]!r}: the question has no tokens")
         room = max_seq_length - length - specials
         if room < 1 or doc_stride >= room:
-            raise InputError(f"question id {ids[i]!r}: the question takes {length} tokens (after truncation to "
-                             f"--max_query_length {max_query_length}), leaving {max(room, 0)} context tokens per "
-                             f"window of --max_seq_length {max_seq_length}, not more than --doc_stride {doc_stride}; "
-                             f"raise --max_seq_length or lower --max_query_length / --doc_stride")
+            raise InputError(
+                f"question id {ids[i]!r}: the question takes {length} tokens (after truncation to "
+                f"--max_query_length {max_query_length}), leaving {max(room, 0)} context tokens per "
+                f"window of --max_seq_length {max_seq_length}, not more than --doc_stride {doc_stride}; "
+                f"raise --max_seq_length or lower --max_query_length / --doc_stride"
+            )
     return questions
 
 
@@ -109,7 +122,11 @@ def _tokenize_windows(
         per token whether it is a context token).
     """
     questions = _truncate_questions(
-        [q.strip() for q in examples["question"]], examples["id"], tokenizer, max_seq_length, doc_stride,
+        [q.strip() for q in examples["question"]],
+        examples["id"],
+        tokenizer,
+        max_seq_length,
+        doc_stride,
         max_query_length,
     )
     contexts = list(examples["context"])
@@ -135,7 +152,11 @@ def _tokenize_windows(
 
 
 def _word_windows(
-    questions: list[str], contexts: list[str], tokenizer: Any, max_seq_length: int, doc_stride: int,
+    questions: list[str],
+    contexts: list[str],
+    tokenizer: Any,
+    max_seq_length: int,
+    doc_stride: int,
     pad_to_max_length: bool,
 ) -> tuple[dict[str, list[Any]], list[int], list[list[tuple[int, int]]], list[list[bool]]]:
     """Windows for a tokenizer without overflowing tokens (e.g. the word-level ELMo tokenizer).
@@ -160,9 +181,15 @@ def _word_windows(
             window = spans[first : first + room]
             begin = window[0][0] if window else 0
             text = context[begin : window[-1][1]] if window else ""
-            encoded = tokenizer(question, text, truncation="only_second", max_length=max_seq_length,
-                                return_offsets_mapping=True, return_token_type_ids=True,
-                                padding="max_length" if pad_to_max_length else False)
+            encoded = tokenizer(
+                question,
+                text,
+                truncation="only_second",
+                max_length=max_seq_length,
+                return_offsets_mapping=True,
+                return_token_type_ids=True,
+                padding="max_length" if pad_to_max_length else False,
+            )
             offsets = [tuple(o) for o in encoded.pop("offset_mapping")]
             types = encoded["token_type_ids"]
             mask = encoded.get("attention_mask", [1] * len(types))
@@ -351,9 +378,15 @@ def postprocess_qa_predictions(
         candidates: list[dict[str, Any]] = []
         null: dict[str, Any] | None = None
         for f in windows.get(qid, []):
-            window_null = _window_candidates(np.asarray(start_logits[f], dtype=np.float64),
-                                             np.asarray(end_logits[f], dtype=np.float64), feature_offsets[f],
-                                             int(feature_cls[f] or 0), n_best_size, max_answer_length, candidates)
+            window_null = _window_candidates(
+                np.asarray(start_logits[f], dtype=np.float64),
+                np.asarray(end_logits[f], dtype=np.float64),
+                feature_offsets[f],
+                int(feature_cls[f] or 0),
+                n_best_size,
+                max_answer_length,
+                candidates,
+            )
             if null is None or window_null["score"] < null["score"]:
                 null = window_null
         candidates.sort(key=lambda c: c["score"], reverse=True)
@@ -371,8 +404,15 @@ def postprocess_qa_predictions(
     return predictions, all_nbest, null_odds
 
 
-def _window_candidates(starts: np.ndarray, ends: np.ndarray, offsets, cls: int, n_best_size: int,
-                       max_answer_length: int, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+def _window_candidates(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    offsets,
+    cls: int,
+    n_best_size: int,
+    max_answer_length: int,
+    candidates: list[dict[str, Any]],
+) -> dict[str, Any]:
     """Add the window's valid spans (the ``n_best_size`` best starts x best ends inside the context, end >= start,
     at most ``max_answer_length`` tokens) to ``candidates``; return its null answer (the ``cls`` position's
     score). ``starts`` / ``ends``: float64 logits of the window's tokens."""
@@ -385,13 +425,20 @@ def _window_candidates(starts: np.ndarray, ends: np.ndarray, offsets, cls: int, 
         for e in best_ends:
             if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
                 continue
-            candidates.append({"offsets": (int(offsets[s][0]), int(offsets[e][1])),
-                               "score": starts[s] + ends[e], "start_logit": starts[s], "end_logit": ends[e]})
+            candidates.append(
+                {
+                    "offsets": (int(offsets[s][0]), int(offsets[e][1])),
+                    "score": starts[s] + ends[e],
+                    "start_logit": starts[s],
+                    "end_logit": ends[e],
+                }
+            )
     return {"offsets": (0, 0), "score": starts[cls] + ends[cls], "start_logit": starts[cls], "end_logit": ends[cls]}
 
 
-def _nbest_entries(candidates: list[dict[str, Any]], null: dict[str, Any] | None, context: str,
-                   n_best_size: int) -> list[dict[str, Any]]:
+def _nbest_entries(
+    candidates: list[dict[str, Any]], null: dict[str, Any] | None, context: str, n_best_size: int
+) -> list[dict[str, Any]]:
     """The n-best answers of an example, best first, with probabilities (a softmax over their scores); with a
     ``null`` answer (v2) it is always among them."""
     nbest = candidates[:n_best_size]
@@ -401,9 +448,16 @@ def _nbest_entries(candidates: list[dict[str, Any]], null: dict[str, Any] | None
             nbest[-1] = null  # the null answer is always among the n-best
     texts = ["" if c is null else context[c["offsets"][0] : c["offsets"][1]] for c in nbest]
     probabilities = _softmax(np.array([c["score"] for c in nbest])) if nbest else []
-    return [{"text": t, "probability": float(p), "start_logit": float(c["start_logit"]),
-             "end_logit": float(c["end_logit"]), "offsets": list(c["offsets"])}
-            for c, t, p in zip(nbest, texts, probabilities)]
+    return [
+        {
+            "text": t,
+            "probability": float(p),
+            "start_logit": float(c["start_logit"]),
+            "end_logit": float(c["end_logit"]),
+            "offsets": list(c["offsets"]),
+        }
+        for c, t, p in zip(nbest, texts, probabilities)
+    ]
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:

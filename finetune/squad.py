@@ -76,17 +76,24 @@ class SquadDataArguments:
 
     _argument_group_name: ClassVar[str] = "data"
 
-    dataset_name: str | None = arg(None, "hub dataset: squad, squad_v2 or owner/name in the same format (needs the "
-                                   "network or the local cache)")
-    train_file: list[str] | None = arg(None, "SQuAD-format .json / .json.gz training file(s); several are concatenated "
-                                       "(question ids must be unique)", nargs="+")
+    dataset_name: str | None = arg(
+        None, "hub dataset: squad, squad_v2 or owner/name in the same format (needs the network or the local cache)"
+    )
+    train_file: list[str] | None = arg(
+        None,
+        "SQuAD-format .json / .json.gz training file(s); several are concatenated (question ids must be unique)",
+        nargs="+",
+    )
     validation_file: list[str] | None = arg(None, "SQuAD-format .json / .json.gz evaluation file(s)", nargs="+")
-    test_file: list[str] | None = arg(None, "SQuAD-format file(s) of questions to answer with --do_predict ('answers' "
-                                      "optional)", nargs="+")
-    version_2_with_negative: bool = arg(False, "SQuAD v2.0: unanswerable questions allowed; predict '' when the null "
-                                        "score wins")
-    skip_misaligned_answers: bool = arg(False, "drop (and count) answers whose answer_start does not point at their "
-                                        "text instead of refusing the file")
+    test_file: list[str] | None = arg(
+        None, "SQuAD-format file(s) of questions to answer with --do_predict ('answers' optional)", nargs="+"
+    )
+    version_2_with_negative: bool = arg(
+        False, "SQuAD v2.0: unanswerable questions allowed; predict '' when the null score wins"
+    )
+    skip_misaligned_answers: bool = arg(
+        False, "drop (and count) answers whose answer_start does not point at their text instead of refusing the file"
+    )
     max_seq_length: int = arg(384, "tokens per window, question and special tokens included")
     doc_stride: int = arg(128, "tokens shared by consecutive windows of a long context")
     max_query_length: int = arg(64, "questions are cut to this many tokens")
@@ -107,16 +114,38 @@ class PostProcessingArguments:
     null_score_diff_threshold: float = arg(0.0, "v2: predict '' when null score - best span score exceeds it")
 
 
-SquadModelArguments = with_defaults(FinetuneModelArguments, {}, name="SquadModelArguments", help=dict(
-    unfreeze_backbone="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)"))
-SquadRunModes = with_defaults(RunModes, {}, name="SquadRunModes", help=dict(
-    do_predict="answer the questions of --test_file: predictions.json (+ nbest_predictions.json, v2: null_odds.json)"))
-SquadTrainingArguments = finetune_training_arguments("SquadTrainingArguments", learning_rate=3e-5,
-                                                     num_train_epochs=2.0, per_device_train_batch_size=12,
-                                                     per_device_eval_batch_size=32)
+SquadModelArguments = with_defaults(
+    FinetuneModelArguments,
+    {},
+    name="SquadModelArguments",
+    help=dict(unfreeze_backbone="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)"),
+)
+SquadRunModes = with_defaults(
+    RunModes,
+    {},
+    name="SquadRunModes",
+    help=dict(
+        do_predict=(
+            "answer the questions of --test_file: predictions.json (+ nbest_predictions.json, v2: null_odds.json)"
+        )
+    ),
+)
+SquadTrainingArguments = finetune_training_arguments(
+    "SquadTrainingArguments",
+    learning_rate=3e-5,
+    num_train_epochs=2.0,
+    per_device_train_batch_size=12,
+    per_device_eval_batch_size=32,
+)
 #: The argument dataclasses of ``finetune.squad``, in ``--help`` order.
-ARGUMENTS = (SquadModelArguments, SquadDataArguments, SquadRunModes, PostProcessingArguments, SquadTrainingArguments,
-             HubArguments)
+ARGUMENTS = (
+    SquadModelArguments,
+    SquadDataArguments,
+    SquadRunModes,
+    PostProcessingArguments,
+    SquadTrainingArguments,
+    HubArguments,
+)
 
 
 PROG = "accelerate launch -m finetune.squad"
@@ -137,27 +166,36 @@ def check_arguments(data: SquadDataArguments, modes: RunModes, post: PostProcess
         InputError: naming the flags and what is expected.
     """
     if not training.output_dir:
-        raise InputError("--output_dir: required (the fine-tuned model, predictions.json and all_results.json go "
-                         "there)")
+        raise InputError(
+            "--output_dir: required (the fine-tuned model, predictions.json and all_results.json go there)"
+        )
     if os.path.exists(training.output_dir) and not os.path.isdir(training.output_dir):
-        raise InputError(f"--output_dir {training.output_dir}: is an existing file; expected a directory (new or "
-                         "existing)")
+        raise InputError(
+            f"--output_dir {training.output_dir}: is an existing file; expected a directory (new or existing)"
+        )
     if data.dataset_name and (data.train_file or data.validation_file):
         raise InputError("--dataset_name and --train_file/--validation_file: give one data source, not both")
     if not data.dataset_name and not (data.train_file or data.validation_file or data.test_file):
-        raise InputError("no data given: pass --train_file/--validation_file/--test_file (SQuAD-format .json/.json.gz) "
-                         "or --dataset_name squad|squad_v2")
+        raise InputError(
+            "no data given: pass --train_file/--validation_file/--test_file (SQuAD-format .json/.json.gz) "
+            "or --dataset_name squad|squad_v2"
+        )
     if modes.do_predict and not data.test_file:
         raise InputError("--do_predict needs --test_file (SQuAD-format questions; 'answers' optional)")
     if data.test_file and not modes.do_predict:
         raise InputError("--test_file is read only with --do_predict; add --do_predict")
     if modes.do_train and not (data.train_file or data.dataset_name):
-        raise InputError("training needs --train_file (or --dataset_name); pass --do_eval alone to only evaluate a "
-                         "fine-tuned model")
+        raise InputError(
+            "training needs --train_file (or --dataset_name); pass --do_eval alone to only evaluate a fine-tuned model"
+        )
     if modes.do_eval and not (data.validation_file or data.dataset_name):
         raise InputError("--do_eval needs --validation_file (or --dataset_name)")
-    for name, value in (("max_seq_length", data.max_seq_length), ("max_query_length", data.max_query_length),
-                        ("n_best_size", post.n_best_size), ("max_answer_length", post.max_answer_length)):
+    for name, value in (
+        ("max_seq_length", data.max_seq_length),
+        ("max_query_length", data.max_query_length),
+        ("n_best_size", post.n_best_size),
+        ("max_answer_length", post.max_answer_length),
+    ):
         if value < 1:
             raise InputError(f"--{name} {value}: expected an integer >= 1")
     if data.doc_stride < 0:
@@ -186,10 +224,14 @@ def load_examples(data: SquadDataArguments, modes: RunModes):
 
     from finetune.squad_data import load_squad_data, load_squad_file
 
-    wanted = [s for s, on in (("train", modes.do_train), ("validation", modes.do_eval), ("test", modes.do_predict)) if on]
+    wanted = [
+        s for s, on in (("train", modes.do_train), ("validation", modes.do_eval), ("test", modes.do_predict)) if on
+    ]
     out = {}
     if data.dataset_name:
-        loaded, _ = load_squad_data(dataset_name=data.dataset_name, version_2_with_negative=data.version_2_with_negative)
+        loaded, _ = load_squad_data(
+            dataset_name=data.dataset_name, version_2_with_negative=data.version_2_with_negative
+        )
         for split in [s for s in wanted if s != "test"]:
             if split not in loaded:
                 raise InputError(f"--dataset_name {data.dataset_name}: has no {split!r} split (found {sorted(loaded)})")
@@ -200,25 +242,41 @@ def load_examples(data: SquadDataArguments, modes: RunModes):
         files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}[split]
         parts, seen = [], {}
         for path in files:
-            ds, report = load_squad_file(path, version_2_with_negative=data.version_2_with_negative,
-                                         skip_misaligned_answers=data.skip_misaligned_answers,
-                                         require_answers=split != "test")
+            ds, report = load_squad_file(
+                path,
+                version_2_with_negative=data.version_2_with_negative,
+                skip_misaligned_answers=data.skip_misaligned_answers,
+                require_answers=split != "test",
+            )
             for qid in ds["id"]:
                 if qid in seen:
-                    raise InputError(f"{path}: question id {qid!r} is also in {seen[qid]}; ids must be unique across the {split} files")
+                    raise InputError(
+                        f"{path}: question id {qid!r} is also in {seen[qid]}; ids must be unique across the {split} "
+                        "files"
+                    )
                 seen[qid] = path
             if report.misaligned_answers:
-                logger.warning("%s: skipped %d misaligned answer(s), dropped %d question(s)", path,
-                               report.misaligned_answers, len(report.dropped_questions))
+                logger.warning(
+                    "%s: skipped %d misaligned answer(s), dropped %d question(s)",
+                    path,
+                    report.misaligned_answers,
+                    len(report.dropped_questions),
+                )
             parts.append(ds)
         out[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    for split, limit in (("train", data.max_train_samples), ("validation", data.max_eval_samples), ("test", data.max_predict_samples)):
+    for split, limit in (
+        ("train", data.max_train_samples),
+        ("validation", data.max_eval_samples),
+        ("test", data.max_predict_samples),
+    ):
         if split in out and limit is not None and limit < len(out[split]):
             out[split] = out[split].select(range(limit))
     if "validation" in out and not data.version_2_with_negative:
         unanswerable = sum(1 for a in out["validation"]["answers"] if not a["text"])
         if unanswerable:
-            raise InputError(f"the validation data has {unanswerable} unanswerable question(s); pass --version_2_with_negative")
+            raise InputError(
+                f"the validation data has {unanswerable} unanswerable question(s); pass --version_2_with_negative"
+            )
     return out
 
 
@@ -236,11 +294,17 @@ def load_tokenizer(model_args: FinetuneModelArguments, data: SquadDataArguments)
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
     expected = "a model folder written by save_pretrained or a hub repo id"
-    config = load_pretrained(AutoConfig.from_pretrained, source, "--model_name_or_path", expected,
-                             failure="cannot load the config", **hub)
-    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_args.tokenizer_name or source,
-                                "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path", expected,
-                                failure="cannot load the tokenizer", **hub)
+    config = load_pretrained(
+        AutoConfig.from_pretrained, source, "--model_name_or_path", expected, failure="cannot load the config", **hub
+    )
+    tokenizer = load_pretrained(
+        AutoTokenizer.from_pretrained,
+        model_args.tokenizer_name or source,
+        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
+        expected,
+        failure="cannot load the tokenizer",
+        **hub,
+    )
     check_model_fits(config, tokenizer, data.max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     check_window_arguments(tokenizer, data.max_seq_length, data.doc_stride, data.max_query_length)
     return config, tokenizer
@@ -262,10 +326,15 @@ def load_model(model_args: FinetuneModelArguments, pretrained_config):
     if hasattr(pretrained_config, "freeze_backbone"):
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
-    return load_pretrained(AutoModelForQuestionAnswering.from_pretrained, model_args.model_name_or_path,
-                           "--model_name_or_path", f"a model type with a question-answering head (got "
-                           f"{config.model_type!r}) and its weights (save_pretrained)",
-                           failure="cannot load a question-answering model", config=config, **hub)
+    return load_pretrained(
+        AutoModelForQuestionAnswering.from_pretrained,
+        model_args.model_name_or_path,
+        "--model_name_or_path",
+        f"a model type with a question-answering head (got {config.model_type!r}) and its weights (save_pretrained)",
+        failure="cannot load a question-answering model",
+        config=config,
+        **hub,
+    )
 
 
 def tokenize(examples: dict, tokenizer, data: SquadDataArguments, accelerator) -> dict:
@@ -273,16 +342,25 @@ def tokenize(examples: dict, tokenizer, data: SquadDataArguments, accelerator) -
     ``example_id``, ``offset_mapping``, ``cls_index``), one row per window (``datasets.map``)."""
     from finetune.qa import prepare_train_features, prepare_validation_features
 
-    kwargs = dict(tokenizer=tokenizer, max_seq_length=data.max_seq_length, doc_stride=data.doc_stride,
-                  max_query_length=data.max_query_length, pad_to_max_length=data.pad_to_max_length)
+    kwargs = dict(
+        tokenizer=tokenizer,
+        max_seq_length=data.max_seq_length,
+        doc_stride=data.doc_stride,
+        max_query_length=data.max_query_length,
+        pad_to_max_length=data.pad_to_max_length,
+    )
     features = {}
     with accelerator.main_process_first():
-        for split, fn in (("train", prepare_train_features), ("validation", prepare_validation_features),
-                          ("test", prepare_validation_features)):
+        for split, fn in (
+            ("train", prepare_train_features),
+            ("validation", prepare_validation_features),
+            ("test", prepare_validation_features),
+        ):
             if split in examples:
                 ds = examples[split]
-                features[split] = ds.map(fn, batched=True, remove_columns=ds.column_names, fn_kwargs=kwargs,
-                                         desc=f"windows of {split}")
+                features[split] = ds.map(
+                    fn, batched=True, remove_columns=ds.column_names, fn_kwargs=kwargs, desc=f"windows of {split}"
+                )
     return features
 
 
@@ -312,8 +390,13 @@ def make_predict_fn(accelerator, data: SquadDataArguments, post: PostProcessingA
         # v2: the best span and the null odds once (threshold +inf), then the threshold applied here, so that the
         # metric sees the best span text with its null odds and can search the best threshold (best_f1_thresh).
         best, nbest, odds = postprocess_qa_predictions(
-            examples, columns, logits["start_logits"].numpy(), logits["end_logits"].numpy(), n_best_size=post.n_best_size,
-            max_answer_length=post.max_answer_length, version_2_with_negative=data.version_2_with_negative,
+            examples,
+            columns,
+            logits["start_logits"].numpy(),
+            logits["end_logits"].numpy(),
+            n_best_size=post.n_best_size,
+            max_answer_length=post.max_answer_length,
+            version_2_with_negative=data.version_2_with_negative,
             null_score_diff_threshold=math.inf,
         )
         if not data.version_2_with_negative:
@@ -324,7 +407,9 @@ def make_predict_fn(accelerator, data: SquadDataArguments, post: PostProcessingA
     return predict_fn
 
 
-def make_eval_fn(accelerator, data: SquadDataArguments, post: PostProcessingArguments, examples, features, loader, metric):
+def make_eval_fn(
+    accelerator, data: SquadDataArguments, post: PostProcessingArguments, examples, features, loader, metric
+):
     """``eval_fn(prepared model)``: :func:`make_predict_fn`'s predictions scored by the metric. Keeps the last
     predictions in ``eval_fn.last`` as ``(predictions, nbest, null_odds)``."""
     predict_fn = make_predict_fn(accelerator, data, post, examples, features, loader)
@@ -334,18 +419,24 @@ def make_eval_fn(accelerator, data: SquadDataArguments, post: PostProcessingArgu
         best, predictions, nbest, odds = predict_fn(model)
         if data.version_2_with_negative:
             preds = [{"id": q, "prediction_text": t, "no_answer_probability": odds[q]} for q, t in best.items()]
-            scores = metric.compute(predictions=preds, references=references, no_answer_threshold=post.null_score_diff_threshold)
+            scores = metric.compute(
+                predictions=preds, references=references, no_answer_threshold=post.null_score_diff_threshold
+            )
             scores["exact_match"] = scores["exact"]
         else:
-            scores = metric.compute(predictions=[{"id": q, "prediction_text": t} for q, t in best.items()], references=references)
+            scores = metric.compute(
+                predictions=[{"id": q, "prediction_text": t} for q, t in best.items()], references=references
+            )
         eval_fn.last = (predictions, nbest, odds)
         metrics = {f"eval_{k}": float(v) for k, v in scores.items()}
         metrics["eval_samples"] = float(len(examples))
         metrics["eval_runtime_s"] = time.perf_counter() - t0
         return metrics
 
-    references = [{"id": q, "answers": {"text": list(a["text"]), "answer_start": list(a["answer_start"])}}
-                  for q, a in zip(examples["id"], examples["answers"])]
+    references = [
+        {"id": q, "answers": {"text": list(a["text"]), "answer_start": list(a["answer_start"])}}
+        for q, a in zip(examples["id"], examples["answers"])
+    ]
     eval_fn.last = None
     return eval_fn
 
@@ -354,8 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.driver import Run, run_config
     from training.logs import setup_logging
 
-    model_args, data, parsed_modes, post, training, hub = parse_arguments(ARGUMENTS, argv, prog=PROG,
-                                                                          description=DESCRIPTION)
+    model_args, data, parsed_modes, post, training, hub = parse_arguments(
+        ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
+    )
     modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
     check_arguments(data, modes, post, training)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -364,24 +456,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
-    with Run(training, hub, run_config(model_args, data, modes, post, training, hub), do_train=modes.do_train,
-             card_task="question-answering") as run:
+    with Run(
+        training,
+        hub,
+        run_config(model_args, data, modes, post, training, hub),
+        do_train=modes.do_train,
+        card_task="question-answering",
+    ) as run:
         accelerator = run.start()
         features = tokenize(examples, tokenizer, data, accelerator)
-        parts = squad_parts(accelerator, load_model(model_args, pretrained_config), tokenizer, examples, features,
-                            data, post, training, modes)
+        parts = squad_parts(
+            accelerator,
+            load_model(model_args, pretrained_config),
+            tokenizer,
+            examples,
+            features,
+            data,
+            post,
+            training,
+            modes,
+        )
         if modes.do_train:
             from training.data import fingerprint_sources
 
             parts.data_fingerprint = fingerprint_sources(
-                data.train_file or [], dataset=None if data.train_file else examples["train"]._fingerprint,
-                max_seq_length=data.max_seq_length, doc_stride=data.doc_stride,
-                max_query_length=data.max_query_length, max_train_samples=data.max_train_samples)
+                data.train_file or [],
+                dataset=None if data.train_file else examples["train"]._fingerprint,
+                max_seq_length=data.max_seq_length,
+                doc_stride=data.doc_stride,
+                max_query_length=data.max_query_length,
+                max_train_samples=data.max_train_samples,
+            )
         return run.execute(parts)
 
 
-def squad_parts(accelerator, model, tokenizer, examples: dict, features: dict, data: SquadDataArguments,
-                post: PostProcessingArguments, training, modes: RunModes):
+def squad_parts(
+    accelerator,
+    model,
+    tokenizer,
+    examples: dict,
+    features: dict,
+    data: SquadDataArguments,
+    post: PostProcessingArguments,
+    training,
+    modes: RunModes,
+):
     """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
     (n-best post-processing, the official metric), the test predictions and the prediction files."""
     from transformers import DataCollatorWithPadding
@@ -395,14 +514,18 @@ def squad_parts(accelerator, model, tokenizer, examples: dict, features: dict, d
 
     def loader_of(split: str):
         inputs = features[split].remove_columns(list(POSTPROCESS_COLUMNS))
-        return accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=training.per_device_eval_batch_size,
-                                                               collate_fn=collator, shuffle=False))
+        return accelerator.prepare(
+            torch.utils.data.DataLoader(
+                inputs, batch_size=training.per_device_eval_batch_size, collate_fn=collator, shuffle=False
+            )
+        )
 
     eval_fn = predict_fn = None
     if modes.do_eval:
         metric = load_metric("squad_v2" if data.version_2_with_negative else "squad", keep_in_memory=True)
-        eval_fn = make_eval_fn(accelerator, data, post, examples["validation"], features["validation"],
-                               loader_of("validation"), metric)
+        eval_fn = make_eval_fn(
+            accelerator, data, post, examples["validation"], features["validation"], loader_of("validation"), metric
+        )
     if modes.do_predict:
         predict_fn = make_predict_fn(accelerator, data, post, examples["test"], features["test"], loader_of("test"))
 
@@ -415,19 +538,32 @@ def squad_parts(accelerator, model, tokenizer, examples: dict, features: dict, d
 
     train_loader = extra = None
     if modes.do_train:
-        train_loader = make_train_dataloader(features["train"], training.per_device_train_batch_size, collator,
-                                             training.seed)
+        train_loader = make_train_dataloader(
+            features["train"], training.per_device_train_batch_size, collator, training.seed
+        )
         extra = {"train_samples": len(examples["train"]), "train_features": len(features["train"])}
 
     def describe(trainer) -> None:
-        logger.info("%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
-                    len(examples["train"]), len(features["train"]),
-                    len(examples["validation"]) if modes.do_eval else "no", trainer.max_train_steps)
+        logger.info(
+            "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
+            len(examples["train"]),
+            len(features["train"]),
+            len(examples["validation"]) if modes.do_eval else "no",
+            trainer.max_train_steps,
+        )
 
-    return RunParts(model=model, tokenizer=tokenizer, train_dataloader=train_loader, evaluate=eval_fn,
-                    predict=(lambda model: predict_fn(model)[1:]) if predict_fn else None,
-                    write_outputs=write_outputs, describe=describe, extra_results=extra or {},
-                    result_keys=("train_samples", "train_features"), reevaluate_best=True)
+    return RunParts(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataloader=train_loader,
+        evaluate=eval_fn,
+        predict=(lambda model: predict_fn(model)[1:]) if predict_fn else None,
+        write_outputs=write_outputs,
+        describe=describe,
+        extra_results=extra or {},
+        result_keys=("train_samples", "train_features"),
+        reevaluate_best=True,
+    )
 
 
 if __name__ == "__main__":

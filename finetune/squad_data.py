@@ -86,15 +86,24 @@ def read_squad_json(path: str | os.PathLike) -> list[dict[str, Any]]:
         with opener(path, "rt", encoding="utf-8-sig") as f:
             document = json.load(f)
     except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start}); expected a UTF-8 SQuAD-format JSON file") from None
+        raise InputError(
+            f"{path}: not valid UTF-8 ({err.reason} at byte {err.start}); expected a UTF-8 SQuAD-format JSON file"
+        ) from None
     except json.JSONDecodeError as err:
-        raise InputError(f"{path}: malformed JSON: {err.msg} at line {err.lineno} column {err.colno}; expected a SQuAD-format JSON file") from None
+        raise InputError(
+            f"{path}: malformed JSON: {err.msg} at line {err.lineno} column {err.colno}; expected a SQuAD-format "
+            "JSON file"
+        ) from None
     except (OSError, EOFError, zlib.error) as err:  # a truncated or corrupt .gz, an unreadable file
-        raise InputError(f"{path}: cannot read the file ({err}); expected a SQuAD-format .json or .json.gz file") from None
+        raise InputError(
+            f"{path}: cannot read the file ({err}); expected a SQuAD-format .json or .json.gz file"
+        ) from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         found = sorted(document) if isinstance(document, dict) else type(document).__name__
-        raise InputError(f"{path}: missing key 'data' (a list of articles) at the top level; found {found}; "
-                         f"expected the SQuAD layout {{'data': [{{'title', 'paragraphs': [{{'context', 'qas'}}]}}]}}")
+        raise InputError(
+            f"{path}: missing key 'data' (a list of articles) at the top level; found {found}; "
+            f"expected the SQuAD layout {{'data': [{{'title', 'paragraphs': [{{'context', 'qas'}}]}}]}}"
+        )
     return document["data"]
 
 
@@ -104,8 +113,10 @@ def _require(obj: Any, key: str, kind: type | tuple[type, ...], where: str, path
         raise InputError(f"{path}: {where}: missing key {key!r}; found {found}")
     value = obj[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise InputError(f"{path}: {where}: {key!r} is {type(value).__name__} {str(value)[:40]!r}; expected "
-                         f"{kind.__name__ if isinstance(kind, type) else ' or '.join(k.__name__ for k in kind)}")
+        raise InputError(
+            f"{path}: {where}: {key!r} is {type(value).__name__} {str(value)[:40]!r}; expected "
+            f"{kind.__name__ if isinstance(kind, type) else ' or '.join(k.__name__ for k in kind)}"
+        )
     return value
 
 
@@ -164,9 +175,11 @@ def parse_squad_articles(
                 if qa.get("is_impossible") or (not require_answers and "answers" not in qa):
                     answers = []
                 elif "answers" not in qa:
-                    raise InputError(f"{path}: {qwhere} has no 'answers'; training and evaluation need them ([{{text, "
-                                     "answer_start}], or is_impossible: true in v2 data); questions without answers can be "
-                                     "predicted with --do_predict --test_file")
+                    raise InputError(
+                        f"{path}: {qwhere} has no 'answers'; training and evaluation need them ([{{text, "
+                        "answer_start}], or is_impossible: true in v2 data); questions without answers can be "
+                        "predicted with --do_predict --test_file"
+                    )
                 else:
                     answers = _require(qa, "answers", list, qwhere, path)
                 texts, starts = [], []
@@ -178,9 +191,11 @@ def parse_squad_articles(
                             report.misaligned_answers += 1
                             continue
                         found = context[max(start, 0) : max(start, 0) + len(text)]
-                        raise InputError(f"{path}: {qwhere}: answer_start {start} does not point at the answer "
-                                         f"{text!r} in the context (found {found!r}); fix the offset, or pass "
-                                         f"--skip_misaligned_answers to drop such answers")
+                        raise InputError(
+                            f"{path}: {qwhere}: answer_start {start} does not point at the answer "
+                            f"{text!r} in the context (found {found!r}); fix the offset, or pass "
+                            f"--skip_misaligned_answers to drop such answers"
+                        )
                     texts.append(text)
                     starts.append(start)
                 if answers and not texts:  # every answer was misaligned and skipped
@@ -188,22 +203,38 @@ def parse_squad_articles(
                     continue
                 if not texts:
                     if require_answers and not version_2_with_negative:
-                        raise InputError(f"{path}: {qwhere} has no answer (unanswerable); SQuAD v1 needs an answer "
-                                         f"for every question -- pass --version_2_with_negative for v2 data")
+                        raise InputError(
+                            f"{path}: {qwhere} has no answer (unanswerable); SQuAD v1 needs an answer "
+                            f"for every question -- pass --version_2_with_negative for v2 data"
+                        )
                     report.unanswerable += 1
-                examples.append({"id": qid, "title": title, "context": context, "question": question,
-                                 "answers": {"text": texts, "answer_start": starts}})
+                examples.append(
+                    {
+                        "id": qid,
+                        "title": title,
+                        "context": context,
+                        "question": question,
+                        "answers": {"text": texts, "answer_start": starts},
+                    }
+                )
                 report.questions += 1
     if not examples:
         raise InputError(f"{path}: no questions (empty split); expected at least one question")
     if report.misaligned_answers:
-        logger.warning("%s: dropped %d misaligned answer(s) (%d question(s) left without answer dropped)",
-                       path, report.misaligned_answers, len(report.dropped_questions))
+        logger.warning(
+            "%s: dropped %d misaligned answer(s) (%d question(s) left without answer dropped)",
+            path,
+            report.misaligned_answers,
+            len(report.dropped_questions),
+        )
     return examples, report
 
 
 def load_squad_file(
-    path: str | os.PathLike, *, version_2_with_negative: bool = True, skip_misaligned_answers: bool = False,
+    path: str | os.PathLike,
+    *,
+    version_2_with_negative: bool = True,
+    skip_misaligned_answers: bool = False,
     require_answers: bool = True,
 ) -> tuple[datasets.Dataset, SquadFileReport]:
     """Load a SQuAD-format ``.json`` / ``.json.gz`` file into a ``datasets.Dataset`` of flat examples.
@@ -214,8 +245,11 @@ def load_squad_file(
         (dataset with :data:`SQUAD_FEATURES`, report of what was read and dropped).
     """
     examples, report = parse_squad_articles(
-        read_squad_json(path), path, version_2_with_negative=version_2_with_negative,
-        skip_misaligned_answers=skip_misaligned_answers, require_answers=require_answers,
+        read_squad_json(path),
+        path,
+        version_2_with_negative=version_2_with_negative,
+        skip_misaligned_answers=skip_misaligned_answers,
+        require_answers=require_answers,
     )
     return datasets.Dataset.from_list(examples, features=SQUAD_FEATURES), report
 
@@ -258,11 +292,15 @@ def load_squad_data(
     try:
         loaded = datasets.load_dataset(repo, cache_dir=cache_dir)
     except Exception as err:  # noqa: BLE001 - connection / cache errors of many kinds
-        offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-                      for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        offline = any(
+            os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+        )
         state = "offline and not in the local cache" if offline else f"unreachable ({type(err).__name__}: {err})"
-        raise InputError(f"--dataset_name {dataset_name}: the hub dataset {repo} is {state}; pass local SQuAD-format "
-                         f"files with --train_file/--validation_file") from None
+        raise InputError(
+            f"--dataset_name {dataset_name}: the hub dataset {repo} is {state}; pass local SQuAD-format "
+            f"files with --train_file/--validation_file"
+        ) from None
     return datasets.DatasetDict({s: loaded[s] for s in ("train", "validation") if s in loaded}), {}
 
 
@@ -315,8 +353,15 @@ def make_unanswerable(
                 break
         else:
             continue
-        extra.append({"id": f"{ex['id']}{id_suffix}", "title": title, "context": context, "question": ex["question"],
-                      "answers": {"text": [], "answer_start": []}})
+        extra.append(
+            {
+                "id": f"{ex['id']}{id_suffix}",
+                "title": title,
+                "context": context,
+                "question": ex["question"],
+                "answers": {"text": [], "answer_start": []},
+            }
+        )
     return examples + extra
 
 
@@ -333,14 +378,22 @@ def write_squad_json(examples: Iterable[dict[str, Any]], path: str | os.PathLike
     articles: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for ex in examples:
         paragraphs = articles.setdefault(ex["title"], {})
-        qa = {"id": ex["id"], "question": ex["question"],
-              "answers": [{"text": t, "answer_start": s} for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]}
+        qa = {
+            "id": ex["id"],
+            "question": ex["question"],
+            "answers": [
+                {"text": t, "answer_start": s} for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])
+            ],
+        }
         qa["is_impossible"] = not qa["answers"]
         paragraphs.setdefault(ex["context"], []).append(qa)
-    document = {"version": version, "data": [
-        {"title": title, "paragraphs": [{"context": c, "qas": qas} for c, qas in paragraphs.items()]}
-        for title, paragraphs in articles.items()
-    ]}
+    document = {
+        "version": version,
+        "data": [
+            {"title": title, "paragraphs": [{"context": c, "qas": qas} for c, qas in paragraphs.items()]}
+            for title, paragraphs in articles.items()
+        ],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)

@@ -181,8 +181,9 @@ def load_for_export(model_name_or_path: str, task: str = "auto"):
     return model.eval(), task, family
 
 
-def export_onnx(model_name_or_path: str, output: str, task: str = "auto", opset: int | None = None,
-                check: bool = True) -> dict:
+def export_onnx(
+    model_name_or_path: str, output: str, task: str = "auto", opset: int | None = None, check: bool = True
+) -> dict:
     """Export a saved model to one ONNX file; see the module docstring.
 
     Args:
@@ -215,9 +216,14 @@ def export_onnx(model_name_or_path: str, output: str, task: str = "auto", opset:
     # earlier export would pin this one's batch and sequence length to that export's example
     torch._dynamo.reset()
     program = torch.onnx.export(
-        wrapper, tuple(example[name] for name in family.inputs), input_names=list(family.inputs),
-        output_names=list(fields), dynamic_shapes=(tuple(dims for _ in family.inputs),), opset_version=opset,
-        dynamo=True, verbose=False,
+        wrapper,
+        tuple(example[name] for name in family.inputs),
+        input_names=list(family.inputs),
+        output_names=list(fields),
+        dynamic_shapes=(tuple(dims for _ in family.inputs),),
+        opset_version=opset,
+        dynamo=True,
+        verbose=False,
     )
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -232,8 +238,14 @@ def export_onnx(model_name_or_path: str, output: str, task: str = "auto", opset:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    report = dict(model_name_or_path=str(model_name_or_path), output=str(target), task=task,
-                  inputs=list(family.inputs), outputs=list(fields), opset=program.model.opset_imports.get(""))
+    report = dict(
+        model_name_or_path=str(model_name_or_path),
+        output=str(target),
+        task=task,
+        inputs=list(family.inputs),
+        outputs=list(fields),
+        opset=program.model.opset_imports.get(""),
+    )
     report["class"] = type(model).__name__
     report["max_abs_diff"] = check_onnx(model, target, family, fields) if check else None
     return report
@@ -270,8 +282,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--model_name_or_path", required=True, help="a save_pretrained model folder")
     parser.add_argument("--output", required=True, help="the .onnx file to write")
-    parser.add_argument("--task", default="auto",
-                        help=f"which head to export: auto (from config.json's architectures), {', '.join(TASKS)}")
+    parser.add_argument(
+        "--task",
+        default="auto",
+        help=f"which head to export: auto (from config.json's architectures), {', '.join(TASKS)}",
+    )
     parser.add_argument("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's)")
     parser.add_argument("--no_check", action="store_true", help="do not compare onnxruntime with PyTorch")
     add_debug_argument(parser)

@@ -38,20 +38,36 @@ class ModelArguments:
 
     _argument_group_name: ClassVar[str] = "model"
 
-    model_type: str | None = arg(None, "BERT-like (MLM) or ELMo-style (BiLM) (default: bert, or the family of "
-                                 "--objective)", choices=list(FAMILIES))
-    config_name: str | None = arg(None, "preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, "
-                                  "elmo-original), a config.json path or folder, or a hub repo id (default: bert-base "
-                                  "/ elmo-small; the demo job: bert-tiny)")
-    model_name_or_path: str | None = arg(None, "continue pretraining these weights (and their tokenizer) instead of a "
-                                         "fresh model")
-    tokenizer_name: str | None = arg(None, "tokenizer path or repo (default: the one saved with --model_name_or_path "
-                                     "or --prepared_dataset, else one trained on the training files)")
-    revision: str | None = arg(None, "revision (branch, tag or commit id) of hub repos given by --model_name_or_path "
-                               "/ --config_name / --tokenizer_name")
+    model_type: str | None = arg(
+        None,
+        "BERT-like (MLM) or ELMo-style (BiLM) (default: bert, or the family of --objective)",
+        choices=list(FAMILIES),
+    )
+    config_name: str | None = arg(
+        None,
+        "preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, "
+        "elmo-original), a config.json path or folder, or a hub repo id (default: bert-base "
+        "/ elmo-small; the demo job: bert-tiny)",
+    )
+    model_name_or_path: str | None = arg(
+        None, "continue pretraining these weights (and their tokenizer) instead of a fresh model"
+    )
+    tokenizer_name: str | None = arg(
+        None,
+        "tokenizer path or repo (default: the one saved with --model_name_or_path "
+        "or --prepared_dataset, else one trained on the training files)",
+    )
+    revision: str | None = arg(
+        None,
+        "revision (branch, tag or commit id) of hub repos given by --model_name_or_path "
+        "/ --config_name / --tokenizer_name",
+    )
     vocab_size: int | None = arg(None, "vocabulary size of a trained tokenizer (default: 30000; the demo job: 8000)")
-    trust_remote_code: bool = arg(False, "allow Python code from the folders or repos of --model_name_or_path / "
-                                  "--tokenizer_name / --config_name (auto_map); without it such code is refused")
+    trust_remote_code: bool = arg(
+        False,
+        "allow Python code from the folders or repos of --model_name_or_path / "
+        "--tokenizer_name / --config_name (auto_map); without it such code is refused",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +76,14 @@ class ObjectiveArguments:
 
     _argument_group_name: ClassVar[str] = "objective"
 
-    objective: str | None = arg(None, f"pretraining objective: {', '.join(OBJECTIVES)} (default: mlm for --model_type "
-                                "bert, mlm+nsp with --nsp, bilm for --model_type elmo)")
-    nsp: bool = arg(False, "sentence-pair blocks and next-sentence prediction (SesameBertForPreTraining; "
-                    "= --objective mlm+nsp)")
+    objective: str | None = arg(
+        None,
+        f"pretraining objective: {', '.join(OBJECTIVES)} (default: mlm for --model_type "
+        "bert, mlm+nsp with --nsp, bilm for --model_type elmo)",
+    )
+    nsp: bool = arg(
+        False, "sentence-pair blocks and next-sentence prediction (SesameBertForPreTraining; = --objective mlm+nsp)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +92,11 @@ class MaskingArguments:
 
     _argument_group_name: ClassVar[str] = "masking (BERT-like)"
 
-    mlm_probability: float | None = arg(None, "fraction of tokens selected for prediction (default: 0.3 for mlm on "
-                                              "your data, as measured; 0.15 (BERT) for mlm+nsp and the demo job)")
+    mlm_probability: float | None = arg(
+        None,
+        "fraction of tokens selected for prediction (default: 0.3 for mlm on "
+        "your data, as measured; 0.15 (BERT) for mlm+nsp and the demo job)",
+    )
     mask_replace_prob: float = arg(0.8, "of the selected tokens: replaced by [MASK]")
     random_replace_prob: float = arg(0.1, "of the selected tokens: replaced by a random token (the rest are kept)")
     whole_word_mask: bool = arg(False, "select whole words (all their WordPiece pieces)")
@@ -85,28 +108,40 @@ class CorpusArguments:
 
     _argument_group_name: ClassVar[str] = "data"
 
-    train_file: list[str] | None = arg(None, ".txt/.txt.gz files, documents separated by blank lines (default: the "
-                                       "bundled corpus)", nargs="+")
-    validation_file: str | None = arg(None, "validation file (default: the bundled one, or the last "
-                                      "--validation_split_percentage %% of the training documents)")
+    train_file: list[str] | None = arg(
+        None, ".txt/.txt.gz files, documents separated by blank lines (default: the bundled corpus)", nargs="+"
+    )
+    validation_file: str | None = arg(
+        None,
+        "validation file (default: the bundled one, or the last "
+        "--validation_split_percentage %% of the training documents)",
+    )
     dataset_name: str | None = arg(None, "a hub dataset instead of files")
     dataset_config_name: str | None = arg(None, "its configuration")
     text_column_name: str = arg("text", "text column of a hub dataset")
-    validation_split_percentage: int = arg(5, "held-out share of the training documents when there is no validation "
-                                           "split")
-    sample_by: Literal["paragraph", "line"] = arg("paragraph", "examples of a text file: documents (blank-line "
-                                                  "separated) or lines")
+    validation_split_percentage: int = arg(
+        5, "held-out share of the training documents when there is no validation split"
+    )
+    sample_by: Literal["paragraph", "line"] = arg(
+        "paragraph", "examples of a text file: documents (blank-line separated) or lines"
+    )
     max_seq_length: int | None = arg(None, "block length in tokens (default: 128 BERT-like, 32 ELMo-style)")
     preprocessing_num_workers: int | None = arg(None, "processes for datasets.map")
     overwrite_cache: bool = arg(False, "recompute the cached datasets.map results")
     packing_batch_size: int = arg(1000, "documents per packing map batch (only its last block may be short)")
-    document_masking: bool | None = arg(None, "packed blocks keep their documents apart: each document piece starts "
-                                        "with [CLS] at position 0, position ids restart per document and attention "
-                                        "stays within a document (default: true for mlm; a --prepared_dataset: as "
-                                        "it was prepared; false: documents joined by [SEP], one [CLS] per block, "
-                                        "attention across the block)")
-    streaming: bool = arg(False, "read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no "
-                          "full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)")
+    document_masking: bool | None = arg(
+        None,
+        "packed blocks keep their documents apart: each document piece starts "
+        "with [CLS] at position 0, position ids restart per document and attention "
+        "stays within a document (default: true for mlm; a --prepared_dataset: as "
+        "it was prepared; false: documents joined by [SEP], one [CLS] per block, "
+        "attention across the block)",
+    )
+    streaming: bool = arg(
+        False,
+        "read the hub dataset (or the files) as a stream, tokenized and packed on the fly: no "
+        "full download; needs --max_train_steps and --tokenizer_name (or --model_name_or_path)",
+    )
 
     @property
     def demo(self) -> bool:
@@ -120,10 +155,14 @@ class TrainDataArguments:
 
     _argument_group_name: ClassVar[str] = "training data"
 
-    prepared_dataset: str | None = arg(None, "a folder written by `python -m pretrain.prepare`: memory-mapped blocks, "
-                                       "no tokenization")
-    verify_prepared: bool = arg(False, "check the SHA-256 of every file of --prepared_dataset against its manifest "
-                                "(default: sizes always, contents on first use and when changed)")
+    prepared_dataset: str | None = arg(
+        None, "a folder written by `python -m pretrain.prepare`: memory-mapped blocks, no tokenization"
+    )
+    verify_prepared: bool = arg(
+        False,
+        "check the SHA-256 of every file of --prepared_dataset against its manifest "
+        "(default: sizes always, contents on first use and when changed)",
+    )
     max_train_samples: int | None = arg(None, "use only the first N training blocks")
     max_eval_samples: int | None = arg(None, "use only the first N validation blocks")
     dataloader_num_workers: int = arg(0, "DataLoader worker processes")
@@ -135,12 +174,16 @@ class BudgetArguments:
 
     _argument_group_name: ClassVar[str] = "compute budget (instead of --max_train_steps / --num_train_epochs)"
 
-    max_train_tokens: int | None = arg(None, "train on this many tokens: --max_train_steps = ceil(N / (global batch x "
-                                       "--max_seq_length))")
-    time_budget: float | None = arg(None, "train for about this many minutes of optimizer steps (evaluation, "
-                                    "checkpoints and start-up not counted): the first steps are timed on a copy of "
-                                    "the model and the budget becomes --max_train_steps (logged, and recorded in "
-                                    "run_config.json and checkpoints: a resumed run keeps it)")
+    max_train_tokens: int | None = arg(
+        None, "train on this many tokens: --max_train_steps = ceil(N / (global batch x --max_seq_length))"
+    )
+    time_budget: float | None = arg(
+        None,
+        "train for about this many minutes of optimizer steps (evaluation, "
+        "checkpoints and start-up not counted): the first steps are timed on a copy of "
+        "the model and the budget becomes --max_train_steps (logged, and recorded in "
+        "run_config.json and checkpoints: a resumed run keeps it)",
+    )
 
     @property
     def given(self) -> str | None:
@@ -159,25 +202,34 @@ def _learning_rate_help() -> str:
 #: The loop's flags with pretraining's defaults: ``None`` = resolved by :func:`resolve` from the data and family.
 PretrainTrainingArguments = with_defaults(
     TrainingConfig,
-    dict(output_dir=None, learning_rate=None, num_train_epochs=None, warmup_ratio=None, eval_steps=None,
-         checkpointing_steps=None, weight_decay=None, per_device_train_batch_size=None, per_device_eval_batch_size=32,
-         lr_scheduler_type=None),
+    dict(
+        output_dir=None,
+        learning_rate=None,
+        num_train_epochs=None,
+        warmup_ratio=None,
+        eval_steps=None,
+        checkpointing_steps=None,
+        weight_decay=None,
+        per_device_train_batch_size=None,
+        per_device_eval_batch_size=32,
+        lr_scheduler_type=None,
+    ),
     help=dict(
         learning_rate=_learning_rate_help(),
         output_dir="run folder (model, checkpoints/, runs/, wandb/, all_results.json) (default: "
-                   "outputs/pretrain-<model_type>)",
+        "outputs/pretrain-<model_type>)",
         warmup_ratio="warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given "
-                     "(default: 0.06)",
+        "(default: 0.06)",
         num_train_epochs="passes over the training data, unless --max_train_steps is given (default: 1; the demo "
-                         "job: 300 steps)",
+        "job: 300 steps)",
         eval_steps="evaluate every N optimizer steps, or every fraction of the run when below 1 (and at the end) "
-                   "(default: every 10%% of the run with your data)",
+        "(default: every 10%% of the run with your data)",
         checkpointing_steps="checkpoint every N optimizer steps, or every fraction of the run when below 1 (always "
-                            "one at the end) (default: every 10%% of the run with your data)",
+        "one at the end) (default: every 10%% of the run with your data)",
         weight_decay="AdamW weight decay, not on biases/norms (default: 0.01 BERT-like, 0 ELMo-style)",
         per_device_train_batch_size="micro-batch size per process (default: 32 BERT-like, 16 ELMo-style)",
         lr_scheduler_type="learning-rate schedule (default: warmup_stable_decay_1sqrt for mlm on your data, as "
-                          "measured; linear for the other objectives and the demo job)",
+        "measured; linear for the other objectives and the demo job)",
     ),
     name="PretrainTrainingArguments",
 )
@@ -219,8 +271,20 @@ class PretrainPlan:
         """The run's flat settings (secrets removed), for trackers, the model card and run files."""
         from training.driver import run_config
 
-        return {**run_config(self.model, self.objective_args, self.masking, self.corpus, self.data, self.budget,
-                             self.training, self.hub), "model_type": self.family.name, "objective": self.objective.name}
+        return {
+            **run_config(
+                self.model,
+                self.objective_args,
+                self.masking,
+                self.corpus,
+                self.data,
+                self.budget,
+                self.training,
+                self.hub,
+            ),
+            "model_type": self.family.name,
+            "objective": self.objective.name,
+        }
 
 
 def _fill(instance, defaults: Mapping[str, Any]):
@@ -230,8 +294,9 @@ def _fill(instance, defaults: Mapping[str, Any]):
     return dataclasses.replace(instance, **values) if values else instance
 
 
-def family_defaults(objective: Objective, demo: bool, epochs_given: bool = False,
-                    budget_given: bool = False) -> dict[str, Any]:
+def family_defaults(
+    objective: Objective, demo: bool, epochs_given: bool = False, budget_given: bool = False
+) -> dict[str, Any]:
     """The settings a run fills in where not given: the family's demo settings (without their step counts when an
     epoch count or a budget is given), or its data settings with one epoch, 6% warmup and evaluation + checkpoints
     every :data:`DATA_INTERVAL` of the run; the output folder ``outputs/pretrain-<family>``."""
@@ -242,13 +307,21 @@ def family_defaults(objective: Objective, demo: bool, epochs_given: bool = False
         defaults.pop("eval_steps", None)
     if demo and budget_given:  # so does a budget (the demo's evaluation steps stay)
         defaults.pop("max_train_steps", None)
-    defaults.update(num_train_epochs=1.0, warmup_ratio=0.0 if demo else 0.06,
-                    output_dir=os.path.join("outputs", f"pretrain-{family.name}"))
+    defaults.update(
+        num_train_epochs=1.0,
+        warmup_ratio=0.0 if demo else 0.06,
+        output_dir=os.path.join("outputs", f"pretrain-{family.name}"),
+    )
     return defaults
 
 
-def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, corpus: CorpusArguments, demo: bool,
-                   manifest: Mapping[str, Any] | None = None) -> tuple[Objective, ModelArguments, CorpusArguments]:
+def resolve_inputs(
+    model: ModelArguments,
+    objective_args: ObjectiveArguments,
+    corpus: CorpusArguments,
+    demo: bool,
+    manifest: Mapping[str, Any] | None = None,
+) -> tuple[Objective, ModelArguments, CorpusArguments]:
     """The objective, and the model and corpus arguments with the family's defaults (``pretrain`` and
     ``pretrain.prepare``); a prepared dataset's ``manifest`` gives the block length.
 
@@ -267,8 +340,9 @@ def resolve_inputs(model: ModelArguments, objective_args: ObjectiveArguments, co
     return objective, model, corpus
 
 
-def resolve_document_masking(objective: Objective, corpus: CorpusArguments,
-                             manifest: Mapping[str, Any] | None = None) -> bool:
+def resolve_document_masking(
+    objective: Objective, corpus: CorpusArguments, manifest: Mapping[str, Any] | None = None
+) -> bool:
     """``--document_masking`` resolved: as given; else true for an objective whose blocks can keep documents apart
     (:attr:`pretrain.objectives.Objective.document_masking`), or, for a prepared dataset, what its ``manifest`` says
     (a manifest written before the key existed: false). A mismatch with the manifest is refused later, by
@@ -280,16 +354,20 @@ def resolve_document_masking(objective: Objective, corpus: CorpusArguments,
     """
     given = corpus.document_masking
     if given and not objective.document_masking:
-        why = ("its LSTMs read each block as one sequence (document starts would need state resets)"
-               if objective.family.name == "elmo" else "its blocks hold one sequence each (no packing)")
-        raise InputError(f"--document_masking true: not available for the {objective.name} objective, {why}; "
-                         "expected false or no --document_masking")
+        why = (
+            "its LSTMs read each block as one sequence (document starts would need state resets)"
+            if objective.family.name == "elmo"
+            else "its blocks hold one sequence each (no packing)"
+        )
+        raise InputError(
+            f"--document_masking true: not available for the {objective.name} objective, {why}; "
+            "expected false or no --document_masking"
+        )
     if given is not None:
         return given
     if manifest is not None:
         return bool(manifest.get(DOCUMENT_BOUNDARIES_KEY, False))
     return objective.document_masking
-
 
 
 def check_budget(budget: BudgetArguments, training: TrainingConfig) -> None:
@@ -298,22 +376,38 @@ def check_budget(budget: BudgetArguments, training: TrainingConfig) -> None:
     Raises:
         InputError: one line naming the conflicting flags, or the value and what is expected.
     """
-    given = [name for name, value in (("--max_train_tokens", budget.max_train_tokens),
-                                      ("--time_budget", budget.time_budget),
-                                      ("--max_train_steps", training.max_train_steps),
-                                      ("--num_train_epochs", training.num_train_epochs)) if value is not None]
+    given = [
+        name
+        for name, value in (
+            ("--max_train_tokens", budget.max_train_tokens),
+            ("--time_budget", budget.time_budget),
+            ("--max_train_steps", training.max_train_steps),
+            ("--num_train_epochs", training.num_train_epochs),
+        )
+        if value is not None
+    ]
     if budget.given and len(given) > 1:
-        raise InputError(f"{given[0]}: conflicts with {', '.join(given[1:])}; expected one way to set the length of "
-                         "the run (--max_train_steps, --num_train_epochs, --max_train_tokens or --time_budget)")
+        raise InputError(
+            f"{given[0]}: conflicts with {', '.join(given[1:])}; expected one way to set the length of "
+            "the run (--max_train_steps, --num_train_epochs, --max_train_tokens or --time_budget)"
+        )
     if budget.max_train_tokens is not None and budget.max_train_tokens < 1:
         raise InputError(f"--max_train_tokens {budget.max_train_tokens}: expected an integer >= 1")
     if budget.time_budget is not None and not (budget.time_budget > 0 and math.isfinite(budget.time_budget)):
         raise InputError(f"--time_budget {budget.time_budget}: expected a positive number of minutes")
 
 
-def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: MaskingArguments,
-            corpus: CorpusArguments, data: TrainDataArguments, training: TrainingConfig, hub: HubArguments,
-            manifest: Mapping[str, Any] | None = None, budget: BudgetArguments | None = None) -> PretrainPlan:
+def resolve(
+    model: ModelArguments,
+    objective_args: ObjectiveArguments,
+    masking: MaskingArguments,
+    corpus: CorpusArguments,
+    data: TrainDataArguments,
+    training: TrainingConfig,
+    hub: HubArguments,
+    manifest: Mapping[str, Any] | None = None,
+    budget: BudgetArguments | None = None,
+) -> PretrainPlan:
     """The run plan of the parsed arguments (a pure function; the learning rate is resolved later, once the model
     config is known: :meth:`PretrainPlan.with_model_config`; a budget once the accelerator and the data are:
     :func:`pretrain.cli.resolve_budget`).
@@ -330,8 +424,9 @@ def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: 
     check_budget(budget, training)
     demo = corpus.demo and not data.prepared_dataset
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo, manifest)
-    defaults = family_defaults(objective, demo, epochs_given=training.num_train_epochs is not None,
-                               budget_given=budget.given is not None)
+    defaults = family_defaults(
+        objective, demo, epochs_given=training.num_train_epochs is not None, budget_given=budget.given is not None
+    )
     if not demo:
         defaults.update(eval_steps=training.eval_steps or DATA_INTERVAL)
         defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
@@ -340,6 +435,19 @@ def resolve(model: ModelArguments, objective_args: ObjectiveArguments, masking: 
     return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub, budget=budget)
 
 
-__all__ = ["DOCUMENT_BOUNDARIES_KEY", "BudgetArguments", "CorpusArguments", "MaskingArguments", "ModelArguments",
-           "ObjectiveArguments", "PretrainPlan", "PretrainTrainingArguments", "TrainDataArguments", "check_budget",
-           "family_defaults", "resolve", "resolve_document_masking", "resolve_inputs"]
+__all__ = [
+    "DOCUMENT_BOUNDARIES_KEY",
+    "BudgetArguments",
+    "CorpusArguments",
+    "MaskingArguments",
+    "ModelArguments",
+    "ObjectiveArguments",
+    "PretrainPlan",
+    "PretrainTrainingArguments",
+    "TrainDataArguments",
+    "check_budget",
+    "family_defaults",
+    "resolve",
+    "resolve_document_masking",
+    "resolve_inputs",
+]

@@ -35,8 +35,14 @@ def load_tokenizer(path: str, arg_name: str, revision: str | None = None, trust_
 
     import modeling  # noqa: F401  (registers the tokenizers with AutoTokenizer)
 
-    return load_pretrained(AutoTokenizer.from_pretrained, path, arg_name, TOKENIZER_EXPECTED, revision=revision,
-                           trust_remote_code=trust_remote_code)
+    return load_pretrained(
+        AutoTokenizer.from_pretrained,
+        path,
+        arg_name,
+        TOKENIZER_EXPECTED,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+    )
 
 
 def _has_tokenizer(path: str) -> bool:
@@ -51,9 +57,11 @@ def _rev(model: ModelArguments) -> str:
 
 
 def _no_tokenizer(model: ModelArguments) -> InputError:
-    return InputError(f"--model_name_or_path {model.model_name_or_path}{_rev(model)}: no tokenizer saved with the "
-                      "model; expected --tokenizer_name with the tokenizer it was trained with (a new tokenizer would "
-                      "give the embeddings other ids)")
+    return InputError(
+        f"--model_name_or_path {model.model_name_or_path}{_rev(model)}: no tokenizer saved with the "
+        "model; expected --tokenizer_name with the tokenizer it was trained with (a new tokenizer would "
+        "give the embeddings other ids)"
+    )
 
 
 def given_tokenizer(model: ModelArguments):
@@ -63,8 +71,11 @@ def given_tokenizer(model: ModelArguments):
         InputError: a tokenizer that cannot be loaded, one that differs from the model's, or a model without one.
     """
     trust = model.trust_remote_code
-    given = (load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision, trust) if model.tokenizer_name
-             else None)
+    given = (
+        load_tokenizer(model.tokenizer_name, "--tokenizer_name", model.revision, trust)
+        if model.tokenizer_name
+        else None
+    )
     if not model.model_name_or_path:
         return given
     if not _has_tokenizer(model.model_name_or_path):
@@ -80,8 +91,10 @@ def given_tokenizer(model: ModelArguments):
     if given is not None and tokenizer_hash(given) != tokenizer_hash(saved):
         raise InputError(
             f"--tokenizer_name {model.tokenizer_name}: differs from the tokenizer saved with --model_name_or_path "
-            f"{model.model_name_or_path} ({len(given)} vs {len(saved)} tokens, or other ids); expected the tokenizer the "
-            "model was trained with (leave --tokenizer_name out to use it)")
+            f"{model.model_name_or_path} ({len(given)} vs {len(saved)} tokens, or other ids); expected the "
+            "tokenizer the "
+            "model was trained with (leave --tokenizer_name out to use it)"
+        )
     return given if given is not None else saved
 
 
@@ -93,13 +106,23 @@ def check_tokenizer_family(tokenizer, family: Family, where: str) -> None:
     """
     problem = family.tokenizer_problem(tokenizer)
     if problem is not None:
-        raise InputError(f"{where}: a {type(tokenizer).__name__} ({len(tokenizer)} tokens); expected a tokenizer of "
-                         f"the model family: {problem}")
+        raise InputError(
+            f"{where}: a {type(tokenizer).__name__} ({len(tokenizer)} tokens); expected a tokenizer of "
+            f"the model family: {problem}"
+        )
 
 
-def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments, output_dir: str | Path, *,
-                  prepared: str | None = None, resuming: bool = False, is_main_process: bool = True,
-                  wait_for_everyone: Callable[[], None] = lambda: None):
+def get_tokenizer(
+    model: ModelArguments,
+    family: Family,
+    corpus: CorpusArguments,
+    output_dir: str | Path,
+    *,
+    prepared: str | None = None,
+    resuming: bool = False,
+    is_main_process: bool = True,
+    wait_for_everyone: Callable[[], None] = lambda: None,
+):
     """The run's tokenizer, by these rules:
 
     1. ``--tokenizer_name``; with ``--model_name_or_path`` whose folder holds a tokenizer, the two must be equal.
@@ -115,14 +138,21 @@ def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments
     """
     given = given_tokenizer(model)
     if given is not None:
-        check_tokenizer_family(given, family, f"--tokenizer_name {model.tokenizer_name}" if model.tokenizer_name
-                               else f"--model_name_or_path {model.model_name_or_path}")
+        check_tokenizer_family(
+            given,
+            family,
+            f"--tokenizer_name {model.tokenizer_name}"
+            if model.tokenizer_name
+            else f"--model_name_or_path {model.model_name_or_path}",
+        )
     if prepared:
         tok = load_tokenizer(str(Path(prepared) / "tokenizer"), "--prepared_dataset")
         if given is not None and tokenizer_hash(given) != tokenizer_hash(tok):
-            raise InputError(f"--prepared_dataset {prepared}: prepared with another tokenizer than "
-                             f"{model.tokenizer_name or model.model_name_or_path}; expected the same tokenizer (prepare "
-                             "the data again with it, or leave --tokenizer_name out)")
+            raise InputError(
+                f"--prepared_dataset {prepared}: prepared with another tokenizer than "
+                f"{model.tokenizer_name or model.model_name_or_path}; expected the same tokenizer (prepare "
+                "the data again with it, or leave --tokenizer_name out)"
+            )
         check_tokenizer_family(tok, family, f"--prepared_dataset {prepared}")
         return tok
     if given is not None:
@@ -131,8 +161,10 @@ def get_tokenizer(model: ModelArguments, family: Family, corpus: CorpusArguments
     if resuming and (tok_dir / "tokenizer_config.json").is_file():
         return load_tokenizer(str(tok_dir), "--output_dir")
     if corpus.streaming:
-        raise InputError("--streaming: no tokenizer given; expected --tokenizer_name (train one on a sample with "
-                         "`python -m tokenizer train`) or --model_name_or_path with its tokenizer")
+        raise InputError(
+            "--streaming: no tokenizer given; expected --tokenizer_name (train one on a sample with "
+            "`python -m tokenizer train`) or --model_name_or_path with its tokenizer"
+        )
     if is_main_process:
         if tok_dir.exists():  # --overwrite_output_dir: the earlier run's tokenizer is not reused
             shutil.rmtree(tok_dir)
@@ -148,8 +180,14 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
     if corpus.dataset_name:  # a hub dataset: write its training text once for the tokenizer trainer
         from pretrain.data import load_raw_datasets
 
-        raw = load_raw_datasets(None, None, corpus.dataset_name, corpus.dataset_config_name, corpus.text_column_name,
-                                corpus.validation_split_percentage)
+        raw = load_raw_datasets(
+            None,
+            None,
+            corpus.dataset_name,
+            corpus.dataset_config_name,
+            corpus.text_column_name,
+            corpus.validation_split_percentage,
+        )
         tmp_corpus = tok_dir.parent / ".tokenizer_corpus.txt"
         tmp_corpus.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp_corpus, "w", encoding="utf-8") as f:
@@ -171,8 +209,9 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
 def _presets(objective: Objective) -> list[str]:
     import modeling
 
-    return sorted(name for name, (cls, _) in modeling.PRESETS.items()
-                  if cls.model_type == objective.family.preset_model_type)
+    return sorted(
+        name for name, (cls, _) in modeling.PRESETS.items() if cls.model_type == objective.family.preset_model_type
+    )
 
 
 def load_model_config(plan: PretrainPlan, **overrides):
@@ -188,26 +227,36 @@ def load_model_config(plan: PretrainPlan, **overrides):
 
     model = plan.model
     if model.model_name_or_path:
-        return load_pretrained(AutoConfig.from_pretrained, model.model_name_or_path, "--model_name_or_path",
-                               "a model folder with config.json and model.safetensors (save_pretrained) or a hub "
-                               "repo id", revision=model.revision, trust_remote_code=model.trust_remote_code)
+        return load_pretrained(
+            AutoConfig.from_pretrained,
+            model.model_name_or_path,
+            "--model_name_or_path",
+            "a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id",
+            revision=model.revision,
+            trust_remote_code=model.trust_remote_code,
+        )
     presets = _presets(plan.objective)
     if model.config_name in presets:
         config = modeling.get_preset_config(model.config_name, **overrides)
     else:
-        expected = (f"--config_name {model.config_name}{_rev(model)}: expected a preset ({', '.join(presets)}), a "
-                    "config path or a hub repo id")
+        expected = (
+            f"--config_name {model.config_name}{_rev(model)}: expected a preset ({', '.join(presets)}), a "
+            "config path or a hub repo id"
+        )
         if not model.config_name:
             raise InputError(expected)
         check_local_path(model.config_name, "--config_name", "a preset, a config path or a hub repo id")
         try:  # a config.json file or folder, or a hub repo id (at --revision)
-            config = AutoConfig.from_pretrained(model.config_name, revision=model.revision,
-                                                trust_remote_code=model.trust_remote_code, **overrides)
+            config = AutoConfig.from_pretrained(
+                model.config_name, revision=model.revision, trust_remote_code=model.trust_remote_code, **overrides
+            )
         except Exception as err:  # noqa: BLE001
             raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {first_line(err)})") from err
     if not plan.family.accepts(config):
-        raise InputError(f"--config_name {model.config_name}: a {config.model_type} config; expected one for "
-                         f"--model_type {plan.family.name}")
+        raise InputError(
+            f"--config_name {model.config_name}: a {config.model_type} config; expected one for "
+            f"--model_type {plan.family.name}"
+        )
     return config
 
 
@@ -222,22 +271,37 @@ def build_model(plan: PretrainPlan, tokenizer):
     wrap = plan.objective.model_config  # e.g. rtd: the discriminator's config -> generator + discriminator
     if model_args.model_name_or_path:
         kwargs = {} if wrap is None else {"config": wrap(load_model_config(plan))}
-        model = load_pretrained(auto.from_pretrained, model_args.model_name_or_path, "--model_name_or_path",
-                                "a model folder with config.json and model.safetensors (save_pretrained) or a hub "
-                                "repo id", revision=model_args.revision, trust_remote_code=model_args.trust_remote_code,
-                                **kwargs)
+        model = load_pretrained(
+            auto.from_pretrained,
+            model_args.model_name_or_path,
+            "--model_name_or_path",
+            "a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id",
+            revision=model_args.revision,
+            trust_remote_code=model_args.trust_remote_code,
+            **kwargs,
+        )
     else:
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:
             overrides["pad_token_id"] = tokenizer.pad_token_id
         config = load_model_config(plan, **overrides)
         model = auto.from_config(config if wrap is None else wrap(config))
-    arg = "--tokenizer_name" if model_args.tokenizer_name or not model_args.model_name_or_path else "--model_name_or_path"
-    check_model_fits(model.config, tokenizer, plan.corpus.max_seq_length,
-                     f"{arg} {getattr(model_args, arg[2:]) or ''}".rstrip())
+    arg = (
+        "--tokenizer_name" if model_args.tokenizer_name or not model_args.model_name_or_path else "--model_name_or_path"
+    )
+    check_model_fits(
+        model.config, tokenizer, plan.corpus.max_seq_length, f"{arg} {getattr(model_args, arg[2:]) or ''}".rstrip()
+    )
     return model
 
 
-__all__ = ["build_model", "check_tokenizer_family", "get_tokenizer", "given_tokenizer", "load_model_config",
-           "load_tokenizer",
-           "tokenizer_hash", "train_tokenizer"]
+__all__ = [
+    "build_model",
+    "check_tokenizer_family",
+    "get_tokenizer",
+    "given_tokenizer",
+    "load_model_config",
+    "load_tokenizer",
+    "tokenizer_hash",
+    "train_tokenizer",
+]

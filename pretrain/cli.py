@@ -44,8 +44,16 @@ DESCRIPTION = (
     "--max_train_steps is given, warms up for --warmup_ratio 0.06, and evaluates and checkpoints every 10% of it."
 )
 #: The argument dataclasses of ``pretrain``, in ``--help`` order.
-ARGUMENTS = (ModelArguments, CorpusArguments, TrainDataArguments, ObjectiveArguments, MaskingArguments, HubArguments,
-             PretrainTrainingArguments, BudgetArguments)
+ARGUMENTS = (
+    ModelArguments,
+    CorpusArguments,
+    TrainDataArguments,
+    ObjectiveArguments,
+    MaskingArguments,
+    HubArguments,
+    PretrainTrainingArguments,
+    BudgetArguments,
+)
 
 
 def build_parser():
@@ -61,8 +69,9 @@ def parse(argv: Sequence[str] | None = None) -> PretrainPlan:
     Raises:
         InputError: refused values; a prepared dataset that does not fit the run.
     """
-    model, corpus, data, objective, masking, hub, training, budget = parse_arguments(ARGUMENTS, argv, prog=PROG,
-                                                                                     description=DESCRIPTION)
+    model, corpus, data, objective, masking, hub, training, budget = parse_arguments(
+        ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
+    )
     manifest = None
     if data.prepared_dataset:
         from pretrain.prepare import check_manifest, read_manifest
@@ -89,18 +98,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_output_dir_reuse(training.output_dir, training.overwrite_output_dir, bool(training.resume_from_checkpoint))
     check_data_files(plan.corpus)
     plan = plan.with_model_config(load_model_config(plan))
-    with Run(plan.training, plan.hub, plan.settings(), card_task=plan.objective.card_task, write_card=True,
-             card_overrides={"objective": plan.objective.name.split("+")},
-             commit_message=f"pretrain: {plan.family.name} {plan.model.config_name}") as run:
+    with Run(
+        plan.training,
+        plan.hub,
+        plan.settings(),
+        card_task=plan.objective.card_task,
+        write_card=True,
+        card_overrides={"objective": plan.objective.name.split("+")},
+        commit_message=f"pretrain: {plan.family.name} {plan.model.config_name}",
+    ) as run:
         accelerator = run.start()
-        tokenizer = get_tokenizer(plan.model, plan.family, plan.corpus, training.output_dir,
-                                  prepared=plan.data.prepared_dataset, resuming=bool(training.resume_from_checkpoint),
-                                  is_main_process=accelerator.is_main_process,
-                                  wait_for_everyone=accelerator.wait_for_everyone)
+        tokenizer = get_tokenizer(
+            plan.model,
+            plan.family,
+            plan.corpus,
+            training.output_dir,
+            prepared=plan.data.prepared_dataset,
+            resuming=bool(training.resume_from_checkpoint),
+            is_main_process=accelerator.is_main_process,
+            wait_for_everyone=accelerator.wait_for_everyone,
+        )
         train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
         set_seed(training.seed)
-        parts = pretraining_parts(plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks,
-                                  accelerator)
+        parts = pretraining_parts(
+            plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks, accelerator
+        )
         if plan.budget.given:
             plan = resolve_budget(plan, parts, accelerator, run)
         return run.execute(parts)
@@ -125,32 +147,51 @@ def resolve_budget(plan: PretrainPlan, parts, accelerator, run) -> PretrainPlan:
     from training.checkpoint import read_state, resolve_checkpoint
 
     training, budget = plan.training, plan.budget
-    tokens_per_step = (training.per_device_train_batch_size * training.gradient_accumulation_steps
-                       * accelerator.num_processes * plan.corpus.max_seq_length)
+    tokens_per_step = (
+        training.per_device_train_batch_size
+        * training.gradient_accumulation_steps
+        * accelerator.num_processes
+        * plan.corpus.max_seq_length
+    )
     recorded = {}
     if budget.max_train_tokens is not None:
         steps = budgets.steps_for_tokens(budget.max_train_tokens, tokens_per_step)
         how = f"--max_train_tokens {budget.max_train_tokens} / {tokens_per_step} tokens per optimizer step"
     else:
-        checkpoint = resolve_checkpoint(training.resume_from_checkpoint,
-                                        os.path.join(training.output_dir, "checkpoints"))
+        checkpoint = resolve_checkpoint(
+            training.resume_from_checkpoint, os.path.join(training.output_dir, "checkpoints")
+        )
         if checkpoint is not None:
             steps = int(read_state(checkpoint)["max_train_steps"])
             how = f"--time_budget {budget.time_budget:g} minutes, as converted when the run started ({checkpoint})"
         else:
-            seconds = budgets.time_optimizer_steps(accelerator, parts.model, parts.train_dataloader, training,
-                                                   steps=BUDGET_PROBE_STEPS, warmup=BUDGET_PROBE_WARMUP,
-                                                   **{k: v for k, v in parts.loop_kwargs.items()
-                                                      if k in ("loss_fn", "weight_fn")})
+            seconds = budgets.time_optimizer_steps(
+                accelerator,
+                parts.model,
+                parts.train_dataloader,
+                training,
+                steps=BUDGET_PROBE_STEPS,
+                warmup=BUDGET_PROBE_WARMUP,
+                **{k: v for k, v in parts.loop_kwargs.items() if k in ("loss_fn", "weight_fn")},
+            )
             steps = budgets.steps_for_time(budget.time_budget, seconds)
             recorded = {"time_budget_seconds_per_step": seconds}
-            how = (f"--time_budget {budget.time_budget:g} minutes / {seconds:.4g} s per optimizer step (timed over "
-                   f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)")
+            how = (
+                f"--time_budget {budget.time_budget:g} minutes / {seconds:.4g} s per optimizer step (timed over "
+                f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)"
+            )
     plan = dataclasses.replace(plan, training=training.resolved(max_train_steps=steps))
     run.replan(plan.training, max_train_steps=steps, **recorded)
     if accelerator.is_main_process:
-        logger.info("budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
-                    "instead of %s", how, steps, steps * tokens_per_step, steps, budget.given)
+        logger.info(
+            "budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
+            "instead of %s",
+            how,
+            steps,
+            steps * tokens_per_step,
+            steps,
+            budget.given,
+        )
     return plan
 
 
@@ -182,37 +223,62 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
     if plan.corpus.streaming:
-        loader = make_stream_dataloader(data.StreamedBlocks(train_blocks), training.per_device_train_batch_size,
-                                        train_collator, num_workers=plan.data.dataloader_num_workers)
+        loader = make_stream_dataloader(
+            data.StreamedBlocks(train_blocks),
+            training.per_device_train_batch_size,
+            train_collator,
+            num_workers=plan.data.dataloader_num_workers,
+        )
     else:
-        loader = make_train_dataloader(data.IndexedDataset(train_blocks), training.per_device_train_batch_size,
-                                       train_collator, training.seed, num_workers=plan.data.dataloader_num_workers)
+        loader = make_train_dataloader(
+            data.IndexedDataset(train_blocks),
+            training.per_device_train_batch_size,
+            train_collator,
+            training.seed,
+            num_workers=plan.data.dataloader_num_workers,
+        )
 
     def evaluate(prepared_model) -> dict[str, float]:
-        sums = evaluate_sums(accelerator, prepared_model, valid_data, eval_collator,
-                             training.per_device_eval_batch_size, objective.eval_step or lm_eval_step,
-                             objective.eval_keys)
+        sums = evaluate_sums(
+            accelerator,
+            prepared_model,
+            valid_data,
+            eval_collator,
+            training.per_device_eval_batch_size,
+            objective.eval_step or lm_eval_step,
+            objective.eval_keys,
+        )
         return objective.metrics(sums)
 
     def describe(trainer) -> None:
         n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
-        logger.info("%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, objective.name,
-                    n_params)
-        info = log_plan(plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks),
-                        available)
+        logger.info(
+            "%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, objective.name, n_params
+        )
+        info = log_plan(
+            plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks), available
+        )
         if not plan.demo and plan.model.model_name_or_path is None:
             warn_few_tokens(info["total_tokens"], n_params)
 
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
     write_outputs = None
     if objective.write_outputs is not None:
+
         def write_outputs(folder, predictions) -> None:
             objective.write_outputs(folder, tokenizer)
 
-    return RunParts(model=model, tokenizer=tokenizer, train_dataloader=loader, evaluate=evaluate, describe=describe,
-                    loop_kwargs=loop_kwargs, write_outputs=write_outputs,
-                    result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
-                    data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks))
+    return RunParts(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataloader=loader,
+        evaluate=evaluate,
+        describe=describe,
+        loop_kwargs=loop_kwargs,
+        write_outputs=write_outputs,
+        result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
+        data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks),
+    )
 
 
 def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
@@ -232,21 +298,28 @@ def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
         from pretrain.prepare import read_manifest
 
         manifest = read_manifest(limits.prepared_dataset)
-        train = {"sources": manifest["sources"]["train"],
-                 "shards": {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith("train/")}}
+        train = {
+            "sources": manifest["sources"]["train"],
+            "shards": {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith("train/")},
+        }
         settings["prepared_train"] = hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()
     elif corpus.dataset_name:
         settings["dataset"] = f"{corpus.dataset_name}/{corpus.dataset_config_name}"
         settings["datasets_fingerprint"] = getattr(train_blocks, "_fingerprint", None)
     else:
         files = corpus.train_file or data.DEFAULT_TRAIN_FILES
-    return fingerprint_sources(files, **settings, tokenizer=tokenizer_hash(tokenizer), objective=plan.objective.name,
-                               max_seq_length=corpus.max_seq_length, sample_by=corpus.sample_by,
-                               document_masking=corpus.document_masking,
-                               packing_batch_size=corpus.packing_batch_size,
-                               validation_split_percentage=None if corpus.validation_file
-                               else corpus.validation_split_percentage,
-                               max_train_samples=limits.max_train_samples)
+    return fingerprint_sources(
+        files,
+        **settings,
+        tokenizer=tokenizer_hash(tokenizer),
+        objective=plan.objective.name,
+        max_seq_length=corpus.max_seq_length,
+        sample_by=corpus.sample_by,
+        document_masking=corpus.document_masking,
+        packing_batch_size=corpus.packing_batch_size,
+        validation_split_percentage=None if corpus.validation_file else corpus.validation_split_percentage,
+        max_train_samples=limits.max_train_samples,
+    )
 
 
 def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
@@ -269,9 +342,15 @@ def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
     if corpus.streaming:
         return stream_blocks(plan, tokenizer)
     with accelerator.main_process_first():
-        raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
-                                     corpus.dataset_config_name, corpus.text_column_name,
-                                     corpus.validation_split_percentage, corpus.sample_by)
+        raw = data.load_raw_datasets(
+            corpus.train_file,
+            corpus.validation_file,
+            corpus.dataset_name,
+            corpus.dataset_config_name,
+            corpus.text_column_name,
+            corpus.validation_split_percentage,
+            corpus.sample_by,
+        )
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, corpus.overwrite_cache)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, plan.training.seed)
     return _limit(plan, blocks["train"], blocks["validation"])
@@ -290,19 +369,29 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
 
     corpus, objective = plan.corpus, plan.objective
     if plan.training.max_train_steps is None and not plan.budget.given:
-        raise InputError("--streaming: a stream has no length to count epochs in; expected --max_train_steps (or "
-                         "--max_train_tokens / --time_budget)")
-    raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
-                                 corpus.dataset_config_name, corpus.text_column_name,
-                                 corpus.validation_split_percentage, corpus.sample_by, streaming=True)
+        raise InputError(
+            "--streaming: a stream has no length to count epochs in; expected --max_train_steps (or "
+            "--max_train_tokens / --time_budget)"
+        )
+    raw = data.load_raw_datasets(
+        corpus.train_file,
+        corpus.validation_file,
+        corpus.dataset_name,
+        corpus.dataset_config_name,
+        corpus.text_column_name,
+        corpus.validation_split_percentage,
+        corpus.sample_by,
+        streaming=True,
+    )
     blocks = objective.to_blocks(objective.family.tokenize(raw, tokenizer), tokenizer, corpus, plan.training.seed)
     validation = blocks["validation"]
     if plan.data.max_eval_samples is not None:
         validation = validation.take(plan.data.max_eval_samples)
     validation = Dataset.from_list(list(validation))
     if len(validation) == 0:
-        raise InputError("--streaming: no validation block; expected a validation split, --validation_file, or more "
-                         "text")
+        raise InputError(
+            "--streaming: no validation block; expected a validation split, --validation_file, or more text"
+        )
     return blocks["train"], validation
 
 
@@ -351,8 +440,11 @@ def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_proces
     from training.config import evaluations, planned_steps, resolve_interval
 
     t = plan.training
-    batches = None if train_blocks is None else math.ceil(math.ceil(train_blocks / t.per_device_train_batch_size)
-                                                          / num_processes)  # per process, as accelerate shards
+    batches = (
+        None
+        if train_blocks is None
+        else math.ceil(math.ceil(train_blocks / t.per_device_train_batch_size) / num_processes)
+    )  # per process, as accelerate shards
     max_steps, _ = planned_steps(t, batches)
     sequences_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * num_processes
     if t.max_train_steps is None and plan.budget.max_train_tokens is not None:  # the steps the budget will give
@@ -364,31 +456,51 @@ def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_proces
     return max(MIN_EVAL_BLOCKS, min(by_compute, MAX_EVAL_TOKENS // plan.corpus.max_seq_length))
 
 
-def log_plan(plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks: int,
-             available_valid_blocks: int | None = None) -> dict:
+def log_plan(
+    plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks: int, available_valid_blocks: int | None = None
+) -> dict:
     """Log the run plan once (main process) and return it: global batch in sequences and tokens, steps, epochs,
     warmup, total tokens, the validation blocks (of how many, when the default cap chose fewer:
     :func:`default_eval_blocks`), evaluation/checkpoint intervals and the learning rate with its source."""
     info = trainer.plan()
     max_seq_length = plan.corpus.max_seq_length
-    info.update(tokens_per_step=info["global_batch_size"] * max_seq_length, max_seq_length=max_seq_length,
-                learning_rate=plan.training.learning_rate)
+    info.update(
+        tokens_per_step=info["global_batch_size"] * max_seq_length,
+        max_seq_length=max_seq_length,
+        learning_rate=plan.training.learning_rate,
+    )
     info["total_tokens"] = info["tokens_per_step"] * info["max_train_steps"]
-    data = (f"{info['epochs']:.3g} epochs of {train_blocks} training blocks" if train_blocks is not None
-            else "a stream of training blocks")
+    data = (
+        f"{info['epochs']:.3g} epochs of {train_blocks} training blocks"
+        if train_blocks is not None
+        else "a stream of training blocks"
+    )
     validation = f"{valid_blocks} validation"
     if available_valid_blocks is not None and available_valid_blocks > valid_blocks:
-        validation = (f"{valid_blocks} of {available_valid_blocks} validation blocks: evaluations within "
-                      f"~{EVAL_SHARE:.0%} of the training blocks, --max_eval_samples to choose")
+        validation = (
+            f"{valid_blocks} of {available_valid_blocks} validation blocks: evaluations within "
+            f"~{EVAL_SHARE:.0%} of the training blocks, --max_eval_samples to choose"
+        )
     info["eval_blocks"] = valid_blocks
     logger.info(
         "run plan: %d optimizer steps = %s (%s); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning "
         "rate %g (%s); evaluation %s, checkpoints %s",
-        info["max_train_steps"], data, validation, info["global_batch_size"], info["tokens_per_step"],
-        info["num_processes"], info["per_device_train_batch_size"], info["gradient_accumulation_steps"],
-        info["total_tokens"], info["num_warmup_steps"], plan.training.learning_rate, plan.learning_rate_source,
-        _interval(info["eval_steps"]), _interval(info["checkpointing_steps"]))
+        info["max_train_steps"],
+        data,
+        validation,
+        info["global_batch_size"],
+        info["tokens_per_step"],
+        info["num_processes"],
+        info["per_device_train_batch_size"],
+        info["gradient_accumulation_steps"],
+        info["total_tokens"],
+        info["num_warmup_steps"],
+        plan.training.learning_rate,
+        plan.learning_rate_source,
+        _interval(info["eval_steps"]),
+        _interval(info["checkpointing_steps"]),
+    )
     return info
 
 
@@ -409,10 +521,27 @@ def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKEN
         "run plan: %.3g training tokens for %.3g parameters (%.2g tokens per parameter, below %g): too few for the "
         "model to learn much beyond word frequencies (bert-tiny on the benchmark corpus left the unigram plateau "
         "only after ~0.4 tokens per parameter); train longer (--num_train_epochs, --max_train_tokens) or pick a "
-        "smaller --config_name", total_tokens, n_params, total_tokens / n_params, minimum)
+        "smaller --config_name",
+        total_tokens,
+        n_params,
+        total_tokens / n_params,
+        minimum,
+    )
     return True
 
 
-__all__ = ["ARGUMENTS", "MIN_TOKENS_PER_PARAMETER", "build_parser", "check_data_files", "data_fingerprint",
-           "default_eval_blocks", "load_blocks", "log_plan", "main", "parse", "pretraining_parts", "resolve_budget",
-           "warn_few_tokens"]
+__all__ = [
+    "ARGUMENTS",
+    "MIN_TOKENS_PER_PARAMETER",
+    "build_parser",
+    "check_data_files",
+    "data_fingerprint",
+    "default_eval_blocks",
+    "load_blocks",
+    "log_plan",
+    "main",
+    "parse",
+    "pretraining_parts",
+    "resolve_budget",
+    "warn_few_tokens",
+]

@@ -52,7 +52,9 @@ def mask_tokens(
     if word_start is not None:
         word_index = torch.cumsum(word_start.long(), dim=1) - 1  # (B, T), the word each token belongs to
         word_index = word_index.clamp_min(0)
-        start_pos = torch.zeros_like(u_select).scatter_reduce(1, word_index, u_select * word_start, reduce="sum", include_self=False)
+        start_pos = torch.zeros_like(u_select).scatter_reduce(
+            1, word_index, u_select * word_start, reduce="sum", include_self=False
+        )
         u_tok = start_pos.gather(1, word_index)
     else:
         u_tok = u_select
@@ -96,8 +98,16 @@ class MLMCollator:
         salt: mixed into the seed (e.g. 1 for validation, so its masks are fixed and differ from training's).
     """
 
-    def __init__(self, tokenizer, mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
-                 random_replace_prob: float = 0.1, whole_word_mask: bool = False, seed: int = 42, salt: int = 0):
+    def __init__(
+        self,
+        tokenizer,
+        mlm_probability: float = 0.15,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        whole_word_mask: bool = False,
+        seed: int = 42,
+        salt: int = 0,
+    ):
         from training.errors import InputError
 
         if not 0 < mlm_probability < 1:
@@ -114,7 +124,11 @@ class MLMCollator:
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
         vocab = torch.arange(len(tokenizer))
         self.random_ids = vocab[~torch.isin(vocab, self.special_ids)]
-        self.mlm_probability, self.mask_replace_prob, self.random_replace_prob = mlm_probability, mask_replace_prob, random_replace_prob
+        self.mlm_probability, self.mask_replace_prob, self.random_replace_prob = (
+            mlm_probability,
+            mask_replace_prob,
+            random_replace_prob,
+        )
         self.whole_word_mask, self.seed, self.salt, self.epoch = whole_word_mask, seed, salt, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -140,8 +154,16 @@ class MLMCollator:
         candidates = attention_mask.bool() & ~torch.isin(input_ids, self.special_ids)
         u_sel, u_rep, rand_tok = self.random_draws([e["index"] for e in examples], input_ids.shape[1])
         masked, labels = mask_tokens(
-            input_ids, candidates, u_sel, u_rep, rand_tok, self.mask_token_id,
-            self.mlm_probability, self.mask_replace_prob, self.random_replace_prob, word_start,
+            input_ids,
+            candidates,
+            u_sel,
+            u_rep,
+            rand_tok,
+            self.mask_token_id,
+            self.mlm_probability,
+            self.mask_replace_prob,
+            self.random_replace_prob,
+            word_start,
         )
         batch = {"input_ids": masked, "labels": labels}
         if not bool(attention_mask.all()):  # a host tensor: no device synchronisation
@@ -178,10 +200,17 @@ class RTDCollator:
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         batch = self.mlm(examples)
         length, m = batch["input_ids"].shape[1], self.mlm
-        batch["sampling_uniforms"] = torch.stack([
-            torch.rand(length, generator=torch.Generator().manual_seed(
-                seed_for(m.seed, m.salt, m.epoch, e["index"], self.SAMPLING_STREAM)))
-            for e in examples])
+        batch["sampling_uniforms"] = torch.stack(
+            [
+                torch.rand(
+                    length,
+                    generator=torch.Generator().manual_seed(
+                        seed_for(m.seed, m.salt, m.epoch, e["index"], self.SAMPLING_STREAM)
+                    ),
+                )
+                for e in examples
+            ]
+        )
         return batch
 
 

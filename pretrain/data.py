@@ -67,10 +67,13 @@ def load_raw_datasets(
     if not 0 < validation_split_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_split_percentage}: expected 1..99")
     if streaming:
-        return _load_stream(train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by)
+        return _load_stream(
+            train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by
+        )
     if dataset_name:
-        return _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, validation_split_percentage,
-                                 cache_dir)
+        return _load_hub_dataset(
+            dataset_name, dataset_config_name, text_column_name, validation_split_percentage, cache_dir
+        )
     return _load_text_files(train_files, validation_file, validation_split_percentage, sample_by, cache_dir)
 
 
@@ -86,10 +89,18 @@ def _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, valid
     if "train" not in raw:
         raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
     if text_column_name not in raw["train"].column_names:
-        raise InputError(f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: "
-                         f"{', '.join(raw['train'].column_names)})")
-    raw = DatasetDict({k: v.select_columns([text_column_name]).rename_column(text_column_name, "text")
-                       if text_column_name != "text" else v.select_columns(["text"]) for k, v in raw.items()})
+        raise InputError(
+            f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: "
+            f"{', '.join(raw['train'].column_names)})"
+        )
+    raw = DatasetDict(
+        {
+            k: v.select_columns([text_column_name]).rename_column(text_column_name, "text")
+            if text_column_name != "text"
+            else v.select_columns(["text"])
+            for k, v in raw.items()
+        }
+    )
     if "validation" not in raw:
         raw = _split_validation(raw["train"], validation_split_percentage)
     return DatasetDict({"train": raw["train"], "validation": raw["validation"]})
@@ -124,8 +135,10 @@ def _load_text_files(train_files, validation_file, validation_split_percentage, 
             cause = cause.__cause__ or cause.__context__
         if cause is None:
             raise
-        raise InputError(f"--train_file / --validation_file: not valid UTF-8 text ({cause.reason} at byte {cause.start}); "
-                         "expected UTF-8 .txt / .txt.gz files") from None
+        raise InputError(
+            f"--train_file / --validation_file: not valid UTF-8 text ({cause.reason} at byte {cause.start}); "
+            "expected UTF-8 .txt / .txt.gz files"
+        ) from None
     raw = raw.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
     if "validation" not in raw:
         raw = _split_validation(raw["train"], validation_split_percentage)
@@ -161,14 +174,20 @@ def _load_stream(train_files, validation_file, dataset_name, dataset_config_name
         raise InputError(f"--dataset_name {dataset_name}: no 'train' split (found {', '.join(raw)})")
     columns = raw["train"].column_names
     if columns is not None and text_column_name not in columns:
-        raise InputError(f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: {', '.join(columns)})")
+        raise InputError(
+            f"--text_column_name {text_column_name}: not a column of {dataset_name} (columns: {', '.join(columns)})"
+        )
     raw = IterableDatasetDict({k: v.select_columns([text_column_name]) for k, v in raw.items()})
     if text_column_name != "text":
         raw = IterableDatasetDict({k: v.rename_column(text_column_name, "text") for k, v in raw.items()})
     raw = raw.filter(lambda b: [bool(t and t.strip()) for t in b["text"]], batched=True)
     if "validation" not in raw:
-        raw = IterableDatasetDict({"train": raw["train"].skip(STREAMING_VALIDATION_DOCUMENTS),
-                                   "validation": raw["train"].take(STREAMING_VALIDATION_DOCUMENTS)})
+        raw = IterableDatasetDict(
+            {
+                "train": raw["train"].skip(STREAMING_VALIDATION_DOCUMENTS),
+                "validation": raw["train"].take(STREAMING_VALIDATION_DOCUMENTS),
+            }
+        )
     return IterableDatasetDict({"train": raw["train"], "validation": raw["validation"]})
 
 
@@ -182,8 +201,9 @@ def _split_validation(train, percentage: int):
 
     key = f"{train._fingerprint}-holdout-{percentage}"
     fp = {name: hashlib.sha256(f"{key}-{name}".encode()).hexdigest()[:16] for name in ("train", "test")}
-    split = train.train_test_split(test_size=percentage / 100, shuffle=False,
-                                   train_new_fingerprint=fp["train"], test_new_fingerprint=fp["test"])
+    split = train.train_test_split(
+        test_size=percentage / 100, shuffle=False, train_new_fingerprint=fp["train"], test_new_fingerprint=fp["test"]
+    )
     return DatasetDict({"train": split["train"], "validation": split["test"]})
 
 
@@ -220,10 +240,14 @@ def _map(dsd, fn, key: str | None = None, **kwargs):
 
     from datasets import DatasetDict
 
-    return DatasetDict({
-        split: ds.map(fn, new_fingerprint=hashlib.sha256(f"{ds._fingerprint}|{key}".encode()).hexdigest()[:16], **kwargs)
-        for split, ds in dsd.items()
-    })
+    return DatasetDict(
+        {
+            split: ds.map(
+                fn, new_fingerprint=hashlib.sha256(f"{ds._fingerprint}|{key}".encode()).hexdigest()[:16], **kwargs
+            )
+            for split, ds in dsd.items()
+        }
+    )
 
 
 def tokenizer_hash(tokenizer) -> str:
@@ -232,8 +256,11 @@ def tokenizer_hash(tokenizer) -> str:
     import json
 
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
-    desc = {"class": type(tokenizer).__name__, "lowercase": getattr(tokenizer, "do_lower_case", getattr(tokenizer, "lowercase", None)),
-            "vocab": vocab}
+    desc = {
+        "class": type(tokenizer).__name__,
+        "lowercase": getattr(tokenizer, "do_lower_case", getattr(tokenizer, "lowercase", None)),
+        "vocab": vocab,
+    }
     return hashlib.sha256(json.dumps(desc, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
@@ -252,7 +279,17 @@ def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
         out = {"input_ids": [], "word_start": [], "line_ends": []}
         for text in batch["text"]:
             lines = [ln for ln in text.split("\n") if ln.strip()]
-            enc = tokenizer(lines, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False, verbose=False) if lines else None
+            enc = (
+                tokenizer(
+                    lines,
+                    add_special_tokens=False,
+                    return_attention_mask=False,
+                    return_token_type_ids=False,
+                    verbose=False,
+                )
+                if lines
+                else None
+            )
             ids, starts, ends = [], [], []
             for i in range(len(lines)):
                 line_ids = enc["input_ids"][i]
@@ -269,8 +306,16 @@ def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["line_ends"].append(ends)
         return out
 
-    return _map(raw, tokenize, key=f"tokenize_bert-v1|{tokenizer_hash(tokenizer)}", batched=True, num_proc=num_proc,
-                remove_columns=_columns(raw), load_from_cache_file=not overwrite_cache, desc="tokenising (WordPiece)")
+    return _map(
+        raw,
+        tokenize,
+        key=f"tokenize_bert-v1|{tokenizer_hash(tokenizer)}",
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=_columns(raw),
+        load_from_cache_file=not overwrite_cache,
+        desc="tokenising (WordPiece)",
+    )
 
 
 def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: bool = False):
@@ -298,14 +343,29 @@ def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
             out["input_ids"].append([vocab.get(w, unk) for w in words])
         return out
 
-    return _map(raw, tokenize, key=f"tokenize_elmo-v1|{tokenizer_hash(tokenizer)}", batched=True, num_proc=num_proc,
-                remove_columns=_columns(raw), load_from_cache_file=not overwrite_cache, desc="tokenising (words)")
+    return _map(
+        raw,
+        tokenize,
+        key=f"tokenize_elmo-v1|{tokenizer_hash(tokenizer)}",
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=_columns(raw),
+        load_from_cache_file=not overwrite_cache,
+        desc="tokenising (words)",
+    )
 
 
 # -- packing -------------------------------------------------------------------------------------------------
-def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_token_id: int | None,
-                batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False,
-                document_positions: bool = False):
+def pack_blocks(
+    tokenized,
+    max_seq_length: int,
+    cls_token_id: int | None,
+    sep_token_id: int | None,
+    batch_size: int = 1000,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+    document_positions: bool = False,
+):
     """Concatenate documents and cut them into blocks of ``max_seq_length`` tokens (``datasets.map``).
 
     With ``cls_token_id``/``sep_token_id`` (BERT-like) documents are separated by ``[SEP]`` and each block is
@@ -324,8 +384,9 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
     if max_seq_length < 2:
         raise InputError(f"--max_seq_length {max_seq_length}: expected at least 2")
     if document_positions:
-        return pack_documents(tokenized, max_seq_length, cls_token_id, sep_token_id, batch_size, num_proc,
-                              overwrite_cache)
+        return pack_documents(
+            tokenized, max_seq_length, cls_token_id, sep_token_id, batch_size, num_proc, overwrite_cache
+        )
     columns = [c for c in _columns(tokenized) if c not in ("line_ends",)]
     per_token = [c for c in columns if c != "input_ids"]
     bert = cls_token_id is not None
@@ -348,7 +409,7 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
         n = len(stream["input_ids"])
         for start in range(0, n, body):
             for c in columns:
-                chunk = stream[c][start:start + body]
+                chunk = stream[c][start : start + body]
                 if c == "word_start":
                     chunk = [1] + chunk[1:]
                 if bert:
@@ -357,14 +418,27 @@ def pack_blocks(tokenized, max_seq_length: int, cls_token_id: int | None, sep_to
         return out
 
     return _map(
-        tokenized, pack, key=f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
-        batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
-        load_from_cache_file=not overwrite_cache, desc=f"packing into blocks of {max_seq_length}",
+        tokenized,
+        pack,
+        key=f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        remove_columns=_columns(tokenized),
+        load_from_cache_file=not overwrite_cache,
+        desc=f"packing into blocks of {max_seq_length}",
     )
 
 
-def pack_documents(tokenized, max_seq_length: int, cls_token_id: int, sep_token_id: int, batch_size: int = 1000,
-                   num_proc: int | None = None, overwrite_cache: bool = False):
+def pack_documents(
+    tokenized,
+    max_seq_length: int,
+    cls_token_id: int,
+    sep_token_id: int,
+    batch_size: int = 1000,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+):
     """Document-aware packing (``datasets.map``): blocks of ``max_seq_length`` tokens whose documents stay apart.
 
     The convention: every document is ``[CLS] tokens [SEP]``, and every piece of a document in a block starts with
@@ -412,11 +486,11 @@ def pack_documents(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
                 room = L - len(ids)
                 take = min(room - 1, len(doc_ids) - k)  # [CLS] + take tokens of the document
                 ids.append(cls_token_id)
-                ids.extend(doc_ids[k:k + take])
+                ids.extend(doc_ids[k : k + take])
                 positions.extend(range(take + 1))
                 if has_starts:
                     starts.append(1)
-                    starts.extend([1, *doc_starts[k + 1:k + take]] if take else [])
+                    starts.extend([1, *doc_starts[k + 1 : k + take]] if take else [])
                 k += take
                 if len(ids) >= L - 1:  # full, or one slot left after [SEP]: a lone [CLS] fills it
                     if len(ids) == L - 1:
@@ -430,15 +504,29 @@ def pack_documents(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
         return out
 
     return _map(
-        tokenized, pack, key=f"pack_documents-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
-        batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=_columns(tokenized),
-        load_from_cache_file=not overwrite_cache, desc=f"packing documents into blocks of {max_seq_length}",
+        tokenized,
+        pack,
+        key=f"pack_documents-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        remove_columns=_columns(tokenized),
+        load_from_cache_file=not overwrite_cache,
+        desc=f"packing documents into blocks of {max_seq_length}",
     )
 
 
-def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_id: int, seed: int,
-                   batch_size: int = 1000, num_proc: int | None = None, overwrite_cache: bool = False,
-                   random_next_probability: float = 0.5):
+def make_nsp_pairs(
+    tokenized,
+    max_seq_length: int,
+    cls_token_id: int,
+    sep_token_id: int,
+    seed: int,
+    batch_size: int = 1000,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+    random_next_probability: float = 0.5,
+):
     """Sentence-pair blocks for MLM + NSP (see the module docstring); deterministic for a given ``seed``.
 
     Output columns: ``input_ids`` = ``[CLS] A [SEP] B [SEP]`` (at most ``max_seq_length``), ``token_type_ids``
@@ -466,8 +554,8 @@ def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
         out = {"input_ids": [], "token_type_ids": [], "word_start": [], "next_sentence_label": []}
 
         def emit(d_a, a, d_b, b, label):
-            ids = [cls_token_id] + docs[d_a][a[0]:a[1]] + [sep_token_id] + docs[d_b][b[0]:b[1]] + [sep_token_id]
-            ws = [1] + [1] + starts[d_a][a[0] + 1:a[1]] + [1] + [1] + starts[d_b][b[0] + 1:b[1]] + [1]
+            ids = [cls_token_id] + docs[d_a][a[0] : a[1]] + [sep_token_id] + docs[d_b][b[0] : b[1]] + [sep_token_id]
+            ws = [1] + [1] + starts[d_a][a[0] + 1 : a[1]] + [1] + [1] + starts[d_b][b[0] + 1 : b[1]] + [1]
             out["input_ids"].append(ids)
             out["word_start"].append(ws)
             out["token_type_ids"].append([0] * (a[1] - a[0] + 2) + [1] * (b[1] - b[0] + 1))
@@ -513,9 +601,15 @@ def make_nsp_pairs(tokenized, max_seq_length: int, cls_token_id: int, sep_token_
         return out
 
     return _map(
-        tokenized, pairs, key=f"make_nsp_pairs-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{seed}|{batch_size}|{random_next_probability}",
-        batched=True, batch_size=batch_size, with_indices=True, num_proc=num_proc,
-        remove_columns=_columns(tokenized), load_from_cache_file=not overwrite_cache,
+        tokenized,
+        pairs,
+        key=f"make_nsp_pairs-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{seed}|{batch_size}|{random_next_probability}",
+        batched=True,
+        batch_size=batch_size,
+        with_indices=True,
+        num_proc=num_proc,
+        remove_columns=_columns(tokenized),
+        load_from_cache_file=not overwrite_cache,
         desc="building NSP sentence pairs",
     )
 
@@ -573,6 +667,16 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
-    "load_raw_datasets", "tokenize_bert", "tokenize_elmo", "pack_blocks", "pack_documents", "make_nsp_pairs",
-    "IndexedDataset", "StreamedBlocks", "count_tokens", "seed_for", "DEFAULT_TRAIN_FILES", "DEFAULT_VALIDATION_FILE",
+    "load_raw_datasets",
+    "tokenize_bert",
+    "tokenize_elmo",
+    "pack_blocks",
+    "pack_documents",
+    "make_nsp_pairs",
+    "IndexedDataset",
+    "StreamedBlocks",
+    "count_tokens",
+    "seed_for",
+    "DEFAULT_TRAIN_FILES",
+    "DEFAULT_VALIDATION_FILE",
 ]

@@ -144,30 +144,57 @@ def _tokenize_elmo(raw, tokenizer, num_proc=None, overwrite_cache=False):
 def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
-    return pack_blocks(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                       corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache,
-                       document_positions=bool(corpus.document_masking))
+    return pack_blocks(
+        tokenized,
+        corpus.max_seq_length,
+        tokenizer.cls_token_id,
+        tokenizer.sep_token_id,
+        corpus.packing_batch_size,
+        corpus.preprocessing_num_workers,
+        corpus.overwrite_cache,
+        document_positions=bool(corpus.document_masking),
+    )
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import make_nsp_pairs
 
-    return make_nsp_pairs(tokenized, corpus.max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id, seed,
-                          corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache)
+    return make_nsp_pairs(
+        tokenized,
+        corpus.max_seq_length,
+        tokenizer.cls_token_id,
+        tokenizer.sep_token_id,
+        seed,
+        corpus.packing_batch_size,
+        corpus.preprocessing_num_workers,
+        corpus.overwrite_cache,
+    )
 
 
 def _pack_words(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
     from pretrain.data import pack_blocks
 
-    return pack_blocks(tokenized, corpus.max_seq_length, None, None, corpus.packing_batch_size,
-                       corpus.preprocessing_num_workers, corpus.overwrite_cache)
+    return pack_blocks(
+        tokenized,
+        corpus.max_seq_length,
+        None,
+        None,
+        corpus.packing_batch_size,
+        corpus.preprocessing_num_workers,
+        corpus.overwrite_cache,
+    )
 
 
 def _mlm_collators(tokenizer, masking: MaskingArguments, seed: int):
     from pretrain.collators import MLMCollator
 
-    opts = (masking.mlm_probability, masking.mask_replace_prob, masking.random_replace_prob, masking.whole_word_mask,
-            seed)
+    opts = (
+        masking.mlm_probability,
+        masking.mask_replace_prob,
+        masking.random_replace_prob,
+        masking.whole_word_mask,
+        seed,
+    )
     return MLMCollator(tokenizer, *opts), MLMCollator(tokenizer, *opts, salt=1)
 
 
@@ -211,8 +238,10 @@ def _rtd_model_config(config):
     from training.errors import InputError
 
     if not isinstance(config, SesameBertConfig):
-        raise InputError(f"--objective rtd: a {getattr(config, 'model_type', type(config).__name__)} config; expected "
-                         "a SesameBert (BERT-like) preset or config, whose shape the discriminator takes")
+        raise InputError(
+            f"--objective rtd: a {getattr(config, 'model_type', type(config).__name__)} config; expected "
+            "a SesameBert (BERT-like) preset or config, whose shape the discriminator takes"
+        )
     return SesameBertRTDConfig.from_discriminator(config)
 
 
@@ -235,11 +264,17 @@ def rtd_eval_step(model, batch) -> dict[str, torch.Tensor]:
     keep = batch["attention_mask"].bool() if "attention_mask" in batch else torch.ones_like(labels, dtype=torch.bool)
     real = keep.sum().double()
     predicted, replaced = (out.logits > 0) & keep, out.replaced_labels.bool() & keep
-    return {"nll_sum": out.generator_loss.double() * masked, "count": masked,
-            "disc_nll_sum": out.discriminator_loss.double() * real, "weighted_disc_sum": out.losses[1].double() * real,
-            "real": real, "correct": (((out.logits > 0) == out.replaced_labels.bool()) & keep).sum().double(),
-            "tp": (predicted & replaced).sum().double(), "predicted": predicted.sum().double(),
-            "replaced": replaced.sum().double()}
+    return {
+        "nll_sum": out.generator_loss.double() * masked,
+        "count": masked,
+        "disc_nll_sum": out.discriminator_loss.double() * real,
+        "weighted_disc_sum": out.losses[1].double() * real,
+        "real": real,
+        "correct": (((out.logits > 0) == out.replaced_labels.bool()) & keep).sum().double(),
+        "tp": (predicted & replaced).sum().double(),
+        "predicted": predicted.sum().double(),
+        "replaced": replaced.sum().double(),
+    }
 
 
 def _rtd_metrics(sums):
@@ -250,12 +285,17 @@ def _rtd_metrics(sums):
     always-"original" discriminator scores 1 minus it); ``eval_tokens`` = masked tokens."""
     real = max(sums["real"], 1.0)
     generator = sums["nll_sum"] / max(sums["count"], 1.0)
-    return {"eval_loss": generator + sums["weighted_disc_sum"] / real, "eval_generator_loss": generator,
-            "perplexity": math.exp(min(generator, 700.0)), "eval_discriminator_loss": sums["disc_nll_sum"] / real,
-            "eval_discriminator_accuracy": sums["correct"] / real,
-            "eval_replaced_precision": sums["tp"] / sums["predicted"] if sums["predicted"] else 0.0,
-            "eval_replaced_recall": sums["tp"] / sums["replaced"] if sums["replaced"] else 0.0,
-            "eval_replaced_fraction": sums["replaced"] / real, "eval_tokens": sums["count"]}
+    return {
+        "eval_loss": generator + sums["weighted_disc_sum"] / real,
+        "eval_generator_loss": generator,
+        "perplexity": math.exp(min(generator, 700.0)),
+        "eval_discriminator_loss": sums["disc_nll_sum"] / real,
+        "eval_discriminator_accuracy": sums["correct"] / real,
+        "eval_replaced_precision": sums["tp"] / sums["predicted"] if sums["predicted"] else 0.0,
+        "eval_replaced_recall": sums["tp"] / sums["replaced"] if sums["replaced"] else 0.0,
+        "eval_replaced_fraction": sums["replaced"] / real,
+        "eval_tokens": sums["count"],
+    }
 
 
 def bilm_weight(batch) -> torch.Tensor:
@@ -279,8 +319,11 @@ def _nsp_metrics(sums):
 
 
 def _bilm_metrics(sums):
-    return {**_lm_metrics(sums), "forward_perplexity": _ppl(sums["fwd_nll_sum"], sums["fwd_count"]),
-            "backward_perplexity": _ppl(sums["bwd_nll_sum"], sums["bwd_count"])}
+    return {
+        **_lm_metrics(sums),
+        "forward_perplexity": _ppl(sums["fwd_nll_sum"], sums["fwd_count"]),
+        "backward_perplexity": _ppl(sums["bwd_nll_sum"], sums["bwd_count"]),
+    }
 
 
 def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
@@ -291,8 +334,14 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     if "char_ids" in batch:  # BiLM: both directions
         nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
         f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
-        return {"nll_sum": f_sum + b_sum, "count": nf + nb, "fwd_nll_sum": f_sum, "fwd_count": nf,
-                "bwd_nll_sum": b_sum, "bwd_count": nb}
+        return {
+            "nll_sum": f_sum + b_sum,
+            "count": nf + nb,
+            "fwd_nll_sum": f_sum,
+            "fwd_count": nf,
+            "bwd_nll_sum": b_sum,
+            "bwd_count": nb,
+        }
     count = (batch["labels"] != -100).sum().double()
     mlm = getattr(out, "mlm_loss", None)
     mlm = out.loss if mlm is None else mlm
@@ -320,8 +369,10 @@ def _bert_learning_rate(config) -> tuple[float, str]:
         return 1e-3, "Cramming (Geiping & Goldstein 2023): 1e-3 for pre-LN encoders"
     width = int(getattr(config, "hidden_size", POST_LN_REFERENCE_WIDTH))
     rate = max(BERT_LEARNING_RATE, POST_LN_LEARNING_RATE * POST_LN_REFERENCE_WIDTH / width)
-    return float(f"{rate:.2g}"), (f"post-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size "
-                                  f"{width} (measured at bert-tiny, 1/width as muP), at least BERT's 1e-4")
+    return float(f"{rate:.2g}"), (
+        f"post-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size "
+        f"{width} (measured at bert-tiny, 1/width as muP), at least BERT's 1e-4"
+    )
 
 
 def _elmo_learning_rate(config) -> tuple[float, str]:
@@ -331,39 +382,87 @@ def _elmo_learning_rate(config) -> tuple[float, str]:
 def _subword_tokenizer_problem(tokenizer) -> str | None:
     if getattr(tokenizer, "is_fast", False):
         return None
-    return ("--model_type bert needs a fast subword tokenizer (word ids for whole-word masking), e.g. WordPiece from "
-            "`python -m tokenizer train --model_type bert`")
+    return (
+        "--model_type bert needs a fast subword tokenizer (word ids for whole-word masking), e.g. WordPiece from "
+        "`python -m tokenizer train --model_type bert`"
+    )
 
 
 def _word_tokenizer_problem(tokenizer) -> str | None:
     if hasattr(tokenizer, "split_words") and tokenizer.bos_token is not None and tokenizer.eos_token is not None:
         return None
-    return ("--model_type elmo needs the ELMo-style word tokenizer (words, <S> </S>; `python -m tokenizer train "
-            "--model_type elmo`)")
+    return (
+        "--model_type elmo needs the ELMo-style word tokenizer (words, <S> </S>; `python -m tokenizer train "
+        "--model_type elmo`)"
+    )
 
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
-        name="bert", config_model_types=None, preset_model_type="sesame-bert",
-        data_defaults=dict(config_name="bert-base", vocab_size=30000, max_seq_length=128, per_device_train_batch_size=32,
-                           weight_decay=0.01, warmup_ratio=0.06, mlm_probability=0.15, lr_scheduler_type="linear"),
-        demo_defaults=dict(config_name="bert-tiny", vocab_size=8000, max_seq_length=128, per_device_train_batch_size=32,
-                           learning_rate=1e-3, num_warmup_steps=30, max_train_steps=300, eval_steps=100,
-                           weight_decay=0.01, mlm_probability=0.15, lr_scheduler_type="linear"),
+        name="bert",
+        config_model_types=None,
+        preset_model_type="sesame-bert",
+        data_defaults=dict(
+            config_name="bert-base",
+            vocab_size=30000,
+            max_seq_length=128,
+            per_device_train_batch_size=32,
+            weight_decay=0.01,
+            warmup_ratio=0.06,
+            mlm_probability=0.15,
+            lr_scheduler_type="linear",
+        ),
+        demo_defaults=dict(
+            config_name="bert-tiny",
+            vocab_size=8000,
+            max_seq_length=128,
+            per_device_train_batch_size=32,
+            learning_rate=1e-3,
+            num_warmup_steps=30,
+            max_train_steps=300,
+            eval_steps=100,
+            weight_decay=0.01,
+            mlm_probability=0.15,
+            lr_scheduler_type="linear",
+        ),
         learning_rate=_bert_learning_rate,
         learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
-                           "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
-        train_tokenizer=_train_wordpiece, tokenize=_tokenize_bert,
-        tokenizer_problem=_subword_tokenizer_problem),
+        "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
+        train_tokenizer=_train_wordpiece,
+        tokenize=_tokenize_bert,
+        tokenizer_problem=_subword_tokenizer_problem,
+    ),
     "elmo": Family(
-        name="elmo", config_model_types=("sesame-elmo",), preset_model_type="sesame-elmo",
-        data_defaults=dict(config_name="elmo-small", vocab_size=30000, max_seq_length=32, per_device_train_batch_size=16,
-                           weight_decay=0.0, warmup_ratio=0.06, lr_scheduler_type="linear"),
-        demo_defaults=dict(config_name="elmo-small", vocab_size=8000, max_seq_length=32, per_device_train_batch_size=16,
-                           learning_rate=2e-3, num_warmup_steps=20, max_train_steps=200, eval_steps=50,
-                           weight_decay=0.0, lr_scheduler_type="linear"),
-        learning_rate=_elmo_learning_rate, learning_rate_help="1e-3 for ELMo-style",
-        train_tokenizer=_train_words, tokenize=_tokenize_elmo, tokenizer_problem=_word_tokenizer_problem),
+        name="elmo",
+        config_model_types=("sesame-elmo",),
+        preset_model_type="sesame-elmo",
+        data_defaults=dict(
+            config_name="elmo-small",
+            vocab_size=30000,
+            max_seq_length=32,
+            per_device_train_batch_size=16,
+            weight_decay=0.0,
+            warmup_ratio=0.06,
+            lr_scheduler_type="linear",
+        ),
+        demo_defaults=dict(
+            config_name="elmo-small",
+            vocab_size=8000,
+            max_seq_length=32,
+            per_device_train_batch_size=16,
+            learning_rate=2e-3,
+            num_warmup_steps=20,
+            max_train_steps=200,
+            eval_steps=50,
+            weight_decay=0.0,
+            lr_scheduler_type="linear",
+        ),
+        learning_rate=_elmo_learning_rate,
+        learning_rate_help="1e-3 for ELMo-style",
+        train_tokenizer=_train_words,
+        tokenize=_tokenize_elmo,
+        tokenizer_problem=_word_tokenizer_problem,
+    ),
 }
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -387,21 +486,66 @@ def register_objective(objective: Objective) -> Objective:
 #: decay over the last 20% (Hägele et al. 2024); each lowered bert-tiny's held-out loss at 3M tokens by ~0.05 nats.
 MLM_DATA_DEFAULTS = dict(mlm_probability=0.3, lr_scheduler_type="warmup_stable_decay_1sqrt")
 
-register_objective(Objective(
-    "mlm", FAMILIES["bert"], "AutoModelForMaskedLM", "fill-mask", _pack_bert, _mlm_collators, ("nll_sum", "count"),
-    _lm_metrics, data_defaults=MLM_DATA_DEFAULTS, document_masking=True))
-register_objective(Objective(
-    "mlm+nsp", FAMILIES["bert"], "AutoModelForPreTraining", "fill-mask", _nsp_pairs, _mlm_collators,
-    ("nll_sum", "count", "nsp_correct", "nsp_count"), _nsp_metrics, result_keys=("eval_nsp_accuracy",), nsp=True))
-register_objective(Objective(
-    "bilm", FAMILIES["elmo"], "AutoModelForPreTraining", "feature-extraction", _pack_words, _bilm_collators,
-    ("nll_sum", "count", "fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"), _bilm_metrics,
-    result_keys=("forward_perplexity", "backward_perplexity"), weight_fn=bilm_weight))
-register_objective(Objective(
-    "rtd", FAMILIES["bert"], "AutoModelForPreTraining", "feature-extraction", _pack_bert, _rtd_collators,
-    ("nll_sum", "count", "disc_nll_sum", "weighted_disc_sum", "real", "correct", "tp", "predicted", "replaced"),
-    _rtd_metrics, weight_fn=rtd_weight, eval_step=rtd_eval_step, loss_fn=rtd_loss, model_config=_rtd_model_config,
-    write_outputs=_rtd_outputs, document_masking=True))
+register_objective(
+    Objective(
+        "mlm",
+        FAMILIES["bert"],
+        "AutoModelForMaskedLM",
+        "fill-mask",
+        _pack_bert,
+        _mlm_collators,
+        ("nll_sum", "count"),
+        _lm_metrics,
+        data_defaults=MLM_DATA_DEFAULTS,
+        document_masking=True,
+    )
+)
+register_objective(
+    Objective(
+        "mlm+nsp",
+        FAMILIES["bert"],
+        "AutoModelForPreTraining",
+        "fill-mask",
+        _nsp_pairs,
+        _mlm_collators,
+        ("nll_sum", "count", "nsp_correct", "nsp_count"),
+        _nsp_metrics,
+        result_keys=("eval_nsp_accuracy",),
+        nsp=True,
+    )
+)
+register_objective(
+    Objective(
+        "bilm",
+        FAMILIES["elmo"],
+        "AutoModelForPreTraining",
+        "feature-extraction",
+        _pack_words,
+        _bilm_collators,
+        ("nll_sum", "count", "fwd_nll_sum", "fwd_count", "bwd_nll_sum", "bwd_count"),
+        _bilm_metrics,
+        result_keys=("forward_perplexity", "backward_perplexity"),
+        weight_fn=bilm_weight,
+    )
+)
+register_objective(
+    Objective(
+        "rtd",
+        FAMILIES["bert"],
+        "AutoModelForPreTraining",
+        "feature-extraction",
+        _pack_bert,
+        _rtd_collators,
+        ("nll_sum", "count", "disc_nll_sum", "weighted_disc_sum", "real", "correct", "tp", "predicted", "replaced"),
+        _rtd_metrics,
+        weight_fn=rtd_weight,
+        eval_step=rtd_eval_step,
+        loss_fn=rtd_loss,
+        model_config=_rtd_model_config,
+        write_outputs=_rtd_outputs,
+        document_masking=True,
+    )
+)
 
 
 def get_objective(model_type: str | None = None, nsp: bool = False, objective: str | None = None) -> Objective:
@@ -418,10 +562,14 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
             raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
         entry = OBJECTIVES[objective]
         if model_type is not None and model_type != entry.family.name:
-            raise InputError(f"--objective {objective}: trains a {entry.family.name} model; expected --model_type "
-                             f"{entry.family.name} (got {model_type}), or no --model_type")
+            raise InputError(
+                f"--objective {objective}: trains a {entry.family.name} model; expected --model_type "
+                f"{entry.family.name} (got {model_type}), or no --model_type"
+            )
         if nsp and not entry.nsp:
-            raise InputError(f"--nsp: conflicts with --objective {objective}; expected --objective mlm+nsp, or no --nsp")
+            raise InputError(
+                f"--nsp: conflicts with --objective {objective}; expected --objective mlm+nsp, or no --nsp"
+            )
         return entry
     model_type = model_type or "bert"
     if model_type not in FAMILIES:
@@ -429,12 +577,27 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
     candidates = [o for o in OBJECTIVES.values() if o.family.name == model_type and o.nsp == nsp]
     if not candidates:
         if nsp:
-            raise InputError(f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert "
-                             f"(got {model_type})")
-        raise InputError(f"--model_type {model_type}: no objective in the table; expected one of "
-                         f"{', '.join(sorted({o.family.name for o in OBJECTIVES.values()}))}")
+            raise InputError(
+                f"--nsp: next-sentence prediction needs a BERT-like model; expected --model_type bert "
+                f"(got {model_type})"
+            )
+        raise InputError(
+            f"--model_type {model_type}: no objective in the table; expected one of "
+            f"{', '.join(sorted({o.family.name for o in OBJECTIVES.values()}))}"
+        )
     return candidates[0]
 
 
-__all__ = ["FAMILIES", "OBJECTIVES", "Family", "Objective", "bilm_weight", "get_objective", "lm_eval_step",
-           "register_objective", "rtd_eval_step", "rtd_loss", "rtd_weight"]
+__all__ = [
+    "FAMILIES",
+    "OBJECTIVES",
+    "Family",
+    "Objective",
+    "bilm_weight",
+    "get_objective",
+    "lm_eval_step",
+    "register_objective",
+    "rtd_eval_step",
+    "rtd_loss",
+    "rtd_weight",
+]

@@ -78,15 +78,18 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def _sources(files) -> list[dict]:
-    return [{"path": str(Path(f).resolve()), "bytes": Path(f).stat().st_size, "sha256": file_sha256(f)} for f in files or []]
+    return [
+        {"path": str(Path(f).resolve()), "bytes": Path(f).stat().st_size, "sha256": file_sha256(f)} for f in files or []
+    ]
 
 
 def _generate(stream):
     yield from stream
 
 
-def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: ObjectiveArguments,
-            output: PrepareArguments) -> dict:
+def prepare(
+    model: ModelArguments, corpus: CorpusArguments, objective_args: ObjectiveArguments, output: PrepareArguments
+) -> dict:
     """Write the prepared dataset to ``output.output_dir`` (see the module docstring); returns the manifest.
 
     Raises:
@@ -110,22 +113,35 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
         if model.tokenizer_name or model.model_name_or_path:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
         cache = tmp / ".cache"
-        raw = data.load_raw_datasets(corpus.train_file, corpus.validation_file, corpus.dataset_name,
-                                     corpus.dataset_config_name, corpus.text_column_name,
-                                     corpus.validation_split_percentage, corpus.sample_by, cache_dir=str(cache),
-                                     streaming=corpus.streaming)
+        raw = data.load_raw_datasets(
+            corpus.train_file,
+            corpus.validation_file,
+            corpus.dataset_name,
+            corpus.dataset_config_name,
+            corpus.text_column_name,
+            corpus.validation_split_percentage,
+            corpus.sample_by,
+            cache_dir=str(cache),
+            streaming=corpus.streaming,
+        )
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, True)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, output.seed)
         if corpus.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
             from datasets import Dataset, DatasetDict
 
-            blocks = DatasetDict({split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]},
-                                                                cache_dir=str(cache)) for split in ("train", "validation")})
+            blocks = DatasetDict(
+                {
+                    split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]}, cache_dir=str(cache))
+                    for split in ("train", "validation")
+                }
+            )
         counts, tokens = {}, {}
         for split in ("train", "validation"):
             if len(blocks[split]) == 0:
-                raise InputError(f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after "
-                                 "tokenisation; expected more text")
+                raise InputError(
+                    f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after "
+                    "tokenisation; expected more text"
+                )
             blocks[split].save_to_disk(str(tmp / split), max_shard_size=output.max_shard_size)
             counts[split] = len(blocks[split])
             tokens[split] = data.count_tokens(blocks[split])
@@ -133,26 +149,49 @@ def prepare(model: ModelArguments, corpus: CorpusArguments, objective_args: Obje
         shutil.rmtree(cache, ignore_errors=True)
         shards = shard_manifest(tmp)
         train_files = corpus.train_file or ([] if corpus.dataset_name else data.DEFAULT_TRAIN_FILES)
-        valid_files = ([corpus.validation_file] if corpus.validation_file
-                       else ([data.DEFAULT_VALIDATION_FILE] if demo else []))
+        valid_files = (
+            [corpus.validation_file] if corpus.validation_file else ([data.DEFAULT_VALIDATION_FILE] if demo else [])
+        )
         manifest = {
-            "format": FORMAT, "version": VERSION, "objective": objective.name, "model_type": objective.family.name,
-            "tokenizer_hash": tokenizer_hash(tokenizer), "tokenizer_size": len(tokenizer),
-            "max_seq_length": corpus.max_seq_length, "sample_by": corpus.sample_by,
+            "format": FORMAT,
+            "version": VERSION,
+            "objective": objective.name,
+            "model_type": objective.family.name,
+            "tokenizer_hash": tokenizer_hash(tokenizer),
+            "tokenizer_size": len(tokenizer),
+            "max_seq_length": corpus.max_seq_length,
+            "sample_by": corpus.sample_by,
             "packing_batch_size": corpus.packing_batch_size,
-            "validation_split_percentage": (None if valid_files or corpus.dataset_name
-                                            else corpus.validation_split_percentage),
-            "nsp_seed": output.seed if objective.nsp else None, "streamed": bool(corpus.streaming),
+            "validation_split_percentage": (
+                None if valid_files or corpus.dataset_name else corpus.validation_split_percentage
+            ),
+            "nsp_seed": output.seed if objective.nsp else None,
+            "streamed": bool(corpus.streaming),
             DOCUMENT_BOUNDARIES_KEY: bool(corpus.document_masking),
-            "sources": {"train": _sources(train_files), "validation": _sources(valid_files),
-                        "dataset_name": corpus.dataset_name, "dataset_config_name": corpus.dataset_config_name},
-            "blocks": counts, "tokens": tokens, "files": shards,
-            "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
-                         "transformers": transformers.__version__},
+            "sources": {
+                "train": _sources(train_files),
+                "validation": _sources(valid_files),
+                "dataset_name": corpus.dataset_name,
+                "dataset_config_name": corpus.dataset_config_name,
+            },
+            "blocks": counts,
+            "tokens": tokens,
+            "files": shards,
+            "versions": {
+                "datasets": datasets.__version__,
+                "tokenizers": tokenizers.__version__,
+                "transformers": transformers.__version__,
+            },
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    logger.info("wrote %s: %d training and %d validation blocks of <= %d tokens (%d training tokens)", out,
-                counts["train"], counts["validation"], corpus.max_seq_length, tokens["train"])
+    logger.info(
+        "wrote %s: %d training and %d validation blocks of <= %d tokens (%d training tokens)",
+        out,
+        counts["train"],
+        counts["validation"],
+        corpus.max_seq_length,
+        tokens["train"],
+    )
     return manifest
 
 
@@ -164,8 +203,12 @@ def shard_manifest(root: str | os.PathLike) -> dict[str, dict]:
     """``{"train/data-00000-of-00001.arrow": {"bytes": size, "sha256": hex}, ...}`` of every file of the
     ``train`` and ``validation`` folders under ``root``."""
     root = Path(root)
-    return {f.relative_to(root).as_posix(): {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
-            for split in ("train", "validation") for f in sorted((root / split).rglob("*")) if f.is_file()}
+    return {
+        f.relative_to(root).as_posix(): {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
+        for split in ("train", "validation")
+        for f in sorted((root / split).rglob("*"))
+        if f.is_file()
+    }
 
 
 def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], content: bool = False) -> None:
@@ -181,17 +224,23 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
     path = Path(path)
     files = manifest.get("files")
     if not isinstance(files, dict):
-        logger.warning("--prepared_dataset %s: its manifest has no shard hashes (an older `pretrain.prepare`): its "
-                       "files cannot be verified; prepare it again to have them checked", path)
+        logger.warning(
+            "--prepared_dataset %s: its manifest has no shard hashes (an older `pretrain.prepare`): its "
+            "files cannot be verified; prepare it again to have them checked",
+            path,
+        )
         return
     for rel, meta in files.items():
         f = path / rel
         size = f.stat().st_size if f.is_file() else None
         if size != meta["bytes"]:
-            what = ("missing" if size is None
-                    else f"{size} bytes, the manifest says {meta['bytes']} (truncated or changed)")
-            raise InputError(f"--prepared_dataset {path}: {rel} {what}; expected the folder as `python -m "
-                             "pretrain.prepare` wrote it (prepare it again)")
+            what = (
+                "missing" if size is None else f"{size} bytes, the manifest says {meta['bytes']} (truncated or changed)"
+            )
+            raise InputError(
+                f"--prepared_dataset {path}: {rel} {what}; expected the folder as `python -m "
+                "pretrain.prepare` wrote it (prepare it again)"
+            )
     try:
         verified = json.loads((path / VERIFIED).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -201,9 +250,11 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
         if not content and verified.get(rel) == stamps[rel]:
             continue
         if file_sha256(path / rel) != meta["sha256"]:
-            raise InputError(f"--prepared_dataset {path}: {rel} does not match its SHA-256 in the manifest (changed or "
-                             "corrupted); expected the folder as `python -m pretrain.prepare` wrote it (prepare it "
-                             "again)")
+            raise InputError(
+                f"--prepared_dataset {path}: {rel} does not match its SHA-256 in the manifest (changed or "
+                "corrupted); expected the folder as `python -m pretrain.prepare` wrote it (prepare it "
+                "again)"
+            )
     if stamps != verified:
         from training.files import write_text_atomic
 
@@ -222,13 +273,21 @@ def read_manifest(path: str | os.PathLike) -> dict:
     p = Path(path)
     f = p / MANIFEST
     if not f.is_file():
-        raise InputError(f"--prepared_dataset {p}: no {MANIFEST}; expected a folder written by `python -m pretrain.prepare`")
+        raise InputError(
+            f"--prepared_dataset {p}: no {MANIFEST}; expected a folder written by `python -m pretrain.prepare`"
+        )
     try:
         manifest = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise InputError(f"--prepared_dataset {p}: {MANIFEST} is not readable JSON ({err}); expected a folder written by `python -m pretrain.prepare`") from err
+        raise InputError(
+            f"--prepared_dataset {p}: {MANIFEST} is not readable JSON ({err}); expected a folder written by `python "
+            "-m pretrain.prepare`"
+        ) from err
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise InputError(f"--prepared_dataset {p}: format {manifest.get('format')!r} version {manifest.get('version')!r}; expected {FORMAT!r} version {VERSION}")
+        raise InputError(
+            f"--prepared_dataset {p}: format {manifest.get('format')!r} version {manifest.get('version')!r}; "
+            f"expected {FORMAT!r} version {VERSION}"
+        )
     return manifest
 
 
@@ -241,26 +300,35 @@ def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
     """
     path, corpus = Path(plan.data.prepared_dataset), plan.corpus
     if corpus.train_file or corpus.dataset_name or corpus.validation_file:
-        raise InputError(f"--prepared_dataset {path}: given with --train_file/--validation_file/--dataset_name; expected "
-                         "one source of data (the prepared folder already holds the tokenized text)")
+        raise InputError(
+            f"--prepared_dataset {path}: given with --train_file/--validation_file/--dataset_name; expected "
+            "one source of data (the prepared folder already holds the tokenized text)"
+        )
     objective = plan.objective
     prepared_for = OBJECTIVES.get(manifest["objective"])
-    if manifest["objective"] != objective.name and (prepared_for is None or prepared_for.to_blocks
-                                                    is not objective.to_blocks):  # rtd trains on the mlm blocks
+    if manifest["objective"] != objective.name and (
+        prepared_for is None or prepared_for.to_blocks is not objective.to_blocks
+    ):  # rtd trains on the mlm blocks
         nsp = " --nsp" if plan.objective_args.nsp else ""
-        raise InputError(f"--prepared_dataset {path}: prepared for the {manifest['objective']} objective; this run trains "
-                         f"{objective.name} (--model_type {objective.family.name}{nsp}); expected a dataset prepared "
-                         "with the same --model_type/--nsp (or an --objective with the same blocks)")
+        raise InputError(
+            f"--prepared_dataset {path}: prepared for the {manifest['objective']} objective; this run trains "
+            f"{objective.name} (--model_type {objective.family.name}{nsp}); expected a dataset prepared "
+            "with the same --model_type/--nsp (or an --objective with the same blocks)"
+        )
     if corpus.max_seq_length != manifest["max_seq_length"]:
-        raise InputError(f"--max_seq_length {corpus.max_seq_length}: --prepared_dataset {path} holds blocks of "
-                         f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)")
+        raise InputError(
+            f"--max_seq_length {corpus.max_seq_length}: --prepared_dataset {path} holds blocks of "
+            f"{manifest['max_seq_length']} tokens; expected {manifest['max_seq_length']} (or leave it out)"
+        )
     prepared_with = bool(manifest.get(DOCUMENT_BOUNDARIES_KEY, False))
     if bool(corpus.document_masking) != prepared_with:
         held = "carry document boundaries" if prepared_with else "carry no document boundaries (no position_ids)"
-        raise InputError(f"--document_masking {str(bool(corpus.document_masking)).lower()}: the blocks of "
-                         f"--prepared_dataset {path} {held}; expected --document_masking "
-                         f"{str(prepared_with).lower()} (or leave it out), or prepare the data again with "
-                         f"`python -m pretrain.prepare ... --document_masking {str(not prepared_with).lower()}`")
+        raise InputError(
+            f"--document_masking {str(bool(corpus.document_masking)).lower()}: the blocks of "
+            f"--prepared_dataset {path} {held}; expected --document_masking "
+            f"{str(prepared_with).lower()} (or leave it out), or prepare the data again with "
+            f"`python -m pretrain.prepare ... --document_masking {str(not prepared_with).lower()}`"
+        )
 
 
 def load_prepared(path: str | os.PathLike, verify: bool = False) -> dict:
@@ -284,11 +352,15 @@ def load_prepared(path: str | os.PathLike, verify: bool = False) -> dict:
         try:
             splits[split] = load_from_disk(str(path / split))
         except Exception as err:  # noqa: BLE001 - any failure means a damaged folder
-            raise InputError(f"--prepared_dataset {path}: the {split} split cannot be read ({type(err).__name__}: {err}); "
-                             "expected the folder as `python -m pretrain.prepare` wrote it") from err
+            raise InputError(
+                f"--prepared_dataset {path}: the {split} split cannot be read ({type(err).__name__}: {err}); "
+                "expected the folder as `python -m pretrain.prepare` wrote it"
+            ) from err
         if len(splits[split]) != manifest["blocks"][split]:
-            raise InputError(f"--prepared_dataset {path}: {len(splits[split])} {split} blocks but the manifest says "
-                             f"{manifest['blocks'][split]}; expected an intact folder (prepare it again)")
+            raise InputError(
+                f"--prepared_dataset {path}: {len(splits[split])} {split} blocks but the manifest says "
+                f"{manifest['blocks'][split]}; expected an intact folder (prepare it again)"
+            )
     return {**splits, "manifest": manifest}
 
 
@@ -297,8 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model, corpus, objective, output = parse_arguments(
-        ARGUMENTS, argv, prog="python -m pretrain.prepare",
-        description="Tokenize and pack a corpus once into a folder that `pretrain --prepared_dataset` memory-maps.")
+        ARGUMENTS,
+        argv,
+        prog="python -m pretrain.prepare",
+        description="Tokenize and pack a corpus once into a folder that `pretrain --prepared_dataset` memory-maps.",
+    )
     setup_logging()
     prepare(model, corpus, objective, output)
     return 0

@@ -16,8 +16,14 @@ CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
 def subprocess_env() -> dict:
     """The test process's environment, offline, quiet and single-threaded (2 processes share 2 cores)."""
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        WANDB_MODE="offline",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
@@ -33,11 +39,35 @@ def pretrain_command(processes: int) -> list[str]:
 def tiny_run_args(assets: Path, out: Path, *extra: str) -> list[str]:
     """``pretrain`` arguments of a 40-step bert-tiny run on the reliability assets (``train.txt``, ``valid.txt``,
     ``wordpiece/``), a checkpoint every 4 steps, all kept."""
-    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"),
-            "--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "4", "--max_train_steps", "40", "--checkpointing_steps", "4",
-            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3",
-            "--num_warmup_steps", "2", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(assets / "train.txt"),
+        "--validation_file",
+        str(assets / "valid.txt"),
+        "--tokenizer_name",
+        str(assets / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "40",
+        "--checkpointing_steps",
+        "4",
+        "--checkpoints_total_limit",
+        "0",
+        "--logging_steps",
+        "1",
+        "--learning_rate",
+        "2e-3",
+        "--num_warmup_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def write_tiny_corpus(root: Path) -> Path:
@@ -49,12 +79,19 @@ def write_tiny_corpus(root: Path) -> Path:
     from tokenizer.wordpiece import train_wordpiece_tokenizer
 
     rng = random.Random(0)
-    words = "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
-    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6))) for _ in range(80)]
+    words = (
+        "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats".split()
+    )
+    docs = [
+        "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) for _ in range(rng.randint(2, 6)))
+        for _ in range(80)
+    ]
     (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n")
     (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n")
     train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
-    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(root / "bert-nodrop")
+    modeling.get_preset_config("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(
+        root / "bert-nodrop"
+    )
     return root
 
 
@@ -76,8 +113,14 @@ def run_remote_code_script(script: str, tmp_path: Path, *args: str) -> dict:
     import json
     import subprocess
 
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True, env=env,
-                          timeout=120)
+    env = {
+        **os.environ,
+        "HF_MODULES_CACHE": str(tmp_path / "hf_modules"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

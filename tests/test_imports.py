@@ -81,6 +81,7 @@ def test_no_import_cycles_between_the_projects_modules():
 def test_the_import_layers_of_pyproject_hold():
     command = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert command, "import-linter is a test dependency (pip install -e '.[test]')"
-    proc = subprocess.run([command, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [command, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

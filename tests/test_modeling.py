@@ -16,8 +16,11 @@ from modeling._auto import register_family
 from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
 FAMILIES = {"bert": modeling.bert, "elmo": modeling.elmo, "baselines": modeling.baselines}
-CONFIGS = {"bert": modeling.SesameBertConfig, "elmo": modeling.SesameElmoConfig,
-           "baselines": modeling.SesameBaselineConfig}
+CONFIGS = {
+    "bert": modeling.SesameBertConfig,
+    "elmo": modeling.SesameElmoConfig,
+    "baselines": modeling.SesameBaselineConfig,
+}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -78,26 +81,75 @@ _BASELINE_AUTO_MAP = {
 #: (clipping given as an int, a cnn pooling, a problem type, labels) included.
 OLD_CONFIG_FILES = {
     "sesame-elmo": {
-        "adaptive_cutoffs": [10, 30], "adaptive_div_value": 4.0, "auto_map": _ELMO_AUTO_MAP, "bos_token_id": 1,
-        "cell_clip": 3, "cell_size": 16, "cell_type": "lstm", "char_embedding_dim": 4, "char_vocab_size": 262,
-        "classifier_dropout": 0.2, "classifier_hidden_size": 0, "cnn_activation": "relu",
+        "adaptive_cutoffs": [10, 30],
+        "adaptive_div_value": 4.0,
+        "auto_map": _ELMO_AUTO_MAP,
+        "bos_token_id": 1,
+        "cell_clip": 3,
+        "cell_size": 16,
+        "cell_type": "lstm",
+        "char_embedding_dim": 4,
+        "char_vocab_size": 262,
+        "classifier_dropout": 0.2,
+        "classifier_hidden_size": 0,
+        "cnn_activation": "relu",
         "cnn_filters": [[1, 4], [2, 4]],
-        "cnn_pool_filters": 3, "cnn_pool_widths": [2, 3], "dropout": 0.1, "eos_token_id": 2, "freeze_backbone": False,
-        "fused_cpu_lstm": True, "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}, "initializer_range": 0.05,
-        "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}, "max_characters_per_token": 50,
-        "model_type": "sesame-elmo", "num_highway_layers": 1, "num_layers": 1, "num_sampled": 8192, "pad_token_id": 0,
-        "pooling": "cnn", "problem_type": "single_label_classification", "proj_clip": 3.0, "projection_dim": 8,
-        "scalar_mix_layer_norm": False, "softmax": "adaptive", "task_hidden_size": 4, "transformers_version": "5.24.0",
-        "use_residual": True, "vocab_size": 60,
+        "cnn_pool_filters": 3,
+        "cnn_pool_widths": [2, 3],
+        "dropout": 0.1,
+        "eos_token_id": 2,
+        "freeze_backbone": False,
+        "fused_cpu_lstm": True,
+        "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
+        "initializer_range": 0.05,
+        "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2},
+        "max_characters_per_token": 50,
+        "model_type": "sesame-elmo",
+        "num_highway_layers": 1,
+        "num_layers": 1,
+        "num_sampled": 8192,
+        "pad_token_id": 0,
+        "pooling": "cnn",
+        "problem_type": "single_label_classification",
+        "proj_clip": 3.0,
+        "projection_dim": 8,
+        "scalar_mix_layer_norm": False,
+        "softmax": "adaptive",
+        "task_hidden_size": 4,
+        "transformers_version": "5.24.0",
+        "use_residual": True,
+        "vocab_size": 60,
     },
     "sesame-baseline": {
-        "auto_map": _BASELINE_AUTO_MAP, "bos_token_id": 1, "classifier_dropout": 0.0, "classifier_hidden_size": 0,
-        "cnn_filter_sizes": [2], "cnn_num_filters": 4, "embedding_dim": 8, "embedding_dropout": 0.0,
-        "embedding_mode": "multichannel", "encoder_type": "cnn", "eos_token_id": 2, "gumbel_temperature": 2,
-        "id2label": {"0": "a", "1": "b", "2": "c", "3": "d"}, "label2id": None, "model_type": "sesame-baseline",
-        "ngram_buckets": 100000, "ngram_max_n": 6, "ngram_min_n": 3, "pad_token_id": 0, "pooling": "max",
-        "rnn_bidirectional": True, "rnn_dropout": 0.0, "rnn_hidden_size": 256, "rnn_num_layers": 2, "rnn_type": "lstm",
-        "transformers_version": "5.24.0", "tree_source": "latent", "treelstm_hidden_size": 150, "unk_token_id": 3,
+        "auto_map": _BASELINE_AUTO_MAP,
+        "bos_token_id": 1,
+        "classifier_dropout": 0.0,
+        "classifier_hidden_size": 0,
+        "cnn_filter_sizes": [2],
+        "cnn_num_filters": 4,
+        "embedding_dim": 8,
+        "embedding_dropout": 0.0,
+        "embedding_mode": "multichannel",
+        "encoder_type": "cnn",
+        "eos_token_id": 2,
+        "gumbel_temperature": 2,
+        "id2label": {"0": "a", "1": "b", "2": "c", "3": "d"},
+        "label2id": None,
+        "model_type": "sesame-baseline",
+        "ngram_buckets": 100000,
+        "ngram_max_n": 6,
+        "ngram_min_n": 3,
+        "pad_token_id": 0,
+        "pooling": "max",
+        "rnn_bidirectional": True,
+        "rnn_dropout": 0.0,
+        "rnn_hidden_size": 256,
+        "rnn_num_layers": 2,
+        "rnn_type": "lstm",
+        "transformers_version": "5.24.0",
+        "tree_source": "latent",
+        "treelstm_hidden_size": 150,
+        "unk_token_id": 3,
         "vocab_size": 60,
     },
 }
@@ -133,12 +185,15 @@ def test_configs_are_strict_dataclasses_with_every_field_documented(family):
     assert not undocumented
 
 
-@pytest.mark.parametrize(("config_class", "field", "bad"), [
-    (modeling.SesameElmoConfig, "softmax", "hierarchical"),
-    (modeling.SesameElmoConfig, "num_layers", 0),
-    (modeling.SesameBaselineConfig, "encoder_type", "bow"),
-    (modeling.SesameBaselineConfig, "gumbel_temperature", 0.0),
-])
+@pytest.mark.parametrize(
+    ("config_class", "field", "bad"),
+    [
+        (modeling.SesameElmoConfig, "softmax", "hierarchical"),
+        (modeling.SesameElmoConfig, "num_layers", 0),
+        (modeling.SesameBaselineConfig, "encoder_type", "bow"),
+        (modeling.SesameBaselineConfig, "gumbel_temperature", 0.0),
+    ],
+)
 def test_a_bad_value_set_after_construction_is_refused_at_save(tmp_path, config_class, field, bad):
     with pytest.raises(ValueError, match=f"{config_class.__name__}.{field}={bad!r}"):  # at construction: ValueError
         config_class(**{field: bad})
@@ -158,12 +213,25 @@ def _classifier(family: str, num_labels: int, **config):
     if family == "bert":
         cfg = modeling.get_preset_config("bert-tiny", vocab_size=30, num_labels=num_labels, **config)
         return modeling.SesameBertForSequenceClassification(cfg), {"input_ids": ids}
-    batch = {"input_ids": ids, "char_ids": torch.randint(1, 262, (4, 7, 50), generator=g),
-             "attention_mask": torch.ones_like(ids)}
+    batch = {
+        "input_ids": ids,
+        "char_ids": torch.randint(1, 262, (4, 7, 50), generator=g),
+        "attention_mask": torch.ones_like(ids),
+    }
     if family == "elmo":
-        cfg = modeling.SesameElmoConfig(vocab_size=30, char_embedding_dim=4, cnn_filters=[[1, 4], [2, 4]],
-                                        num_highway_layers=1, projection_dim=8, cell_size=16, num_layers=1,
-                                        task_hidden_size=4, classifier_hidden_size=0, num_labels=num_labels, **config)
+        cfg = modeling.SesameElmoConfig(
+            vocab_size=30,
+            char_embedding_dim=4,
+            cnn_filters=[[1, 4], [2, 4]],
+            num_highway_layers=1,
+            projection_dim=8,
+            cell_size=16,
+            num_layers=1,
+            task_hidden_size=4,
+            classifier_hidden_size=0,
+            num_labels=num_labels,
+            **config,
+        )
         return modeling.SesameElmoForSequenceClassification(cfg), batch
     cfg = modeling.get_preset_config("baseline-cbow", vocab_size=30, embedding_dim=8, num_labels=num_labels, **config)
     return modeling.SesameBaselineForSequenceClassification(cfg), batch

@@ -57,11 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
         "vectors",
         help="train fastText subword vectors (gensim) for the words of an ELMo-style word tokenizer",
         description="Train fastText word vectors on .txt / .txt.gz files for the vocabulary of --tokenizer_name "
-        "(tokenizer.vectors); the classic baselines are initialised from them (python -m finetune.baselines --embeddings).",
+        "(tokenizer.vectors); the classic baselines are initialised from them (python -m finetune.baselines "
+        "--embeddings).",
     )
     vectors.add_argument("--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files")
-    vectors.add_argument("--tokenizer_name", required=True, help="folder of the word tokenizer (tokenizer train --model_type elmo)")
-    vectors.add_argument("--output_dir", required=True, help="folder for the tokenizer + word_vectors.{safetensors,json}")
+    vectors.add_argument(
+        "--tokenizer_name", required=True, help="folder of the word tokenizer (tokenizer train --model_type elmo)"
+    )
+    vectors.add_argument(
+        "--output_dir", required=True, help="folder for the tokenizer + word_vectors.{safetensors,json}"
+    )
     vectors.add_argument("--vector_size", type=int, default=100, help="dimension (default %(default)s)")
     vectors.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default %(default)s)")
     vectors.add_argument("--min_count", type=int, default=5, help="gensim vocabulary threshold (default %(default)s)")
@@ -70,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     vectors.add_argument("--max_n", type=int, default=6, help="longest character n-gram (default %(default)s)")
     vectors.add_argument("--bucket", type=int, default=100_000, help="n-gram hash buckets (default %(default)s)")
     vectors.add_argument("--sg", action="store_true", help="skip-gram (default: CBOW)")
-    vectors.add_argument("--seed", type=int, default=42, help="seed; training uses one worker, so runs repeat (default %(default)s)")
+    vectors.add_argument(
+        "--seed", type=int, default=42, help="seed; training uses one worker, so runs repeat (default %(default)s)"
+    )
     add_debug_argument(vectors)
     return parser
 
@@ -87,8 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tok = _train(args, options)
     except KeyboardInterrupt:  # Ctrl-C / SIGINT: the output folder is written atomically, so nothing is half-written
-        print(f"error: interrupted; --output_dir {args.output_dir} is only written once training completes, "
-              "expected an uninterrupted run: re-run the command", file=sys.stderr)
+        print(
+            f"error: interrupted; --output_dir {args.output_dir} is only written once training completes, "
+            "expected an uninterrupted run: re-run the command",
+            file=sys.stderr,
+        )
         return 130
     seconds = time.perf_counter() - start
     size = f"vocab_size {len(tok)}"
@@ -105,12 +115,25 @@ def _vectors(args) -> int:
     from tokenizer.vectors import train_word_vectors
 
     start = time.perf_counter()
-    info = train_word_vectors(args.train_file, args.tokenizer_name, args.output_dir, vector_size=args.vector_size,
-                              epochs=args.epochs, min_count=args.min_count, window=args.window, min_n=args.min_n,
-                              max_n=args.max_n, bucket=args.bucket, sg=args.sg, seed=args.seed)
-    print(f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "
-          f"{info['tokenizer_words_in_gensim_vocab']} of {info['tokenizer_vocab_size']} tokenizer words in gensim's "
-          f"vocabulary -> {args.output_dir} in {time.perf_counter() - start:.1f} s")
+    info = train_word_vectors(
+        args.train_file,
+        args.tokenizer_name,
+        args.output_dir,
+        vector_size=args.vector_size,
+        epochs=args.epochs,
+        min_count=args.min_count,
+        window=args.window,
+        min_n=args.min_n,
+        max_n=args.max_n,
+        bucket=args.bucket,
+        sg=args.sg,
+        seed=args.seed,
+    )
+    print(
+        f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "
+        f"{info['tokenizer_words_in_gensim_vocab']} of {info['tokenizer_vocab_size']} tokenizer words in gensim's "
+        f"vocabulary -> {args.output_dir} in {time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 

@@ -24,8 +24,9 @@ import numpy as np
 from tokenizer.corpus import iter_text_batches
 
 
-def count_token_ids(backend, files: Iterable[str | os.PathLike], vocab_size: int, batch_size: int = 1000,
-                    arg_name: str = "--train_file") -> np.ndarray:
+def count_token_ids(
+    backend, files: Iterable[str | os.PathLike], vocab_size: int, batch_size: int = 1000, arg_name: str = "--train_file"
+) -> np.ndarray:
     """How often the ``tokenizers.Tokenizer`` ``backend`` produces each id on the corpus ``files``.
 
     Returns:

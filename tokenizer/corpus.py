@@ -138,8 +138,12 @@ def _bounded_lines(f, where: str, limit: int | None = None) -> Iterator[tuple[by
                 cut -= 1
         if not warned:
             warned = True
-            logger.warning("%s: a line longer than %d bytes is read in pieces of at most %d bytes, cut at whitespace",
-                           where, limit, limit)
+            logger.warning(
+                "%s: a line longer than %d bytes is read in pieces of at most %d bytes, cut at whitespace",
+                where,
+                limit,
+                limit,
+            )
         yield raw[:cut], continued
         carry, continued = raw[cut:], True
 

@@ -4,7 +4,8 @@ The vocabulary is the ``vocab_size`` most frequent words of the corpus (after th
 lower-casing and ``BertPreTokenizer`` splitting that :class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`
 applies), counted by the ``tokenizers`` library's ``WordLevelTrainer``, plus the four special tokens
 ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3). Words follow in order of decreasing frequency
-(ties broken by the word string, :mod:`tokenizer.canonical`), as bilm-tf's vocabulary files and the log-uniform sampler of the
+(ties broken by the word string, :mod:`tokenizer.canonical`), as bilm-tf's vocabulary files and the log-uniform sampler
+of the
 sampled softmax expect. Characters need no training: ELMo's character ids are fixed (UTF-8 bytes).
 """
 
@@ -55,8 +56,10 @@ def train_elmo_tokenizer(
             ``min_frequency < 1``, or a corpus with no word of frequency ``>= min_frequency``.
     """
     if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise InputError(f"--vocab_size {vocab_size}: too small; expected at least {len(SPECIAL_TOKENS) + 1} "
-                         f"(the {len(SPECIAL_TOKENS)} special tokens {SPECIAL_TOKENS} and one word)")
+        raise InputError(
+            f"--vocab_size {vocab_size}: too small; expected at least {len(SPECIAL_TOKENS) + 1} "
+            f"(the {len(SPECIAL_TOKENS)} special tokens {SPECIAL_TOKENS} and one word)"
+        )
     if min_frequency < 1:
         raise InputError(f"--min_frequency {min_frequency}: expected an integer >= 1")
     paths = check_text_files(files)
@@ -76,9 +79,10 @@ def train_elmo_tokenizer(
     counts = count_token_ids(counter, paths, max(vocab.values()) + 1)
     tokens = canonical_token_order(vocab, counts, SPECIAL_TOKENS)[:vocab_size]
     if len(tokens) <= len(SPECIAL_TOKENS):
-        raise InputError(f"--train_file {', '.join(map(str, paths))}: no word occurs at least "
-                         f"{min_frequency} time(s); expected text with words")
-
+        raise InputError(
+            f"--train_file {', '.join(map(str, paths))}: no word occurs at least "
+            f"{min_frequency} time(s); expected text with words"
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file = Path(tmp) / "vocab.txt"

@@ -73,8 +73,14 @@ def train_word_vectors(
 
     from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
 
-    for name, value, low in (("vector_size", vector_size, 1), ("epochs", epochs, 1), ("min_count", min_count, 1),
-                             ("window", window, 1), ("min_n", min_n, 1), ("bucket", bucket, 1)):
+    for name, value, low in (
+        ("vector_size", vector_size, 1),
+        ("epochs", epochs, 1),
+        ("min_count", min_count, 1),
+        ("window", window, 1),
+        ("min_n", min_n, 1),
+        ("bucket", bucket, 1),
+    ):
         if value < low:
             raise InputError(f"--{name} {value}: expected an integer >= {low}")
     if max_n < min_n:
@@ -83,33 +89,68 @@ def train_word_vectors(
     try:
         tok = SesameElmoTokenizer.from_pretrained(str(tokenizer_name))
     except (OSError, ValueError, TypeError) as err:
-        raise InputError(f"--tokenizer_name {tokenizer_name}: not an ELMo-style word tokenizer ({err}); expected a folder "
-                         "written by python -m tokenizer train --model_type elmo") from None
+        raise InputError(
+            f"--tokenizer_name {tokenizer_name}: not an ELMo-style word tokenizer ({err}); expected a folder "
+            "written by python -m tokenizer train --model_type elmo"
+        ) from None
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
         n_words = _write_word_corpus(paths, tok, corpus)
-        model = FastText(vector_size=vector_size, window=window, min_count=min_count, min_n=min_n, max_n=max_n,
-                         bucket=bucket, sg=int(sg), seed=seed, workers=1, epochs=epochs)
+        model = FastText(
+            vector_size=vector_size,
+            window=window,
+            min_count=min_count,
+            min_n=min_n,
+            max_n=max_n,
+            bucket=bucket,
+            sg=int(sg),
+            seed=seed,
+            workers=1,
+            epochs=epochs,
+        )
         model.build_vocab(corpus_file=str(corpus))
         if not model.wv.key_to_index:
-            raise InputError(f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value")
-        model.train(corpus_file=str(corpus), total_examples=model.corpus_count, total_words=model.corpus_total_words,
-                    epochs=epochs)
+            raise InputError(
+                f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value"
+            )
+        model.train(
+            corpus_file=str(corpus),
+            total_examples=model.corpus_count,
+            total_words=model.corpus_total_words,
+            epochs=epochs,
+        )
     wv, words = model.wv, tok.ids_to_tokens
     vectors, vocab_rows, known = _tokenizer_rows(wv, tok, vector_size)
     info = {
-        "vector_size": vector_size, "epochs": epochs, "min_count": min_count, "window": window, "min_n": min_n,
-        "max_n": max_n, "bucket": bucket, "sg": bool(sg), "seed": seed, "workers": 1,
-        "train_files": [{"path": str(p), "bytes": p.stat().st_size} for p in paths], "corpus_words": n_words,
-        "gensim_vocab_size": len(wv.key_to_index), "tokenizer_vocab_size": len(words),
-        "tokenizer_words_in_gensim_vocab": known, "lowercase": bool(tok.lowercase),
+        "vector_size": vector_size,
+        "epochs": epochs,
+        "min_count": min_count,
+        "window": window,
+        "min_n": min_n,
+        "max_n": max_n,
+        "bucket": bucket,
+        "sg": bool(sg),
+        "seed": seed,
+        "workers": 1,
+        "train_files": [{"path": str(p), "bytes": p.stat().st_size} for p in paths],
+        "corpus_words": n_words,
+        "gensim_vocab_size": len(wv.key_to_index),
+        "tokenizer_vocab_size": len(words),
+        "tokenizer_words_in_gensim_vocab": known,
+        "lowercase": bool(tok.lowercase),
     }
     with atomic_output_dir(output_dir) as out:
         tok.save_pretrained(str(out))
-        save_file({"vectors": vectors, "vectors_vocab": vocab_rows,
-                   "vectors_ngrams": np.ascontiguousarray(wv.vectors_ngrams, dtype=np.float32)},
-                  str(out / VECTORS_FILE), metadata={"format": "sesame-lm word vectors"})
+        save_file(
+            {
+                "vectors": vectors,
+                "vectors_vocab": vocab_rows,
+                "vectors_ngrams": np.ascontiguousarray(wv.vectors_ngrams, dtype=np.float32),
+            },
+            str(out / VECTORS_FILE),
+            metadata={"format": "sesame-lm word vectors"},
+        )
         (out / VECTORS_CONFIG).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
 

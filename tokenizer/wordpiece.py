@@ -86,8 +86,13 @@ def train_wordpiece_tokenizer(
     from transformers import BertTokenizer
 
     vocab = _train_vocabulary(paths, vocab_size, lowercase, min_frequency, limit_alphabet, show_progress, batch_size)
-    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=lowercase, tokenize_chinese_chars=True, strip_accents=None,
-                              model_max_length=model_max_length)
+    tokenizer = BertTokenizer(
+        vocab=vocab,
+        do_lower_case=lowercase,
+        tokenize_chinese_chars=True,
+        strip_accents=None,
+        model_max_length=model_max_length,
+    )
     if output_dir is not None:
         with atomic_output_dir(output_dir, arg_name="--output_dir") as tmp:
             tokenizer.save_pretrained(tmp)
@@ -111,8 +116,15 @@ def _check_arguments(vocab_size, min_frequency, output_dir) -> None:
         raise InputError(f"--output_dir {output_dir}: is an existing file; expected a directory (new or existing)")
 
 
-def _train_vocabulary(paths, vocab_size: int, lowercase: bool, min_frequency: int, limit_alphabet: int | None,
-                      show_progress: bool, batch_size: int) -> dict[str, int]:
+def _train_vocabulary(
+    paths,
+    vocab_size: int,
+    lowercase: bool,
+    min_frequency: int,
+    limit_alphabet: int | None,
+    show_progress: bool,
+    batch_size: int,
+) -> dict[str, int]:
     """WordPiece vocabulary ``{piece: id}`` trained on ``paths`` in two passes (for reproducible ties), numbered in
     the canonical order of :mod:`tokenizer.canonical`.
 
@@ -135,8 +147,12 @@ def _train_vocabulary(paths, vocab_size: int, lowercase: bool, min_frequency: in
 
     def train(vocab: int, specials: list[str]) -> None:
         trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab, min_frequency=min_frequency, special_tokens=specials, limit_alphabet=limit_alphabet,
-            continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX, show_progress=show_progress,
+            vocab_size=vocab,
+            min_frequency=min_frequency,
+            special_tokens=specials,
+            limit_alphabet=limit_alphabet,
+            continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
+            show_progress=show_progress,
         )
         backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
 
@@ -145,8 +161,11 @@ def _train_vocabulary(paths, vocab_size: int, lowercase: bool, min_frequency: in
     # different pieces (huggingface/tokenizers#1794). A first pass (no merges) finds the alphabet; the second
     # registers its continuation forms up front, in sorted order, so every tie is broken the same way.
     train(len(SPECIAL_TOKENS) + 1, list(SPECIAL_TOKENS))
-    continuation = sorted(t for t in backend.get_vocab()
-                          if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX))
+    continuation = sorted(
+        t
+        for t in backend.get_vocab()
+        if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX)
+    )
     train(vocab_size, list(SPECIAL_TOKENS) + continuation)
 
     vocab = backend.get_vocab()

@@ -66,7 +66,9 @@ def main(src: str, dst: str) -> None:
             val_docs.append(doc)
     write_docs(dst_dir / "train.txt.gz", austen_moby + modern_sotu)
     write_docs(dst_dir / "validation.txt.gz", val_docs)
-    print(f"train: {len(austen_moby)} Austen/Moby-Dick + {len(modern_sotu)} SOTU documents; validation: {len(val_docs)}")
+    print(
+        f"train: {len(austen_moby)} Austen/Moby-Dick + {len(modern_sotu)} SOTU documents; validation: {len(val_docs)}"
+    )
 
 
 if __name__ == "__main__":

@@ -78,8 +78,10 @@ def main(argv=None) -> int:
     write_squad_json(evaluation, out / "new_wiki_eval.json.gz", version="1.1")
     write_squad_json(make_unanswerable(train, fraction=0.5, seed=0), out / "train_mix_v2.json.gz")
     write_squad_json(make_unanswerable(evaluation, fraction=0.5, seed=0), out / "new_wiki_eval_v2.json.gz")
-    print(f"held-out articles: {', '.join(sorted(held))} ({len(held_rows)} questions); "
-          f"evaluation {len(evaluation)}, training {len(train)} questions -> {out}")
+    print(
+        f"held-out articles: {', '.join(sorted(held))} ({len(held_rows)} questions); "
+        f"evaluation {len(evaluation)}, training {len(train)} questions -> {out}"
+    )
     return 0
 
 

@@ -43,8 +43,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("default" in text.lower() or action.default in (None, False, argparse.SUPPRESS)
-                or not action.option_strings):
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
             return text
         return super()._get_help_string(action)
 
@@ -52,8 +51,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if not action.option_strings:
             return super()._format_action_invocation(action)
         first = action.option_strings[0]
-        shown = ", ".join([first, *(s for s in action.option_strings[1:]
-                                    if s.replace("-", "_").lstrip("_") != first.replace("-", "_").lstrip("_"))])
+        shown = ", ".join(
+            [
+                first,
+                *(
+                    s
+                    for s in action.option_strings[1:]
+                    if s.replace("-", "_").lstrip("_") != first.replace("-", "_").lstrip("_")
+                ),
+            ]
+        )
         if action.nargs == 0 or _is_bool_flag(action):
             return shown
         return f"{shown} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
@@ -69,8 +76,13 @@ def _is_bool_flag(action: argparse.Action) -> bool:
     return action.nargs == "?" and action.const is True
 
 
-def arg(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
-        **argparse_kwargs: Any) -> Any:
+def arg(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    **argparse_kwargs: Any,
+) -> Any:
     """A dataclass field that is a command-line flag: ``default`` and the ``--help`` text (plus ``choices``,
     ``metavar``, ``nargs``, ``aliases``, ``action`` passed to ``add_argument``; ``action="extend"`` on a list field
     takes the values of repeated flags); a help of ``argparse.SUPPRESS`` hides it.
@@ -87,8 +99,9 @@ def arg(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def with_defaults(cls: type, defaults: dict[str, Any], *, help: dict[str, str] | None = None,
-                  name: str | None = None) -> type:
+def with_defaults(
+    cls: type, defaults: dict[str, Any], *, help: dict[str, str] | None = None, name: str | None = None
+) -> type:
     """A frozen dataclass subclass of ``cls`` whose fields in ``defaults`` have other defaults and whose fields in
     ``help`` other help texts (the other fields keep theirs).
 
@@ -123,8 +136,9 @@ def with_defaults(cls: type, defaults: dict[str, Any], *, help: dict[str, str] |
         new_fields.append((key, kind, field))
     later = frozenset(getattr(cls, "_resolved_later", frozenset())) | {k for k, v in defaults.items() if v is None}
     namespace = {"_resolved_later": later, "__module__": cls.__module__}
-    derived = dataclasses.make_dataclass(name or cls.__name__, new_fields, bases=(cls,), frozen=True,
-                                         namespace=namespace)
+    derived = dataclasses.make_dataclass(
+        name or cls.__name__, new_fields, bases=(cls,), frozen=True, namespace=namespace
+    )
     derived.__doc__ = cls.__doc__
     return derived
 
@@ -166,8 +180,9 @@ def parse_arguments(types: Sequence[type], argv: Sequence[str] | None, *, prog: 
         training.errors.InputError: a value refused by a dataclass's ``__post_init__``.
     """
     parser = build_parser(types, prog=prog, description=description)
-    *parsed, remaining = parser.parse_args_into_dataclasses(args=list(argv) if argv is not None else None,
-                                                            return_remaining_strings=True, look_for_args_file=False)
+    *parsed, remaining = parser.parse_args_into_dataclasses(
+        args=list(argv) if argv is not None else None, return_remaining_strings=True, look_for_args_file=False
+    )
     sys.argv[:] = split_secrets(sys.argv)[0]  # before any tracker starts: wandb records sys.argv
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(split_secrets(remaining)[0])}")
@@ -205,5 +220,13 @@ def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
     return out
 
 
-__all__ = ["SECRET_FLAGS", "HelpFormatter", "arg", "build_parser", "flat_values", "parse_arguments", "split_secrets",
-           "with_defaults"]
+__all__ = [
+    "SECRET_FLAGS",
+    "HelpFormatter",
+    "arg",
+    "build_parser",
+    "flat_values",
+    "parse_arguments",
+    "split_secrets",
+    "with_defaults",
+]

@@ -29,8 +29,10 @@ def update_best(state: TrainerState, config: TrainingConfig, metrics: Mapping[st
     name = best_metric_name(config)
     if name not in metrics:
         if config.load_best_model_at_end or config.early_stopping_patience or config.metric_for_best_model:
-            raise InputError(f"--metric_for_best_model {config.metric_for_best_model or name}: not among the "
-                             f"evaluation metrics {sorted(metrics)}; expected one of them")
+            raise InputError(
+                f"--metric_for_best_model {config.metric_for_best_model or name}: not among the "
+                f"evaluation metrics {sorted(metrics)}; expected one of them"
+            )
         return
     if step == 0:
         return

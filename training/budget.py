@@ -64,8 +64,12 @@ def steps_for_time(minutes: float, seconds_per_step: float) -> int:
 @contextlib.contextmanager
 def preserved_rng_states():
     """Restore every random number generator a run draws from (torch CPU and CUDA, Python, NumPy) on exit."""
-    states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-              random.getstate(), np.random.get_state())
+    states = (
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        random.getstate(),
+        np.random.get_state(),
+    )
     try:
         yield
     finally:
@@ -76,9 +80,17 @@ def preserved_rng_states():
         np.random.set_state(states[3])
 
 
-def time_optimizer_steps(accelerator, model: torch.nn.Module, dataloader: DataLoader, config: TrainingConfig, *,
-                         steps: int = 10, warmup: int = 2, loss_fn: Callable | None = None,
-                         weight_fn: Callable | None = None) -> float:
+def time_optimizer_steps(
+    accelerator,
+    model: torch.nn.Module,
+    dataloader: DataLoader,
+    config: TrainingConfig,
+    *,
+    steps: int = 10,
+    warmup: int = 2,
+    loss_fn: Callable | None = None,
+    weight_fn: Callable | None = None,
+) -> float:
     """Mean seconds of an optimizer step after ``warmup`` untimed ones (``steps`` in all), measured on a copy.
 
     Each step takes ``config.gradient_accumulation_steps`` micro-batches of ``dataloader``'s dataset and collator
@@ -107,15 +119,24 @@ def time_optimizer_steps(accelerator, model: torch.nn.Module, dataloader: DataLo
         raise InputError(f"time budget probe: {steps} steps with {warmup} not timed; expected more steps than that")
     loss_fn, weight_fn = loss_fn or default_loss_fn, weight_fn or default_weight_fn
     device = accelerator.device
-    probe = DataLoader(dataloader.dataset, batch_size=dataloader.batch_size, collate_fn=dataloader.collate_fn,
-                       generator=torch.Generator())
+    probe = DataLoader(
+        dataloader.dataset,
+        batch_size=dataloader.batch_size,
+        collate_fn=dataloader.collate_fn,
+        generator=torch.Generator(),
+    )
     with preserved_rng_states():
         twin = copy.deepcopy(model).to(device).train()
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(twin)
-        optimizer = create_optimizer(twin, config.learning_rate, config.weight_decay,
-                                     (config.adam_beta1, config.adam_beta2), config.adam_epsilon,
-                                     fused=OPTIMIZERS[config.optim])
+        optimizer = create_optimizer(
+            twin,
+            config.learning_rate,
+            config.weight_decay,
+            (config.adam_beta1, config.adam_beta2),
+            config.adam_epsilon,
+            fused=OPTIMIZERS[config.optim],
+        )
         forward = torch.compile(twin) if config.torch_compile else twin
         batches = iter(probe)
         timed: list[float] = []

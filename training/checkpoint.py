@@ -49,6 +49,8 @@ RNG_FILE = "random_states_{}.pkl"
 
 class CheckpointWriteError(InputError):
     """A checkpoint could not be written (disk full, no permission); the previous checkpoints are intact."""
+
+
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -80,8 +82,9 @@ def checkpoint_dirs(checkpoints_dir: str | os.PathLike, run_id: str | None = Non
     return sorted(found)
 
 
-def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike, run_id: str | None = None,
-                       ignore_integrity: bool = False) -> Path | None:
+def resolve_checkpoint(
+    spec: str | None, checkpoints_dir: str | os.PathLike, run_id: str | None = None, ignore_integrity: bool = False
+) -> Path | None:
     """The checkpoint folder to resume from.
 
     Args:
@@ -105,30 +108,44 @@ def resolve_checkpoint(spec: str | None, checkpoints_dir: str | os.PathLike, run
             mine = {path for _, path in checkpoint_dirs(checkpoints_dir, run_id)}
             for _, path in checkpoint_dirs(checkpoints_dir):
                 if path not in mine:
-                    logger.warning("--resume_from_checkpoint latest: skipping %s, a checkpoint of another run (run id "
-                                   "%s; this folder's run is %s)", path, run_id_of(path), run_id)
+                    logger.warning(
+                        "--resume_from_checkpoint latest: skipping %s, a checkpoint of another run (run id "
+                        "%s; this folder's run is %s)",
+                        path,
+                        run_id_of(path),
+                        run_id,
+                    )
         found = checkpoint_dirs(checkpoints_dir, run_id)
         if not found:
-            logger.warning("--resume_from_checkpoint latest: no checkpoint in %s; starting from scratch", checkpoints_dir)
+            logger.warning(
+                "--resume_from_checkpoint latest: no checkpoint in %s; starting from scratch", checkpoints_dir
+            )
             return None
         damaged = []
         for _, path in reversed(found):
             problem = _problem(path, ignore_integrity)
             if problem is None:
                 return path
-            logger.warning("--resume_from_checkpoint latest: skipping damaged checkpoint %s (%s); trying the one before", path, problem)
+            logger.warning(
+                "--resume_from_checkpoint latest: skipping damaged checkpoint %s (%s); trying the one before",
+                path,
+                problem,
+            )
             damaged.append(f"{path.name}: {problem}")
         raise InputError(
-            f"--resume_from_checkpoint latest: every checkpoint in {checkpoints_dir} is damaged ({'; '.join(damaged)}); "
+            f"--resume_from_checkpoint latest: every checkpoint in {checkpoints_dir} is damaged "
+            f"({'; '.join(damaged)}); "
             "expected at least one intact checkpoint (delete the checkpoints folder to start from scratch; "
             "--ignore_checkpoint_integrity resumes from one without its manifest or RNG files, not bitwise)"
         )
     path = check_checkpoint_path(spec)
     problem = _problem(path, ignore_integrity)
     if problem is not None:
-        raise InputError(f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, "
-                         "e.g. 'latest' (--ignore_checkpoint_integrity resumes from one without its manifest or RNG "
-                         "files, not bitwise)")
+        raise InputError(
+            f"--resume_from_checkpoint {spec}: damaged checkpoint ({problem}); expected an intact one, "
+            "e.g. 'latest' (--ignore_checkpoint_integrity resumes from one without its manifest or RNG "
+            "files, not bitwise)"
+        )
     return path
 
 
@@ -137,8 +154,12 @@ def _problem(path: Path, ignore_integrity: bool) -> str | None:
     warning)."""
     damaged, incomplete = checkpoint_problems(path)
     if damaged is None and incomplete is not None and ignore_integrity:
-        logger.warning("--ignore_checkpoint_integrity: resuming from %s although %s: the run will not continue "
-                       "bitwise as an uninterrupted one", path, incomplete)
+        logger.warning(
+            "--ignore_checkpoint_integrity: resuming from %s although %s: the run will not continue "
+            "bitwise as an uninterrupted one",
+            path,
+            incomplete,
+        )
         return None
     return damaged or incomplete
 
@@ -210,8 +231,11 @@ def checkpoint_problems(path: str | os.PathLike) -> tuple[str | None, str | None
                 return f"{rel} has {size} bytes, expected {meta.get('bytes')} (truncated or changed)", None
             if meta.get("sha256") and _sha256(f) != meta["sha256"]:
                 return f"{rel} does not match its SHA-256 (changed or corrupted)", None
-    missing = [RNG_FILE.format(i) for i in range(int(state.get("num_processes") or 1))
-               if not (path / RNG_FILE.format(i)).is_file()]
+    missing = [
+        RNG_FILE.format(i)
+        for i in range(int(state.get("num_processes") or 1))
+        if not (path / RNG_FILE.format(i)).is_file()
+    ]
     if missing:
         return None, f"no RNG state file {', '.join(missing)} (dropout and sampling would not continue as saved)"
     if not isinstance(manifest, dict):
@@ -243,8 +267,13 @@ def _fsync_tree(root: Path) -> None:
 
 
 def save_checkpoint(
-    accelerator, checkpoints_dir: str | os.PathLike, step: int, state: dict, keep_last: int | None,
-    protect: Sequence[int] = (), run_id: str | None = None,
+    accelerator,
+    checkpoints_dir: str | os.PathLike,
+    step: int,
+    state: dict,
+    keep_last: int | None,
+    protect: Sequence[int] = (),
+    run_id: str | None = None,
 ) -> Path:
     """Write a checkpoint atomically on every process; return its final path ``checkpoints_dir/step_{step}``.
 
@@ -280,8 +309,12 @@ def save_checkpoint(
             _fsync_tree(tmp)
             if final.exists():  # re-saving a step (e.g. after a resume): swap atomically, then drop the old one
                 if run_id is not None and run_id_of(final) not in (None, run_id):
-                    logger.warning("replacing %s, a checkpoint of another run (run id %s), by this run's step %d",
-                                   final, run_id_of(final), step)
+                    logger.warning(
+                        "replacing %s, a checkpoint of another run (run id %s), by this run's step %d",
+                        final,
+                        run_id_of(final),
+                        step,
+                    )
                 old = root / f".tmp-old-step_{step}"
                 os.replace(final, old)
                 os.replace(tmp, final)

@@ -62,8 +62,9 @@ class TrainingConfig:
     _resolved_later: ClassVar[frozenset[str]] = frozenset()
 
     output_dir: str = arg(help="run folder (model, checkpoints/, runs/, wandb/, all_results.json)")
-    overwrite_output_dir: bool = arg(False, "replace the run in a non-empty --output_dir (its checkpoints are deleted "
-                                     "first)")
+    overwrite_output_dir: bool = arg(
+        False, "replace the run in a non-empty --output_dir (its checkpoints are deleted first)"
+    )
     per_device_train_batch_size: int = arg(32, "micro-batch size per process")
     per_device_eval_batch_size: int = arg(64, "evaluation batch size per process")
     gradient_accumulation_steps: int = arg(1, "micro-batches per process per optimizer step")
@@ -72,53 +73,84 @@ class TrainingConfig:
     adam_beta1: float = arg(0.9, "AdamW beta1")
     adam_beta2: float = arg(0.999, "AdamW beta2")
     adam_epsilon: float = arg(1e-8, "AdamW epsilon")
-    optim: str = arg("adamw_torch_fused", "AdamW implementation: the fused kernel (where the device has it) or foreach",
-                     choices=list(OPTIMIZERS))
+    optim: str = arg(
+        "adamw_torch_fused",
+        "AdamW implementation: the fused kernel (where the device has it) or foreach",
+        choices=list(OPTIMIZERS),
+    )
     lr_scheduler_type: str = arg("linear", "learning-rate schedule", choices=list(SCHEDULERS))
     num_warmup_steps: int | None = arg(None, "optimizer steps of linear warmup (overrides --warmup_ratio)")
-    warmup_ratio: float = arg(0.0, "warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not "
-                              "given")
-    num_decay_steps: int | None = arg(None, "warmup_stable_decay(_1sqrt): steps of the final decay (default: 10%% / "
-                                      "20%% of the run)")
+    warmup_ratio: float = arg(
+        0.0, "warmup as a fraction of the run's optimizer steps, when --num_warmup_steps is not given"
+    )
+    num_decay_steps: int | None = arg(
+        None, "warmup_stable_decay(_1sqrt): steps of the final decay (default: 10%% / 20%% of the run)"
+    )
     max_train_steps: int | None = arg(None, "optimizer steps of the run (overrides --num_train_epochs)")
     num_train_epochs: float = arg(1.0, "passes over the training data, unless --max_train_steps is given")
     max_grad_norm: float | None = arg(1.0, "gradient clipping norm, 0 = none")
-    checkpointing_steps: float | None = arg(None, "checkpoint every N optimizer steps, or every fraction of the run "
-                                            "when below 1 (always one at the end)")
+    checkpointing_steps: float | None = arg(
+        None, "checkpoint every N optimizer steps, or every fraction of the run when below 1 (always one at the end)"
+    )
     checkpoints_total_limit: int | None = arg(2, "keep the last K checkpoints, 0 = all")
-    resume_from_checkpoint: str | None = arg(None, "'latest' (newest in <output_dir>/checkpoints) or a checkpoint "
-                                             "folder")
-    ignore_checkpoint_integrity: bool = arg(False, "resume from a checkpoint without its file manifest or RNG state "
-                                            "files (a warning instead of a refusal; the run does not continue bitwise)")
+    resume_from_checkpoint: str | None = arg(
+        None, "'latest' (newest in <output_dir>/checkpoints) or a checkpoint folder"
+    )
+    ignore_checkpoint_integrity: bool = arg(
+        False,
+        "resume from a checkpoint without its file manifest or RNG state "
+        "files (a warning instead of a refusal; the run does not continue bitwise)",
+    )
     logging_steps: int = arg(10, "log every N optimizer steps")
-    eval_steps: float | None = arg(None, "evaluate every N optimizer steps, or every fraction of the run when below 1 "
-                                   "(and at the end)")
-    report_to: str = arg("none", "trackers, a comma list of tensorboard, wandb (or all, none): tensorboard writes "
-                         "<output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials)")
+    eval_steps: float | None = arg(
+        None, "evaluate every N optimizer steps, or every fraction of the run when below 1 (and at the end)"
+    )
+    report_to: str = arg(
+        "none",
+        "trackers, a comma list of tensorboard, wandb (or all, none): tensorboard writes "
+        "<output_dir>/runs/, wandb <output_dir>/wandb/ (offline without credentials)",
+    )
     seed: int = arg(42, "random seed")
-    skip_nonfinite_steps: int = arg(0, "skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning "
-                                    "each) before stopping")
-    mixed_precision: Literal["no", "fp16", "bf16"] | None = arg(None, "override the accelerate config's mixed "
-                                                                "precision")
-    torch_compile: bool = arg(False, "compile the model with torch.compile (faster steps on a GPU after a compilation "
-                              "of a minute or so)")
-    metric_for_best_model: str | None = arg(None, "evaluation metric that picks the best model and drives early "
-                                            "stopping (default: the task's main metric; pretrain: eval_loss)")
-    greater_is_better: bool | None = arg(None, "whether a larger --metric_for_best_model is better (default: false "
-                                         "for losses and perplexities, else true)")
-    load_best_model_at_end: bool = arg(False, "checkpoint at every evaluation, keep the best checkpoint, end with its "
-                                       "weights")
-    early_stopping_patience: int | None = arg(None, "stop after N evaluations without improvement of "
-                                              "--metric_for_best_model (needs --eval_steps)")
-    gradient_checkpointing: bool = arg(False, "recompute activations in the backward pass (less memory, slower); "
-                                       "models that support it")
+    skip_nonfinite_steps: int = arg(
+        0, "skip up to N optimizer steps with a NaN/inf loss or gradient norm (warning each) before stopping"
+    )
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = arg(
+        None, "override the accelerate config's mixed precision"
+    )
+    torch_compile: bool = arg(
+        False, "compile the model with torch.compile (faster steps on a GPU after a compilation of a minute or so)"
+    )
+    metric_for_best_model: str | None = arg(
+        None,
+        "evaluation metric that picks the best model and drives early "
+        "stopping (default: the task's main metric; pretrain: eval_loss)",
+    )
+    greater_is_better: bool | None = arg(
+        None,
+        "whether a larger --metric_for_best_model is better (default: false for losses and perplexities, else true)",
+    )
+    load_best_model_at_end: bool = arg(
+        False, "checkpoint at every evaluation, keep the best checkpoint, end with its weights"
+    )
+    early_stopping_patience: int | None = arg(
+        None, "stop after N evaluations without improvement of --metric_for_best_model (needs --eval_steps)"
+    )
+    gradient_checkpointing: bool = arg(
+        False, "recompute activations in the backward pass (less memory, slower); models that support it"
+    )
     project_name: str = dataclasses.field(default="sesame-lm", init=False)
     """Tracker project (TensorBoard sub-folder, wandb project)."""
 
     def __post_init__(self) -> None:
-        for name, low in (("gradient_accumulation_steps", 1), ("max_train_steps", 1), ("num_warmup_steps", 0),
-                          ("skip_nonfinite_steps", 0), ("logging_steps", 1), ("per_device_train_batch_size", 1),
-                          ("per_device_eval_batch_size", 1)):
+        for name, low in (
+            ("gradient_accumulation_steps", 1),
+            ("max_train_steps", 1),
+            ("num_warmup_steps", 0),
+            ("skip_nonfinite_steps", 0),
+            ("logging_steps", 1),
+            ("per_device_train_batch_size", 1),
+            ("per_device_eval_batch_size", 1),
+        ):
             value = getattr(self, name)
             if value is not None and value < low:
                 raise InputError(f"--{name} {value}: expected an integer >= {low}")
@@ -133,8 +165,9 @@ class TrainingConfig:
         for name in ("checkpointing_steps", "eval_steps"):
             value = getattr(self, name)
             if value is not None and not (0 < value < 1 or (value >= 1 and float(value).is_integer())):
-                raise InputError(f"--{name} {value}: expected an integer >= 1 (steps) or a fraction of the run "
-                                 "in (0, 1)")
+                raise InputError(
+                    f"--{name} {value}: expected an integer >= 1 (steps) or a fraction of the run in (0, 1)"
+                )
         if self.optim not in OPTIMIZERS:
             raise InputError(f"--optim {self.optim!r}: expected one of {', '.join(OPTIMIZERS)}")
         if self._is_set("lr_scheduler_type") and self.lr_scheduler_type not in SCHEDULERS:
@@ -142,8 +175,10 @@ class TrainingConfig:
         if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
             raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: expected an integer >= 1")
         if self.early_stopping_patience and not self.eval_steps and "eval_steps" not in self._resolved_later:
-            raise InputError(f"--early_stopping_patience {self.early_stopping_patience}: needs --eval_steps N "
-                             "(evaluations during training to compare)")
+            raise InputError(
+                f"--early_stopping_patience {self.early_stopping_patience}: needs --eval_steps N "
+                "(evaluations during training to compare)"
+            )
         if self.metric_for_best_model is not None and not self.metric_for_best_model.strip():
             raise InputError("--metric_for_best_model '': expected a metric name such as eval_loss or eval_accuracy")
         from training.checkpoint import check_checkpoint_path, check_output_dir
@@ -179,5 +214,11 @@ def greater_is_better(config: TrainingConfig) -> bool:
     return not ("loss" in name or "perplexity" in name)
 
 
-__all__ = ["TrainingConfig", "best_metric_name", "evaluations", "greater_is_better", "planned_steps",
-           "resolve_interval"]
+__all__ = [
+    "TrainingConfig",
+    "best_metric_name",
+    "evaluations",
+    "greater_is_better",
+    "planned_steps",
+    "resolve_interval",
+]

@@ -122,8 +122,15 @@ class LengthGroupedSampler(Sampler[int]):
         return iter([i for mega in megas for i in mega])
 
 
-def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: int, shuffle: bool = True,
-                          num_workers: int = 0, sampler: Sampler | None = None) -> DataLoader:
+def make_train_dataloader(
+    dataset,
+    batch_size: int,
+    collate_fn: Callable,
+    seed: int,
+    shuffle: bool = True,
+    num_workers: int = 0,
+    sampler: Sampler | None = None,
+) -> DataLoader:
     """A training DataLoader fit for exact resume: ``sampler`` (default :class:`EpochShuffleSampler`; another one
     must order the examples by ``(seed, epoch)`` through its ``set_epoch``), its own ``generator``, and pinned
     memory on CUDA.
@@ -147,8 +154,9 @@ def make_train_dataloader(dataset, batch_size: int, collate_fn: Callable, seed: 
     )
 
 
-def make_stream_dataloader(dataset: torch.utils.data.IterableDataset, batch_size: int, collate_fn: Callable,
-                           num_workers: int = 0) -> DataLoader:
+def make_stream_dataloader(
+    dataset: torch.utils.data.IterableDataset, batch_size: int, collate_fn: Callable, num_workers: int = 0
+) -> DataLoader:
     """A training DataLoader over a stream (a torch ``IterableDataset``, e.g. :class:`pretrain.data.StreamedBlocks`).
 
     The stream is read in order (no shuffling); prepared by accelerate, the main process reads it and dispatches the
@@ -159,8 +167,13 @@ def make_stream_dataloader(dataset: torch.utils.data.IterableDataset, batch_size
     """
     if batch_size < 1:
         raise InputError(f"--per_device_train_batch_size {batch_size}: expected an integer >= 1")
-    return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers,
-                      pin_memory=torch.cuda.is_available())
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        pin_memory=torch.cuda.is_available(),
+    )
 
 
 def length_of(obj) -> int | None:
@@ -171,5 +184,13 @@ def length_of(obj) -> int | None:
         return None
 
 
-__all__ = ["EpochShuffleSampler", "LengthGroupedSampler", "data_change", "epoch_seed", "fingerprint_sources",
-           "length_of", "make_stream_dataloader", "make_train_dataloader"]
+__all__ = [
+    "EpochShuffleSampler",
+    "LengthGroupedSampler",
+    "data_change",
+    "epoch_seed",
+    "fingerprint_sources",
+    "length_of",
+    "make_stream_dataloader",
+    "make_train_dataloader",
+]

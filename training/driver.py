@@ -42,8 +42,17 @@ logger = logging.getLogger(__name__)
 #: Arguments never written to trackers, model cards or run files (:data:`training.arguments.SECRET_FLAGS`).
 SECRET_ARGUMENTS = SECRET_FLAGS
 #: ``all_results.json`` keys of every training run (besides the ``eval_*`` metrics and a command's own keys).
-RESULT_KEYS = ("train_loss", "train_runtime_s", "train_samples_per_second", "train_tokens_per_second",
-               "global_step", "epoch", "best_step", "best_metric", "stopped_early")
+RESULT_KEYS = (
+    "train_loss",
+    "train_runtime_s",
+    "train_samples_per_second",
+    "train_tokens_per_second",
+    "global_step",
+    "epoch",
+    "best_step",
+    "best_metric",
+    "stopped_early",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +85,17 @@ def run_config(*arguments: Any) -> dict[str, Any]:
     return flat_values(*arguments, exclude=SECRET_ARGUMENTS)
 
 
-def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expected: str, *,
-                    revision: str | None = None, failure: str = "could not be loaded", trust_remote_code: bool = False,
-                    **kwargs: Any) -> Any:
+def load_pretrained(
+    loader: Callable[..., Any],
+    source: str,
+    arg_name: str,
+    expected: str,
+    *,
+    revision: str | None = None,
+    failure: str = "could not be loaded",
+    trust_remote_code: bool = False,
+    **kwargs: Any,
+) -> Any:
     """``loader(source, revision=revision, trust_remote_code=trust_remote_code, **kwargs)`` (a ``from_pretrained``)
     with the one error wrapper. ``trust_remote_code`` is always passed (default False): a folder or repo whose
     ``auto_map`` names code of its own is refused unless allowed, never a question on stdin.
@@ -104,11 +121,14 @@ def load_pretrained(loader: Callable[..., Any], source: str, arg_name: str, expe
     except Exception as err:  # noqa: BLE001  (any failure of a user's model or repo is refused input)
         rev = f" (--revision {revision})" if revision else ""
         if not trust_remote_code and "trust_remote_code" in str(err):
-            raise InputError(f"{arg_name} {source}{rev}: its auto_map names Python code of its own, which is not run "
-                             "without --trust_remote_code; expected a folder or repo without code, or "
-                             "--trust_remote_code if you trust that code") from err
-        raise InputError(f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); "
-                         f"expected {expected}") from err
+            raise InputError(
+                f"{arg_name} {source}{rev}: its auto_map names Python code of its own, which is not run "
+                "without --trust_remote_code; expected a folder or repo without code, or "
+                "--trust_remote_code if you trust that code"
+            ) from err
+        raise InputError(
+            f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); expected {expected}"
+        ) from err
 
 
 def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_arg: str = "--tokenizer_name") -> None:
@@ -119,16 +139,21 @@ def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_ar
     """
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise InputError(f"{tokenizer_arg}: {len(tokenizer)} tokens but the model's vocab_size is {vocab_size}; "
-                         f"expected the tokenizer the model was trained with (at most {vocab_size} tokens)")
+        raise InputError(
+            f"{tokenizer_arg}: {len(tokenizer)} tokens but the model's vocab_size is {vocab_size}; "
+            f"expected the tokenizer the model was trained with (at most {vocab_size} tokens)"
+        )
     max_pos = getattr(config, "max_position_embeddings", None)
     if max_seq_length is not None and max_pos is not None and max_seq_length > max_pos:
-        raise InputError(f"--max_seq_length {max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
-                         f"expected at most {max_pos}")
+        raise InputError(
+            f"--max_seq_length {max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
+            f"expected at most {max_pos}"
+        )
 
 
-def write_run_files(folder: str | os.PathLike, result: Mapping[str, Any], results: Mapping[str, Any],
-                    name: str) -> None:
+def write_run_files(
+    folder: str | os.PathLike, result: Mapping[str, Any], results: Mapping[str, Any], name: str
+) -> None:
     """The run files of a finished run, written into ``folder`` (a command's temporary output folder):
     ``all_results.json`` (``results``) and, for a training run (``result`` from :meth:`training.loop.Trainer.train`,
     with ``log_history``), ``eval_history.json``, ``trainer_log.json`` and ``curves.png`` titled ``name``
@@ -214,9 +239,18 @@ class Run:
     (:mod:`training.ownership`) when the block ends, however it ends.
     """
 
-    def __init__(self, training: TrainingConfig, hub: HubArguments, settings: Mapping[str, Any], *,
-                 do_train: bool = True, card_task: str = "fill-mask", card_overrides: Mapping[str, Any] | None = None,
-                 write_card: bool = False, commit_message: str | None = None):
+    def __init__(
+        self,
+        training: TrainingConfig,
+        hub: HubArguments,
+        settings: Mapping[str, Any],
+        *,
+        do_train: bool = True,
+        card_task: str = "fill-mask",
+        card_overrides: Mapping[str, Any] | None = None,
+        write_card: bool = False,
+        commit_message: str | None = None,
+    ):
         self.training, self.hub, self.settings, self.do_train = training, hub, dict(settings), do_train
         self.card_task, self.card_overrides = card_task, dict(card_overrides or {})
         self.write_card, self.commit_message = write_card, commit_message
@@ -266,8 +300,11 @@ class Run:
         setup_logging(self.accelerator.is_main_process)
         if self.do_train:
             if self.accelerator.is_main_process:
-                self.ownership = claim_output_dir(self.output_dir, overwrite=self.training.overwrite_output_dir,
-                                                  resuming=bool(self.training.resume_from_checkpoint))
+                self.ownership = claim_output_dir(
+                    self.output_dir,
+                    overwrite=self.training.overwrite_output_dir,
+                    resuming=bool(self.training.resume_from_checkpoint),
+                )
             self.accelerator.wait_for_everyone()
             self.run_id = self.ownership.run_id if self.ownership is not None else read_run_id(self.output_dir)
         return self.accelerator
@@ -296,10 +333,18 @@ class Run:
         if self.do_train:
             evaluate = parts.evaluate
             on_save = every_save_hook(pusher, self.output_dir, parts.tokenizer, self.card)
-            trainer = Trainer(acc, parts.model, parts.train_dataloader, self.training, run_config=self.settings,
-                              eval_fn=(lambda trainer: evaluate(trainer.model)) if evaluate else None,
-                              on_save=on_save, run_id=self.run_id, data_fingerprint=parts.data_fingerprint,
-                              **parts.loop_kwargs)
+            trainer = Trainer(
+                acc,
+                parts.model,
+                parts.train_dataloader,
+                self.training,
+                run_config=self.settings,
+                eval_fn=(lambda trainer: evaluate(trainer.model)) if evaluate else None,
+                on_save=on_save,
+                run_id=self.run_id,
+                data_fingerprint=parts.data_fingerprint,
+                **parts.loop_kwargs,
+            )
             parts.model = parts.train_dataloader = None
             if acc.is_main_process and parts.describe is not None:
                 parts.describe(trainer)
@@ -319,10 +364,19 @@ class Run:
         with signals_deferred("saving the outputs") as stopper:  # a signal now must not cut the save short
             state_dict = acc.get_state_dict(prepared) if model is not None else None  # all processes (FSDP gathers)
             if acc.is_main_process:
-                self.save(model, parts.tokenizer, result, flat_results(result, parts.result_keys), state_dict,
-                          lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None)
-                logger.info("wrote %s: %s", self.output_dir, {k: round(v, 4) for k, v in result.items()
-                                                             if k.startswith("eval_") and isinstance(v, float)})
+                self.save(
+                    model,
+                    parts.tokenizer,
+                    result,
+                    flat_results(result, parts.result_keys),
+                    state_dict,
+                    lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None,
+                )
+                logger.info(
+                    "wrote %s: %s",
+                    self.output_dir,
+                    {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)},
+                )
             del prepared, model, state_dict
             finish(acc, *([trainer] if trainer else []))
             if pusher is not None and acc.is_main_process and stopper.signum is None:
@@ -330,10 +384,15 @@ class Run:
         if stopper.signum is not None:
             pushed = ""
             if pusher is not None:
-                pushed = (" and pushed" if self.pushed
-                          else f"; not pushed: push them with `{_push_command(self, pusher)}`")
-            print(f"error: {signal.Signals(stopper.signum).name} received while saving: the outputs in "
-                  f"{self.output_dir} are complete{pushed}", file=sys.stderr, flush=True)
+                pushed = (
+                    " and pushed" if self.pushed else f"; not pushed: push them with `{_push_command(self, pusher)}`"
+                )
+            print(
+                f"error: {signal.Signals(stopper.signum).name} received while saving: the outputs in "
+                f"{self.output_dir} are complete{pushed}",
+                file=sys.stderr,
+                flush=True,
+            )
             return stopper.exit_code
         return 0
 
@@ -356,12 +415,20 @@ class Run:
             raise InputError(
                 f"--push_to_hub: the model is saved in {out}, but the push to {pusher.repo_id!r} failed "
                 f"({type(err).__name__}: {first_line(err)}); expected a reachable hub: push it later with "
-                f"`{_push_command(self, pusher)}` (token from HF_TOKEN or `hf auth login`)") from err
+                f"`{_push_command(self, pusher)}` (token from HF_TOKEN or `hf auth login`)"
+            ) from err
         self.pushed = True
         logger.info("pushed %s to %s", out, url)
 
-    def save(self, model, tokenizer, result: Mapping[str, Any], results: Mapping[str, Any], state_dict=None,
-             write_outputs: Callable[[Path], None] | None = None) -> None:
+    def save(
+        self,
+        model,
+        tokenizer,
+        result: Mapping[str, Any],
+        results: Mapping[str, Any],
+        state_dict=None,
+        write_outputs: Callable[[Path], None] | None = None,
+    ) -> None:
         """Into the output folder, atomically (a temporary folder moved in at the end): when trained (``model``
         given) the model + tokenizer (``save_pretrained``; ``state_dict`` from ``accelerator.get_state_dict``,
         the full weights under FSDP), the command's extra files, the run files (:func:`write_run_files`) and,
@@ -374,8 +441,9 @@ class Run:
             if write_outputs is not None:
                 write_outputs(tmp)
             write_run_files(tmp, result, results, Path(self.output_dir).name)
-            (tmp / "run_config.json").write_text(json.dumps(self.settings, indent=2, default=str) + "\n",
-                                                 encoding="utf-8")
+            (tmp / "run_config.json").write_text(
+                json.dumps(self.settings, indent=2, default=str) + "\n", encoding="utf-8"
+            )
             if self.write_card and model is not None:
                 try:
                     (tmp / "README.md").write_text(self.card(tmp), encoding="utf-8")
@@ -383,5 +451,15 @@ class Run:
                     logger.warning("no model card written: %s", err)
 
 
-__all__ = ["RESULT_KEYS", "SECRET_ARGUMENTS", "Run", "RunModes", "RunParts", "check_model_fits", "flat_results",
-           "load_pretrained", "run_config", "write_run_files"]
+__all__ = [
+    "RESULT_KEYS",
+    "SECRET_ARGUMENTS",
+    "Run",
+    "RunModes",
+    "RunParts",
+    "check_model_fits",
+    "flat_results",
+    "load_pretrained",
+    "run_config",
+    "write_run_files",
+]

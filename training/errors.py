@@ -60,6 +60,7 @@ def check_local_path(name: str, arg: str, expected: str) -> None:
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise InputError(f"{arg} {name}: no such folder; expected {expected}")
 
+
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--debug`` (show full tracebacks for refused input) to ``parser``."""
     parser.add_argument("--debug", action="store_true", help="show the full traceback for refused input")

@@ -91,8 +91,9 @@ def evaluate_sums(
     lo, hi = bounds[rank]
     num_batches = max(math.ceil((b - a) / batch_size) for a, b in bounds)
     indices = list(range(lo, hi)) or ([0] if n else [])
-    loader = DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, shuffle=False,
-                        collate_fn=collate_fn)
+    loader = DataLoader(
+        torch.utils.data.Subset(dataset, indices), batch_size=batch_size, shuffle=False, collate_fn=collate_fn
+    )
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)

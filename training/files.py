@@ -25,14 +25,33 @@ BOOKKEEPING_FILES = (".sesame-run.lock", ".sesame-run.json")
 
 #: Messages of storage errors raised as other exceptions than ``OSError`` (safetensors, tokenizers: Rust I/O errors
 #: as text), and the reason they give.
-_STORAGE_MESSAGES = (("No space left on device", "disk full"), ("os error 28", "disk full"),
-                     ("StorageFull", "disk full"), ("Disk quota exceeded", "disk quota exceeded"),
-                     ("os error 122", "disk quota exceeded"), ("Read-only file system", "read-only file system"),
-                     ("os error 30", "read-only file system"), ("Permission denied", "permission denied"),
-                     ("os error 13", "permission denied"))
+_STORAGE_MESSAGES = (
+    ("No space left on device", "disk full"),
+    ("os error 28", "disk full"),
+    ("StorageFull", "disk full"),
+    ("Disk quota exceeded", "disk quota exceeded"),
+    ("os error 122", "disk quota exceeded"),
+    ("Read-only file system", "read-only file system"),
+    ("os error 30", "read-only file system"),
+    ("Permission denied", "permission denied"),
+    ("os error 13", "permission denied"),
+)
 #: ``OSError`` numbers of a failed write (not of a bad input file, e.g. a corrupt .gz read while writing).
-_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
-                             errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENAMETOOLONG, errno.EXDEV})
+_STORAGE_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EIO,
+        errno.EFBIG,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENAMETOOLONG,
+        errno.EXDEV,
+    }
+)
 #: Free bytes below which a filesystem counts as full (torch.save's serializer reports a short write without errno).
 _NEARLY_FULL_BYTES = 1 << 20
 
@@ -106,7 +125,7 @@ def remove_dead_temporaries(output_dir: PathLike) -> list[Path]:
     host = socket.gethostname()
     removed = []
     for path in out.absolute().parent.glob(f".{out.name}.tmp-{host}-*"):
-        pid = path.name[len(f".{out.name}.tmp-{host}-"):].split("-", 1)[0]
+        pid = path.name[len(f".{out.name}.tmp-{host}-") :].split("-", 1)[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -153,8 +172,9 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
     try:
         tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out.name), dir=parent))
     except OSError as err:
-        raise InputError(f"{arg_name} {out}: cannot create a folder in {parent} ({err.strerror}); expected a writable "
-                         "location") from err
+        raise InputError(
+            f"{arg_name} {out}: cannot create a folder in {parent} ({err.strerror}); expected a writable location"
+        ) from err
     try:
         try:
             yield tmp
@@ -164,8 +184,10 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
             reason = storage_failure(err, tmp)
             if reason is None:
                 raise
-            raise InputError(f"{arg_name} {out}: could not write the outputs ({reason}: {first_line(err)}); {out} was "
-                             "left as it was; expected a writable folder with free space") from err
+            raise InputError(
+                f"{arg_name} {out}: could not write the outputs ({reason}: {first_line(err)}); {out} was "
+                "left as it was; expected a writable folder with free space"
+            ) from err
         if not out.exists():
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
             os.replace(tmp, out)
@@ -218,9 +240,18 @@ def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool
     out = Path(output_dir)
     if resuming or overwrite or not out.is_dir() or not any(_is_output(p) for p in out.iterdir()):
         return
-    raise InputError(f"--output_dir {out}: exists and is not empty (an earlier run?); expected a new or empty folder, "
-                     "--resume_from_checkpoint latest to continue that run, or --overwrite_output_dir to replace it")
+    raise InputError(
+        f"--output_dir {out}: exists and is not empty (an earlier run?); expected a new or empty folder, "
+        "--resume_from_checkpoint latest to continue that run, or --overwrite_output_dir to replace it"
+    )
 
 
-__all__ = ["BOOKKEEPING_FILES", "atomic_output_dir", "check_output_dir_reuse", "pid_alive", "remove_dead_temporaries",
-           "storage_failure", "write_text_atomic"]
+__all__ = [
+    "BOOKKEEPING_FILES",
+    "atomic_output_dir",
+    "check_output_dir_reuse",
+    "pid_alive",
+    "remove_dead_temporaries",
+    "storage_failure",
+    "write_text_atomic",
+]

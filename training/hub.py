@@ -53,9 +53,30 @@ STAGING_DIR = ".hub-staging"
 
 #: Never pushed: accelerate checkpoints, pickled weights / states, caches, temporary files.
 DEFAULT_IGNORE_PATTERNS = (
-    "checkpoints/*", "checkpoint-*/*", "step_*/*", "runs/*", "wandb/*", "*.bin", "*.pt", "*.pth", "*.pkl",
-    "*.pickle", "*.ckpt", "*.npy", "*.npz", "optimizer*", "scheduler*", "rng_state*", "random_states*",
-    "training_args*", "*.lock", "*.tmp", "*.incomplete", "__pycache__/*", "*.pyc", ".*",
+    "checkpoints/*",
+    "checkpoint-*/*",
+    "step_*/*",
+    "runs/*",
+    "wandb/*",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.pkl",
+    "*.pickle",
+    "*.ckpt",
+    "*.npy",
+    "*.npz",
+    "optimizer*",
+    "scheduler*",
+    "rng_state*",
+    "random_states*",
+    "training_args*",
+    "*.lock",
+    "*.tmp",
+    "*.incomplete",
+    "__pycache__/*",
+    "*.pyc",
+    ".*",
 )
 #: Weight files of a ``save_pretrained`` directory (deleted remotely when a push no longer has them).
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
@@ -71,15 +92,19 @@ class HubArguments:
     _argument_group_name: ClassVar[str] = "model hub (HF_ENDPOINT, default https://huggingface.co)"
 
     push_to_hub: bool = arg(False, "push the final model (and the model card) to a repo on the hub")
-    hub_model_id: str | None = arg(None, "repo id 'namespace/name' (default: the token's user and the --output_dir "
-                                   "name)")
-    hub_token: str | None = arg(None, "token with write access (default: HF_TOKEN, then the token of `hf auth "
-                                "login`)")
+    hub_model_id: str | None = arg(
+        None, "repo id 'namespace/name' (default: the token's user and the --output_dir name)"
+    )
+    hub_token: str | None = arg(None, "token with write access (default: HF_TOKEN, then the token of `hf auth login`)")
     hub_private_repo: bool = arg(False, "create the repo as private")
     hub_revision: str | None = arg(None, "branch to push to (created from main when missing; default: main)")
-    hub_strategy: str = arg("end", "'end': push once after training; 'every_save': also push the model at every "
-                            "--checkpointing_steps checkpoint as a commit 'Training in progress (step N)' (a failed "
-                            "one only warns)", choices=list(HUB_STRATEGIES))
+    hub_strategy: str = arg(
+        "end",
+        "'end': push once after training; 'every_save': also push the model at every "
+        "--checkpointing_steps checkpoint as a commit 'Training in progress (step N)' (a failed "
+        "one only warns)",
+        choices=list(HUB_STRATEGIES),
+    )
 
 
 def _endpoint() -> str:
@@ -108,18 +133,23 @@ def hub_errors(repo_id: str | None, revision: str | None = None, action: str = "
         RevisionNotFoundError,
     )
 
-    where = (f"{repo_id!r}" if repo_id else "a repo") + (f" (revision {revision!r})" if revision else "") + \
-        f" on {_endpoint()}"
+    where = (
+        (f"{repo_id!r}" if repo_id else "a repo")
+        + (f" (revision {revision!r})" if revision else "")
+        + f" on {_endpoint()}"
+    )
     try:
         yield
     except LocalTokenNotFoundError:
         raise InputError(
             f"--push_to_hub: no token to {action} {where}; pass --hub_token, set HF_TOKEN or run "
-            f"`hf auth login` with a token that has write access ({_TOKEN_URL})") from None
+            f"`hf auth login` with a token that has write access ({_TOKEN_URL})"
+        ) from None
     except RevisionNotFoundError:
         raise InputError(
             f"--hub_revision: revision {revision!r} not found in {repo_id!r} on {_endpoint()}; "
-            f"name an existing branch, tag or commit") from None
+            f"name an existing branch, tag or commit"
+        ) from None
     except RepositoryNotFoundError:
         raise InputError(
             f"--hub_model_id: repository {repo_id!r} not found on {_endpoint()} (or it is private and the token "
@@ -132,12 +162,14 @@ def hub_errors(repo_id: str | None, revision: str | None = None, action: str = "
             raise InputError(
                 f"--hub_token: the hub refused the token while trying to {action} {where} "
                 f"(401 {server or 'Unauthorized'}); the token is invalid, expired or missing -- create one "
-                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
+                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN"
+            ) from None
         if status == 403:
             raise InputError(
                 f"--hub_token: the token has no write access to {where} (403 {server or 'Forbidden'}); "
                 f"use a token with the 'write' role for the namespace {repo_id.split('/')[0]!r} "
-                f"({_TOKEN_URL})") from None
+                f"({_TOKEN_URL})"
+            ) from None
         raise
 
 
@@ -163,13 +195,15 @@ def _whoami(token: str, repo_id: str | None) -> dict:
             target = f" to push to {repo_id!r}" if repo_id else ""
             raise InputError(
                 f"--hub_token: the token was refused by {_endpoint()}{target} (invalid or expired); create a token "
-                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN") from None
+                f"with write access at {_TOKEN_URL} and pass it with --hub_token or HF_TOKEN"
+            ) from None
         raise
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
         raise InputError(
             f"--hub_token: the token of user {info.get('name')!r} is read-only; pushing to "
-            f"{repr(repo_id) if repo_id else 'the hub'} needs a token with the 'write' role ({_TOKEN_URL})")
+            f"{repr(repo_id) if repo_id else 'the hub'} needs a token with the 'write' role ({_TOKEN_URL})"
+        )
     return info
 
 
@@ -180,8 +214,9 @@ def default_repo_id(output_dir: str | os.PathLike, user: str) -> str:
     return f"{user}/{name[:96]}"
 
 
-def validate_hub_arguments(hub: HubArguments, output_dir: str | os.PathLike | None = None,
-                           check_remote: bool = True) -> HubArguments:
+def validate_hub_arguments(
+    hub: HubArguments, output_dir: str | os.PathLike | None = None, check_remote: bool = True
+) -> HubArguments:
     """Check the hub flags before training (fail in seconds, not after hours); returns them with the repo id
     resolved.
 
@@ -203,8 +238,11 @@ def validate_hub_arguments(hub: HubArguments, output_dir: str | os.PathLike | No
         raise InputError(f"--hub_strategy {hub.hub_strategy!r}: expected one of {', '.join(HUB_STRATEGIES)}")
     revision = hub.hub_revision
     if revision is not None and (
-            re.fullmatch(r"[0-9a-f]{40}", revision) or not re.fullmatch(r"[A-Za-z0-9._/-]+", revision)
-            or revision.startswith(("/", "-", "refs/")) or ".." in revision):
+        re.fullmatch(r"[0-9a-f]{40}", revision)
+        or not re.fullmatch(r"[A-Za-z0-9._/-]+", revision)
+        or revision.startswith(("/", "-", "refs/"))
+        or ".." in revision
+    ):
         raise InputError(f"--hub_revision {revision!r}: expected a branch name such as 'dev' or 'run-2'")
     repo_id = hub.hub_model_id
     if check_remote:
@@ -230,7 +268,8 @@ def validate_hub_arguments(hub: HubArguments, output_dir: str | os.PathLike | No
             raise InputError(
                 f"--hub_model_id {repo_id!r}: the token of user {user!r} cannot push to the namespace "
                 f"{repo_id.split('/')[0]!r} (its namespaces: {', '.join(sorted(n for n in namespaces if n))}); "
-                f"use a repo id in one of them or a token of that namespace")
+                f"use a repo id in one of them or a token of that namespace"
+            )
     return dataclasses.replace(hub, hub_model_id=repo_id)
 
 
@@ -255,8 +294,10 @@ def prepare_repo(repo_id: str, token: str | None = None, private: bool = False, 
         if branch in heads:
             return heads[branch]
         if branch in {ref.name for ref in refs.tags}:
-            raise InputError(f"--hub_revision {branch!r} is a tag of {repo_id!r}; pushes go to a branch -- "
-                             f"name a new or existing branch")
+            raise InputError(
+                f"--hub_revision {branch!r} is a tag of {repo_id!r}; pushes go to a branch -- "
+                f"name a new or existing branch"
+            )
         api.create_branch(repo_id, branch=branch, token=token, exist_ok=True)
         refs = api.list_repo_refs(repo_id, token=token)
         return {ref.name: ref.target_commit for ref in refs.branches}[branch]
@@ -284,8 +325,10 @@ def _local_files(folder: Path, allow_patterns, ignore_patterns) -> list[str]:
     files = list(filter_repo_objects(sorted(files), allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
     links = list(filter_repo_objects(sorted(links), allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
     if links:
-        raise InputError(f"--output_dir {folder}: symbolic links are not pushed (their content may lie outside the "
-                         f"folder): {', '.join(links)}; expected regular files (copy them in, or remove the links)")
+        raise InputError(
+            f"--output_dir {folder}: symbolic links are not pushed (their content may lie outside the "
+            f"folder): {', '.join(links)}; expected regular files (copy them in, or remove the links)"
+        )
     return files
 
 
@@ -334,8 +377,10 @@ def push_output_dir(
     if model_card is not None:
         files = [f for f in files if f != "README.md"]
     if not files:
-        raise InputError(f"--output_dir {str(folder)!r}: no files to push to {repo_id!r} after the patterns "
-                         f"(ignored: {', '.join(ignore_patterns)})")
+        raise InputError(
+            f"--output_dir {str(folder)!r}: no files to push to {repo_id!r} after the patterns "
+            f"(ignored: {', '.join(ignore_patterns)})"
+        )
     branch = revision or "main"
     before = prepare_repo(repo_id, token=token, private=private, revision=revision)
     token = _resolve_token(token)
@@ -350,8 +395,9 @@ def push_output_dir(
         stale = set(filter_repo_objects(remote, allow_patterns=list(WEIGHT_PATTERNS))) - set(files)
         operations += [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
         try:
-            return api.create_commit(repo_id, operations=operations, commit_message=commit_message,
-                                     revision=branch, token=token)
+            return api.create_commit(
+                repo_id, operations=operations, commit_message=commit_message, revision=branch, token=token
+            )
         except ValueError:  # InputError, or README metadata refused by the hub (a bug of the card)
             raise
         except Exception as err:  # network loss, server error: say what the remote holds now
@@ -361,13 +407,15 @@ def push_output_dir(
                 raise InputError(
                     f"the hub at {_endpoint()} does not offer Xet storage, which huggingface_hub uses for large "
                     f"files when hf_xet is installed; set HF_HUB_DISABLE_XET=1 in the environment to upload them "
-                    f"through Git LFS instead (nothing was committed to {repo_id!r})") from err
+                    f"through Git LFS instead (nothing was committed to {repo_id!r})"
+                ) from err
             raise InputError(_interrupted_message(api, repo_id, branch, token, before, err)) from err
 
 
 def _interrupted_message(api, repo_id: str, branch: str, token: str, before: str, err: BaseException) -> str:
     head = "the push to {!r} (branch {!r}) was interrupted: {}: {}".format(
-        repo_id, branch, type(err).__name__, str(err).splitlines()[0].rstrip(".") if str(err) else "")
+        repo_id, branch, type(err).__name__, str(err).splitlines()[0].rstrip(".") if str(err) else ""
+    )
     try:
         now = {r.name: r.target_commit for r in api.list_repo_refs(repo_id, token=token).branches}.get(branch)
     except Exception:  # the hub may be unreachable now
@@ -377,8 +425,10 @@ def _interrupted_message(api, repo_id: str, branch: str, token: str, before: str
     elif now is not None:
         state = f"the commit went through before the connection failed: the branch is now at {now}"
     else:
-        state = (f"the hub could not be asked again; commits are atomic, so the branch holds either its last "
-                 f"complete commit {before} or the whole new commit, never part of it")
+        state = (
+            f"the hub could not be asked again; commits are atomic, so the branch holds either its last "
+            f"complete commit {before} or the whole new commit, never part of it"
+        )
     return f"{head}; {state}. Re-run the push to retry (LFS files already uploaded are not sent again)."
 
 
@@ -389,9 +439,21 @@ class HubPusher:
     ``--hub_strategy every_save`` (see :meth:`should_push_on_save`).
     """
 
-    def __init__(self, repo_id: str, token: str | None = None, private: bool = False,
-                 revision: str | None = None, strategy: str = "end"):
-        self.repo_id, self.token, self.private, self.revision, self.strategy = repo_id, token, private, revision, strategy
+    def __init__(
+        self,
+        repo_id: str,
+        token: str | None = None,
+        private: bool = False,
+        revision: str | None = None,
+        strategy: str = "end",
+    ):
+        self.repo_id, self.token, self.private, self.revision, self.strategy = (
+            repo_id,
+            token,
+            private,
+            revision,
+            strategy,
+        )
 
     @classmethod
     def from_arguments(cls, hub: HubArguments) -> HubPusher | None:
@@ -411,17 +473,31 @@ class HubPusher:
         """Create the repo / branch now (before training); returns the branch's current commit id."""
         return prepare_repo(self.repo_id, token=self.token, private=self.private, revision=self.revision)
 
-    def push(self, output_dir: str | os.PathLike, step: int | None = None, model_card: str | None = None,
-             final: bool = True, commit_message: str | None = None) -> str:
+    def push(
+        self,
+        output_dir: str | os.PathLike,
+        step: int | None = None,
+        model_card: str | None = None,
+        final: bool = True,
+        commit_message: str | None = None,
+    ) -> str:
         """Push ``output_dir``; message ``commit_message``, by default ``"Upload model (step N)"`` (``"Training in
         progress (step N)"`` when ``final`` is False). Returns the commit URL (``.oid`` = commit id)."""
         what = "Upload model" if final else "Training in progress"
         message = commit_message or what + (f" (step {step})" if step is not None else "")
-        return push_output_dir(output_dir, self.repo_id, token=self.token, private=self.private,
-                               revision=self.revision, commit_message=message, model_card=model_card)
+        return push_output_dir(
+            output_dir,
+            self.repo_id,
+            token=self.token,
+            private=self.private,
+            revision=self.revision,
+            commit_message=message,
+            model_card=model_card,
+        )
 
-    def push_checkpoint(self, output_dir: str | os.PathLike, step: int, model, tokenizer=None, state_dict=None,
-                        model_card=None) -> str | None:
+    def push_checkpoint(
+        self, output_dir: str | os.PathLike, step: int, model, tokenizer=None, state_dict=None, model_card=None
+    ) -> str | None:
         """``--hub_strategy every_save``: push the model of a checkpoint mid-training (main process only).
 
         ``model.save_pretrained`` (with ``state_dict`` when given, e.g. from ``accelerator.get_state_dict``)
@@ -451,16 +527,23 @@ class HubPusher:
             return url
         except Exception as err:  # noqa: BLE001  (network, hub, disk: training goes on)
             first = first_line(err)
-            logger.warning("--hub_strategy every_save: the push of step %d to %r (branch %r) failed, training "
-                           "continues (the final push is still made): %s: %s", step, self.repo_id,
-                           self.revision or "main", type(err).__name__, first)
+            logger.warning(
+                "--hub_strategy every_save: the push of step %d to %r (branch %r) failed, training "
+                "continues (the final push is still made): %s: %s",
+                step,
+                self.repo_id,
+                self.revision or "main",
+                type(err).__name__,
+                first,
+            )
             return None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def every_save_hook(pusher: HubPusher | None, output_dir: str | os.PathLike, tokenizer,
-                    model_card: Callable[[Path], str] | None = None) -> Callable | None:
+def every_save_hook(
+    pusher: HubPusher | None, output_dir: str | os.PathLike, tokenizer, model_card: Callable[[Path], str] | None = None
+) -> Callable | None:
     """The ``Trainer(on_save=...)`` hook of ``--hub_strategy every_save`` (None otherwise, or without a pusher).
 
     The hook ``(trainer, step)`` runs on every process after each periodic checkpoint:
@@ -491,8 +574,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m training.hub", description="Push a saved model folder to a hub.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    push = commands.add_parser("push", help="push OUTPUT_DIR (model, tokenizer, README.md, all_results.json) as one "
-                               "commit; never checkpoints or pickles")
+    push = commands.add_parser(
+        "push",
+        help="push OUTPUT_DIR (model, tokenizer, README.md, all_results.json) as one "
+        "commit; never checkpoints or pickles",
+    )
     push.add_argument("output_dir", help="the run's --output_dir")
     push.add_argument("--hub_model_id", required=True, help="repo id 'namespace/name' (or 'name': the token's user)")
     push.add_argument("--hub_revision", default=None, help="branch (default: main)")
@@ -500,18 +586,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     push.add_argument("--commit_message", default="Upload model", help="the commit's title")
     push.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
     args = parser.parse_args(argv)
-    hub = validate_hub_arguments(HubArguments(push_to_hub=True, hub_model_id=args.hub_model_id,
-                                              hub_revision=args.hub_revision,
-                                              hub_private_repo=args.hub_private_repo), args.output_dir)
-    url = push_output_dir(args.output_dir, hub.hub_model_id, private=hub.hub_private_repo, revision=hub.hub_revision,
-                          commit_message=args.commit_message)
+    hub = validate_hub_arguments(
+        HubArguments(
+            push_to_hub=True,
+            hub_model_id=args.hub_model_id,
+            hub_revision=args.hub_revision,
+            hub_private_repo=args.hub_private_repo,
+        ),
+        args.output_dir,
+    )
+    url = push_output_dir(
+        args.output_dir,
+        hub.hub_model_id,
+        private=hub.hub_private_repo,
+        revision=hub.hub_revision,
+        commit_message=args.commit_message,
+    )
     print(url)
     return 0
 
 
 __all__ = [
-    "DEFAULT_IGNORE_PATTERNS", "HUB_STRATEGIES", "STAGING_DIR", "HubArguments", "HubPusher", "default_repo_id",
-    "every_save_hook", "hub_errors", "main", "prepare_repo", "push_output_dir", "validate_hub_arguments",
+    "DEFAULT_IGNORE_PATTERNS",
+    "HUB_STRATEGIES",
+    "STAGING_DIR",
+    "HubArguments",
+    "HubPusher",
+    "default_repo_id",
+    "every_save_hook",
+    "hub_errors",
+    "main",
+    "prepare_repo",
+    "push_output_dir",
+    "validate_hub_arguments",
 ]
 
 

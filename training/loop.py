@@ -56,7 +56,8 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 * **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
   rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
   states, the log and evaluation histories and the position in the data (it refuses another global batch, number
-  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is set on the sampler and collator, and
+  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is
+  set on the sampler and collator, and
   the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
   them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
   training data must be ordered by a sampler seeded from (seed, epoch) (e.g.
@@ -72,7 +73,8 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 * **Logging.** One tqdm bar on the local main process; every ``logging_steps`` the loss (mean per predicted
   item over the interval, all processes), learning rate, gradient norm, tokens/s and samples/s (all processes), and
   the training seconds and tokens of this session so far (``train_seconds``, ``train_tokens``: evaluation and
-  checkpoints excluded) go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history. The trackers record the
+  checkpoints excluded) go to the trackers (``--report_to``, :mod:`training.trackers`) and to the log history. The
+  trackers record the
   run's settings with the resolved plan (``max_train_steps``, ``num_warmup_steps``, ``eval_steps``,
   ``checkpointing_steps`` in steps).
 * **Best model and early stopping** (:mod:`training.best`). ``load_best_model_at_end`` writes a checkpoint at
@@ -121,9 +123,13 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     Raises:
         InputError: the model has no gradient checkpointing (``supports_gradient_checkpointing`` false).
     """
-    if not getattr(model, "supports_gradient_checkpointing", False) or not hasattr(model, "gradient_checkpointing_enable"):
-        raise InputError(f"--gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing; "
-                         "expected a model with supports_gradient_checkpointing (e.g. SesameBert), or drop the flag")
+    if not getattr(model, "supports_gradient_checkpointing", False) or not hasattr(
+        model, "gradient_checkpointing_enable"
+    ):
+        raise InputError(
+            f"--gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing; "
+            "expected a model with supports_gradient_checkpointing (e.g. SesameBert), or drop the flag"
+        )
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name; the old one is deprecated
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
@@ -166,8 +172,12 @@ def _gloo_on_loopback() -> None:
     import socket
 
     world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
-    if ("GLOO_SOCKET_IFNAME" in os.environ or not world or world != local
-            or os.environ.get("MASTER_ADDR") not in ("127.0.0.1", "localhost", "::1")):
+    if (
+        "GLOO_SOCKET_IFNAME" in os.environ
+        or not world
+        or world != local
+        or os.environ.get("MASTER_ADDR") not in ("127.0.0.1", "localhost", "::1")
+    ):
         return
     loopback = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
     if loopback is not None:
@@ -266,18 +276,34 @@ class Trainer:
         InputError: the training data gives no batch.
     """
 
-    def __init__(self, accelerator, model: torch.nn.Module, train_dataloader: DataLoader, config: TrainingConfig, *,
-                 optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable = default_loss_fn,
-                 weight_fn: Callable = default_weight_fn, tokens_fn: Callable = default_tokens_fn,
-                 eval_fn: Callable | None = None, run_config: Mapping[str, Any] | None = None,
-                 on_save: Callable[[Any, int], None] | None = None, run_id: str | None = None,
-                 data_fingerprint: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        accelerator,
+        model: torch.nn.Module,
+        train_dataloader: DataLoader,
+        config: TrainingConfig,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss_fn: Callable = default_loss_fn,
+        weight_fn: Callable = default_weight_fn,
+        tokens_fn: Callable = default_tokens_fn,
+        eval_fn: Callable | None = None,
+        run_config: Mapping[str, Any] | None = None,
+        on_save: Callable[[Any, int], None] | None = None,
+        run_id: str | None = None,
+        data_fingerprint: list[dict[str, Any]] | None = None,
+    ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         if optimizer is None:
-            optimizer = create_optimizer(model, config.learning_rate, config.weight_decay,
-                                         (config.adam_beta1, config.adam_beta2), config.adam_epsilon,
-                                         fused=OPTIMIZERS[config.optim])
+            optimizer = create_optimizer(
+                model,
+                config.learning_rate,
+                config.weight_decay,
+                (config.adam_beta1, config.adam_beta2),
+                config.adam_epsilon,
+                fused=OPTIMIZERS[config.optim],
+            )
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         self.collator = train_dataloader.collate_fn
@@ -287,17 +313,29 @@ class Trainer:
         if config.torch_compile:  # after prepare: accelerate saves/loads the eager (prepared) model it holds
             self.model = torch.compile(self.model)
         self._plan_steps()
-        self.scheduler = create_scheduler(config.lr_scheduler_type, self.optimizer, self.num_warmup_steps,
-                                          self.max_train_steps, config.num_decay_steps)
+        self.scheduler = create_scheduler(
+            config.lr_scheduler_type,
+            self.optimizer,
+            self.num_warmup_steps,
+            self.max_train_steps,
+            config.num_decay_steps,
+        )
         # the schedule's state goes into trainer_state.json (JSON), not a pickled custom_checkpoint_0.pkl
         self.state = TrainerState(
-            max_train_steps=self.max_train_steps, num_processes=accelerator.num_processes,
+            max_train_steps=self.max_train_steps,
+            num_processes=accelerator.num_processes,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
-            per_device_train_batch_size=self.per_device_train_batch_size, num_train_examples=self.num_train_examples,
-            run_id=run_id, data_fingerprint=data_fingerprint, optimizer_settings=self.optimizer_settings())
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            num_train_examples=self.num_train_examples,
+            run_id=run_id,
+            data_fingerprint=data_fingerprint,
+            optimizer_settings=self.optimizer_settings(),
+        )
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
-        self.run_config = {**(run_config if run_config is not None else dataclasses.asdict(config)),
-                           **self.resolved_settings()}
+        self.run_config = {
+            **(run_config if run_config is not None else dataclasses.asdict(config)),
+            **self.resolved_settings(),
+        }
         self.stop_requested = False
         self.last_checkpoint: str | None = None
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
@@ -309,8 +347,10 @@ class Trainer:
         if self.num_epoch_batches == 0:
             raise InputError("the training data gives no batch on this process; expected more examples than processes")
         if self.num_epoch_batches is None and config.max_train_steps is None:  # a stream: no length until it ends
-            raise InputError("--max_train_steps: not given, but a streamed dataset has no length to count epochs "
-                             "in; expected --max_train_steps with --streaming")
+            raise InputError(
+                "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
+                "in; expected --max_train_steps with --streaming"
+            )
         self.max_train_steps, self.num_update_steps_per_epoch = planned_steps(config, self.num_epoch_batches)
         if config.num_warmup_steps is not None:
             self.num_warmup_steps = config.num_warmup_steps
@@ -323,13 +363,19 @@ class Trainer:
     @property
     def global_batch_size(self) -> int:
         """Examples per optimizer step: per-device batch x processes x accumulation steps."""
-        return self.per_device_train_batch_size * self.accelerator.num_processes * self.config.gradient_accumulation_steps
+        return (
+            self.per_device_train_batch_size * self.accelerator.num_processes * self.config.gradient_accumulation_steps
+        )
 
     def resolved_settings(self) -> dict[str, Any]:
         """The settings the run resolved from the data: ``max_train_steps``, ``num_warmup_steps``, ``eval_steps``
         and ``checkpointing_steps`` (in optimizer steps; None: never)."""
-        return {"max_train_steps": self.max_train_steps, "num_warmup_steps": self.num_warmup_steps,
-                "eval_steps": self.eval_steps, "checkpointing_steps": self.checkpointing_steps}
+        return {
+            "max_train_steps": self.max_train_steps,
+            "num_warmup_steps": self.num_warmup_steps,
+            "eval_steps": self.eval_steps,
+            "checkpointing_steps": self.checkpointing_steps,
+        }
 
     def plan(self) -> dict[str, Any]:
         """The run plan: ``global_batch_size`` (examples per optimizer step), ``max_train_steps``, ``epochs``
@@ -337,24 +383,35 @@ class Trainer:
         ``train_examples`` and the evaluation / checkpoint intervals in steps."""
         steps_per_epoch = self.num_update_steps_per_epoch
         return {
-            "global_batch_size": self.global_batch_size, "max_train_steps": self.max_train_steps,
+            "global_batch_size": self.global_batch_size,
+            "max_train_steps": self.max_train_steps,
             "steps_per_epoch": steps_per_epoch,
             "epochs": self.max_train_steps / steps_per_epoch if steps_per_epoch else None,
-            "num_warmup_steps": self.num_warmup_steps, "train_examples": self.num_train_examples,
+            "num_warmup_steps": self.num_warmup_steps,
+            "train_examples": self.num_train_examples,
             "num_processes": self.accelerator.num_processes,
             "per_device_train_batch_size": self.per_device_train_batch_size,
             "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
-            "eval_steps": self.eval_steps, "checkpointing_steps": self.checkpointing_steps,
+            "eval_steps": self.eval_steps,
+            "checkpointing_steps": self.checkpointing_steps,
         }
 
     def optimizer_settings(self) -> dict[str, Any]:
         """The settings a checkpoint's optimizer state and schedule carry (compared on resume), with the resolved
         warmup; ``max_grad_norm`` is applied by the loop as given."""
         cfg = self.config
-        return {"learning_rate": cfg.learning_rate, "weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
-                "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon, "optim": cfg.optim,
-                "lr_scheduler_type": cfg.lr_scheduler_type, "num_warmup_steps": self.num_warmup_steps,
-                "num_decay_steps": cfg.num_decay_steps, "max_grad_norm": cfg.max_grad_norm}
+        return {
+            "learning_rate": cfg.learning_rate,
+            "weight_decay": cfg.weight_decay,
+            "adam_beta1": cfg.adam_beta1,
+            "adam_beta2": cfg.adam_beta2,
+            "adam_epsilon": cfg.adam_epsilon,
+            "optim": cfg.optim,
+            "lr_scheduler_type": cfg.lr_scheduler_type,
+            "num_warmup_steps": self.num_warmup_steps,
+            "num_decay_steps": cfg.num_decay_steps,
+            "max_grad_norm": cfg.max_grad_norm,
+        }
 
     @property
     def log_history(self) -> list[dict[str, Any]]:
@@ -408,8 +465,13 @@ class Trainer:
                 self.evaluate()
         elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
             self.evaluate()  # the starting point of the validation curve
-        self._bar = tqdm(total=self.max_train_steps, initial=self.state.global_step,
-                         disable=not acc.is_local_main_process, desc="train", dynamic_ncols=True)
+        self._bar = tqdm(
+            total=self.max_train_steps,
+            initial=self.state.global_step,
+            disable=not acc.is_local_main_process,
+            desc="train",
+            dynamic_ncols=True,
+        )
         self._batches = None  # the iterator over the current epoch's micro-batches
         self._eta_logged = False
         self._stopping_early = should_stop_early(self.state, cfg)  # a resumed run that had already stopped early
@@ -451,8 +513,9 @@ class Trainer:
             bad = bad | ~torch.isfinite(norm)
         step, first = self.state.global_step + 1, self.state.batches_in_epoch + 1
         where = f"epoch {self.state.epoch}, micro-batches {first}-{first + len(group) - 1} of the epoch"
-        self.stats.add(step, where, samples,
-                       torch.stack([reduced[0], total_weight, reduced[2], bad.double(), norm, reduced[3]]))
+        self.stats.add(
+            step, where, samples, torch.stack([reduced[0], total_weight, reduced[2], bad.double(), norm, reduced[3]])
+        )
         if self._device_skip:  # the fused kernel leaves weights, moments and step count as they are when bad
             inner = self._inner_optimizer()
             inner.found_inf = bad.float()
@@ -492,8 +555,10 @@ class Trainer:
             with contextlib.nullcontext() if i == len(group) - 1 else acc.no_sync(self.model):
                 loss = self.loss_fn(self.model, batch)
                 if loss.shape != weights[i].shape:
-                    raise ValueError(f"loss_fn gave a loss of shape {tuple(loss.shape)} but weight_fn counts of shape "
-                                     f"{tuple(weights[i].shape)}; expected one count per loss term")
+                    raise ValueError(
+                        f"loss_fn gave a loss of shape {tuple(loss.shape)} but weight_fn counts of shape "
+                        f"{tuple(weights[i].shape)}; expected one count per loss term"
+                    )
                 scaled = loss * (weights[i] * scale).to(loss.dtype)
                 acc.backward(scaled.sum() if terms else scaled)
             detached = loss.detach().double()
@@ -530,15 +595,23 @@ class Trainer:
                 self.accelerator.wait_for_everyone()
         if self._stopping_early:
             if self.accelerator.is_main_process:
-                logger.info("early stopping at step %d: %d evaluations without improvement of %s (best %.6g at step "
-                            "%s)", step, self.state.evals_without_improvement, best_metric_name(cfg),
-                            self.state.best_metric, self.state.best_step)
+                logger.info(
+                    "early stopping at step %d: %d evaluations without improvement of %s (best %.6g at step %s)",
+                    step,
+                    self.state.evals_without_improvement,
+                    best_metric_name(cfg),
+                    self.state.best_metric,
+                    self.state.best_step,
+                )
         elif stop_now:
             self._bar.close()
             path = self.save_checkpoint()
-            raise TrainingStopped(f"training stopped on request after optimizer step {step}; checkpoint {path} "
-                                  "written; resume with --resume_from_checkpoint latest (same --output_dir "
-                                  f"{cfg.output_dir})", path)
+            raise TrainingStopped(
+                f"training stopped on request after optimizer step {step}; checkpoint {path} "
+                "written; resume with --resume_from_checkpoint latest (same --output_dir "
+                f"{cfg.output_dir})",
+                path,
+            )
 
     def _log_interval(self, step: int) -> None:
         """Log the finished interval's loss, learning rate, gradient norm and throughput (trackers, log history,
@@ -547,20 +620,29 @@ class Trainer:
         self._session.add(interval)
         lr = self.scheduler.get_last_lr()[0]
         record = {
-            "train_loss": interval.mean_loss, "learning_rate": lr, "grad_norm": interval.grad_norm,
+            "train_loss": interval.mean_loss,
+            "learning_rate": lr,
+            "grad_norm": interval.grad_norm,
             "tokens_per_second": interval.tokens / max(interval.time, 1e-9),
             "samples_per_second": interval.samples / max(interval.time, 1e-9),
             "epoch": self.state.epoch_position(self.num_epoch_batches),
-            "train_seconds": self._session.seconds, "train_tokens": self._session.tokens,
+            "train_seconds": self._session.seconds,
+            "train_tokens": self._session.tokens,
         }
         self.accelerator.log(record, step=step)
         self.state.log_history.append({"step": step, **record})
         if not self._eta_logged and self.accelerator.is_main_process and step < self.max_train_steps:
             self._eta_logged = True
             per_step = interval.time / max(interval.steps, 1)
-            logger.info("step %d/%d: %.3g s per optimizer step, %.0f tokens/s; estimated time to finish: %s "
-                        "(evaluation and checkpoints not included)", step, self.max_train_steps, per_step,
-                        record["tokens_per_second"], format_duration(per_step * (self.max_train_steps - step)))
+            logger.info(
+                "step %d/%d: %.3g s per optimizer step, %.0f tokens/s; estimated time to finish: %s "
+                "(evaluation and checkpoints not included)",
+                step,
+                self.max_train_steps,
+                per_step,
+                record["tokens_per_second"],
+                format_duration(per_step * (self.max_train_steps - step)),
+            )
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
 
     def _end(self) -> dict[str, Any]:
@@ -630,9 +712,11 @@ class Trainer:
         non-zero), without an fp16 ``GradScaler`` (which sets ``found_inf`` itself) and outside DeepSpeed.
         """
         inner = self._inner_optimizer()
-        return (bool(getattr(inner, "_step_supports_amp_scaling", False))
-                and getattr(self.accelerator, "scaler", None) is None
-                and type(self.optimizer).__name__ != "DeepSpeedOptimizerWrapper")
+        return (
+            bool(getattr(inner, "_step_supports_amp_scaling", False))
+            and getattr(self.accelerator, "scaler", None) is None
+            and type(self.optimizer).__name__ != "DeepSpeedOptimizerWrapper"
+        )
 
     # -- checkpoints, resume, stop -----------------------------------------------------------------------
     def save_checkpoint(self) -> str:
@@ -641,15 +725,23 @@ class Trainer:
         state = dict(self.state.state_dict(), lr_scheduler=self.scheduler.state_dict())
         best = self.state.best_step
         protect = [best] if self.config.load_best_model_at_end and best is not None else []
-        path = ckpt.save_checkpoint(self.accelerator, self.checkpoints_dir, self.state.global_step, state,
-                                    self.config.checkpoints_total_limit, protect=protect, run_id=self.state.run_id)
+        path = ckpt.save_checkpoint(
+            self.accelerator,
+            self.checkpoints_dir,
+            self.state.global_step,
+            state,
+            self.config.checkpoints_total_limit,
+            protect=protect,
+            run_id=self.state.run_id,
+        )
         self.last_checkpoint = str(path)
         return str(path)
 
     def _resume(self) -> None:
         cfg = self.config
-        path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, self.checkpoints_dir, self.state.run_id,
-                                       cfg.ignore_checkpoint_integrity)
+        path = ckpt.resolve_checkpoint(
+            cfg.resume_from_checkpoint, self.checkpoints_dir, self.state.run_id, cfg.ignore_checkpoint_integrity
+        )
         if path is None:
             return
         saved = ckpt.read_state(path)
@@ -660,9 +752,11 @@ class Trainer:
             if "lr_scheduler" in saved:
                 self.scheduler.load_state_dict(saved["lr_scheduler"])
         except pickle.UnpicklingError as err:
-            raise InputError(f"--resume_from_checkpoint {path}: a file holds objects other than tensors and plain "
-                             f"values, refused by torch.load(weights_only=True) ({first_line(err)[:200]}); expected a "
-                             "checkpoint written by sesame-lm (it may have been tampered with)") from err
+            raise InputError(
+                f"--resume_from_checkpoint {path}: a file holds objects other than tensors and plain "
+                f"values, refused by torch.load(weights_only=True) ({first_line(err)[:200]}); expected a "
+                "checkpoint written by sesame-lm (it may have been tampered with)"
+            ) from err
         except (RuntimeError, KeyError, ValueError) as err:  # shapes/names/param groups that do not fit
             first = first_line(err)[:300]
             raise InputError(
@@ -674,13 +768,19 @@ class Trainer:
         # the position in the epoch is counted in examples, so that another split of the same global batch
         # (processes x per-device batch x accumulation) continues with the very next examples
         per_micro_batch = self.per_device_train_batch_size * self.accelerator.num_processes
-        saved_micro_batch = (int(saved.get("per_device_train_batch_size", self.per_device_train_batch_size))
-                             * int(saved.get("num_processes", self.accelerator.num_processes)))
+        saved_micro_batch = int(saved.get("per_device_train_batch_size", self.per_device_train_batch_size)) * int(
+            saved.get("num_processes", self.accelerator.num_processes)
+        )
         self.state.batches_in_epoch = int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
         self.last_checkpoint = str(path)
         if self.accelerator.is_main_process:
-            logger.info("resumed from %s at step %d (epoch %d, %d micro-batches in)", path, self.state.global_step,
-                        self.state.epoch, self.state.batches_in_epoch)
+            logger.info(
+                "resumed from %s at step %d (epoch %d, %d micro-batches in)",
+                path,
+                self.state.global_step,
+                self.state.epoch,
+                self.state.batches_in_epoch,
+            )
 
     def _check_pickles(self, path) -> None:
         """Load this process's RNG file with ``weights_only`` first: accelerate would skip a blocked one silently.
@@ -696,10 +796,12 @@ class Trainer:
         try:
             load(rng)
         except pickle.UnpicklingError as err:
-            raise InputError(f"--resume_from_checkpoint {path}: {os.path.basename(rng)} holds objects other than "
-                             "tensors and plain values, refused by torch.load(weights_only=True) "
-                             f"({first_line(err)[:200]}); expected a checkpoint written by sesame-lm (it may have been "
-                             "tampered with)") from err
+            raise InputError(
+                f"--resume_from_checkpoint {path}: {os.path.basename(rng)} holds objects other than "
+                "tensors and plain values, refused by torch.load(weights_only=True) "
+                f"({first_line(err)[:200]}); expected a checkpoint written by sesame-lm (it may have been "
+                "tampered with)"
+            ) from err
 
     def _check_resume_settings(self, path, saved: Mapping[str, Any]) -> None:
         """Refuse a resume with other training data (by content) or other optimizer settings than the checkpoint's
@@ -711,8 +813,10 @@ class Trainer:
         """
         changed = data_change(saved.get("data_fingerprint"), self.state.data_fingerprint)
         if changed:
-            raise InputError(f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
-                             f"({changed}); expected the same files and settings (start a new run for other data)")
+            raise InputError(
+                f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
+                f"({changed}); expected the same files and settings (start a new run for other data)"
+            )
         old, new = saved.get("optimizer_settings") or {}, self.state.optimizer_settings
         differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm"]
         if differ:
@@ -720,10 +824,15 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: optimizer settings differ from the checkpoint's "
                 f"({'; '.join(f'{k} {old[k]} -> {new[k]}' for k in differ)}): the checkpoint's optimizer state and "
                 "schedule would keep its values; expected the same settings (to train on with others, start a new "
-                "run from the saved model)")
+                "run from the saved model)"
+            )
         if "max_grad_norm" in old and old["max_grad_norm"] != new["max_grad_norm"] and self.accelerator.is_main_process:
-            logger.warning("--max_grad_norm %s differs from the checkpoint's %s: the run continues with %s",
-                           new["max_grad_norm"], old["max_grad_norm"], new["max_grad_norm"])
+            logger.warning(
+                "--max_grad_norm %s differs from the checkpoint's %s: the run continues with %s",
+                new["max_grad_norm"],
+                old["max_grad_norm"],
+                new["max_grad_norm"],
+            )
 
     def _check_resume_geometry(self, path, saved: Mapping[str, Any]) -> None:
         """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
@@ -733,14 +842,20 @@ class Trainer:
         Raises:
             InputError: one line naming what changed, the saved and the current value.
         """
-        P, G, b = self.accelerator.num_processes, self.config.gradient_accumulation_steps, self.per_device_train_batch_size
+        P, G, b = (
+            self.accelerator.num_processes,
+            self.config.gradient_accumulation_steps,
+            self.per_device_train_batch_size,
+        )
         sP = int(saved.get("num_processes", P))
         sG = int(saved.get("gradient_accumulation_steps", G))
         sb = int(saved.get("per_device_train_batch_size", b))
         changes = []
         if sP * sG * sb != P * G * b:
-            changes.append(f"global batch {sP * sG * sb} ({sP} processes x {sb} per device x {sG} accumulation) -> "
-                           f"{P * G * b} ({P} x {b} x {G})")
+            changes.append(
+                f"global batch {sP * sG * sb} ({sP} processes x {sb} per device x {sG} accumulation) -> "
+                f"{P * G * b} ({P} x {b} x {G})"
+            )
         if saved.get("max_train_steps", self.max_train_steps) != self.max_train_steps:
             changes.append(f"max_train_steps {saved.get('max_train_steps')} -> {self.max_train_steps}")
         if saved.get("num_train_examples", self.num_train_examples) != self.num_train_examples:
@@ -783,10 +898,13 @@ class Trainer:
             if getattr(self, "_bar", None) is not None:
                 self._bar.close()
             path = self.save_checkpoint()
-            raise TrainingStopped(f"training stopped on request during the evaluation at optimizer step "
-                                  f"{self.state.global_step}; checkpoint {path} written; resume with "
-                                  "--resume_from_checkpoint latest (same --output_dir "
-                                  f"{self.config.output_dir}; the evaluation runs first)", path) from None
+            raise TrainingStopped(
+                f"training stopped on request during the evaluation at optimizer step "
+                f"{self.state.global_step}; checkpoint {path} written; resume with "
+                "--resume_from_checkpoint latest (same --output_dir "
+                f"{self.config.output_dir}; the evaluation runs first)",
+                path,
+            ) from None
         self.state.eval_pending = False
         step = self.state.global_step
         self.state.eval_history.append({"step": step, **metrics})
@@ -807,12 +925,17 @@ class Trainer:
         path = os.path.join(self.checkpoints_dir, f"step_{best}")
         problem = ckpt.verify_checkpoint(path)
         if problem is not None:
-            raise InputError(f"--load_best_model_at_end: the best checkpoint {path} is damaged ({problem}); expected "
-                             "it intact")
+            raise InputError(
+                f"--load_best_model_at_end: the best checkpoint {path} is damaged ({problem}); expected it intact"
+            )
         self.accelerator.load_state(path)
         if self.accelerator.is_main_process:
-            logger.info("loaded the best model: step %d (%s = %.6g)", best, best_metric_name(self.config),
-                        self.state.best_metric)
+            logger.info(
+                "loaded the best model: step %d (%s = %.6g)",
+                best,
+                best_metric_name(self.config),
+                self.state.best_metric,
+            )
         record = next(e for e in reversed(self.state.eval_history) if e["step"] == best)
         return {k: v for k, v in record.items() if k != "step"}
 
@@ -846,5 +969,15 @@ def finish(accelerator, *holders: Any) -> None:
         torch.distributed.destroy_process_group()
 
 
-__all__ = ["NonFiniteLossError", "Trainer", "TrainingStopped", "default_loss_fn", "default_tokens_fn",
-           "default_weight_fn", "enable_gradient_checkpointing", "finish", "format_duration", "make_accelerator"]
+__all__ = [
+    "NonFiniteLossError",
+    "Trainer",
+    "TrainingStopped",
+    "default_loss_fn",
+    "default_tokens_fn",
+    "default_weight_fn",
+    "enable_gradient_checkpointing",
+    "finish",
+    "format_duration",
+    "make_accelerator",
+]

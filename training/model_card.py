@@ -30,20 +30,28 @@ AUTO_CLASS_BY_TASK = {
 }
 
 _OBJECTIVES = {
-    "mlm": ("Masked language modelling (MLM; Devlin et al., 2019): a fraction of the input tokens "
-            "(`mlm_probability`) is selected; of those, 80% are replaced by the mask token, 10% by a random "
-            "token and 10% kept, and the model predicts the original tokens (cross-entropy over the vocabulary)."),
-    "nsp": ("Next sentence prediction (NSP; Devlin et al., 2019): a binary classifier on the first token "
-            "predicts whether segment B followed segment A in the corpus (50% of pairs) or was sampled at random."),
-    "rtd": ("Replaced-token detection (RTD; ELECTRA, Clark et al., 2020): a small masked-language-model generator "
-            "fills the masked positions with tokens sampled from its predictions, and this model (the discriminator) "
-            "predicts for every token whether it was replaced; the loss is the generator's MLM loss plus lambda "
-            "(50 by default) times the discriminator's binary cross-entropy over all tokens. The generator is saved "
-            "in `generator/`."),
-    "bilm": ("Bidirectional language modelling (BiLM; Peters et al., 2018): token representations from a "
-             "character CNN with highway layers feed a forward and a backward stacked LSTM; the forward LM "
-             "predicts the next token, the backward LM the previous one, and the loss is the mean of the two "
-             "directions' negative log-likelihoods. Downstream, the layers are combined by a learned ScalarMix."),
+    "mlm": (
+        "Masked language modelling (MLM; Devlin et al., 2019): a fraction of the input tokens "
+        "(`mlm_probability`) is selected; of those, 80% are replaced by the mask token, 10% by a random "
+        "token and 10% kept, and the model predicts the original tokens (cross-entropy over the vocabulary)."
+    ),
+    "nsp": (
+        "Next sentence prediction (NSP; Devlin et al., 2019): a binary classifier on the first token "
+        "predicts whether segment B followed segment A in the corpus (50% of pairs) or was sampled at random."
+    ),
+    "rtd": (
+        "Replaced-token detection (RTD; ELECTRA, Clark et al., 2020): a small masked-language-model generator "
+        "fills the masked positions with tokens sampled from its predictions, and this model (the discriminator) "
+        "predicts for every token whether it was replaced; the loss is the generator's MLM loss plus lambda "
+        "(50 by default) times the discriminator's binary cross-entropy over all tokens. The generator is saved "
+        "in `generator/`."
+    ),
+    "bilm": (
+        "Bidirectional language modelling (BiLM; Peters et al., 2018): token representations from a "
+        "character CNN with highway layers feed a forward and a backward stacked LSTM; the forward LM "
+        "predicts the next token, the backward LM the previous one, and the loss is the mean of the two "
+        "directions' negative log-likelihoods. Downstream, the layers are combined by a learned ScalarMix."
+    ),
 }
 
 _EXAMPLE_INPUT = {
@@ -89,7 +97,8 @@ def _table(rows: Mapping[str, Any], header: tuple[str, str]) -> str:
 
 
 def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
-    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime, speed or counts) and ``perplexity`` (also the BiLM's
+    """Quality metrics worth indexing: ``eval_<metric>`` (not runtime, speed or counts) and ``perplexity`` (also the
+    BiLM's
     ``forward_perplexity`` / ``backward_perplexity``)."""
     skip = ("runtime", "per_second", "samples", "steps", "epoch", "tokens")
     out = {}
@@ -102,8 +111,10 @@ def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
 
 
 #: How the card names each model type.
-FAMILY_NAMES = {"sesame-bert": "BERT-like Transformer encoder",
-                "sesame-elmo": "ELMo-style character-CNN + BiLSTM bidirectional language model"}
+FAMILY_NAMES = {
+    "sesame-bert": "BERT-like Transformer encoder",
+    "sesame-elmo": "ELMo-style character-CNN + BiLSTM bidirectional language model",
+}
 
 
 def render_model_card(
@@ -160,29 +171,56 @@ def render_model_card(
     name = repo.rsplit("/", 1)[-1]
     family = FAMILY_NAMES.get(model_type, model_type)
     finetuning = task not in ("fill-mask", "feature-extraction")
-    objective = objective if objective is not None else [] if finetuning else ["bilm" if "elmo" in model_type else "mlm"]
+    objective = (
+        objective if objective is not None else [] if finetuning else ["bilm" if "elmo" in model_type else "mlm"]
+    )
     metrics = _metric_results(results)
 
     eval_results = _eval_results(metrics, task, datasets, finetuned_task)
     data = ModelCardData(
-        library_name="transformers", pipeline_tag=task, license=license, language=language,
+        library_name="transformers",
+        pipeline_tag=task,
+        license=license,
+        language=language,
         tags=list(dict.fromkeys(["sesame-lm", model_type, task, "trust-remote-code", *extra_tags])),
-        datasets=list(datasets) or None, base_model=base_model, metrics=list(metrics) or None,
-        model_name=name if eval_results else None, eval_results=eval_results,
+        datasets=list(datasets) or None,
+        base_model=base_model,
+        metrics=list(metrics) or None,
+        model_name=name if eval_results else None,
+        eval_results=eval_results,
     )
 
     article = "An" if family[:1].upper() in "AEIOU" else "A"
     what = f"{article} {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
-    out = [f"# {name}", "", what + (f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "")
-                                    if finetuning else ", pretrained from scratch") + ".", ""]
-    out += ["## Model", "", f"- Architecture: {family}", f"- Preset: `{preset}`" if preset else "- Preset: custom config"]
+    out = [
+        f"# {name}",
+        "",
+        what
+        + (
+            f", fine-tuned for {task}" + (f" on {finetuned_task}" if finetuned_task else "")
+            if finetuning
+            else ", pretrained from scratch"
+        )
+        + ".",
+        "",
+    ]
+    out += [
+        "## Model",
+        "",
+        f"- Architecture: {family}",
+        f"- Preset: `{preset}`" if preset else "- Preset: custom config",
+    ]
     out += [f"- Fine-tuned from: `{base_model}`"] if base_model else []
     data_items = [training_data] if isinstance(training_data, str) else list(training_data or [])
     out += ["", "## Training data", "", *([f"- {d}" for d in data_items] or ["- (not recorded)"])]
     out += [f"- Hub dataset: `{d}`" for d in datasets]
     out += _objective_lines(task, finetuned_task, finetuning, objective)
-    out += ["", "## Training hyperparameters", "",
-            _table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)"]
+    out += [
+        "",
+        "## Training hyperparameters",
+        "",
+        _table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)",
+    ]
     out += ["", "## Results", "", _table(results, ("metric", "value")) if results else "(no results recorded)"]
     out += _usage_lines(task, repo, auto_class or AUTO_CLASS_BY_TASK[task]) + _limitation_lines(finetuning, limitations)
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
@@ -193,8 +231,11 @@ def _objective_lines(task: str, finetuned_task: str | None, finetuning: bool, ob
     objectives = [objective] if isinstance(objective, str) else list(objective)
     out = ["", "## Objective", ""]
     if finetuning:
-        out.append(f"Fine-tuned end to end for {task}" + (f" ({finetuned_task})" if finetuned_task else "") +
-                   ": a task head on top of the encoder, all weights trained with the task loss.")
+        out.append(
+            f"Fine-tuned end to end for {task}"
+            + (f" ({finetuned_task})" if finetuned_task else "")
+            + ": a task head on top of the encoder, all weights trained with the task loss."
+        )
     return out + [_OBJECTIVES.get(o.lower(), o) for o in objectives]
 
 
@@ -206,8 +247,10 @@ def _limitation_lines(finetuning: bool, limitations: Sequence[str]) -> list[str]
         "The results above are from this run's own validation split; expect lower scores on other domains.",
     ]
     if not finetuning:
-        bullets.append("A pretrained encoder: fine-tune it (or train a ScalarMix + head on its features) before "
-                       "using it for a downstream task.")
+        bullets.append(
+            "A pretrained encoder: fine-tune it (or train a ScalarMix + head on its features) before "
+            "using it for a downstream task."
+        )
     return ["", "## Limitations", "", *(f"- {b}" for b in [*bullets, *limitations])]
 
 
@@ -218,45 +261,91 @@ def _eval_results(metrics: Mapping[str, float], task: str, datasets: Sequence[st
     if not metrics:
         return None
     dataset_type = datasets[0] if datasets else (finetuned_task or "custom")
-    dataset_name = (f"{dataset_type} ({finetuned_task})" if finetuned_task and datasets else
-                    finetuned_task or (datasets[0] if datasets else "held-out validation split"))
-    return [EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name,
-                       dataset_config=finetuned_task if datasets else None, dataset_split="validation",
-                       metric_type=metric, metric_value=value) for metric, value in metrics.items()]
+    dataset_name = (
+        f"{dataset_type} ({finetuned_task})"
+        if finetuned_task and datasets
+        else finetuned_task or (datasets[0] if datasets else "held-out validation split")
+    )
+    return [
+        EvalResult(
+            task_type=task,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_config=finetuned_task if datasets else None,
+            dataset_split="validation",
+            metric_type=metric,
+            metric_value=value,
+        )
+        for metric, value in metrics.items()
+    ]
 
 
 def _usage_lines(task: str, repo: str, auto: str) -> list[str]:
     """The card's "How to use" section: loading with ``trust_remote_code`` and one example call."""
-    out = ["", "## How to use", "",
-           "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
-           "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
-           "", "```python", f"from transformers import AutoTokenizer, {auto}" + ("" if task == "question-answering"
-                                                                                 else ", pipeline"), "",
-           f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
-           f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)', ""]
+    out = [
+        "",
+        "## How to use",
+        "",
+        "The model code is in the repository (`auto_map`); `trust_remote_code=True` loads it without installing "
+        "sesame-lm. Review the code first, and pin `revision=` to a commit id to load exactly what you reviewed.",
+        "",
+        "```python",
+        f"from transformers import AutoTokenizer, {auto}" + ("" if task == "question-answering" else ", pipeline"),
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
+        f'model = {auto}.from_pretrained("{repo}", trust_remote_code=True)',
+        "",
+    ]
     if task == "question-answering":  # transformers 5 has no question-answering pipeline: the best span by hand
-        out += ['inputs = tokenizer("Who walked to the house?", "Elizabeth walked to the house.", return_tensors="pt")',
-                "out = model(**inputs)",
-                "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())",
-                'print(tokenizer.decode(inputs["input_ids"][0, start : end + 1]))  # greedy: start and end separately']
+        out += [
+            'inputs = tokenizer("Who walked to the house?", "Elizabeth walked to the house.", return_tensors="pt")',
+            "out = model(**inputs)",
+            "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())",
+            'print(tokenizer.decode(inputs["input_ids"][0, start : end + 1]))  # greedy: start and end separately',
+        ]
     else:
-        out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)',
-                f"pipe({_EXAMPLE_INPUT[task]})"]
-    return out + ["```", "", "With sesame-lm installed, `import modeling` registers the classes and "
-                  "`trust_remote_code` is not needed."]
+        out += [f'pipe = pipeline("{task}", model="{repo}", trust_remote_code=True)', f"pipe({_EXAMPLE_INPUT[task]})"]
+    return out + [
+        "```",
+        "",
+        "With sesame-lm installed, `import modeling` registers the classes and `trust_remote_code` is not needed.",
+    ]
 
 
 #: Run arguments shown in the card's hyperparameter table (when present and not None).
 HYPERPARAMETER_ARGS = (
-    "config_name", "max_seq_length", "mlm_probability", "whole_word_mask", "nsp", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
-    "lr_scheduler_type", "num_warmup_steps", "warmup_ratio", "max_train_steps", "num_train_epochs", "doc_stride",
-    "mixed_precision", "seed",
+    "config_name",
+    "max_seq_length",
+    "mlm_probability",
+    "whole_word_mask",
+    "nsp",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "lr_scheduler_type",
+    "num_warmup_steps",
+    "warmup_ratio",
+    "max_train_steps",
+    "num_train_epochs",
+    "doc_stride",
+    "mixed_precision",
+    "seed",
 )
 
 
-def card_for_run(output_dir: str | os.PathLike, settings: Mapping[str, Any], *, task: str = "fill-mask",
-                 repo_id: str | None = None, **overrides: Any) -> str:
+def card_for_run(
+    output_dir: str | os.PathLike,
+    settings: Mapping[str, Any],
+    *,
+    task: str = "fill-mask",
+    repo_id: str | None = None,
+    **overrides: Any,
+) -> str:
     """:func:`render_model_card` filled from a finished run: ``config.json`` and ``all_results.json`` in
     ``output_dir``, hyperparameters and training data from the run's resolved ``settings`` (the flat dict of its
     typed arguments, :func:`training.driver.run_config`).
@@ -273,7 +362,9 @@ def card_for_run(output_dir: str | os.PathLike, settings: Mapping[str, Any], *, 
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise InputError(f"{config_path}: cannot read the model config ({err}); expected save_pretrained output") from None
+        raise InputError(
+            f"{config_path}: cannot read the model config ({err}); expected save_pretrained output"
+        ) from None
     values = dict(settings)
     config_name = values.get("config_name")
     files = values.get("train_file") or []
@@ -281,24 +372,35 @@ def card_for_run(output_dir: str | os.PathLike, settings: Mapping[str, Any], *, 
     data = [f"`{Path(f).name}`" for f in files]
     if values.get("prepared_dataset"):  # the sources recorded by `python -m pretrain.prepare`
         try:
-            sources = json.loads((Path(values["prepared_dataset"]) / "manifest.json").read_text(encoding="utf-8"))["sources"]
+            sources = json.loads((Path(values["prepared_dataset"]) / "manifest.json").read_text(encoding="utf-8"))[
+                "sources"
+            ]
         except (OSError, ValueError, KeyError):
             sources = {}
         data += [f"`{Path(f['path']).name}`" for f in sources.get("train", [])]
         if sources.get("dataset_name"):
-            values = {**values, "dataset_name": sources["dataset_name"], "dataset_config_name": sources.get("dataset_config_name")}
+            values = {
+                **values,
+                "dataset_name": sources["dataset_name"],
+                "dataset_config_name": sources.get("dataset_config_name"),
+            }
     if values.get("dataset_name"):
-        data.append(f"`{values['dataset_name']}`" + (f" ({values['dataset_config_name']})"
-                                                     if values.get("dataset_config_name") else ""))
+        data.append(
+            f"`{values['dataset_name']}`"
+            + (f" ({values['dataset_config_name']})" if values.get("dataset_config_name") else "")
+        )
     finetuning = task not in ("fill-mask", "feature-extraction")
     if not data and not finetuning:
         data = ["the public-domain English prose corpus bundled with sesame-lm (`pretrain/corpus`)"]
     kwargs: dict[str, Any] = dict(
-        model_type=config.get("model_type", "unknown"), repo_id=repo_id or values.get("hub_model_id"), task=task,
+        model_type=config.get("model_type", "unknown"),
+        repo_id=repo_id or values.get("hub_model_id"),
+        task=task,
         preset=config_name if config_name and not os.path.exists(str(config_name)) else None,
-        training_data=data or None, hyperparameters={k: values[k] for k in HYPERPARAMETER_ARGS
-                                                     if values.get(k) not in (None, False)},
-        results=results_from_dir(output_dir), finetuned_task=values.get("task_name"),
+        training_data=data or None,
+        hyperparameters={k: values[k] for k in HYPERPARAMETER_ARGS if values.get(k) not in (None, False)},
+        results=results_from_dir(output_dir),
+        finetuned_task=values.get("task_name"),
     )
     base = values.get("model_name_or_path")
     if finetuning and base and not os.path.exists(str(base)):  # a Hub repo id (local paths are not metadata)

@@ -128,29 +128,40 @@ def _lock(out: Path, arg_name: str) -> int:
         except OSError as err:
             os.close(fd)
             if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise InputError(f"{arg_name} {out}: cannot lock {lock} ({err.strerror}); expected a folder on a "
-                                 "filesystem with file locks") from err
-            raise InputError(f"{arg_name} {out}: another run is writing to it ({_describe(_holder(lock))}; lock file "
-                             f"{lock}); expected a folder no other run uses: wait for that run to end or choose "
-                             "another --output_dir") from None
+                raise InputError(
+                    f"{arg_name} {out}: cannot lock {lock} ({err.strerror}); expected a folder on a "
+                    "filesystem with file locks"
+                ) from err
+            raise InputError(
+                f"{arg_name} {out}: another run is writing to it ({_describe(_holder(lock))}; lock file "
+                f"{lock}); expected a folder no other run uses: wait for that run to end or choose "
+                "another --output_dir"
+            ) from None
         if _same_file(fd, lock):
             break
         os.close(fd)
     else:
-        raise InputError(f"{arg_name} {out}: could not take the lock {lock} (it keeps being replaced); expected a "
-                         "folder no other run uses")
+        raise InputError(
+            f"{arg_name} {out}: could not take the lock {lock} (it keeps being replaced); expected a "
+            "folder no other run uses"
+        )
     holder, host = _holder(lock), socket.gethostname()
     pid = int(holder.get("pid") or 0)
     if holder and pid != os.getpid():
         if holder.get("host") == host and pid_alive(pid):
             os.close(fd)
-            raise InputError(f"{arg_name} {out}: another run is writing to it ({_describe(holder)}, still running; "
-                             f"lock file {lock}); expected a folder no other run uses: wait for that run to end or "
-                             "choose another --output_dir")
+            raise InputError(
+                f"{arg_name} {out}: another run is writing to it ({_describe(holder)}, still running; "
+                f"lock file {lock}); expected a folder no other run uses: wait for that run to end or "
+                "choose another --output_dir"
+            )
         why = "no longer running" if holder.get("host") == host else "its lock is not held"
         logger.warning("%s %s: taking over the lock of an earlier run (%s: %s)", arg_name, out, _describe(holder), why)
-    record = {"pid": os.getpid(), "host": host,
-              "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    record = {
+        "pid": os.getpid(),
+        "host": host,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
     return fd
@@ -175,13 +186,17 @@ def remove_stale_temporaries(output_dir: str | os.PathLike) -> list[Path]:
                 path.unlink()
         removed.append(path)
     if removed:
-        logger.warning("removed %d temporary folder(s) left by an earlier run that was killed: %s", len(removed),
-                       ", ".join(str(p) for p in removed))
+        logger.warning(
+            "removed %d temporary folder(s) left by an earlier run that was killed: %s",
+            len(removed),
+            ", ".join(str(p) for p in removed),
+        )
     return removed
 
 
-def claim_output_dir(output_dir: str | os.PathLike, *, overwrite: bool, resuming: bool,
-                     arg_name: str = "--output_dir") -> Ownership:
+def claim_output_dir(
+    output_dir: str | os.PathLike, *, overwrite: bool, resuming: bool, arg_name: str = "--output_dir"
+) -> Ownership:
     """Claim ``output_dir`` for a new or resumed run (main process only; see the module docstring): lock it, remove
     stale temporary folders, refuse a folder of another run (unless resuming or ``overwrite``), delete the old
     run's checkpoints when ``overwrite``, and record the run id (a new one, or the folder's when resuming).
@@ -219,8 +234,12 @@ def claim_output_dir(output_dir: str | os.PathLike, *, overwrite: bool, resuming
         if run_id is None or read_run_id(out) != run_id:
             from training.files import write_text_atomic
 
-            record = {"run_id": ownership.run_id, "host": socket.gethostname(), "pid": os.getpid(),
-                      "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            record = {
+                "run_id": ownership.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            }
             write_text_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
     except BaseException:
         ownership.release()

@@ -46,8 +46,11 @@ def load_run(run: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
         InputError: a folder with neither file, or an unreadable / malformed history file.
     """
     if isinstance(run, Mapping):
-        return {"name": str(run.get("name", "run")), "log_history": list(run.get("log_history") or []),
-                "eval_history": list(run.get("eval_history") or [])}
+        return {
+            "name": str(run.get("name", "run")),
+            "log_history": list(run.get("log_history") or []),
+            "eval_history": list(run.get("eval_history") or []),
+        }
     folder = Path(run)
     histories: dict[str, Any] = {"name": folder.name or str(folder)}
     for key, name in (("log_history", LOG_FILE), ("eval_history", EVAL_FILE)):
@@ -58,13 +61,17 @@ def load_run(run: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
         try:
             records = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            raise InputError(f"{path}: cannot read the history ({err}); expected the JSON list written by a run") from None
+            raise InputError(
+                f"{path}: cannot read the history ({err}); expected the JSON list written by a run"
+            ) from None
         if not isinstance(records, list) or not all(isinstance(r, dict) and "step" in r for r in records):
             raise InputError(f"{path}: expected a JSON list of records with a 'step' each")
         histories[key] = records
     if not histories["log_history"] and not histories["eval_history"]:
-        raise InputError(f"{folder}: no {LOG_FILE} or {EVAL_FILE} with records; expected a run folder (--output_dir of "
-                         "pretrain, finetune.glue or finetune.squad)")
+        raise InputError(
+            f"{folder}: no {LOG_FILE} or {EVAL_FILE} with records; expected a run folder (--output_dir of "
+            "pretrain, finetune.glue or finetune.squad)"
+        )
     return histories
 
 
@@ -89,11 +96,13 @@ def _panels(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str]
     perplexities = [k for k in eval_keys if "perplexity" in k]
     losses = [k for k in eval_keys if "loss" in k]
     scores = [k for k in eval_keys if k not in perplexities and k not in losses]
-    panels = [("training loss", "log_history", ["train_loss"], "linear"),
-              ("learning rate", "log_history", ["learning_rate"], "linear"),
-              ("evaluation loss", "eval_history", losses, "linear"),
-              ("perplexity", "eval_history", perplexities, "log"),
-              ("evaluation metrics", "eval_history", scores, "linear")]
+    panels = [
+        ("training loss", "log_history", ["train_loss"], "linear"),
+        ("learning rate", "log_history", ["learning_rate"], "linear"),
+        ("evaluation loss", "eval_history", losses, "linear"),
+        ("perplexity", "eval_history", perplexities, "log"),
+        ("evaluation metrics", "eval_history", scores, "linear"),
+    ]
     return [p for p in panels if any(_series(run[p[1]], k)[0] for run in runs for k in p[2])]
 
 
@@ -130,8 +139,15 @@ def plot_curves(runs: Sequence[str | os.PathLike | Mapping[str, Any]]):
                 if not xs:
                     continue
                 label = key if len(loaded) == 1 else f"{run['name']}: {key}"
-                ax.plot(xs, ys, color=color if len(loaded) > 1 else f"C{k % 10}", linestyle=styles[k % len(styles)],
-                        marker="o" if history == "eval_history" and len(xs) < 30 else None, markersize=3, label=label)
+                ax.plot(
+                    xs,
+                    ys,
+                    color=color if len(loaded) > 1 else f"C{k % 10}",
+                    linestyle=styles[k % len(styles)],
+                    marker="o" if history == "eval_history" and len(xs) < 30 else None,
+                    markersize=3,
+                    label=label,
+                )
         ax.set_title(title)
         ax.set_xlabel("optimizer step")
         ax.set_yscale(scale)
@@ -167,8 +183,9 @@ def write_curves(run_dir_or_histories, path: str | os.PathLike):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.plot",
-                                     description="Plot (and overlay) the training curves of run folders.")
+    parser = argparse.ArgumentParser(
+        prog="python -m training.plot", description="Plot (and overlay) the training curves of run folders."
+    )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder (with trainer_log.json / eval_history.json)")
     parser.add_argument("--output", required=True, help="PNG file to write")
     args = parser.parse_args(argv)

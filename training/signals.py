@@ -49,15 +49,21 @@ class SignalStopper:
         if self.signum is None:
             self.signum, self.received_at = signum, now
             name = signal.Signals(signum).name
-            print(f"{name} received: finishing {self.finishing} (send it again to exit at once)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{name} received: finishing {self.finishing} (send it again to exit at once)",
+                file=sys.stderr,
+                flush=True,
+            )
             if self.trainer is not None:
                 self.trainer.request_stop()
             return
         if signum == self.signum and now - self.received_at < REPEAT_WINDOW_S:
             return  # the same signal forwarded by the launcher
-        print(f"{signal.Signals(signum).name} received again: exiting at once without a checkpoint",
-              file=sys.stderr, flush=True)
+        print(
+            f"{signal.Signals(signum).name} received again: exiting at once without a checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(128 + int(signum))
 
     @property

@@ -16,8 +16,19 @@ from typing import Any
 
 #: ``trainer_state.json`` keys restored on resume (the geometry keys are checked instead, the position in the
 #: epoch is converted from examples).
-RESUMED_KEYS = ("global_step", "epoch", "loss_sum", "weight_sum", "eval_history", "nonfinite_skipped",
-                "best_metric", "best_step", "evals_without_improvement", "log_history", "eval_pending")
+RESUMED_KEYS = (
+    "global_step",
+    "epoch",
+    "loss_sum",
+    "weight_sum",
+    "eval_history",
+    "nonfinite_skipped",
+    "best_metric",
+    "best_step",
+    "evals_without_improvement",
+    "log_history",
+    "eval_pending",
+)
 
 
 @dataclasses.dataclass

@@ -118,15 +118,30 @@ class StepStatistics:
                 state.nonfinite_skipped += 1
                 logger.warning(
                     "non-finite loss (%s) or gradient norm (%s) at optimizer step %d (%s): update skipped, its "
-                    "batches consumed (%d of --skip_nonfinite_steps %d)", step_loss, norm, pending.step,
-                    pending.where, state.nonfinite_skipped, self.skip_nonfinite_steps)
+                    "batches consumed (%d of --skip_nonfinite_steps %d)",
+                    step_loss,
+                    norm,
+                    pending.step,
+                    pending.where,
+                    state.nonfinite_skipped,
+                    self.skip_nonfinite_steps,
+                )
                 continue
             if before_error is not None:
                 before_error()
-            kept = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
-            tolerance = (f" after {state.nonfinite_skipped} skipped step(s) (--skip_nonfinite_steps "
-                         f"{self.skip_nonfinite_steps})" if self.skip_nonfinite_steps else "")
-            found = f" (found at step {steps[-1].step}, where the statistics were read)" if steps[-1].step != pending.step else ""
+            kept = (
+                f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+            )
+            tolerance = (
+                f" after {state.nonfinite_skipped} skipped step(s) (--skip_nonfinite_steps {self.skip_nonfinite_steps})"
+                if self.skip_nonfinite_steps
+                else ""
+            )
+            found = (
+                f" (found at step {steps[-1].step}, where the statistics were read)"
+                if steps[-1].step != pending.step
+                else ""
+            )
             raise NonFiniteLossError(
                 f"non-finite loss ({step_loss}) or gradient norm ({norm}) at optimizer step {pending.step} "
                 f"({pending.where}){tolerance}{found}; its update was not applied and training stopped, {kept}; try a "

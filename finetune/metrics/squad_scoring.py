@@ -43,7 +43,9 @@ def features(version_2: bool = False):
     if version_2:
         prediction["no_answer_probability"] = datasets.Value("float64")
     answers = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
-    return datasets.Features({"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}})
+    return datasets.Features(
+        {"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}}
+    )
 
 
 def normalize_answer(text: str) -> str:
@@ -160,9 +162,7 @@ def squad_v2_scores(
         exact_raw[qid], f1_raw[qid] = best_over_golds(preds[qid], golds or [""])
 
     def thresholded(raw: Mapping[str, float]) -> dict[str, float]:
-        return {
-            qid: float(not has_answer[qid]) if na_scores[qid] > no_answer_threshold else raw[qid] for qid in raw
-        }
+        return {qid: float(not has_answer[qid]) if na_scores[qid] > no_answer_threshold else raw[qid] for qid in raw}
 
     exact, f1 = thresholded(exact_raw), thresholded(f1_raw)
 

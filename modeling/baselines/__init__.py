@@ -29,16 +29,38 @@ from .modeling_baseline import (
 from .vectors import load_word_vectors
 
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
-    "baseline-cbow": (SesameBaselineConfig, dict(encoder_type="cbow", classifier_hidden_size=256, classifier_dropout=0.2)),
+    "baseline-cbow": (
+        SesameBaselineConfig,
+        dict(encoder_type="cbow", classifier_hidden_size=256, classifier_dropout=0.2),
+    ),
     "baseline-fasttext": (SesameBaselineConfig, dict(encoder_type="fasttext", classifier_hidden_size=0)),
-    "baseline-cnn": (SesameBaselineConfig, dict(encoder_type="cnn", cnn_filter_sizes=[3, 4, 5], cnn_num_filters=100,
-                                                classifier_dropout=0.5)),
-    "baseline-rnn": (SesameBaselineConfig, dict(encoder_type="rnn", rnn_type="lstm", rnn_hidden_size=256,
-                                                rnn_num_layers=2, rnn_bidirectional=True, pooling="max",
-                                                classifier_hidden_size=256, classifier_dropout=0.2)),
-    "baseline-treelstm": (SesameBaselineConfig, dict(encoder_type="treelstm", treelstm_hidden_size=150,
-                                                     tree_source="auto", classifier_hidden_size=256,
-                                                     classifier_dropout=0.2)),
+    "baseline-cnn": (
+        SesameBaselineConfig,
+        dict(encoder_type="cnn", cnn_filter_sizes=[3, 4, 5], cnn_num_filters=100, classifier_dropout=0.5),
+    ),
+    "baseline-rnn": (
+        SesameBaselineConfig,
+        dict(
+            encoder_type="rnn",
+            rnn_type="lstm",
+            rnn_hidden_size=256,
+            rnn_num_layers=2,
+            rnn_bidirectional=True,
+            pooling="max",
+            classifier_hidden_size=256,
+            classifier_dropout=0.2,
+        ),
+    ),
+    "baseline-treelstm": (
+        SesameBaselineConfig,
+        dict(
+            encoder_type="treelstm",
+            treelstm_hidden_size=150,
+            tree_source="auto",
+            classifier_hidden_size=256,
+            classifier_dropout=0.2,
+        ),
+    ),
 }
 
 #: Auto class -> SesameBaseline class (registered in-process and marked for ``auto_map``).

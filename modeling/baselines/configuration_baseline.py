@@ -132,19 +132,32 @@ class SesameBaselineConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {"encoder_type": ENCODER_TYPES, "embedding_mode": ("static", "non-static", "multichannel"),
-                   "rnn_type": ("lstm", "gru"), "pooling": ("max", "mean", "attention"),
-                   "tree_source": ("latent", "given", "auto")}
+        choices = {
+            "encoder_type": ENCODER_TYPES,
+            "embedding_mode": ("static", "non-static", "multichannel"),
+            "rnn_type": ("lstm", "gru"),
+            "pooling": ("max", "mean", "attention"),
+            "tree_source": ("latent", "given", "auto"),
+        }
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
         if self.embedding_mode == "multichannel" and self.encoder_type != "cnn":
             raise ValueError("SesameBaselineConfig.embedding_mode='multichannel' applies to encoder_type='cnn' only")
         if not 1 <= self.ngram_min_n <= self.ngram_max_n:
-            raise ValueError(f"SesameBaselineConfig: ngram_min_n={self.ngram_min_n}, ngram_max_n={self.ngram_max_n}; "
-                             "expected 1 <= ngram_min_n <= ngram_max_n")
-        for field in ("vocab_size", "embedding_dim", "ngram_buckets", "cnn_num_filters", "rnn_hidden_size",
-                      "rnn_num_layers", "treelstm_hidden_size"):
+            raise ValueError(
+                f"SesameBaselineConfig: ngram_min_n={self.ngram_min_n}, ngram_max_n={self.ngram_max_n}; "
+                "expected 1 <= ngram_min_n <= ngram_max_n"
+            )
+        for field in (
+            "vocab_size",
+            "embedding_dim",
+            "ngram_buckets",
+            "cnn_num_filters",
+            "rnn_hidden_size",
+            "rnn_num_layers",
+            "treelstm_hidden_size",
+        ):
             if getattr(self, field) < 1:
                 raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)}; expected >= 1")
         if not self.gumbel_temperature > 0:

@@ -60,8 +60,11 @@ def ngram_bucket_ids(word: str, min_n: int, max_n: int, num_buckets: int) -> lis
     ``min_n..max_n`` characters (Unicode characters, hashed as UTF-8 bytes), the whole ``<word>`` included
     when short enough; ``fnv1a_32(ngram) % num_buckets``. The same multiset as gensim's ``ft_ngram_hashes``."""
     ext = f"<{word}>"
-    return [fnv1a_32(ext[i : i + n].encode("utf-8")) % num_buckets
-            for n in range(min_n, min(len(ext), max_n) + 1) for i in range(len(ext) - n + 1)]
+    return [
+        fnv1a_32(ext[i : i + n].encode("utf-8")) % num_buckets
+        for n in range(min_n, min(len(ext), max_n) + 1)
+        for i in range(len(ext) - n + 1)
+    ]
 
 
 def chars_to_word(row: list[int]) -> str:
@@ -133,10 +136,16 @@ class WordVectors(nn.Module):
         super().__init__()
         self.config = config
         self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
-        self.static_embeddings = (nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
-                                  if config.embedding_mode == "multichannel" else None)
-        self.ngram_embeddings = (nn.EmbeddingBag(config.ngram_buckets, config.embedding_dim, mode="sum")
-                                 if config.encoder_type == "fasttext" else None)
+        self.static_embeddings = (
+            nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+            if config.embedding_mode == "multichannel"
+            else None
+        )
+        self.ngram_embeddings = (
+            nn.EmbeddingBag(config.ngram_buckets, config.embedding_dim, mode="sum")
+            if config.encoder_type == "fasttext"
+            else None
+        )
         self.dropout = nn.Dropout(config.embedding_dropout)
         self._ngram_cache: dict[tuple[int, ...], list[int]] = {}
 
@@ -172,7 +181,9 @@ class WordVectors(nn.Module):
         rows, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
         buckets = [self._ngrams(tuple(r)) for r in rows.tolist()]
         flat = torch.tensor([b for bs in buckets for b in bs], dtype=torch.long, device=char_ids.device)
-        offsets = torch.tensor([0] + [len(bs) for bs in buckets[:-1]], dtype=torch.long, device=char_ids.device).cumsum(0)
+        offsets = torch.tensor([0] + [len(bs) for bs in buckets[:-1]], dtype=torch.long, device=char_ids.device).cumsum(
+            0
+        )
         counts = torch.tensor([len(bs) for bs in buckets], device=char_ids.device)[inverse]
         static = self.config.embedding_mode == "static"
         sums = F.embedding_bag(flat, self._weight(self.ngram_embeddings, static), offsets, mode="sum")[inverse]
@@ -180,8 +191,13 @@ class WordVectors(nn.Module):
         word = F.embedding(input_ids, self._weight(self.word_embeddings, static)) * known.unsqueeze(-1)
         return (word + sums) / (counts + known.long()).clamp(min=1).unsqueeze(-1).to(sums.dtype)
 
-    def forward(self, input_ids: torch.Tensor | None, char_ids: torch.Tensor | None, mask: torch.Tensor,
-                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        char_ids: torch.Tensor | None,
+        mask: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``input_ids (B, T)`` (+ ``char_ids (B, T, 50)`` for fastText), ``mask (B, T)`` bool (the words) ->
         ``(B, T, E)`` float, 0 where ``mask`` is False (``(2, B, T, E)`` for multichannel: the frozen channel, then the
         fine-tuned one). ``inputs_embeds (B, T, E)`` replaces the embedding lookup (``input_ids`` is not read).
@@ -194,25 +210,35 @@ class WordVectors(nn.Module):
         if inputs_embeds is not None:
             if self.ngram_embeddings is not None or self.static_embeddings is not None:
                 c = self.config
-                raise ValueError(f"inputs_embeds: not for encoder_type={c.encoder_type!r} with embedding_mode="
-                                 f"{c.embedding_mode!r} (fastText's vectors need the characters, a multichannel CNN's "
-                                 "frozen channel the word ids); pass input_ids (and char_ids)")
+                raise ValueError(
+                    f"inputs_embeds: not for encoder_type={c.encoder_type!r} with embedding_mode="
+                    f"{c.embedding_mode!r} (fastText's vectors need the characters, a multichannel CNN's "
+                    "frozen channel the word ids); pass input_ids (and char_ids)"
+                )
             return self.dropout(inputs_embeds) * m
         if self.ngram_embeddings is not None:
             if char_ids is None:
                 raise ValueError("encoder_type='fasttext' needs char_ids (the ELMo-style tokenizer's output)")
             sel = mask.reshape(-1)
-            flat = torch.zeros(sel.shape[0], self.config.embedding_dim, device=input_ids.device,
-                               dtype=self.word_embeddings.weight.dtype)
+            flat = torch.zeros(
+                sel.shape[0],
+                self.config.embedding_dim,
+                device=input_ids.device,
+                dtype=self.word_embeddings.weight.dtype,
+            )
             if bool(sel.any()):
-                flat = flat.index_put((sel.nonzero().squeeze(1),),
-                                      self.fasttext_vectors(input_ids.reshape(-1)[sel], char_ids.reshape(-1, char_ids.shape[-1])[sel]))
+                flat = flat.index_put(
+                    (sel.nonzero().squeeze(1),),
+                    self.fasttext_vectors(input_ids.reshape(-1)[sel], char_ids.reshape(-1, char_ids.shape[-1])[sel]),
+                )
             x = flat.reshape(*input_ids.shape, -1)
         else:
             x = F.embedding(input_ids, self._weight(self.word_embeddings, self.config.embedding_mode == "static"))
         x = self.dropout(x) * m
         if self.static_embeddings is not None:
-            return torch.stack([self.dropout(F.embedding(input_ids, self._weight(self.static_embeddings, True))) * m, x])
+            return torch.stack(
+                [self.dropout(F.embedding(input_ids, self._weight(self.static_embeddings, True))) * m, x]
+            )
         return x
 
 
@@ -269,8 +295,9 @@ class KimCNNEncoder(nn.Module):
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
         self.widths = list(config.cnn_filter_sizes)
-        self.convs = nn.ModuleList(nn.Conv1d(config.embedding_dim, config.cnn_num_filters, w, padding=w - 1)
-                                   for w in self.widths)
+        self.convs = nn.ModuleList(
+            nn.Conv1d(config.embedding_dim, config.cnn_num_filters, w, padding=w - 1) for w in self.widths
+        )
         self.output_size = config.cnn_num_filters * len(self.widths)
 
     def states(self, x, mask):
@@ -288,7 +315,9 @@ class KimCNNEncoder(nn.Module):
             for extra in channels[:-1]:  # the static channel: the same filters, no second bias
                 c = c + F.conv1d(extra.transpose(1, 2), conv.weight, padding=w - 1)
             c = torch.relu(c)  # (B, F, W + w - 1): window p covers words p - w + 1 .. p
-            valid = torch.arange(c.shape[-1], device=c.device).unsqueeze(0) < (lengths + w - 1).clamp(min=w).unsqueeze(1)
+            valid = torch.arange(c.shape[-1], device=c.device).unsqueeze(0) < (lengths + w - 1).clamp(min=w).unsqueeze(
+                1
+            )
             pooled.append(c.masked_fill(~valid.unsqueeze(1), float("-inf")).amax(-1))
         return channels[-1], torch.cat(pooled, dim=-1)
 
@@ -303,13 +332,23 @@ class RNNEncoder(nn.Module):
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
         rnn = nn.LSTM if config.rnn_type == "lstm" else nn.GRU
-        self.rnn = rnn(config.embedding_dim, config.rnn_hidden_size, num_layers=config.rnn_num_layers,
-                       bidirectional=config.rnn_bidirectional, batch_first=True,
-                       dropout=config.rnn_dropout if config.rnn_num_layers > 1 else 0.0)
+        self.rnn = rnn(
+            config.embedding_dim,
+            config.rnn_hidden_size,
+            num_layers=config.rnn_num_layers,
+            bidirectional=config.rnn_bidirectional,
+            batch_first=True,
+            dropout=config.rnn_dropout if config.rnn_num_layers > 1 else 0.0,
+        )
         self.output_size = config.rnn_hidden_size * (2 if config.rnn_bidirectional else 1)
         self.pooling = config.pooling
-        self.scorer = (nn.Sequential(nn.Linear(self.output_size, self.output_size), nn.Tanh(),
-                                     nn.Linear(self.output_size, 1, bias=False)) if config.pooling == "attention" else None)
+        self.scorer = (
+            nn.Sequential(
+                nn.Linear(self.output_size, self.output_size), nn.Tanh(), nn.Linear(self.output_size, 1, bias=False)
+            )
+            if config.pooling == "attention"
+            else None
+        )
 
     def states(self, x, mask):
         if torch.compiler.is_exporting():
@@ -346,14 +385,18 @@ def _scan_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, lengths: torch.Tensor) -> 
         # the weights are read from the module inside the steps: a tensor a scan body closes over gets symbolic sizes,
         # which torch.export may unify with the batch or the length (duck sizing) and then fix
         if isinstance(rnn, nn.LSTM):
+
             def step(state, xt):
                 h, c = torch.lstm_cell(xt, state, *(getattr(rnn, name) for name in names))
                 return (h, c), h.clone()  # scan's outputs may not alias its carry
+
             init = (inputs.new_zeros(b, rnn.hidden_size), inputs.new_zeros(b, rnn.hidden_size))  # two tensors: no alias
         else:
+
             def step(h, xt):
                 h = torch.gru_cell(xt, h, *(getattr(rnn, name) for name in names))
                 return h, h.clone()
+
             init = inputs.new_zeros(b, rnn.hidden_size)
         # contiguous: scan traces a view's base too, and its sizes' symbols can pin the batch and length to the example
         return scan(step, init, inputs.transpose(0, 1).contiguous())[1].transpose(0, 1)
@@ -511,7 +554,9 @@ class TreeLSTMEncoder(nn.Module):
     def compose_given(self, h, c, lengths, merges) -> torch.Tensor:
         b, w = h.shape[:2]
         if merges.shape[1] < w - 1 and bool((lengths > merges.shape[1] + 1).any()):
-            raise ValueError(f"tree_merges has {merges.shape[1]} merges per row; a sentence has {int(lengths.max())} words")
+            raise ValueError(
+                f"tree_merges has {merges.shape[1]} merges per row; a sentence has {int(lengths.max())} words"
+            )
         nodes_h = torch.cat([h, h.new_zeros(b, max(merges.shape[1], 1), h.shape[-1])], dim=1)
         nodes_c = torch.cat([c, c.new_zeros(b, max(merges.shape[1], 1), c.shape[-1])], dim=1)
         rows = torch.arange(b, device=h.device)
@@ -554,8 +599,13 @@ class TreeLSTMEncoder(nn.Module):
 
 
 #: encoder_type -> encoder class (fastText differs from CBoW only in its word vectors).
-ENCODERS = {"cbow": BagOfWordsEncoder, "fasttext": BagOfWordsEncoder, "cnn": KimCNNEncoder, "rnn": RNNEncoder,
-            "treelstm": TreeLSTMEncoder}
+ENCODERS = {
+    "cbow": BagOfWordsEncoder,
+    "fasttext": BagOfWordsEncoder,
+    "cnn": KimCNNEncoder,
+    "rnn": RNNEncoder,
+    "treelstm": TreeLSTMEncoder,
+}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -581,7 +631,9 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
                         module.bias[fill[0] : fill[1]].fill_(fill[2])
         elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
             init.normal_(module.weight, mean=0.0, std=0.1)  # a random-initialisation scale close to trained vectors'
-            if getattr(module, "padding_idx", None) is not None and not getattr(module.weight, "_is_hf_initialized", False):
+            if getattr(module, "padding_idx", None) is not None and not getattr(
+                module.weight, "_is_hf_initialized", False
+            ):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, (nn.LSTM, nn.GRU)):
             for name, param in module.named_parameters():
@@ -709,22 +761,37 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             ValueError: none or both of ``input_ids`` and ``inputs_embeds``.
         """
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(f"{type(self).__name__} needs exactly one of input_ids (word ids of the ELMo-style "
-                             "tokenizer) or inputs_embeds (B, T, embedding_dim)")
+            raise ValueError(
+                f"{type(self).__name__} needs exactly one of input_ids (word ids of the ELMo-style "
+                "tokenizer) or inputs_embeds (B, T, embedding_dim)"
+            )
         if attention_mask is not None:
             return attention_mask
         if input_ids is not None:
             return input_ids != self.config.pad_token_id
         return torch.ones(inputs_embeds.shape[:2], dtype=torch.bool, device=inputs_embeds.device)
 
-    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
-                segment: int | None = None, inputs_embeds=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> BaseModelOutputWithPooling | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        char_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        tree_merges=None,
+        segment: int | None = None,
+        inputs_embeds=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
         attention_mask = self._inputs(input_ids, inputs_embeds, attention_mask)
         select = self.sentence_mask(input_ids, attention_mask, token_type_ids, segment)
         hidden, sentence = self.encode(input_ids, char_ids, select, tree_merges, inputs_embeds)
-        output = BaseModelOutputWithPooling(last_hidden_state=hidden[-1], pooler_output=sentence,
-                                            hidden_states=hidden if self._hidden_flag(output_hidden_states) else None)
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=hidden[-1],
+            pooler_output=sentence,
+            hidden_states=hidden if self._hidden_flag(output_hidden_states) else None,
+        )
         return self._finish(output, return_dict)
 
 
@@ -732,8 +799,13 @@ def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
     hid = config.classifier_hidden_size
     if not hid:
         return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-    return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, hid), nn.ReLU(),
-                         nn.Dropout(config.classifier_dropout), nn.Linear(hid, config.num_labels))
+    return nn.Sequential(
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(d_in, hid),
+        nn.ReLU(),
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(hid, config.num_labels),
+    )
 
 
 class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
@@ -767,9 +839,19 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
         self.post_init()
         self.baseline.embeddings.freeze()
 
-    def forward(self, input_ids=None, char_ids=None, attention_mask=None, token_type_ids=None, tree_merges=None,
-                labels=None, inputs_embeds=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> SequenceClassifierOutput | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        char_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        tree_merges=None,
+        labels=None,
+        inputs_embeds=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
         model = self.baseline
         attention_mask = model._inputs(input_ids, inputs_embeds, attention_mask)
         pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
@@ -794,8 +876,10 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
-                                      config=self.config)
-        output = SequenceClassifierOutput(loss=loss, logits=logits,
-                                          hidden_states=hidden if self._hidden_flag(output_hidden_states) else None)
+            loss = self.loss_function(
+                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
+            )
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
+        )
         return self._finish(output, return_dict)

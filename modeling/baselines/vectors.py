@@ -41,16 +41,26 @@ def load_word_vectors(model, path: str | os.PathLike, vocab: list[str] | None = 
     with open(folder / "vocab.txt", encoding="utf-8") as f:  # as the tokenizer reads it (not str.splitlines: \x1c..)
         words = [line.rstrip("\n") for line in f]
     if vocab is not None and list(vocab) != words:
-        raise ValueError(f"{folder}: its vocabulary ({len(words)} words) differs from the model's tokenizer "
-                         f"({len(vocab)}); expected vectors trained for the same word tokenizer")
+        raise ValueError(
+            f"{folder}: its vocabulary ({len(words)} words) differs from the model's tokenizer "
+            f"({len(vocab)}); expected vectors trained for the same word tokenizer"
+        )
     if tensors["vectors"].shape != (config.vocab_size, config.embedding_dim):
-        raise ValueError(f"{folder}: vectors of shape {tuple(tensors['vectors'].shape)}; the model expects "
-                         f"(vocab_size, embedding_dim) = ({config.vocab_size}, {config.embedding_dim})")
+        raise ValueError(
+            f"{folder}: vectors of shape {tuple(tensors['vectors'].shape)}; the model expects "
+            f"(vocab_size, embedding_dim) = ({config.vocab_size}, {config.embedding_dim})"
+        )
     with torch.no_grad():
         if config.encoder_type == "fasttext":
-            if (info["min_n"], info["max_n"], info["bucket"]) != (config.ngram_min_n, config.ngram_max_n, config.ngram_buckets):
-                raise ValueError(f"{folder}: n-grams {info['min_n']}..{info['max_n']} in {info['bucket']} buckets; the model "
-                                 f"has {config.ngram_min_n}..{config.ngram_max_n} in {config.ngram_buckets}")
+            if (info["min_n"], info["max_n"], info["bucket"]) != (
+                config.ngram_min_n,
+                config.ngram_max_n,
+                config.ngram_buckets,
+            ):
+                raise ValueError(
+                    f"{folder}: n-grams {info['min_n']}..{info['max_n']} in {info['bucket']} buckets; the model "
+                    f"has {config.ngram_min_n}..{config.ngram_max_n} in {config.ngram_buckets}"
+                )
             emb.word_embeddings.weight.copy_(tensors["vectors_vocab"])
             emb.ngram_embeddings.weight.copy_(tensors["vectors_ngrams"])
         else:

@@ -71,5 +71,4 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "bert-base": (SesameBertConfig, _sizes(12, 768, 12)),
 }
 
-__all__ = ["SesameBertConfig", "SesameBertRTDConfig", *modeling_sesame_bert.__all__,
-           *modeling_sesame_bert_rtd.__all__]
+__all__ = ["SesameBertConfig", "SesameBertRTDConfig", *modeling_sesame_bert.__all__, *modeling_sesame_bert_rtd.__all__]

@@ -106,8 +106,7 @@ class SesameBertConfig(PretrainedConfig):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r}; expected one of {', '.join(choices)}")
         if self.position_embedding_type == "sinusoidal" and self.embedding_width % 2:
-            raise ValueError(f"sinusoidal position embeddings need an even embedding width, got "
-                             f"{self.embedding_width}")
+            raise ValueError(f"sinusoidal position embeddings need an even embedding width, got {self.embedding_width}")
         if self.embedding_size is not None and self.embedding_size < 1:
             raise ValueError(f"embedding_size={self.embedding_size}; expected a positive integer or None")
 
@@ -159,14 +158,19 @@ class SesameBertRTDConfig(SesameBertConfig):
             raise ValueError(f"generator_size={self.generator_size}; expected a fraction in (0, 1]")
         hidden, heads = self._generator_shape()[:2]
         if hidden < 1 or hidden % heads:
-            raise ValueError(f"generator_size={self.generator_size} gives a generator of hidden_size {hidden} with "
-                             f"{heads} attention heads; expected a hidden size that is a positive multiple of the "
-                             "heads")
+            raise ValueError(
+                f"generator_size={self.generator_size} gives a generator of hidden_size {hidden} with "
+                f"{heads} attention heads; expected a hidden size that is a positive multiple of the "
+                "heads"
+            )
 
     def _generator_shape(self) -> tuple[int, int, int]:
         g = self.generator_size
-        return (round(self.hidden_size * g), max(1, round(self.num_attention_heads * g)),
-                max(1, round(self.intermediate_size * g)))
+        return (
+            round(self.hidden_size * g),
+            max(1, round(self.num_attention_heads * g)),
+            max(1, round(self.intermediate_size * g)),
+        )
 
     def _settings(self) -> dict:
         return {k: v for k, v in self.to_dict().items() if k not in _NOT_SETTINGS}
@@ -180,9 +184,15 @@ class SesameBertRTDConfig(SesameBertConfig):
         shared embeddings its ``embedding_size`` is the discriminator's embedding width (as ELECTRA's generator)."""
         hidden, heads, intermediate = self._generator_shape()
         shared = None if self.embedding_sharing == "none" else self.embedding_width
-        return SesameBertConfig(**{**self._settings(), "hidden_size": hidden, "num_attention_heads": heads,
-                                   "intermediate_size": intermediate,
-                                   "embedding_size": shared if shared != hidden else None})
+        return SesameBertConfig(
+            **{
+                **self._settings(),
+                "hidden_size": hidden,
+                "num_attention_heads": heads,
+                "intermediate_size": intermediate,
+                "embedding_size": shared if shared != hidden else None,
+            }
+        )
 
     @classmethod
     def from_discriminator(cls, config: SesameBertConfig, **fields) -> SesameBertRTDConfig:

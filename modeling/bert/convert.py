@@ -35,9 +35,21 @@ from .modeling_sesame_bert import SesameBertForPreTraining
 
 #: BertConfig fields copied as they are (the SesameBert fields have the same names and meanings).
 COPIED_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout", "tie_word_embeddings",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "pad_token_id",
+    "classifier_dropout",
+    "tie_word_embeddings",
 )
 #: transformers BERT parameter name part -> SesameBert name part (Q, K, V are fused into ``attn.qkv``).
 RENAMES = (
@@ -119,8 +131,9 @@ def _load_source(source: str, tokenizer_name: str | None = None):
     # refuse unsupported BERT variants before reading the weights
     sesame_config_from_bert(bert_config, f"--source {source}: config.json")
     try:
-        model, info = BertForPreTraining.from_pretrained(source, config=bert_config, output_loading_info=True,
-                                                         trust_remote_code=False)
+        model, info = BertForPreTraining.from_pretrained(
+            source, config=bert_config, output_loading_info=True, trust_remote_code=False
+        )
     except Exception as err:  # noqa: BLE001  (missing, truncated or corrupt weights: OSError, SafetensorError, ...)
         raise InputError(
             f"--source {source}: no readable weights (model.safetensors / pytorch_model.bin): "
@@ -130,8 +143,13 @@ def _load_source(source: str, tokenizer_name: str | None = None):
     # A checkpoint that matches no BERT parameter at all is not a BERT checkpoint.
     if any(k.startswith("bert.embeddings.word_embeddings") for k in missing):
         raise InputError(f"--source {source}: the weights hold no BERT encoder (embeddings missing)")
-    return model.eval(), missing, _load_tokenizer(tokenizer_name or source, "--tokenizer_name" if tokenizer_name
-                                                  else "--source", bert_config.vocab_size)
+    return (
+        model.eval(),
+        missing,
+        _load_tokenizer(
+            tokenizer_name or source, "--tokenizer_name" if tokenizer_name else "--source", bert_config.vocab_size
+        ),
+    )
 
 
 #: Files one of which a tokenizer folder holds (``tokenizer.json``, or BERT's ``vocab.txt``).
@@ -151,21 +169,31 @@ def _load_tokenizer(source: str, arg_name: str, vocab_size: int):
     hint = "pass --tokenizer_name with the tokenizer the model was trained with"
     path = Path(source)
     if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
-        raise InputError(f"{arg_name} {source}: no tokenizer files ({' / '.join(TOKENIZER_FILES)}); expected the "
-                         f"model's tokenizer: {hint}")
+        raise InputError(
+            f"{arg_name} {source}: no tokenizer files ({' / '.join(TOKENIZER_FILES)}); expected the "
+            f"model's tokenizer: {hint}"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as err:
-        raise InputError(f"{arg_name} {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}; "
-                         f"{hint}") from err
+        raise InputError(
+            f"{arg_name} {source}: no tokenizer files (vocab.txt / tokenizer.json): {err}; {hint}"
+        ) from err
     if len(tokenizer) < vocab_size // 2:
-        raise InputError(f"{arg_name} {source}: the tokenizer has {len(tokenizer)} tokens for a model vocabulary of "
-                         f"{vocab_size}; expected the model's tokenizer: {hint}")
+        raise InputError(
+            f"{arg_name} {source}: the tokenizer has {len(tokenizer)} tokens for a model vocabulary of "
+            f"{vocab_size}; expected the model's tokenizer: {hint}"
+        )
     return tokenizer
 
 
-def convert(source: str, output_dir: str | os.PathLike, overwrite: bool = False, seed: int = 0,
-            tokenizer_name: str | None = None) -> dict:
+def convert(
+    source: str,
+    output_dir: str | os.PathLike,
+    overwrite: bool = False,
+    seed: int = 0,
+    tokenizer_name: str | None = None,
+) -> dict:
     """Convert ``source`` (a BERT directory or hub repo id) into a SesameBert directory at ``output_dir``, with the
     source's tokenizer (or ``tokenizer_name``'s; a source folder without tokenizer files is refused without it).
 
@@ -238,12 +266,20 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", required=True, help="where to write the SesameBert directory")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="replace a non-empty --output_dir")
     parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation of missing heads")
-    parser.add_argument("--tokenizer_name", default=None, help="tokenizer folder or repo id (default: the source's; "
-                        "required when the source has no tokenizer files)")
+    parser.add_argument(
+        "--tokenizer_name",
+        default=None,
+        help="tokenizer folder or repo id (default: the source's; required when the source has no tokenizer files)",
+    )
     add_debug_argument(parser)
     args = parser.parse_args(argv)
-    report = convert(args.source, args.output_dir, overwrite=args.overwrite_output_dir, seed=args.seed,
-                     tokenizer_name=args.tokenizer_name)
+    report = convert(
+        args.source,
+        args.output_dir,
+        overwrite=args.overwrite_output_dir,
+        seed=args.seed,
+        tokenizer_name=args.tokenizer_name,
+    )
     if report["initialized"]:
         print(f"initialised (not in the source): {', '.join(report['initialized'])}", file=sys.stderr)
     print(json.dumps(report, indent=2))

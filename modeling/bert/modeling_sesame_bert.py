@@ -232,8 +232,15 @@ class SesameBertSelfAttention(nn.Module):
             implementation = "eager"
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         context, probs = attention(
-            self, q, k, v, attention_mask, dropout=self.dropout_p if self.training else 0.0, scaling=self.scaling,
-            output_attentions=output_attentions, **kwargs,
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=self.dropout_p if self.training else 0.0,
+            scaling=self.scaling,
+            output_attentions=output_attentions,
+            **kwargs,
         )
         return self.out(context.reshape(batch, length, hidden)), probs
 
@@ -516,8 +523,9 @@ class SesameBertModel(SesameBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     @capture_outputs
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                **kwargs):
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None, **kwargs
+    ):
         """See the class docstring. Raises ``ValueError`` unless exactly one of ``input_ids`` / ``inputs_embeds`` is
         given, and for ``position_ids`` with an attention implementation that has no mask function."""
         if (input_ids is None) == (inputs_embeds is None):
@@ -613,10 +621,19 @@ class SesameBertForMaskedLM(SesameBertPreTrainedModel):
         self.cls.decoder = new_embeddings
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         sparse = self.training and self.config.sparse_prediction
         logits, loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
         out = MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
@@ -651,10 +668,20 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
     set_output_embeddings = SesameBertForMaskedLM.set_output_embeddings
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        next_sentence_label=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         sparse = self.training and self.config.sparse_prediction
         logits, mlm_loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
         nsp_logits = self.nsp(outputs.pooler_output)
@@ -699,16 +726,26 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
-                                      config=self.config)
+            loss = self.loss_function(
+                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
+            )
         out = SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
         return out
 
@@ -727,10 +764,20 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -761,10 +808,19 @@ class SesameBertForTokenClassification(SesameBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:

@@ -72,8 +72,9 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return index.clamp_max(logits.size(-1) - 1)  # a uniform above a rounded-down total of 1 takes the last token
 
 
-def replaced_token_loss(logits: torch.Tensor, labels: torch.Tensor,
-                        attention_mask: torch.Tensor | None) -> torch.Tensor:
+def replaced_token_loss(
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     """ELECTRA's discriminator loss: the mean binary cross-entropy (nats, float32) over the real tokens.
 
     Args:
@@ -143,10 +144,19 @@ class SesameBertDiscriminator(SesameBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, **kwargs):
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.discriminator_predictions(outputs.last_hidden_state)
         loss = None if labels is None else replaced_token_loss(logits, labels, attention_mask)
         return SesameBertDiscriminatorOutput(loss=loss, logits=logits, **_extras(outputs))
@@ -190,8 +200,10 @@ class DisentangledEmbeddings(nn.Module):
         """``{name: E_G + E_delta}`` of the tables, by :class:`SesameBertEmbeddings` parameter name (detached):
         the discriminator's embeddings as a plain SesameBert checkpoint holds them."""
         shared = self._shared[0]
-        out = {"word_embeddings.weight": shared.word_embeddings.weight + self.word_embeddings_delta,
-               "token_type_embeddings.weight": shared.token_type_embeddings.weight + self.token_type_embeddings_delta}
+        out = {
+            "word_embeddings.weight": shared.word_embeddings.weight + self.word_embeddings_delta,
+            "token_type_embeddings.weight": shared.token_type_embeddings.weight + self.token_type_embeddings_delta,
+        }
         if self.position_embeddings_delta is not None:
             out["position_embeddings.weight"] = shared.position_embeddings.weight + self.position_embeddings_delta
         return {k: v.detach() for k, v in out.items()}
@@ -209,10 +221,12 @@ class DisentangledEmbeddings(nn.Module):
         if self.position_embeddings_delta is None:
             positions = shared.position_embeddings(position_ids)  # fixed sinusoidal table
         else:
-            positions = F.embedding(position_ids,
-                                    shared.position_embeddings.weight.detach() + self.position_embeddings_delta)
-        segments = F.embedding(token_type_ids,
-                               shared.token_type_embeddings.weight.detach() + self.token_type_embeddings_delta)
+            positions = F.embedding(
+                position_ids, shared.position_embeddings.weight.detach() + self.position_embeddings_delta
+            )
+        segments = F.embedding(
+            token_type_ids, shared.token_type_embeddings.weight.detach() + self.token_type_embeddings_delta
+        )
         return self.dropout(self.norm(inputs_embeds + segments + positions))
 
 
@@ -288,16 +302,20 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         if config.embedding_sharing == "tied":
             self.discriminator.bert.embeddings = self.generator.bert.embeddings
         elif config.embedding_sharing == "gdes":
-            self.discriminator.bert.embeddings = DisentangledEmbeddings(self.discriminator.config,
-                                                                        self.generator.bert.embeddings)
+            self.discriminator.bert.embeddings = DisentangledEmbeddings(
+                self.discriminator.config, self.generator.bert.embeddings
+            )
         self.post_init()
 
     @torch.no_grad()
     def _init_weights(self, module):
         """SesameBert's init; the GDES deltas start at zero (E_D = E_G at the start) and the norm as a norm."""
         if isinstance(module, DisentangledEmbeddings):
-            for p in (module.word_embeddings_delta, module.position_embeddings_delta,
-                      module.token_type_embeddings_delta):
+            for p in (
+                module.word_embeddings_delta,
+                module.position_embeddings_delta,
+                module.token_type_embeddings_delta,
+            ):
                 if p is not None:
                     p.zero_()
             return
@@ -307,29 +325,52 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         return self.generator.get_input_embeddings()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                sampling_uniforms=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        labels=None,
+        sampling_uniforms=None,
+        **kwargs,
+    ):
         if labels is None or input_ids is None:
-            raise ValueError("replaced-token detection needs input_ids and MLM labels (B, T): the original token at "
-                             "the masked positions, -100 elsewhere")
-        generated = self.generator(input_ids, attention_mask, token_type_ids, position_ids, labels=labels,
-                                   return_dict=True)
+            raise ValueError(
+                "replaced-token detection needs input_ids and MLM labels (B, T): the original token at "
+                "the masked positions, -100 elsewhere"
+            )
+        generated = self.generator(
+            input_ids, attention_mask, token_type_ids, position_ids, labels=labels, return_dict=True
+        )
         masked = labels != IGNORE_INDEX
         gen_logits = generated.logits if generated.logits.dim() == 2 else generated.logits[masked]  # (N, V)
         with torch.no_grad():
-            uniforms = (torch.rand(gen_logits.shape[:1], device=gen_logits.device) if sampling_uniforms is None
-                        else sampling_uniforms[masked])
+            uniforms = (
+                torch.rand(gen_logits.shape[:1], device=gen_logits.device)
+                if sampling_uniforms is None
+                else sampling_uniforms[masked]
+            )
             sampled = sample_tokens(gen_logits.detach(), uniforms)
             original = torch.where(masked, labels, input_ids)
             corrupted = original.masked_scatter(masked, sampled.to(original.dtype))
             replaced = (corrupted != original).long()
-        scored = self.discriminator(corrupted, attention_mask, token_type_ids, position_ids, labels=replaced,
-                                    return_dict=True, **kwargs)
+        scored = self.discriminator(
+            corrupted, attention_mask, token_type_ids, position_ids, labels=replaced, return_dict=True, **kwargs
+        )
         losses = torch.stack([generated.loss.float(), self.config.discriminator_weight * scored.loss.float()])
         return SesameBertForReplacedTokenDetectionOutput(
-            loss=losses.sum(), losses=losses, generator_loss=generated.loss, discriminator_loss=scored.loss,
-            logits=scored.logits, replaced_labels=replaced, corrupted_input_ids=corrupted,
-            generator_logits=generated.logits, hidden_states=scored.hidden_states, attentions=scored.attentions)
+            loss=losses.sum(),
+            losses=losses,
+            generator_loss=generated.loss,
+            discriminator_loss=scored.loss,
+            logits=scored.logits,
+            replaced_labels=replaced,
+            corrupted_input_ids=corrupted,
+            generator_logits=generated.logits,
+            hidden_states=scored.hidden_states,
+            attentions=scored.attentions,
+        )
 
     # -- the saved layout: the discriminator, and the generator in generator/ --------------------------------------
     def split_state_dict(self, state_dict: dict | None = None) -> tuple[dict, dict]:
@@ -337,8 +378,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         (default ``self.state_dict()``; e.g. ``accelerator.get_state_dict`` under FSDP). Shared tables appear in
         both; with GDES the discriminator's are ``E_G + E_delta``, its ``*_delta`` keys dropped."""
         state_dict = self.state_dict() if state_dict is None else state_dict
-        gen = {k[len("generator."):]: v for k, v in state_dict.items() if k.startswith("generator.")}
-        disc = {k[len("discriminator."):]: v for k, v in state_dict.items() if k.startswith("discriminator.")}
+        gen = {k[len("generator.") :]: v for k, v in state_dict.items() if k.startswith("generator.")}
+        disc = {k[len("discriminator.") :]: v for k, v in state_dict.items() if k.startswith("discriminator.")}
         sharing = self.config.embedding_sharing
         if sharing != "none":
             embeddings = "bert.embeddings."
@@ -357,8 +398,11 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         (see the class docstring); ``state_dict``: this model's full state dict (default: its own)."""
         disc_state, gen_state = self.split_state_dict(state_dict)
         save_directory = Path(save_directory)
-        discriminator = SesameBertDiscriminator(self.discriminator.config) if self.config.embedding_sharing == "gdes" \
-            else self.discriminator  # GDES: a plain one, whose parameter names the merged tables take
+        discriminator = (
+            SesameBertDiscriminator(self.discriminator.config)
+            if self.config.embedding_sharing == "gdes"
+            else self.discriminator
+        )  # GDES: a plain one, whose parameter names the merged tables take
         discriminator.save_pretrained(save_directory, *args, state_dict=disc_state, **kwargs)
         self.generator.save_pretrained(save_directory / GENERATOR_FOLDER, *args, state_dict=gen_state, **kwargs)
 
@@ -378,8 +422,11 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         kwargs.pop("trust_remote_code", None)
         discriminator = SesameBertDiscriminator.from_pretrained(folder, *args, **kwargs)
         generator = SesameBertForMaskedLM.from_pretrained(folder / GENERATOR_FOLDER, *args, **kwargs)
-        fields = {} if config is None else {k: getattr(config, k) for k in ("generator_size", "discriminator_weight",
-                                                                            "embedding_sharing")}
+        fields = (
+            {}
+            if config is None
+            else {k: getattr(config, k) for k in ("generator_size", "discriminator_weight", "embedding_sharing")}
+        )
         fields.setdefault("generator_size", generator.config.hidden_size / discriminator.config.hidden_size)
         model = cls(SesameBertRTDConfig.from_discriminator(discriminator.config, **fields))
         with torch.no_grad():
@@ -395,8 +442,9 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
                     disc_state = {k: v for k, v in disc_state.items() if not k.startswith("bert.embeddings.")}
             missing, unexpected = model.discriminator.load_state_dict(disc_state, strict=False)
             if unexpected or [k for k in missing if not k.startswith("bert.embeddings.")]:
-                raise ValueError(f"{folder}: the saved discriminator does not fit (missing {missing}, unexpected "
-                                 f"{unexpected})")
+                raise ValueError(
+                    f"{folder}: the saved discriminator does not fit (missing {missing}, unexpected {unexpected})"
+                )
         return model
 
 

@@ -10,7 +10,8 @@ Presets (``PRESETS``, for ``pretrain --config_name``):
 
 * ``elmo-small`` -- CPU-sized: 16-dim character embeddings, CNN filters
   [[1,32],[2,32],[3,64],[4,128]] (256), 2 highway layers, projection 128, 2 LSTM layers of 512 cells
-  projected to 128, full softmax; 2,688,992 parameters without the softmax (2,680,800 without the redundant ``bias_hh``).
+  projected to 128, full softmax; 2,688,992 parameters without the softmax (2,680,800 without the redundant
+  ``bias_hh``).
 * ``elmo-original`` -- Peters et al. (2018): CNN [[1,32],[2,32],[3,64],[4,128],[5,256],[6,512],[7,1024]]
   (2048), 2 highway layers, projection 512, 2 layers of LSTM 4096 projected to 512, sampled softmax with
   8192 negatives. 93,600,864 parameters without the softmax counted as bilm-tf does (one LSTM bias vector);
@@ -45,13 +46,30 @@ from .tokenization_elmo import SesameElmoTokenizer
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "elmo-small": (
         SesameElmoConfig,
-        dict(char_embedding_dim=16, cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]], num_highway_layers=2,
-             projection_dim=128, cell_size=512, num_layers=2, dropout=0.1, softmax="full"),
+        dict(
+            char_embedding_dim=16,
+            cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]],
+            num_highway_layers=2,
+            projection_dim=128,
+            cell_size=512,
+            num_layers=2,
+            dropout=0.1,
+            softmax="full",
+        ),
     ),
     "elmo-original": (
         SesameElmoConfig,
-        dict(char_embedding_dim=16, cnn_filters=ELMO_CNN_FILTERS, num_highway_layers=2, projection_dim=512,
-             cell_size=4096, num_layers=2, dropout=0.1, softmax="sampled", num_sampled=8192),
+        dict(
+            char_embedding_dim=16,
+            cnn_filters=ELMO_CNN_FILTERS,
+            num_highway_layers=2,
+            projection_dim=512,
+            cell_size=4096,
+            num_layers=2,
+            dropout=0.1,
+            softmax="sampled",
+            num_sampled=8192,
+        ),
     ),
 }
 

@@ -149,8 +149,12 @@ class SesameElmoConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {"cnn_activation": ("relu", "tanh"), "cell_type": ("lstm", "gru"),
-                   "softmax": ("full", "sampled", "adaptive"), "pooling": ("max", "mean", "attention", "cnn")}
+        choices = {
+            "cnn_activation": ("relu", "tanh"),
+            "cell_type": ("lstm", "gru"),
+            "softmax": ("full", "sampled", "adaptive"),
+            "pooling": ("max", "mean", "attention", "cnn"),
+        }
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ValueError(f"SesameElmoConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")

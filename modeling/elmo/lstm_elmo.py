@@ -56,8 +56,13 @@ def _steps(step, init, xs: torch.Tensor) -> torch.Tensor:
     return torch.stack(outs)
 
 
-def recurrence(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, reverse: bool = False, cell_clip: float | None = None,
-               proj_clip: float | None = None) -> torch.Tensor:
+def recurrence(
+    rnn: nn.LSTM | nn.GRU,
+    x: torch.Tensor,
+    reverse: bool = False,
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
+) -> torch.Tensor:
     """One direction of the first layer of ``rnn`` (``nn.LSTM``, with or without ``proj_size``, or ``nn.GRU``) over
     ``x (B, T, I)`` float (batch first, whatever ``rnn.batch_first`` says) from zero states, step by step: ``(B, T,
     P)`` (``P`` = ``proj_size`` or ``hidden_size``), in ``x``'s dtype.

@@ -50,13 +50,15 @@ Static shapes (``torch.export``, ``torch.onnx.export``, ``torch.compile``): noth
 values or reads them back, except shortcuts of eager mode that give the same result and are skipped while
 ``torch.compiler.is_compiling()`` (``is_exporting()`` for the last): the ``torch.unique`` above, the pair heads' cut
 of both sentences to the longest one of the batch (:func:`_pair_width`), the classifier's single-sentence path when no
-row of a batch with ``token_type_ids`` is a pair, and the task BiLSTM's packed sequences (lengths on the host). The attention mask may have any layout (right or left padding, holes): the kept tokens
+row of a batch with ``token_type_ids`` is a pair, and the task BiLSTM's packed sequences (lengths on the host). The
+attention mask may have any layout (right or left padding, holes): the kept tokens
 of each row are packed to the left with index arithmetic (``lstm_elmo.token_slots``) instead of checking the layout.
 Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``; ``nn.LSTM`` would fix the sequence
 length, and ONNX's LSTM has no projection), with the same parameters.
 
 Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
-clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in ``configuration_elmo.py``; the
+clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in
+``configuration_elmo.py``; the
 tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
 code: a saved folder carries them).
 """
@@ -265,8 +267,9 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
         return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
 
-def _input_mask(char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
-                attention_mask: torch.Tensor | None) -> torch.Tensor:
+def _input_mask(
+    char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     """``attention_mask``, or by default ``(B, T)`` long: the tokens whose character ids are not all 0 (every
     position of ``inputs_embeds``).
 
@@ -343,8 +346,9 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         checkpoint = None
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             checkpoint = self._gradient_checkpointing_func
-        hidden = [layer0] + run_bilm_stacks(self.config, self.forward_stack, self.backward_stack, layer0,
-                                            attention_mask, checkpoint)
+        hidden = [layer0] + run_bilm_stacks(
+            self.config, self.forward_stack, self.backward_stack, layer0, attention_mask, checkpoint
+        )
         out = SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
         return self._finish(out, return_dict)
 
@@ -392,7 +396,9 @@ class SesameElmoForBidirectionalLM(SesameElmoPreTrainedModel):
         self.dropout = nn.Dropout(config.dropout)
         if config.softmax == "adaptive":
             self.softmax = nn.AdaptiveLogSoftmaxWithLoss(
-                config.projection_dim, config.vocab_size, config.resolved_adaptive_cutoffs(),
+                config.projection_dim,
+                config.vocab_size,
+                config.resolved_adaptive_cutoffs(),
                 div_value=config.adaptive_div_value,
             )
         else:
@@ -519,8 +525,9 @@ class _TaskBiLSTM(nn.Module):
                 out = torch.cat([permute_rows(out_f, slot_f), permute_rows(out_b, slot_b)], dim=-1)
             else:
                 lengths = mask.sum(1).clamp(min=1).cpu()
-                packed = nn.utils.rnn.pack_padded_sequence(permute_rows(x, inverse_permutation(slot_f)), lengths,
-                                                           batch_first=True, enforce_sorted=False)
+                packed = nn.utils.rnn.pack_padded_sequence(
+                    permute_rows(x, inverse_permutation(slot_f)), lengths, batch_first=True, enforce_sorted=False
+                )
                 out, _ = self.lstm(packed)
                 out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
                 out = permute_rows(out, slot_f)
@@ -709,8 +716,13 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     def _mlp(d_in: int, hid: int, config: SesameElmoConfig) -> nn.Module:
         if not hid:
             return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, hid), nn.ReLU(),
-                             nn.Dropout(config.classifier_dropout), nn.Linear(hid, config.num_labels))
+        return nn.Sequential(
+            nn.Dropout(config.classifier_dropout),
+            nn.Linear(d_in, hid),
+            nn.ReLU(),
+            nn.Dropout(config.classifier_dropout),
+            nn.Linear(hid, config.num_labels),
+        )
 
     def _encode(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.pooler(self.encoder(feats, mask), mask)
@@ -749,8 +761,9 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
             ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(labels=labels if ids else labels.float(), pooled_logits=logits.float(),
-                                      config=self.config)
+            loss = self.loss_function(
+                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
+            )
         return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
@@ -776,8 +789,18 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         self.post_init()
         self._freeze()
 
-    def forward(self, char_ids=None, attention_mask=None, token_type_ids=None, input_ids=None, inputs_embeds=None,
-                labels=None, output_hidden_states=None, return_dict=None, **kwargs) -> TokenClassifierOutput | tuple:
+    def forward(
+        self,
+        char_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        input_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
         attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
         feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
         logits = self.classifier(self.dropout(self.encoder(feats, attention_mask)))
@@ -863,9 +886,12 @@ class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedMod
         loss = None
         if start_positions is not None and end_positions is not None:
             sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
-            loss = (F.cross_entropy(start_logits.float(), sp, ignore_index=t)
-                    + F.cross_entropy(end_logits.float(), ep, ignore_index=t)) / 2
+            loss = (
+                F.cross_entropy(start_logits.float(), sp, ignore_index=t)
+                + F.cross_entropy(end_logits.float(), ep, ignore_index=t)
+            ) / 2
         hidden = layers if self._hidden_flag(output_hidden_states) else None
-        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                              hidden_states=hidden)
+        output = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden
+        )
         return self._finish(output, return_dict)

@@ -117,8 +117,12 @@ def with_markers(words: list[str], offsets: list[tuple[int, int]], type_id: int,
     ``</S>`` around the words when ``add_special_tokens`` (their offsets ``(0, 0)``, mask 1), each a list of the
     sentence's length (+2 with markers)."""
     if add_special_tokens:
-        return ([BOS_TOKEN, *words, EOS_TOKEN], [(0, 0), *offsets, (0, 0)], [type_id] * (len(words) + 2),
-                [1] + [0] * len(words) + [1])
+        return (
+            [BOS_TOKEN, *words, EOS_TOKEN],
+            [(0, 0), *offsets, (0, 0)],
+            [type_id] * (len(words) + 2),
+            [1] + [0] * len(words) + [1],
+        )
     return list(words), list(offsets), [type_id] * len(words), [0] * len(words)
 
 
@@ -132,8 +136,9 @@ def is_batch(text: Any, is_split_into_words: bool) -> bool:
     )
 
 
-def truncated_lengths(len_a: int, len_b: int | None, strategy: TruncationStrategy, max_length: int,
-                      n_special: int) -> tuple[int, int]:
+def truncated_lengths(
+    len_a: int, len_b: int | None, strategy: TruncationStrategy, max_length: int, n_special: int
+) -> tuple[int, int]:
     """Word counts of a text (``len_a``) and its optional pair (``len_b``, None: no pair) after truncation to
     ``max_length`` tokens, ``n_special`` of them ``<S>``/``</S>`` markers, as transformers' strategies do:
     ``only_first`` / ``only_second`` cut that text, ``longest_first`` removes one word at a time from the longer
@@ -248,13 +253,17 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         return [word_to_char_ids(t) for t in tokens]
 
     # ----------------------------------------------------------------- special tokens
-    def build_inputs_with_special_tokens(self, token_ids_0: list[int], token_ids_1: list[int] | None = None) -> list[int]:
+    def build_inputs_with_special_tokens(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None
+    ) -> list[int]:
         out = [self.bos_token_id, *token_ids_0, self.eos_token_id]
         if token_ids_1 is not None:
             out += [self.bos_token_id, *token_ids_1, self.eos_token_id]
         return out
 
-    def create_token_type_ids_from_sequences(self, token_ids_0: list[int], token_ids_1: list[int] | None = None) -> list[int]:
+    def create_token_type_ids_from_sequences(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None
+    ) -> list[int]:
         out = [0] * (len(token_ids_0) + 2)
         if token_ids_1 is not None:
             out += [1] * (len(token_ids_1) + 2)
@@ -285,14 +294,27 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             return words, [(0, 0)] * len(words)
         raise ValueError(f"expected a string or a list of strings, got {type(text).__name__}")
 
-    def _pad_examples(self, outs, padding_strategy, max_length, pad_to_multiple_of, padding_side,
-                      return_attention_mask, return_tensors) -> BatchEncoding:
+    def _pad_examples(
+        self,
+        outs,
+        padding_strategy,
+        max_length,
+        pad_to_multiple_of,
+        padding_side,
+        return_attention_mask,
+        return_tensors,
+    ) -> BatchEncoding:
         """Encoded examples (``BatchEncoding`` each, lists of ids) merged into one batch and padded by :meth:`pad`
         (``char_ids`` included), as tensors of ``return_tensors``."""
         merged = {k: [o[k] for o in outs] for k in outs[0].keys()}
-        padded = self.pad(merged, padding=padding_strategy.value, max_length=max_length,
-                          pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
-                          return_attention_mask=return_attention_mask)
+        padded = self.pad(
+            merged,
+            padding=padding_strategy.value,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
         return BatchEncoding(dict(padded), tensor_type=return_tensors)
 
     def _encode_plus(
@@ -322,19 +344,56 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         if is_batch(text, is_split_into_words):
             if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
                 outs = [
-                    self._encode_plus(t, p, add_special_tokens, PaddingStrategy.DO_NOT_PAD, truncation_strategy,
-                                      max_length, stride, is_split_into_words, None, None, None,
-                                      return_token_type_ids, False, False, return_special_tokens_mask,
-                                      True, return_length, verbose)
+                    self._encode_plus(
+                        t,
+                        p,
+                        add_special_tokens,
+                        PaddingStrategy.DO_NOT_PAD,
+                        truncation_strategy,
+                        max_length,
+                        stride,
+                        is_split_into_words,
+                        None,
+                        None,
+                        None,
+                        return_token_type_ids,
+                        False,
+                        False,
+                        return_special_tokens_mask,
+                        True,
+                        return_length,
+                        verbose,
+                    )
                     for t, p in zip(text, text_pair if text_pair is not None else [None] * len(text))
                 ]
-                return self._pad_examples(outs, padding_strategy, max_length, pad_to_multiple_of, padding_side,
-                                          return_attention_mask, return_tensors)
+                return self._pad_examples(
+                    outs,
+                    padding_strategy,
+                    max_length,
+                    pad_to_multiple_of,
+                    padding_side,
+                    return_attention_mask,
+                    return_tensors,
+                )
             return super()._encode_plus(
-                text, text_pair, add_special_tokens, padding_strategy, truncation_strategy, max_length, stride,
-                is_split_into_words, pad_to_multiple_of, padding_side, return_tensors, return_token_type_ids,
-                return_attention_mask, return_overflowing_tokens, return_special_tokens_mask, return_length,
-                verbose, **kwargs,
+                text,
+                text_pair,
+                add_special_tokens,
+                padding_strategy,
+                truncation_strategy,
+                max_length,
+                stride,
+                is_split_into_words,
+                pad_to_multiple_of,
+                padding_side,
+                return_tensors,
+                return_token_type_ids,
+                return_attention_mask,
+                return_overflowing_tokens,
+                return_special_tokens_mask,
+                return_length,
+                verbose,
+                **kwargs,
             )
         if return_overflowing_tokens:
             raise NotImplementedError("SesameElmoTokenizer does not return overflowing tokens (no doc_stride windows)")
@@ -343,8 +402,9 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
 
         n_special = (2 + (2 if words_b is not None else 0)) if add_special_tokens else 0
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
-            len_a, len_b = truncated_lengths(len(words_a), None if words_b is None else len(words_b),
-                                             truncation_strategy, max_length, n_special)
+            len_a, len_b = truncated_lengths(
+                len(words_a), None if words_b is None else len(words_b), truncation_strategy, max_length, n_special
+            )
             words_a, offs_a = words_a[:len_a], offs_a[:len_a]
             if words_b is not None:
                 words_b, offs_b = words_b[:len_b], offs_b[:len_b]
@@ -370,9 +430,14 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             encoded["length"] = len(tokens)
         if padding_strategy != PaddingStrategy.DO_NOT_PAD or return_attention_mask is not False:
             encoded = dict(
-                self.pad(encoded, padding=padding_strategy.value, max_length=max_length,
-                         pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
-                         return_attention_mask=return_attention_mask)
+                self.pad(
+                    encoded,
+                    padding=padding_strategy.value,
+                    max_length=max_length,
+                    pad_to_multiple_of=pad_to_multiple_of,
+                    padding_side=padding_side,
+                    return_attention_mask=return_attention_mask,
+                )
             )
         return BatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=return_tensors is not None)
 
@@ -388,8 +453,9 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         """Pad one example as the base class does, plus ``char_ids`` (all-zero rows for padding tokens) and
         ``offset_mapping`` (``(0, 0)``)."""
         extra = {k: encoded_inputs.pop(k) for k in ("char_ids", "offset_mapping") if k in encoded_inputs}
-        out = super()._pad(encoded_inputs, max_length, padding_strategy, pad_to_multiple_of, padding_side,
-                           return_attention_mask)
+        out = super()._pad(
+            encoded_inputs, max_length, padding_strategy, pad_to_multiple_of, padding_side, return_attention_mask
+        )
         side = padding_side or self.padding_side
         n = len(out[self.model_input_names[0]])
         fills = {"char_ids": [0] * self.max_characters_per_token, "offset_mapping": (0, 0)}

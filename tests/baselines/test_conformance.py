@@ -110,8 +110,9 @@ def test_mixed_batch_classifies_each_row_as_what_it_is(tiny, encoder_type):
 def test_gradient_checkpointing_gives_the_same_gradients(tiny, encoder_type, monkeypatch):
     """Training mode with dropout (and the Tree-LSTM's Gumbel noise): the same gradients with the encoder recomputed in
     the backward pass (on main: refused, supports_gradient_checkpointing=False)."""
-    model = SesameBaselineForSequenceClassification(tiny(encoder_type, embedding_dropout=0.3, rnn_dropout=0.3,
-                                                         classifier_dropout=0.2)).train()
+    model = SesameBaselineForSequenceClassification(
+        tiny(encoder_type, embedding_dropout=0.3, rnn_dropout=0.3, classifier_dropout=0.2)
+    ).train()
     encoder = type(model.baseline.encoder)
     calls = []
     for step in ("states", "pool"):
@@ -147,9 +148,11 @@ def test_pack_words_is_static():
 _AXES = {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")}
 
 
-@pytest.mark.parametrize("encoder_type,options", [("cbow", {}), ("cnn", {}), ("rnn", {}),
-                                                  ("rnn", dict(rnn_type="gru", rnn_bidirectional=False))],
-                         ids=["cbow", "cnn", "bilstm-2-layers", "gru"])
+@pytest.mark.parametrize(
+    "encoder_type,options",
+    [("cbow", {}), ("cnn", {}), ("rnn", {}), ("rnn", dict(rnn_type="gru", rnn_bidirectional=False))],
+    ids=["cbow", "cnn", "bilstm-2-layers", "gru"],
+)
 def test_torch_export_with_dynamic_batch_and_length(tiny, encoder_type, options):
     """The classifier (pairs and single sentences) exported with a dynamic batch and length: the graph runs other
     shapes as eager mode does (on main: pack_words's int(lengths.max()) and packed sequences stop the export)."""
@@ -170,8 +173,9 @@ def test_torch_export_of_the_latent_tree_lstm_with_static_shapes(tiny):
     exported = torch.export.export(model, (), batch)
     other = {k: v.flip(0) for k, v in batch.items()}
     with torch.no_grad():
-        torch.testing.assert_close(exported.module()(**other).pooler_output, model(**other).pooler_output,
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            exported.module()(**other).pooler_output, model(**other).pooler_output, rtol=0, atol=1e-6
+        )
 
 
 def test_graph_capture_schedule_equals_eager_mode(tiny, monkeypatch):

@@ -43,7 +43,9 @@ def test_fnv1a_by_hand_and_gensim_ngram_buckets():
     assert ngram_bucket_ids("the", 3, 4, 1000) == [fnv1a_32(g.encode()) % 1000 for g in expected]
     gensim_fasttext = pytest.importorskip("gensim.models.fasttext")
     for word in ("the", "café", "naïveté", "x"):
-        assert sorted(ngram_bucket_ids(word, 3, 6, 100_000)) == sorted(gensim_fasttext.ft_ngram_hashes(word, 3, 6, 100_000))
+        assert sorted(ngram_bucket_ids(word, 3, 6, 100_000)) == sorted(
+            gensim_fasttext.ft_ngram_hashes(word, 3, 6, 100_000)
+        )
 
 
 def test_fasttext_word_vector_is_the_mean_of_word_and_ngram_vectors(tiny):
@@ -211,9 +213,16 @@ def test_pairs_use_u_v_features_and_regression(tiny, encoder_type):
     a, b = [5, 6, 7], [8, 9]
     ids = torch.tensor([[1, *a, 2, 1, *b, 2]])
     tt = torch.tensor([[0] * 5 + [1] * 4])
-    chars = torch.stack([torch.tensor(word_to_char_ids(w)) for w in ["<S>", "x", "yy", "zzz", "</S>", "<S>", "p", "qq", "</S>"]]).unsqueeze(0)
-    out = model(input_ids=ids, char_ids=chars, attention_mask=torch.ones_like(ids), token_type_ids=tt,
-                labels=torch.tensor([0.7]))
+    chars = torch.stack(
+        [torch.tensor(word_to_char_ids(w)) for w in ["<S>", "x", "yy", "zzz", "</S>", "<S>", "p", "qq", "</S>"]]
+    ).unsqueeze(0)
+    out = model(
+        input_ids=ids,
+        char_ids=chars,
+        attention_mask=torch.ones_like(ids),
+        token_type_ids=tt,
+        labels=torch.tensor([0.7]),
+    )
     base = model.baseline
     u = base(input_ids=ids[:, :5], char_ids=chars[:, :5]).pooler_output
     v = base(input_ids=ids[:, 5:], char_ids=chars[:, 5:]).pooler_output

@@ -17,8 +17,16 @@ pytest.importorskip("gensim")
 def vectors(tiny_corpus, word_tokenizer, tmp_path):
     from tokenizer.vectors import train_word_vectors
 
-    train_word_vectors([tiny_corpus], tmp_path / "wordtok", tmp_path / "vectors", vector_size=8, epochs=2,
-                       min_count=2, bucket=211, seed=1)
+    train_word_vectors(
+        [tiny_corpus],
+        tmp_path / "wordtok",
+        tmp_path / "vectors",
+        vector_size=8,
+        epochs=2,
+        min_count=2,
+        bucket=211,
+        seed=1,
+    )
     return tmp_path / "vectors"
 
 
@@ -27,8 +35,16 @@ def test_vectors_are_deterministic_and_cover_the_tokenizer(vectors, tiny_corpus,
 
     from tokenizer.vectors import train_word_vectors
 
-    info = train_word_vectors([tiny_corpus], tmp_path / "wordtok", tmp_path / "again", vector_size=8, epochs=2,
-                              min_count=2, bucket=211, seed=1)
+    info = train_word_vectors(
+        [tiny_corpus],
+        tmp_path / "wordtok",
+        tmp_path / "again",
+        vector_size=8,
+        epochs=2,
+        min_count=2,
+        bucket=211,
+        seed=1,
+    )
     a, b = load_file(vectors / "word_vectors.safetensors"), load_file(tmp_path / "again" / "word_vectors.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     words = (vectors / "vocab.txt").read_text().splitlines()
@@ -71,14 +87,26 @@ def test_vectors_cli_refuses_a_wordpiece_tokenizer(tiny_corpus, tmp_path, capsys
     from training.errors import run_cli
 
     train_wordpiece_tokenizer([tiny_corpus], vocab_size=120, output_dir=tmp_path / "wp")
-    status = run_cli(main, ["vectors", "--train_file", str(tiny_corpus), "--tokenizer_name", str(tmp_path / "wp"),
-                            "--output_dir", str(tmp_path / "out")])
+    status = run_cli(
+        main,
+        [
+            "vectors",
+            "--train_file",
+            str(tiny_corpus),
+            "--tokenizer_name",
+            str(tmp_path / "wp"),
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+    )
     assert status == 2 and "error: --tokenizer_name" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def _glue_dir(root: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("_finetune_conftest", Path(__file__).parents[1] / "finetune" / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "_finetune_conftest", Path(__file__).parents[1] / "finetune" / "conftest.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make_glue_dir(root)
@@ -95,9 +123,27 @@ def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_stat
 
     model_dir = init_baseline_model("rnn", tmp_path / "rnn", embeddings=str(vectors), rnn_hidden_size=8)
     out = tmp_path / "run"
-    status = run_cli(main, ["--model_name_or_path", str(model_dir), "--task_name", "mrpc", "--glue_dir",
-                            str(_glue_dir(tmp_path / "glue")), "--output_dir", str(out), "--num_train_epochs", "2",
-                            "--learning_rate", "1e-2", "--per_device_train_batch_size", "2", "--report_to", "none"])
+    status = run_cli(
+        main,
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--task_name",
+            "mrpc",
+            "--glue_dir",
+            str(_glue_dir(tmp_path / "glue")),
+            "--output_dir",
+            str(out),
+            "--num_train_epochs",
+            "2",
+            "--learning_rate",
+            "1e-2",
+            "--per_device_train_batch_size",
+            "2",
+            "--report_to",
+            "none",
+        ],
+    )
     assert status == 0
     results = json.loads((out / "all_results.json").read_text())
     assert 0.0 <= results["eval_f1"] <= 1.0 and results["train_loss"] > 0
@@ -112,12 +158,36 @@ def test_baselines_table_cli(word_tokenizer, tmp_path):
     from finetune.baselines import main
 
     out = tmp_path / "table"
-    assert main(["--glue_dir", str(_glue_dir(tmp_path / "glue")), "--tasks", "sst2", "stsb", "--backbones", "cbow", "treelstm",
-                 "--tokenizer_name", str(tmp_path / "wordtok"), "--embedding_dim", "8", "--output_dir", str(out),
-                 "--num_train_epochs", "1"]) == 0
+    assert (
+        main(
+            [
+                "--glue_dir",
+                str(_glue_dir(tmp_path / "glue")),
+                "--tasks",
+                "sst2",
+                "stsb",
+                "--backbones",
+                "cbow",
+                "treelstm",
+                "--tokenizer_name",
+                str(tmp_path / "wordtok"),
+                "--embedding_dim",
+                "8",
+                "--output_dir",
+                str(out),
+                "--num_train_epochs",
+                "1",
+            ]
+        )
+        == 0
+    )
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert {(r["task"], r["backbone"]) for r in runs} == {("sst2", "cbow"), ("sst2", "treelstm"), ("stsb", "cbow"),
-                                                          ("stsb", "treelstm")}
+    assert {(r["task"], r["backbone"]) for r in runs} == {
+        ("sst2", "cbow"),
+        ("sst2", "treelstm"),
+        ("stsb", "cbow"),
+        ("stsb", "treelstm"),
+    }
     assert all("error" not in r and r["value"] is not None for r in runs), runs
     assert [r["tree_source"] for r in runs if r["backbone"] == "treelstm"][0].startswith("latent")
     table = (out / "results.md").read_text()

@@ -26,8 +26,19 @@ elmo = _load()
 
 
 def _args(tmp_path, *extra):
-    return elmo.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g", "--output_dir",
-                            str(tmp_path), *extra])
+    return elmo.parse_args(
+        [
+            "--train_file",
+            "a.txt",
+            "--validation_file",
+            "v.txt",
+            "--glue_dir",
+            "g",
+            "--output_dir",
+            str(tmp_path),
+            *extra,
+        ]
+    )
 
 
 def test_recipes_budgets_and_block_lengths(tmp_path):
@@ -46,7 +57,8 @@ def test_recipes_budgets_and_block_lengths(tmp_path):
 
 def test_a_preset_with_fields_becomes_a_config_folder(tmp_path):
     flags = elmo.ttq.materialize_configs(
-        ["--learning_rate", "1e-3", "--config_name", "elmo-small:softmax=adaptive,dropout=0"], tmp_path)
+        ["--learning_rate", "1e-3", "--config_name", "elmo-small:softmax=adaptive,dropout=0"], tmp_path
+    )
     folder = Path(flags[flags.index("--config_name") + 1])
     config = json.loads((folder / "config.json").read_text())
     assert config["softmax"] == "adaptive" and config["dropout"] == 0 and config["projection_dim"] == 128
@@ -62,13 +74,22 @@ def test_heldout_perplexity_is_the_models_exact_loss(tmp_path):
     import modeling
 
     torch.manual_seed(0)
-    model = AutoModelForPreTraining.from_config(modeling.get_preset_config(
-        "elmo-small", vocab_size=50, projection_dim=16, cell_size=32, cnn_filters=[[1, 8], [2, 8]])).eval()
+    model = AutoModelForPreTraining.from_config(
+        modeling.get_preset_config(
+            "elmo-small", vocab_size=50, projection_dim=16, cell_size=32, cnn_filters=[[1, 8], [2, 8]]
+        )
+    ).eval()
     batches = []
     for length in (5, 7):
         ids = torch.randint(3, 50, (2, length))
-        batches.append({"input_ids": ids, "char_ids": torch.randint(1, 200, (2, length, 50)),
-                        "attention_mask": torch.ones_like(ids), "labels": ids})
+        batches.append(
+            {
+                "input_ids": ids,
+                "char_ids": torch.randint(1, 200, (2, length, 50)),
+                "attention_mask": torch.ones_like(ids),
+                "labels": ids,
+            }
+        )
     nll = count = 0.0
     with torch.no_grad():
         for b in batches:

@@ -45,8 +45,10 @@ def tokenizer():
 
 def _documents(n_words: int = 300) -> list[str]:
     """Two documents of disjoint vocabularies (A words, then B words), ``n_words`` words each."""
-    return [" ".join(WORDS_A[(i * 3) % 8] for i in range(n_words)),
-            " ".join(WORDS_B[(i * 5) % 8] for i in range(n_words))]
+    return [
+        " ".join(WORDS_A[(i * 3) % 8] for i in range(n_words)),
+        " ".join(WORDS_B[(i * 5) % 8] for i in range(n_words)),
+    ]
 
 
 def test_heldout_blocks_one_document_each(tokenizer):
@@ -141,11 +143,15 @@ def test_unigram_loss_by_hand():
     assert loss == pytest.approx(2 * math.log(2), abs=1e-12)
 
 
-REF = [{"seconds": 10.0, "tokens": 100.0, "step": 1, "eval_loss": 8.0},
-       {"seconds": 20.0, "tokens": 200.0, "step": 2, "eval_loss": 7.0}]
-OURS = [{"seconds": 5.0, "tokens": 150.0, "step": 1, "eval_loss": 7.5},
-        {"seconds": 10.0, "tokens": 300.0, "step": 2, "eval_loss": 6.5},
-        {"seconds": 15.0, "tokens": 450.0, "step": 3, "eval_loss": 6.0}]
+REF = [
+    {"seconds": 10.0, "tokens": 100.0, "step": 1, "eval_loss": 8.0},
+    {"seconds": 20.0, "tokens": 200.0, "step": 2, "eval_loss": 7.0},
+]
+OURS = [
+    {"seconds": 5.0, "tokens": 150.0, "step": 1, "eval_loss": 7.5},
+    {"seconds": 10.0, "tokens": 300.0, "step": 2, "eval_loss": 6.5},
+    {"seconds": 15.0, "tokens": 450.0, "step": 3, "eval_loss": 6.0},
+]
 
 
 def test_quality_per_token_by_hand():
@@ -173,8 +179,10 @@ def test_time_to_quality_by_hand():
 def test_times_from_trainer_log_by_hand():
     # 70 blocks, 32 per step: steps 1, 2 full, step 3 has the epoch's last 6 blocks, step 4 starts epoch 2
     assert [ttq.steps_samples(s, 70, 32) for s in (1, 2, 3, 4, 6)] == [32, 32, 6, 32, 6]
-    log = [{"step": 2, "samples_per_second": 16.0, "tokens_per_second": 2048.0},   # 64 blocks in 4 s
-           {"step": 4, "samples_per_second": 19.0, "tokens_per_second": 2432.0}]   # 6 + 32 blocks in 2 s
+    log = [
+        {"step": 2, "samples_per_second": 16.0, "tokens_per_second": 2048.0},  # 64 blocks in 4 s
+        {"step": 4, "samples_per_second": 19.0, "tokens_per_second": 2432.0},
+    ]  # 6 + 32 blocks in 2 s
     times = ttq.times_from_trainer_log(log, n_blocks=70, per_step=32)
     assert times[2] == {"seconds": 4.0, "tokens": 4.0 * 2048.0}
     assert times[4]["seconds"] == pytest.approx(6.0) and times[4]["tokens"] == pytest.approx(4 * 2048 + 2 * 2432)
@@ -215,17 +223,43 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
 
     enc = tokenizer(_documents(200), return_special_tokens_mask=True)
     blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
-        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16})
+        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16}
+    )
     blocks.save_to_disk(str(tmp_path / "blocks"))
     tokenizer.save_pretrained(str(tmp_path / "tok"))
-    probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('b', sys.argv[1]); "
-             "m = importlib.util.module_from_spec(spec); sys.modules['b'] = m; spec.loader.exec_module(m); "
-             "m.block_project_imports()\ntry:\n    import training\nexcept ImportError:\n    print('blocked')\n"
-             "m.reference_main(sys.argv[2:])")
-    cmd = [sys.executable, "-c", probe, str(SCRIPT), "--blocks", str(tmp_path / "blocks"), "--tokenizer",
-           str(tmp_path / "tok"), "--model_shape", "bert-tiny", "--learning_rate", "1e-3", "--max_train_steps", "3",
-           "--batch_size", "4", "--save_steps", "2", "3", "--threads", "1", "--output_dir", str(tmp_path / "ref"),
-           "--start_file", str(SCRIPT)]  # exists: no wait
+    probe = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('b', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); sys.modules['b'] = m; spec.loader.exec_module(m); "
+        "m.block_project_imports()\ntry:\n    import training\nexcept ImportError:\n    print('blocked')\n"
+        "m.reference_main(sys.argv[2:])"
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        probe,
+        str(SCRIPT),
+        "--blocks",
+        str(tmp_path / "blocks"),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--model_shape",
+        "bert-tiny",
+        "--learning_rate",
+        "1e-3",
+        "--max_train_steps",
+        "3",
+        "--batch_size",
+        "4",
+        "--save_steps",
+        "2",
+        "3",
+        "--threads",
+        "1",
+        "--output_dir",
+        str(tmp_path / "ref"),
+        "--start_file",
+        str(SCRIPT),
+    ]  # exists: no wait
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "blocked" in proc.stdout
@@ -245,18 +279,37 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
 
 def test_what_pretraining_buys_by_hand(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"runs": [
-        {"task": "sst2", "backbone": "cbow", "metric": "accuracy", "value": 0.80},
-        {"task": "sst2", "backbone": "rnn", "metric": "accuracy", "value": 0.82},
-        {"task": "sst2", "backbone": "bert-tiny-1500", "metric": "accuracy", "value": 0.90},  # not a classic row
-        {"task": "stsb", "backbone": "cbow", "metric": "spearmanr", "value": 0.9},  # another metric: ignored
-        {"task": "stsb", "backbone": "cnn", "metric": "pearson", "error": "failed"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {"task": "sst2", "backbone": "cbow", "metric": "accuracy", "value": 0.80},
+                    {"task": "sst2", "backbone": "rnn", "metric": "accuracy", "value": 0.82},
+                    {
+                        "task": "sst2",
+                        "backbone": "bert-tiny-1500",
+                        "metric": "accuracy",
+                        "value": 0.90,
+                    },  # not a classic row
+                    {
+                        "task": "stsb",
+                        "backbone": "cbow",
+                        "metric": "spearmanr",
+                        "value": 0.9,
+                    },  # another metric: ignored
+                    {"task": "stsb", "backbone": "cnn", "metric": "pearson", "error": "failed"},
+                ]
+            }
+        )
+    )
     baselines = ttq.read_baselines(str(path), ["sst2", "stsb"])
     assert baselines == {"sst2": {"cbow": 0.80, "rnn": 0.82, "bert-tiny-1500": 0.90}}
-    runs = {"reference": {"kind": "reference", "downstream": {"sst2": 0.75, "stsb": 0.30}},
-            "ours": {"kind": "recipe", "downstream": {"sst2": 0.85, "stsb": None}},
-            "random-sesame": {"kind": "random-init", "downstream": {"sst2": 0.70, "stsb": 0.10}},
-            "random-bert": {"kind": "random-init", "final_eval_loss": 9.0}}  # scored, not fine-tuned
+    runs = {
+        "reference": {"kind": "reference", "downstream": {"sst2": 0.75, "stsb": 0.30}},
+        "ours": {"kind": "recipe", "downstream": {"sst2": 0.85, "stsb": None}},
+        "random-sesame": {"kind": "random-init", "downstream": {"sst2": 0.70, "stsb": 0.10}},
+        "random-bert": {"kind": "random-init", "final_eval_loss": 9.0},
+    }  # scored, not fine-tuned
     buys = ttq.pretraining_buys(runs, baselines)
     assert set(buys) == {"reference", "ours"}
     ours, ref = buys["ours"]["sst2"], buys["reference"]["stsb"]
@@ -269,29 +322,68 @@ def test_what_pretraining_buys_by_hand(tmp_path):
 
 
 def test_pairs_schedules_and_token_budget(tmp_path):
-    args = ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g",
-                           "--output_dir", str(tmp_path), "--budget_tokens", "100000", "--repeats", "2",
-                           "--recipes", "sesame-default", "--recipe_flags",
-                           "big=--per_device_train_batch_size 16 --gradient_accumulation_steps 4"])
+    args = ttq.parse_args(
+        [
+            "--train_file",
+            "a.txt",
+            "--validation_file",
+            "v.txt",
+            "--glue_dir",
+            "g",
+            "--output_dir",
+            str(tmp_path),
+            "--budget_tokens",
+            "100000",
+            "--repeats",
+            "2",
+            "--recipes",
+            "sesame-default",
+            "--recipe_flags",
+            "big=--per_device_train_batch_size 16 --gradient_accumulation_steps 4",
+        ]
+    )
     pairs = ttq.plan_pairs(args, tmp_path)
     assert [(ref.name, ours.name, ours.seed) for ref, ours in pairs] == [
-        ("reference-r0@sesame-default", "sesame-default-r0", 42), ("reference-r0@big", "big-r0", 42),
-        ("reference-r1@sesame-default", "sesame-default-r1", 43), ("reference-r1@big", "big-r1", 43)]
-    assert all(ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe
-               for ref, ours in pairs)
+        ("reference-r0@sesame-default", "sesame-default-r0", 42),
+        ("reference-r0@big", "big-r0", 42),
+        ("reference-r1@sesame-default", "sesame-default-r1", 43),
+        ("reference-r1@big", "big-r1", 43),
+    ]
+    assert all(
+        ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe for ref, ours in pairs
+    )
     assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
     assert [r.kind for g in ttq.groups_for("sequential", pairs) for r in g] == ["reference", "recipe"] * 4
     # shared (a recipe search): per repeat the first pair, then the other recipes without reference copies
     assert [[r.name for r in g] for g in ttq.groups_for("shared", pairs)] == [
-        ["reference-r0@sesame-default", "sesame-default-r0"], ["big-r0"],
-        ["reference-r1@sesame-default", "sesame-default-r1"], ["big-r1"]]
-    copies = {"reference-r0@sesame-default": {"paired_with": "sesame-default-r0", "final_eval_loss": 6.0},
-              "reference-r1@sesame-default": {"paired_with": "sesame-default-r1", "final_eval_loss": 6.1}}
+        ["reference-r0@sesame-default", "sesame-default-r0"],
+        ["big-r0"],
+        ["reference-r1@sesame-default", "sesame-default-r1"],
+        ["big-r1"],
+    ]
+    copies = {
+        "reference-r0@sesame-default": {"paired_with": "sesame-default-r0", "final_eval_loss": 6.0},
+        "reference-r1@sesame-default": {"paired_with": "sesame-default-r1", "final_eval_loss": 6.1},
+    }
     ttq.shared_copies(pairs, copies)
     assert copies["reference-r1@big"] == {"paired_with": "sesame-default-r1 (shared)", "final_eval_loss": 6.1}
     with pytest.raises(SystemExit):
-        ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g", "--output_dir",
-                        str(tmp_path), "--budget_minutes", "1", "--schedule", "shared"])
+        ttq.parse_args(
+            [
+                "--train_file",
+                "a.txt",
+                "--validation_file",
+                "v.txt",
+                "--glue_dir",
+                "g",
+                "--output_dir",
+                str(tmp_path),
+                "--budget_minutes",
+                "1",
+                "--schedule",
+                "shared",
+            ]
+        )
     ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
     # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
     assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
@@ -301,8 +393,14 @@ def _rtd_model(seed: int):
     import modeling
 
     torch.manual_seed(seed)
-    config = modeling.SesameBertRTDConfig(vocab_size=21, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                          intermediate_size=64, max_position_embeddings=32)
+    config = modeling.SesameBertRTDConfig(
+        vocab_size=21,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     return modeling.SesameBertForReplacedTokenDetection(config).eval()
 
 
@@ -327,35 +425,81 @@ def test_rtd_runs_are_scored_by_their_generator_also_from_checkpoints(tmp_path):
 
 
 def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, capsys):
-    args = ttq.parse_args(["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g",
-                           "--output_dir", str(tmp_path), "--budget_tokens", "8192", "--recipes", "sesame-lr1e-3",
-                           "rtd", "--tasks", "sst2"])
+    args = ttq.parse_args(
+        [
+            "--train_file",
+            "a.txt",
+            "--validation_file",
+            "v.txt",
+            "--glue_dir",
+            "g",
+            "--output_dir",
+            str(tmp_path),
+            "--budget_tokens",
+            "8192",
+            "--recipes",
+            "sesame-lr1e-3",
+            "rtd",
+            "--tasks",
+            "sst2",
+        ]
+    )
     assert args.recipe_table["rtd"] == ["--objective", "rtd", "--learning_rate", "1e-3"]
-    curve = [{"seconds": 1.0, "tokens": 4096, "step": 1, "eval_loss": 7.0},
-             {"seconds": 2.0, "tokens": 8192, "step": 2, "eval_loss": 6.5}]
-    ref = {"name": "ref", "repeat": 0, "seed": 42, "paired_with": "x", "heldout_model": "model", "curve": curve,
-           "final_eval_loss": 6.5, "tokens": 8192, "seconds": 2.0, "steps": 2, "tokens_per_second": 4096,
-           "learning_rate": 1e-3}
+    curve = [
+        {"seconds": 1.0, "tokens": 4096, "step": 1, "eval_loss": 7.0},
+        {"seconds": 2.0, "tokens": 8192, "step": 2, "eval_loss": 6.5},
+    ]
+    ref = {
+        "name": "ref",
+        "repeat": 0,
+        "seed": 42,
+        "paired_with": "x",
+        "heldout_model": "model",
+        "curve": curve,
+        "final_eval_loss": 6.5,
+        "tokens": 8192,
+        "seconds": 2.0,
+        "steps": 2,
+        "tokens_per_second": 4096,
+        "learning_rate": 1e-3,
+    }
     ours = {**ref, "curve": [dict(p, eval_loss=p["eval_loss"] - 0.1) for p in curve], "final_eval_loss": 6.4}
     rtd = {**ours, "heldout_model": "generator"}
     ratios = {"sesame-lr1e-3": ttq.ratios_for([(ref, ours)], 7.5), "rtd": ttq.ratios_for([(ref, rtd)], 7.5)}
     assert ratios["sesame-lr1e-3"]["quality_per_token"] == pytest.approx((7.5 - 6.4) / (7.5 - 6.5))
     assert ratios["rtd"]["quality_per_token"] is None and ratios["rtd"]["time_to_quality"] is None
     assert "generator" in ratios["rtd"]["not_applicable"]
-    runs = {"reference": ttq.summarize("reference", [], [ref]),
-            "sesame-lr1e-3": ttq.summarize("recipe", [], [ours]),
-            "rtd": {**ttq.summarize("recipe", ["--objective", "rtd"], [rtd]), "downstream": {"sst2": 0.7}},
-            "random-sesame": {"kind": "random-init", "flags": [], "final_eval_loss": 9.0}}
+    runs = {
+        "reference": ttq.summarize("reference", [], [ref]),
+        "sesame-lr1e-3": ttq.summarize("recipe", [], [ours]),
+        "rtd": {**ttq.summarize("recipe", ["--objective", "rtd"], [rtd]), "downstream": {"sst2": 0.7}},
+        "random-sesame": {"kind": "random-init", "flags": [], "final_eval_loss": 9.0},
+    }
     assert runs["rtd"]["heldout_model"] == "generator"
     manifest = {"tokenizer_size": 21, "blocks": {"train": 10}, "tokens": {"train": 1280}}
-    data = {"manifest": manifest, "prepared": tmp_path / "prepared",
-            "variants": {name: {"path": tmp_path / name, "manifest": manifest} for name in ("prepared", "prepared-rtd")}}
-    results = {"command": ["bench"], "protocol": ttq.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2},
-                                                              {}, 1.0),
-               "heldout_sha256": "0" * 64, "heldout": {"blocks": 2, "tokens": 64, "masked": 9, "seed": 1},
-               "unigram_loss": 7.5, "ratios": {"default_recipe": "sesame-lr1e-3", "quality_per_token": 1.1,
-                                               "time_to_quality": None, "by_recipe": ratios},
-               "runs": runs, "pretraining_buys": {}, "baselines": {}, "sweep": {}, "timings": {}}
+    data = {
+        "manifest": manifest,
+        "prepared": tmp_path / "prepared",
+        "variants": {name: {"path": tmp_path / name, "manifest": manifest} for name in ("prepared", "prepared-rtd")},
+    }
+    results = {
+        "command": ["bench"],
+        "protocol": ttq.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2}, {}, 1.0),
+        "heldout_sha256": "0" * 64,
+        "heldout": {"blocks": 2, "tokens": 64, "masked": 9, "seed": 1},
+        "unigram_loss": 7.5,
+        "ratios": {
+            "default_recipe": "sesame-lr1e-3",
+            "quality_per_token": 1.1,
+            "time_to_quality": None,
+            "by_recipe": ratios,
+        },
+        "runs": runs,
+        "pretraining_buys": {},
+        "baselines": {},
+        "sweep": {},
+        "timings": {},
+    }
     ttq.write_outputs(results, tmp_path)
     table = (tmp_path / "results.md").read_text()
     assert "| rtd | n/a |" in table and "6.4000 (generator)" in table

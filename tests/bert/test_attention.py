@@ -92,8 +92,10 @@ def test_flex_attention_forward_matches_eager_and_sdpa(tiny_kwargs, make_batch):
     with torch.no_grad():
         for implementation in ("eager", "sdpa", "flex_attention"):
             model.set_attn_implementation(implementation)
-            outs[implementation] = (model(**batch).last_hidden_state,
-                                    model(**batch, position_ids=position_ids).last_hidden_state)
+            outs[implementation] = (
+                model(**batch).last_hidden_state,
+                model(**batch, position_ids=position_ids).last_hidden_state,
+            )
     for implementation in ("sdpa", "flex_attention"):
         for got, expected in zip(outs[implementation], outs["eager"]):
             torch.testing.assert_close(got[keep], expected[keep], rtol=0, atol=1e-5)
@@ -113,8 +115,9 @@ def test_switching_and_registered_kernels_are_dispatched(tiny_kwargs, make_batch
     AttentionInterface.register("sesame_test_counting", counting)
     AttentionMaskInterface.register("sesame_test_counting", sdpa_mask)
     eager = modeling_sesame_bert.eager_attention_forward
-    monkeypatch.setattr(modeling_sesame_bert, "eager_attention_forward",
-                        lambda *a, **k: calls.append("eager") or eager(*a, **k))
+    monkeypatch.setattr(
+        modeling_sesame_bert, "eager_attention_forward", lambda *a, **k: calls.append("eager") or eager(*a, **k)
+    )
     layers = tiny_kwargs["num_hidden_layers"]
     with torch.no_grad():
         model = AutoModel.from_pretrained(tmp_path / "m", attn_implementation="sesame_test_counting").eval()
@@ -250,8 +253,9 @@ def test_flash_kernels_get_varlen_arguments(tiny_kwargs, monkeypatch):
     sequence of the flattened batch, written here) then reproduces the separate forward passes."""
     seen = []
 
-    def varlen(module, query, key, value, attention_mask, cu_seq_lens_q=None, max_length_q=None, scaling=None,
-               **kwargs):
+    def varlen(
+        module, query, key, value, attention_mask, cu_seq_lens_q=None, max_length_q=None, scaling=None, **kwargs
+    ):
         assert attention_mask is None
         seen.append((cu_seq_lens_q.tolist(), max_length_q))
         b, a, t, d = query.shape
@@ -305,7 +309,8 @@ def test_low_precision_loading_and_casting(tiny_kwargs, make_batch, tmp_path, dt
     for name, model in {**models, "from_config": fresh}.items():
         tensors = dict(model.named_parameters(), **dict(model.named_buffers()))
         assert {n: t.dtype for n, t in tensors.items() if t.is_floating_point()} == {
-            n: dtype for n, t in tensors.items() if t.is_floating_point()}, name
+            n: dtype for n, t in tensors.items() if t.is_floating_point()
+        }, name
         if position == "sinusoidal":
             table = model.bert.embeddings.position_embeddings.table
             assert torch.equal(table, sinusoidal_table(*table.shape).to(dtype)), name

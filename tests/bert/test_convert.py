@@ -36,10 +36,14 @@ def test_random_bert_for_pretraining_parity(hf_bert_dir, tmp_path, make_batch):
     assert _max_diff(ref.seq_relationship_logits, fast.seq_relationship_logits) <= 1e-4
     for r, n in zip(ref.attentions, new.attentions):
         assert _max_diff(r, n) <= 1e-6
-    print("random BertForPreTraining parity, max abs diff:", {
-        "last_hidden_state": _max_diff(ref.hidden_states[-1][real], new.hidden_states[-1][real]),
-        "prediction_logits": _max_diff(ref.prediction_logits[real], fast.prediction_logits[real]),
-        "seq_relationship_logits": _max_diff(ref.seq_relationship_logits, fast.seq_relationship_logits)})
+    print(
+        "random BertForPreTraining parity, max abs diff:",
+        {
+            "last_hidden_state": _max_diff(ref.hidden_states[-1][real], new.hidden_states[-1][real]),
+            "prediction_logits": _max_diff(ref.prediction_logits[real], fast.prediction_logits[real]),
+            "seq_relationship_logits": _max_diff(ref.seq_relationship_logits, fast.seq_relationship_logits),
+        },
+    )
     assert _max_diff(new.prediction_logits, fast.prediction_logits) <= 1e-5
 
 
@@ -76,8 +80,10 @@ def test_training_step_parity(hf_bert_dir, tmp_path, make_batch):
         assert scale > 0, name
         worst = max(worst, _max_diff(param.grad, expected[name]) / scale)
         assert _max_diff(param.grad, expected[name]) / scale <= 1e-5, name
-    print(f"training step: loss {new.loss.item():.6f} vs {ref.loss.item():.6f} "
-          f"(rel {abs(new.loss.item() - ref.loss.item()) / ref.loss.item():.2e}); max relative grad diff {worst:.2e}")
+    print(
+        f"training step: loss {new.loss.item():.6f} vs {ref.loss.item():.6f} "
+        f"(rel {abs(new.loss.item() - ref.loss.item()) / ref.loss.item():.2e}); max relative grad diff {worst:.2e}"
+    )
 
 
 def _sentences_for_minilm(sentences):
@@ -124,8 +130,9 @@ def test_minilm_real_weights_parity(minilm_dir, tmp_path, sentences):
 def test_bert_for_masked_lm_source_reports_nsp_head(tmp_path, tokenizer):
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        vocab_size=len(tokenizer))
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=len(tokenizer)
+    )
     BertForMaskedLM(config).save_pretrained(tmp_path / "mlm")
     tokenizer.save_pretrained(tmp_path / "mlm")
     report = convert(tmp_path / "mlm", tmp_path / "out")
@@ -137,8 +144,13 @@ def test_bert_for_masked_lm_source_reports_nsp_head(tmp_path, tokenizer):
 def test_cli_writes_directory_and_refuses_bad_sources(hf_bert_dir, tmp_path, capsys):
     out = tmp_path / "cli-out"
     assert run_cli(main, ["--source", str(hf_bert_dir), "--output_dir", str(out)]) == 0
-    assert {"config.json", "model.safetensors", "modeling_sesame_bert.py", "configuration_sesame_bert.py",
-            "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_sesame_bert.py",
+        "configuration_sesame_bert.py",
+        "tokenizer_config.json",
+    } <= {p.name for p in out.iterdir()}
     assert json.loads(capsys.readouterr().out)["output_dir"] == str(out)
     # a non-empty output directory is refused unless --overwrite_output_dir
     assert run_cli(main, ["--source", str(hf_bert_dir), "--output_dir", str(out)]) == 2
@@ -146,8 +158,11 @@ def test_cli_writes_directory_and_refuses_bad_sources(hf_bert_dir, tmp_path, cap
     assert run_cli(main, ["--source", str(hf_bert_dir), "--output_dir", str(out), "--overwrite_output_dir"]) == 0
 
     not_bert = tmp_path / "not-bert"
-    SesameBertModel(SesameBertForPreTraining.config_class(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                                          intermediate_size=8, vocab_size=20)).save_pretrained(not_bert)
+    SesameBertModel(
+        SesameBertForPreTraining.config_class(
+            hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, vocab_size=20
+        )
+    ).save_pretrained(not_bert)
     no_weights = tmp_path / "no-weights"
     no_weights.mkdir()
     (no_weights / "config.json").write_text((hf_bert_dir / "config.json").read_text())

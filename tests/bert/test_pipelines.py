@@ -40,8 +40,12 @@ def test_fill_mask(tiny_kwargs, tokenizer):
 
 def test_text_classification_pairs(tiny_kwargs, tokenizer, pairs):
     torch.manual_seed(0)
-    config = SesameBertConfig(**tiny_kwargs, num_labels=3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
-                              label2id={"entailment": 0, "neutral": 1, "contradiction": 2})
+    config = SesameBertConfig(
+        **tiny_kwargs,
+        num_labels=3,
+        id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
+        label2id={"entailment": 0, "neutral": 1, "contradiction": 2},
+    )
     model = SesameBertForSequenceClassification(config).eval()
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
     for a, b in pairs:
@@ -68,14 +72,18 @@ def test_question_answering(tiny_kwargs, tokenizer):
     context = "he lives in paris . paris is the capital of france ."
     answer = qa(question="where does he live ?", context=context)
     assert set(answer) == {"score", "start", "end", "answer"}
-    assert answer["answer"] == context[answer["start"]:answer["end"]] and answer["answer"]
+    assert answer["answer"] == context[answer["start"] : answer["end"]] and answer["answer"]
     assert 0.0 <= answer["score"] <= 1.0
 
 
 def test_token_classification(tiny_kwargs, tokenizer):
     torch.manual_seed(0)
-    config = SesameBertConfig(**tiny_kwargs, num_labels=3, id2label={0: "O", 1: "B-LOC", 2: "I-LOC"},
-                              label2id={"O": 0, "B-LOC": 1, "I-LOC": 2})
+    config = SesameBertConfig(
+        **tiny_kwargs,
+        num_labels=3,
+        id2label={0: "O", 1: "B-LOC", 2: "I-LOC"},
+        label2id={"O": 0, "B-LOC": 1, "I-LOC": 2},
+    )
     model = SesameBertForTokenClassification(config).eval()
     tag = pipeline("token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
     text = "he lives in paris"

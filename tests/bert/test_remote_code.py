@@ -57,8 +57,9 @@ CHILD = textwrap.dedent(
 
 def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
     torch.manual_seed(0)
-    model = SesameBertForPreTraining(SesameBertConfig(**tiny_kwargs, norm_position="pre",
-                                                      classifier_pooling="attention")).eval()
+    model = SesameBertForPreTraining(
+        SesameBertConfig(**tiny_kwargs, norm_position="pre", classifier_pooling="attention")
+    ).eval()
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -74,8 +75,14 @@ def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
     env.update(HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     child = tmp_path / "child.py"
     child.write_text(CHILD)
-    result = subprocess.run([sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     got = torch.load(tmp_path / "out.pt")
 

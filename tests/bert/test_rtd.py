@@ -40,8 +40,12 @@ def _masked(batch, every: int = 3, mask_id: int = 4, seed: int = 0):
     selected &= keep
     labels = torch.where(selected, ids, torch.full_like(ids, -100))
     g = torch.Generator().manual_seed(seed)
-    return {**batch, "input_ids": torch.where(selected, torch.full_like(ids, mask_id), ids), "labels": labels,
-            "sampling_uniforms": torch.rand(ids.shape, generator=g)}
+    return {
+        **batch,
+        "input_ids": torch.where(selected, torch.full_like(ids, mask_id), ids),
+        "labels": labels,
+        "sampling_uniforms": torch.rand(ids.shape, generator=g),
+    }
 
 
 def test_generator_shape_follows_generator_size_and_bad_sizes_are_refused(tiny_kwargs):
@@ -49,8 +53,10 @@ def test_generator_shape_follows_generator_size_and_bad_sizes_are_refused(tiny_k
     gen = config.generator_config()
     assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.embedding_size) == (8, 1, 16, 32)
     assert gen.num_hidden_layers == config.num_hidden_layers and gen.vocab_size == config.vocab_size
-    assert config.discriminator_config().to_dict() == SesameBertConfig(**tiny_kwargs, hidden_dropout_prob=0.0,
-                                                                       attention_probs_dropout_prob=0.0).to_dict()
+    assert (
+        config.discriminator_config().to_dict()
+        == SesameBertConfig(**tiny_kwargs, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).to_dict()
+    )
     third = _config(tiny_kwargs, generator_size=0.5, embedding_sharing="none").generator_config()
     assert (third.hidden_size, third.num_attention_heads, third.embedding_size) == (16, 2, None)
     for bad in (0.0, 1.5, 0.6):  # 0.6: hidden 19 with 2 heads
@@ -118,8 +124,9 @@ def test_loss_is_the_generator_mlm_loss_plus_lambda_times_the_discriminator_loss
         masked = batch["labels"] != -100
         gen_logits = model.generator(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         gen = F.cross_entropy(gen_logits[masked], batch["labels"][masked])
-        disc_logits = model.discriminator(out.corrupted_input_ids, batch["attention_mask"],
-                                          batch["token_type_ids"]).logits
+        disc_logits = model.discriminator(
+            out.corrupted_input_ids, batch["attention_mask"], batch["token_type_ids"]
+        ).logits
         keep = batch["attention_mask"].bool()
         disc = F.binary_cross_entropy_with_logits(disc_logits[keep], out.replaced_labels[keep].float())
     torch.testing.assert_close(out.generator_loss, gen)
@@ -139,8 +146,7 @@ def _nonzero(g) -> bool:
 
 
 @pytest.mark.parametrize("sharing", SHARINGS)
-def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embeddings(tiny_kwargs, make_batch,
-                                                                                     sharing):
+def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embeddings(tiny_kwargs, make_batch, sharing):
     model = _model(tiny_kwargs, embedding_sharing=sharing)
     out = model(**_masked(make_batch(tiny_kwargs["vocab_size"])))
     disc = _grads(model, out.discriminator_loss)
@@ -170,14 +176,16 @@ def test_gdes_starts_from_the_generator_embeddings_and_adds_its_delta(tiny_kwarg
     with torch.no_grad():
         emb.word_embeddings_delta.normal_()
         expected = shared.word_embeddings.weight[ids] + emb.word_embeddings_delta[ids]
-        expected = emb.norm(expected + shared.position_embeddings.weight[:ids.shape[1]]
-                            + shared.token_type_embeddings.weight[0])
+        expected = emb.norm(
+            expected + shared.position_embeddings.weight[: ids.shape[1]] + shared.token_type_embeddings.weight[0]
+        )
         torch.testing.assert_close(emb(ids), expected)
 
 
 @pytest.mark.parametrize("sharing", SHARINGS)
-def test_save_writes_the_discriminator_and_the_generator_for_the_auto_classes(tiny_kwargs, make_batch, tokenizer,
-                                                                              tmp_path, sharing):
+def test_save_writes_the_discriminator_and_the_generator_for_the_auto_classes(
+    tiny_kwargs, make_batch, tokenizer, tmp_path, sharing
+):
     from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, pipeline
 
     model = _model(tiny_kwargs, embedding_sharing=sharing).eval()
@@ -194,8 +202,10 @@ def test_save_writes_the_discriminator_and_the_generator_for_the_auto_classes(ti
     assert config["auto_map"]["AutoModel"] == "modeling_sesame_bert.SesameBertModel"
     assert {"modeling_sesame_bert.py", "configuration_sesame_bert.py"} <= {p.name for p in folder.iterdir()}
     batch = make_batch(tiny_kwargs["vocab_size"])
-    encoder, generator = AutoModel.from_pretrained(folder).eval(), AutoModelForMaskedLM.from_pretrained(
-        folder / "generator").eval()
+    encoder, generator = (
+        AutoModel.from_pretrained(folder).eval(),
+        AutoModelForMaskedLM.from_pretrained(folder / "generator").eval(),
+    )
     assert type(encoder).__name__ == "SesameBertModel" and type(generator).__name__ == "SesameBertForMaskedLM"
     discriminator = SesameBertDiscriminator.from_pretrained(folder).eval()
     with torch.no_grad():
@@ -236,8 +246,9 @@ def test_saved_rtd_model_loads_as_remote_code_without_the_package(tiny_kwargs, m
     got = run_remote_code_script(_REMOTE, tmp_path, str(tmp_path / "rtd"), json.dumps(ids.tolist()))
     assert got["project"] == [] and all(m.startswith("transformers_modules") for m in got["modules"])
     with torch.no_grad():
-        torch.testing.assert_close(torch.tensor(got["hidden"]), model.discriminator.bert(ids).last_hidden_state,
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor(got["hidden"]), model.discriminator.bert(ids).last_hidden_state, rtol=1e-5, atol=1e-6
+        )
         torch.testing.assert_close(torch.tensor(got["logits"]), model.generator(ids).logits, rtol=1e-5, atol=1e-6)
 
 

@@ -25,8 +25,21 @@ import modeling
 from modeling.baselines import SesameBaselineConfig, SesameBaselineForSequenceClassification, SesameBaselineModel
 
 #: the parts of the contract (the keys of Row.unsupported)
-ASPECTS = ("save_load", "return_tuple", "hidden_states", "attentions", "capture", "inputs_embeds", "resize", "tied",
-           "attn_implementation", "dtype", "gradient_checkpointing", "export", "determinism")
+ASPECTS = (
+    "save_load",
+    "return_tuple",
+    "hidden_states",
+    "attentions",
+    "capture",
+    "inputs_embeds",
+    "resize",
+    "tied",
+    "attn_implementation",
+    "dtype",
+    "gradient_checkpointing",
+    "export",
+    "determinism",
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +79,17 @@ class Row:
 
 
 # ---- the SesameBert family ----------------------------------------------------------------------------------------
-BERT_TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                 max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+BERT_TINY = dict(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=32,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    num_labels=3,
+)
 
 
 def bert_config(**overrides):
@@ -83,8 +105,11 @@ def bert_batch() -> dict:
     attention_mask[2, 4:] = 0
     token_type_ids = torch.zeros_like(input_ids)
     token_type_ids[:, 5:] = 1
-    return dict(input_ids=input_ids * attention_mask, attention_mask=attention_mask,
-                token_type_ids=token_type_ids * attention_mask)
+    return dict(
+        input_ids=input_ids * attention_mask,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids * attention_mask,
+    )
 
 
 def _mlm_labels(b):
@@ -92,29 +117,58 @@ def _mlm_labels(b):
 
 
 def _bert_row(cls, output, labels, **kwargs):
-    return Row(cls, bert_config, bert_batch, labels, output, num_layers=BERT_TINY["num_hidden_layers"],
-               dtype_overrides=dict(position_embedding_type="sinusoidal"), **kwargs)
+    return Row(
+        cls,
+        bert_config,
+        bert_batch,
+        labels,
+        output,
+        num_layers=BERT_TINY["num_hidden_layers"],
+        dtype_overrides=dict(position_embedding_type="sinusoidal"),
+        **kwargs,
+    )
 
 
 BERT_ROWS = {
     "bert-model": _bert_row(modeling.SesameBertModel, "last_hidden_state", lambda b: {}),
     "bert-mlm": _bert_row(modeling.SesameBertForMaskedLM, "logits", lambda b: dict(labels=_mlm_labels(b))),
-    "bert-pretraining": _bert_row(modeling.SesameBertForPreTraining, "prediction_logits",
-                                  lambda b: dict(labels=_mlm_labels(b), next_sentence_label=torch.tensor([0, 1, 0]))),
-    "bert-classification": _bert_row(modeling.SesameBertForSequenceClassification, "logits",
-                                     lambda b: dict(labels=torch.tensor([0, 2, 1]))),
-    "bert-qa": _bert_row(modeling.SesameBertForQuestionAnswering, "start_logits",
-                         lambda b: dict(start_positions=torch.tensor([1, 2, 3]),
-                                        end_positions=torch.tensor([2, 5, 3]))),
-    "bert-tagging": _bert_row(modeling.SesameBertForTokenClassification, "logits",
-                              lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100))),
+    "bert-pretraining": _bert_row(
+        modeling.SesameBertForPreTraining,
+        "prediction_logits",
+        lambda b: dict(labels=_mlm_labels(b), next_sentence_label=torch.tensor([0, 1, 0])),
+    ),
+    "bert-classification": _bert_row(
+        modeling.SesameBertForSequenceClassification, "logits", lambda b: dict(labels=torch.tensor([0, 2, 1]))
+    ),
+    "bert-qa": _bert_row(
+        modeling.SesameBertForQuestionAnswering,
+        "start_logits",
+        lambda b: dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 5, 3])),
+    ),
+    "bert-tagging": _bert_row(
+        modeling.SesameBertForTokenClassification,
+        "logits",
+        lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100)),
+    ),
 }
 
 
 # ---- the classic baselines ---------------------------------------------------------------------------------------
 def baseline_config(**overrides):
-    return SesameBaselineConfig(**{**dict(vocab_size=40, embedding_dim=8, encoder_type="rnn", rnn_hidden_size=6,
-                                          rnn_num_layers=1, classifier_hidden_size=0, num_labels=3), **overrides})
+    return SesameBaselineConfig(
+        **{
+            **dict(
+                vocab_size=40,
+                embedding_dim=8,
+                encoder_type="rnn",
+                rnn_hidden_size=6,
+                rnn_num_layers=1,
+                classifier_hidden_size=0,
+                num_labels=3,
+            ),
+            **overrides,
+        }
+    )
 
 
 def baseline_batch() -> dict:
@@ -124,8 +178,8 @@ def baseline_batch() -> dict:
 _BASELINE_UNSUPPORTED = {
     "attentions": "no attention",
     "capture": "the hidden states (word vectors, encoder states) are put back at the input positions from the packed "
-               "sentences, not recorded from layer modules by transformers' capture hooks (output_hidden_states=True/"
-               "False is honoured)",
+    "sentences, not recorded from layer modules by transformers' capture hooks (output_hidden_states=True/"
+    "False is honoured)",
     "tied": "no output embeddings",
     "attn_implementation": "no attention",
 }
@@ -137,20 +191,54 @@ def _baseline_widths(model):
 
 
 BASELINE_ROWS = {
-    "baseline-model": Row(SesameBaselineModel, baseline_config, baseline_batch, lambda b: {}, "pooler_output",
-                          num_layers=1, unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
-    "baseline-classification": Row(SesameBaselineForSequenceClassification, baseline_config, baseline_batch,
-                                   lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits", num_layers=1,
-                                   unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
-    "baseline-classification-pair": Row(SesameBaselineForSequenceClassification, baseline_config, bert_batch,
-                                        lambda b: dict(labels=torch.tensor([0, 2, 1])), "logits", num_layers=1,
-                                        unsupported=dict(_BASELINE_UNSUPPORTED), hidden_widths=_baseline_widths),
+    "baseline-model": Row(
+        SesameBaselineModel,
+        baseline_config,
+        baseline_batch,
+        lambda b: {},
+        "pooler_output",
+        num_layers=1,
+        unsupported=dict(_BASELINE_UNSUPPORTED),
+        hidden_widths=_baseline_widths,
+    ),
+    "baseline-classification": Row(
+        SesameBaselineForSequenceClassification,
+        baseline_config,
+        baseline_batch,
+        lambda b: dict(labels=torch.tensor([0, 2, 1])),
+        "logits",
+        num_layers=1,
+        unsupported=dict(_BASELINE_UNSUPPORTED),
+        hidden_widths=_baseline_widths,
+    ),
+    "baseline-classification-pair": Row(
+        SesameBaselineForSequenceClassification,
+        baseline_config,
+        bert_batch,
+        lambda b: dict(labels=torch.tensor([0, 2, 1])),
+        "logits",
+        num_layers=1,
+        unsupported=dict(_BASELINE_UNSUPPORTED),
+        hidden_widths=_baseline_widths,
+    ),
 }
 
 # ---- the ELMo-style family --------------------------------------------------------------------------------------
-ELMO_TINY = dict(vocab_size=40, char_embedding_dim=4, cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
-                 projection_dim=8, cell_size=16, num_layers=2, dropout=0.0, task_hidden_size=4,
-                 classifier_hidden_size=8, classifier_dropout=0.0, num_labels=3, freeze_backbone=False)
+ELMO_TINY = dict(
+    vocab_size=40,
+    char_embedding_dim=4,
+    cnn_filters=[[1, 4], [2, 4]],
+    num_highway_layers=1,
+    projection_dim=8,
+    cell_size=16,
+    num_layers=2,
+    dropout=0.0,
+    task_hidden_size=4,
+    classifier_hidden_size=8,
+    classifier_dropout=0.0,
+    num_labels=3,
+    freeze_backbone=False,
+)
 
 
 def elmo_config(**overrides):
@@ -176,30 +264,48 @@ _ELMO_UNSUPPORTED = {
     "attentions": "no attention layers (a BiLSTM)",
     "attn_implementation": "no attention layers (a BiLSTM)",
     "capture": "the hidden states are [forward; backward] pairs of two LSTM stacks stepped together, not the outputs "
-               "of one layer module that transformers' capture hooks record (output_hidden_states=True/False is "
-               "honoured)",
+    "of one layer module that transformers' capture hooks record (output_hidden_states=True/False is "
+    "honoured)",
     "resize": "character input: the input embeddings are a character CNN, no token matrix to resize",
     "tied": "no tied weights (the BiLM softmax is not tied to the character CNN)",
 }
 
 
 def _elmo_row(cls, output, labels, batch=elmo_batch, **unsupported):
-    return Row(cls, elmo_config, batch, labels, output, num_layers=ELMO_TINY["num_layers"],
-               unsupported={**_ELMO_UNSUPPORTED, **unsupported})
+    return Row(
+        cls,
+        elmo_config,
+        batch,
+        labels,
+        output,
+        num_layers=ELMO_TINY["num_layers"],
+        unsupported={**_ELMO_UNSUPPORTED, **unsupported},
+    )
 
 
 ELMO_ROWS = {
     "elmo-model": _elmo_row(modeling.SesameElmoModel, "last_hidden_state", lambda b: {}),
     "elmo-bilm": _elmo_row(modeling.SesameElmoForBidirectionalLM, "loss", lambda b: {}),
-    "elmo-classification": _elmo_row(modeling.SesameElmoForSequenceClassification, "logits",
-                                      lambda b: dict(labels=torch.tensor([0, 2, 1]))),
-    "elmo-classification-pair": _elmo_row(modeling.SesameElmoForSequenceClassification, "logits",
-                                           lambda b: dict(labels=torch.tensor([0, 2, 1])), batch=elmo_pair_batch),
-    "elmo-qa": _elmo_row(modeling.SesameElmoForQuestionAnswering, "start_logits",
-                         lambda b: dict(start_positions=torch.tensor([6, 5, 0]), end_positions=torch.tensor([7, 6, 0])),
-                         batch=elmo_pair_batch),
-    "elmo-tagging": _elmo_row(modeling.SesameElmoForTokenClassification, "logits",
-                              lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100))),
+    "elmo-classification": _elmo_row(
+        modeling.SesameElmoForSequenceClassification, "logits", lambda b: dict(labels=torch.tensor([0, 2, 1]))
+    ),
+    "elmo-classification-pair": _elmo_row(
+        modeling.SesameElmoForSequenceClassification,
+        "logits",
+        lambda b: dict(labels=torch.tensor([0, 2, 1])),
+        batch=elmo_pair_batch,
+    ),
+    "elmo-qa": _elmo_row(
+        modeling.SesameElmoForQuestionAnswering,
+        "start_logits",
+        lambda b: dict(start_positions=torch.tensor([6, 5, 0]), end_positions=torch.tensor([7, 6, 0])),
+        batch=elmo_pair_batch,
+    ),
+    "elmo-tagging": _elmo_row(
+        modeling.SesameElmoForTokenClassification,
+        "logits",
+        lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100)),
+    ),
 }
 
 ROWS = {**BERT_ROWS, **BASELINE_ROWS, **ELMO_ROWS}
@@ -435,8 +541,9 @@ def test_torch_export(row):
     exported = torch.export.export(model, (), dict(batch))
     other = {k: v.flip(0).contiguous() for k, v in batch.items()}  # the same shape, other padding per row
     with torch.no_grad():
-        torch.testing.assert_close(exported.module()(**other)[row.output], model(**other)[row.output], rtol=0,
-                                   atol=1e-5)
+        torch.testing.assert_close(
+            exported.module()(**other)[row.output], model(**other)[row.output], rtol=0, atol=1e-5
+        )
 
 
 @rows

@@ -22,9 +22,20 @@ def elmo_tokenizer(tiny_corpus: Path, tmp_path: Path):
 
 
 #: The tiny SesameElmo settings of the tests (without ``vocab_size``).
-TINY_KWARGS = dict(char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8], [3, 16]], num_highway_layers=2,
-                   projection_dim=16, cell_size=32, num_layers=2, dropout=0.0, task_hidden_size=8,
-                   classifier_hidden_size=16, classifier_dropout=0.0, num_sampled=16, cnn_pool_filters=4)
+TINY_KWARGS = dict(
+    char_embedding_dim=8,
+    cnn_filters=[[1, 8], [2, 8], [3, 16]],
+    num_highway_layers=2,
+    projection_dim=16,
+    cell_size=32,
+    num_layers=2,
+    dropout=0.0,
+    task_hidden_size=8,
+    classifier_hidden_size=16,
+    classifier_dropout=0.0,
+    num_sampled=16,
+    cnn_pool_filters=4,
+)
 
 
 def tiny_config(vocab_size: int = 100, **overrides):

@@ -173,7 +173,9 @@ def test_tiny_model_overfits_and_sampled_adaptive_track_full(tiny, elmo_tokenize
     v = len(elmo_tokenizer)
     results = {}
     for kind in ("full", "sampled", "adaptive"):
-        cfg = tiny(vocab_size=v, softmax=kind, num_sampled=20, adaptive_cutoffs=[12, 30], projection_dim=32, cell_size=64)
+        cfg = tiny(
+            vocab_size=v, softmax=kind, num_sampled=20, adaptive_cutoffs=[12, 30], projection_dim=32, cell_size=64
+        )
         results[kind] = _train(cfg, ids, chars, mask, steps=120)
     start = math.log(v)
     full = results["full"]
@@ -203,7 +205,9 @@ def test_clipping_config_uses_clipped_loop(tiny):
     plain = SesameElmoModel(tiny()).eval()
     plain.load_state_dict(clip_model.state_dict())
     _, chars = _random_batch(2, 5)
-    torch.testing.assert_close(clip_model(chars).last_hidden_state, plain(chars).last_hidden_state, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        clip_model(chars).last_hidden_state, plain(chars).last_hidden_state, rtol=1e-4, atol=1e-5
+    )
 
 
 def _stacked(lstms):

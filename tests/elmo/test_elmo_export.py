@@ -25,9 +25,20 @@ from modeling.export import TOLERANCE, _elmo_sample, main
 from training.errors import run_cli
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
-TINY = dict(vocab_size=60, char_embedding_dim=4, cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, projection_dim=8,
-            cell_size=16, num_layers=2, dropout=0.0, task_hidden_size=4, classifier_hidden_size=8,
-            classifier_dropout=0.0, num_labels=3)
+TINY = dict(
+    vocab_size=60,
+    char_embedding_dim=4,
+    cnn_filters=[[1, 4], [2, 8]],
+    num_highway_layers=1,
+    projection_dim=8,
+    cell_size=16,
+    num_layers=2,
+    dropout=0.0,
+    task_hidden_size=4,
+    classifier_hidden_size=8,
+    classifier_dropout=0.0,
+    num_labels=3,
+)
 
 
 def _config(**overrides) -> SesameElmoConfig:
@@ -54,8 +65,9 @@ _AXES = {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")}  # one b
 DIMS = dict(char_ids=_AXES, attention_mask=_AXES, token_type_ids=_AXES)
 
 
-@pytest.mark.parametrize("cls,field", [(SesameElmoModel, "last_hidden_state"),
-                                       (SesameElmoForSequenceClassification, "logits")])
+@pytest.mark.parametrize(
+    "cls,field", [(SesameElmoModel, "last_hidden_state"), (SesameElmoForSequenceClassification, "logits")]
+)
 def test_torch_export_static_and_dynamic(cls, field):
     """Exported on a (2, 8) batch; the dynamic program runs other shapes, pairs and single sentences alike (on main:
     GuardOnDataDependentSymNode at the mask check, the pair/single choice, the pair width, torch.unique)."""
@@ -89,8 +101,13 @@ def test_torch_export_of_the_bilm_loss():
 
 
 # ~15 s on 2 cores: the classifier runs in the fast set, the base model is marked slow
-@pytest.mark.parametrize("cls,task", [(SesameElmoForSequenceClassification, "sequence-classification"),
-                                      pytest.param(SesameElmoModel, "base", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "cls,task",
+    [
+        (SesameElmoForSequenceClassification, "sequence-classification"),
+        pytest.param(SesameElmoModel, "base", marks=pytest.mark.slow),
+    ],
+)
 def test_onnx_export_command_matches_pytorch_on_padded_batches(tmp_path, capsys, cls, task):
     """``python -m modeling.export`` on a saved frozen-ELMo classifier: inputs char_ids, attention_mask,
     token_type_ids; onnxruntime equals PyTorch within 1e-4 on padded batches of another shape (on main: refused)."""
@@ -126,8 +143,9 @@ def _eager_and_captured(monkeypatch, fn):
     return eager, captured
 
 
-@pytest.mark.parametrize("cls", [SesameElmoForSequenceClassification, SesameElmoForQuestionAnswering,
-                                 SesameElmoForTokenClassification])
+@pytest.mark.parametrize(
+    "cls", [SesameElmoForSequenceClassification, SesameElmoForQuestionAnswering, SesameElmoForTokenClassification]
+)
 def test_graph_capture_schedule_equals_eager_mode(monkeypatch, cls):
     """The shortcuts eager mode takes give the same outputs as the static-shape path (pairs: the sentences packed to
     T instead of the longest sentence; the hidden states are in the pair's layout either way), in float32 and under
@@ -166,8 +184,13 @@ def test_recurrence_equals_pytorch_kernels(kind):
     if kind == "gru":
         rnn = nn.GRU(5, 6, batch_first=True)
     else:
-        rnn = nn.LSTM(5, 6, batch_first=True, proj_size=4 if kind == "lstm-projection" else 0,
-                      bidirectional=kind == "bidirectional-reverse")
+        rnn = nn.LSTM(
+            5,
+            6,
+            batch_first=True,
+            proj_size=4 if kind == "lstm-projection" else 0,
+            bidirectional=kind == "bidirectional-reverse",
+        )
     with torch.no_grad():
         for p in rnn.parameters():  # not the default small init: saturating gates are part of the check
             p.uniform_(-1.0, 1.0)
@@ -180,8 +203,11 @@ def test_recurrence_equals_pytorch_kernels(kind):
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("options", [{}, dict(fused_cpu_lstm=False), dict(cell_clip=1.0, proj_clip=1.0),
-                                     dict(cell_type="gru")], ids=["fused", "native", "clipped", "gru"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, dict(fused_cpu_lstm=False), dict(cell_clip=1.0, proj_clip=1.0), dict(cell_type="gru")],
+    ids=["fused", "native", "clipped", "gru"],
+)
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_gradient_checkpointing_recomputes_each_layer_with_the_same_gradients(monkeypatch, options, reentrant):
     """BiLM training step with dropout, the mask left- and right-padded: the same gradients with and without
@@ -196,8 +222,9 @@ def test_gradient_checkpointing_recomputes_each_layer_with_the_same_gradients(mo
     layer = lstm_elmo.RecurrentLayer.forward
     fused = lstm_elmo.BiLSTMProjectionFunction.forward
     monkeypatch.setattr(lstm_elmo.RecurrentLayer, "forward", lambda self, x: calls.append(1) or layer(self, x))
-    monkeypatch.setattr(lstm_elmo.BiLSTMProjectionFunction, "forward",
-                        staticmethod(lambda ctx, *a: calls.append(1) or fused(ctx, *a)))
+    monkeypatch.setattr(
+        lstm_elmo.BiLSTMProjectionFunction, "forward", staticmethod(lambda ctx, *a: calls.append(1) or fused(ctx, *a))
+    )
 
     def gradients():
         model.zero_grad()

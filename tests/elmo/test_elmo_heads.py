@@ -35,7 +35,9 @@ def test_frozen_elmo_only_gamma_s_and_head_get_gradients(tiny, elmo_tokenizer):
 
 
 def test_fine_tuning_switch_gives_elmo_gradients(tiny, elmo_tokenizer):
-    model = SesameElmoForSequenceClassification(tiny(vocab_size=len(elmo_tokenizer), num_labels=2, freeze_backbone=False))
+    model = SesameElmoForSequenceClassification(
+        tiny(vocab_size=len(elmo_tokenizer), num_labels=2, freeze_backbone=False)
+    )
     batch = elmo_tokenizer(["The whale rose."], return_tensors="pt")
     model(**batch, labels=torch.tensor([1])).loss.backward()
     assert model.elmo.char_encoder.projection.weight.grad is not None
@@ -64,8 +66,9 @@ def test_pooling_kinds_ignore_padding(tiny, elmo_tokenizer, pooling):
         tiny(vocab_size=len(elmo_tokenizer), num_labels=2, pooling=pooling, task_hidden_size=0)
     ).eval()
     alone = elmo_tokenizer(["The whale rose."], return_tensors="pt")
-    batch = elmo_tokenizer(["The whale rose.", "It rained in the afternoon, and the city was wet."],
-                           padding=True, return_tensors="pt")
+    batch = elmo_tokenizer(
+        ["The whale rose.", "It rained in the afternoon, and the city was wet."], padding=True, return_tensors="pt"
+    )
     torch.testing.assert_close(model(**batch).logits[:1], model(**alone).logits, rtol=1e-4, atol=1e-5)
 
 
@@ -97,9 +100,12 @@ def test_token_classification_ignores_minus_100(tiny, elmo_tokenizer):
 
 def test_question_answering_logits_cover_context_only_and_train(tiny, elmo_tokenizer):
     model = SesameElmoForQuestionAnswering(tiny(vocab_size=len(elmo_tokenizer)))
-    batch = elmo_tokenizer(["Who rose?", "Where was the dog?"],
-                           ["The whale rose from the sea.", "A dog near the river bank."],
-                           padding=True, return_tensors="pt")
+    batch = elmo_tokenizer(
+        ["Who rose?", "Where was the dog?"],
+        ["The whale rose from the sea.", "A dog near the river bank."],
+        padding=True,
+        return_tensors="pt",
+    )
     context = (batch["token_type_ids"] == 1) & (batch["attention_mask"] == 1)
     start, end = torch.tensor([5, 9]), torch.tensor([5, 11])
     assert bool(context[0, 5] and context[1, 9] and context[1, 11])

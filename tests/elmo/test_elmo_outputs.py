@@ -17,8 +17,13 @@ from modeling.elmo import (
     SesameElmoModel,
 )
 
-CLASSES = [SesameElmoModel, SesameElmoForBidirectionalLM, SesameElmoForSequenceClassification,
-           SesameElmoForTokenClassification, SesameElmoForQuestionAnswering]
+CLASSES = [
+    SesameElmoModel,
+    SesameElmoForBidirectionalLM,
+    SesameElmoForSequenceClassification,
+    SesameElmoForTokenClassification,
+    SesameElmoForQuestionAnswering,
+]
 HEADS = CLASSES[1:]
 SINGLE = ["The whale rose from the sea.", "It rained."]
 PAIR = (["The whale rose.", "A dog near the bank"], ["It rained in the city.", "The sailors shouted"])
@@ -107,10 +112,14 @@ def test_every_head_returns_the_bilm_layers_when_asked(cls, tiny, elmo_tokenizer
 def test_return_dict_false_gives_the_output_tuple(cls, tiny, elmo_tokenizer):
     model = _model(cls, tiny, elmo_tokenizer)
     batch = _batch(elmo_tokenizer, cls)[-1]
-    labels = {SesameElmoForSequenceClassification: {"labels": torch.tensor([0, 2])},
-              SesameElmoForTokenClassification: {"labels": batch["input_ids"] % 3},
-              SesameElmoForQuestionAnswering: {"start_positions": torch.tensor([5, 6]),
-                                               "end_positions": torch.tensor([6, 7])}}.get(cls, {})
+    labels = {
+        SesameElmoForSequenceClassification: {"labels": torch.tensor([0, 2])},
+        SesameElmoForTokenClassification: {"labels": batch["input_ids"] % 3},
+        SesameElmoForQuestionAnswering: {
+            "start_positions": torch.tensor([5, 6]),
+            "end_positions": torch.tensor([6, 7]),
+        },
+    }.get(cls, {})
     ref = model(**batch, **labels, output_hidden_states=True).to_tuple()
     assert len(ref) >= 3  # a loss or a mask, the logits or the top layer, the hidden states
     got = model(**batch, **labels, output_hidden_states=True, return_dict=False)

@@ -33,8 +33,9 @@ def test_in_process_round_trip(tmp_path, tiny, elmo_tokenizer):
     ref, got = model(**batch), loaded(**batch)
     assert torch.equal(ref.loss, got.loss) and torch.equal(ref.forward_num_tokens, got.forward_num_tokens)
     encoder = AutoModel.from_pretrained(out_dir).eval()
-    for a, b in zip(model.elmo(batch["char_ids"], batch["attention_mask"]).hidden_states,
-                    encoder(**batch).hidden_states):
+    for a, b in zip(
+        model.elmo(batch["char_ids"], batch["attention_mask"]).hidden_states, encoder(**batch).hidden_states
+    ):
         assert torch.equal(a, b)
     # the model code travels with the folder: the model file, what it imports relatively, and the tokenizer's code
     code = {"configuration_elmo.py", "modeling_elmo.py", "lstm_elmo.py", "tokenization_elmo.py"}

@@ -140,14 +140,17 @@ def test_a_folder_saved_before_the_move_still_loads(elmo_tokenizer, tmp_path):
     assert got["input_ids"] == reference["input_ids"] and got["char_ids"] == reference["char_ids"]
 
 
-@pytest.mark.parametrize("len_a,len_b,strategy,max_length,expected", [
-    (5, None, "only_first", 6, (4, 0)),  # 6 - 2 markers = 4 words
-    (5, 3, "only_first", 10, (3, 3)),  # 10 - 4 markers - 3 (pair kept) = 3
-    (5, 3, "only_second", 10, (5, 1)),  # 10 - 4 - 5 = 1
-    (5, 3, "longest_first", 10, (3, 3)),  # 5/3 -> 4/3 -> 3/3: ties cut the first
-    (5, 3, "longest_first", 9, (2, 3)),  # then the tie 3/3 cuts the first: 2/3
-    (2, 2, "only_second", 6, (2, 0)),  # nothing left for the pair
-])
+@pytest.mark.parametrize(
+    "len_a,len_b,strategy,max_length,expected",
+    [
+        (5, None, "only_first", 6, (4, 0)),  # 6 - 2 markers = 4 words
+        (5, 3, "only_first", 10, (3, 3)),  # 10 - 4 markers - 3 (pair kept) = 3
+        (5, 3, "only_second", 10, (5, 1)),  # 10 - 4 - 5 = 1
+        (5, 3, "longest_first", 10, (3, 3)),  # 5/3 -> 4/3 -> 3/3: ties cut the first
+        (5, 3, "longest_first", 9, (2, 3)),  # then the tie 3/3 cuts the first: 2/3
+        (2, 2, "only_second", 6, (2, 0)),  # nothing left for the pair
+    ],
+)
 def test_truncated_lengths_by_strategy(len_a, len_b, strategy, max_length, expected):
     from transformers.tokenization_utils_base import TruncationStrategy
 

@@ -18,10 +18,17 @@ def test_lstm_biases_and_norm_weights_get_no_weight_decay(tiny):
     # the BiLM's stacks (one direction each) and the task BiLSTM (with _reverse)
     assert any(n.endswith("_reverse") for n in lstm_biases) and any(n.startswith("elmo.") for n in lstm_biases)
     # built from the module types, independently of the name rule of no_decay_parameter_names
-    linear_biases = {f"{m}.bias" for m, mod in model.named_modules() if getattr(mod, "bias", None) is not None
-                     and not isinstance(mod, nn.LayerNorm) and not isinstance(mod, nn.LSTM)}
-    norm_params = {f"{m}.{p}" for m, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)
-                   for p, _ in mod.named_parameters(recurse=False)}
+    linear_biases = {
+        f"{m}.bias"
+        for m, mod in model.named_modules()
+        if getattr(mod, "bias", None) is not None and not isinstance(mod, nn.LayerNorm) and not isinstance(mod, nn.LSTM)
+    }
+    norm_params = {
+        f"{m}.{p}"
+        for m, mod in model.named_modules()
+        if isinstance(mod, nn.LayerNorm)
+        for p, _ in mod.named_parameters(recurse=False)
+    }
     expected = lstm_biases | linear_biases | norm_params
     assert "extra_norm.weight" in expected
     assert no_decay_parameter_names(model) == expected

@@ -12,7 +12,9 @@ import torch
 from finetune import explain as ex
 from training.errors import InputError, run_cli
 
-FILLERS = "the a cat dog sat on mat it was warm film movie story he said man is playing flute plane and of to in".split()
+FILLERS = (
+    "the a cat dog sat on mat it was warm film movie story he said man is playing flute plane and of to in".split()
+)
 DECIDERS = {"good": 1, "bad": 0}
 
 
@@ -33,7 +35,7 @@ def _train(model, tokenizer, rows, steps: int = 120, lr: float = 3e-3) -> None:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     for step in range(steps):
-        batch = rows[(step * 16) % len(rows):][:16]
+        batch = rows[(step * 16) % len(rows) :][:16]
         enc = tokenizer([t for t, _ in batch], padding=True, return_tensors="pt")
         loss = model(**enc, labels=torch.tensor([y for _, y in batch])).loss
         opt.zero_grad()
@@ -50,9 +52,17 @@ def bert_classifier(tmp_path_factory):
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + FILLERS + sorted(DECIDERS))})
-    config = SesameBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=32, num_labels=2,
-                              id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    config = SesameBertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+    )
     torch.manual_seed(0)
     model = SesameBertForSequenceClassification(config)
     _train(model, tok, synthetic(480, seed=0))
@@ -70,10 +80,23 @@ def elmo_classifier(tmp_path_factory):
     root = tmp_path_factory.mktemp("explain-elmo")
     (root / "corpus.txt").write_text(" ".join(FILLERS + sorted(DECIDERS)) + "\n")
     tok = train_elmo_tokenizer([root / "corpus.txt"], vocab_size=100, output_dir=root / "tok")
-    config = SesameElmoConfig(vocab_size=len(tok), char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8], [3, 16]],
-                              num_highway_layers=1, projection_dim=16, cell_size=32, num_layers=2, dropout=0.0,
-                              task_hidden_size=16, classifier_hidden_size=16, num_sampled=16, cnn_pool_filters=4,
-                              num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    config = SesameElmoConfig(
+        vocab_size=len(tok),
+        char_embedding_dim=8,
+        cnn_filters=[[1, 8], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        projection_dim=16,
+        cell_size=32,
+        num_layers=2,
+        dropout=0.0,
+        task_hidden_size=16,
+        classifier_hidden_size=16,
+        num_sampled=16,
+        cnn_pool_filters=4,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+    )
     torch.manual_seed(0)
     model = SesameElmoForSequenceClassification(config)  # frozen random BiLM, trained ScalarMix + head
     _train(model, tok, synthetic(320, seed=1), steps=200, lr=5e-3)
@@ -125,14 +148,15 @@ def test_elmo_explanation_on_cuda_matches_the_cpu(elmo_classifier):
 
 @pytest.mark.parametrize("family", ["bert", "elmo"])
 def test_integrated_gradients_are_complete(bert_classifier, elmo_classifier, family):
-    model, tok = (bert_classifier[:2] if family == "bert" else elmo_classifier)
+    model, tok = bert_classifier[:2] if family == "bert" else elmo_classifier
     for text, pair in (("the cat is good and warm", None), ("he said the film was bad", "a man is playing")):
         e = ex.explain(model, tok, text, pair, method="integrated_gradients", n_steps=64)
         gap = e["score"] - e["baseline_score"]
         total = sum(t["score"] for t in e["tokens"])
         assert abs(total - gap) <= 0.05 * abs(gap), (total, gap)
         assert sum(w["score"] for w in e["words"]) == pytest.approx(
-            sum(t["score"] for t, special in zip(e["tokens"], _special(tok, text, pair)) if not special), abs=1e-6)
+            sum(t["score"] for t, special in zip(e["tokens"], _special(tok, text, pair)) if not special), abs=1e-6
+        )
         if pair is not None:
             assert {w["segment"] for w in e["words"]} == {0, 1}
             assert [w["word"] for w in e["words"] if w["segment"] == 1] == pair.split()
@@ -165,8 +189,18 @@ def test_cli_writes_json_html_and_png(bert_classifier, tmp_path, capsys):
     _, _, path = bert_classifier
     out = tmp_path / "explain"
     texts = ["the cat is good", "he said the movie was bad", "a man is playing the flute"]
-    argv = ["--model_name_or_path", str(path), "--method", "integrated_gradients", "--max_steps", "200", "--target", "positive",
-            "--output_dir", str(out)]
+    argv = [
+        "--model_name_or_path",
+        str(path),
+        "--method",
+        "integrated_gradients",
+        "--max_steps",
+        "200",
+        "--target",
+        "positive",
+        "--output_dir",
+        str(out),
+    ]
     for t in texts:
         argv += ["--text", t]
     assert run_cli(ex.main, argv) == 0
@@ -179,9 +213,29 @@ def test_cli_writes_json_html_and_png(bert_classifier, tmp_path, capsys):
     assert "top words" in capsys.readouterr().out
     # bad input: one error line, nothing written
     bad = tmp_path / "bad"
-    assert run_cli(ex.main, ["--model_name_or_path", str(path), "--text", "x", "--target", "neutral", "--output_dir", str(bad)]) == 2
+    assert (
+        run_cli(
+            ex.main, ["--model_name_or_path", str(path), "--text", "x", "--target", "neutral", "--output_dir", str(bad)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the weights' loading bar
-    assert err.startswith("error: --target 'neutral': not a label of the model; expected one of ['negative', 'positive']")
+    assert err.startswith(
+        "error: --target 'neutral': not a label of the model; expected one of ['negative', 'positive']"
+    )
     assert not bad.exists()
     with pytest.raises(InputError, match="--text_pair given 2 time"):
-        ex.main(["--model_name_or_path", str(path), "--text", "x", "--text_pair", "a", "--text_pair", "b", "--output_dir", str(bad)])
+        ex.main(
+            [
+                "--model_name_or_path",
+                str(path),
+                "--text",
+                "x",
+                "--text_pair",
+                "a",
+                "--text_pair",
+                "b",
+                "--output_dir",
+                str(bad),
+            ]
+        )

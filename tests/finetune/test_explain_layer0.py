@@ -16,10 +16,14 @@ def test_layer0_runs_a_model_from_its_input_embeddings_whatever_the_family():
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                                                     num_attention_heads=2, intermediate_size=32)).eval()
-    inputs = {"input_ids": torch.tensor([[2, 7, 9, 3, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 0]]),
-              "token_type_ids": torch.zeros(1, 5, dtype=torch.long)}
+    model = BertForSequenceClassification(
+        BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ).eval()
+    inputs = {
+        "input_ids": torch.tensor([[2, 7, 9, 3, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 0]]),
+        "token_type_ids": torch.zeros(1, 5, dtype=torch.long),
+    }
     layer0 = ex.Layer0(model)
     x = layer0.representations(inputs)
     torch.testing.assert_close(x, model.bert.embeddings.word_embeddings(inputs["input_ids"]))

@@ -14,8 +14,18 @@ from finetune import glue
 from training.data import LengthGroupedSampler
 from training.errors import InputError, run_cli
 
-COMMON = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
-          "--learning_rate", "1e-3", "--logging_steps", "1"]
+COMMON = [
+    "--max_seq_length",
+    "32",
+    "--per_device_train_batch_size",
+    "2",
+    "--per_device_eval_batch_size",
+    "4",
+    "--learning_rate",
+    "1e-3",
+    "--logging_steps",
+    "1",
+]
 
 
 def _run(args: list[str]) -> dict:
@@ -30,12 +40,31 @@ def _config(out: Path) -> dict:
 
 def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "sst2"
-    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "3", "--do_train", "--do_eval", "--do_predict", *COMMON])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_bert),
+            "--task_name",
+            "sst2",
+            "--glue_dir",
+            str(glue_dir),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "3",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            *COMMON,
+        ]
+    )
     assert results["global_step"] == 3 and results["train_loss"] > 0
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
     config = _config(out)
-    assert config["id2label"] == {"0": "negative", "1": "positive"} and config["problem_type"] == "single_label_classification"
+    assert (
+        config["id2label"] == {"0": "negative", "1": "positive"}
+        and config["problem_type"] == "single_label_classification"
+    )
     lines = (out / "SST-2.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and [line.split("\t")[0] for line in lines[1:]] == ["0", "1"]
     assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
@@ -48,8 +77,24 @@ def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
 
 def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "mnli"
-    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "mnli", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_bert),
+            "--task_name",
+            "mnli",
+            "--glue_dir",
+            str(glue_dir),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "2",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            *COMMON,
+        ]
+    )
     for key in ("eval_accuracy", "eval_matched_accuracy", "eval_mismatched_accuracy", "eval_mismatched_loss"):
         assert key in results
     assert results["eval_accuracy"] == results["eval_matched_accuracy"]
@@ -60,8 +105,24 @@ def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
 
 def test_regression_task(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "stsb"
-    results = _run(["--model_name_or_path", str(tiny_bert), "--task_name", "stsb", "--glue_dir", str(glue_dir),
-                    "--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_bert),
+            "--task_name",
+            "stsb",
+            "--glue_dir",
+            str(glue_dir),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "2",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            *COMMON,
+        ]
+    )
     assert {"eval_pearson", "eval_spearmanr", "eval_loss"} <= set(results)
     config = _config(out)
     assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1
@@ -71,37 +132,94 @@ def test_regression_task(tiny_bert, glue_dir, tmp_path):
 
 
 def _write_nli(path: Path, rows: list[tuple[str, str, str]]) -> Path:
-    path.write_text("index\tpremise\thypothesis\tlabel\n" + "".join(f"{i}\t{p}\t{h}\t{y}\n" for i, (p, h, y) in enumerate(rows)))
+    path.write_text(
+        "index\tpremise\thypothesis\tlabel\n" + "".join(f"{i}\t{p}\t{h}\t{y}\n" for i, (p, h, y) in enumerate(rows))
+    )
     return path
 
 
-NLI = [("the cat sat on the mat .", "a cat sat .", "entailment"), ("the dog is bad .", "the dog is good .", "contradiction"),
-       ("he said yes .", "he is warm .", "neutral"), ("a man is playing .", "a man is playing a flute .", "neutral"),
-       ("the plane is taking off .", "the plane is on the mat .", "contradiction"), ("the film was good .", "it was good .", "entailment")]
+NLI = [
+    ("the cat sat on the mat .", "a cat sat .", "entailment"),
+    ("the dog is bad .", "the dog is good .", "contradiction"),
+    ("he said yes .", "he is warm .", "neutral"),
+    ("a man is playing .", "a man is playing a flute .", "neutral"),
+    ("the plane is taking off .", "the plane is on the mat .", "contradiction"),
+    ("the film was good .", "it was good .", "entailment"),
+]
 
 
 def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_path):
     train, dev, test = (_write_nli(tmp_path / f"{s}.tsv", NLI) for s in ("train", "dev", "test"))
     out = tmp_path / "custom"
-    results = _run(["--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--validation_file", str(dev),
-                    "--test_file", str(test), "--sentence1_key", "premise", "--sentence2_key", "hypothesis",
-                    "--output_dir", str(out), "--num_train_epochs", "2", "--do_train", "--do_eval", "--do_predict", *COMMON])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_bert),
+            "--train_file",
+            str(train),
+            "--validation_file",
+            str(dev),
+            "--test_file",
+            str(test),
+            "--sentence1_key",
+            "premise",
+            "--sentence2_key",
+            "hypothesis",
+            "--output_dir",
+            str(out),
+            "--num_train_epochs",
+            "2",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            *COMMON,
+        ]
+    )
     assert {"eval_accuracy", "eval_macro_f1"} <= set(results) and results["global_step"] == 6  # 2 epochs x 3 batches
     assert _config(out)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
     assert len((out / "predictions_test.tsv").read_text().splitlines()) == 7
     # Continue from the fine-tuned model with the MNLI label order: the head's labels are the same set, so the
     # task labels are mapped onto the head's ids (predictions keep their meaning), and the head is kept.
     again = tmp_path / "again"
-    _run(["--model_name_or_path", str(out), "--task_name", "mnli", "--train_file", str(train), "--validation_file",
-          str(dev), "--output_dir", str(again), "--max_train_steps", "1", *COMMON])
+    _run(
+        [
+            "--model_name_or_path",
+            str(out),
+            "--task_name",
+            "mnli",
+            "--train_file",
+            str(train),
+            "--validation_file",
+            str(dev),
+            "--output_dir",
+            str(again),
+            "--max_train_steps",
+            "1",
+            *COMMON,
+        ]
+    )
     assert _config(again)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
     # A head with other labels is refused (before training) unless --ignore_mismatched_sizes.
     cola = tmp_path / "cola.tsv"
     cola.write_text("sentence\tlabel\nthe cat sat .\t1\ncat the sat .\t0\n")
-    with pytest.raises(InputError, match=r"head predicts \['contradiction', 'entailment', 'neutral'\].*"
-                                         r"\['unacceptable', 'acceptable'\].*--ignore_mismatched_sizes"):
-        glue.main(["--model_name_or_path", str(out), "--task_name", "cola", "--train_file", str(cola),
-                   "--output_dir", str(tmp_path / "x"), *COMMON])
+    with pytest.raises(
+        InputError,
+        match=r"head predicts \['contradiction', 'entailment', 'neutral'\].*"
+        r"\['unacceptable', 'acceptable'\].*--ignore_mismatched_sizes",
+    ):
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(out),
+                "--task_name",
+                "cola",
+                "--train_file",
+                str(cola),
+                "--output_dir",
+                str(tmp_path / "x"),
+                *COMMON,
+            ]
+        )
     assert not (tmp_path / "x").exists()
 
 
@@ -111,17 +229,41 @@ def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
 
     model_dir = tmp_path / "tiny-elmo"
     tok = train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
-    config = SesameElmoConfig(vocab_size=len(tok), char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8]], num_highway_layers=1,
-                              projection_dim=16, cell_size=32, num_layers=2, dropout=0.0, task_hidden_size=8,
-                              classifier_hidden_size=16, num_sampled=16, cnn_pool_filters=4)
+    config = SesameElmoConfig(
+        vocab_size=len(tok),
+        char_embedding_dim=8,
+        cnn_filters=[[1, 8], [2, 8]],
+        num_highway_layers=1,
+        projection_dim=16,
+        cell_size=32,
+        num_layers=2,
+        dropout=0.0,
+        task_hidden_size=8,
+        classifier_hidden_size=16,
+        num_sampled=16,
+        cnn_pool_filters=4,
+    )
     torch.manual_seed(0)
     backbone = SesameElmoModel(config)
     backbone.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     train = _write_nli(tmp_path / "train.tsv", NLI)
     out = tmp_path / "elmo-out"
-    results = _run(["--model_name_or_path", str(model_dir), "--train_file", str(train), "--validation_file", str(train),
-                    "--output_dir", str(out), "--max_train_steps", "2", *COMMON])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--train_file",
+            str(train),
+            "--validation_file",
+            str(train),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "2",
+            *COMMON,
+        ]
+    )
     assert "eval_accuracy" in results and _config(out)["freeze_backbone"] is True
     # Frozen: the BiLM weights are unchanged by fine-tuning.
     from safetensors.torch import load_file
@@ -138,8 +280,10 @@ def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
     "args, message",
     [
         (["--task_name", "sst5"], "unknown GLUE task"),
-        (["--task_name", "sst2", "--train_file", "{train}", "--sentence1_key", "sentence"],
-         r"missing column\(s\) 'sentence' \(sentence1_key\); columns found"),
+        (
+            ["--task_name", "sst2", "--train_file", "{train}", "--sentence1_key", "sentence"],
+            r"missing column\(s\) 'sentence' \(sentence1_key\); columns found",
+        ),
         (["--task_name", "sst2", "--glue_dir", "{glue}", "--train_file", "{train}"], "give one data source"),
         (["--train_file", "{train}", "--per_device_train_batch_size", "0"], "--per_device_train_batch_size 0"),
     ],
@@ -148,7 +292,8 @@ def test_bad_input_is_refused_before_training(tiny_bert, glue_dir, tmp_path, cap
     train = _write_nli(tmp_path / "train.tsv", NLI)
     out = tmp_path / "refused"
     argv = ["--model_name_or_path", str(tiny_bert), "--output_dir", str(out)] + [
-        a.format(train=train, glue=glue_dir) for a in args]
+        a.format(train=train, glue=glue_dir) for a in args
+    ]
     assert run_cli(glue.main, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1

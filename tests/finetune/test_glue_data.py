@@ -19,8 +19,14 @@ FIXTURE_ROWS = {
     "mrpc": {"train": 3, "validation": 2, "test": 2},
     "qqp": {"train": 2, "validation": 2, "test": 1},
     "stsb": {"train": 3, "validation": 2, "test": 2},
-    "mnli": {"train": 3, "validation_matched": 2, "validation_mismatched": 2, "test_matched": 1,
-             "test_mismatched": 2, "test_ax": 2},
+    "mnli": {
+        "train": 3,
+        "validation_matched": 2,
+        "validation_mismatched": 2,
+        "test_matched": 1,
+        "test_mismatched": 2,
+        "test_ax": 2,
+    },
     "qnli": {"train": 2, "validation": 2, "test": 1},
     "rte": {"train": 2, "validation": 2, "test": 2},
     "wnli": {"train": 2, "validation": 1, "test": 1},
@@ -51,7 +57,7 @@ def test_glue_dir_values(glue_dir):
     mrpc = load_glue_data("mrpc", glue_dir=glue_dir)
     # BOM skipped (the "Quality" column is found), quotes are literal text and do not join lines.
     assert mrpc["train"]["label"] == [1, 0, 1]
-    assert mrpc["train"][1]["sentence2"] == '" Yucaipa bought Dominick \'s in 1995 for $ 693 million .'
+    assert mrpc["train"][1]["sentence2"] == "\" Yucaipa bought Dominick 's in 1995 for $ 693 million ."
     stsb = load_glue_data("stsb", glue_dir=glue_dir)
     assert stsb["train"]["label"] == pytest.approx([5.0, 0.75, 3.8])
     assert stsb["train"][1]["sentence1"] == 'He said " yes " .'
@@ -68,8 +74,12 @@ def test_glue_dir_values(glue_dir):
 def test_glue_dir_optional_and_missing_files(glue_dir):
     (glue_dir / "diagnostic/diagnostic.tsv").unlink()
     (glue_dir / "MNLI/test_matched.tsv").unlink()
-    assert set(load_glue_data("mnli", glue_dir=glue_dir)) == {"train", "validation_matched", "validation_mismatched",
-                                                              "test_mismatched"}
+    assert set(load_glue_data("mnli", glue_dir=glue_dir)) == {
+        "train",
+        "validation_matched",
+        "validation_mismatched",
+        "test_mismatched",
+    }
     (glue_dir / "SST-2/dev.tsv").unlink()
     with pytest.raises(InputError, match=r"missing .*SST-2/dev.tsv for task sst2"):
         load_glue_data("sst2", glue_dir=glue_dir)
@@ -131,8 +141,9 @@ def test_custom_three_class_pair_task(tmp_path, fmt):
     train = _write(tmp_path / f"train.{fmt}", NLI_ROWS, base)
     dev = _write(tmp_path / f"dev.{fmt}", NLI_ROWS[:2], base)
     test = _write(tmp_path / f"test.{fmt}", [{k: v for k, v in r.items() if k != "label"} for r in NLI_ROWS[:3]], base)
-    ds = load_glue_data(train_file=train, validation_file=dev, test_file=test, sentence1_key="premise",
-                        sentence2_key="hypothesis")
+    ds = load_glue_data(
+        train_file=train, validation_file=dev, test_file=test, sentence1_key="premise", sentence2_key="hypothesis"
+    )
     assert {s: d.num_rows for s, d in ds.items()} == {"train": 4, "validation": 2, "test": 3}
     assert label_names_of(ds) == ["contradiction", "entailment", "neutral"]  # sorted, as run_glue does
     assert ds["train"]["label"] == [1, 0, 2, 1]
@@ -161,8 +172,11 @@ def test_custom_json_data_field_regression_and_single_sentence(tmp_path):
 
 def test_missing_columns_named_with_columns_found(tmp_path):
     train = _write(tmp_path / "train.tsv", NLI_ROWS, "tsv")
-    with pytest.raises(InputError, match=r"missing column\(s\) 'claim' \(sentence2_key\); columns found: "
-                                         r"\['index', 'premise', 'hypothesis', 'label'\]"):
+    with pytest.raises(
+        InputError,
+        match=r"missing column\(s\) 'claim' \(sentence2_key\); columns found: "
+        r"\['index', 'premise', 'hypothesis', 'label'\]",
+    ):
         load_glue_data(train_file=train, sentence1_key="premise", sentence2_key="claim")
     with pytest.raises(InputError, match=r"'gold' \(label_key\)"):
         load_glue_data("mnli", train_file=train, label_key="gold")
@@ -196,16 +210,29 @@ def test_labels_outside_label_set(tmp_path, glue_dir):
 @pytest.mark.parametrize("train_labels, dev_label", [(["0", "2", "2", "0"], "1"), (["-1", "1", "1", "-1"], "0")])
 def test_custom_digit_labels_are_names_not_class_ids(tmp_path, train_labels, dev_label):
     # Labels {0, 2}: a "1" used to become class 1 (= "2"); labels {-1, 1}: a "0" used to become "-1".
-    train = _write(tmp_path / "train.tsv", [{"sentence": f"s {i}", "label": y} for i, y in enumerate(train_labels)], "tsv")
-    dev = _write(tmp_path / "dev.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": dev_label}], "tsv")
+    train = _write(
+        tmp_path / "train.tsv", [{"sentence": f"s {i}", "label": y} for i, y in enumerate(train_labels)], "tsv"
+    )
+    dev = _write(
+        tmp_path / "dev.tsv",
+        [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": dev_label}],
+        "tsv",
+    )
     names = sorted(set(train_labels), key=int)
     with pytest.raises(InputError) as err:
         load_glue_data(train_file=train, validation_file=dev)
     message = str(err.value)
-    assert f"dev.tsv (validation), column 'label': 1 label(s) outside the label set {names}: '{dev_label}' (row 1)" in message
+    assert (
+        f"dev.tsv (validation), column 'label': 1 label(s) outside the label set {names}: '{dev_label}' (row 1)"
+        in message
+    )
     assert "expected one of the label names" in message and len(message.splitlines()) == 1
     # the labels that are in the set keep their names (class ids in the sorted order)
-    ok = _write(tmp_path / "ok.tsv", [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": train_labels[0]}], "tsv")
+    ok = _write(
+        tmp_path / "ok.tsv",
+        [{"sentence": "a", "label": train_labels[1]}, {"sentence": "b", "label": train_labels[0]}],
+        "tsv",
+    )
     ds = load_glue_data(train_file=train, validation_file=ok)
     assert ds["validation"].features["label"].names == names
     assert [names[i] for i in ds["validation"]["label"]] == [train_labels[1], train_labels[0]]
@@ -244,7 +271,9 @@ def test_undecodable_and_malformed_files(tmp_path, glue_dir):
         load_glue_data(train_file=latin1)
     ragged = glue_dir / "WNLI/dev.tsv"
     ragged.write_text(ragged.read_text() + "5\tonly one sentence\n")
-    with pytest.raises(InputError, match=r"WNLI/dev.tsv: malformed tsv file: 1 line\(s\) without the 4 fields.*line 3 has 2"):
+    with pytest.raises(
+        InputError, match=r"WNLI/dev.tsv: malformed tsv file: 1 line\(s\) without the 4 fields.*line 3 has 2"
+    ):
         load_glue_data("wnli", glue_dir=glue_dir)
     extra = glue_dir / "RTE/dev.tsv"
     extra.write_text(extra.read_text() + "5\ta\tb\tentailment\tsurplus\n")
@@ -275,11 +304,15 @@ def test_submission_files(tmp_path):
     path = write_submission(out, get_task("cola"), "test", [0, 1, 2], [1, 0, 1])
     assert path.name == "CoLA.tsv" and path.read_text() == "index\tprediction\n0\t1\n1\t0\n2\t1\n"
     mnli = get_task("mnli")
-    assert write_submission(out, mnli, "test_mismatched", [3, 4], [0, 2]).read_text() == \
-        "index\tprediction\n3\tentailment\n4\tcontradiction\n"
+    assert (
+        write_submission(out, mnli, "test_mismatched", [3, 4], [0, 2]).read_text()
+        == "index\tprediction\n3\tentailment\n4\tcontradiction\n"
+    )
     assert write_submission(out, mnli, "test_ax", [0], [1]).name == "AX.tsv"
-    assert write_submission(out, get_task("stsb"), "test", [0, 1, 2], [5.7, -0.2, 2.34567]).read_text() == \
-        "index\tprediction\n0\t5.000\n1\t0.000\n2\t2.346\n"
+    assert (
+        write_submission(out, get_task("stsb"), "test", [0, 1, 2], [5.7, -0.2, 2.34567]).read_text()
+        == "index\tprediction\n0\t5.000\n1\t0.000\n2\t2.346\n"
+    )
     assert write_submission(out, get_task("rte"), "test", [0], [1]).read_text().endswith("0\tnot_entailment\n")
     assert sorted(p.name for p in out.iterdir()) == ["AX.tsv", "CoLA.tsv", "MNLI-mm.tsv", "RTE.tsv", "STS-B.tsv"]
     with pytest.raises(InputError, match="no GLUE submission file for split 'validation'"):

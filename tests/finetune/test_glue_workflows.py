@@ -25,11 +25,28 @@ def _predictions(path: Path) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines()]
 
 
-def test_eval_alone_reproduces_the_training_runs_metrics_and_predict_alone_writes_the_submission(tiny_bert, glue_dir, tmp_path):
+def test_eval_alone_reproduces_the_training_runs_metrics_and_predict_alone_writes_the_submission(
+    tiny_bert, glue_dir, tmp_path
+):
     data = ["--task_name", "sst2", "--glue_dir", str(glue_dir), *COMMON]
     trained = tmp_path / "trained"
-    assert glue.main(["--model_name_or_path", str(tiny_bert), "--output_dir", str(trained), "--max_train_steps", "4",
-                      "--do_train", "--do_eval", "--do_predict", *data]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(tiny_bert),
+                "--output_dir",
+                str(trained),
+                "--max_train_steps",
+                "4",
+                "--do_train",
+                "--do_eval",
+                "--do_predict",
+                *data,
+            ]
+        )
+        == 0
+    )
     train_results = _results(trained)
     assert (trained / "curves.png").is_file() and json.loads((trained / "trainer_log.json").read_text())
     evaluated = tmp_path / "evaluated"
@@ -51,32 +68,125 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     test.write_text("index\tpremise\thypothesis\n7\tthe cat sat .\ta cat sat .\n9\tthe dog .\tit was bad .\n")
     out = tmp_path / "trained"
     keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
-    assert glue.main(["--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--validation_file", str(train),
-                      "--output_dir", str(out), "--max_train_steps", "3", *keys]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(tiny_bert),
+                "--train_file",
+                str(train),
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(out),
+                "--max_train_steps",
+                "3",
+                *keys,
+            ]
+        )
+        == 0
+    )
     again = tmp_path / "again"
-    assert glue.main(["--model_name_or_path", str(out), "--validation_file", str(train), "--test_file", str(test),
-                      "--output_dir", str(again), "--do_eval", "--do_predict", *keys]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(out),
+                "--validation_file",
+                str(train),
+                "--test_file",
+                str(test),
+                "--output_dir",
+                str(again),
+                "--do_eval",
+                "--do_predict",
+                *keys,
+            ]
+        )
+        == 0
+    )
     assert _results(again)["eval_accuracy"] == _results(out)["eval_accuracy"]
     rows = _predictions(again / "predictions_test.tsv")
     assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == ["7", "9"]
     assert {r[1] for r in rows[1:]} <= {"contradiction", "entailment", "neutral"}
-    assert glue.main(["--model_name_or_path", str(out), "--validation_file", str(dev), "--output_dir",
-                      str(tmp_path / "dev3"), "--do_eval", *keys]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(out),
+                "--validation_file",
+                str(dev),
+                "--output_dir",
+                str(tmp_path / "dev3"),
+                "--do_eval",
+                *keys,
+            ]
+        )
+        == 0
+    )
     # switches that ask for a split that is not there
-    assert run_cli(glue.main, ["--model_name_or_path", str(out), "--validation_file", str(train), "--output_dir",
-                               str(tmp_path / "x"), "--do_predict", *keys]) == 2
+    assert (
+        run_cli(
+            glue.main,
+            [
+                "--model_name_or_path",
+                str(out),
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(tmp_path / "x"),
+                "--do_predict",
+                *keys,
+            ],
+        )
+        == 2
+    )
     assert "--do_predict" in capsys.readouterr().err
-    assert run_cli(glue.main, ["--model_name_or_path", str(out), "--test_file", str(test), "--output_dir",
-                               str(tmp_path / "y"), "--do_train", *keys]) == 2
+    assert (
+        run_cli(
+            glue.main,
+            [
+                "--model_name_or_path",
+                str(out),
+                "--test_file",
+                str(test),
+                "--output_dir",
+                str(tmp_path / "y"),
+                "--do_train",
+                *keys,
+            ],
+        )
+        == 2
+    )
     assert "training a custom task needs --train_file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
 def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "best"
-    assert glue.main(["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir),
-                      "--output_dir", str(out), "--max_train_steps", "4", "--eval_steps", "1", "--load_best_model_at_end",
-                      "--metric_for_best_model", "loss", *COMMON]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(tiny_bert),
+                "--task_name",
+                "sst2",
+                "--glue_dir",
+                str(glue_dir),
+                "--output_dir",
+                str(out),
+                "--max_train_steps",
+                "4",
+                "--eval_steps",
+                "1",
+                "--load_best_model_at_end",
+                "--metric_for_best_model",
+                "loss",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     results = _results(out)
     history = json.loads((out / "eval_history.json").read_text())
     best = min((e for e in history if e["step"] > 0), key=lambda e: e["eval_loss"])
@@ -84,8 +194,23 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
     assert results["eval_loss"] == best["eval_loss"]
     # the saved model is the best step's: evaluating it again gives the best step's loss
     again = tmp_path / "again"
-    assert glue.main(["--model_name_or_path", str(out), "--task_name", "sst2", "--glue_dir", str(glue_dir),
-                      "--output_dir", str(again), "--do_eval", *COMMON]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(out),
+                "--task_name",
+                "sst2",
+                "--glue_dir",
+                str(glue_dir),
+                "--output_dir",
+                str(again),
+                "--do_eval",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     assert _results(again)["eval_loss"] == pytest.approx(best["eval_loss"], rel=1e-6)
 
 
@@ -100,23 +225,77 @@ def _free_port() -> int:
 def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     train = _write_nli(tmp_path / "train.tsv", NLI)
     test = tmp_path / "test.tsv"  # 5 rows: with 2 processes and batches of 2 the last batch is padded by duplicates
-    test.write_text("index\tpremise\thypothesis\n" + "".join(f"{10 + i}\t{p}\t{h}\n" for i, (p, h, _) in enumerate(NLI[:5])))
+    test.write_text(
+        "index\tpremise\thypothesis\n" + "".join(f"{10 + i}\t{p}\t{h}\n" for i, (p, h, _) in enumerate(NLI[:5]))
+    )
     out = tmp_path / "trained"
     keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
-    assert glue.main(["--model_name_or_path", str(tiny_bert), "--train_file", str(train), "--validation_file", str(train),
-                      "--test_file", str(test), "--output_dir", str(out), "--max_train_steps", "3", "--do_train",
-                      "--do_predict", *keys]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(tiny_bert),
+                "--train_file",
+                str(train),
+                "--validation_file",
+                str(train),
+                "--test_file",
+                str(test),
+                "--output_dir",
+                str(out),
+                "--max_train_steps",
+                "3",
+                "--do_train",
+                "--do_predict",
+                *keys,
+            ]
+        )
+        == 0
+    )
     two = tmp_path / "two"
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "--main_process_port",
-               str(_free_port()), "-m", "finetune.glue", "--model_name_or_path", str(out), "--test_file", str(test),
-               "--validation_file", str(train), "--output_dir", str(two), "--do_predict", "--do_eval",
-               "--per_device_eval_batch_size", "2", *keys]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(CPU_2PROC),
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "finetune.glue",
+        "--model_name_or_path",
+        str(out),
+        "--test_file",
+        str(test),
+        "--validation_file",
+        str(train),
+        "--output_dir",
+        str(two),
+        "--do_predict",
+        "--do_eval",
+        "--per_device_eval_batch_size",
+        "2",
+        *keys,
+    ]
     proc = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _predictions(two / "predictions_test.tsv")
     assert [r[0] for r in rows[1:]] == ["10", "11", "12", "13", "14"]  # each example once, in order
     assert rows == _predictions(out / "predictions_test.tsv")
     one = tmp_path / "one"
-    assert glue.main(["--model_name_or_path", str(out), "--validation_file", str(train), "--output_dir", str(one),
-                      "--do_eval", *keys]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(out),
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(one),
+                "--do_eval",
+                *keys,
+            ]
+        )
+        == 0
+    )
     assert _results(two)["eval_accuracy"] == _results(one)["eval_accuracy"]

@@ -40,5 +40,9 @@ def test_help_shows_the_defaults_the_script_uses(module, lr, batch, monkeypatch)
     assert args.learning_rate == float(lr) and args.per_device_train_batch_size == int(batch)
     assert f"(default: {lr})" in entries["--learning_rate"]
     assert f"(default: {batch})" in entries["--per_device_train_batch_size"]
-    assert "(default: 128)" in entries["--doc_stride"] if module is squad else "(default: 128)" in entries["--max_seq_length"]
+    assert (
+        "(default: 128)" in entries["--doc_stride"]
+        if module is squad
+        else "(default: 128)" in entries["--max_seq_length"]
+    )
     assert "default" not in entries["--do_train"].lower() or entries["--do_train"].lower().count("default") == 1

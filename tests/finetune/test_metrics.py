@@ -120,7 +120,13 @@ def test_squad_v1_exact_match_and_f1_by_hand():
         "q4": ["New York City"],
         "q5": ["1,000 dollars"],
     }
-    preds = {"q1": "eiffel tower", "q2": "apple day.", "q3": "Obama", "q4": "the city of New York", "q5": "1000 dollars"}
+    preds = {
+        "q1": "eiffel tower",
+        "q2": "apple day.",
+        "q3": "Obama",
+        "q4": "the city of New York",
+        "q5": "1000 dollars",
+    }
     out = load_metric("squad").compute(
         predictions=[{"id": q, "prediction_text": t} for q, t in preds.items()], references=_refs(golds)
     )

@@ -22,8 +22,35 @@ from finetune.qa import (
 )
 from training.errors import InputError
 
-WORDS = ["the", "cat", "sat", "on", "mat", "river", "bank", "city", "north", "king", "ship", "sailed", "year",
-         "new", "york", "paris", "france", "gold", "red", "blue", "whale", "in", "of", "was", "who", "what", "when"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "river",
+    "bank",
+    "city",
+    "north",
+    "king",
+    "ship",
+    "sailed",
+    "year",
+    "new",
+    "york",
+    "paris",
+    "france",
+    "gold",
+    "red",
+    "blue",
+    "whale",
+    "in",
+    "of",
+    "was",
+    "who",
+    "what",
+    "when",
+]
 # Words split into several WordPiece tokens ("unbelievable" -> un ##believ ##able) and punctuation.
 PIECES = {"unbelievable": ["un", "##believ", "##able"], "cats": ["cat", "##s"], "kings": ["king", "##s"]}
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -103,8 +130,12 @@ def test_unanswerable_and_outside_windows_get_cls(tokenizer):
     context = " ".join(["the river bank"] * 20) + " paris"
     examples = [
         {"id": "v2", "question": "what?", "context": context, "answers": {"text": [], "answer_start": []}},
-        {"id": "end", "question": "what city?", "context": context,
-         "answers": {"text": ["paris"], "answer_start": [context.index("paris")]}},
+        {
+            "id": "end",
+            "question": "what city?",
+            "context": context,
+            "answers": {"text": ["paris"], "answer_start": [context.index("paris")]},
+        },
     ]
     feats = prepare_train_features(as_batch(examples), tokenizer, 24, 6, 8)
     val = prepare_validation_features(as_batch(examples), tokenizer, 24, 6, 8)
@@ -117,8 +148,12 @@ def test_unanswerable_and_outside_windows_get_cls(tokenizer):
 
 def test_long_question_truncated_or_refused(tokenizer):
     question = " ".join(["who"] * 30) + "?"
-    example = {"id": "long-q", "question": question, "context": "the cat sat on the mat",
-               "answers": {"text": ["mat"], "answer_start": [19]}}
+    example = {
+        "id": "long-q",
+        "question": question,
+        "context": "the cat sat on the mat",
+        "answers": {"text": ["mat"], "answer_start": [19]},
+    }
     feats = prepare_validation_features(as_batch([example]), tokenizer, 24, 4, 8)
     question_tokens = [o for o in feats["offset_mapping"][0]].count(None) - 3
     assert question_tokens == 8
@@ -173,8 +208,9 @@ def test_best_valid_span_in_one_window():
     assert [c["text"] for c in nbest["a"][:4]] == ["Paris is", "the", "is", "the capital"]
     assert [c["start_logit"] + c["end_logit"] for c in nbest["a"][:4]] == pytest.approx([9.5, 8.2, 8.0, 7.0])
     assert sum(c["probability"] for c in nbest["a"]) == pytest.approx(1.0)
-    preds, nbest, _ = postprocess_qa_predictions([{"id": "a", "context": CONTEXT}], features, [start], [end],
-                                                 max_answer_length=1, n_best_size=3)
+    preds, nbest, _ = postprocess_qa_predictions(
+        [{"id": "a", "context": CONTEXT}], features, [start], [end], max_answer_length=1, n_best_size=3
+    )
     # Only the 3 best starts (2, 6, 7) and ends (1, 5, 6) are paired: one valid one-token span remains.
     assert preds == {"a": "the"} and [c["text"] for c in nbest["a"]] == ["the"]
 
@@ -197,16 +233,18 @@ def test_null_answer_and_threshold_v2():
     start = np.stack([_logits(9, {0: 3.0}, base=-5.0), _logits(9, {0: 0.5, 6: 0.2}, base=-5.0)])
     end = np.stack([_logits(9, {0: 1.0}, base=-5.0), _logits(9, {0: 0.5, 6: 0.3}, base=-5.0)])
     for threshold, expected in ((0.0, ""), (0.49, ""), (0.5, "France"), (2.0, "France")):
-        preds, nbest, odds = postprocess_qa_predictions(examples, features, start, end, version_2_with_negative=True,
-                                                        null_score_diff_threshold=threshold)
+        preds, nbest, odds = postprocess_qa_predictions(
+            examples, features, start, end, version_2_with_negative=True, null_score_diff_threshold=threshold
+        )
         assert preds == {"d": expected}
         assert odds == {"d": pytest.approx(0.5)}
     assert nbest["d"][0]["text"] == "" and nbest["d"][0]["start_logit"] == 0.5  # null from the min window
     assert nbest["d"][1]["text"] == "France"
     # No valid span at all (every logit peak outside the context): "" with the sentinel odds.
     features = [_feature("d", [None] * 9)]
-    preds, nbest, odds = postprocess_qa_predictions(examples, features, [start[0]], [end[0]],
-                                                    version_2_with_negative=True)
+    preds, nbest, odds = postprocess_qa_predictions(
+        examples, features, [start[0]], [end[0]], version_2_with_negative=True
+    )
     assert preds == {"d": ""} and odds == {"d": NO_VALID_SPAN_ODDS} and [c["text"] for c in nbest["d"]] == [""]
 
 
@@ -226,15 +264,17 @@ def test_gold_positions_round_trip_through_postprocessing(tokenizer):
     preds, _, _ = postprocess_qa_predictions(examples, features, start, end)
     assert preds == {ex["id"]: ex["answers"]["text"][0] for ex in examples}
     # The same from datasets.Dataset columns (as after datasets.map), with the cls_index column.
-    preds_ds, _, _ = postprocess_qa_predictions(datasets.Dataset.from_list(examples), datasets.Dataset.from_dict(val),
-                                                start, end)
+    preds_ds, _, _ = postprocess_qa_predictions(
+        datasets.Dataset.from_list(examples), datasets.Dataset.from_dict(val), start, end
+    )
     assert preds_ds == preds
 
 
 def test_postprocess_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="2 features but 1 start"):
-        postprocess_qa_predictions([{"id": "a", "context": "x"}], [_feature("a", W1)] * 2, [np.zeros(9)],
-                                   [np.zeros(9)] * 2)
+        postprocess_qa_predictions(
+            [{"id": "a", "context": "x"}], [_feature("a", W1)] * 2, [np.zeros(9)], [np.zeros(9)] * 2
+        )
     with pytest.raises(ValueError, match="unknown example ids"):
         postprocess_qa_predictions([{"id": "a", "context": "x"}], [_feature("z", W1)], [np.zeros(9)], [np.zeros(9)])
 
@@ -289,6 +329,10 @@ def test_word_level_tokenizer_windows_cover_answers_and_round_trip(elmo_tokenize
     for i in range(n):
         start[i, feats["start_positions"][i]] += 10.0
         end[i, feats["end_positions"][i]] += 10.0
-    preds, _, _ = postprocess_qa_predictions(examples, [{"example_id": val["example_id"][i], "offset_mapping":
-                                                         val["offset_mapping"][i]} for i in range(n)], start, end)
+    preds, _, _ = postprocess_qa_predictions(
+        examples,
+        [{"example_id": val["example_id"][i], "offset_mapping": val["offset_mapping"][i]} for i in range(n)],
+        start,
+        end,
+    )
     assert preds == {ex["id"]: ex["answers"]["text"][0] for ex in examples}

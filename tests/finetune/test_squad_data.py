@@ -19,19 +19,56 @@ CTX3 = "The Amazon rainforest covers much of the Amazon basin of South America."
 SQUAD_V1 = {
     "version": "1.1",
     "data": [
-        {"title": "Normans", "paragraphs": [{"context": CTX1, "qas": [
-            {"id": "n1", "question": "In what country is Normandy located?",
-             "answers": [{"text": "France", "answer_start": CTX1.index("France")},
-                         {"text": "France", "answer_start": CTX1.index("France")}]},
-            {"id": "n2", "question": "When were the Normans in Normandy?",
-             "answers": [{"text": "10th and 11th centuries", "answer_start": CTX1.index("10th")}]},
-        ]}]},
-        {"title": "Complexity", "paragraphs": [
-            {"context": CTX2, "qas": [{"id": "c1", "question": "What does the theory classify?",
-                                       "answers": [{"text": "computational problems", "answer_start": CTX2.index("computational problems")}]}]},
-            {"context": CTX3, "qas": [{"id": "c2", "question": "Which basin?",
-                                       "answers": [{"text": "Amazon basin", "answer_start": CTX3.index("Amazon basin")}]}]},
-        ]},
+        {
+            "title": "Normans",
+            "paragraphs": [
+                {
+                    "context": CTX1,
+                    "qas": [
+                        {
+                            "id": "n1",
+                            "question": "In what country is Normandy located?",
+                            "answers": [
+                                {"text": "France", "answer_start": CTX1.index("France")},
+                                {"text": "France", "answer_start": CTX1.index("France")},
+                            ],
+                        },
+                        {
+                            "id": "n2",
+                            "question": "When were the Normans in Normandy?",
+                            "answers": [{"text": "10th and 11th centuries", "answer_start": CTX1.index("10th")}],
+                        },
+                    ],
+                }
+            ],
+        },
+        {
+            "title": "Complexity",
+            "paragraphs": [
+                {
+                    "context": CTX2,
+                    "qas": [
+                        {
+                            "id": "c1",
+                            "question": "What does the theory classify?",
+                            "answers": [
+                                {"text": "computational problems", "answer_start": CTX2.index("computational problems")}
+                            ],
+                        }
+                    ],
+                },
+                {
+                    "context": CTX3,
+                    "qas": [
+                        {
+                            "id": "c2",
+                            "question": "Which basin?",
+                            "answers": [{"text": "Amazon basin", "answer_start": CTX3.index("Amazon basin")}],
+                        }
+                    ],
+                },
+            ],
+        },
     ],
 }
 
@@ -66,8 +103,15 @@ def test_v1_file_flattened(tmp_path, name):
 def test_v2_unanswerable_questions(tmp_path):
     def add(document):
         qas = document["data"][0]["paragraphs"][0]["qas"]
-        qas.append({"id": "n3", "question": "Who ruled Mars?", "answers": [], "is_impossible": True,
-                    "plausible_answers": [{"text": "Normans", "answer_start": 4}]})
+        qas.append(
+            {
+                "id": "n3",
+                "question": "Who ruled Mars?",
+                "answers": [],
+                "is_impossible": True,
+                "plausible_answers": [{"text": "Normans", "answer_start": 4}],
+            }
+        )
         qas.append({"id": "n4", "question": "Who ruled Venus?", "answers": []})
 
     path = _write(tmp_path, _doc_with(add))
@@ -86,8 +130,11 @@ def test_misaligned_answer_refused_or_skipped(tmp_path):
         document["data"][1]["paragraphs"][0]["qas"][0]["answers"].append({"text": "theory", "answer_start": 0})
 
     path = _write(tmp_path, _doc_with(shift))
-    with pytest.raises(InputError, match=r"question id 'n2': answer_start \d+ does not point at the answer "
-                                         r"'10th and 11th centuries'.*--skip_misaligned_answers"):
+    with pytest.raises(
+        InputError,
+        match=r"question id 'n2': answer_start \d+ does not point at the answer "
+        r"'10th and 11th centuries'.*--skip_misaligned_answers",
+    ):
         load_squad_file(path)
     ds, report = load_squad_file(path, skip_misaligned_answers=True)
     # n2 lost its only answer (question dropped); c1 keeps its aligned answer.
@@ -101,12 +148,19 @@ def test_misaligned_answer_refused_or_skipped(tmp_path):
         (lambda d: d.pop("data"), r"missing key 'data'"),
         (lambda d: d["data"][0].pop("paragraphs"), r"article 0: missing key 'paragraphs'"),
         (lambda d: d["data"][0]["paragraphs"][0].pop("context"), r"paragraph 0: missing key 'context'"),
-        (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"), r"question id 'n2': missing key 'question'"),
+        (
+            lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"),
+            r"question id 'n2': missing key 'question'",
+        ),
         (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].pop("id"), r"question 0: missing key 'id'"),
-        (lambda d: d["data"][1]["paragraphs"][1]["qas"][0]["answers"][0].pop("answer_start"),
-         r"question id 'c2' answer: missing key 'answer_start'"),
-        (lambda d: d["data"][1]["paragraphs"][1]["qas"][0]["answers"][0].update(answer_start="7"),
-         r"question id 'c2' answer: 'answer_start' is str '7'; expected int"),
+        (
+            lambda d: d["data"][1]["paragraphs"][1]["qas"][0]["answers"][0].pop("answer_start"),
+            r"question id 'c2' answer: missing key 'answer_start'",
+        ),
+        (
+            lambda d: d["data"][1]["paragraphs"][1]["qas"][0]["answers"][0].update(answer_start="7"),
+            r"question id 'c2' answer: 'answer_start' is str '7'; expected int",
+        ),
         (lambda d: d["data"][1]["paragraphs"][0].update(context="  "), r"empty context \(question ids \['c1'\]\)"),
         (lambda d: d["data"][1]["paragraphs"][1]["qas"][0].update(id="n1"), r"duplicate question id 'n1'"),
         (lambda d: d["data"][1]["paragraphs"][1]["qas"][0].update(question=" "), r"question id 'c2': empty question"),
@@ -155,7 +209,9 @@ def test_make_unanswerable_pairs_with_other_article_and_round_trips(tmp_path):
     # Written back in the nested layout (is_impossible), it loads as v2 data with the same examples.
     path = write_squad_json(out, tmp_path / "v2" / "dev.json.gz")
     ds2, report = load_squad_file(path, version_2_with_negative=True)
-    assert report.unanswerable == 4 and sorted(ds2.to_list(), key=lambda e: e["id"]) == sorted(out, key=lambda e: e["id"])
+    assert report.unanswerable == 4 and sorted(ds2.to_list(), key=lambda e: e["id"]) == sorted(
+        out, key=lambda e: e["id"]
+    )
     assert [p.name for p in path.parent.iterdir()] == ["dev.json.gz"]  # no temporary file left
     with pytest.raises(InputError, match="fraction"):
         make_unanswerable(examples, 1.5)

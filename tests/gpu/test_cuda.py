@@ -114,7 +114,10 @@ def test_cudnn_lstm_matches_the_fused_cpu_kernel(cuda, no_tf32):
     for name, model, device in (("cpu", cpu_model, "cpu"), ("cuda", cuda_model, cuda)):
         hidden = model(batch["char_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).hidden_states
         sum(((h * weight.to(device)) ** 2).sum() for h in hidden[1:]).backward()
-        outs[name] = [h.detach().cpu() for h in hidden], {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
+        outs[name] = (
+            [h.detach().cpu() for h in hidden],
+            {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None},
+        )
     for a, b in zip(outs["cpu"][0], outs["cuda"][0]):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     lstm_grads = [n for n in outs["cpu"][1] if "rnn" in n]
@@ -130,9 +133,26 @@ def test_30_pretraining_steps_on_cuda_in_bf16(tiny_corpus, tmp_path, fresh_state
     allocated = torch.cuda.memory_allocated()  # tensors of earlier tests may still be alive
     torch.cuda.reset_peak_memory_stats()
     out = tmp_path / "pretrain"
-    args = ["--train_file", str(tiny_corpus), "--output_dir", str(out), "--config_name", "bert-tiny", "--vocab_size", "300",
-            "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--max_train_steps", "30",
-            "--mixed_precision", "bf16", "--logging_steps", "1"]
+    args = [
+        "--train_file",
+        str(tiny_corpus),
+        "--output_dir",
+        str(out),
+        "--config_name",
+        "bert-tiny",
+        "--vocab_size",
+        "300",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--max_train_steps",
+        "30",
+        "--mixed_precision",
+        "bf16",
+        "--logging_steps",
+        "1",
+    ]
     assert run_cli(main, args) == 0
     assert torch.cuda.max_memory_allocated() > allocated, "the run used the GPU"
     log = json.loads((out / "trainer_log.json").read_text())
@@ -156,13 +176,37 @@ def test_tiny_glue_fine_tuning_on_cuda(tmp_path, fresh_state):
     sst.mkdir(parents=True)
     rows = [("a good film", 1), ("a bad movie", 0), ("the story is good", 1), ("what a bad story", 0)] * 4
     for split in ("train", "dev"):
-        (sst / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows), encoding="utf-8")
+        (sst / f"{split}.tsv").write_text(
+            "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows), encoding="utf-8"
+        )
     allocated = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     out = tmp_path / "sst2"
-    assert glue.main(["--model_name_or_path", str(model_dir), "--task_name", "sst2", "--glue_dir", str(tmp_path / "glue"),
-                      "--output_dir", str(out), "--max_seq_length", "16", "--per_device_train_batch_size", "4",
-                      "--learning_rate", "1e-3", "--num_train_epochs", "3", "--mixed_precision", "bf16"]) == 0
+    assert (
+        glue.main(
+            [
+                "--model_name_or_path",
+                str(model_dir),
+                "--task_name",
+                "sst2",
+                "--glue_dir",
+                str(tmp_path / "glue"),
+                "--output_dir",
+                str(out),
+                "--max_seq_length",
+                "16",
+                "--per_device_train_batch_size",
+                "4",
+                "--learning_rate",
+                "1e-3",
+                "--num_train_epochs",
+                "3",
+                "--mixed_precision",
+                "bf16",
+            ]
+        )
+        == 0
+    )
     assert torch.cuda.max_memory_allocated() > allocated, "the run used the GPU"
     results = json.loads((out / "all_results.json").read_text())
     assert results["global_step"] == 12 and 0.0 <= results["eval_accuracy"] <= 1.0

@@ -46,8 +46,7 @@ class Hub:
         depend on it)."""
         return self.server.url
 
-    def env(self, hf_home: Path, token: str | None = None, offline: bool = False,
-            xet: bool = False) -> dict[str, str]:
+    def env(self, hf_home: Path, token: str | None = None, offline: bool = False, xet: bool = False) -> dict[str, str]:
         """Environment of a client process: this server, a given ``HF_HOME``, optional ``HF_TOKEN``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
         env.update(
@@ -69,18 +68,32 @@ class Hub:
             del env["HF_HUB_DISABLE_XET"]
         return env
 
-    def run(self, code: str, hf_home: Path, token: str | None = None, offline: bool = False,
-            timeout: float = 120, cwd: Path | None = None, xet: bool = False) -> dict:
+    def run(
+        self,
+        code: str,
+        hf_home: Path,
+        token: str | None = None,
+        offline: bool = False,
+        timeout: float = 120,
+        cwd: Path | None = None,
+        xet: bool = False,
+    ) -> dict:
         """Run ``code`` in ``python -c``; it must print one JSON object as its last stdout line.
 
         Returns that object. Fails the test (with stdout/stderr) when the process exits non-zero.
         """
         proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)], env=self.env(hf_home, token, offline, xet),
-            capture_output=True, text=True, timeout=timeout, cwd=cwd or self.tmp_path,
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=self.env(hf_home, token, offline, xet),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or self.tmp_path,
         )
         if proc.returncode != 0:
-            pytest.fail(f"client process failed ({proc.returncode})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+            pytest.fail(
+                f"client process failed ({proc.returncode})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+            )
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         assert lines, f"no JSON result printed\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         return json.loads(lines[-1])

@@ -58,8 +58,26 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 #: Files the preupload endpoint sends to LFS by name, as the Hub's default ``.gitattributes`` does.
 LFS_PATTERNS = (
-    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx", "*.npy", "*.npz",
-    "*.pkl", "*.pickle", "*.gz", "*.zip", "*.tar", "*.arrow", "*.parquet", "*.model", "*.ot", "*tfevents*",
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.onnx",
+    "*.npy",
+    "*.npz",
+    "*.pkl",
+    "*.pickle",
+    "*.gz",
+    "*.zip",
+    "*.tar",
+    "*.arrow",
+    "*.parquet",
+    "*.model",
+    "*.ot",
+    "*tfevents*",
 )
 #: Files larger than this go through LFS whatever their name (the Hub uses 10 MB).
 DEFAULT_LFS_THRESHOLD = 10 * 1024 * 1024
@@ -136,8 +154,9 @@ class Repo:
 class HubError(Exception):
     """An HTTP error answer: status, the ``X-Error-Code`` header (or None) and a message."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None,
-                 body: dict | None = None):
+    def __init__(
+        self, status: int, message: str, code: str | None = None, headers: dict | None = None, body: dict | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.code, self.headers = status, message, code, headers or {}
         self.body = body or {}
@@ -188,8 +207,9 @@ class HubState:
             raise HubError(403, f"User '{user}' has no write access to namespace '{repo_id.split('/')[0]}'")
 
     # -- commits --------------------------------------------------------------------------------
-    def new_commit(self, repo: Repo, parent: str | None, title: str, description: str,
-                   files: dict[str, Blob], author: str) -> Commit:
+    def new_commit(
+        self, repo: Repo, parent: str | None, title: str, description: str, files: dict[str, Blob], author: str
+    ) -> Commit:
         now = time.time()
         digest = hashlib.sha1()
         for part in (repo.repo_id, parent or "", title, description, repr(now), secrets.token_hex(4)):
@@ -259,8 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def send(self, status: int, body: bytes = b"", headers: dict | None = None,
-             content_type: str = "application/json") -> None:
+    def send(
+        self, status: int, body: bytes = b"", headers: dict | None = None, content_type: str = "application/json"
+    ) -> None:
         self.send_response(status)
         headers = dict(headers or {})
         if body or content_type:
@@ -291,11 +312,12 @@ class _Handler(BaseHTTPRequestHandler):
             start = int(match.group(1))
             end = int(match.group(2)) if match.group(2) else len(data) - 1
             if start >= len(data):
-                raise HubError(416, "Requested range not satisfiable",
-                               headers={"Content-Range": f"bytes */{len(data)}"})
+                raise HubError(
+                    416, "Requested range not satisfiable", headers={"Content-Range": f"bytes */{len(data)}"}
+                )
             end = min(end, len(data) - 1)
             headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-            self.send(206, data[start:end + 1], headers, content_type="application/octet-stream")
+            self.send(206, data[start : end + 1], headers, content_type="application/octet-stream")
             return
         self.send(200, data, headers, content_type="application/octet-stream")
 
@@ -343,6 +365,7 @@ class StoreHandler(_Handler):
             self.send_content(data, {"ETag": f'"{oid}"'})
             return
         raise HubError(405, "Method not allowed")
+
 
 class HubHandler(_Handler):
     """The Hub itself: JSON API, LFS batch API and ``resolve``."""
@@ -423,11 +446,18 @@ class HubHandler(_Handler):
         if who is None:
             raise HubError(401, "Invalid credentials in Authorization header")
         user, role = who
-        self.send_json(200, {
-            "type": "user", "id": hashlib.md5(user.encode()).hexdigest()[:24], "name": user, "fullname": user,
-            "orgs": [], "isPro": False,
-            "auth": {"type": "access_token", "accessToken": {"displayName": f"{user}-{role}", "role": role}},
-        })
+        self.send_json(
+            200,
+            {
+                "type": "user",
+                "id": hashlib.md5(user.encode()).hexdigest()[:24],
+                "name": user,
+                "fullname": user,
+                "orgs": [],
+                "isPro": False,
+                "auth": {"type": "access_token", "accessToken": {"displayName": f"{user}-{role}", "role": role}},
+            },
+        )
 
     def create_repo(self) -> None:
         who = self.who()
@@ -448,8 +478,9 @@ class HubHandler(_Handler):
                 raise HubError(409, "You already created this model repo", body={"url": self.repo_url(repo_id)})
             repo = Repo(repo_id, private)
             gitattributes = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in LFS_PATTERNS)
-            commit = self.state.new_commit(repo, None, "initial commit", "",
-                                           {".gitattributes": Blob(gitattributes.encode(), False)}, who[0])
+            commit = self.state.new_commit(
+                repo, None, "initial commit", "", {".gitattributes": Blob(gitattributes.encode(), False)}, who[0]
+            )
             repo.branches["main"] = commit.oid
             self.state.repos[repo_id] = repo
         self.send_json(200, {"url": self.repo_url(repo_id), "name": repo_id, "id": repo_id})
@@ -496,8 +527,11 @@ class HubHandler(_Handler):
             if blobs:
                 entry.update(size=len(blob.data), blobId=blob.git_oid)
                 if blob.lfs:
-                    entry["lfs"] = {"size": len(blob.data), "sha256": blob.sha256,
-                                    "pointerSize": len(lfs_pointer(blob.sha256, len(blob.data)))}
+                    entry["lfs"] = {
+                        "size": len(blob.data),
+                        "sha256": blob.sha256,
+                        "pointerSize": len(lfs_pointer(blob.sha256, len(blob.data))),
+                    }
             siblings.append(entry)
         card = _card_metadata(commit.files) or {}
         config = None
@@ -510,11 +544,23 @@ class HubHandler(_Handler):
         if card.get("library_name"):
             tags.insert(0, card["library_name"])
         info = {
-            "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
-            "author": repo_id.split("/")[0], "sha": commit.oid, "private": repo.private, "gated": False,
-            "disabled": False, "downloads": 0, "likes": 0, "lastModified": _iso(commit.date),
-            "createdAt": _iso(repo.created), "tags": tags, "library_name": card.get("library_name"),
-            "pipeline_tag": card.get("pipeline_tag"), "siblings": siblings, "spaces": [],
+            "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
+            "id": repo_id,
+            "modelId": repo_id,
+            "author": repo_id.split("/")[0],
+            "sha": commit.oid,
+            "private": repo.private,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "lastModified": _iso(commit.date),
+            "createdAt": _iso(repo.created),
+            "tags": tags,
+            "library_name": card.get("library_name"),
+            "pipeline_tag": card.get("pipeline_tag"),
+            "siblings": siblings,
+            "spaces": [],
         }
         if card:
             info["cardData"] = card
@@ -562,8 +608,11 @@ class HubHandler(_Handler):
             return {"type": "directory", "oid": git_blob_sha1(path.encode()), "size": 0, "path": path}
         entry = {"type": "file", "oid": blob.git_oid, "size": len(blob.data), "path": path}
         if blob.lfs:
-            entry["lfs"] = {"oid": blob.sha256, "size": len(blob.data),
-                            "pointerSize": len(lfs_pointer(blob.sha256, len(blob.data)))}
+            entry["lfs"] = {
+                "oid": blob.sha256,
+                "size": len(blob.data),
+                "pointerSize": len(lfs_pointer(blob.sha256, len(blob.data))),
+            }
         return entry
 
     def tree(self, repo_id: str, revision: str, prefix: str) -> None:
@@ -574,11 +623,10 @@ class HubHandler(_Handler):
         base = f"{prefix}/" if prefix else ""
         under = sorted(p for p in commit.files if p.startswith(base))
         if prefix and not under:
-            raise HubError(404, f"Entry not found: {prefix}", "EntryNotFound",
-                           headers={"X-Repo-Commit": commit.oid})
+            raise HubError(404, f"Entry not found: {prefix}", "EntryNotFound", headers={"X-Repo-Commit": commit.oid})
         entries, dirs = [], set()
         for path in under:
-            rel = path[len(base):].split("/")
+            rel = path[len(base) :].split("/")
             for depth in range(1, len(rel)):
                 folder = base + "/".join(rel[:depth])
                 if (recursive or depth == 1) and folder not in dirs:
@@ -590,8 +638,11 @@ class HubHandler(_Handler):
 
     def paths_info(self, repo_id: str, revision: str) -> None:
         body = self.read_body().decode()
-        form = parse_qs(body) if not body.startswith("{") else {
-            k: (v if isinstance(v, list) else [v]) for k, v in json.loads(body).items()}
+        form = (
+            parse_qs(body)
+            if not body.startswith("{")
+            else {k: (v if isinstance(v, list) else [v]) for k, v in json.loads(body).items()}
+        )
         with self.state.lock:
             commit = self.commit_for(self.state.get_repo(repo_id, self.who()), revision)
         out = []
@@ -609,8 +660,15 @@ class HubHandler(_Handler):
             commit = self.commit_for(repo, revision)
             out = []
             while commit is not None:
-                out.append({"id": commit.oid, "title": commit.title, "message": commit.description,
-                            "authors": [{"user": commit.author}], "date": _iso(commit.date)})
+                out.append(
+                    {
+                        "id": commit.oid,
+                        "title": commit.title,
+                        "message": commit.description,
+                        "authors": [{"user": commit.author}],
+                        "date": _iso(commit.date),
+                    }
+                )
                 commit = repo.commits.get(commit.parent) if commit.parent else None
         self.send_json(200, out)
 
@@ -653,8 +711,9 @@ class HubHandler(_Handler):
         for obj in body.get("objects", []):
             oid, size = obj.get("oid", ""), obj.get("size")
             if not re.fullmatch(r"[0-9a-f]{64}", oid) or not isinstance(size, int):
-                objects.append({"oid": str(oid), "size": int(size or 0),
-                                "error": {"code": 422, "message": "invalid oid or size"}})
+                objects.append(
+                    {"oid": str(oid), "size": int(size or 0), "error": {"code": 422, "message": "invalid oid or size"}}
+                )
                 continue
             item = {"oid": oid, "size": size, "authenticated": True}
             if body["operation"] == "upload" and oid not in store:
@@ -666,11 +725,15 @@ class HubHandler(_Handler):
                 if oid not in store:
                     item["error"] = {"code": 404, "message": "Object does not exist"}
                 else:
-                    item["actions"] = {"download": {
-                        "href": f"{self.state.store_url}/lfs/{oid}?sig={self.state.sign('lfs:' + oid)}"}}
+                    item["actions"] = {
+                        "download": {"href": f"{self.state.store_url}/lfs/{oid}?sig={self.state.sign('lfs:' + oid)}"}
+                    }
             objects.append(item)
-        self.send(200, json.dumps({"transfer": "basic", "objects": objects}).encode(),
-                  content_type="application/vnd.git-lfs+json")
+        self.send(
+            200,
+            json.dumps({"transfer": "basic", "objects": objects}).encode(),
+            content_type="application/vnd.git-lfs+json",
+        )
 
     def lfs_verify(self, repo_id: str, oid: str) -> None:
         who = self.who()
@@ -708,8 +771,11 @@ class HubHandler(_Handler):
                 key, value = line.get("key"), line.get("value", {})
                 path = value.get("path", "").strip("/")
                 if key == "file":
-                    data = base64.b64decode(value["content"]) if value.get("encoding") == "base64" \
+                    data = (
+                        base64.b64decode(value["content"])
+                        if value.get("encoding") == "base64"
                         else value["content"].encode()
+                    )
                     files[path] = Blob(data, False)
                 elif key == "lfsFile":
                     data = self.state.lfs_store.get(value.get("oid", ""))
@@ -730,11 +796,19 @@ class HubHandler(_Handler):
                         del files[p]
                 else:
                     raise HubError(400, f"Unknown commit operation: {key}")
-            commit = self.state.new_commit(repo, head.oid, header["summary"], header.get("description", ""),
-                                           files, who[0])
+            commit = self.state.new_commit(
+                repo, head.oid, header["summary"], header.get("description", ""), files, who[0]
+            )
             repo.branches[revision] = commit.oid  # the one atomic step: move the branch
-        self.send_json(200, {"success": True, "commitOid": commit.oid, "pullRequestUrl": None,
-                             "commitUrl": f"{self.repo_url(repo_id)}/commit/{commit.oid}"})
+        self.send_json(
+            200,
+            {
+                "success": True,
+                "commitOid": commit.oid,
+                "pullRequestUrl": None,
+                "commitUrl": f"{self.repo_url(repo_id)}/commit/{commit.oid}",
+            },
+        )
 
     # -- downloads -------------------------------------------------------------------------------
     def resolve(self, repo_id: str, revision: str, path: str) -> None:
@@ -749,9 +823,18 @@ class HubHandler(_Handler):
         if blob.lfs:
             sha = blob.sha256
             location = f"{self.state.store_url}/lfs/{sha}?sig={self.state.sign('lfs:' + sha)}"
-            self.send(302, b"", {**base, "Location": location, "ETag": f'"{blob.git_oid}"',
-                                 "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(blob.data))},
-                      content_type="")
+            self.send(
+                302,
+                b"",
+                {
+                    **base,
+                    "Location": location,
+                    "ETag": f'"{blob.git_oid}"',
+                    "X-Linked-Etag": f'"{sha}"',
+                    "X-Linked-Size": str(len(blob.data)),
+                },
+                content_type="",
+            )
             return
         self.send_content(blob.data, {**base, "ETag": f'"{blob.git_oid}"'})
 

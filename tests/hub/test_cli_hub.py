@@ -22,9 +22,11 @@ import pytest
 pytestmark = pytest.mark.slow  # each command imports torch + transformers in a subprocess on 2 busy cores
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDS = ("the senate adjourned after a long debate on budget it rained in afternoon and streets of city were wet "
-         "elizabeth walked to house spoke with her sister about whale rose from sea sailors shouted lowered boats "
-         "quick brown fox jumps over lazy dog near river bank").split()
+WORDS = (
+    "the senate adjourned after a long debate on budget it rained in afternoon and streets of city were wet "
+    "elizabeth walked to house spoke with her sister about whale rose from sea sailors shouted lowered boats "
+    "quick brown fox jumps over lazy dog near river bank"
+).split()
 TEXT = "the whale rose from the sea and the sailors shouted"
 
 BLOCK = """
@@ -47,15 +49,20 @@ def forward(auto, repo, **kw):
         tied = dec is not None and emb is not None and dec.weight.data_ptr() == emb.weight.data_ptr()
     except NotImplementedError:
         tied = None
-    return {"inputs": {k: v.tolist() for k, v in enc.items()}, "tied": tied, "module": type(model).__module__.split(".")[0],
+    return {"inputs": {k: v.tolist() for k, v in enc.items()}, "tied": tied,
+            "module": type(model).__module__.split(".")[0],
             "outputs": {k: v.tolist() for k, v in out.items() if torch.is_tensor(v)}}
 """
 
 
 def _documents(n: int, seed: int) -> str:
     rng = random.Random(seed)
-    docs = ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))) + "." for _ in range(rng.randint(2, 5)))
-            for _ in range(n)]
+    docs = [
+        "\n".join(
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))) + "." for _ in range(rng.randint(2, 5))
+        )
+        for _ in range(n)
+    ]
     return "\n\n".join(docs) + "\n"
 
 
@@ -66,10 +73,34 @@ def _command(hub, args: list[str], home: Path, cwd: Path, token: str | None = No
 
 
 def _pretrain(hub, root: Path, out: Path, *extra: str, token: str | None = None) -> None:
-    proc = _command(hub, ["pretrain", "--train_file", str(root / "train.txt"), "--validation_file", str(root / "valid.txt"),
-                          "--output_dir", str(out), "--vocab_size", "200", "--max_seq_length", "32",
-                          "--per_device_train_batch_size", "8", "--max_train_steps", "3", "--eval_steps", "3",
-                          "--num_warmup_steps", "1", *extra], root / "push_home", root, token)
+    proc = _command(
+        hub,
+        [
+            "pretrain",
+            "--train_file",
+            str(root / "train.txt"),
+            "--validation_file",
+            str(root / "valid.txt"),
+            "--output_dir",
+            str(out),
+            "--vocab_size",
+            "200",
+            "--max_seq_length",
+            "32",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_train_steps",
+            "3",
+            "--eval_steps",
+            "3",
+            "--num_warmup_steps",
+            "1",
+            *extra,
+        ],
+        root / "push_home",
+        root,
+        token,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -91,22 +122,50 @@ def runs(module_hub, tmp_path_factory):
     hub, root = module_hub, tmp_path_factory.mktemp("cli_runs")
     (root / "train.txt").write_text(_documents(40, 1))
     (root / "valid.txt").write_text(_documents(6, 2))
-    modeling.get_preset_config("elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32,
-                               num_layers=1).save_pretrained(root / "elmo-config")
+    modeling.get_preset_config(
+        "elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32, num_layers=1
+    ).save_pretrained(root / "elmo-config")
     W = hub.write_token
-    _pretrain(hub, root, root / "bert", "--config_name", "bert-tiny", "--push_to_hub", "--hub_model_id",
-              "alice/cli-bert", "--hub_token", W)
-    _pretrain(hub, root, root / "elmo", "--model_type", "elmo", "--config_name", str(root / "elmo-config"),
-              "--push_to_hub", "--hub_model_id", "alice/cli-elmo", "--hub_private_repo", "--hub_revision", "dev",
-              token=W)  # the token from HF_TOKEN this time
-    tags = hub.run("""
+    _pretrain(
+        hub,
+        root,
+        root / "bert",
+        "--config_name",
+        "bert-tiny",
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/cli-bert",
+        "--hub_token",
+        W,
+    )
+    _pretrain(
+        hub,
+        root,
+        root / "elmo",
+        "--model_type",
+        "elmo",
+        "--config_name",
+        str(root / "elmo-config"),
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/cli-elmo",
+        "--hub_private_repo",
+        "--hub_revision",
+        "dev",
+        token=W,
+    )  # the token from HF_TOKEN this time
+    tags = hub.run(
+        """
         import json
         from huggingface_hub import HfApi
         api = HfApi()
         api.create_tag("alice/cli-bert", tag="v0")
         api.create_tag("alice/cli-elmo", tag="v1", revision="dev")
         print(json.dumps({"ok": True}))
-    """, root / "push_home", token=W)
+    """,
+        root / "push_home",
+        token=W,
+    )
     assert tags["ok"]
     return root
 
@@ -116,10 +175,22 @@ def test_refused_tokens_and_missing_revision_exit_2_before_training(module_hub, 
     (tmp_path / "train.txt").write_text(_documents(4, 3))
     for token, expected in ((None, "no token"), ("hf_wrong", "refused"), (hub.read_token, "read-only")):
         out = tmp_path / f"out-{expected}"
-        proc = _command(hub, ["pretrain", "--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out),
-                              "--push_to_hub", "--hub_model_id", "alice/refused",
-                              *(["--hub_token", token] if token else [])],
-                        tmp_path / "home", tmp_path)  # no HF_TOKEN, fresh HF_HOME: no stored login either
+        proc = _command(
+            hub,
+            [
+                "pretrain",
+                "--train_file",
+                str(tmp_path / "train.txt"),
+                "--output_dir",
+                str(out),
+                "--push_to_hub",
+                "--hub_model_id",
+                "alice/refused",
+                *(["--hub_token", token] if token else []),
+            ],
+            tmp_path / "home",
+            tmp_path,
+        )  # no HF_TOKEN, fresh HF_HOME: no stored login either
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2, proc.stderr[-3000:]
         assert len(errors) == 1 and "'alice/refused'" in errors[0] and expected in errors[0], errors
@@ -128,8 +199,22 @@ def test_refused_tokens_and_missing_revision_exit_2_before_training(module_hub, 
     # a revision the repo does not have: one clear line, nothing written
     (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe whale rose\tpos\nthe dog sat\tneg\n")
     out = tmp_path / "clf"
-    proc = _command(hub, ["finetune.glue", "--model_name_or_path", "alice/cli-bert", "--revision", "no-such-branch",
-                          "--train_file", str(tmp_path / "train.tsv"), "--output_dir", str(out)], tmp_path / "home", tmp_path)
+    proc = _command(
+        hub,
+        [
+            "finetune.glue",
+            "--model_name_or_path",
+            "alice/cli-bert",
+            "--revision",
+            "no-such-branch",
+            "--train_file",
+            str(tmp_path / "train.tsv"),
+            "--output_dir",
+            str(out),
+        ],
+        tmp_path / "home",
+        tmp_path,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert "alice/cli-bert" in errors[0] and "--revision no-such-branch" in errors[0] and not out.exists(), errors
@@ -141,12 +226,41 @@ def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, run
     for split in ("train", "dev"):
         (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
     out = tmp_path / "clf"
-    proc = _command(hub, ["finetune.glue", "--model_name_or_path", "alice/cli-bert", "--config_name", "alice/cli-bert",
-                          "--tokenizer_name", "alice/cli-bert", "--revision", "v0", "--train_file",
-                          str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "dev.tsv"),
-                          "--output_dir", str(out), "--max_seq_length", "32", "--per_device_train_batch_size", "4",
-                          "--max_train_steps", "2", "--learning_rate", "1e-3", "--push_to_hub",
-                          "--hub_model_id", "alice/cli-clf", "--hub_token", W], tmp_path / "glue_home", tmp_path)
+    proc = _command(
+        hub,
+        [
+            "finetune.glue",
+            "--model_name_or_path",
+            "alice/cli-bert",
+            "--config_name",
+            "alice/cli-bert",
+            "--tokenizer_name",
+            "alice/cli-bert",
+            "--revision",
+            "v0",
+            "--train_file",
+            str(tmp_path / "train.tsv"),
+            "--validation_file",
+            str(tmp_path / "dev.tsv"),
+            "--output_dir",
+            str(out),
+            "--max_seq_length",
+            "32",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_train_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--push_to_hub",
+            "--hub_model_id",
+            "alice/cli-clf",
+            "--hub_token",
+            W,
+        ],
+        tmp_path / "glue_home",
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     # the backbone came from the hub at the tag: the glue process's cache holds alice/cli-bert at v0's commit
     bert = hub.server.repo("alice/cli-bert")
@@ -158,15 +272,20 @@ def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, run
     import modeling  # noqa: F401
 
     local = pipeline("text-classification", model=str(out))(TEXT)
-    remote = hub.run(BLOCK + textwrap.dedent(f"""
+    remote = hub.run(
+        BLOCK
+        + textwrap.dedent(f"""
         import json
         from transformers import pipeline
         from huggingface_hub import ModelCard
         clf = pipeline("text-classification", model="alice/cli-clf", trust_remote_code=True)
         card = ModelCard.load("alice/cli-clf").data
         print(json.dumps({{"pred": clf({TEXT!r}), "module": type(clf.model).__module__.split(".")[0],
-                          "card": [card.pipeline_tag, card.base_model, {{r.metric_type: r.metric_value for r in card.eval_results}}]}}))
-    """), tmp_path / "user_home")
+                          "card": [card.pipeline_tag, card.base_model,
+                                   {{r.metric_type: r.metric_value for r in card.eval_results}}]}}))
+    """),
+        tmp_path / "user_home",
+    )
     assert remote["module"] == "transformers_modules"  # the pushed code, not the project's
     assert remote["pred"][0]["label"] == local[0]["label"] in ("neg", "pos")
     assert remote["pred"][0]["score"] == pytest.approx(local[0]["score"], abs=1e-6)
@@ -186,12 +305,17 @@ def test_pretrained_models_by_repo_id_branch_tag_commit_private_and_offline(modu
     elmo_repo = hub.server.repo("alice/cli-elmo")
     dev = elmo_repo.branches["dev"]
     assert elmo_repo.private and elmo_repo.tags["v1"] == dev and elmo_repo.branches["main"] != dev
-    bert_files = set(hub.server.repo("alice/cli-bert").commits[hub.server.repo("alice/cli-bert").branches["main"]].files)
+    bert_files = set(
+        hub.server.repo("alice/cli-bert").commits[hub.server.repo("alice/cli-bert").branches["main"]].files
+    )
     assert not [f for f in bert_files if f.startswith("checkpoints/") or f.endswith((".bin", ".pt", ".pkl"))]
     assert hub.server.is_lfs("alice/cli-bert", "main", "model.safetensors")
 
     home = tmp_path / "user_home"  # fresh cache, no token in the environment
-    code = BLOCK + FORWARD + textwrap.dedent(f"""
+    code = (
+        BLOCK
+        + FORWARD
+        + textwrap.dedent(f"""
     TEXT = {TEXT!r}
     R, BOB = {hub.read_token!r}, {hub.other_token!r}
     res = {{}}
@@ -215,9 +339,11 @@ def test_pretrained_models_by_repo_id_branch_tag_commit_private_and_offline(modu
                        {{r.metric_type: r.metric_value for r in card.data.eval_results}}, card.text]
         from huggingface_hub import hf_hub_download
         elmo_card = ModelCard(open(hf_hub_download("alice/cli-elmo", "README.md", revision="dev", token=R)).read())
-        res["elmo_card"] = [elmo_card.data.pipeline_tag, {{r.metric_type: r.metric_value for r in elmo_card.data.eval_results}}]
+        res["elmo_card"] = [elmo_card.data.pipeline_tag,
+                            {{r.metric_type: r.metric_value for r in elmo_card.data.eval_results}}]
     print(json.dumps(res))
     """)
+    )
     online = hub.run(code.replace("OFFLINE", "False"), home)
     assert online["bert"]["inputs"] == ref_bert["inputs"] and online["bert"]["outputs"] == ref_bert["outputs"]
     assert online["bert"]["tied"] and ref_bert["tied"] and online["bert"]["module"] == "transformers_modules"
@@ -226,20 +352,24 @@ def test_pretrained_models_by_repo_id_branch_tag_commit_private_and_offline(modu
         assert online[key]["module"] == "transformers_modules"
     assert "char_ids" in ref_elmo["inputs"] and ref_elmo["outputs"]  # a real ELMo forward was compared
     for key in ("anonymous", "bob"):
-        assert online[key].startswith("OSError") and "alice/cli-elmo" in online[key] and "token" in online[key], online[key]
+        assert online[key].startswith("OSError") and "alice/cli-elmo" in online[key] and "token" in online[key], online[
+            key
+        ]
     # the branch was created from main, and main keeps no model (transformers 5 says so with a ValueError)
     assert "config.json" not in elmo_repo.commits[elmo_repo.branches["main"]].files
     assert "alice/cli-elmo" in online["main_has_no_model"] and "config.json" in online["main_has_no_model"]
     results = json.loads((root / "bert" / "all_results.json").read_text())
     tag, library, tags, metrics, text = online["card"]
     assert tag == "fill-mask" and library == "transformers" and "sesame-bert" in tags
-    assert metrics["perplexity"] == pytest.approx(results["perplexity"]) and metrics["loss"] == pytest.approx(results["eval_loss"])
+    assert metrics["perplexity"] == pytest.approx(results["perplexity"]) and metrics["loss"] == pytest.approx(
+        results["eval_loss"]
+    )
     assert "bert-tiny" in text and "train.txt" in text and "alice/cli-bert" in text
     elmo_results = json.loads((root / "elmo" / "all_results.json").read_text())
     assert online["elmo_card"][0] == "feature-extraction"
-    assert online["elmo_card"][1] == {k: pytest.approx(elmo_results[k]) for k in
-                                      ("perplexity", "forward_perplexity", "backward_perplexity")} | \
-        {"loss": pytest.approx(elmo_results["eval_loss"])}
+    assert online["elmo_card"][1] == {
+        k: pytest.approx(elmo_results[k]) for k in ("perplexity", "forward_perplexity", "backward_perplexity")
+    } | {"loss": pytest.approx(elmo_results["eval_loss"])}
 
     # the hub goes away: the cache must do (remote code included)
     hub.server.stop()

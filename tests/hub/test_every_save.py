@@ -14,22 +14,46 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow  # three short pretraining runs in subprocesses
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDS = ("the senate adjourned after a long debate on budget it rained in afternoon and streets of city were wet "
-         "elizabeth walked to house spoke with her sister about whale rose from sea sailors shouted").split()
+WORDS = (
+    "the senate adjourned after a long debate on budget it rained in afternoon and streets of city were wet "
+    "elizabeth walked to house spoke with her sister about whale rose from sea sailors shouted"
+).split()
 
 
 def _documents(n: int, seed: int) -> str:
     rng = random.Random(seed)
-    return "\n\n".join("\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 15))) + "."
-                                 for _ in range(rng.randint(2, 4))) for _ in range(n)) + "\n"
+    return (
+        "\n\n".join(
+            "\n".join(
+                " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 15))) + "." for _ in range(rng.randint(2, 4))
+            )
+            for _ in range(n)
+        )
+        + "\n"
+    )
 
 
 def _pretrain(hub, root: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = hub.env(root / "home")
     env.update(HF_DATASETS_OFFLINE="1", WANDB_MODE="offline", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(root / "train.txt"), "--validation_file",
-           str(root / "valid.txt"), "--output_dir", str(out), "--max_seq_length", "32",
-           "--per_device_train_batch_size", "8", "--num_warmup_steps", "1", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--train_file",
+        str(root / "train.txt"),
+        "--validation_file",
+        str(root / "valid.txt"),
+        "--output_dir",
+        str(out),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_warmup_steps",
+        "1",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -39,12 +63,31 @@ def every_save_run(module_hub, tmp_path_factory):
     hub, root = module_hub, tmp_path_factory.mktemp("every_save")
     (root / "train.txt").write_text(_documents(40, 1))
     (root / "valid.txt").write_text(_documents(6, 2))
-    proc = _pretrain(hub, root, root / "run", "--config_name", "bert-tiny", "--vocab_size", "200",
-                     "--checkpointing_steps", "2", "--checkpoints_total_limit", "0", "--max_train_steps", "4",
-                     "--push_to_hub", "--hub_model_id", "alice/every", "--hub_token", hub.write_token,
-                     "--hub_strategy", "every_save")
+    proc = _pretrain(
+        hub,
+        root,
+        root / "run",
+        "--config_name",
+        "bert-tiny",
+        "--vocab_size",
+        "200",
+        "--checkpointing_steps",
+        "2",
+        "--checkpoints_total_limit",
+        "0",
+        "--max_train_steps",
+        "4",
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/every",
+        "--hub_token",
+        hub.write_token,
+        "--hub_strategy",
+        "every_save",
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    hub.run("""
+    hub.run(
+        """
         import json
         from huggingface_hub import HfApi
         api = HfApi()
@@ -52,7 +95,10 @@ def every_save_run(module_hub, tmp_path_factory):
         if mid:
             api.create_tag("alice/every", tag="v-step2", revision=mid[0])
         print(json.dumps({"mid": mid}))
-    """, root / "client_home", token=hub.write_token)
+    """,
+        root / "client_home",
+        token=hub.write_token,
+    )
     return root
 
 
@@ -63,7 +109,8 @@ def _weights(path: Path) -> dict:
 def test_every_save_commits_each_checkpoint_and_the_final_model(module_hub, every_save_run):
     hub, root = module_hub, every_save_run
     assert not (root / "run" / ".hub-staging").exists()
-    res = hub.run("""
+    res = hub.run(
+        """
         import json, torch
         from huggingface_hub import HfApi
         from safetensors.torch import save_file
@@ -77,7 +124,10 @@ def test_every_save_commits_each_checkpoint_and_the_final_model(module_hub, ever
         tok = AutoTokenizer.from_pretrained("alice/every", revision=mid, trust_remote_code=True)
         save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, "mid.safetensors")
         print(json.dumps({"titles": titles, "files": files, "vocab": len(tok), "mid": mid}))
-    """, root / "client_home", token=hub.write_token)
+    """,
+        root / "client_home",
+        token=hub.write_token,
+    )
     titles = res["titles"]
     assert titles[0].startswith("pretrain: bert"), titles  # the final push, last
     assert titles.count("Training in progress (step 2)") == 1
@@ -98,9 +148,23 @@ def test_every_save_commits_each_checkpoint_and_the_final_model(module_hub, ever
 def test_revision_loads_the_tagged_weights_and_config_errors_name_it(module_hub, every_save_run):
     hub, root = module_hub, every_save_run
     # a near-zero learning rate: the weights after one step are the starting weights
-    proc = _pretrain(hub, root, root / "cont", "--model_name_or_path", "alice/every", "--tokenizer_name",
-                     "alice/every", "--revision", "v-step2", "--max_train_steps", "1", "--learning_rate", "1e-20",
-                     "--weight_decay", "0")
+    proc = _pretrain(
+        hub,
+        root,
+        root / "cont",
+        "--model_name_or_path",
+        "alice/every",
+        "--tokenizer_name",
+        "alice/every",
+        "--revision",
+        "v-step2",
+        "--max_train_steps",
+        "1",
+        "--learning_rate",
+        "1e-20",
+        "--weight_decay",
+        "0",
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     started = _weights(root / "cont" / "model.safetensors")
     ckpt = _weights(root / "run" / "checkpoints" / "step_2" / "model.safetensors")
@@ -110,11 +174,23 @@ def test_revision_loads_the_tagged_weights_and_config_errors_name_it(module_hub,
     assert max(float((started[k] - ckpt[k]).abs().max()) for k in common) < 1e-6
     assert max(float((started[k] - final[k]).abs().max()) for k in common) > 1e-4
 
-    bad = _pretrain(hub, root, root / "bad", "--tokenizer_name", "alice/every", "--revision", "v-step2",
-                    "--config_name", "alice/no-such-config", "--max_train_steps", "1")
+    bad = _pretrain(
+        hub,
+        root,
+        root / "bad",
+        "--tokenizer_name",
+        "alice/every",
+        "--revision",
+        "v-step2",
+        "--config_name",
+        "alice/no-such-config",
+        "--max_train_steps",
+        "1",
+    )
     assert bad.returncode == 2, bad.stderr[-3000:]
-    assert ("--config_name alice/no-such-config (--revision v-step2): expected a preset (bert-base"
-            in bad.stderr), bad.stderr[-2000:]
+    assert "--config_name alice/no-such-config (--revision v-step2): expected a preset (bert-base" in bad.stderr, (
+        bad.stderr[-2000:]
+    )
     assert "a config path or a hub repo id" in bad.stderr
     assert not (root / "bad" / "model.safetensors").exists()
 
@@ -123,7 +199,8 @@ def test_a_failed_mid_training_push_warns_and_training_goes_on(hub, tmp_path):
     """``HubPusher.push_checkpoint``: a commit that loses its connection gives a warning naming the repo and
     step (no exception), the staging folder is removed, and the next save pushes."""
     hub.server.state.drop_commits["alice/flaky"] = 1  # the first commit to alice/flaky loses its connection
-    res = hub.run(f"""
+    res = hub.run(
+        f"""
         import json, logging, os
         from transformers import BertConfig, BertForMaskedLM
         from training.hub import HubPusher
@@ -142,7 +219,10 @@ def test_a_failed_mid_training_push_warns_and_training_goes_on(hub, tmp_path):
         titles = [c.title for c in HfApi().list_repo_commits("alice/flaky")]
         print(json.dumps({{"first": first, "second": second is not None, "records": records, "titles": titles,
                           "staged": staged_after_failure or os.path.exists("run/.hub-staging")}}))
-    """, tmp_path / "home", token=hub.write_token)
+    """,
+        tmp_path / "home",
+        token=hub.write_token,
+    )
     assert res["first"] is None and res["second"]
     assert not res["staged"]
     warning = [r for r in res["records"] if "failed" in r]

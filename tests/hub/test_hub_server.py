@@ -18,14 +18,16 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
     (folder / "model.safetensors").write_bytes(weights)  # LFS by name
     (folder / "config.json").write_text('{"hidden_size": 8}')
     (folder / "sub" / "notes.txt").write_text("regular file in a folder")
-    out = hub.run(f"""
+    out = hub.run(
+        f"""
         import json, os
         from huggingface_hub import HfApi, hf_hub_download, snapshot_download
         api = HfApi()
         me = api.whoami()
         url = api.create_repo("alice/tiny")
         again = api.create_repo("alice/tiny", exist_ok=True)
-        c1 = api.upload_folder(repo_id="alice/tiny", folder_path={str(folder)!r}, commit_message="Upload model (step 1)")
+        c1 = api.upload_folder(repo_id="alice/tiny", folder_path={str(folder)!r},
+                               commit_message="Upload model (step 1)")
         info = api.model_info("alice/tiny", files_metadata=True)
         api.create_branch("alice/tiny", branch="dev")
         api.create_tag("alice/tiny", tag="v1", revision="main")
@@ -57,7 +59,10 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
         c_noop = api.upload_folder(repo_id="alice/tiny", folder_path={str(folder)!r}, commit_message="same files")
         res["noop_sha"] = c_noop.oid
         print(json.dumps(res))
-    """, tmp_path / "home", token=hub.write_token)
+    """,
+        tmp_path / "home",
+        token=hub.write_token,
+    )
 
     assert out["user"] == "alice"
     assert out["url"] == out["again"] == f"{hub.url}/alice/tiny"
@@ -79,8 +84,12 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
     assert out["dev_by_branch"] == "dev only"
     assert "dev.txt" in out["dev_files"] and "dev.txt" not in out["main_files"]
     assert out["main_files"] == [".gitattributes", "config.json", "model.safetensors", "sub/notes.txt"]
-    assert out["top_level"] == [[".gitattributes", "RepoFile"], ["config.json", "RepoFile"],
-                                ["model.safetensors", "RepoFile"], ["sub", "RepoFolder"]]
+    assert out["top_level"] == [
+        [".gitattributes", "RepoFile"],
+        ["config.json", "RepoFile"],
+        ["model.safetensors", "RepoFile"],
+        ["sub", "RepoFolder"],
+    ]
     assert out["exists"] == [True, False]
     assert out["snapshot"] == [".gitattributes", "config.json", "dev.txt", "model.safetensors", "sub/notes.txt"]
     assert out["commits"] == ["dev change", "Upload model (step 1)", "initial commit"]  # newest first
@@ -89,7 +98,8 @@ def test_client_round_trip_refs_and_lfs(hub, tmp_path):
 
 def test_client_auth_errors(hub, tmp_path):
     """Private repos are invisible without their owner's token; bad and read-only tokens are refused."""
-    out = hub.run(f"""
+    out = hub.run(
+        f"""
         import json
         from huggingface_hub import HfApi, hf_hub_download
         from huggingface_hub.errors import (HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError,
@@ -124,7 +134,9 @@ def test_client_auth_errors(hub, tmp_path):
         outcome("missing_repo", lambda: owner.model_info("alice/does-not-exist"))
         outcome("tag_of_missing_rev", lambda: owner.create_tag("alice/public", tag="t", revision="nope"))
         print(json.dumps(res))
-    """, tmp_path / "home")
+    """,
+        tmp_path / "home",
+    )
 
     for key in ("anon_info", "anon_download", "bob_info"):
         assert out[key][0] == "RepositoryNotFoundError", (key, out[key])
@@ -152,8 +164,12 @@ def test_raw_protocol_redirect_range_and_signatures(hub):
     def request(url, method="GET", body=None, headers=None):
         parts = urlsplit(url)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
-                     headers={"Authorization": f"Bearer {hub.write_token}", **(headers or {})})
+        conn.request(
+            method,
+            parts.path + (f"?{parts.query}" if parts.query else ""),
+            body=body,
+            headers={"Authorization": f"Bearer {hub.write_token}", **(headers or {})},
+        )
         resp = conn.getresponse()
         data = resp.read()
         conn.close()
@@ -162,17 +178,25 @@ def test_raw_protocol_redirect_range_and_signatures(hub):
     payload = bytes(range(256)) * 40
     sha = hashlib.sha256(payload).hexdigest()
     assert request(f"{hub.url}/api/repos/create", "POST", json.dumps({"name": "raw"}))[0] == 200
-    status, _, body = request(f"{hub.url}/alice/raw.git/info/lfs/objects/batch", "POST", json.dumps(
-        {"operation": "upload", "transfers": ["basic"], "objects": [{"oid": sha, "size": len(payload)}]}))
+    status, _, body = request(
+        f"{hub.url}/alice/raw.git/info/lfs/objects/batch",
+        "POST",
+        json.dumps({"operation": "upload", "transfers": ["basic"], "objects": [{"oid": sha, "size": len(payload)}]}),
+    )
     upload = json.loads(body)["objects"][0]["actions"]["upload"]["href"]
     assert request(upload.split("?")[0], "PUT", payload)[0] == 403  # unsigned
     assert request(upload, "PUT", payload[:-1])[0] == 400  # content does not match the oid
     assert request(upload, "PUT", payload)[0] == 200
-    ndjson = "\n".join(json.dumps(line) for line in (
-        {"key": "header", "value": {"summary": "raw commit"}},
-        {"key": "lfsFile", "value": {"path": "w.safetensors", "algo": "sha256", "oid": sha, "size": len(payload)}}))
-    status, _, body = request(f"{hub.url}/api/models/alice/raw/commit/main", "POST", ndjson,
-                              {"Content-Type": "application/x-ndjson"})
+    ndjson = "\n".join(
+        json.dumps(line)
+        for line in (
+            {"key": "header", "value": {"summary": "raw commit"}},
+            {"key": "lfsFile", "value": {"path": "w.safetensors", "algo": "sha256", "oid": sha, "size": len(payload)}},
+        )
+    )
+    status, _, body = request(
+        f"{hub.url}/api/models/alice/raw/commit/main", "POST", ndjson, {"Content-Type": "application/x-ndjson"}
+    )
     commit = json.loads(body)["commitOid"]
 
     status, headers, _ = request(f"{hub.url}/alice/raw/resolve/main/w.safetensors", "HEAD")

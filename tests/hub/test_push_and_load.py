@@ -15,8 +15,24 @@ import json
 import pytest
 import torch
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "whale", "rose", "from", "sea", "a", "fox",
-         "##es", ".", "boats", "sailors"]
+WORDS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "whale",
+    "rose",
+    "from",
+    "sea",
+    "a",
+    "fox",
+    "##es",
+    ".",
+    "boats",
+    "sailors",
+]
 TEXT = "the whale rose from the sea . the sailors"
 
 
@@ -25,8 +41,14 @@ def _save_model(path, seed, sesame=False):
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     torch.manual_seed(seed)
-    kwargs = dict(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=32, max_position_embeddings=32)
+    kwargs = dict(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     if sesame:
         from modeling import SesameBertConfig, SesameBertForMaskedLM
 
@@ -85,9 +107,17 @@ def _save_classifier(path):
     from modeling import SesameBertConfig, SesameBertForSequenceClassification
 
     torch.manual_seed(4)
-    config = SesameBertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                              intermediate_size=32, max_position_embeddings=32, num_labels=2,
-                              id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    config = SesameBertConfig(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        num_labels=2,
+        id2label={0: "neg", 1: "pos"},
+        label2id={"neg": 0, "pos": 1},
+    )
     model = SesameBertForSequenceClassification(config).eval()
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(WORDS)})
     model.save_pretrained(path)
@@ -106,9 +136,17 @@ def _save_remote_code_model(path):
     (path / "modeling_tiny.py").write_text(MODELING_TINY)
     weight = torch.randn(16, 8, generator=torch.Generator().manual_seed(3))
     save_file({"emb.weight": weight}, path / "model.safetensors", metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps({
-        "model_type": "tiny-remote", "vocab_size": 16, "hidden_size": 8, "architectures": ["TinyModel"],
-        "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"}}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "tiny-remote",
+                "vocab_size": 16,
+                "hidden_size": 8,
+                "architectures": ["TinyModel"],
+                "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"},
+            }
+        )
+    )
     return torch.tanh(weight[[1, 2, 3]]).tolist()
 
 
@@ -147,10 +185,14 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     _, logits_sesame = _save_model(tmp_path / "sesame", seed=2, sesame=True)
     remote = _save_remote_code_model(tmp_path / "remote_code")
     classified = _save_classifier(tmp_path / "classifier")
-    (tmp_path / "ref.json").write_text(json.dumps({"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b,
-                                                   "sesame": logits_sesame, "remote": remote}))
+    (tmp_path / "ref.json").write_text(
+        json.dumps(
+            {"text": TEXT, "ids": ids_a, "a": logits_a, "b": logits_b, "sesame": logits_sesame, "remote": remote}
+        )
+    )
 
-    pushed = hub.run("""
+    pushed = hub.run(
+        """
         import json
         from huggingface_hub import HfApi
         from training.hub import push_output_dir
@@ -166,20 +208,33 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
         push_output_dir("sesame", "alice/sesame-bert")
         push_output_dir("classifier", "alice/sesame-clf")
         print(json.dumps({"c1": c1.oid, "c2": c2.oid, "c3": c3.oid, "url": str(c1)}))
-    """, tmp_path / "push_home", token=hub.write_token, cwd=tmp_path)
+    """,
+        tmp_path / "push_home",
+        token=hub.write_token,
+        cwd=tmp_path,
+    )
 
     main = hub.server.repo("alice/tiny-bert")
     assert main.branches == {"main": pushed["c1"], "dev": pushed["c2"]} and main.tags == {"v1": pushed["c1"]}
     assert pushed["url"] == f"{hub.url}/alice/tiny-bert/commit/{pushed['c1']}"
     files = set(main.commits[pushed["c1"]].files)
-    assert files == {".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json", "all_results.json"}  # no checkpoints/, no *.bin
+    assert files == {
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "all_results.json",
+    }  # no checkpoints/, no *.bin
     assert hub.server.is_lfs("alice/tiny-bert", "main", "model.safetensors")
     assert main.commits[pushed["c1"]].title == "Upload model (step 10)"
     assert hub.server.repo("alice/private-bert").private
 
     home = tmp_path / "load_home"  # fresh cache, no token in the environment
-    loaded = hub.run(LOAD + f"""
+    loaded = hub.run(
+        LOAD
+        + f"""
     check("main", "alice/tiny-bert")
     check("branch", "alice/tiny-bert", revision="dev")
     check("tag", "alice/tiny-bert", revision="v1")
@@ -202,12 +257,19 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     res["card"] = {{"tags": card.data.tags, "library": card.data.library_name, "license": card.data.license,
                    "metrics": {{r.metric_type: r.metric_value for r in card.data.eval_results}}}}
     print(json.dumps(res))
-    """, home, cwd=tmp_path)
+    """,
+        home,
+        cwd=tmp_path,
+    )
 
     assert loaded["main"] == {"ids_equal": True, "same_as": ["a"], "tied": True, "module": "transformers"}
     # SesameBert through auto_map + the pushed code, with the project's packages blocked; decoder stays tied
-    assert loaded["sesame"] == {"ids_equal": True, "same_as": ["sesame"], "tied": True,
-                                "module": "transformers_modules"}
+    assert loaded["sesame"] == {
+        "ids_equal": True,
+        "same_as": ["sesame"],
+        "tied": True,
+        "module": "transformers_modules",
+    }
     assert len(loaded["fill_mask"]) == 3 and set(loaded["fill_mask"]) <= set(WORDS)
     (got,) = loaded["classify"]  # pipeline by repo id, remote code: the classifier's own answer
     assert got["label"] == classified["label"] and got["score"] == pytest.approx(classified["score"], abs=1e-6)
@@ -217,18 +279,27 @@ def test_push_load_revisions_private_offline(hub, tmp_path):
     assert loaded["remote_code"] == ["TinyModel", True]
     assert "alice/private-bert" in loaded["private_anon"] and "token" in loaded["private_anon"]
     assert "Invalid credentials in Authorization header" in loaded["private_wrong"]
-    assert loaded["card"] == {"tags": ["sesame-lm", "bert", "fill-mask", "trust-remote-code"],
-                              "library": "transformers", "license": "apache-2.0",
-                              "metrics": {"loss": 2.25, "perplexity": 9.49}}
+    assert loaded["card"] == {
+        "tags": ["sesame-lm", "bert", "fill-mask", "trust-remote-code"],
+        "library": "transformers",
+        "license": "apache-2.0",
+        "metrics": {"loss": 2.25, "perplexity": 9.49},
+    }
 
     hub.server.stop()  # the hub is gone: the cache must do
-    offline = hub.run(LOAD + """
+    offline = hub.run(
+        LOAD
+        + """
     check("main", "alice/tiny-bert")
     check("branch", "alice/tiny-bert", revision="dev")
     check_remote_code("remote_code", "alice/remote-code")
     check("sesame", "alice/sesame-bert", trust_remote_code=True)
     print(json.dumps(res))
-    """, home, offline=True, cwd=tmp_path)
+    """,
+        home,
+        offline=True,
+        cwd=tmp_path,
+    )
     assert offline["remote_code"] == ["TinyModel", True] and offline["sesame"]["same_as"] == ["sesame"]
     assert offline["main"]["same_as"] == ["a"] and offline["branch"]["same_as"] == ["b"]
     assert offline["main"]["ids_equal"] and offline["main"]["tied"]

@@ -12,8 +12,14 @@ from training.errors import InputError
 from training.hub import HubArguments, default_repo_id, validate_hub_arguments
 from training.model_card import render_model_card
 
-CARD = dict(model_type="sesame-bert", repo_id="alice/m", preset="bert-tiny", training_data="tiny.txt",
-            hyperparameters={"learning_rate": 0.001}, results={"eval_loss": 2.0, "perplexity": 7.39})
+CARD = dict(
+    model_type="sesame-bert",
+    repo_id="alice/m",
+    preset="bert-tiny",
+    training_data="tiny.txt",
+    hyperparameters={"learning_rate": 0.001},
+    results={"eval_loss": 2.0, "perplexity": 7.39},
+)
 
 
 def _output_dir(path, weights=b"W" * 3000, sharded=False):
@@ -36,7 +42,8 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
     _output_dir(tmp_path / "run")
     _output_dir(tmp_path / "run_sharded", weights=b"V" * 3000, sharded=True)
     hub.server.state.drop_commits["alice/flaky"] = 1  # the first commit to alice/flaky loses its connection
-    out = hub.run(f"""
+    out = hub.run(
+        f"""
         import argparse, json
         from huggingface_hub import HfApi
         from training.errors import InputError
@@ -84,7 +91,10 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         outcome("interrupted", lambda: push_output_dir("run", "alice/flaky", token=W))
         res["retry"] = push_output_dir("run", "alice/flaky", token=W).oid
         print(json.dumps(res))
-    """, tmp_path / "home", cwd=tmp_path)
+    """,
+        tmp_path / "home",
+        cwd=tmp_path,
+    )
 
     assert out["no_token"][0] == "InputError" and "no token" in out["no_token"][1]
     assert "'alice/m'" in out["no_token"][1] and "--hub_token" in out["no_token"][1]
@@ -102,8 +112,13 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
     main = repo.commits[repo.branches["main"]]
     assert repo.branches["main"] == out["c1"] and main.title == "Upload model (step 2)"
     # safetensors + config + model code; no pickles, no checkpoints
-    assert set(main.files) == {".gitattributes", "config.json", "model.safetensors", "modeling_sesame_bert.py",
-                               "README.md"}
+    assert set(main.files) == {
+        ".gitattributes",
+        "config.json",
+        "model.safetensors",
+        "modeling_sesame_bert.py",
+        "README.md",
+    }
     card = render_model_card(**CARD)
     assert main.files["README.md"].data.decode() == card  # the card arrives byte for byte
     card_data, tags, pipeline_tag = out["card_data"]
@@ -135,13 +150,16 @@ def test_validate_hub_args_offline():
 
     args = validate_hub_arguments(parse([]), "out", check_remote=False)  # no --push_to_hub: nothing to check
     assert args.hub_model_id is None and args.hub_strategy == "end"
-    for argv, flag in ((["--push_to_hub"], "--hub_model_id"),
-                       (["--push_to_hub", "--hub_model_id", "a/b", "--hub_revision", "../x"], "--hub_revision"),
-                       (["--push_to_hub", "--hub_model_id", "a/b--c"], "--hub_model_id")):
+    for argv, flag in (
+        (["--push_to_hub"], "--hub_model_id"),
+        (["--push_to_hub", "--hub_model_id", "a/b", "--hub_revision", "../x"], "--hub_revision"),
+        (["--push_to_hub", "--hub_model_id", "a/b--c"], "--hub_model_id"),
+    ):
         with pytest.raises(InputError, match=flag):
             validate_hub_arguments(parse(argv), "out", check_remote=False)
-    args = validate_hub_arguments(parse(["--push_to_hub", "--hub_model_id", "alice/x", "--hub_revision", "run-2"]), "out",
-                                  check_remote=False)
+    args = validate_hub_arguments(
+        parse(["--push_to_hub", "--hub_model_id", "alice/x", "--hub_revision", "run-2"]), "out", check_remote=False
+    )
     assert args.hub_model_id == "alice/x"
     assert default_repo_id("/tmp/runs/my run!", "alice") == "alice/my-run"
 
@@ -150,7 +168,8 @@ def test_push_without_xet_support_says_how_to_fix(hub, tmp_path):
     """huggingface_hub 2.x uploads large files through Xet when hf_xet is installed; this server has no Xet."""
     pytest.importorskip("hf_xet")
     _output_dir(tmp_path / "run")
-    out = hub.run("""
+    out = hub.run(
+        """
         import json
         from training.errors import InputError
         from training.hub import push_output_dir
@@ -159,7 +178,12 @@ def test_push_without_xet_support_says_how_to_fix(hub, tmp_path):
             print(json.dumps({"error": None}))
         except InputError as err:
             print(json.dumps({"error": str(err)}))
-    """, tmp_path / "home", token=hub.write_token, cwd=tmp_path, xet=True)
+    """,
+        tmp_path / "home",
+        token=hub.write_token,
+        cwd=tmp_path,
+        xet=True,
+    )
     assert "HF_HUB_DISABLE_XET=1" in out["error"] and "nothing was committed" in out["error"]
     repo = hub.server.repo("alice/m")
     assert list(repo.commits) == [repo.branches["main"]]  # only the initial commit

@@ -17,6 +17,7 @@ from modeling.elmo import SesameElmoForBidirectionalLM, SesameElmoForQuestionAns
 #: for other CPUs / GPUs without letting a broken precision path (a loss off by a factor, NaN) pass.
 REL, ABS = 2e-2, 1e-3
 
+
 def _fp32_and_bf16(model, batch, device):
     """(float32 loss, bf16-autocast loss) of ``model`` on ``batch`` (same RNG state for both), after checking that
     the autocast forward and backward are finite."""
@@ -79,10 +80,16 @@ def test_elmo_lstms_run_in_float32_inside_autocast(make_elmo, batches, device):
     lstms = [m for m in model.modules() if isinstance(m, nn.LSTM)]
     handles = [m.register_forward_pre_hook(record) for m in lstms]
     linear_dtypes = []
-    handles.append(model.elmo.char_encoder.projection.register_forward_hook(lambda m, a, out: linear_dtypes.append(out.dtype)))
+    handles.append(
+        model.elmo.char_encoder.projection.register_forward_hook(lambda m, a, out: linear_dtypes.append(out.dtype))
+    )
     batch = {k: v.to(device) for k, v in batches["elmo"]().items()}
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        model(**batch, start_positions=torch.tensor([4, 3, 2], device=device), end_positions=torch.tensor([5, 4, 2], device=device)).loss.backward()
+        model(
+            **batch,
+            start_positions=torch.tensor([4, 3, 2], device=device),
+            end_positions=torch.tensor([5, 4, 2], device=device),
+        ).loss.backward()
     for h in handles:
         h.remove()
     assert len(seen) >= len(lstms) and set(seen) == {(torch.float32, False)}, seen

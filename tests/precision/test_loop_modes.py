@@ -47,8 +47,15 @@ def _train(make_bert, tmp_path, name, data, steps, G=1, batch_size=1, mixed_prec
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    cfg = TrainingConfig(output_dir=str(tmp_path / name), learning_rate=1e-3, max_train_steps=steps,
-                         gradient_accumulation_steps=G, logging_steps=1, seed=0, **config)
+    cfg = TrainingConfig(
+        output_dir=str(tmp_path / name),
+        learning_rate=1e-3,
+        max_train_steps=steps,
+        gradient_accumulation_steps=G,
+        logging_steps=1,
+        seed=0,
+        **config,
+    )
     acc = make_accelerator(cfg, mixed_precision=mixed_precision)
     model = make_bert(SesameBertForMaskedLM, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     loader = make_train_dataloader(data, batch_size, _collate, seed=0, shuffle=False)
@@ -106,10 +113,13 @@ def test_torch_compile_gives_the_eager_losses(make_bert, tmp_path):
 
     data = _examples(8)
     _, eager, w_eager = _train(make_bert, tmp_path, "eager", data, steps=3, batch_size=4)
-    trainer, compiled, w_compiled = _train(make_bert, tmp_path, "compiled", data, steps=3, batch_size=4, torch_compile=True)
+    trainer, compiled, w_compiled = _train(
+        make_bert, tmp_path, "compiled", data, steps=3, batch_size=4, torch_compile=True
+    )
     assert trainer.model is not trainer.unwrapped_model and type(trainer.unwrapped_model) is SesameBertForMaskedLM
     assert [r["train_loss"] for r in compiled["log_history"]] == pytest.approx(
-        [r["train_loss"] for r in eager["log_history"]], rel=1e-4)
+        [r["train_loss"] for r in eager["log_history"]], rel=1e-4
+    )
     assert w_compiled.keys() == w_eager.keys()
     saved = load_file(tmp_path / "compiled" / "checkpoints" / "step_3" / "model.safetensors")
     assert set(saved) <= set(w_eager) and not any("_orig_mod" in k for k in saved)

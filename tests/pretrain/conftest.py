@@ -27,7 +27,9 @@ def write_corpus(path: Path, documents: list[list[str]]) -> Path:
     return path
 
 
-def random_documents(n_docs: int, seed: int = 0, lines: tuple[int, int] = (2, 6), words: tuple[int, int] = (4, 30)) -> list[list[str]]:
+def random_documents(
+    n_docs: int, seed: int = 0, lines: tuple[int, int] = (2, 6), words: tuple[int, int] = (4, 30)
+) -> list[list[str]]:
     rng = random.Random(seed)
     return [
         [" ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))) + "." for _ in range(rng.randint(*lines))]
@@ -47,7 +49,9 @@ def corpus_dir(tmp_path_factory) -> Path:
 def bert_tokenizer(corpus_dir, tmp_path_factory):
     from tokenizer.wordpiece import train_wordpiece_tokenizer
 
-    return train_wordpiece_tokenizer([corpus_dir / "train.txt"], 200, tmp_path_factory.mktemp("tok") / "wp", min_frequency=1)
+    return train_wordpiece_tokenizer(
+        [corpus_dir / "train.txt"], 200, tmp_path_factory.mktemp("tok") / "wp", min_frequency=1
+    )
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,27 @@ from training.errors import InputError, run_cli
 
 
 def _args(corpus_dir, tok, out, *extra):
-    return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
-            "--tokenizer_name", str(tok), "--output_dir", str(out), "--config_name", "bert-tiny", "--max_seq_length",
-            "32", "--per_device_train_batch_size", "8", "--logging_steps", "1", "--learning_rate", "2e-3", *extra]
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--tokenizer_name",
+        str(tok),
+        "--output_dir",
+        str(out),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--logging_steps",
+        "1",
+        "--learning_rate",
+        "2e-3",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -54,8 +72,12 @@ def test_token_budget_to_steps_by_hand(corpus_dir, tok, tmp_path, fresh_state, c
     # a run: 8 blocks x 32 tokens x 2 accumulation = 512 tokens per optimizer step; 1,100 tokens -> 3 steps
     out = tmp_path / "tokens"
     with caplog.at_level(logging.INFO, logger="pretrain"):
-        assert run_cli(main, _args(corpus_dir, tok, out, "--max_train_tokens", "1100",
-                                   "--gradient_accumulation_steps", "2")) == 0
+        assert (
+            run_cli(
+                main, _args(corpus_dir, tok, out, "--max_train_tokens", "1100", "--gradient_accumulation_steps", "2")
+            )
+            == 0
+        )
     line = _budget_line(caplog)
     assert "--max_train_tokens 1100 / 512 tokens per optimizer step = 3 optimizer steps" in line, line
     assert "--max_train_steps 3 instead of --max_train_tokens" in line
@@ -65,13 +87,13 @@ def test_token_budget_to_steps_by_hand(corpus_dir, tok, tmp_path, fresh_state, c
 
 
 def test_budget_conflicts_are_refused():
-    for argv, message in ((["--time_budget", "1", "--max_train_steps", "5"], "--time_budget: conflicts with "
-                                                                              "--max_train_steps"),
-                          (["--max_train_tokens", "9", "--time_budget", "1"], "--max_train_tokens: conflicts with "
-                                                                               "--time_budget"),
-                          (["--max_train_tokens", "9", "--num_train_epochs", "2"], "conflicts with --num_train_epochs"),
-                          (["--max_train_tokens", "0"], "--max_train_tokens 0: expected an integer >= 1"),
-                          (["--time_budget", "-2"], "--time_budget -2.0: expected a positive number")):
+    for argv, message in (
+        (["--time_budget", "1", "--max_train_steps", "5"], "--time_budget: conflicts with --max_train_steps"),
+        (["--max_train_tokens", "9", "--time_budget", "1"], "--max_train_tokens: conflicts with --time_budget"),
+        (["--max_train_tokens", "9", "--num_train_epochs", "2"], "conflicts with --num_train_epochs"),
+        (["--max_train_tokens", "0"], "--max_train_tokens 0: expected an integer >= 1"),
+        (["--time_budget", "-2"], "--time_budget -2.0: expected a positive number"),
+    ):
         with pytest.raises(InputError, match=message):
             parse(argv)
     demo = parse(["--time_budget", "3"]).training
@@ -124,8 +146,9 @@ def test_the_probe_times_loop_steps_and_disturbs_nothing():
         budgets.time_optimizer_steps(Accelerator(cpu=True), wrapped, loader, config, steps=2, warmup=2)
 
 
-def test_time_budget_with_a_faked_clock_is_the_run_of_its_steps(corpus_dir, tok, tmp_path, fresh_state, caplog,
-                                                                monkeypatch):
+def test_time_budget_with_a_faked_clock_is_the_run_of_its_steps(
+    corpus_dir, tok, tmp_path, fresh_state, caplog, monkeypatch
+):
     """0.5 s per probed step and 0.1 minutes -> 12 optimizer steps, logged with --max_train_steps 12 and recorded;
     the same command again gives bitwise the same weights, and so does --max_train_steps 12 without a budget (the
     probe leaves the model, the data and the dropout stream as they were; dropout is on)."""

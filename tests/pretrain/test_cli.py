@@ -14,10 +14,27 @@ from training.errors import run_cli
 
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
-            "--output_dir", str(out), "--vocab_size", "300", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "8", "--max_train_steps", "6", "--eval_steps", "3",
-            "--num_warmup_steps", "1", *extra]
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--output_dir",
+        str(out),
+        "--vocab_size",
+        "300",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--max_train_steps",
+        "6",
+        "--eval_steps",
+        "3",
+        "--num_warmup_steps",
+        "1",
+        *extra,
+    ]
 
 
 def test_default_job_settings():
@@ -35,17 +52,33 @@ def test_bert_mlm_end_to_end(corpus_dir, tmp_path, fresh_state):
     import modeling  # noqa: F401
 
     out = tmp_path / "bert"
-    assert run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--whole_word_mask", "--logging_steps", "1")) == 0
+    assert (
+        run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--whole_word_mask", "--logging_steps", "1"))
+        == 0
+    )
     results = json.loads((out / "all_results.json").read_text())
-    for key in ("train_loss", "eval_loss", "perplexity", "train_runtime_s", "train_tokens_per_second", "train_samples_per_second"):
+    for key in (
+        "train_loss",
+        "eval_loss",
+        "perplexity",
+        "train_runtime_s",
+        "train_tokens_per_second",
+        "train_samples_per_second",
+    ):
         assert isinstance(results[key], float), key
     assert results["perplexity"] == pytest.approx(2.718281828 ** results["eval_loss"], rel=1e-9)
     history = json.loads((out / "eval_history.json").read_text())
-    assert [h["step"] for h in history] == [0, 3, 6] and history[-1]["perplexity"] < history[1]["perplexity"] < history[0]["perplexity"]
+    assert [h["step"] for h in history] == [0, 3, 6] and history[-1]["perplexity"] < history[1]["perplexity"] < history[
+        0
+    ]["perplexity"]
     log = json.loads((out / "trainer_log.json").read_text())
-    assert len(log) == 6 and all({"train_loss", "learning_rate", "grad_norm", "tokens_per_second"} <= set(r) for r in log)
+    assert len(log) == 6 and all(
+        {"train_loss", "learning_rate", "grad_norm", "tokens_per_second"} <= set(r) for r in log
+    )
     model = AutoModelForMaskedLM.from_pretrained(out)
-    assert type(model).__name__ == "SesameBertForMaskedLM" and model.config.vocab_size == len(AutoTokenizer.from_pretrained(out))
+    assert type(model).__name__ == "SesameBertForMaskedLM" and model.config.vocab_size == len(
+        AutoTokenizer.from_pretrained(out)
+    )
     fill = pipeline("fill-mask", model=str(out), tokenizer=str(out))
     predictions = fill("the senate [MASK] after a long debate.")
     assert len(predictions) == 5 and all("token_str" in p for p in predictions)
@@ -65,8 +98,9 @@ def test_elmo_end_to_end(corpus_dir, tmp_path, fresh_state):
     import modeling
 
     config_dir = tmp_path / "elmo-config"
-    modeling.get_preset_config("elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32,
-                               num_layers=1).save_pretrained(config_dir)
+    modeling.get_preset_config(
+        "elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32, num_layers=1
+    ).save_pretrained(config_dir)
     out = tmp_path / "elmo"
     assert run_cli(main, _args(corpus_dir, out, "--model_type", "elmo", "--config_name", str(config_dir))) == 0
     results = json.loads((out / "all_results.json").read_text())
@@ -83,7 +117,13 @@ def test_tensorboard_run_has_loss_and_lr(corpus_dir, tmp_path, fresh_state):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "tb"
-    assert run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--report_to", "tensorboard", "--logging_steps", "2")) == 0
+    assert (
+        run_cli(
+            main,
+            _args(corpus_dir, out, "--config_name", "bert-tiny", "--report_to", "tensorboard", "--logging_steps", "2"),
+        )
+        == 0
+    )
     runs = list((out / "runs").rglob("events.out.tfevents.*"))
     assert runs
     acc = EventAccumulator(str(runs[0].parent)).Reload()
@@ -98,7 +138,12 @@ def test_wandb_offline_run_has_loss_and_lr(corpus_dir, tmp_path, fresh_state, mo
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc credentials
     out = tmp_path / "wb"
-    assert run_cli(main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--report_to", "wandb", "--logging_steps", "2")) == 0
+    assert (
+        run_cli(
+            main, _args(corpus_dir, out, "--config_name", "bert-tiny", "--report_to", "wandb", "--logging_steps", "2")
+        )
+        == 0
+    )
     runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1, "one offline run under <output_dir>/wandb"
     # wandb 0.31 ships no reader for its record files; the history records carry the metric names as text

@@ -13,7 +13,9 @@ from training.errors import InputError
 
 def _tokenized(bert_tokenizer, docs):
     texts = ["\n".join(d) for d in docs]
-    raw = DatasetDict({"train": Dataset.from_dict({"text": texts}), "validation": Dataset.from_dict({"text": texts[:2]})})
+    raw = DatasetDict(
+        {"train": Dataset.from_dict({"text": texts}), "validation": Dataset.from_dict({"text": texts[:2]})}
+    )
     return data.tokenize_bert(raw, bert_tokenizer)
 
 
@@ -40,7 +42,9 @@ def test_packing_loses_no_token_and_has_no_padding(bert_tokenizer, corpus_tools)
     docs = corpus_tools.random_documents(40, seed=4)
     tok = _tokenized(bert_tokenizer, docs)
     L = 32
-    packed = data.pack_blocks(tok, L, bert_tokenizer.cls_token_id, bert_tokenizer.sep_token_id, batch_size=1000)["train"]
+    packed = data.pack_blocks(tok, L, bert_tokenizer.cls_token_id, bert_tokenizer.sep_token_id, batch_size=1000)[
+        "train"
+    ]
     # every block but the last is exactly L tokens, and starts with [CLS]
     lengths = [len(x) for x in packed["input_ids"]]
     assert all(n == L for n in lengths[:-1]) and 2 <= lengths[-1] <= L
@@ -82,7 +86,7 @@ def test_nsp_pairs(bert_tokenizer, corpus_tools):
         assert len(ids) <= L and len(types) == len(ids) == len(ws)
         assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
         cut = ids.index(sep)
-        a, b = ids[1:cut], ids[cut + 1:-1]
+        a, b = ids[1:cut], ids[cut + 1 : -1]
         assert a and b
         assert types == [0] * (len(a) + 2) + [1] * (len(b) + 1)
         joined = " ".join(map(str, a + b))
@@ -112,8 +116,12 @@ def test_bilm_batches_keep_characters_of_unknown_words(tmp_path, corpus_tools):
     docs = corpus_tools.random_documents(10, seed=8)
     corpus = corpus_tools.write_corpus(tmp_path / "c.txt", docs)
     tokenizer = train_elmo_tokenizer([corpus], 30, tmp_path / "elmo")  # small: many words are <UNK>
-    raw = DatasetDict({"train": Dataset.from_dict({"text": ["\n".join(d) for d in docs]}),
-                       "validation": Dataset.from_dict({"text": ["a b"]})})
+    raw = DatasetDict(
+        {
+            "train": Dataset.from_dict({"text": ["\n".join(d) for d in docs]}),
+            "validation": Dataset.from_dict({"text": ["a b"]}),
+        }
+    )
     tok = data.tokenize_elmo(raw, tokenizer)
     packed = data.pack_blocks(tok, 16, None, None)["train"]
     stream = [w for x in packed["words"] for w in x]
@@ -140,12 +148,23 @@ def test_bilm_targets_with_the_model(tmp_path, corpus_tools):
 
     docs = corpus_tools.random_documents(6, seed=9)
     tokenizer = train_elmo_tokenizer([corpus_tools.write_corpus(tmp_path / "c.txt", docs)], 40, tmp_path / "elmo")
-    raw = DatasetDict({"train": Dataset.from_dict({"text": ["\n".join(d) for d in docs]}),
-                       "validation": Dataset.from_dict({"text": ["a b"]})})
+    raw = DatasetDict(
+        {
+            "train": Dataset.from_dict({"text": ["\n".join(d) for d in docs]}),
+            "validation": Dataset.from_dict({"text": ["a b"]}),
+        }
+    )
     packed = data.pack_blocks(data.tokenize_elmo(raw, tokenizer), 12, None, None)["train"]
     batch = BiLMCollator(tokenizer)(data.IndexedDataset(packed).__getitems__([0, 1, len(packed) - 1]))
-    config = modeling.get_preset_config("elmo-small", vocab_size=len(tokenizer), cnn_filters=[[1, 8], [2, 8]],
-                                        projection_dim=16, cell_size=32, num_layers=1, dropout=0.0)
+    config = modeling.get_preset_config(
+        "elmo-small",
+        vocab_size=len(tokenizer),
+        cnn_filters=[[1, 8], [2, 8]],
+        projection_dim=16,
+        cell_size=32,
+        num_layers=1,
+        dropout=0.0,
+    )
     model = modeling.SesameElmoForBidirectionalLM(config).eval()
     out = model(**batch)
     n_rows_real = batch["attention_mask"].sum(1)

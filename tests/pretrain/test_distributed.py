@@ -39,11 +39,37 @@ def shared(tmp_path_factory):
 
 
 def _args(shared: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
-            "--tokenizer_name", str(shared / "wordpiece"), "--config_name", str(shared / "bert-nodrop"),
-            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_train_steps", "20",
-            "--logging_steps", "1", "--eval_steps", "10", "--checkpointing_steps", "10", "--learning_rate", "2e-3",
-            "--num_warmup_steps", "2", "--max_eval_samples", "7", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(shared / "train.txt"),
+        "--validation_file",
+        str(shared / "valid.txt"),
+        "--tokenizer_name",
+        str(shared / "wordpiece"),
+        "--config_name",
+        str(shared / "bert-nodrop"),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "20",
+        "--logging_steps",
+        "1",
+        "--eval_steps",
+        "10",
+        "--checkpointing_steps",
+        "10",
+        "--learning_rate",
+        "2e-3",
+        "--num_warmup_steps",
+        "2",
+        "--max_eval_samples",
+        "7",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def _log(out: Path) -> list[dict]:
@@ -66,8 +92,11 @@ def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp
     obj = ["--objective", objective]
     _run(_command(1) + _args(shared, one, "--per_device_train_batch_size", "8", *obj))
     _run(_command(2) + _args(shared, ddp, *obj))
-    _run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP_CPU), "pretrain"]
-         + _args(shared, fsdp, *obj), timeout=600)
+    _run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP_CPU), "pretrain"]
+        + _args(shared, fsdp, *obj),
+        timeout=600,
+    )
     loss_one, loss_ddp, loss_fsdp = ([r["train_loss"] for r in _log(d)] for d in (one, ddp, fsdp))
     assert len(loss_ddp) == len(loss_fsdp) == 20
     assert loss_fsdp == pytest.approx(loss_ddp, rel=1e-5)
@@ -76,7 +105,11 @@ def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp
     assert loss_ddp[:19] == pytest.approx(loss_one[:19], rel=1e-5)
     # 7 validation blocks over 2 processes (4 + 3): every block counted once, as with one process
     hist = {d.name: json.loads((d / "eval_history.json").read_text()) for d in (one, ddp, fsdp)}
-    assert [h["eval_tokens"] for h in hist["ddp"]] == [h["eval_tokens"] for h in hist["one"]] == [h["eval_tokens"] for h in hist["fsdp"]]
+    assert (
+        [h["eval_tokens"] for h in hist["ddp"]]
+        == [h["eval_tokens"] for h in hist["one"]]
+        == [h["eval_tokens"] for h in hist["fsdp"]]
+    )
     assert hist["fsdp"][-1]["eval_loss"] == pytest.approx(hist["ddp"][-1]["eval_loss"], rel=1e-5)
     from transformers import AutoModelForMaskedLM
 
@@ -98,10 +131,30 @@ def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, t
     port = _free_port()
     launches = []
     for rank in (0, 1):
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "2", "--num_processes", "2",
-               "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
-               "--mixed_precision", "no", "--dynamo_backend", "no", "pretrain"] + _args(shared, multi, "--max_train_steps", "8")
-        launches.append(subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_machines",
+            "2",
+            "--num_processes",
+            "2",
+            "--machine_rank",
+            str(rank),
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            str(port),
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "pretrain",
+        ] + _args(shared, multi, "--max_train_steps", "8")
+        launches.append(
+            subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        )
     try:
         errors = [p.communicate(timeout=300)[1] for p in launches]
     finally:
@@ -129,8 +182,9 @@ def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(share
     log_full, log_resumed = _log(full), _log(resumed)
     assert [r["step"] for r in log_resumed] == list(range(1, 19))  # steps 1-10 from the checkpoint
     assert log_resumed[:10] == log_full[:10]
-    assert [r["train_loss"] for r in log_resumed[10:]] == pytest.approx([r["train_loss"] for r in log_full[10:]],
-                                                                        rel=1e-5)
+    assert [r["train_loss"] for r in log_resumed[10:]] == pytest.approx(
+        [r["train_loss"] for r in log_full[10:]], rel=1e-5
+    )
 
 
 def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):
@@ -155,12 +209,38 @@ def test_finetune_under_fsdp_saves_the_full_model_like_ddp(shared, tmp_path):
         rows = [(" ".join(rng.choice(words) for _ in range(8)), rng.choice(["good", "bad"])) for _ in range(n)]
         (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
     outs = {}
-    for name, launch in (("ddp", ["--config_file", str(ROOT / "configs" / "cpu-2proc.yaml")]), ("fsdp", ["--config_file", str(FSDP_CPU)])):
+    for name, launch in (
+        ("ddp", ["--config_file", str(ROOT / "configs" / "cpu-2proc.yaml")]),
+        ("fsdp", ["--config_file", str(FSDP_CPU)]),
+    ):
         outs[name] = tmp_path / name
-        _run([sys.executable, "-m", "accelerate.commands.launch", *launch, "-m", "finetune.glue",
-              "--model_name_or_path", str(model_dir), "--train_file", str(tmp_path / "train.tsv"),
-              "--validation_file", str(tmp_path / "dev.tsv"), "--max_seq_length", "32", "--per_device_train_batch_size", "4",
-              "--max_train_steps", "6", "--learning_rate", "1e-3", "--output_dir", str(outs[name])], timeout=600)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                *launch,
+                "-m",
+                "finetune.glue",
+                "--model_name_or_path",
+                str(model_dir),
+                "--train_file",
+                str(tmp_path / "train.tsv"),
+                "--validation_file",
+                str(tmp_path / "dev.tsv"),
+                "--max_seq_length",
+                "32",
+                "--per_device_train_batch_size",
+                "4",
+                "--max_train_steps",
+                "6",
+                "--learning_rate",
+                "1e-3",
+                "--output_dir",
+                str(outs[name]),
+            ],
+            timeout=600,
+        )
     from transformers import AutoModelForSequenceClassification
 
     a = AutoModelForSequenceClassification.from_pretrained(outs["ddp"]).state_dict()

@@ -19,8 +19,9 @@ from training.errors import run_cli
 
 def _tokenized(tokenizer, docs):
     texts = ["\n".join(d) for d in docs]
-    raw = DatasetDict({"train": Dataset.from_dict({"text": texts}),
-                       "validation": Dataset.from_dict({"text": texts[:2]})})
+    raw = DatasetDict(
+        {"train": Dataset.from_dict({"text": texts}), "validation": Dataset.from_dict({"text": texts[:2]})}
+    )
     return data.tokenize_bert(raw, tokenizer)
 
 
@@ -39,8 +40,9 @@ def packed(bert_tokenizer, corpus_tools):
     """Documents of 1-10 words packed into 24-token blocks: many blocks hold several documents, many are cut."""
     docs = corpus_tools.random_documents(40, seed=11, lines=(1, 1), words=(1, 10))
     tokenized = _tokenized(bert_tokenizer, docs)
-    return tokenized["train"], data.pack_blocks(tokenized, 24, bert_tokenizer.cls_token_id,
-                                                bert_tokenizer.sep_token_id, document_positions=True)["train"]
+    return tokenized["train"], data.pack_blocks(
+        tokenized, 24, bert_tokenizer.cls_token_id, bert_tokenizer.sep_token_id, document_positions=True
+    )["train"]
 
 
 def test_blocks_keep_every_document_apart_with_cls_at_position_0(bert_tokenizer, packed):
@@ -92,8 +94,9 @@ def _model(attn: str, vocab: int):
     import modeling
 
     torch.manual_seed(0)
-    config = modeling.get_preset_config("bert-tiny", vocab_size=vocab, num_hidden_layers=2, hidden_size=64,
-                                        num_attention_heads=4, intermediate_size=128)
+    config = modeling.get_preset_config(
+        "bert-tiny", vocab_size=vocab, num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128
+    )
     return AutoModelForMaskedLM.from_config(config, attn_implementation=attn).eval()
 
 
@@ -111,7 +114,7 @@ def test_pack_collate_model_equals_one_forward_pass_per_document(bert_tokenizer,
         for row in range(batch["input_ids"].shape[0]):
             keep = int(batch.get("attention_mask", torch.ones_like(batch["input_ids"]))[row].sum())
             for start, end in _pieces(batch["position_ids"][row, :keep].tolist()):
-                alone = model(input_ids=batch["input_ids"][row:row + 1, start:end]).logits[0]
+                alone = model(input_ids=batch["input_ids"][row : row + 1, start:end]).logits[0]
                 torch.testing.assert_close(packed_logits[row, start:end], alone, rtol=0, atol=1e-5)
                 compared += 1
         assert compared > 6
@@ -132,16 +135,16 @@ def test_under_bf16_autocast_documents_stay_separate(bert_tokenizer, packed):
         assert out.dtype == torch.bfloat16
         for row in range(2):
             for start, end in _pieces(batch["position_ids"][row].tolist()):
-                alone = model(input_ids=batch["input_ids"][row:row + 1, start:end]).logits[0]
+                alone = model(input_ids=batch["input_ids"][row : row + 1, start:end]).logits[0]
                 torch.testing.assert_close(out[row, start:end].float(), alone.float(), rtol=0, atol=1e-2)
         no_docs = model(**{k: v for k, v in batch.items() if k != "position_ids"}).logits
         assert (no_docs.float() - out.float()).abs().max() > 0.1
         (start, end), *_ = _pieces(batch["position_ids"][0].tolist())
         other = batch["input_ids"].clone()
-        other[0, end + 1:] = bert_tokenizer.mask_token_id  # every later document of row 0 changed
+        other[0, end + 1 :] = bert_tokenizer.mask_token_id  # every later document of row 0 changed
         changed = model(**{**batch, "input_ids": other}).logits
         assert torch.equal(changed[0, start:end], out[0, start:end])
-        assert not torch.equal(changed[0, end + 1:], out[0, end + 1:])
+        assert not torch.equal(changed[0, end + 1 :], out[0, end + 1 :])
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
@@ -155,14 +158,18 @@ def test_no_token_attends_across_a_boundary(bert_tokenizer, packed, attn):
     out = model.bert(inputs_embeds=embeds, position_ids=batch["position_ids"], output_attentions=attn == "eager")
     for row in range(2):
         for start, end in _pieces(batch["position_ids"][row].tolist()):
-            grad, = torch.autograd.grad(out.last_hidden_state[row, start:end].sum(), embeds, retain_graph=True)
+            (grad,) = torch.autograd.grad(out.last_hidden_state[row, start:end].sum(), embeds, retain_graph=True)
             outside = torch.ones(embeds.shape[:2], dtype=torch.bool)
             outside[row, start:end] = False
             assert grad[outside].abs().max() == 0, (row, start, end)
             assert grad[row, start:end].abs().max() > 0
     if attn == "eager":
-        docs = torch.stack([torch.tensor(sum(([i] * (e - s) for i, (s, e) in enumerate(_pieces(p.tolist()))), []))
-                            for p in batch["position_ids"]])
+        docs = torch.stack(
+            [
+                torch.tensor(sum(([i] * (e - s) for i, (s, e) in enumerate(_pieces(p.tolist()))), []))
+                for p in batch["position_ids"]
+            ]
+        )
         across = docs[:, None, :, None] != docs[:, None, None, :]  # (B, 1, T, T)
         for probs in out.attentions:
             assert probs.masked_select(across.expand_as(probs)).abs().max() == 0
@@ -170,9 +177,21 @@ def test_no_token_attends_across_a_boundary(bert_tokenizer, packed, attn):
 
 # -- the flag, prepared datasets and runs ---------------------------------------------------------------------------
 def _run_args(corpus_dir, out, *extra):
-    return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
-            "--output_dir", str(out), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "8", *extra]
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--output_dir",
+        str(out),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        *extra,
+    ]
 
 
 def test_the_flag_resolves_per_objective_and_refuses_what_cannot_be():
@@ -202,8 +221,16 @@ def test_prepared_datasets_with_and_without_boundaries(corpus_dir, bert_tokenize
 
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
-    source = ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
-              "--tokenizer_name", str(tok), "--max_seq_length", "32"]
+    source = [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--tokenizer_name",
+        str(tok),
+        "--max_seq_length",
+        "32",
+    ]
     new, old = tmp_path / "new", tmp_path / "old"
     assert _prepare([*source, "--output_dir", str(new)]) == 0
     assert _prepare([*source, "--document_masking", "false", "--output_dir", str(old)]) == 0
@@ -215,8 +242,11 @@ def test_prepared_datasets_with_and_without_boundaries(corpus_dir, bert_tokenize
     (old / "manifest.json").write_text(json.dumps(manifest))
     common = ["--config_name", "bert-tiny", "--max_train_steps", "2", "--per_device_train_batch_size", "8"]
     runs = {}
-    for name, folder, extra in (("old", old, []), ("new", new, []),
-                                ("text-nodoc", None, ["--document_masking", "false"])):
+    for name, folder, extra in (
+        ("old", old, []),
+        ("new", new, []),
+        ("text-nodoc", None, ["--document_masking", "false"]),
+    ):
         out = tmp_path / f"run-{name}"
         argv = [*(["--prepared_dataset", str(folder)] if folder else source), "--output_dir", str(out), *common, *extra]
         assert run_cli(main, argv) == 0
@@ -226,24 +256,43 @@ def test_prepared_datasets_with_and_without_boundaries(corpus_dir, bert_tokenize
     old_weights, text_weights = ((runs[n] / "model.safetensors").read_bytes() for n in ("old", "text-nodoc"))
     assert old_weights == text_weights, "an old prepared dataset trains as today's packing from text"
     capsys.readouterr()
-    for folder, flag, message in ((old, "true", "carry no document boundaries"),
-                                  (new, "false", "carry document boundaries")):
+    for folder, flag, message in (
+        (old, "true", "carry no document boundaries"),
+        (new, "false", "carry document boundaries"),
+    ):
         out = tmp_path / f"refused-{flag}"
-        assert run_cli(main, ["--prepared_dataset", str(folder), "--document_masking", flag, "--output_dir", str(out),
-                              *common]) == 2
+        assert (
+            run_cli(
+                main, ["--prepared_dataset", str(folder), "--document_masking", flag, "--output_dir", str(out), *common]
+            )
+            == 2
+        )
         lines = _error_lines(capsys)
         assert len(lines) == 1 and message in lines[0] and "pretrain.prepare" in lines[0], lines
         assert not out.exists()
 
 
-def test_same_command_twice_and_resume_are_exact_with_document_masking(corpus_dir, bert_tokenizer, tmp_path,
-                                                                      fresh_state):
+def test_same_command_twice_and_resume_are_exact_with_document_masking(
+    corpus_dir, bert_tokenizer, tmp_path, fresh_state
+):
     """Document masking on (the default): the same command gives bitwise the same weights, and a run resumed from
     its step-2 checkpoint ends with bitwise the weights of the uninterrupted run (dropout on)."""
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
-    common = ["--tokenizer_name", str(tok), "--max_train_steps", "4", "--checkpointing_steps", "2",
-              "--checkpoints_total_limit", "0", "--learning_rate", "2e-3", "--logging_steps", "1"]
+    common = [
+        "--tokenizer_name",
+        str(tok),
+        "--max_train_steps",
+        "4",
+        "--checkpointing_steps",
+        "2",
+        "--checkpoints_total_limit",
+        "0",
+        "--learning_rate",
+        "2e-3",
+        "--logging_steps",
+        "1",
+    ]
     a, b, resumed = tmp_path / "a", tmp_path / "b", tmp_path / "resumed"
     for out in (a, b):
         assert run_cli(main, _run_args(corpus_dir, out, *common)) == 0

@@ -22,14 +22,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
 def _run(processes: int, args: list[str], timeout: int = 300) -> None:
-    proc = subprocess.run(_command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        _command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def _run_and_kill(processes: int, args: list[str], out: Path, kill_after_checkpoint: int, timeout: int = 300) -> None:
     """Start the run and SIGKILL its whole process group once ``step_<kill_after_checkpoint>`` exists."""
-    proc = subprocess.Popen(_command(processes) + args, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        _command(processes) + args,
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     target = out / "checkpoints" / f"step_{kill_after_checkpoint}"
     deadline = time.time() + timeout
     try:
@@ -60,17 +68,43 @@ def shared(tmp_path_factory):
 
     root = write_tiny_corpus(tmp_path_factory.mktemp("launch"))
     train_elmo_tokenizer([root / "train.txt"], 40, root / "elmo-tok")
-    modeling.get_preset_config("elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32,
-                               num_layers=2, dropout=0.1).save_pretrained(root / "elmo-tiny")
+    modeling.get_preset_config(
+        "elmo-small", cnn_filters=[[1, 8], [2, 8], [3, 16]], projection_dim=16, cell_size=32, num_layers=2, dropout=0.1
+    ).save_pretrained(root / "elmo-tiny")
     return root
 
 
 def _bert_args(shared: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
-            "--tokenizer_name", str(shared / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "4", "--max_train_steps", "12", "--checkpointing_steps", "3",
-            "--checkpoints_total_limit", "0", "--logging_steps", "1", "--learning_rate", "2e-3", "--num_warmup_steps", "2",
-            "--whole_word_mask", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(shared / "train.txt"),
+        "--validation_file",
+        str(shared / "valid.txt"),
+        "--tokenizer_name",
+        str(shared / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "12",
+        "--checkpointing_steps",
+        "3",
+        "--checkpoints_total_limit",
+        "0",
+        "--logging_steps",
+        "1",
+        "--learning_rate",
+        "2e-3",
+        "--num_warmup_steps",
+        "2",
+        "--whole_word_mask",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -90,10 +124,31 @@ def test_bert_resume_after_sigkill_is_bitwise_equal(shared, tmp_path, processes)
 
 def test_elmo_resume_after_sigkill_is_bitwise_equal(shared, tmp_path):
     def args(out, *extra):
-        return ["--model_type", "elmo", "--train_file", str(shared / "train.txt"), "--validation_file", str(shared / "valid.txt"),
-                "--tokenizer_name", str(shared / "elmo-tok"), "--config_name", str(shared / "elmo-tiny"), "--max_seq_length", "16",
-                "--per_device_train_batch_size", "4", "--max_train_steps", "10", "--checkpointing_steps", "2",
-                "--checkpoints_total_limit", "0", "--output_dir", str(out), *extra]
+        return [
+            "--model_type",
+            "elmo",
+            "--train_file",
+            str(shared / "train.txt"),
+            "--validation_file",
+            str(shared / "valid.txt"),
+            "--tokenizer_name",
+            str(shared / "elmo-tok"),
+            "--config_name",
+            str(shared / "elmo-tiny"),
+            "--max_seq_length",
+            "16",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_train_steps",
+            "10",
+            "--checkpointing_steps",
+            "2",
+            "--checkpoints_total_limit",
+            "0",
+            "--output_dir",
+            str(out),
+            *extra,
+        ]
 
     full, killed = tmp_path / "full", tmp_path / "killed"
     _run(1, args(full))
@@ -106,18 +161,30 @@ def test_elmo_resume_after_sigkill_is_bitwise_equal(shared, tmp_path):
 
 def test_two_processes_with_accumulation_follow_one_process_with_the_same_global_batch(shared, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    common = ["--config_name", str(shared / "bert-nodrop"), "--max_train_steps", "8", "--checkpointing_steps", "100",
-              "--lr_scheduler_type", "linear"]
+    common = [
+        "--config_name",
+        str(shared / "bert-nodrop"),
+        "--max_train_steps",
+        "8",
+        "--checkpointing_steps",
+        "100",
+        "--lr_scheduler_type",
+        "linear",
+    ]
     _run(1, _bert_args(shared, one, "--per_device_train_batch_size", "8", *common))
     # same global batch of 8 blocks: 2 processes x 2 blocks x 2 accumulation steps
-    _run(2, _bert_args(shared, two, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", *common))
+    _run(
+        2, _bert_args(shared, two, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", *common)
+    )
     log1, log2 = (json.loads((d / "trainer_log.json").read_text()) for d in (one, two))
     assert [r["step"] for r in log1] == [r["step"] for r in log2] == list(range(1, 9))
     loss1, loss2 = [r["train_loss"] for r in log1], [r["train_loss"] for r in log2]
     assert loss2 == pytest.approx(loss1, rel=1e-5, abs=1e-6)
     assert [r["learning_rate"] for r in log2] == pytest.approx([r["learning_rate"] for r in log1], rel=1e-12)
     # the schedule took exactly one step per optimizer step: linear warmup 2, linear decay to 0 at step 8
-    assert [r["learning_rate"] for r in log2] == pytest.approx([2e-3 * min(s / 2, (8 - s) / 6) for s in range(1, 9)], abs=1e-12)
+    assert [r["learning_rate"] for r in log2] == pytest.approx(
+        [2e-3 * min(s / 2, (8 - s) / 6) for s in range(1, 9)], abs=1e-12
+    )
     scheduler_state = json.loads((two / "checkpoints" / "step_8" / "trainer_state.json").read_text())["lr_scheduler"]
     assert scheduler_state["last_epoch"] == 8 and scheduler_state["_step_count"] == 9
     r1, r2 = (json.loads((d / "all_results.json").read_text()) for d in (one, two))

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def hub_url():
-    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_pretrain", ROOT / "tests" / "hub" / "hub_server.py")
+    spec = importlib.util.spec_from_file_location(
+        "sesame_tests_hub_server_for_pretrain", ROOT / "tests" / "hub" / "hub_server.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -32,14 +34,44 @@ def hub_url():
 
 def test_pretrain_pushes_the_model_without_checkpoints(hub_url, corpus_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(HF_ENDPOINT=hub_url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
-               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
-               OMP_NUM_THREADS="1")
+    env.update(
+        HF_ENDPOINT=hub_url,
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="0",
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_MODE="offline",
+        OMP_NUM_THREADS="1",
+    )
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(corpus_dir / "train.txt"), "--validation_file",
-           str(corpus_dir / "valid.txt.gz"), "--config_name", "bert-tiny", "--vocab_size", "300", "--max_seq_length", "32",
-           "--per_device_train_batch_size", "8", "--max_train_steps", "3", "--output_dir", str(out),
-           "--push_to_hub", "--hub_model_id", "alice/tiny-mlm", "--hub_token", TOKEN]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--config_name",
+        "bert-tiny",
+        "--vocab_size",
+        "300",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--max_train_steps",
+        "3",
+        "--output_dir",
+        str(out),
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/tiny-mlm",
+        "--hub_token",
+        TOKEN,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check = (

@@ -13,27 +13,33 @@ from pretrain.cli import MIN_TOKENS_PER_PARAMETER, parse, warn_few_tokens
 from pretrain.objectives import FAMILIES
 
 
-@pytest.mark.parametrize("argv,mlm_probability,schedule", [
-    (["--train_file", "x.txt"], 0.3, "warmup_stable_decay_1sqrt"),  # mlm on user data: the measured recipe
-    (["--train_file", "x.txt", "--objective", "mlm+nsp"], 0.15, "linear"),  # BERT's
-    (["--train_file", "x.txt", "--model_type", "elmo"], None, "linear"),  # no masking
-    ([], 0.15, "linear"),  # the demo job keeps its settings
-    (["--train_file", "x.txt", "--mlm_probability", "0.2", "--lr_scheduler_type", "cosine"], 0.2, "cosine"),
-])
+@pytest.mark.parametrize(
+    "argv,mlm_probability,schedule",
+    [
+        (["--train_file", "x.txt"], 0.3, "warmup_stable_decay_1sqrt"),  # mlm on user data: the measured recipe
+        (["--train_file", "x.txt", "--objective", "mlm+nsp"], 0.15, "linear"),  # BERT's
+        (["--train_file", "x.txt", "--model_type", "elmo"], None, "linear"),  # no masking
+        ([], 0.15, "linear"),  # the demo job keeps its settings
+        (["--train_file", "x.txt", "--mlm_probability", "0.2", "--lr_scheduler_type", "cosine"], 0.2, "cosine"),
+    ],
+)
 def test_defaults_by_objective_and_given_flags_win(argv, mlm_probability, schedule):
     plan = parse(argv)
     assert plan.masking.mlm_probability == mlm_probability
     assert plan.training.lr_scheduler_type == schedule
 
 
-@pytest.mark.parametrize("preset,overrides,expected", [
-    ("bert-tiny", {}, 2e-3),  # H=128: the measured rate
-    ("bert-mini", {}, 1e-3),  # 2e-3 * 128 / 256
-    ("bert-small", {}, 5e-4),  # 2e-3 * 128 / 512
-    ("bert-base", {}, 3.3e-4),  # 2e-3 * 128 / 768 = 3.33e-4, two significant digits
-    ("bert-base", {"hidden_size": 4096, "num_attention_heads": 16}, 1e-4),  # 6.25e-5 -> BERT's floor
-    ("bert-tiny", {"norm_position": "pre"}, 1e-3),  # pre-LN: Cramming
-])
+@pytest.mark.parametrize(
+    "preset,overrides,expected",
+    [
+        ("bert-tiny", {}, 2e-3),  # H=128: the measured rate
+        ("bert-mini", {}, 1e-3),  # 2e-3 * 128 / 256
+        ("bert-small", {}, 5e-4),  # 2e-3 * 128 / 512
+        ("bert-base", {}, 3.3e-4),  # 2e-3 * 128 / 768 = 3.33e-4, two significant digits
+        ("bert-base", {"hidden_size": 4096, "num_attention_heads": 16}, 1e-4),  # 6.25e-5 -> BERT's floor
+        ("bert-tiny", {"norm_position": "pre"}, 1e-3),  # pre-LN: Cramming
+    ],
+)
 def test_learning_rate_rule(preset, overrides, expected):
     config = get_preset_config(preset, **overrides)
     rate, source = FAMILIES["bert"].learning_rate(config)
@@ -46,7 +52,9 @@ def test_learning_rate_resolved_into_the_plan():
     resolved = plan.with_model_config(get_preset_config("bert-mini"))
     assert resolved.training.learning_rate == pytest.approx(1e-3)
     assert "hidden size 256" in resolved.learning_rate_source
-    given = parse(["--train_file", "x.txt", "--learning_rate", "5e-5"]).with_model_config(get_preset_config("bert-mini"))
+    given = parse(["--train_file", "x.txt", "--learning_rate", "5e-5"]).with_model_config(
+        get_preset_config("bert-mini")
+    )
     assert given.training.learning_rate == 5e-5 and given.learning_rate_source == "--learning_rate"
 
 

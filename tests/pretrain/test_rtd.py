@@ -23,9 +23,25 @@ def _sha(path: Path) -> str:
 
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--objective", "rtd", "--train_file", str(corpus_dir / "train.txt"), "--validation_file",
-            str(corpus_dir / "valid.txt.gz"), "--output_dir", str(out), "--config_name", "bert-tiny",
-            "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", *extra]
+    return [
+        "--objective",
+        "rtd",
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--output_dir",
+        str(out),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +51,20 @@ def tok_dir(bert_tokenizer, tmp_path_factory) -> str:
     return str(path)
 
 
-def test_rtd_run_saves_the_discriminator_and_the_generator_with_their_metrics(corpus_dir, tok_dir, tmp_path,
-                                                                             fresh_state):
+def test_rtd_run_saves_the_discriminator_and_the_generator_with_their_metrics(
+    corpus_dir, tok_dir, tmp_path, fresh_state
+):
     from transformers import AutoModel, AutoModelForMaskedLM, pipeline
 
     from training.plot import _panels, load_run
 
     out = tmp_path / "rtd"
-    assert run_cli(main, _args(corpus_dir, out, "--tokenizer_name", tok_dir, "--max_train_steps", "6",
-                               "--eval_steps", "3")) == 0
+    assert (
+        run_cli(
+            main, _args(corpus_dir, out, "--tokenizer_name", tok_dir, "--max_train_steps", "6", "--eval_steps", "3")
+        )
+        == 0
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "sesame-bert" and config["architectures"] == ["SesameBertDiscriminator"]
     assert config["hidden_size"] == 128  # bert-tiny: the discriminator has the preset's shape
@@ -53,18 +74,30 @@ def test_rtd_run_saves_the_discriminator_and_the_generator_with_their_metrics(co
     assert type(AutoModelForMaskedLM.from_pretrained(out / "generator")).__name__ == "SesameBertForMaskedLM"
     assert len(pipeline("fill-mask", model=str(out / "generator"))("the whale [MASK] from the sea .")) == 5
     results = json.loads((out / "all_results.json").read_text())
-    for key in ("eval_generator_loss", "perplexity", "eval_discriminator_loss", "eval_discriminator_accuracy",
-                "eval_replaced_precision", "eval_replaced_recall", "eval_replaced_fraction"):
+    for key in (
+        "eval_generator_loss",
+        "perplexity",
+        "eval_discriminator_loss",
+        "eval_discriminator_accuracy",
+        "eval_replaced_precision",
+        "eval_replaced_recall",
+        "eval_replaced_fraction",
+    ):
         assert key in results and math.isfinite(results[key]), key
-    assert results["eval_loss"] == pytest.approx(results["eval_generator_loss"]
-                                                 + 50 * results["eval_discriminator_loss"], rel=1e-6)
+    assert results["eval_loss"] == pytest.approx(
+        results["eval_generator_loss"] + 50 * results["eval_discriminator_loss"], rel=1e-6
+    )
     assert results["perplexity"] == pytest.approx(math.exp(results["eval_generator_loss"]))
     assert 0 < results["eval_replaced_fraction"] < 0.15 + 1e-9  # at most the masked share of the real tokens
     panels = {title: keys for title, _, keys, _ in _panels([load_run(out)])}  # what curves.png draws
     assert {"eval_loss", "eval_generator_loss", "eval_discriminator_loss"} <= set(panels["evaluation loss"])
     assert panels["perplexity"] == ["perplexity"]
-    assert {"eval_discriminator_accuracy", "eval_replaced_precision", "eval_replaced_recall",
-            "eval_replaced_fraction"} <= set(panels["evaluation metrics"])
+    assert {
+        "eval_discriminator_accuracy",
+        "eval_replaced_precision",
+        "eval_replaced_recall",
+        "eval_replaced_fraction",
+    } <= set(panels["evaluation metrics"])
     assert (out / "curves.png").stat().st_size > 0
     assert "Replaced-token detection" in (out / "README.md").read_text()
 
@@ -72,8 +105,18 @@ def test_rtd_run_saves_the_discriminator_and_the_generator_with_their_metrics(co
 def test_rtd_resumes_bitwise(corpus_dir, tok_dir, tmp_path, fresh_state):
     """Stopped at step 3 and resumed: the same batches, masks, samples and dropout, so bitwise the same weights
     (same command -> same weights: tests/pretrain/test_real_runs.py, parametrised over the objective)."""
-    common = ["--tokenizer_name", tok_dir, "--max_train_steps", "6", "--checkpointing_steps", "3",
-              "--checkpoints_total_limit", "0", "--logging_steps", "1"]
+    common = [
+        "--tokenizer_name",
+        tok_dir,
+        "--max_train_steps",
+        "6",
+        "--checkpointing_steps",
+        "3",
+        "--checkpoints_total_limit",
+        "0",
+        "--logging_steps",
+        "1",
+    ]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     assert run_cli(main, _args(corpus_dir, full, *common)) == 0
     resumed.mkdir()
@@ -89,16 +132,34 @@ def test_rtd_trains_on_a_dataset_prepared_for_mlm_as_on_the_text(corpus_dir, tok
     from pretrain.prepare import main as prepare_main
 
     prepared = tmp_path / "prepared"
-    assert run_cli(prepare_main, ["--train_file", str(corpus_dir / "train.txt"), "--validation_file",
-                                  str(corpus_dir / "valid.txt.gz"), "--tokenizer_name", tok_dir,
-                                  "--max_seq_length", "32", "--output_dir", str(prepared)]) == 0
+    assert (
+        run_cli(
+            prepare_main,
+            [
+                "--train_file",
+                str(corpus_dir / "train.txt"),
+                "--validation_file",
+                str(corpus_dir / "valid.txt.gz"),
+                "--tokenizer_name",
+                tok_dir,
+                "--max_seq_length",
+                "32",
+                "--output_dir",
+                str(prepared),
+            ],
+        )
+        == 0
+    )
     assert json.loads((prepared / "manifest.json").read_text())["objective"] == "mlm"
     steps = ["--max_train_steps", "3", "--logging_steps", "1"]
     from_text, from_prepared = tmp_path / "text", tmp_path / "prep"
     assert run_cli(main, _args(corpus_dir, from_text, "--tokenizer_name", tok_dir, *steps)) == 0
     args = _args(corpus_dir, from_prepared, *steps)
-    args = [a for i, a in enumerate(args) if a not in ("--train_file", "--validation_file")
-            and args[i - 1] not in ("--train_file", "--validation_file")]
+    args = [
+        a
+        for i, a in enumerate(args)
+        if a not in ("--train_file", "--validation_file") and args[i - 1] not in ("--train_file", "--validation_file")
+    ]
     assert run_cli(main, [*args, "--prepared_dataset", str(prepared)]) == 0
     for name in ("model.safetensors", "generator/model.safetensors"):
         assert _sha(from_prepared / name) == _sha(from_text / name)
@@ -106,8 +167,13 @@ def test_rtd_trains_on_a_dataset_prepared_for_mlm_as_on_the_text(corpus_dir, tok
 
 def test_rtd_under_bf16_autocast_trains_with_finite_metrics(corpus_dir, tok_dir, tmp_path, fresh_state):
     out = tmp_path / "bf16"
-    assert run_cli(main, _args(corpus_dir, out, "--tokenizer_name", tok_dir, "--max_train_steps", "4",
-                               "--mixed_precision", "bf16")) == 0
+    assert (
+        run_cli(
+            main,
+            _args(corpus_dir, out, "--tokenizer_name", tok_dir, "--max_train_steps", "4", "--mixed_precision", "bf16"),
+        )
+        == 0
+    )
     results = json.loads((out / "all_results.json").read_text())
     assert all(math.isfinite(v) for k, v in results.items() if k.startswith("eval_"))
     assert math.isfinite(results["train_loss"]) and results["train_loss"] > 0
@@ -121,8 +187,10 @@ def test_rtd_collator_draws_per_example_numbers_that_do_not_depend_on_the_batch(
     from pretrain.collators import MLMCollator, RTDCollator
 
     collator = RTDCollator(MLMCollator(bert_tokenizer, seed=3))
-    examples = [{"input_ids": [2, 10 + i, 11, 12, 13, 14, 3][: 4 + i], "word_start": [1] * (4 + i), "index": 100 + i}
-                for i in range(4)]
+    examples = [
+        {"input_ids": [2, 10 + i, 11, 12, 13, 14, 3][: 4 + i], "word_start": [1] * (4 + i), "index": 100 + i}
+        for i in range(4)
+    ]
     together = collator(examples)
     alone = collator(examples[1:2])
     u = together["sampling_uniforms"]
@@ -143,14 +211,19 @@ def _micro_batches(vocab_size: int):
     for rows, length, pad, every in ((3, 12, 0, 3), (2, 12, 5, 2)):
         ids = torch.randint(5, vocab_size, (rows, length), generator=g)
         keep = torch.ones_like(ids)
-        keep[-1, length - pad:] = 0
+        keep[-1, length - pad :] = 0
         ids[keep == 0] = 0
         selected = torch.zeros_like(ids, dtype=torch.bool)
         selected[:, 1::every] = True
         selected &= keep.bool()
-        batches.append({"input_ids": torch.where(selected, torch.full_like(ids, 4), ids), "attention_mask": keep,
-                        "labels": torch.where(selected, ids, torch.full_like(ids, -100)),
-                        "sampling_uniforms": torch.rand(ids.shape, generator=g)})
+        batches.append(
+            {
+                "input_ids": torch.where(selected, torch.full_like(ids, 4), ids),
+                "attention_mask": keep,
+                "labels": torch.where(selected, ids, torch.full_like(ids, -100)),
+                "sampling_uniforms": torch.rand(ids.shape, generator=g),
+            }
+        )
     return batches
 
 
@@ -163,16 +236,27 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
     from training.loop import Trainer, make_accelerator
 
     torch.manual_seed(0)
-    model = SesameBertForReplacedTokenDetection(SesameBertRTDConfig(
-        vocab_size=40, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = SesameBertForReplacedTokenDetection(
+        SesameBertRTDConfig(
+            vocab_size=40,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=16,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    )
     batches = _micro_batches(40)
     counts = [rtd_weight(b) for b in batches]
     assert counts[0].tolist() == [12, 36] and counts[1].tolist() == [9, 19]  # masked, real
     reference = copy.deepcopy(model)
     total = sum(counts)
-    loss = sum(out.generator_loss * n[0] / total[0] + 50.0 * out.discriminator_loss * n[1] / total[1]
-               for out, n in ((reference(**b), n) for b, n in zip(batches, counts)))
+    loss = sum(
+        out.generator_loss * n[0] / total[0] + 50.0 * out.discriminator_loss * n[1] / total[1]
+        for out, n in ((reference(**b), n) for b, n in zip(batches, counts))
+    )
     grads = torch.autograd.grad(loss, list(reference.parameters()))
     expected = {name: p.detach() - 0.5 * g for (name, p), g in zip(reference.named_parameters(), grads)}
 
@@ -183,12 +267,25 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
         def __getitem__(self, i):
             return i
 
-    config = TrainingConfig(output_dir=str(tmp_path / "run"), learning_rate=0.5, max_train_steps=1,
-                            gradient_accumulation_steps=2, max_grad_norm=0.0, lr_scheduler_type="constant",
-                            logging_steps=1)
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "run"),
+        learning_rate=0.5,
+        max_train_steps=1,
+        gradient_accumulation_steps=2,
+        max_grad_norm=0.0,
+        lr_scheduler_type="constant",
+        logging_steps=1,
+    )
     loader = torch.utils.data.DataLoader(Batches(), batch_size=1, collate_fn=lambda i: batches[i[0]])
-    trainer = Trainer(make_accelerator(config), model, loader, config, loss_fn=rtd_loss, weight_fn=rtd_weight,
-                      optimizer=torch.optim.SGD(model.parameters(), lr=0.5))
+    trainer = Trainer(
+        make_accelerator(config),
+        model,
+        loader,
+        config,
+        loss_fn=rtd_loss,
+        weight_fn=rtd_weight,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+    )
     result = trainer.train()
     for name, p in trainer.unwrapped_model.named_parameters():
         torch.testing.assert_close(p.detach(), expected[name], rtol=1e-5, atol=1e-6, msg=name)
@@ -204,8 +301,9 @@ def test_rtd_generator_size_sharing_and_lambda_come_from_an_rtd_config(corpus_di
     config_dir = tmp_path / "rtd-config"
     base = modeling.get_preset_config("bert-tiny").to_dict()
     base = {k: v for k, v in base.items() if k not in ("model_type", "architectures", "transformers_version")}
-    modeling.SesameBertRTDConfig(**base, generator_size=0.5, embedding_sharing="none",
-                                 discriminator_weight=7.0).save_pretrained(config_dir)
+    modeling.SesameBertRTDConfig(
+        **base, generator_size=0.5, embedding_sharing="none", discriminator_weight=7.0
+    ).save_pretrained(config_dir)
     out = tmp_path / "half"
     args = [a if a != "bert-tiny" else str(config_dir) for a in _args(corpus_dir, out)]
     assert run_cli(main, [*args, "--tokenizer_name", tok_dir, "--max_train_steps", "2"]) == 0
@@ -214,8 +312,9 @@ def test_rtd_generator_size_sharing_and_lambda_come_from_an_rtd_config(corpus_di
     assert generator.get("embedding_size") is None
     assert json.loads((out / "config.json").read_text())["hidden_size"] == 128
     results = json.loads((out / "all_results.json").read_text())
-    assert results["eval_loss"] == pytest.approx(results["eval_generator_loss"]
-                                                 + 7.0 * results["eval_discriminator_loss"], rel=1e-6)
+    assert results["eval_loss"] == pytest.approx(
+        results["eval_generator_loss"] + 7.0 * results["eval_discriminator_loss"], rel=1e-6
+    )
 
 
 def test_rtd_refuses_another_family_with_one_error_line(corpus_dir, tmp_path, capsys, fresh_state):

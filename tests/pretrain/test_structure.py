@@ -15,9 +15,25 @@ from training.errors import InputError, run_cli
 
 
 def _data_args(corpus_dir, out, *extra: str) -> list[str]:
-    return ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz"),
-            "--output_dir", str(out), "--vocab_size", "300", "--max_seq_length", "32", "--config_name", "bert-tiny",
-            "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", *extra]
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--output_dir",
+        str(out),
+        "--vocab_size",
+        "300",
+        "--max_seq_length",
+        "32",
+        "--config_name",
+        "bert-tiny",
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        *extra,
+    ]
 
 
 def test_parsed_arguments_are_frozen_and_resolution_makes_new_values(corpus_dir, tmp_path):
@@ -55,13 +71,16 @@ def test_trackers_record_the_resolved_intervals(corpus_dir, tmp_path, fresh_stat
     assert recorded["max_train_steps"] == 30 and recorded["num_warmup_steps"] == math.ceil(0.06 * 30)
     assert recorded["learning_rate"] == 1e-3 and recorded["objective"] == "mlm" and "hub_token" not in recorded
     saved = json.loads((out / "run_config.json").read_text())
-    assert {k: saved[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")} == \
-        {k: recorded[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")}
+    assert {k: saved[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")} == {
+        k: recorded[k] for k in ("eval_steps", "checkpointing_steps", "max_train_steps", "learning_rate")
+    }
     log = json.loads((out / "trainer_log.json").read_text())
     assert all(0 < a["train_seconds"] < b["train_seconds"] for a, b in zip(log, log[1:]))
     previous = {"train_seconds": 0.0, "train_tokens": 0.0}
     for record in log:  # each interval's tokens/s is its share of the cumulative tokens and seconds
-        delta = (record["train_tokens"] - previous["train_tokens"]) / (record["train_seconds"] - previous["train_seconds"])
+        delta = (record["train_tokens"] - previous["train_tokens"]) / (
+            record["train_seconds"] - previous["train_seconds"]
+        )
         assert delta == pytest.approx(record["tokens_per_second"], rel=1e-6)
         assert record["train_tokens"] - previous["train_tokens"] <= 10 * 8 * 32  # 10 steps of at most 8 x 32 tokens
         previous = record
@@ -76,8 +95,11 @@ def _every_fourth_token_collators(tokenizer, masking, seed):
         predicted = torch.zeros_like(ids, dtype=torch.bool)
         predicted[:, 3::4] = True
         predicted &= ids != tokenizer.pad_token_id
-        return {"input_ids": torch.where(predicted, tokenizer.mask_token_id, ids),
-                "attention_mask": (ids != tokenizer.pad_token_id).long(), "labels": torch.where(predicted, ids, -100)}
+        return {
+            "input_ids": torch.where(predicted, tokenizer.mask_token_id, ids),
+            "attention_mask": (ids != tokenizer.pad_token_id).long(),
+            "labels": torch.where(predicted, ids, -100),
+        }
 
     return collate, collate
 
@@ -89,9 +111,12 @@ def test_a_new_objective_is_one_table_entry(corpus_dir, tmp_path, fresh_state):
 
     base = OBJECTIVES["mlm"]
     toy = dataclasses.replace(
-        base, name="toy-mlm", collators=_every_fourth_token_collators,
+        base,
+        name="toy-mlm",
+        collators=_every_fourth_token_collators,
         metrics=lambda sums: {**base.metrics(sums), "eval_predicted_tokens": sums["count"]},
-        result_keys=("eval_predicted_tokens",))
+        result_keys=("eval_predicted_tokens",),
+    )
     register_objective(toy)
     try:
         out = tmp_path / "toy"
@@ -104,8 +129,9 @@ def test_a_new_objective_is_one_table_entry(corpus_dir, tmp_path, fresh_state):
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     raw = load_raw_datasets([str(corpus_dir / "train.txt")], str(corpus_dir / "valid.txt.gz"))
-    blocks = pack_blocks(tokenize_bert(raw, tokenizer), 32, tokenizer.cls_token_id, tokenizer.sep_token_id, 1000,
-                         document_positions=True)  # the toy copies mlm's entry: document masking on by default
+    blocks = pack_blocks(
+        tokenize_bert(raw, tokenizer), 32, tokenizer.cls_token_id, tokenizer.sep_token_id, 1000, document_positions=True
+    )  # the toy copies mlm's entry: document masking on by default
     every_fourth = sum(len(range(3, len(b), 4)) for b in blocks["validation"]["input_ids"])
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_predicted_tokens"] == results["eval_tokens"] == every_fourth

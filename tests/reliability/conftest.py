@@ -9,14 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-WORDS = ("the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats "
-         "it rained in afternoon and streets of city were wet").split()
+WORDS = (
+    "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats "
+    "it rained in afternoon and streets of city were wet"
+).split()
 
 
 def documents(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))) + "." for _ in range(rng.randint(2, 6)))
-            for _ in range(n)]
+    return [
+        "\n".join(
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))) + "." for _ in range(rng.randint(2, 6))
+        )
+        for _ in range(n)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -82,13 +88,22 @@ def toy_run():
     from training.loop import Trainer, make_accelerator
     from training.optim import create_optimizer
 
-    def run(out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, trainer_kwargs=None,
-            **config_kwargs):
+    def run(
+        out, steps, ckpt_steps=2, resume=None, hidden=16, loss_fn=None, fused=None, trainer_kwargs=None, **config_kwargs
+    ):
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         config_kwargs.setdefault("checkpoints_total_limit", 0)
-        config = TrainingConfig(output_dir=str(out), learning_rate=0.05, max_train_steps=steps, num_warmup_steps=1,
-                                checkpointing_steps=ckpt_steps, resume_from_checkpoint=resume, seed=0, **config_kwargs)
+        config = TrainingConfig(
+            output_dir=str(out),
+            learning_rate=0.05,
+            max_train_steps=steps,
+            num_warmup_steps=1,
+            checkpointing_steps=ckpt_steps,
+            resume_from_checkpoint=resume,
+            seed=0,
+            **config_kwargs,
+        )
         acc = make_accelerator(config)
         torch.manual_seed(0)
         kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
@@ -102,7 +117,6 @@ def toy_run():
     yield run
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-
 
 
 @pytest.fixture
@@ -134,7 +148,16 @@ def hub_client_env(url: str, home: Path) -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "WANDB"))}
-    env.update(HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
-               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="0", TOKENIZERS_PARALLELISM="false",
-               WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    env.update(
+        HF_ENDPOINT=url,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="0",
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        OMP_NUM_THREADS="1",
+    )
     return env

@@ -37,8 +37,26 @@ GOOD_ROWS = [("a fine film", "1"), ("a dull film", "0"), ("great acting", "1"), 
 
 
 def _squad(path: Path, context: str = "the senate adjourned after a long debate.", answer_start: int = 4) -> Path:
-    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
-        {"id": "q1", "question": "who adjourned?", "answers": [{"text": "senate", "answer_start": answer_start}]}]}]}]}
+    doc = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "who adjourned?",
+                                "answers": [{"text": "senate", "answer_start": answer_start}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     return _write(path, json.dumps(doc))
 
 
@@ -85,90 +103,454 @@ def weights_only(tmp, model_dir):
 
 
 def pre(tmp, a, *extra):
-    return ["--train_file", str(a / "train.txt"), "--validation_file", str(a / "valid.txt"), "--tokenizer_name",
-            str(a / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
-            "--max_train_steps", "2", "--output_dir", str(tmp / "out"), *extra]
+    return [
+        "--train_file",
+        str(a / "train.txt"),
+        "--validation_file",
+        str(a / "valid.txt"),
+        "--tokenizer_name",
+        str(a / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "2",
+        "--output_dir",
+        str(tmp / "out"),
+        *extra,
+    ]
 
 
 def glue(tmp, a, *extra, train=None, valid=None):
     train = train or _sst(tmp / "train.csv", GOOD_ROWS)
     valid = valid or _sst(tmp / "valid.csv", GOOD_ROWS)
-    return ["--model_name_or_path", str(a / "tiny-model"), "--train_file", str(train), "--validation_file", str(valid),
-            "--max_seq_length", "32", "--per_device_train_batch_size", "2", "--max_train_steps", "1",
-            "--output_dir", str(tmp / "out"), *extra]
+    return [
+        "--model_name_or_path",
+        str(a / "tiny-model"),
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(valid),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_train_steps",
+        "1",
+        "--output_dir",
+        str(tmp / "out"),
+        *extra,
+    ]
 
 
 def squad(tmp, a, *extra, train=None):
     train = train or _squad(tmp / "train.json")
-    return ["--model_name_or_path", str(a / "tiny-model"), "--train_file", str(train), "--validation_file", str(train),
-            "--max_seq_length", "48", "--doc_stride", "16", "--per_device_train_batch_size", "2", "--max_train_steps", "1",
-            "--output_dir", str(tmp / "out"), *extra]
+    return [
+        "--model_name_or_path",
+        str(a / "tiny-model"),
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(train),
+        "--max_seq_length",
+        "48",
+        "--doc_stride",
+        "16",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_train_steps",
+        "1",
+        "--output_dir",
+        str(tmp / "out"),
+        *extra,
+    ]
 
 
 CASES = [
     # tokenizer trainer
-    ("tokenizer: missing corpus", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(t / "nope.txt")), r"nope\.txt.*(not found|no such|does not exist)"),
-    ("tokenizer: empty corpus", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(_write(t / "empty.txt", ""))), r"empty\.txt.*empty"),
-    ("tokenizer: undecodable corpus", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(_write(t / "latin1.txt", "caf\xe9 na\xefve\n".encode("latin-1")))), r"latin1\.txt.*UTF-8"),
-    ("tokenizer: corrupt gzip", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(_write(t / "bad.txt.gz", b"\x1f\x8b not really gzip"))), r"bad\.txt\.gz"),
-    ("tokenizer: unsupported compression", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(_write(t / "c.txt.bz2", b"BZh91AY"))), r"c\.txt\.bz2.*expected"),
-    ("tokenizer: vocab_size 0", "tokenizer", lambda t, a: ["train", "--model_type", "bert", "--vocab_size", "0", "--output_dir", str(t / "out"), "--train_file", str(a / "train.txt")], r"--vocab_size 0.*expected"),
-    ("tokenizer: output_dir is a file", "tokenizer", lambda t, a: tok(t, a, "--train_file", str(a / "train.txt")) if _write(t / "out", "x") else None, r"--output_dir .*out.*file.*expected a directory"),
+    (
+        "tokenizer: missing corpus",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(t / "nope.txt")),
+        r"nope\.txt.*(not found|no such|does not exist)",
+    ),
+    (
+        "tokenizer: empty corpus",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(_write(t / "empty.txt", ""))),
+        r"empty\.txt.*empty",
+    ),
+    (
+        "tokenizer: undecodable corpus",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(_write(t / "latin1.txt", "caf\xe9 na\xefve\n".encode("latin-1")))),
+        r"latin1\.txt.*UTF-8",
+    ),
+    (
+        "tokenizer: corrupt gzip",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(_write(t / "bad.txt.gz", b"\x1f\x8b not really gzip"))),
+        r"bad\.txt\.gz",
+    ),
+    (
+        "tokenizer: unsupported compression",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(_write(t / "c.txt.bz2", b"BZh91AY"))),
+        r"c\.txt\.bz2.*expected",
+    ),
+    (
+        "tokenizer: vocab_size 0",
+        "tokenizer",
+        lambda t, a: [
+            "train",
+            "--model_type",
+            "bert",
+            "--vocab_size",
+            "0",
+            "--output_dir",
+            str(t / "out"),
+            "--train_file",
+            str(a / "train.txt"),
+        ],
+        r"--vocab_size 0.*expected",
+    ),
+    (
+        "tokenizer: output_dir is a file",
+        "tokenizer",
+        lambda t, a: tok(t, a, "--train_file", str(a / "train.txt")) if _write(t / "out", "x") else None,
+        r"--output_dir .*out.*file.*expected a directory",
+    ),
     # pretrain
-    ("pretrain: missing train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(t / "nope.txt")), r"--train_file.*nope\.txt"),
-    ("pretrain: empty train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_write(t / "empty.txt", "\n\n"))), r"--train_file.*empty\.txt.*(empty|expected)"),
-    ("pretrain: undecodable train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_write(t / "bin.txt", b"\xff\xfe\x00\x81\x82 text"))), r"bin\.txt.*UTF-8"),
-    ("pretrain: missing validation file", "pretrain", lambda t, a: pre(t, a, "--validation_file", str(t / "nope-valid.txt")), r"--validation_file.*nope-valid\.txt"),
-    ("pretrain: batch size 0", "pretrain", lambda t, a: pre(t, a, "--per_device_train_batch_size", "0"), r"--per_device_train_batch_size 0: expected an integer >= 1"),
-    ("pretrain: negative learning rate", "pretrain", lambda t, a: pre(t, a, "--learning_rate=-1e-3"), r"--learning_rate -0\.001: expected a positive"),
-    ("pretrain: gradient accumulation 0", "pretrain", lambda t, a: pre(t, a, "--gradient_accumulation_steps", "0"), r"--gradient_accumulation_steps 0: expected"),
-    ("pretrain: max_seq_length beyond positions", "pretrain", lambda t, a: pre(t, a, "--config_name", str(a / "bert-tiny-config"), "--max_seq_length", "128"), r"--max_seq_length 128: exceeds the model's max_position_embeddings 64"),
-    ("pretrain: unknown config preset", "pretrain", lambda t, a: pre(t, a, "--config_name", "bert-gigantic"), r"--config_name bert-gigantic: expected a preset"),
-    ("pretrain: tokenizer not found", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(t / "no-tokenizer")), r"--tokenizer_name .*no-tokenizer"),
-    ("pretrain: tokenizer other than the model's", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", str(a / "tiny-model")), r"--tokenizer_name.*differs from the tokenizer saved with --model_name_or_path"),
-    ("pretrain: tokenizer larger than the model's vocabulary", "pretrain", lambda t, a: pre(t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", weights_only(t, a / "tiny-model")), r"--tokenizer_name.*tokens but the model's vocab_size is"),
-    ("pretrain: model directory without weights", "pretrain", lambda t, a: pre(t, a, "--model_name_or_path", str(_no_weights_model(t, a))), r"--model_name_or_path .*no-weights"),
-    ("pretrain: nsp with elmo", "pretrain", lambda t, a: pre(t, a, "--model_type", "elmo", "--nsp"), r"--nsp: .*expected --model_type bert \(got elmo\)"),
-    ("pretrain: resume from a missing checkpoint", "pretrain", lambda t, a: pre(t, a, "--resume_from_checkpoint", str(t / "ckpt")), r"--resume_from_checkpoint .*ckpt: no such folder"),
-    ("pretrain: output_dir is a file", "pretrain", lambda t, a: pre(t, a) if _write(t / "out", "x") else None, r"--output_dir .*out: is an existing file; expected a directory"),
-    ("pretrain: output_dir below a file", "pretrain", lambda t, a: pre(t, a, "--output_dir", str(_write(t / "afile", "x") / "out")), r"--output_dir .*afile/out: .*afile is an existing file"),
-    ("hub: push without a token", "pretrain", lambda t, a: pre(t, a, "--push_to_hub", "--hub_model_id", "me/tiny"), r"(token|log ?in)"),
-    ("hub: invalid revision", "pretrain", lambda t, a: pre(t, a, "--push_to_hub", "--hub_model_id", "me/tiny", "--hub_revision", "../main"), r"--hub_revision '\.\./main': expected a branch name"),
+    (
+        "pretrain: missing train file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(t / "nope.txt")),
+        r"--train_file.*nope\.txt",
+    ),
+    (
+        "pretrain: empty train file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_write(t / "empty.txt", "\n\n"))),
+        r"--train_file.*empty\.txt.*(empty|expected)",
+    ),
+    (
+        "pretrain: undecodable train file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_write(t / "bin.txt", b"\xff\xfe\x00\x81\x82 text"))),
+        r"bin\.txt.*UTF-8",
+    ),
+    (
+        "pretrain: missing validation file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--validation_file", str(t / "nope-valid.txt")),
+        r"--validation_file.*nope-valid\.txt",
+    ),
+    (
+        "pretrain: batch size 0",
+        "pretrain",
+        lambda t, a: pre(t, a, "--per_device_train_batch_size", "0"),
+        r"--per_device_train_batch_size 0: expected an integer >= 1",
+    ),
+    (
+        "pretrain: negative learning rate",
+        "pretrain",
+        lambda t, a: pre(t, a, "--learning_rate=-1e-3"),
+        r"--learning_rate -0\.001: expected a positive",
+    ),
+    (
+        "pretrain: gradient accumulation 0",
+        "pretrain",
+        lambda t, a: pre(t, a, "--gradient_accumulation_steps", "0"),
+        r"--gradient_accumulation_steps 0: expected",
+    ),
+    (
+        "pretrain: max_seq_length beyond positions",
+        "pretrain",
+        lambda t, a: pre(t, a, "--config_name", str(a / "bert-tiny-config"), "--max_seq_length", "128"),
+        r"--max_seq_length 128: exceeds the model's max_position_embeddings 64",
+    ),
+    (
+        "pretrain: unknown config preset",
+        "pretrain",
+        lambda t, a: pre(t, a, "--config_name", "bert-gigantic"),
+        r"--config_name bert-gigantic: expected a preset",
+    ),
+    (
+        "pretrain: tokenizer not found",
+        "pretrain",
+        lambda t, a: pre(t, a, "--tokenizer_name", str(t / "no-tokenizer")),
+        r"--tokenizer_name .*no-tokenizer",
+    ),
+    (
+        "pretrain: tokenizer other than the model's",
+        "pretrain",
+        lambda t, a: pre(
+            t, a, "--tokenizer_name", str(a / "wordpiece-big"), "--model_name_or_path", str(a / "tiny-model")
+        ),
+        r"--tokenizer_name.*differs from the tokenizer saved with --model_name_or_path",
+    ),
+    (
+        "pretrain: tokenizer larger than the model's vocabulary",
+        "pretrain",
+        lambda t, a: pre(
+            t,
+            a,
+            "--tokenizer_name",
+            str(a / "wordpiece-big"),
+            "--model_name_or_path",
+            weights_only(t, a / "tiny-model"),
+        ),
+        r"--tokenizer_name.*tokens but the model's vocab_size is",
+    ),
+    (
+        "pretrain: model directory without weights",
+        "pretrain",
+        lambda t, a: pre(t, a, "--model_name_or_path", str(_no_weights_model(t, a))),
+        r"--model_name_or_path .*no-weights",
+    ),
+    (
+        "pretrain: nsp with elmo",
+        "pretrain",
+        lambda t, a: pre(t, a, "--model_type", "elmo", "--nsp"),
+        r"--nsp: .*expected --model_type bert \(got elmo\)",
+    ),
+    (
+        "pretrain: resume from a missing checkpoint",
+        "pretrain",
+        lambda t, a: pre(t, a, "--resume_from_checkpoint", str(t / "ckpt")),
+        r"--resume_from_checkpoint .*ckpt: no such folder",
+    ),
+    (
+        "pretrain: output_dir is a file",
+        "pretrain",
+        lambda t, a: pre(t, a) if _write(t / "out", "x") else None,
+        r"--output_dir .*out: is an existing file; expected a directory",
+    ),
+    (
+        "pretrain: output_dir below a file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--output_dir", str(_write(t / "afile", "x") / "out")),
+        r"--output_dir .*afile/out: .*afile is an existing file",
+    ),
+    (
+        "hub: push without a token",
+        "pretrain",
+        lambda t, a: pre(t, a, "--push_to_hub", "--hub_model_id", "me/tiny"),
+        r"(token|log ?in)",
+    ),
+    (
+        "hub: invalid revision",
+        "pretrain",
+        lambda t, a: pre(t, a, "--push_to_hub", "--hub_model_id", "me/tiny", "--hub_revision", "../main"),
+        r"--hub_revision '\.\./main': expected a branch name",
+    ),
     # finetune.glue
-    ("glue: unknown task", "glue", lambda t, a: glue(t, a, "--task_name", "sst3"), r"--task_name.*sst3.*expected one of"),
+    (
+        "glue: unknown task",
+        "glue",
+        lambda t, a: glue(t, a, "--task_name", "sst3"),
+        r"--task_name.*sst3.*expected one of",
+    ),
     ("glue: missing train file", "glue", lambda t, a: glue(t, a, train=t / "nope.csv"), r"nope\.csv: file not found"),
-    ("glue: empty train file", "glue", lambda t, a: glue(t, a, train=_write(t / "empty.csv", "")), r"empty\.csv: the file is empty; expected a csv"),
-    ("glue: undecodable train file", "glue", lambda t, a: glue(t, a, train=_write(t / "latin.csv", "sentence,label\ncaf\xe9,1\n".encode("latin-1"))), r"latin\.csv: not valid UTF-8"),
-    ("glue: malformed json", "glue", lambda t, a: glue(t, a, train=_write(t / "bad.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": \n'), valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n')), r"bad\.jsonl: malformed JSON on line 2"),
-    ("glue: missing label column", "glue", lambda t, a: glue(t, a, train=_sst(t / "nolabel.csv", GOOD_ROWS, header="sentence,score")), r"nolabel\.csv.*(label|column)"),
-    ("glue: wrong text column", "glue", lambda t, a: glue(t, a, "--sentence1_key", "review"), r"(missing column|review)"),
-    ("glue: labels outside the task's label set", "glue", lambda t, a: glue(t, a, "--task_name", "sst2", train=_sst(t / "sst.csv", GOOD_ROWS + [("meh", "maybe")])), r"sst\.csv.*label\(s\) outside the label set"),
-    ("glue: unsupported file type", "glue", lambda t, a: glue(t, a, train=_write(t / "train.xlsx", b"PK")), r"train\.xlsx: unsupported file extension"),
-    ("glue: model not found", "glue", lambda t, a: glue(t, a, "--model_name_or_path", str(t / "no-model")), r"--model_name_or_path .*no-model"),
-    ("glue: model directory without weights", "glue", lambda t, a: glue(t, a, "--model_name_or_path", str(_no_weights_model(t, a))), r"--model_name_or_path .*no-weights.*weights"),
-    ("glue: max_seq_length beyond positions", "glue", lambda t, a: glue(t, a, "--max_seq_length", "128"), r"--max_seq_length 128: .*max_position_embeddings 64"),
-    ("glue: tokenizer larger than the model's vocabulary", "glue", lambda t, a: glue(t, a, "--tokenizer_name", str(a / "wordpiece-big")), r"--tokenizer_name .*wordpiece-big.*vocab"),
-    ("glue: batch size 0", "glue", lambda t, a: glue(t, a, "--per_device_train_batch_size", "0"), r"--per_device_train_batch_size 0: expected an integer >= 1"),
-    ("glue: negative learning rate", "glue", lambda t, a: glue(t, a, "--learning_rate=-2e-5"), r"--learning_rate -2e-05: expected a positive"),
-    ("glue: glue_dir missing", "glue", lambda t, a: ["--model_name_or_path", str(a / "tiny-model"), "--task_name", "sst2", "--glue_dir", str(t / "glue"), "--output_dir", str(t / "out")], r"--glue_dir .*glue: not a directory"),
-    ("glue: output_dir is a file", "glue", lambda t, a: glue(t, a) if _write(t / "out", "x") else None, r"--output_dir .*out: is an existing file"),
+    (
+        "glue: empty train file",
+        "glue",
+        lambda t, a: glue(t, a, train=_write(t / "empty.csv", "")),
+        r"empty\.csv: the file is empty; expected a csv",
+    ),
+    (
+        "glue: undecodable train file",
+        "glue",
+        lambda t, a: glue(t, a, train=_write(t / "latin.csv", "sentence,label\ncaf\xe9,1\n".encode("latin-1"))),
+        r"latin\.csv: not valid UTF-8",
+    ),
+    (
+        "glue: malformed json",
+        "glue",
+        lambda t, a: glue(
+            t,
+            a,
+            train=_write(t / "bad.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": \n'),
+            valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n'),
+        ),
+        r"bad\.jsonl: malformed JSON on line 2",
+    ),
+    (
+        "glue: missing label column",
+        "glue",
+        lambda t, a: glue(t, a, train=_sst(t / "nolabel.csv", GOOD_ROWS, header="sentence,score")),
+        r"nolabel\.csv.*(label|column)",
+    ),
+    (
+        "glue: wrong text column",
+        "glue",
+        lambda t, a: glue(t, a, "--sentence1_key", "review"),
+        r"(missing column|review)",
+    ),
+    (
+        "glue: labels outside the task's label set",
+        "glue",
+        lambda t, a: glue(t, a, "--task_name", "sst2", train=_sst(t / "sst.csv", GOOD_ROWS + [("meh", "maybe")])),
+        r"sst\.csv.*label\(s\) outside the label set",
+    ),
+    (
+        "glue: unsupported file type",
+        "glue",
+        lambda t, a: glue(t, a, train=_write(t / "train.xlsx", b"PK")),
+        r"train\.xlsx: unsupported file extension",
+    ),
+    (
+        "glue: model not found",
+        "glue",
+        lambda t, a: glue(t, a, "--model_name_or_path", str(t / "no-model")),
+        r"--model_name_or_path .*no-model",
+    ),
+    (
+        "glue: model directory without weights",
+        "glue",
+        lambda t, a: glue(t, a, "--model_name_or_path", str(_no_weights_model(t, a))),
+        r"--model_name_or_path .*no-weights.*weights",
+    ),
+    (
+        "glue: max_seq_length beyond positions",
+        "glue",
+        lambda t, a: glue(t, a, "--max_seq_length", "128"),
+        r"--max_seq_length 128: .*max_position_embeddings 64",
+    ),
+    (
+        "glue: tokenizer larger than the model's vocabulary",
+        "glue",
+        lambda t, a: glue(t, a, "--tokenizer_name", str(a / "wordpiece-big")),
+        r"--tokenizer_name .*wordpiece-big.*vocab",
+    ),
+    (
+        "glue: batch size 0",
+        "glue",
+        lambda t, a: glue(t, a, "--per_device_train_batch_size", "0"),
+        r"--per_device_train_batch_size 0: expected an integer >= 1",
+    ),
+    (
+        "glue: negative learning rate",
+        "glue",
+        lambda t, a: glue(t, a, "--learning_rate=-2e-5"),
+        r"--learning_rate -2e-05: expected a positive",
+    ),
+    (
+        "glue: glue_dir missing",
+        "glue",
+        lambda t, a: [
+            "--model_name_or_path",
+            str(a / "tiny-model"),
+            "--task_name",
+            "sst2",
+            "--glue_dir",
+            str(t / "glue"),
+            "--output_dir",
+            str(t / "out"),
+        ],
+        r"--glue_dir .*glue: not a directory",
+    ),
+    (
+        "glue: output_dir is a file",
+        "glue",
+        lambda t, a: glue(t, a) if _write(t / "out", "x") else None,
+        r"--output_dir .*out: is an existing file",
+    ),
     # finetune.squad (CLI only)
     ("squad: missing train file", "squad", lambda t, a: squad(t, a, train=t / "nope.json"), r"nope\.json"),
-    ("squad: malformed json", "squad", lambda t, a: squad(t, a, train=_write(t / "bad.json", '{"data": [')), r"bad\.json"),
-    ("squad: not SQuAD format", "squad", lambda t, a: squad(t, a, train=_write(t / "list.json", '[1, 2, 3]')), r"list\.json"),
-    ("squad: negative doc_stride", "squad", lambda t, a: squad(t, a, "--doc_stride", "-1"), r"--doc_stride -1: expected an integer >= 0"),
-    ("squad: no data", "squad", lambda t, a: ["--model_name_or_path", str(a / "tiny-model"), "--output_dir", str(t / "out")], r"no data given"),
+    (
+        "squad: malformed json",
+        "squad",
+        lambda t, a: squad(t, a, train=_write(t / "bad.json", '{"data": [')),
+        r"bad\.json",
+    ),
+    (
+        "squad: not SQuAD format",
+        "squad",
+        lambda t, a: squad(t, a, train=_write(t / "list.json", "[1, 2, 3]")),
+        r"list\.json",
+    ),
+    (
+        "squad: negative doc_stride",
+        "squad",
+        lambda t, a: squad(t, a, "--doc_stride", "-1"),
+        r"--doc_stride -1: expected an integer >= 0",
+    ),
+    (
+        "squad: no data",
+        "squad",
+        lambda t, a: ["--model_name_or_path", str(a / "tiny-model"), "--output_dir", str(t / "out")],
+        r"no data given",
+    ),
     # issue 23: faults that gave tracebacks or silently wrong results
-    ("pretrain: corrupt gzip train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_write(t / "bad.txt.gz", b"\x1f\x8b not really gzip"))), r"bad\.txt\.gz"),
-    ("pretrain: truncated gzip train file", "pretrain", lambda t, a: pre(t, a, "--train_file", str(_truncated_gz(t / "cut.txt.gz", a / "train.txt"))), r"cut\.txt\.gz"),
-    ("pretrain: elmo with a WordPiece tokenizer", "pretrain", lambda t, a: pre(t, a, "--model_type", "elmo", "--config_name", "elmo-small"), r"--tokenizer_name .*wordpiece.*model family"),
-    ("glue: truncated model.safetensors", "glue", lambda t, a: glue(t, a, "--model_name_or_path", str(_truncated_weights(t, a))), r"--model_name_or_path .*truncated"),
-    ("glue: corrupt gzip train file", "glue", lambda t, a: glue(t, a, train=_write(t / "bad.csv.gz", b"\x1f\x8b not really gzip")), r"bad\.csv\.gz"),
-    ("glue: empty label cell", "glue", lambda t, a: glue(t, a, train=_sst(t / "gap.csv", GOOD_ROWS + [("no label here", "")])), r"gap\.csv.*label"),
-    ("glue: JSON record without the label key", "glue", lambda t, a: glue(t, a, train=_write(t / "nokey.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "no key"}\n'), valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "bad", "label": 0}\n')), r"nokey\.jsonl.*label"),
-    ("squad: model directory without weights", "squad", lambda t, a: squad(t, a, "--model_name_or_path", str(_no_weights_model(t, a)), "--max_query_length", "16"), r"--model_name_or_path .*no-weights"),
-    ("squad: truncated model.safetensors", "squad", lambda t, a: squad(t, a, "--model_name_or_path", str(_truncated_weights(t, a)), "--max_query_length", "16"), r"--model_name_or_path .*truncated"),
-    ("squad: corrupt gzip train file", "squad", lambda t, a: squad(t, a, train=_write(t / "bad.json.gz", b"\x1f\x8b not really gzip")), r"bad\.json\.gz"),
+    (
+        "pretrain: corrupt gzip train file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_write(t / "bad.txt.gz", b"\x1f\x8b not really gzip"))),
+        r"bad\.txt\.gz",
+    ),
+    (
+        "pretrain: truncated gzip train file",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_truncated_gz(t / "cut.txt.gz", a / "train.txt"))),
+        r"cut\.txt\.gz",
+    ),
+    (
+        "pretrain: elmo with a WordPiece tokenizer",
+        "pretrain",
+        lambda t, a: pre(t, a, "--model_type", "elmo", "--config_name", "elmo-small"),
+        r"--tokenizer_name .*wordpiece.*model family",
+    ),
+    (
+        "glue: truncated model.safetensors",
+        "glue",
+        lambda t, a: glue(t, a, "--model_name_or_path", str(_truncated_weights(t, a))),
+        r"--model_name_or_path .*truncated",
+    ),
+    (
+        "glue: corrupt gzip train file",
+        "glue",
+        lambda t, a: glue(t, a, train=_write(t / "bad.csv.gz", b"\x1f\x8b not really gzip")),
+        r"bad\.csv\.gz",
+    ),
+    (
+        "glue: empty label cell",
+        "glue",
+        lambda t, a: glue(t, a, train=_sst(t / "gap.csv", GOOD_ROWS + [("no label here", "")])),
+        r"gap\.csv.*label",
+    ),
+    (
+        "glue: JSON record without the label key",
+        "glue",
+        lambda t, a: glue(
+            t,
+            a,
+            train=_write(t / "nokey.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "no key"}\n'),
+            valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "bad", "label": 0}\n'),
+        ),
+        r"nokey\.jsonl.*label",
+    ),
+    (
+        "squad: model directory without weights",
+        "squad",
+        lambda t, a: squad(t, a, "--model_name_or_path", str(_no_weights_model(t, a)), "--max_query_length", "16"),
+        r"--model_name_or_path .*no-weights",
+    ),
+    (
+        "squad: truncated model.safetensors",
+        "squad",
+        lambda t, a: squad(t, a, "--model_name_or_path", str(_truncated_weights(t, a)), "--max_query_length", "16"),
+        r"--model_name_or_path .*truncated",
+    ),
+    (
+        "squad: corrupt gzip train file",
+        "squad",
+        lambda t, a: squad(t, a, train=_write(t / "bad.json.gz", b"\x1f\x8b not really gzip")),
+        r"bad\.json\.gz",
+    ),
 ]
 
 
@@ -236,7 +618,11 @@ def test_resume_with_a_different_model_config_is_refused(assets, tmp_path, capsy
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert status == 2 and len(lines) == 1, err[-3000:]
-    assert re.search(r"--resume_from_checkpoint .*step_2: does not fit this model.*expected a checkpoint written by a run with the same model config", lines[0])
+    assert re.search(
+        r"--resume_from_checkpoint .*step_2: does not fit this model.*expected a checkpoint written by a run with "
+        r"the same model config",
+        lines[0],
+    )
     assert "Traceback" not in err
     assert _snapshot(out) == before
 
@@ -268,7 +654,9 @@ def test_real_exit_status_in_a_subprocess(name, module, build, assets, tmp_path)
     argv = build(tmp_path, assets)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("SESAME_DEBUG", None)
-    proc = subprocess.run([sys.executable, *module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, *module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -67,10 +67,14 @@ def test_every_checkpoint_damaged_or_an_explicit_damaged_one_is_refused(toy_run,
     out = tmp_path / "run"
     toy_run(out, steps=4)
     _truncate(out / "checkpoints" / "step_4" / "model.safetensors")
-    with pytest.raises(InputError, match=r"--resume_from_checkpoint .*step_4: damaged checkpoint \(model.safetensors has"):
+    with pytest.raises(
+        InputError, match=r"--resume_from_checkpoint .*step_4: damaged checkpoint \(model.safetensors has"
+    ):
         ckpt.resolve_checkpoint(str(out / "checkpoints" / "step_4"), out / "checkpoints")
     os.remove(out / "checkpoints" / "step_2" / "optimizer.bin")
-    with pytest.raises(InputError, match=r"every checkpoint .* is damaged \(step_4: .*; step_2: optimizer.bin missing\)"):
+    with pytest.raises(
+        InputError, match=r"every checkpoint .* is damaged \(step_4: .*; step_2: optimizer.bin missing\)"
+    ):
         ckpt.resolve_checkpoint("latest", out / "checkpoints")
 
 
@@ -105,7 +109,9 @@ def test_resume_with_a_different_model_config_is_refused(toy_run, tmp_path):
     out = tmp_path / "run"
     toy_run(out, steps=4)
     shutil.rmtree(out / "checkpoints" / "step_4")
-    with pytest.raises(InputError, match=r"--resume_from_checkpoint .*step_2: does not fit this model.*same model config"):
+    with pytest.raises(
+        InputError, match=r"--resume_from_checkpoint .*step_2: does not fit this model.*same model config"
+    ):
         toy_run(out, steps=4, resume="latest", hidden=8)
 
 
@@ -125,7 +131,9 @@ def test_disk_full_at_save_time_keeps_the_previous_checkpoint(toy_run, tmp_path,
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(Accelerator, "save_state", filling_disk)
-    with pytest.raises(ckpt.CheckpointWriteError, match=r"could not write checkpoint .*step_4 \(disk full.*step_2 is intact"):
+    with pytest.raises(
+        ckpt.CheckpointWriteError, match=r"could not write checkpoint .*step_4 \(disk full.*step_2 is intact"
+    ):
         toy_run(out, steps=6)
     assert [s for s, _ in ckpt.checkpoint_dirs(out / "checkpoints")] == [2]
     assert ckpt.verify_checkpoint(out / "checkpoints" / "step_2") is None
@@ -138,7 +146,9 @@ def test_unwritable_output_dirs_are_refused_before_training(tmp_path, monkeypatc
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match=r"--output_dir .*file: is an existing file; expected a directory"):
         TrainingConfig(output_dir=str(tmp_path / "file"))
-    with pytest.raises(InputError, match=r"--output_dir .*file/run: .*file is an existing file; expected a directory path"):
+    with pytest.raises(
+        InputError, match=r"--output_dir .*file/run: .*file is an existing file; expected a directory path"
+    ):
         TrainingConfig(output_dir=str(tmp_path / "file" / "run"))
     TrainingConfig(output_dir=str(tmp_path / "new" / "deeper" / "run"))  # missing parents are created later
     assert not (tmp_path / "new").exists(), "nothing written by the check"
@@ -147,7 +157,9 @@ def test_unwritable_output_dirs_are_refused_before_training(tmp_path, monkeypatc
         os.chmod(tmp_path / "ro", 0o500)
     else:
         real_access = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path / "ro") else real_access(p, mode))
+        monkeypatch.setattr(
+            os, "access", lambda p, mode: False if str(p) == str(tmp_path / "ro") else real_access(p, mode)
+        )
     try:
         with pytest.raises(InputError, match=r"--output_dir .*ro/run: .*ro is not writable"):
             TrainingConfig(output_dir=str(tmp_path / "ro" / "run"))

@@ -15,9 +15,29 @@ from training.errors import run_cli
 
 
 def _args(assets: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"), "--tokenizer_name",
-            str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
-            "--max_train_steps", "4", "--checkpointing_steps", "2", "--checkpoints_total_limit", "0", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(assets / "train.txt"),
+        "--validation_file",
+        str(assets / "valid.txt"),
+        "--tokenizer_name",
+        str(assets / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "4",
+        "--checkpointing_steps",
+        "2",
+        "--checkpoints_total_limit",
+        "0",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def _enospc(path):
@@ -49,7 +69,9 @@ def test_disk_full_at_checkpoint_time(assets, tmp_path, monkeypatch, capsys, fre
     err = capsys.readouterr().err
     lines = _error_lines(err)
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
-    assert "could not write checkpoint" in lines[0] and "step_4 (disk full" in lines[0] and "step_2 is intact" in lines[0]
+    assert (
+        "could not write checkpoint" in lines[0] and "step_4 (disk full" in lines[0] and "step_2 is intact" in lines[0]
+    )
     assert [s for s, _ in ckpt.checkpoint_dirs(out / "checkpoints")] == [2]
     assert ckpt.verify_checkpoint(out / "checkpoints" / "step_2") is None
     assert not list((out / "checkpoints").glob(".tmp-*")) and not (out / "model.safetensors").exists()
@@ -60,7 +82,9 @@ def test_disk_full_when_saving_the_model(assets, tmp_path, monkeypatch, capsys, 
 
     from pretrain.cli import main
 
-    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", lambda sd, filename, metadata=None: _enospc(filename))
+    monkeypatch.setattr(
+        transformers.modeling_utils, "safe_save_file", lambda sd, filename, metadata=None: _enospc(filename)
+    )
     out = tmp_path / "out"
     assert run_cli(main, _args(assets, out)) == 2
     err = capsys.readouterr().err
@@ -83,8 +107,11 @@ def small_disk(tmp_path):
     def mount(megabytes: float) -> Path:
         where = tmp_path / f"disk{len(mounted)}"
         where.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(megabytes * 1024)}k", "tmpfs", str(where)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={int(megabytes * 1024)}k", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             pytest.skip(f"cannot mount a small tmpfs here (not root, or no CAP_SYS_ADMIN): {proc.stderr.strip()}")
         mounted.append(where)
@@ -118,16 +145,20 @@ def test_real_disk_full_errors_of_safetensors_torch_and_tokenizers_are_recognise
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(assets / "wordpiece" / "tokenizer.json"))
-    writers = (("safetensors", lambda p: save_file(tensors, str(p))), ("torch.save", lambda p: torch.save(tensors, p)),
-               ("tokenizers", lambda p: tokenizer.save(str(p))))
+    writers = (
+        ("safetensors", lambda p: save_file(tensors, str(p))),
+        ("torch.save", lambda p: torch.save(tensors, p)),
+        ("tokenizers", lambda p: tokenizer.save(str(p))),
+    )
     for name, write in writers:
         with pytest.raises(Exception) as err:
             write(disk / f"{name}.out")
         assert storage_failure(err.value, disk) == "disk full", (name, type(err.value), str(err.value)[:200])
 
 
-def test_real_disk_full_at_checkpoint_time_gives_one_line_and_leaves_no_temporary_folder(small_disk, assets, capsys,
-                                                                                        fresh_state):
+def test_real_disk_full_at_checkpoint_time_gives_one_line_and_leaves_no_temporary_folder(
+    small_disk, assets, capsys, fresh_state
+):
     from pretrain.cli import main
 
     out = small_disk(1.5) / "out"  # bert-tiny's checkpoint (weights + Adam moments) needs ~6 MB

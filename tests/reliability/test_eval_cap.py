@@ -23,17 +23,55 @@ def _plan(tmp_path, *extra: str):
 def test_default_evaluation_set_is_capped_by_the_planned_training(tmp_path):
     from pretrain.cli import default_eval_blocks
 
-    short = _plan(tmp_path, "--model_type", "elmo", "--max_train_steps", "20", "--per_device_train_batch_size", "16",
-                  "--max_seq_length", "32", "--eval_steps", "0.1")
+    short = _plan(
+        tmp_path,
+        "--model_type",
+        "elmo",
+        "--max_train_steps",
+        "20",
+        "--per_device_train_batch_size",
+        "16",
+        "--max_seq_length",
+        "32",
+        "--eval_steps",
+        "0.1",
+    )
     assert default_eval_blocks(short, 100_000, 1) == 128  # 10% of 320 trained blocks over 11 evaluations: the floor
-    long = _plan(tmp_path, "--max_train_steps", "100000", "--per_device_train_batch_size", "16", "--max_seq_length",
-                 "32", "--eval_steps", "50000")
+    long = _plan(
+        tmp_path,
+        "--max_train_steps",
+        "100000",
+        "--per_device_train_batch_size",
+        "16",
+        "--max_seq_length",
+        "32",
+        "--eval_steps",
+        "50000",
+    )
     assert default_eval_blocks(long, 10**7, 1) == 1_000_000 // 32  # the token cap of one evaluation
-    medium = _plan(tmp_path, "--max_train_steps", "1000", "--per_device_train_batch_size", "16", "--max_seq_length",
-                   "128", "--eval_steps", "250")
+    medium = _plan(
+        tmp_path,
+        "--max_train_steps",
+        "1000",
+        "--per_device_train_batch_size",
+        "16",
+        "--max_seq_length",
+        "128",
+        "--eval_steps",
+        "250",
+    )
     assert default_eval_blocks(medium, 10**6, 2) == int(0.1 * 1000 * 16 * 2 / 5)  # 5 evaluations, 2 processes
-    budget = _plan(tmp_path, "--max_train_tokens", "10240", "--per_device_train_batch_size", "16",
-                   "--max_seq_length", "32", "--eval_steps", "0.1")  # 20 steps of 512 tokens, as `short`
+    budget = _plan(
+        tmp_path,
+        "--max_train_tokens",
+        "10240",
+        "--per_device_train_batch_size",
+        "16",
+        "--max_seq_length",
+        "32",
+        "--eval_steps",
+        "0.1",
+    )  # 20 steps of 512 tokens, as `short`
     assert default_eval_blocks(budget, 100_000, 1) == 128
     given = _plan(tmp_path, "--max_train_steps", "20", "--max_eval_samples", "7")
     assert default_eval_blocks(given, 1000, 1) is None  # the user's choice stands
@@ -47,10 +85,30 @@ def test_the_run_plan_line_says_how_many_validation_blocks_it_chose(assets, tmp_
     valid.write_text("\n\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(400)) + "\n")
     out = tmp_path / "out"
     caplog.set_level(logging.INFO)
-    assert run_cli(main, ["--train_file", str(assets / "train.txt"), "--validation_file", str(valid),
-                          "--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny",
-                          "--max_seq_length", "16", "--per_device_train_batch_size", "4", "--max_train_steps", "2",
-                          "--output_dir", str(out)]) == 0
+    assert (
+        run_cli(
+            main,
+            [
+                "--train_file",
+                str(assets / "train.txt"),
+                "--validation_file",
+                str(valid),
+                "--tokenizer_name",
+                str(assets / "wordpiece"),
+                "--config_name",
+                "bert-tiny",
+                "--max_seq_length",
+                "16",
+                "--per_device_train_batch_size",
+                "4",
+                "--max_train_steps",
+                "2",
+                "--output_dir",
+                str(out),
+            ],
+        )
+        == 0
+    )
     plan = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("run plan:"))
     assert "128 of " in plan and "validation blocks" in plan and "--max_eval_samples" in plan, plan
     available = int(plan.split("128 of ")[1].split()[0])

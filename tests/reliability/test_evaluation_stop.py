@@ -18,8 +18,9 @@ def _eval_fn(batches_seen: list[int], stop_at: tuple[int, int] | None):
 
     def step_fn(model, batch):
         trainer = step_fn.trainer
-        seen = batches_seen.append(trainer.state.global_step) or sum(s == trainer.state.global_step
-                                                                     for s in batches_seen)
+        seen = batches_seen.append(trainer.state.global_step) or sum(
+            s == trainer.state.global_step for s in batches_seen
+        )
         if stop_at is not None and (trainer.state.global_step, seen) == stop_at:
             trainer.request_stop()
         out = model(batch["x"], labels=batch["labels"])
@@ -35,20 +36,28 @@ def _eval_fn(batches_seen: list[int], stop_at: tuple[int, int] | None):
 
 def test_a_stop_request_during_evaluation_checkpoints_at_once_and_the_resume_evaluates_first(toy_run, tmp_path):
     full_batches: list[int] = []
-    _, full = toy_run(tmp_path / "full", 6, ckpt_steps=100, eval_steps=3,
-                      trainer_kwargs={"eval_fn": _eval_fn(full_batches, None)})
+    _, full = toy_run(
+        tmp_path / "full", 6, ckpt_steps=100, eval_steps=3, trainer_kwargs={"eval_fn": _eval_fn(full_batches, None)}
+    )
     seen: list[int] = []
     with pytest.raises(TrainingStopped) as stopped:
-        toy_run(tmp_path / "stopped", 6, ckpt_steps=100, eval_steps=3,
-                trainer_kwargs={"eval_fn": _eval_fn(seen, (3, 2))})
+        toy_run(
+            tmp_path / "stopped", 6, ckpt_steps=100, eval_steps=3, trainer_kwargs={"eval_fn": _eval_fn(seen, (3, 2))}
+        )
     assert "during the evaluation at optimizer step 3" in str(stopped.value)
     assert seen.count(3) == 2, "the evaluation stopped after the batch that asked, not at its end (10 batches)"
     from training.checkpoint import read_state
 
     assert read_state(tmp_path / "stopped" / "checkpoints" / "step_3")["eval_pending"] is True
     resumed_batches: list[int] = []
-    _, resumed = toy_run(tmp_path / "stopped", 6, ckpt_steps=100, eval_steps=3, resume="latest",
-                         trainer_kwargs={"eval_fn": _eval_fn(resumed_batches, None)})
+    _, resumed = toy_run(
+        tmp_path / "stopped",
+        6,
+        ckpt_steps=100,
+        eval_steps=3,
+        resume="latest",
+        trainer_kwargs={"eval_fn": _eval_fn(resumed_batches, None)},
+    )
     assert resumed_batches[:10] == [3] * 10  # the pending evaluation first
     assert resumed["eval_history"] == full["eval_history"]
     assert resumed["train_loss"] == full["train_loss"]

@@ -19,10 +19,30 @@ pytestmark = pytest.mark.slow
 def test_hub_unreachable_at_the_final_push_keeps_the_model_and_says_how_to_push_it(assets, tmp_path, hub_server):
     server = hub_server({TOKEN: ("alice", "write")})
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(assets / "train.txt"), "--tokenizer_name",
-           str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-           "--per_device_train_batch_size", "4", "--max_train_steps", "300", "--checkpointing_steps", "2",
-           "--output_dir", str(out), "--push_to_hub", "--hub_model_id", "alice/later"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--train_file",
+        str(assets / "train.txt"),
+        "--tokenizer_name",
+        str(assets / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "300",
+        "--checkpointing_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/later",
+    ]
     env = {**hub_client_env(server.url, tmp_path / "hf"), "HF_TOKEN": TOKEN}
     run = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -42,8 +62,14 @@ def test_hub_unreachable_at_the_final_push_keeps_the_model_and_says_how_to_push_
     later = lines[0].split("`")[1]  # the command in the message
     assert later.startswith("python -m training.hub push"), later
     server = hub_server({TOKEN: ("alice", "write")})
-    push = subprocess.run([sys.executable, *later.split()[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**hub_client_env(server.url, tmp_path / "hf"), "HF_TOKEN": TOKEN})
+    push = subprocess.run(
+        [sys.executable, *later.split()[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**hub_client_env(server.url, tmp_path / "hf"), "HF_TOKEN": TOKEN},
+    )
     assert push.returncode == 0, push.stderr[-2000:]
     files = set(server.state.repos["alice/later"].commits[server.state.repos["alice/later"].branches["main"]].files)
     assert {"model.safetensors", "README.md", "config.json"} <= files

@@ -27,8 +27,18 @@ def _launch(processes: int) -> list[str]:
     """``accelerate launch [options] pretrain`` with 1 process (accelerate's simple launcher) or 2 (torchrun)."""
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     if processes == 1:
-        return [*launch, "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
-                "--dynamo_backend", "no", "pretrain"]
+        return [
+            *launch,
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "pretrain",
+        ]
     return [*launch, "--config_file", str(CPU_2PROC), "pretrain"]
 
 
@@ -45,8 +55,14 @@ def _steps(out: Path) -> list[int]:
 
 
 def _run(processes: int, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(_launch(processes) + args, cwd=ROOT, env={**_env(), "ACCELERATE_USE_CPU": "1"},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        _launch(processes) + args,
+        cwd=ROOT,
+        env={**_env(), "ACCELERATE_USE_CPU": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -54,9 +70,15 @@ def test_sigterm_to_the_launcher_alone_checkpoints_every_worker_and_resumes_bitw
     full, stopped = tmp_path / "full", tmp_path / "stopped"
     proc = _run(processes, _args(assets, full))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run = subprocess.Popen(_launch(processes) + _args(assets, stopped), cwd=ROOT,
-                           env={**_env(), "ACCELERATE_USE_CPU": "1"}, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = subprocess.Popen(
+        _launch(processes) + _args(assets, stopped),
+        cwd=ROOT,
+        env={**_env(), "ACCELERATE_USE_CPU": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 300
         while not (stopped / "checkpoints" / "step_4").exists():

@@ -39,8 +39,9 @@ def test_skipped_step_takes_no_update_and_counts_as_a_step(toy_run, tmp_path, ca
     step 2), the step and its batch count (6 optimizer steps, 6 batches) and the schedule advances. The fused
     AdamW skips it on the device (statistics read at the next sync point); the foreach AdamW reads every step."""
     with caplog.at_level(logging.WARNING, logger="training.loop"):
-        trainer, result = toy_run(tmp_path / "skip", steps=6, ckpt_steps=1, loss_fn=_nan_at({3}),
-                                  skip_nonfinite_steps=1, fused=fused)
+        trainer, result = toy_run(
+            tmp_path / "skip", steps=6, ckpt_steps=1, loss_fn=_nan_at({3}), skip_nonfinite_steps=1, fused=fused
+        )
     assert trainer._device_skip_supported() is fused
     assert result["global_step"] == 6
     warnings = [r.getMessage() for r in caplog.records if "update skipped" in r.getMessage()]
@@ -61,8 +62,11 @@ def test_skipped_step_takes_no_update_and_counts_as_a_step(toy_run, tmp_path, ca
 def test_one_more_than_tolerated_stops(toy_run, tmp_path, fused):
     """NaN at steps 3 and 5 with one tolerated: the run stops naming step 5; the checkpoint of step 6 is never
     written (the statistics are read before every checkpoint), the one of step 4 is the last good one."""
-    with pytest.raises(NonFiniteLossError, match=r"optimizer step 5 \(epoch 0, micro-batches 5-5 of the epoch\) after 1 "
-                                                 r"skipped step\(s\) \(--skip_nonfinite_steps 1\)(.*)step_4") as err:
+    with pytest.raises(
+        NonFiniteLossError,
+        match=r"optimizer step 5 \(epoch 0, micro-batches 5-5 of the epoch\) after 1 "
+        r"skipped step\(s\) \(--skip_nonfinite_steps 1\)(.*)step_4",
+    ) as err:
         toy_run(tmp_path / "stop", steps=8, loss_fn=_nan_at({3, 5}), skip_nonfinite_steps=1, fused=fused)
     assert [s for s, _ in ckpt.checkpoint_dirs(tmp_path / "stop" / "checkpoints")] == [2, 4]
     # the fused path learns of it where it next reads the statistics (the checkpoint step 6), the other at once

@@ -29,9 +29,23 @@ def _reset():
 
 
 def _pre(assets: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(assets / "train.txt"), "--validation_file", str(assets / "valid.txt"), "--tokenizer_name",
-            str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "4", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(assets / "train.txt"),
+        "--validation_file",
+        str(assets / "valid.txt"),
+        "--tokenizer_name",
+        str(assets / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def _steps(out: Path) -> list[int]:
@@ -49,8 +63,12 @@ def test_overwrite_output_dir_deletes_the_old_runs_checkpoints_so_the_new_ones_s
     assert run_cli(main, _pre(assets, out, "--max_train_steps", "6", "--checkpointing_steps", "2")) == 0
     assert _steps(out) == [4, 6]  # the last 2 (--checkpoints_total_limit 2)
     _reset()
-    assert run_cli(main, _pre(assets, out, "--max_train_steps", "2", "--checkpointing_steps", "1",
-                              "--overwrite_output_dir")) == 0
+    assert (
+        run_cli(
+            main, _pre(assets, out, "--max_train_steps", "2", "--checkpointing_steps", "1", "--overwrite_output_dir")
+        )
+        == 0
+    )
     assert _steps(out) == [1, 2], "the new run's checkpoints, not the old run's higher steps"
     from training import checkpoint as ckpt
     from training.ownership import read_run_id
@@ -65,8 +83,21 @@ def _glue(assets: Path, tmp: Path, out: Path, *extra: str) -> list[str]:
     rows = [("a fine film", "1"), ("a dull film", "0"), ("great acting", "1"), ("boring plot", "0")]
     data = tmp / "sst.csv"
     data.write_text("sentence,label\n" + "".join(f"{s},{y}\n" for s, y in rows))
-    return ["--model_name_or_path", str(assets / "tiny-model"), "--train_file", str(data), "--validation_file", str(data),
-            "--max_seq_length", "32", "--per_device_train_batch_size", "2", "--output_dir", str(out), *extra]
+    return [
+        "--model_name_or_path",
+        str(assets / "tiny-model"),
+        "--train_file",
+        str(data),
+        "--validation_file",
+        str(data),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "2",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def test_glue_refuses_the_folder_of_another_run_unless_overwrite_output_dir(assets, tmp_path, capsys, fresh_state):
@@ -90,16 +121,48 @@ def test_glue_refuses_the_folder_of_another_run_unless_overwrite_output_dir(asse
 def test_squad_refuses_the_folder_of_another_run(assets, tmp_path, capsys, fresh_state):
     from finetune.squad import main
 
-    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "the senate adjourned after a debate.",
-                                                                     "qas": [{"id": "q1", "question": "who adjourned?",
-                                                                              "answers": [{"text": "senate",
-                                                                                           "answer_start": 4}]}]}]}]}
+    doc = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "the senate adjourned after a debate.",
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "who adjourned?",
+                                "answers": [{"text": "senate", "answer_start": 4}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     data = tmp_path / "train.json"
     data.write_text(json.dumps(doc))
     out = tmp_path / "out"
-    argv = ["--model_name_or_path", str(assets / "tiny-model"), "--train_file", str(data), "--max_seq_length", "48",
-            "--max_query_length", "16", "--doc_stride", "16", "--per_device_train_batch_size", "2", "--max_train_steps",
-            "1", "--do_train", "--output_dir", str(out)]
+    argv = [
+        "--model_name_or_path",
+        str(assets / "tiny-model"),
+        "--train_file",
+        str(data),
+        "--max_seq_length",
+        "48",
+        "--max_query_length",
+        "16",
+        "--doc_stride",
+        "16",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_train_steps",
+        "1",
+        "--do_train",
+        "--output_dir",
+        str(out),
+    ]
     assert run_cli(main, argv) == 0
     capsys.readouterr()
     _reset()
@@ -120,8 +183,9 @@ def test_latest_resume_and_rotation_leave_another_runs_checkpoints_alone(toy_run
     toy_run(a, 6, ckpt_steps=2, checkpoints_total_limit=1, trainer_kwargs={"run_id": "run-a"})
     assert _steps(a) == [6, 8], "run a keeps its own last checkpoint; run b's is left alone"
     assert ckpt.read_state(a / "checkpoints" / "step_6")["run_id"] == "run-a"
-    trainer, result = toy_run(a, 6, ckpt_steps=2, resume="latest", checkpoints_total_limit=1,
-                              trainer_kwargs={"run_id": "run-a"})
+    trainer, result = toy_run(
+        a, 6, ckpt_steps=2, resume="latest", checkpoints_total_limit=1, trainer_kwargs={"run_id": "run-a"}
+    )
     assert trainer.last_checkpoint.endswith("step_6") and result["global_step"] == 6  # not run b's step_8
     assert _steps(a) == [6, 8]
 
@@ -136,7 +200,8 @@ time.sleep(600)
 
 
 def test_a_second_run_is_refused_while_another_holds_the_folder_and_a_dead_runs_lock_is_taken_over(
-        assets, tmp_path, capsys, caplog, fresh_state):
+    assets, tmp_path, capsys, caplog, fresh_state
+):
     from pretrain.cli import main
 
     out = tmp_path / "out"
@@ -154,7 +219,9 @@ def test_a_second_run_is_refused_while_another_holds_the_folder_and_a_dead_runs_
     _reset()
     with caplog.at_level(logging.WARNING):
         assert run_cli(main, _pre(assets, out, "--max_train_steps", "1")) == 0
-    assert any("taking over the lock" in r.getMessage() and "no longer running" in r.getMessage() for r in caplog.records)
+    assert any(
+        "taking over the lock" in r.getMessage() and "no longer running" in r.getMessage() for r in caplog.records
+    )
     assert (out / "model.safetensors").exists()
 
 
@@ -163,14 +230,32 @@ def test_temporary_folders_of_killed_runs_are_removed_at_the_next_start(assets, 
 
     out = tmp_path / "out"
     assert run_cli(main, _pre(assets, out, "--max_train_steps", "2", "--checkpointing_steps", "1")) == 0
-    killed = [out / "checkpoints" / ".tmp-step_3", tmp_path / ".out.tmp-legacy1234", out / ".tokenizer.tmp-x",
-              out / ".hub-staging"]
+    killed = [
+        out / "checkpoints" / ".tmp-step_3",
+        tmp_path / ".out.tmp-legacy1234",
+        out / ".tokenizer.tmp-x",
+        out / ".hub-staging",
+    ]
     for folder in killed:  # what a SIGKILL during a checkpoint, the final save, a tokenizer save, a push leaves
         folder.mkdir(parents=True)
         (folder / "model.safetensors").write_bytes(b"\0" * 1000)
     _reset()
-    assert run_cli(main, _pre(assets, out, "--max_train_steps", "2", "--checkpointing_steps", "1",
-                              "--resume_from_checkpoint", "latest")) == 0
+    assert (
+        run_cli(
+            main,
+            _pre(
+                assets,
+                out,
+                "--max_train_steps",
+                "2",
+                "--checkpointing_steps",
+                "1",
+                "--resume_from_checkpoint",
+                "latest",
+            ),
+        )
+        == 0
+    )
     assert [p for p in killed if p.exists()] == []
 
 
@@ -191,9 +276,20 @@ def test_baselines_children_replace_their_cell_with_overwrite_output_dir():
     from finetune.baselines import BaselinesArguments, glue_command
 
     args = BaselinesArguments(glue_dir="glue", tasks=["sst2"], backbones=["cbow"], output_dir="table")
-    cmd = glue_command("sst2", "m", Path("table/runs/sst2-cbow"), {"learning_rate": 1e-3, "per_device_train_batch_size": 8,
-                                                                  "weight_decay": 0.0, "num_warmup_steps": 0,
-                                                                  "epochs": {"default": 1}}, args, [])
+    cmd = glue_command(
+        "sst2",
+        "m",
+        Path("table/runs/sst2-cbow"),
+        {
+            "learning_rate": 1e-3,
+            "per_device_train_batch_size": 8,
+            "weight_decay": 0.0,
+            "num_warmup_steps": 0,
+            "epochs": {"default": 1},
+        },
+        args,
+        [],
+    )
     assert "--overwrite_output_dir" in cmd
 
 

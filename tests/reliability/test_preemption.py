@@ -31,8 +31,15 @@ def _run(processes: int, args: list[str]) -> None:
 def _start_and_signal(processes: int, args: list[str], out: Path, sig: int, delay: float, twice: bool = False):
     """Start the run; once ``step_4`` exists wait ``delay`` s and send ``sig`` (to the process group for the
     launcher, as a scheduler / terminal does; to the process itself with 1 process). Return (rc, stderr)."""
-    proc = subprocess.Popen(_command(processes) + args, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        _command(processes) + args,
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     first = out / "checkpoints" / "step_4"
     deadline = time.time() + 300
     try:

@@ -20,8 +20,14 @@ def bert_source(tmp_path, assets) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
     tok = AutoTokenizer.from_pretrained(assets / "wordpiece")
-    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     path = tmp_path / "hf-bert"
     BertForPreTraining(config).save_pretrained(path)
@@ -45,8 +51,13 @@ def test_convert_refuses_a_source_without_tokenizer_files_unless_tokenizer_name(
     err = _last_error(capsys)
     assert err.startswith("error: --source") and "no tokenizer files" in err and "--tokenizer_name" in err, err
     assert not out.exists()
-    assert run_cli(main, ["--source", str(weights_only), "--tokenizer_name", str(assets / "wordpiece"),
-                          "--output_dir", str(out)]) == 0
+    assert (
+        run_cli(
+            main,
+            ["--source", str(weights_only), "--tokenizer_name", str(assets / "wordpiece"), "--output_dir", str(out)],
+        )
+        == 0
+    )
     from transformers import AutoTokenizer
 
     assert len(AutoTokenizer.from_pretrained(out)) == len(AutoTokenizer.from_pretrained(assets / "wordpiece"))
@@ -73,8 +84,11 @@ def test_explain_refuses_a_classification_head_that_was_never_trained(tmp_path, 
     model = tmp_path / "untrained-head"
     shutil.copytree(assets / "tiny-model", model)
     weights = load_file(model / "model.safetensors")
-    save_file({k: v for k, v in weights.items() if "classifier" not in k}, model / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {k: v for k, v in weights.items() if "classifier" not in k},
+        model / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     out = tmp_path / "explain"
     assert run_cli(ex.main, ["--model_name_or_path", str(model), "--text", "the senate", "--output_dir", str(out)]) == 2
     err = _last_error(capsys)

@@ -24,10 +24,31 @@ def _reset():
 
 
 def _pre(train: Path, assets: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train_file", str(train), "--validation_file", str(assets / "valid.txt"), "--tokenizer_name",
-            str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "4", "--max_train_steps", "4", "--checkpointing_steps", "2",
-            "--checkpoints_total_limit", "0", "--learning_rate", "2e-3", "--output_dir", str(out), *extra]
+    return [
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(assets / "valid.txt"),
+        "--tokenizer_name",
+        str(assets / "wordpiece"),
+        "--config_name",
+        "bert-tiny",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_steps",
+        "4",
+        "--checkpointing_steps",
+        "2",
+        "--checkpoints_total_limit",
+        "0",
+        "--learning_rate",
+        "2e-3",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -61,7 +82,8 @@ def test_resume_after_the_training_text_changed_with_the_same_block_count_is_ref
 
 
 def test_resume_with_another_learning_rate_is_refused_naming_it_and_another_max_grad_norm_is_warned(
-        assets, finished, capsys, caplog):
+    assets, finished, capsys, caplog
+):
     from pretrain.cli import main
 
     train, out = finished
@@ -71,14 +93,19 @@ def test_resume_with_another_learning_rate_is_refused_naming_it_and_another_max_
     assert len(lines) == 1 and "learning_rate 0.002 -> 0.001" in lines[0], lines
     _reset()
     with caplog.at_level(logging.WARNING):
-        assert run_cli(main, _pre(train, assets, out, "--max_grad_norm", "0.5", "--resume_from_checkpoint", "latest")) == 0
-    assert any("--max_grad_norm 0.5 differs from the checkpoint's 1.0: the run continues with 0.5" in r.getMessage()
-               for r in caplog.records)
+        assert (
+            run_cli(main, _pre(train, assets, out, "--max_grad_norm", "0.5", "--resume_from_checkpoint", "latest")) == 0
+        )
+    assert any(
+        "--max_grad_norm 0.5 differs from the checkpoint's 1.0: the run continues with 0.5" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("damage", ["manifest", "rng", "both"])
 def test_a_checkpoint_without_manifest_or_rng_state_is_refused_unless_ignore_checkpoint_integrity(
-        assets, finished, capsys, caplog, damage):
+    assets, finished, capsys, caplog, damage
+):
     from pretrain.cli import main
 
     train, out = finished
@@ -98,8 +125,12 @@ def test_a_checkpoint_without_manifest_or_rng_state_is_refused_unless_ignore_che
     assert ("random_states_0.pkl" if damage != "manifest" else "no file manifest") in lines[0]
     _reset()
     with caplog.at_level(logging.WARNING):
-        assert run_cli(main, _pre(train, assets, out, "--resume_from_checkpoint", "latest",
-                                  "--ignore_checkpoint_integrity")) == 0
+        assert (
+            run_cli(
+                main, _pre(train, assets, out, "--resume_from_checkpoint", "latest", "--ignore_checkpoint_integrity")
+            )
+            == 0
+        )
     assert any("will not continue bitwise" in r.getMessage() for r in caplog.records)
 
 
@@ -114,8 +145,9 @@ class _Payload:
 
 
 @pytest.mark.parametrize("name", ["optimizer.bin", "random_states_0.pkl"])
-def test_a_checkpoint_whose_pickle_is_blocked_is_refused_with_one_line_and_nothing_runs(assets, finished, tmp_path,
-                                                                                        capsys, name):
+def test_a_checkpoint_whose_pickle_is_blocked_is_refused_with_one_line_and_nothing_runs(
+    assets, finished, tmp_path, capsys, name
+):
     from pretrain.cli import main
     from training.checkpoint import file_manifest
 

@@ -18,8 +18,11 @@ TOKEN = "hf_alice_write_planted_7f3a91c2"
 
 
 def _files_holding(root: Path, needle: bytes) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-                  and needle in p.read_bytes())
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and needle in p.read_bytes()
+    )
 
 
 def test_split_secrets_removes_every_spelling_and_returns_the_values():
@@ -36,8 +39,9 @@ def test_parsing_removes_the_token_from_sys_argv_before_any_tracker_starts(monke
     from training.hub import HubArguments
 
     monkeypatch.setattr(sys, "argv", ["pretrain", "--hub_token", TOKEN, "--hub_model_id", "alice/x"])
-    (hub,) = parse_arguments([HubArguments], ["--hub_token", TOKEN, "--hub_model_id", "alice/x"], prog="p",
-                               description="d")
+    (hub,) = parse_arguments(
+        [HubArguments], ["--hub_token", TOKEN, "--hub_model_id", "alice/x"], prog="p", description="d"
+    )
     assert hub.hub_token == TOKEN and TOKEN not in " ".join(sys.argv) and "alice/x" in sys.argv
 
 
@@ -60,9 +64,27 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
     monkeypatch.setattr(baselines.subprocess, "run", fake_run)
     out = tmp_path / "table"
     caplog.set_level("INFO")
-    assert baselines.main(["--glue_dir", str(glue), "--tasks", "sst2", "--backbones", str(model), "--output_dir",
-                           str(out), "--", "--max_train_samples", "8", "--hub_token", TOKEN]) == 0
-    (cmd, env), = calls
+    assert (
+        baselines.main(
+            [
+                "--glue_dir",
+                str(glue),
+                "--tasks",
+                "sst2",
+                "--backbones",
+                str(model),
+                "--output_dir",
+                str(out),
+                "--",
+                "--max_train_samples",
+                "8",
+                "--hub_token",
+                TOKEN,
+            ]
+        )
+        == 0
+    )
+    ((cmd, env),) = calls
     assert TOKEN not in " ".join(cmd) and "--max_train_samples" in cmd and env["HF_TOKEN"] == TOKEN
     assert _files_holding(out, TOKEN.encode()) == [] and TOKEN not in caplog.text
 
@@ -71,16 +93,42 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
 def test_planted_token_is_in_no_file_of_the_run_the_trackers_or_the_hub_repo(tmp_path, hub_server):
     assets = tmp_path / "assets"
     assets.mkdir()
-    (assets / "train.txt").write_text("\n\n".join(f"the whale rose from the sea number {i}.\nsailors shouted."
-                                                  for i in range(60)) + "\n")
+    (assets / "train.txt").write_text(
+        "\n\n".join(f"the whale rose from the sea number {i}.\nsailors shouted." for i in range(60)) + "\n"
+    )
     server = hub_server({TOKEN: ("alice", "write")})
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "pretrain", "--train_file", str(assets / "train.txt"), "--config_name",
-           "bert-tiny", "--vocab_size", "200", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
-           "--max_train_steps", "3", "--checkpointing_steps", "2", "--output_dir", str(out), "--report_to", "all",
-           "--push_to_hub", "--hub_model_id", "alice/planted", "--hub_token", TOKEN]
-    proc = subprocess.run(cmd, cwd=ROOT, env=hub_client_env(server.url, tmp_path / "hf"), capture_output=True,
-                          text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--train_file",
+        str(assets / "train.txt"),
+        "--config_name",
+        "bert-tiny",
+        "--vocab_size",
+        "200",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--max_train_steps",
+        "3",
+        "--checkpointing_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "all",
+        "--push_to_hub",
+        "--hub_model_id",
+        "alice/planted",
+        "--hub_token",
+        TOKEN,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=hub_client_env(server.url, tmp_path / "hf"), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     repo = server.state.repos["alice/planted"]
     assert list(out.glob("wandb/offline-run-*/run-*.wandb")) and list(out.glob("runs/**/events.out.tfevents.*"))

@@ -26,13 +26,33 @@ def test_pretrain_refuses_a_tokenizer_folder_with_its_own_code_even_with_yes_on_
     config["auto_map"] = {"AutoTokenizer": ["evil_tokenizer.EvilTokenizer", None]}
     config.pop("tokenizer_class", None)  # only the folder's code names a class
     (tok / "tokenizer_config.json").write_text(json.dumps(config))
-    (tok / "evil_tokenizer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
-                                           "from transformers import BertTokenizer as EvilTokenizer\n")
+    (tok / "evil_tokenizer.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nfrom transformers import BertTokenizer as EvilTokenizer\n"
+    )
     env = {**_env(), "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    proc = subprocess.run([sys.executable, "-m", "pretrain", "--train_file", str(assets / "train.txt"),
-                           "--tokenizer_name", str(tok), "--config_name", "bert-tiny", "--max_train_steps", "1",
-                           "--output_dir", str(tmp_path / "out")], cwd=ROOT, env=env, input="y\ny\n",
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pretrain",
+            "--train_file",
+            str(assets / "train.txt"),
+            "--tokenizer_name",
+            str(tok),
+            "--config_name",
+            "bert-tiny",
+            "--max_train_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT,
+        env=env,
+        input="y\ny\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --tokenizer_name"), proc.stderr[-2000:]
     assert "trust_remote_code" in proc.stderr and not marker.exists()

@@ -1,5 +1,6 @@
 """finetune.squad end to end on a handful of SQuAD questions written to tmp_path: SesameBert (v1, overfit to
-EM 100, the saved model reloaded by the Auto classes), v2 with the null threshold, transformers' BERT, SesameElmo (word-level
+EM 100, the saved model reloaded by the Auto classes), v2 with the null threshold, transformers' BERT, SesameElmo
+(word-level
 windows), evaluation only; refused input through the CLI (one line, exit 2, nothing written)."""
 
 from __future__ import annotations
@@ -20,12 +21,42 @@ from training.errors import run_cli
 
 #: (id, title, context, question, answer) -- the answer occurs once in the context (checked by squad_data).
 QUESTIONS = [
-    ("q1", "whale", "The whale rose from the sea and the sailors lowered the boats.", "What rose from the sea?", "whale"),
-    ("q2", "whale", "The whale rose from the sea and the sailors lowered the boats.", "Who lowered the boats?", "the sailors"),
-    ("q3", "city", "It rained in the afternoon and the streets of the city were wet.", "When did it rain?", "afternoon"),
-    ("q4", "city", "It rained in the afternoon and the streets of the city were wet.", "What were wet?", "the streets of the city"),
+    (
+        "q1",
+        "whale",
+        "The whale rose from the sea and the sailors lowered the boats.",
+        "What rose from the sea?",
+        "whale",
+    ),
+    (
+        "q2",
+        "whale",
+        "The whale rose from the sea and the sailors lowered the boats.",
+        "Who lowered the boats?",
+        "the sailors",
+    ),
+    (
+        "q3",
+        "city",
+        "It rained in the afternoon and the streets of the city were wet.",
+        "When did it rain?",
+        "afternoon",
+    ),
+    (
+        "q4",
+        "city",
+        "It rained in the afternoon and the streets of the city were wet.",
+        "What were wet?",
+        "the streets of the city",
+    ),
     ("q5", "senate", "The Senate adjourned after a long debate on the budget.", "Who adjourned?", "The Senate"),
-    ("q6", "senate", "The Senate adjourned after a long debate on the budget.", "What was the debate on?", "the budget"),
+    (
+        "q6",
+        "senate",
+        "The Senate adjourned after a long debate on the budget.",
+        "What was the debate on?",
+        "the budget",
+    ),
 ]
 
 
@@ -37,9 +68,14 @@ def squad_document(rows, unanswerable=()) -> dict:
         data.setdefault(title, {}).setdefault(context, []).append(qa)
     for qid, title, context, question in unanswerable:
         data.setdefault(title, {}).setdefault(context, []).append(
-            {"id": qid, "question": question, "answers": [], "is_impossible": True})
-    return {"version": "v2.0" if unanswerable else "1.1",
-            "data": [{"title": t, "paragraphs": [{"context": c, "qas": qas} for c, qas in ps.items()]} for t, ps in data.items()]}
+            {"id": qid, "question": question, "answers": [], "is_impossible": True}
+        )
+    return {
+        "version": "v2.0" if unanswerable else "1.1",
+        "data": [
+            {"title": t, "paragraphs": [{"context": c, "qas": qas} for c, qas in ps.items()]} for t, ps in data.items()
+        ],
+    }
 
 
 def write_json(path: Path, document) -> Path:
@@ -67,8 +103,16 @@ def wordpiece_dir(tmp_path_factory) -> Path:
 
 
 def _bert_kwargs(vocab_size: int) -> dict:
-    return dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -109,9 +153,20 @@ def tiny_elmo(tmp_path_factory) -> Path:
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(line for q in QUESTIONS for line in q[2:4]) + "\n", encoding="utf-8")
     tok = train_elmo_tokenizer([corpus], vocab_size=200, output_dir=root / "tok")
-    config = SesameElmoConfig(vocab_size=len(tok), char_embedding_dim=8, cnn_filters=[[1, 8], [2, 8], [3, 16]],
-                              num_highway_layers=1, projection_dim=16, cell_size=32, num_layers=2, dropout=0.0,
-                              task_hidden_size=16, classifier_hidden_size=16, num_sampled=16, cnn_pool_filters=4)
+    config = SesameElmoConfig(
+        vocab_size=len(tok),
+        char_embedding_dim=8,
+        cnn_filters=[[1, 8], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        projection_dim=16,
+        cell_size=32,
+        num_layers=2,
+        dropout=0.0,
+        task_hidden_size=16,
+        classifier_hidden_size=16,
+        num_sampled=16,
+        cnn_pool_filters=4,
+    )
     torch.manual_seed(0)
     SesameElmoModel(config).save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
@@ -146,9 +201,25 @@ def _json(path: Path):
 
 def test_v1_sesame_bert_overfits_to_em_100_and_reloads_with_auto_classes(tiny_sesame_bert, squad_file, tmp_path):
     out = tmp_path / "v1"
-    results = _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file",
-                    str(squad_file), "--output_dir", str(out), "--learning_rate", "3e-3", "--max_train_steps", "60",
-                    "--num_warmup_steps", "5", *FAST])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(squad_file),
+            "--validation_file",
+            str(squad_file),
+            "--output_dir",
+            str(out),
+            "--learning_rate",
+            "3e-3",
+            "--max_train_steps",
+            "60",
+            "--num_warmup_steps",
+            "5",
+            *FAST,
+        ]
+    )
     for key in ("eval_exact_match", "eval_f1", "train_loss", "train_runtime_s", "train_samples_per_second"):
         assert key in results, key
     assert results["global_step"] == 60 and results["train_samples"] == 6
@@ -172,15 +243,22 @@ def test_v1_sesame_bert_overfits_to_em_100_and_reloads_with_auto_classes(tiny_se
     from finetune.qa import postprocess_qa_predictions, prepare_validation_features
 
     model, tok = AutoModelForQuestionAnswering.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
-    batch = {"id": [q[0] for q in QUESTIONS], "question": [q[3] for q in QUESTIONS], "context": [q[2] for q in QUESTIONS]}
+    batch = {
+        "id": [q[0] for q in QUESTIONS],
+        "question": [q[3] for q in QUESTIONS],
+        "context": [q[2] for q in QUESTIONS],
+    }
     feats = prepare_validation_features(batch, tok, 48, 8, 12)
     inputs = tok.pad({k: feats[k] for k in ("input_ids", "attention_mask", "token_type_ids")}, return_tensors="pt")
     with torch.no_grad():
         logits = model(**inputs)
-    rows = [{"example_id": e, "offset_mapping": o, "cls_index": c}
-            for e, o, c in zip(feats["example_id"], feats["offset_mapping"], feats["cls_index"])]
-    again, _, _ = postprocess_qa_predictions([{"id": q[0], "context": q[2]} for q in QUESTIONS], rows,
-                                             logits.start_logits.numpy(), logits.end_logits.numpy())
+    rows = [
+        {"example_id": e, "offset_mapping": o, "cls_index": c}
+        for e, o, c in zip(feats["example_id"], feats["offset_mapping"], feats["cls_index"])
+    ]
+    again, _, _ = postprocess_qa_predictions(
+        [{"id": q[0], "context": q[2]} for q in QUESTIONS], rows, logits.start_logits.numpy(), logits.end_logits.numpy()
+    )
     assert again == predictions
     if "question-answering" in getattr(transformers.pipelines, "SUPPORTED_TASKS", {}):
         qa = transformers.pipeline("question-answering", model=str(out))
@@ -190,20 +268,47 @@ def test_v1_sesame_bert_overfits_to_em_100_and_reloads_with_auto_classes(tiny_se
 
 
 def test_v2_null_threshold_decides_the_empty_answer(tiny_sesame_bert, tmp_path):
-    unanswerable = [("u1", "whale", QUESTIONS[0][2], "When did it rain?"), ("u2", "senate", QUESTIONS[4][2], "What were wet?")]
+    unanswerable = [
+        ("u1", "whale", QUESTIONS[0][2], "When did it rain?"),
+        ("u2", "senate", QUESTIONS[4][2], "What were wet?"),
+    ]
     data = write_json(tmp_path / "v2.json", squad_document(QUESTIONS[:4], unanswerable))
-    common = ["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--validation_file", str(data),
-              "--version_2_with_negative", "--max_train_steps", "3", "--learning_rate", "1e-3", *FAST]
+    common = [
+        "--model_name_or_path",
+        str(tiny_sesame_bert),
+        "--train_file",
+        str(data),
+        "--validation_file",
+        str(data),
+        "--version_2_with_negative",
+        "--max_train_steps",
+        "3",
+        "--learning_rate",
+        "1e-3",
+        *FAST,
+    ]
     runs = {}
     for name, threshold in (("never", "1e6"), ("always", "-1e6"), ("zero", "0")):
         out = tmp_path / name
-        runs[name] = (_run([*common, "--output_dir", str(out), f"--null_score_diff_threshold={threshold}"]),
-                      _json(out / "predictions.json"), _json(out / "null_odds.json"))
+        runs[name] = (
+            _run([*common, "--output_dir", str(out), f"--null_score_diff_threshold={threshold}"]),
+            _json(out / "predictions.json"),
+            _json(out / "null_odds.json"),
+        )
     ids = {"q1", "q2", "q3", "q4", "u1", "u2"}
     for results, predictions, odds in runs.values():
         assert set(predictions) == set(odds) == ids
-        for key in ("eval_exact_match", "eval_f1", "eval_HasAns_exact", "eval_HasAns_f1", "eval_NoAns_exact",
-                    "eval_NoAns_f1", "eval_best_f1", "eval_best_f1_thresh", "eval_best_exact"):
+        for key in (
+            "eval_exact_match",
+            "eval_f1",
+            "eval_HasAns_exact",
+            "eval_HasAns_f1",
+            "eval_NoAns_exact",
+            "eval_NoAns_f1",
+            "eval_best_f1",
+            "eval_best_f1_thresh",
+            "eval_best_exact",
+        ):
             assert key in results, key
         assert results["eval_HasAns_total"] == 4 and results["eval_NoAns_total"] == 2
         assert results["eval_best_f1"] >= results["eval_f1"] - 1e-9
@@ -222,16 +327,41 @@ def test_v2_null_threshold_decides_the_empty_answer(tiny_sesame_bert, tmp_path):
 
 def test_transformers_bert_baseline_and_eval_only(tiny_hf_bert, squad_file, tmp_path):
     out = tmp_path / "hf"
-    results = _run(["--model_name_or_path", str(tiny_hf_bert), "--train_file", str(squad_file), "--validation_file",
-                    str(squad_file), "--output_dir", str(out), "--max_train_steps", "2", "--learning_rate", "1e-3", *FAST])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_hf_bert),
+            "--train_file",
+            str(squad_file),
+            "--validation_file",
+            str(squad_file),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            *FAST,
+        ]
+    )
     assert results["global_step"] == 2 and 0.0 <= results["eval_f1"] <= 100.0
     assert _json(out / "config.json")["architectures"] == ["BertForQuestionAnswering"]
     predictions = _json(out / "predictions.json")
     assert all(predictions[q] in CONTEXTS[q] and predictions[q] for q in ANSWERS)
     # Evaluation only, of the fine-tuned model: the same predictions; no training, no model written.
     again = tmp_path / "eval-only"
-    results2 = _run(["--model_name_or_path", str(out), "--validation_file", str(squad_file), "--do_eval",
-                     "--output_dir", str(again), *FAST])
+    results2 = _run(
+        [
+            "--model_name_or_path",
+            str(out),
+            "--validation_file",
+            str(squad_file),
+            "--do_eval",
+            "--output_dir",
+            str(again),
+            *FAST,
+        ]
+    )
     assert _json(again / "predictions.json") == predictions
     assert results2["eval_f1"] == pytest.approx(results["eval_f1"]) and "train_loss" not in results2
     assert not (again / "model.safetensors").exists()
@@ -240,10 +370,32 @@ def test_transformers_bert_baseline_and_eval_only(tiny_hf_bert, squad_file, tmp_
 def test_elmo_word_level_windows_end_to_end(tiny_elmo, squad_file, tmp_path):
     out = tmp_path / "elmo"
     long_context = write_json(tmp_path / "long.json", squad_document(QUESTIONS))
-    results = _run(["--model_name_or_path", str(tiny_elmo), "--train_file", str(squad_file), "--validation_file",
-                    str(long_context), "--output_dir", str(out), "--max_train_steps", "3", "--learning_rate", "1e-2",
-                    "--max_seq_length", "20", "--doc_stride", "4", "--max_query_length", "8",
-                    "--per_device_train_batch_size", "8", "--logging_steps", "1"])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_elmo),
+            "--train_file",
+            str(squad_file),
+            "--validation_file",
+            str(long_context),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "3",
+            "--learning_rate",
+            "1e-2",
+            "--max_seq_length",
+            "20",
+            "--doc_stride",
+            "4",
+            "--max_query_length",
+            "8",
+            "--per_device_train_batch_size",
+            "8",
+            "--logging_steps",
+            "1",
+        ]
+    )
     assert results["train_features"] > 6  # contexts longer than a window: several windows per question
     assert {"eval_exact_match", "eval_f1", "train_loss"} <= set(results)
     predictions = _json(out / "predictions.json")
@@ -271,9 +423,23 @@ def _bad_file(tmp_path: Path) -> Path:
 def test_misaligned_answer_refused_by_the_cli_before_anything_is_written(tiny_sesame_bert, tmp_path):
     out = tmp_path / "never"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "finetune" / "squad.py"), "--model_name_or_path", str(tiny_sesame_bert),
-                           "--train_file", str(_bad_file(tmp_path)), "--output_dir", str(out), *WINDOW],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "finetune" / "squad.py"),
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(_bad_file(tmp_path)),
+            "--output_dir",
+            str(out),
+            *WINDOW,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'q4'" in lines[0] and "answer_start" in lines[0]
@@ -285,16 +451,44 @@ def test_misaligned_answer_refused_by_the_cli_before_anything_is_written(tiny_se
     "make, extra, message",
     [
         (lambda p: p.write_text('{"data": [', encoding="utf-8"), [], "malformed JSON"),
-        (lambda p: write_json(p, {"data": [{"title": "t", "paragraphs": [{"context": "x y", "qas": [{"id": "k1", "answers": []}]}]}]}),
-         [], r"question id 'k1': missing key 'question'"),
-        (lambda p: write_json(p, {"data": [{"title": "t", "paragraphs": [{"context": "  ", "qas": [{"id": "e1", "question": "why?", "answers": []}]}]}]}),
-         [], "empty context"),
-        (lambda p: write_json(p, squad_document([("long1", "t", "a b c", " ".join(["what"] * 30) + "?", "b")])),
-         ["--max_query_length", "40"], r"--doc_stride 8: must be .*smaller than the context tokens of a window.*--max_query_length 40"),
-        (lambda p: write_json(p, squad_document(QUESTIONS[:1], [("u9", "t", "x y z", "why?")])),
-         [], r"question id 'u9' has no answer.*--version_2_with_negative"),
+        (
+            lambda p: write_json(
+                p, {"data": [{"title": "t", "paragraphs": [{"context": "x y", "qas": [{"id": "k1", "answers": []}]}]}]}
+            ),
+            [],
+            r"question id 'k1': missing key 'question'",
+        ),
+        (
+            lambda p: write_json(
+                p,
+                {
+                    "data": [
+                        {
+                            "title": "t",
+                            "paragraphs": [{"context": "  ", "qas": [{"id": "e1", "question": "why?", "answers": []}]}],
+                        }
+                    ]
+                },
+            ),
+            [],
+            "empty context",
+        ),
+        (
+            lambda p: write_json(p, squad_document([("long1", "t", "a b c", " ".join(["what"] * 30) + "?", "b")])),
+            ["--max_query_length", "40"],
+            r"--doc_stride 8: must be .*smaller than the context tokens of a window.*--max_query_length 40",
+        ),
+        (
+            lambda p: write_json(p, squad_document(QUESTIONS[:1], [("u9", "t", "x y z", "why?")])),
+            [],
+            r"question id 'u9' has no answer.*--version_2_with_negative",
+        ),
         (lambda p: write_json(p, squad_document(QUESTIONS)), ["--doc_stride", "40"], "--doc_stride 40"),
-        (lambda p: write_json(p, squad_document(QUESTIONS)), ["--max_seq_length", "512"], "exceeds the model's max_position_embeddings 128"),
+        (
+            lambda p: write_json(p, squad_document(QUESTIONS)),
+            ["--max_seq_length", "512"],
+            "exceeds the model's max_position_embeddings 128",
+        ),
         (lambda p: write_json(p, squad_document(QUESTIONS)), ["--dataset_name", "squad"], "one data source"),
     ],
 )
@@ -304,7 +498,16 @@ def test_bad_input_is_one_error_line_and_nothing_written(tiny_sesame_bert, tmp_p
     path = tmp_path / "data.json"
     make(path)
     out = tmp_path / "never"
-    args = ["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(path), "--output_dir", str(out), *WINDOW, *extra]
+    args = [
+        "--model_name_or_path",
+        str(tiny_sesame_bert),
+        "--train_file",
+        str(path),
+        "--output_dir",
+        str(out),
+        *WINDOW,
+        *extra,
+    ]
     assert run_cli(squad.main, args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err
@@ -313,26 +516,66 @@ def test_bad_input_is_one_error_line_and_nothing_written(tiny_sesame_bert, tmp_p
 
 def test_skip_misaligned_answers_and_several_train_files(tiny_sesame_bert, squad_file, tmp_path):
     out = tmp_path / "skip"
-    extra = write_json(tmp_path / "extra.json", squad_document([("x1", "t", "The cat sat on the mat.", "Where did the cat sit?", "the mat")]))
-    results = _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(_bad_file(tmp_path)), str(extra),
-                    "--skip_misaligned_answers", "--validation_file", str(squad_file), "--output_dir", str(out),
-                    "--max_train_steps", "1", *FAST])
+    extra = write_json(
+        tmp_path / "extra.json",
+        squad_document([("x1", "t", "The cat sat on the mat.", "Where did the cat sit?", "the mat")]),
+    )
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(_bad_file(tmp_path)),
+            str(extra),
+            "--skip_misaligned_answers",
+            "--validation_file",
+            str(squad_file),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "1",
+            *FAST,
+        ]
+    )
     assert results["train_samples"] == 6  # 6 - q4 (its only answer misaligned) + x1
     # The same question id in two training files is refused.
-    assert run_cli(squad.main, ["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file),
-                                str(squad_file), "--output_dir", str(tmp_path / "dup"), *WINDOW]) == 2
+    assert (
+        run_cli(
+            squad.main,
+            [
+                "--model_name_or_path",
+                str(tiny_sesame_bert),
+                "--train_file",
+                str(squad_file),
+                str(squad_file),
+                "--output_dir",
+                str(tmp_path / "dup"),
+                *WINDOW,
+            ],
+        )
+        == 2
+    )
 
 
 def test_hub_dataset_offline_is_a_clear_error(tiny_sesame_bert, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    args = ["--model_name_or_path", str(tiny_sesame_bert), "--dataset_name", "squad_v2", "--output_dir", str(tmp_path / "o")]
+    args = [
+        "--model_name_or_path",
+        str(tiny_sesame_bert),
+        "--dataset_name",
+        "squad_v2",
+        "--output_dir",
+        str(tmp_path / "o"),
+    ]
     assert run_cli(squad.main, args) == 2
     err = capsys.readouterr().err
     assert "rajpurkar/squad_v2" in err and "offline" in err and "--train_file" in err
 
 
-def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(tiny_sesame_bert, squad_file, tmp_path, monkeypatch):
+def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(
+    tiny_sesame_bert, squad_file, tmp_path, monkeypatch
+):
     """--push_to_hub: hub arguments validated before training, then one push of the finished output_dir with a
     model card rendered for question answering (the push itself is tested against a test Hub in tests/hub)."""
     import training.hub
@@ -351,8 +594,22 @@ def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(tiny_se
     monkeypatch.setattr(training.hub, "validate_hub_arguments", validate)
     monkeypatch.setattr(training.hub.HubPusher, "push", push)
     out = tmp_path / "pushed"
-    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file", str(squad_file),
-          "--output_dir", str(out), "--max_train_steps", "1", "--push_to_hub", *FAST])
+    _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(squad_file),
+            "--validation_file",
+            str(squad_file),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "1",
+            "--push_to_hub",
+            *FAST,
+        ]
+    )
     assert calls[0] == ("validate", False) and len(calls) == 2
     _, repo, step, files, card = calls[1]
     assert repo == "alice/squad-tiny" and step == 1
@@ -368,18 +625,58 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
     rows = QUESTIONS + [("q7", "whale", QUESTIONS[0][2], "What did the sailors lower?", "the boats")]
     data = write_json(tmp_path / "seven.json", squad_document(rows))
     model = tmp_path / "model"
-    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--output_dir", str(model),
-          "--max_train_steps", "3", "--learning_rate", "1e-3", *FAST])
+    _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(data),
+            "--output_dir",
+            str(model),
+            "--max_train_steps",
+            "3",
+            "--learning_rate",
+            "1e-3",
+            *FAST,
+        ]
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     outs = {}
     for processes in (1, 2):
         outs[processes] = tmp_path / f"eval{processes}"
-        launch = [sys.executable, "-m", "finetune.squad"] if processes == 1 else \
-            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "cpu-2proc.yaml"),
-             "-m", "finetune.squad"]
-        proc = subprocess.run([*launch, "--model_name_or_path", str(model), "--validation_file", str(data), "--do_eval",
-                               "--output_dir", str(outs[processes]), *WINDOW, "--per_device_eval_batch_size", "2"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        launch = (
+            [sys.executable, "-m", "finetune.squad"]
+            if processes == 1
+            else [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                "--config_file",
+                str(ROOT / "configs" / "cpu-2proc.yaml"),
+                "-m",
+                "finetune.squad",
+            ]
+        )
+        proc = subprocess.run(
+            [
+                *launch,
+                "--model_name_or_path",
+                str(model),
+                "--validation_file",
+                str(data),
+                "--do_eval",
+                "--output_dir",
+                str(outs[processes]),
+                *WINDOW,
+                "--per_device_eval_batch_size",
+                "2",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = (_json(outs[p] / "nbest_predictions.json") for p in (1, 2))
     assert list(one) == list(two) and set(one) == {r[0] for r in rows}
@@ -411,9 +708,23 @@ def test_sigterm_checkpoints_exits_143_and_the_run_resumes(tiny_sesame_bert, squ
 
     monkeypatch.setattr(loop.Trainer, "__init__", init_with_signal)
     out = tmp_path / "preempted"
-    args = ["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(squad_file), "--validation_file",
-            str(squad_file), "--output_dir", str(out), "--learning_rate", "1e-3", "--max_train_steps", "6",
-            "--num_warmup_steps", "1", *FAST]
+    args = [
+        "--model_name_or_path",
+        str(tiny_sesame_bert),
+        "--train_file",
+        str(squad_file),
+        "--validation_file",
+        str(squad_file),
+        "--output_dir",
+        str(out),
+        "--learning_rate",
+        "1e-3",
+        "--max_train_steps",
+        "6",
+        "--num_warmup_steps",
+        "1",
+        *FAST,
+    ]
     assert squad.main(args) == 143
     err = capsys.readouterr().err
     assert "SIGTERM received" in err and "--resume_from_checkpoint latest" in err

@@ -46,8 +46,21 @@ def trained(tmp_path_factory, tiny_sesame_bert) -> Path:
     """A SesameBert QA model fine-tuned for a few steps on the six questions (v2 head: same weights either way)."""
     root = tmp_path_factory.mktemp("squad-trained")
     data = write_json(root / "train.json", squad_document(QUESTIONS))
-    _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--output_dir", str(root / "model"),
-          "--max_train_steps", "4", "--learning_rate", "1e-3", *FAST])
+    _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(data),
+            "--output_dir",
+            str(root / "model"),
+            "--max_train_steps",
+            "4",
+            "--learning_rate",
+            "1e-3",
+            *FAST,
+        ]
+    )
     return root / "model"
 
 
@@ -56,7 +69,10 @@ def test_questions_without_answers_are_read_for_prediction_only(tmp_path):
     ds, report = load_squad_file(path, version_2_with_negative=False, require_answers=False)
     assert ds["id"] == [q[0] for q in QUESTIONS] and all(a["text"] == [] for a in ds["answers"])
     assert report.questions == 6
-    with pytest.raises(InputError, match=r"question id 'q1' has no 'answers'; training and evaluation need them.*--do_predict --test_file"):
+    with pytest.raises(
+        InputError,
+        match=r"question id 'q1' has no 'answers'; training and evaluation need them.*--do_predict --test_file",
+    ):
         load_squad_file(path, version_2_with_negative=True)
 
 
@@ -64,8 +80,19 @@ def test_evaluation_only_with_push_to_hub_pushes_nothing_and_succeeds(trained, t
     """--push_to_hub applies to training runs (as in glue): an evaluation-only run ends with exit 0, no hub call."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = write_json(tmp_path / "dev.json", squad_document(QUESTIONS))
-    results = _run(["--model_name_or_path", str(trained), "--validation_file", str(data), "--do_eval",
-                    "--push_to_hub", "--output_dir", str(tmp_path / "eval"), *WINDOW])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(trained),
+            "--validation_file",
+            str(data),
+            "--do_eval",
+            "--push_to_hub",
+            "--output_dir",
+            str(tmp_path / "eval"),
+            *WINDOW,
+        ]
+    )
     assert "eval_f1" in results
 
 
@@ -74,15 +101,41 @@ def test_predict_v1_writes_every_id_and_matches_evaluation(trained, tmp_path):
     labelled = write_json(tmp_path / "dev.json", document)
     test = write_json(tmp_path / "test.json", _without_answers(document))
     out = tmp_path / "both"
-    results = _run(["--model_name_or_path", str(trained), "--validation_file", str(labelled), "--test_file", str(test),
-                    "--do_eval", "--do_predict", "--output_dir", str(out), *WINDOW])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(trained),
+            "--validation_file",
+            str(labelled),
+            "--test_file",
+            str(test),
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            str(out),
+            *WINDOW,
+        ]
+    )
     predictions = _json(out / "predictions.json")
     assert list(predictions) == [q[0] for q in QUESTIONS]
     assert predictions == _json(out / "eval_predictions.json")  # the same questions, evaluated and predicted
     assert "eval_f1" in results and not (out / "null_odds.json").exists()
     only = tmp_path / "only"
-    assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict", "--output_dir",
-                       str(only), *WINDOW]) == 0
+    assert (
+        squad.main(
+            [
+                "--model_name_or_path",
+                str(trained),
+                "--test_file",
+                str(test),
+                "--do_predict",
+                "--output_dir",
+                str(only),
+                *WINDOW,
+            ]
+        )
+        == 0
+    )
     assert _json(only / "predictions.json") == predictions
     assert set(_json(only / "nbest_predictions.json")) == set(predictions)
 
@@ -93,9 +146,23 @@ def test_predict_v2_applies_the_null_threshold(trained, tmp_path):
     runs = {}
     for name, threshold in (("never", "1e6"), ("always", "-1e6"), ("zero", "0")):
         out = tmp_path / name
-        assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict",
-                           "--version_2_with_negative", f"--null_score_diff_threshold={threshold}", "--output_dir", str(out),
-                           *WINDOW]) == 0
+        assert (
+            squad.main(
+                [
+                    "--model_name_or_path",
+                    str(trained),
+                    "--test_file",
+                    str(test),
+                    "--do_predict",
+                    "--version_2_with_negative",
+                    f"--null_score_diff_threshold={threshold}",
+                    "--output_dir",
+                    str(out),
+                    *WINDOW,
+                ]
+            )
+            == 0
+        )
         runs[name] = (_json(out / "predictions.json"), _json(out / "null_odds.json"))
     ids = {q[0] for q in QUESTIONS} | {"u1"}
     assert all(set(p) == set(o) == ids for p, o in runs.values())
@@ -108,21 +175,58 @@ def test_training_or_evaluating_on_questions_without_answers_is_one_error_line(t
     test = write_json(tmp_path / "test.json", _without_answers(squad_document(QUESTIONS)))
     for flags in (["--train_file", str(test)], ["--validation_file", str(test), "--do_eval"]):
         out = tmp_path / "refused"
-        assert run_cli(squad.main, ["--model_name_or_path", str(tiny_sesame_bert), *flags, "--output_dir", str(out), *FAST]) == 2
+        assert (
+            run_cli(
+                squad.main, ["--model_name_or_path", str(tiny_sesame_bert), *flags, "--output_dir", str(out), *FAST]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
         assert "question id 'q1' has no 'answers'" in err and not out.exists()
-    assert run_cli(squad.main, ["--model_name_or_path", str(tiny_sesame_bert), "--do_predict", "--output_dir",
-                                str(tmp_path / "x"), "--validation_file", str(test)]) == 2
+    assert (
+        run_cli(
+            squad.main,
+            [
+                "--model_name_or_path",
+                str(tiny_sesame_bert),
+                "--do_predict",
+                "--output_dir",
+                str(tmp_path / "x"),
+                "--validation_file",
+                str(test),
+            ],
+        )
+        == 2
+    )
     assert "--do_predict needs --test_file" in capsys.readouterr().err
 
 
 def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_path):
     data = write_json(tmp_path / "train.json", squad_document(QUESTIONS))
     out = tmp_path / "best"
-    results = _run(["--model_name_or_path", str(tiny_sesame_bert), "--train_file", str(data), "--validation_file", str(data),
-                    "--output_dir", str(out), "--max_train_steps", "6", "--eval_steps", "2", "--learning_rate", "1e-3",
-                    "--load_best_model_at_end", "--metric_for_best_model", "f1", *FAST])
+    results = _run(
+        [
+            "--model_name_or_path",
+            str(tiny_sesame_bert),
+            "--train_file",
+            str(data),
+            "--validation_file",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "6",
+            "--eval_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--load_best_model_at_end",
+            "--metric_for_best_model",
+            "f1",
+            *FAST,
+        ]
+    )
     history = [e for e in _json(out / "eval_history.json") if e["step"] > 0]
     best = max(history, key=lambda e: e["eval_f1"])  # the first of equal maxima, as the loop keeps
     assert results["best_step"] == best["step"] and results["eval_f1"] == best["eval_f1"]
@@ -137,8 +241,18 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
     assert common and all(torch.equal(saved[k], at_best[k]) for k in common)
     assert best["step"] == results["global_step"] or any(not torch.equal(saved[k], at_last[k]) for k in common)
     again = tmp_path / "again"
-    results2 = _run(["--model_name_or_path", str(out), "--validation_file", str(data), "--do_eval", "--output_dir",
-                     str(again), *WINDOW])
+    results2 = _run(
+        [
+            "--model_name_or_path",
+            str(out),
+            "--validation_file",
+            str(data),
+            "--do_eval",
+            "--output_dir",
+            str(again),
+            *WINDOW,
+        ]
+    )
     assert results2["eval_f1"] == pytest.approx(best["eval_f1"])
     assert _json(again / "predictions.json") == _json(out / "predictions.json")
 
@@ -149,17 +263,58 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
     rows = QUESTIONS + [("q7", "whale", QUESTIONS[0][2], "What did the sailors lower?", "the boats")]
     test = write_json(tmp_path / "seven.json", _without_answers(squad_document(rows)))
     one = tmp_path / "one"
-    assert squad.main(["--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict", "--output_dir",
-                       str(one), *WINDOW, "--per_device_eval_batch_size", "2"]) == 0
+    assert (
+        squad.main(
+            [
+                "--model_name_or_path",
+                str(trained),
+                "--test_file",
+                str(test),
+                "--do_predict",
+                "--output_dir",
+                str(one),
+                *WINDOW,
+                "--per_device_eval_batch_size",
+                "2",
+            ]
+        )
+        == 0
+    )
     from tests._launch import subprocess_env
     from tests.finetune.test_glue_workflows import _free_port
 
     two = tmp_path / "two"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "cpu-2proc.yaml"),
-              "--main_process_port", str(_free_port()), "-m", "finetune.squad"]
-    proc = subprocess.run([*launch, "--model_name_or_path", str(trained), "--test_file", str(test), "--do_predict",
-                           "--output_dir", str(two), *WINDOW, "--per_device_eval_batch_size", "2"],
-                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "cpu-2proc.yaml"),
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "finetune.squad",
+    ]
+    proc = subprocess.run(
+        [
+            *launch,
+            "--model_name_or_path",
+            str(trained),
+            "--test_file",
+            str(test),
+            "--do_predict",
+            "--output_dir",
+            str(two),
+            *WINDOW,
+            "--per_device_eval_batch_size",
+            "2",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     predictions, reference = _json(two / "predictions.json"), _json(one / "predictions.json")
     assert sorted(predictions) == sorted(r[0] for r in rows) and list(predictions) == list(reference)

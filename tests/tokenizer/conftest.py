@@ -17,7 +17,7 @@ SENTENCES = [
     "The President delivered his annual message to the Congress in December.",
     "Our commerce with foreign nations has grown, and the revenue exceeded expectations.",
     "She didn't know whether the letter had arrived before the storm.",
-    "\"Nothing,\" said the captain, \"is more certain than the tide.\"",
+    '"Nothing," said the captain, "is more certain than the tide."',
     "The café on the corner served coffee, tea and bread to the travellers.",
     "Agriculture, manufactures and navigation deserve the attention of the legislature.",
     "The treaty was ratified by the states after a year of negotiation.",

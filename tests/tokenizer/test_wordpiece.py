@@ -26,7 +26,13 @@ def test_auto_tokenizer_loads_a_fast_bert_tokenizer(trained_dir, tok):
     assert isinstance(tok, BertTokenizer) and tok.is_fast
     assert tok.model_max_length == 512 and len(tok) == 200
     assert [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
-    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     # vocab.txt: line number = id, as BERT's vocabulary files
     assert (trained_dir / "vocab.txt").read_text(encoding="utf-8").splitlines() == tok.convert_ids_to_tokens(
         list(range(len(tok)))
@@ -72,7 +78,7 @@ def test_single_and_pair_templates_and_token_type_ids(tok):
         "The Senate adjourned.",
         "It rained in the afternoon, and the streets were wet! Yes!",
         "Is the treaty ratified?",
-        "Unbelievable negotiations, she didn't know whether \"Nothing\" (said the captain) was certain.",
+        'Unbelievable negotiations, she didn\'t know whether "Nothing" (said the captain) was certain.',
         "Café society; naïve travellers -- agriculture & navigation: 1803.",
     ],
 )

@@ -15,12 +15,34 @@ from training.loop import Trainer, TrainingStopped
 CURVE = {2: 0.50, 4: 0.90, 6: 0.60, 8: 0.70, 10: 0.65, 12: 0.80}
 
 
-def _curve_trainer(toy, tmp_path, out="run", *, steps=12, load_best=True, patience=None, limit=1, resume=None,
-                   loss_fn=None, metric="accuracy", **extra):
-    config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=steps, eval_steps=2,
-                            checkpoints_total_limit=limit, logging_steps=1, seed=0, metric_for_best_model=metric,
-                            load_best_model_at_end=load_best, early_stopping_patience=patience,
-                            resume_from_checkpoint=resume, **extra)
+def _curve_trainer(
+    toy,
+    tmp_path,
+    out="run",
+    *,
+    steps=12,
+    load_best=True,
+    patience=None,
+    limit=1,
+    resume=None,
+    loss_fn=None,
+    metric="accuracy",
+    **extra,
+):
+    config = TrainingConfig(
+        output_dir=str(tmp_path / out),
+        learning_rate=0.05,
+        max_train_steps=steps,
+        eval_steps=2,
+        checkpoints_total_limit=limit,
+        logging_steps=1,
+        seed=0,
+        metric_for_best_model=metric,
+        load_best_model_at_end=load_best,
+        early_stopping_patience=patience,
+        resume_from_checkpoint=resume,
+        **extra,
+    )
     acc = toy.accelerator(config)
     seen: dict[int, dict[str, torch.Tensor]] = {}
 
@@ -30,8 +52,14 @@ def _curve_trainer(toy, tmp_path, out="run", *, steps=12, load_best=True, patien
         return {"eval_accuracy": CURVE.get(step, 0.0), "eval_loss": 1.0 - CURVE.get(step, 0.0)}
 
     kwargs = {"loss_fn": loss_fn} if loss_fn else {}
-    trainer = Trainer(acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config,
-                      eval_fn=eval_fn, **kwargs)
+    trainer = Trainer(
+        acc,
+        toy.model(0),
+        make_train_dataloader(toy.data(40), 4, toy.collate, seed=0),
+        config,
+        eval_fn=eval_fn,
+        **kwargs,
+    )
     return trainer, seen
 
 
@@ -75,7 +103,9 @@ def test_lower_is_better_for_losses():
     assert greater_is_better(TrainingConfig(output_dir="", metric_for_best_model="perplexity")) is False
     assert greater_is_better(TrainingConfig(output_dir="", metric_for_best_model="f1")) is True
     assert greater_is_better(TrainingConfig(output_dir="")) is False  # default eval_loss
-    assert greater_is_better(TrainingConfig(output_dir="", metric_for_best_model="loss", greater_is_better=True)) is True
+    assert (
+        greater_is_better(TrainingConfig(output_dir="", metric_for_best_model="loss", greater_is_better=True)) is True
+    )
 
 
 def test_best_by_loss(toy, tmp_path):
@@ -114,17 +144,28 @@ def test_bad_best_model_settings_are_refused(toy, tmp_path):
     with pytest.raises(InputError, match="--early_stopping_patience 2: needs --eval_steps"):
         TrainingConfig(output_dir=str(tmp_path), early_stopping_patience=2)
     trainer, _ = _curve_trainer(toy, tmp_path, metric="matthews_correlation")
-    with pytest.raises(InputError, match=r"--metric_for_best_model matthews_correlation: not among the evaluation metrics "
-                                         r"\['eval_accuracy', 'eval_loss'\]"):
+    with pytest.raises(
+        InputError,
+        match=r"--metric_for_best_model matthews_correlation: not among the evaluation metrics "
+        r"\['eval_accuracy', 'eval_loss'\]",
+    ):
         trainer.train()
 
 
 def test_gradient_checkpointing_gives_the_same_gradients_with_sesame_bert(tmp_path):
     from modeling import SesameBertConfig, SesameBertForSequenceClassification
 
-    config = SesameBertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0, num_labels=2)
+    config = SesameBertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=2,
+    )
     torch.manual_seed(0)
     ids = torch.randint(5, 50, (3, 12))
     labels = torch.tensor([0, 1, 1])
@@ -153,5 +194,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_sesame_bert(tmp_pa
 def test_gradient_checkpointing_is_refused_for_models_without_it(toy, tmp_path):
     config = TrainingConfig(output_dir=str(tmp_path / "gc"), max_train_steps=1, gradient_checkpointing=True)
     acc = toy.accelerator(config)
-    with pytest.raises(InputError, match="--gradient_checkpointing: ToyRegressor does not support gradient checkpointing"):
+    with pytest.raises(
+        InputError, match="--gradient_checkpointing: ToyRegressor does not support gradient checkpointing"
+    ):
         Trainer(acc, toy.model(), make_train_dataloader(toy.data(8), 4, toy.collate, seed=0), config)

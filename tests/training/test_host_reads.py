@@ -22,10 +22,21 @@ from training.data import make_train_dataloader
 from training.loop import Trainer, make_accelerator
 from training.optim import create_optimizer
 
-READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
-         torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.cpu}
-HOST_DATA = (os.path.join("pretrain", "collators.py"), os.path.join("torch", "utils", "data"),
-             os.path.join("accelerate", "data_loader.py"))
+READS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__bool__,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__index__,
+    torch.Tensor.numpy,
+    torch.Tensor.cpu,
+}
+HOST_DATA = (
+    os.path.join("pretrain", "collators.py"),
+    os.path.join("torch", "utils", "data"),
+    os.path.join("accelerate", "data_loader.py"),
+)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -40,8 +51,11 @@ class HostReads(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in READS:
             frame = sys._getframe(1)
-            while frame is not None and os.sep + "torch" + os.sep in frame.f_code.co_filename \
-                    and os.path.join("torch", "utils", "data") not in frame.f_code.co_filename:
+            while (
+                frame is not None
+                and os.sep + "torch" + os.sep in frame.f_code.co_filename
+                and os.path.join("torch", "utils", "data") not in frame.f_code.co_filename
+            ):
                 frame = frame.f_back
             where = os.path.relpath(frame.f_code.co_filename, ROOT)
             if not any(part in where for part in HOST_DATA) and frame.f_code.co_name != "__iter__":
@@ -72,14 +86,21 @@ def _mlm_trainer(tmp_path, fused=None, logging_steps=5, steps=10, sparse_predict
     ids = torch.randint(5, 200, (48, 16), generator=g)
     ids[:, 0] = 2
     data = IndexedDataset(Dataset.from_dict({"input_ids": ids.tolist(), "word_start": torch.ones_like(ids).tolist()}))
-    config = TrainingConfig(output_dir=str(tmp_path), learning_rate=1e-3, max_train_steps=steps, num_warmup_steps=1,
-                            logging_steps=logging_steps, seed=0)
+    config = TrainingConfig(
+        output_dir=str(tmp_path),
+        learning_rate=1e-3,
+        max_train_steps=steps,
+        num_warmup_steps=1,
+        logging_steps=logging_steps,
+        seed=0,
+    )
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     acc = make_accelerator(config)
     torch.manual_seed(0)
-    model = modeling.SesameBertForMaskedLM(modeling.get_preset_config(
-        "bert-tiny", vocab_size=200, sparse_prediction=sparse_prediction))
+    model = modeling.SesameBertForMaskedLM(
+        modeling.get_preset_config("bert-tiny", vocab_size=200, sparse_prediction=sparse_prediction)
+    )
     kwargs = {} if fused is None else {"optimizer": create_optimizer(model, 1e-3, fused=fused)}
     loader = make_train_dataloader(data, 4, MLMCollator(_Tokenizer(), seed=0), seed=0)
     return Trainer(acc, model, loader, config, **kwargs)
@@ -120,8 +141,12 @@ def test_packed_blocks_come_without_an_attention_mask_and_padded_ones_with_it():
 
     collator = MLMCollator(_Tokenizer(), seed=0)
     full = collator([{"input_ids": [2, 7, 8, 9, 3], "word_start": [1] * 5, "index": i} for i in range(2)])
-    padded = collator([{"input_ids": [2, 7, 8, 9, 3], "word_start": [1] * 5, "index": 0},
-                       {"input_ids": [2, 7, 3], "word_start": [1] * 3, "index": 1}])
+    padded = collator(
+        [
+            {"input_ids": [2, 7, 8, 9, 3], "word_start": [1] * 5, "index": 0},
+            {"input_ids": [2, 7, 3], "word_start": [1] * 3, "index": 1},
+        ]
+    )
     assert "attention_mask" not in full and padded["attention_mask"].tolist() == [[1] * 5, [1, 1, 1, 0, 0]]
     torch.manual_seed(0)
     model = modeling.SesameBertForMaskedLM(modeling.get_preset_config("bert-tiny", vocab_size=200)).eval()
@@ -146,6 +171,7 @@ def test_no_cuda_synchronisation_between_logging_steps(tmp_path, fresh_state):
                 return fn(*args, **kwargs)
             finally:
                 torch.cuda.set_sync_debug_mode("error")
+
         return call
 
     trainer.stats.read, trainer.save_checkpoint = unguarded(read), unguarded(save)

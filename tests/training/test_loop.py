@@ -23,14 +23,18 @@ def test_no_weight_decay_on_biases_and_norms(toy):
     assert no_decay_parameter_names(model) == {"norm.weight", "norm.bias", "hidden.bias", "out.bias"}
     opt = create_optimizer(model, 1e-3, weight_decay=0.1)
     decay, other = opt.param_groups
-    assert decay["weight_decay"] == 0.1 and {id(p) for p in decay["params"]} == {id(model.hidden.weight), id(model.out.weight)}
+    assert decay["weight_decay"] == 0.1 and {id(p) for p in decay["params"]} == {
+        id(model.hidden.weight),
+        id(model.out.weight),
+    }
     assert other["weight_decay"] == 0.0 and len(other["params"]) == 4
     with pytest.raises(InputError, match="--learning_rate"):
         create_optimizer(model, -1.0)
 
 
-@pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup", "warmup_stable_decay",
-                                  "warmup_stable_decay_1sqrt"])
+@pytest.mark.parametrize(
+    "name", ["linear", "cosine", "constant_with_warmup", "warmup_stable_decay", "warmup_stable_decay_1sqrt"]
+)
 def test_schedules_follow_their_formulas(name):
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([param], lr=1.0)
@@ -70,11 +74,14 @@ def test_warmup_stable_decay_default_decay_steps():
         assert lrs[100 - decay] == 1.0 and lrs[101 - decay] < 1.0, name
 
 
-@pytest.mark.parametrize("steps,warmup,expected", [
-    (1, 1, [0.0]),  # warmup only: no room for the default decay, and no refusal
-    (2, 1, [0.0, 1.0]),  # 20% of 2 rounds to 0 -> at least 1 decay step, whose first value is the peak
-    (10, 1, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0 - math.sqrt(0.5)]),  # 2 decay steps
-])
+@pytest.mark.parametrize(
+    "steps,warmup,expected",
+    [
+        (1, 1, [0.0]),  # warmup only: no room for the default decay, and no refusal
+        (2, 1, [0.0, 1.0]),  # 20% of 2 rounds to 0 -> at least 1 decay step, whose first value is the peak
+        (10, 1, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0 - math.sqrt(0.5)]),  # 2 decay steps
+    ],
+)
 def test_default_decay_fits_within_a_short_run(steps, warmup, expected):
     """The default decay length of warmup_stable_decay_1sqrt (pretraining's default schedule) is cut to the steps
     warmup leaves, so a run of a few steps is not refused; a given --num_decay_steps that does not fit still is."""
@@ -87,14 +94,24 @@ def test_default_decay_fits_within_a_short_run(steps, warmup, expected):
         sched.step()
     assert lrs == pytest.approx(expected, abs=1e-12)
     with pytest.raises(InputError, match="warmup \\+ decay must not exceed"):
-        create_scheduler("warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps,
-                         num_decay_steps=steps)
+        create_scheduler(
+            "warmup_stable_decay_1sqrt", torch.optim.AdamW([param], lr=1.0), warmup, steps, num_decay_steps=steps
+        )
 
 
 def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_fn=None, seed=0, out="run"):
-    config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=steps,
-                            gradient_accumulation_steps=G, num_warmup_steps=2, checkpointing_steps=ckpt_steps,
-                            checkpoints_total_limit=0, resume_from_checkpoint=resume, logging_steps=1, seed=seed)
+    config = TrainingConfig(
+        output_dir=str(tmp_path / out),
+        learning_rate=0.05,
+        max_train_steps=steps,
+        gradient_accumulation_steps=G,
+        num_warmup_steps=2,
+        checkpointing_steps=ckpt_steps,
+        checkpoints_total_limit=0,
+        resume_from_checkpoint=resume,
+        logging_steps=1,
+        seed=seed,
+    )
     acc = toy.accelerator(config)
     loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=seed)
     kwargs = {"loss_fn": loss_fn} if loss_fn else {}
@@ -117,9 +134,15 @@ def test_scheduler_takes_one_step_per_optimizer_step_with_accumulation(toy, tmp_
 
 def test_accumulation_gives_the_gradient_of_the_whole_batch(toy, tmp_path):
     """G micro-batches of B/G examples follow the same trajectory as one batch of B (no dropout)."""
+
     def run(G, bs, out):
-        config = TrainingConfig(output_dir=str(tmp_path / out), learning_rate=0.05, max_train_steps=4,
-                                gradient_accumulation_steps=G, logging_steps=1)
+        config = TrainingConfig(
+            output_dir=str(tmp_path / out),
+            learning_rate=0.05,
+            max_train_steps=4,
+            gradient_accumulation_steps=G,
+            logging_steps=1,
+        )
         acc = toy.accelerator(config)
         loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=0)
         trainer = Trainer(acc, toy.model(0, p_drop=0.0), loader, config)
@@ -191,7 +214,9 @@ def test_checkpoint_bookkeeping(tmp_path):
 
 
 def test_keep_last_k_checkpoints(toy, tmp_path):
-    config = TrainingConfig(output_dir=str(tmp_path / "k"), max_train_steps=6, checkpointing_steps=1, checkpoints_total_limit=2)
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "k"), max_train_steps=6, checkpointing_steps=1, checkpoints_total_limit=2
+    )
     acc = toy.accelerator(config)
     trainer = Trainer(acc, toy.model(), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config)
     trainer.train()
@@ -218,10 +243,19 @@ def test_requested_stop_writes_a_checkpoint_and_resumes_exactly(toy, tmp_path):
             holder["trainer"].request_stop()  # e.g. a SIGTERM handler, during step 3
         return model(**batch).loss
 
-    config = TrainingConfig(output_dir=str(tmp_path / "stop"), learning_rate=0.05, max_train_steps=6, num_warmup_steps=2,
-                            checkpoints_total_limit=0, logging_steps=1, seed=0)
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "stop"),
+        learning_rate=0.05,
+        max_train_steps=6,
+        num_warmup_steps=2,
+        checkpoints_total_limit=0,
+        logging_steps=1,
+        seed=0,
+    )
     acc = toy.accelerator(config)
-    trainer = Trainer(acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config, loss_fn=loss_fn)
+    trainer = Trainer(
+        acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config, loss_fn=loss_fn
+    )
     holder["trainer"] = trainer
     with pytest.raises(TrainingStopped, match="after optimizer step 3.*--resume_from_checkpoint latest"):
         trainer.train()

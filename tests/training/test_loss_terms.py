@@ -51,18 +51,30 @@ def _collate(rows):
 
 def test_each_term_is_normalised_by_its_own_items_over_the_step(tmp_path, fresh_state):
     data = Rows()
-    config = TrainingConfig(output_dir=str(tmp_path / "run"), learning_rate=0.1, max_train_steps=1,
-                            gradient_accumulation_steps=4, max_grad_norm=0.0, lr_scheduler_type="constant",
-                            logging_steps=1)
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "run"),
+        learning_rate=0.1,
+        max_train_steps=1,
+        gradient_accumulation_steps=4,
+        max_grad_norm=0.0,
+        lr_scheduler_type="constant",
+        logging_steps=1,
+    )
     from training.loop import make_accelerator
 
     acc = make_accelerator(config)
     model = TwoTerms()
     w0 = model.w.detach().clone().double()
     loader = make_train_dataloader(data, 3, _collate, seed=0, shuffle=False)  # 4 micro-batches of 3 rows
-    trainer = Trainer(acc, model, loader, config, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                      loss_fn=lambda m, batch: m(**batch),
-                      weight_fn=lambda batch: torch.stack([batch["a"].sum(), batch["b"].sum()]))
+    trainer = Trainer(
+        acc,
+        model,
+        loader,
+        config,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=lambda m, batch: m(**batch),
+        weight_fn=lambda batch: torch.stack([batch["a"].sum(), batch["b"].sum()]),
+    )
     result = trainer.train()
 
     # by hand, in float64 over all 12 rows: the mean of each term over all of its items, plus
@@ -89,7 +101,13 @@ def test_counts_and_terms_of_different_shapes_are_refused(tmp_path, fresh_state)
     acc = make_accelerator(config)
     model = TwoTerms()
     loader = make_train_dataloader(Rows(), 3, _collate, seed=0)
-    trainer = Trainer(acc, model, loader, config, loss_fn=lambda m, batch: m(**batch).sum(),
-                      weight_fn=lambda batch: torch.stack([batch["a"].sum(), batch["b"].sum()]))
+    trainer = Trainer(
+        acc,
+        model,
+        loader,
+        config,
+        loss_fn=lambda m, batch: m(**batch).sum(),
+        weight_fn=lambda batch: torch.stack([batch["a"].sum(), batch["b"].sum()]),
+    )
     with pytest.raises(ValueError, match="one count per loss term"):
         trainer.train()

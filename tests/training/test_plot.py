@@ -14,14 +14,26 @@ from training.errors import InputError, run_cli
 
 def _write_run(folder: Path, *, elmo: bool = False, shift: float = 0.0) -> tuple[list[dict], list[dict]]:
     folder.mkdir(parents=True, exist_ok=True)
-    log = [{"step": s, "train_loss": 3.0 / s + shift, "learning_rate": 1e-3 * min(1.0, s / 4) * (1 - s / 40),
-            "grad_norm": 1.0, "tokens_per_second": 100.0, "epoch": s / 10} for s in range(1, 21)]
+    log = [
+        {
+            "step": s,
+            "train_loss": 3.0 / s + shift,
+            "learning_rate": 1e-3 * min(1.0, s / 4) * (1 - s / 40),
+            "grad_norm": 1.0,
+            "tokens_per_second": 100.0,
+            "epoch": s / 10,
+        }
+        for s in range(1, 21)
+    ]
     evals = []
     for s in (0, 10, 20):
         record = {"step": s, "eval_loss": 2.5 - 0.05 * s + shift, "eval_runtime_s": 0.3}
         if elmo:
-            record.update(perplexity=math.exp(record["eval_loss"]), forward_perplexity=math.exp(record["eval_loss"] + 0.1),
-                          backward_perplexity=math.exp(record["eval_loss"] - 0.1))
+            record.update(
+                perplexity=math.exp(record["eval_loss"]),
+                forward_perplexity=math.exp(record["eval_loss"] + 0.1),
+                backward_perplexity=math.exp(record["eval_loss"] - 0.1),
+            )
         else:
             record.update(eval_accuracy=0.5 + 0.02 * s, eval_macro_f1=0.4 + 0.02 * s)
         evals.append(record)
@@ -31,8 +43,11 @@ def _write_run(folder: Path, *, elmo: bool = False, shift: float = 0.0) -> tuple
 
 
 def _lines(fig) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
-    return {(ax.get_title(), line.get_label()): (list(line.get_xdata()), list(line.get_ydata()))
-            for ax in fig.axes for line in ax.get_lines()}
+    return {
+        (ax.get_title(), line.get_label()): (list(line.get_xdata()), list(line.get_ydata()))
+        for ax in fig.axes
+        for line in ax.get_lines()
+    }
 
 
 def test_plotted_series_are_the_logged_ones_and_the_png_has_the_layout_size(tmp_path):
