@@ -317,6 +317,90 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         )
         return BatchEncoding(dict(padded), tensor_type=return_tensors)
 
+    def _marked_tokens(
+        self,
+        text: Any,
+        text_pair: Any,
+        add_special_tokens: bool,
+        truncation_strategy: TruncationStrategy,
+        max_length: int | None,
+        is_split_into_words: bool,
+    ) -> tuple[list[str], list[tuple[int, int]], list[int], list[int]]:
+        """The words of one text (or pair), truncated by ``truncation_strategy`` to ``max_length`` tokens with the
+        markers counted (:func:`truncated_lengths`), then marked (:func:`with_markers`): ``(tokens, character
+        offsets, token type ids, special-tokens mask)``, each of the sequence's length."""
+        words_a, offs_a = self._words(text, is_split_into_words)
+        words_b, offs_b = self._words(text_pair, is_split_into_words) if text_pair is not None else (None, None)
+
+        n_special = (2 + (2 if words_b is not None else 0)) if add_special_tokens else 0
+        if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
+            len_a, len_b = truncated_lengths(
+                len(words_a), None if words_b is None else len(words_b), truncation_strategy, max_length, n_special
+            )
+            words_a, offs_a = words_a[:len_a], offs_a[:len_a]
+            if words_b is not None:
+                words_b, offs_b = words_b[:len_b], offs_b[:len_b]
+
+        tokens, offsets, types, specials = with_markers(words_a, offs_a, 0, add_special_tokens)
+        if words_b is not None:
+            t2, o2, y2, s2 = with_markers(words_b, offs_b, 1, add_special_tokens)
+            tokens, offsets, types, specials = tokens + t2, offsets + o2, types + y2, specials + s2
+        return tokens, offsets, types, specials
+
+    def _encode_with_offsets_one_by_one(
+        self,
+        text: Any,
+        text_pair: Any,
+        add_special_tokens: bool,
+        padding_strategy: PaddingStrategy,
+        truncation_strategy: TruncationStrategy,
+        max_length: int | None,
+        stride: int,
+        is_split_into_words: bool,
+        pad_to_multiple_of: int | None,
+        padding_side: str | None,
+        return_tensors: Any,
+        return_token_type_ids: bool | None,
+        return_attention_mask: bool | None,
+        return_special_tokens_mask: bool,
+        return_length: bool,
+        verbose: bool,
+    ) -> BatchEncoding:
+        """A batch with ``offset_mapping`` (which the base class refuses for slow tokenizers): each example encoded
+        alone by :meth:`_encode_plus`, unpadded, then padded together by :meth:`_pad_examples`."""
+        outs = [
+            self._encode_plus(
+                t,
+                p,
+                add_special_tokens,
+                PaddingStrategy.DO_NOT_PAD,
+                truncation_strategy,
+                max_length,
+                stride,
+                is_split_into_words,
+                None,
+                None,
+                None,
+                return_token_type_ids,
+                False,
+                False,
+                return_special_tokens_mask,
+                True,
+                return_length,
+                verbose,
+            )
+            for t, p in zip(text, text_pair if text_pair is not None else [None] * len(text))
+        ]
+        return self._pad_examples(
+            outs,
+            padding_strategy,
+            max_length,
+            pad_to_multiple_of,
+            padding_side,
+            return_attention_mask,
+            return_tensors,
+        )
+
     def _encode_plus(
         self,
         text: Any,
@@ -343,37 +427,23 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         example and pads with :meth:`pad` (``char_ids`` included)."""
         if is_batch(text, is_split_into_words):
             if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
-                outs = [
-                    self._encode_plus(
-                        t,
-                        p,
-                        add_special_tokens,
-                        PaddingStrategy.DO_NOT_PAD,
-                        truncation_strategy,
-                        max_length,
-                        stride,
-                        is_split_into_words,
-                        None,
-                        None,
-                        None,
-                        return_token_type_ids,
-                        False,
-                        False,
-                        return_special_tokens_mask,
-                        True,
-                        return_length,
-                        verbose,
-                    )
-                    for t, p in zip(text, text_pair if text_pair is not None else [None] * len(text))
-                ]
-                return self._pad_examples(
-                    outs,
+                return self._encode_with_offsets_one_by_one(
+                    text,
+                    text_pair,
+                    add_special_tokens,
                     padding_strategy,
+                    truncation_strategy,
                     max_length,
+                    stride,
+                    is_split_into_words,
                     pad_to_multiple_of,
                     padding_side,
-                    return_attention_mask,
                     return_tensors,
+                    return_token_type_ids,
+                    return_attention_mask,
+                    return_special_tokens_mask,
+                    return_length,
+                    verbose,
                 )
             return super()._encode_plus(
                 text,
@@ -397,23 +467,9 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             )
         if return_overflowing_tokens:
             raise NotImplementedError("SesameElmoTokenizer does not return overflowing tokens (no doc_stride windows)")
-        words_a, offs_a = self._words(text, is_split_into_words)
-        words_b, offs_b = self._words(text_pair, is_split_into_words) if text_pair is not None else (None, None)
-
-        n_special = (2 + (2 if words_b is not None else 0)) if add_special_tokens else 0
-        if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
-            len_a, len_b = truncated_lengths(
-                len(words_a), None if words_b is None else len(words_b), truncation_strategy, max_length, n_special
-            )
-            words_a, offs_a = words_a[:len_a], offs_a[:len_a]
-            if words_b is not None:
-                words_b, offs_b = words_b[:len_b], offs_b[:len_b]
-
-        tokens, offsets, types, specials = with_markers(words_a, offs_a, 0, add_special_tokens)
-        if words_b is not None:
-            t2, o2, y2, s2 = with_markers(words_b, offs_b, 1, add_special_tokens)
-            tokens, offsets, types, specials = tokens + t2, offsets + o2, types + y2, specials + s2
-
+        tokens, offsets, types, specials = self._marked_tokens(
+            text, text_pair, add_special_tokens, truncation_strategy, max_length, is_split_into_words
+        )
         encoded: dict[str, Any] = {
             "input_ids": [self._convert_token_to_id(t) for t in tokens],
             "char_ids": self.char_ids_for_tokens(tokens),
