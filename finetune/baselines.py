@@ -311,31 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tree_source = {}
-    for b in args.backbones:
-        if b in BASELINES:
-            settings = {
-                "backbone": b,
-                "embeddings": args.embeddings,
-                "tokenizer_name": args.tokenizer_name,
-                "embedding_dim": args.embedding_dim,
-                "seed": args.seed,
-            }
-            marker = out / "models" / b / "init.json"
-            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
-                logger.info("%s: reusing %s (initialised with the same settings)", b, marker.parent)
-            else:
-                init_baseline_model(
-                    b,
-                    out / "models" / b,
-                    embeddings=args.embeddings,
-                    tokenizer_name=args.tokenizer_name,
-                    embedding_dim=args.embedding_dim,
-                    seed=args.seed,
-                )
-                marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
-            if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
-                tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
+    tree_source = _init_baselines(args, out)
     records: list[dict] = []
     for task_name, task in tasks.items():
         for b in args.backbones:
@@ -377,6 +353,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             records = [r for r in records if (r["task"], r["backbone"]) != (task_name, name)] + [record]
             write_results(out, records)
     return 0
+
+
+def _init_baselines(args: BaselinesArguments, out: Path) -> dict[str, str]:
+    """Initialise the model folder ``out/models/<backbone>`` of every classic baseline among ``args.backbones``
+    (reused when its ``init.json`` records the same settings: backbone, embeddings, tokenizer, embedding size, seed).
+
+    Returns:
+        backbone -> the source of its parse trees, for the backbones that compose trees (the Tree-LSTM).
+    """
+    tree_source = {}
+    for b in args.backbones:
+        if b in BASELINES:
+            settings = {
+                "backbone": b,
+                "embeddings": args.embeddings,
+                "tokenizer_name": args.tokenizer_name,
+                "embedding_dim": args.embedding_dim,
+                "seed": args.seed,
+            }
+            marker = out / "models" / b / "init.json"
+            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
+                logger.info("%s: reusing %s (initialised with the same settings)", b, marker.parent)
+            else:
+                init_baseline_model(
+                    b,
+                    out / "models" / b,
+                    embeddings=args.embeddings,
+                    tokenizer_name=args.tokenizer_name,
+                    embedding_dim=args.embedding_dim,
+                    seed=args.seed,
+                )
+                marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
+            if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
+                tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
+    return tree_source
 
 
 def write_results(out: Path, records: list[dict]) -> None:

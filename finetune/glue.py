@@ -433,21 +433,13 @@ def glue_parts(
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
     the test splits and their submission files."""
-    from transformers import DataCollatorWithPadding
-
     from finetune.glue_data import write_submission
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
-    loaders = {
-        s: accelerator.prepare(
-            torch.utils.data.DataLoader(
-                tokenized[s][1], collate_fn=collator, shuffle=False, batch_size=training.per_device_eval_batch_size
-            )
-        )
-        for s in [*data.eval_splits, *data.test_splits]
-    }
+    collator, loaders = _eval_loaders(
+        accelerator, tokenizer, tokenized, [*data.eval_splits, *data.test_splits], training
+    )
     metric = metric_for(task, data.regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
 
@@ -518,6 +510,34 @@ def glue_parts(
         write_outputs=write_outputs,
         describe=describe,
     )
+
+
+def _eval_loaders(accelerator, tokenizer, tokenized: dict, splits: list[str], training):
+    """The padding collator and the evaluation loaders of a GLUE run.
+
+    Args:
+        accelerator: the ``Accelerator`` (its mixed precision decides padding to a multiple of 8; it prepares the
+            loaders).
+        tokenizer: the tokenizer the collator pads with.
+        tokenized: split name -> ``(raw dataset, tokenized dataset)``.
+        splits: the validation and test splits to load, in order.
+        training: the training arguments (``per_device_eval_batch_size``).
+
+    Returns:
+        ``(collator, loaders)``: the ``DataCollatorWithPadding`` and split name -> prepared, unshuffled ``DataLoader``.
+    """
+    from transformers import DataCollatorWithPadding
+
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
+    loaders = {
+        s: accelerator.prepare(
+            torch.utils.data.DataLoader(
+                tokenized[s][1], collate_fn=collator, shuffle=False, batch_size=training.per_device_eval_batch_size
+            )
+        )
+        for s in splits
+    }
+    return collator, loaders
 
 
 def train_dataloader(train_ds, collator, data_args: GlueDataArguments, training):

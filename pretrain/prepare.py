@@ -96,10 +96,6 @@ def prepare(
         InputError: bad input (files, tokenizer, sizes) or an existing non-empty ``--output_dir`` without
             ``--overwrite_output_dir``.
     """
-    import datasets
-    import tokenizers
-    import transformers
-
     from pretrain import data
     from pretrain.build import get_tokenizer, tokenizer_hash
     from training.files import atomic_output_dir, check_output_dir_reuse
@@ -127,24 +123,8 @@ def prepare(
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, True)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, output.seed)
         if corpus.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
-            from datasets import Dataset, DatasetDict
-
-            blocks = DatasetDict(
-                {
-                    split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]}, cache_dir=str(cache))
-                    for split in ("train", "validation")
-                }
-            )
-        counts, tokens = {}, {}
-        for split in ("train", "validation"):
-            if len(blocks[split]) == 0:
-                raise InputError(
-                    f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after "
-                    "tokenisation; expected more text"
-                )
-            blocks[split].save_to_disk(str(tmp / split), max_shard_size=output.max_shard_size)
-            counts[split] = len(blocks[split])
-            tokens[split] = data.count_tokens(blocks[split])
+            blocks = _materialise_stream(blocks, cache)
+        counts, tokens = _save_splits(blocks, tmp, output.max_shard_size)
         del raw, tokenized, blocks
         shutil.rmtree(cache, ignore_errors=True)
         shards = shard_manifest(tmp)
@@ -177,11 +157,7 @@ def prepare(
             "blocks": counts,
             "tokens": tokens,
             "files": shards,
-            "versions": {
-                "datasets": datasets.__version__,
-                "tokenizers": tokenizers.__version__,
-                "transformers": transformers.__version__,
-            },
+            "versions": _library_versions(),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     logger.info(
@@ -193,6 +169,57 @@ def prepare(
         tokens["train"],
     )
     return manifest
+
+
+def _materialise_stream(blocks, cache: Path):
+    """Read the streamed ``train`` and ``validation`` blocks (``IterableDataset`` objects) once into Arrow datasets
+    cached under ``cache``, batch by batch; returns them as a ``DatasetDict``."""
+    from datasets import Dataset, DatasetDict
+
+    return DatasetDict(
+        {
+            split: Dataset.from_generator(_generate, gen_kwargs={"stream": blocks[split]}, cache_dir=str(cache))
+            for split in ("train", "validation")
+        }
+    )
+
+
+def _save_splits(blocks, tmp: Path, max_shard_size) -> tuple[dict[str, int], dict[str, int]]:
+    """Save the ``train`` and ``validation`` blocks to ``tmp/train`` and ``tmp/validation`` (Arrow shards of at most
+    ``max_shard_size``).
+
+    Returns:
+        ``(counts, tokens)``: split -> number of blocks, split -> number of tokens.
+
+    Raises:
+        InputError: a split has no block.
+    """
+    from pretrain import data
+
+    counts, tokens = {}, {}
+    for split in ("train", "validation"):
+        if len(blocks[split]) == 0:
+            raise InputError(
+                f"--{'train' if split == 'train' else 'validation'}_file: no {split} block after "
+                "tokenisation; expected more text"
+            )
+        blocks[split].save_to_disk(str(tmp / split), max_shard_size=max_shard_size)
+        counts[split] = len(blocks[split])
+        tokens[split] = data.count_tokens(blocks[split])
+    return counts, tokens
+
+
+def _library_versions() -> dict[str, str]:
+    """The versions of ``datasets``, ``tokenizers`` and ``transformers`` recorded in the manifest."""
+    import datasets
+    import tokenizers
+    import transformers
+
+    return {
+        "datasets": datasets.__version__,
+        "tokenizers": tokenizers.__version__,
+        "transformers": transformers.__version__,
+    }
 
 
 #: Files of a prepared folder whose content was verified, with their size and mtime then (hash-on-first-use).

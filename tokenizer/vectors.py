@@ -68,58 +68,24 @@ def train_word_vectors(
             setting out of range.
     """
     import numpy as np
-    from gensim.models import FastText
     from safetensors.numpy import save_file
 
-    from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
-
-    for name, value, low in (
-        ("vector_size", vector_size, 1),
-        ("epochs", epochs, 1),
-        ("min_count", min_count, 1),
-        ("window", window, 1),
-        ("min_n", min_n, 1),
-        ("bucket", bucket, 1),
-    ):
-        if value < low:
-            raise InputError(f"--{name} {value}: expected an integer >= {low}")
-    if max_n < min_n:
-        raise InputError(f"--max_n {max_n}: expected >= --min_n {min_n}")
+    _check_settings(vector_size, epochs, min_count, window, min_n, max_n, bucket)
     paths = check_text_files(files)
-    try:
-        tok = SesameElmoTokenizer.from_pretrained(str(tokenizer_name))
-    except (OSError, ValueError, TypeError) as err:
-        raise InputError(
-            f"--tokenizer_name {tokenizer_name}: not an ELMo-style word tokenizer ({err}); expected a folder "
-            "written by python -m tokenizer train --model_type elmo"
-        ) from None
-
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
-        n_words = _write_word_corpus(paths, tok, corpus)
-        model = FastText(
-            vector_size=vector_size,
-            window=window,
-            min_count=min_count,
-            min_n=min_n,
-            max_n=max_n,
-            bucket=bucket,
-            sg=int(sg),
-            seed=seed,
-            workers=1,
-            epochs=epochs,
-        )
-        model.build_vocab(corpus_file=str(corpus))
-        if not model.wv.key_to_index:
-            raise InputError(
-                f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value"
-            )
-        model.train(
-            corpus_file=str(corpus),
-            total_examples=model.corpus_count,
-            total_words=model.corpus_total_words,
-            epochs=epochs,
-        )
+    tok = _load_word_tokenizer(tokenizer_name)
+    model, n_words = _train_fasttext(
+        paths,
+        tok,
+        vector_size=vector_size,
+        epochs=epochs,
+        min_count=min_count,
+        window=window,
+        min_n=min_n,
+        max_n=max_n,
+        bucket=bucket,
+        sg=sg,
+        seed=seed,
+    )
     wv, words = model.wv, tok.ids_to_tokens
     vectors, vocab_rows, known = _tokenizer_rows(wv, tok, vector_size)
     info = {
@@ -153,6 +119,99 @@ def train_word_vectors(
         )
         (out / VECTORS_CONFIG).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def _check_settings(
+    vector_size: int, epochs: int, min_count: int, window: int, min_n: int, max_n: int, bucket: int
+) -> None:
+    """Check the training settings of :func:`train_word_vectors` (all integers; returns nothing).
+
+    Raises:
+        InputError: a setting below 1, or ``max_n`` below ``min_n``.
+    """
+    for name, value, low in (
+        ("vector_size", vector_size, 1),
+        ("epochs", epochs, 1),
+        ("min_count", min_count, 1),
+        ("window", window, 1),
+        ("min_n", min_n, 1),
+        ("bucket", bucket, 1),
+    ):
+        if value < low:
+            raise InputError(f"--{name} {value}: expected an integer >= {low}")
+    if max_n < min_n:
+        raise InputError(f"--max_n {max_n}: expected >= --min_n {min_n}")
+
+
+def _load_word_tokenizer(tokenizer_name: str | os.PathLike):
+    """Load the ELMo-style word tokenizer (a ``SesameElmoTokenizer``) from the folder ``tokenizer_name``.
+
+    Raises:
+        InputError: the folder does not hold such a tokenizer.
+    """
+    from modeling.elmo.tokenization_elmo import SesameElmoTokenizer
+
+    try:
+        return SesameElmoTokenizer.from_pretrained(str(tokenizer_name))
+    except (OSError, ValueError, TypeError) as err:
+        raise InputError(
+            f"--tokenizer_name {tokenizer_name}: not an ELMo-style word tokenizer ({err}); expected a folder "
+            "written by python -m tokenizer train --model_type elmo"
+        ) from None
+
+
+def _train_fasttext(
+    paths,
+    tok,
+    *,
+    vector_size: int,
+    epochs: int,
+    min_count: int,
+    window: int,
+    min_n: int,
+    max_n: int,
+    bucket: int,
+    sg: bool,
+    seed: int,
+):
+    """Train gensim's ``FastText`` (one worker thread) on the corpus ``paths`` split into ``tok``'s words, written
+    to a temporary file first; the settings are those of :func:`train_word_vectors`.
+
+    Returns:
+        ``(model, n_words)``: the trained ``FastText`` model and the number of words of the corpus.
+
+    Raises:
+        InputError: the files hold no word, or no word occurs ``min_count`` times.
+    """
+    from gensim.models import FastText
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
+        n_words = _write_word_corpus(paths, tok, corpus)
+        model = FastText(
+            vector_size=vector_size,
+            window=window,
+            min_count=min_count,
+            min_n=min_n,
+            max_n=max_n,
+            bucket=bucket,
+            sg=int(sg),
+            seed=seed,
+            workers=1,
+            epochs=epochs,
+        )
+        model.build_vocab(corpus_file=str(corpus))
+        if not model.wv.key_to_index:
+            raise InputError(
+                f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value"
+            )
+        model.train(
+            corpus_file=str(corpus),
+            total_examples=model.corpus_count,
+            total_words=model.corpus_total_words,
+            epochs=epochs,
+        )
+    return model, n_words
 
 
 def _write_word_corpus(paths, tok, corpus: Path) -> int:
