@@ -49,7 +49,8 @@ def make_models(args):
     return {k: m.to(args.device).train() for k, m in models.items()}
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """Parse the command line ``argv`` (None = sys.argv) and return the argparse namespace."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10, help="measured rounds (median over them)")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
@@ -75,7 +76,11 @@ def main(argv=None):
         help="also time the encoder alone (forward + backward of a surrogate loss, no MLM head, no "
         "optimizer) for transformers and SesameBert; step - encoder = MLM head + loss + AdamW",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
 
     models = make_models(args)

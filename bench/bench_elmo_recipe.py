@@ -356,6 +356,47 @@ def compare(ours: list[dict], base: list[dict]) -> dict:
     }
 
 
+def _run_record(name, flags, curve):
+    """Take a recipe's name, its flag list and its scored curve; return its entry for results["runs"]."""
+    last = curve[-1]
+    return {
+        "flags": flags,
+        "note": RECIPES.get(name, {}).get("note", "--recipe_flags"),
+        "final_perplexity": last["perplexity"],
+        "tokens": last["tokens"],
+        "seconds": last["seconds"],
+        "steps": last["step"],
+        "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
+        "curve": curve,
+    }
+
+
+def _protocol(args, batches, load_before):
+    """Take the parsed args, the held-out batches and the load average at start; return results["protocol"]."""
+    return {
+        "budget_minutes": args.budget_minutes,
+        "budget_tokens": args.budget_tokens,
+        "vocab_size": args.vocab_size,
+        "threads_per_run": args.threads,
+        "seed": args.seed,
+        "heldout": {
+            "seq_length": args.heldout_seq_length,
+            "blocks": sum(len(b["input_ids"]) for b in batches),
+            "score": "exact full-softmax perplexity, both directions, eval mode",
+        },
+        "finetune": {
+            **ttq.FINETUNE,
+            "learning_rate": args.finetune_learning_rate,
+            "num_train_epochs": args.finetune_epochs,
+            "tasks": args.tasks,
+            "seeds": [42 + i for i in range(args.seeds)],
+            "head": "finetune.glue default for SesameElmo: frozen BiLM + ScalarMix",
+        },
+        "load_average_before": load_before,
+        "cpu_count": os.cpu_count(),
+    }
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.output_dir)
@@ -389,16 +430,7 @@ def main(argv=None) -> int:
         for n in group:
             curve = score_run(n, args.recipe_table[n], data, out, batches)
             last = curve[-1]
-            runs[n] = {
-                "flags": args.recipe_table[n],
-                "note": RECIPES.get(n, {}).get("note", "--recipe_flags"),
-                "final_perplexity": last["perplexity"],
-                "tokens": last["tokens"],
-                "seconds": last["seconds"],
-                "steps": last["step"],
-                "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
-                "curve": curve,
-            }
+            runs[n] = _run_record(n, args.recipe_table[n], curve)
             ttq.log(
                 f"{n}: held-out perplexity {last['perplexity']:.1f} after {last['step']} steps, "
                 f"{last['tokens']:.3g} tokens, {last['seconds']:.0f} s"
@@ -407,28 +439,7 @@ def main(argv=None) -> int:
     base = runs[args.baseline_recipe]["curve"]
     results = {
         "command": ["python", os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])],
-        "protocol": {
-            "budget_minutes": args.budget_minutes,
-            "budget_tokens": args.budget_tokens,
-            "vocab_size": args.vocab_size,
-            "threads_per_run": args.threads,
-            "seed": args.seed,
-            "heldout": {
-                "seq_length": args.heldout_seq_length,
-                "blocks": sum(len(b["input_ids"]) for b in batches),
-                "score": "exact full-softmax perplexity, both directions, eval mode",
-            },
-            "finetune": {
-                **ttq.FINETUNE,
-                "learning_rate": args.finetune_learning_rate,
-                "num_train_epochs": args.finetune_epochs,
-                "tasks": args.tasks,
-                "seeds": [42 + i for i in range(args.seeds)],
-                "head": "finetune.glue default for SesameElmo: frozen BiLM + ScalarMix",
-            },
-            "load_average_before": load_before,
-            "cpu_count": os.cpu_count(),
-        },
+        "protocol": _protocol(args, batches, load_before),
         "baseline_recipe": args.baseline_recipe,
         "ratios": {n: compare(r["curve"], base) for n, r in runs.items()},
         "runs": runs,

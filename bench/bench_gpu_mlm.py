@@ -122,14 +122,49 @@ def flops_per_token(model, args) -> float:
     return 6 * n + 12 * layers * args.seq_len * h + 6 * args.mlm_probability * (h * h + h * v)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def _setup_torch(args):
+    """Apply the thread count and TF32 settings for ``args``; return the torch.device to run on."""
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 parts (optimizer, norms) on tensor cores
         torch.backends.cudnn.allow_tf32 = True
+    return device
+
+
+def _speed_ratios(tokens_per_s):
+    """Take {model name: tokens/s} and return {"a / b": throughput ratio} for the compared pairs both measured."""
+    pairs = [
+        ("sesame eager", "transformers eager"),
+        ("sesame compiled", "transformers compiled"),
+        ("sesame compiled", "transformers eager"),
+        ("sesame compiled", "sesame eager"),
+    ]
+    ratios = {}
+    for a, b in pairs:
+        if a in tokens_per_s and b in tokens_per_s:
+            ratios[f"{a} / {b}"] = tokens_per_s[a] / tokens_per_s[b]
+    return ratios
+
+
+def _print_report(result, args, fused, peak):
+    """Print the human-readable summary of ``result`` (the dict main returns); returns None."""
+    tokens_per_s, first_loss = result["tokens_per_s"], result["first_step_loss"]
+    print(
+        f"{result['config']} on {result['device']}, {args.mixed_precision} autocast, fused AdamW {bool(fused)}, "
+        f"median of {args.steps} interleaved steps"
+    )
+    for name, value in tokens_per_s.items():
+        mfu = f"  MFU {100 * result['mfu'][name]:5.1f}%" if peak else ""
+        print(f"  {name:>22}: {value:12,.0f} tokens/s{mfu}  (first loss {first_loss[name]:.4f})")
+    for pair, ratio in result["ratios"].items():
+        print(f"  {pair}: {ratio:.2f}x")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = _setup_torch(args)
     hf, sesame = make_models(args, device)
     fused = {"on": True, "off": False, "auto": None}[args.fused_adamw]  # None: where torch has it (create_optimizer)
     models = {}
@@ -198,24 +233,8 @@ def main(argv=None):
         "mfu": {k: v * per_token / peak for k, v in tokens_per_s.items()} if peak else None,
         "ratios": {},
     }
-    pairs = [
-        ("sesame eager", "transformers eager"),
-        ("sesame compiled", "transformers compiled"),
-        ("sesame compiled", "transformers eager"),
-        ("sesame compiled", "sesame eager"),
-    ]
-    for a, b in pairs:
-        if a in tokens_per_s and b in tokens_per_s:
-            result["ratios"][f"{a} / {b}"] = tokens_per_s[a] / tokens_per_s[b]
-    print(
-        f"{result['config']} on {result['device']}, {args.mixed_precision} autocast, fused AdamW {bool(fused)}, "
-        f"median of {args.steps} interleaved steps"
-    )
-    for name, value in tokens_per_s.items():
-        mfu = f"  MFU {100 * result['mfu'][name]:5.1f}%" if peak else ""
-        print(f"  {name:>22}: {value:12,.0f} tokens/s{mfu}  (first loss {first_loss[name]:.4f})")
-    for pair, ratio in result["ratios"].items():
-        print(f"  {pair}: {ratio:.2f}x")
+    result["ratios"] = _speed_ratios(tokens_per_s)
+    _print_report(result, args, fused, peak)
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result))

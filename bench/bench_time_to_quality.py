@@ -243,9 +243,8 @@ class BenchError(RuntimeError):
 
 
 # -- command line ---------------------------------------------------------------------------------------------------
-def parse_args(argv=None) -> argparse.Namespace:
-    """The bench's arguments (see the module docstring)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    """Add the "data" argument group to parser ``p``; returns None."""
     d = p.add_argument_group("data")
     d.add_argument("--train_file", nargs="+", required=True, help="pretraining text files (.txt/.txt.gz)")
     d.add_argument("--validation_file", required=True, help="held-out documents (the fixed masked set)")
@@ -255,6 +254,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     d.add_argument("--max_seq_length", type=int, default=128, help="block length (default 128)")
     d.add_argument("--heldout_seed", type=int, default=1234, help="seed of the held-out masks")
     d.add_argument("--max_heldout_blocks", type=int, default=None, help="use the first N held-out blocks")
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    """Add the "budget and runs" argument group to parser ``p``; returns None."""
     b = p.add_argument_group("budget and runs")
     b.add_argument("--budget_minutes", type=float, default=None, help="training minutes per run")
     b.add_argument("--budget_tokens", type=int, default=None, help="training tokens per run (instead of minutes)")
@@ -309,6 +312,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     b.add_argument("--probe_warmup", type=int, default=5, help="probe steps not counted (default 5)")
     b.add_argument("--curve_points", type=int, default=10, help="held-out scores per run (checkpoints)")
     b.add_argument("--keep_checkpoints", action="store_true", help="keep the runs' checkpoints after scoring")
+
+
+def _add_finetune_args(p: argparse.ArgumentParser) -> None:
+    """Add the "fine-tuning" argument group to parser ``p``; returns None."""
     f = p.add_argument_group("fine-tuning")
     f.add_argument("--tasks", nargs="*", default=["sst2", "mrpc", "stsb", "cola"], help="GLUE tasks (none: skip)")
     f.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per task (42, 43, ...)")
@@ -325,7 +332,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     f.add_argument("--baselines_results", default=None, help="a finetune.baselines results.json")
     f.add_argument("--keep_finetuned", action="store_true", help="keep the fine-tuned weights")
-    args = p.parse_args(argv)
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Validate ``args`` (p.error if bad); fill in recipe_table and default_recipe; return args."""
     if (args.budget_minutes is None) == (args.budget_tokens is None):
         p.error("give exactly one of --budget_minutes and --budget_tokens")
     if args.repeats < 1 or args.seeds < 1 or args.curve_points < 1 or args.threads < 1:
@@ -345,6 +355,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.default_recipe not in args.recipe_table:
         p.error(f"--default_recipe {args.default_recipe}: not one of the recipes run ({', '.join(args.recipe_table)})")
     return args
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The bench's arguments (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    _add_data_args(p)
+    _add_budget_args(p)
+    _add_finetune_args(p)
+    return _check_args(p, p.parse_args(argv))
 
 
 def select_recipes(names: list[str], ad_hoc: list[str]) -> dict[str, list[str]]:
@@ -1248,6 +1267,16 @@ def reference_model(shape: str, tokenizer):
     return BertForMaskedLM(config)
 
 
+def _wait_for_start_file(start_file: str | None) -> float:
+    """Wait until ``start_file`` exists (None: no wait; TimeoutError after 600 s); return the seconds waited."""
+    waited = time.perf_counter()
+    while start_file and not os.path.exists(start_file):  # the paired run's set-up (not timed)
+        if time.perf_counter() - waited > 600:
+            raise TimeoutError(f"--start_file {start_file}: not created within 600 s")
+        time.sleep(0.1)
+    return time.perf_counter() - waited
+
+
 def reference_main(argv=None) -> dict:
     """Train the reference (see the module docstring, item 4) and write ``output_dir``: ``reference_log.json``
     (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; the model, collator and
@@ -1289,12 +1318,7 @@ def reference_main(argv=None) -> dict:
     )  # TrainingArguments: adamw_torch_fused
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
-    waited = time.perf_counter()
-    while args.start_file and not os.path.exists(args.start_file):  # the paired run's set-up (not timed)
-        if time.perf_counter() - waited > 600:
-            raise TimeoutError(f"--start_file {args.start_file}: not created within 600 s")
-        time.sleep(0.1)
-    waited = time.perf_counter() - waited
+    waited = _wait_for_start_file(args.start_file)
     records, seconds, tokens, step = [], 0.0, 0, 0
     saves = set(args.save_steps)
     while step < args.max_train_steps:
@@ -1622,6 +1646,35 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _pretrain_and_score(pairs: list[tuple[Run, Run]], args, data: dict, out: Path, heldout: dict) -> dict[str, dict]:
+    """Train the runs of ``pairs`` (steps and learning rates already set) group by group per ``args.schedule``, scoring
+    each on ``heldout`` after its group; return {run name: copy_record}."""
+    copies: dict[str, dict] = {}
+    for group in groups_for(args.schedule, pairs):
+        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
+        for run in group:  # scored between groups: nothing trains meanwhile
+            copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
+            log(
+                f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
+                f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
+                f"{copies[run.name]['seconds']:.0f} s"
+            )
+    return copies
+
+
+def _summarize_pairs(args, pairs: list[tuple[Run, Run]], copies: dict[str, dict], unigram: float) -> tuple[dict, dict]:
+    """Take the pairs, their scored ``copies`` and the unigram loss; return (runs: the reference's and every recipe's
+    summary, ratios: {recipe: ratios_for its pairs})."""
+    ref_copies = [copies[ref.name] for ref, _ in pairs]
+    runs = {"reference": summarize("reference", [], ref_copies)}
+    ratios = {}
+    for name, flags in args.recipe_table.items():
+        mine = [(copies[ref.name], copies[ours.name]) for ref, ours in pairs if ours.recipe == name]
+        runs[name] = summarize("recipe", flags, [o for _, o in mine])
+        ratios[name] = ratios_for(mine, unigram)
+    return runs, ratios
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_reference":
@@ -1656,28 +1709,13 @@ def main(argv=None) -> int:
         + ", ".join(f"{n} {s} steps" for n, s in recipe_steps.items())
     )
     lap("sweep")
-    copies: dict[str, dict] = {}
     for ref, ours in pairs:
         ref.lr, ref.steps = lr, ref_steps
         ours.steps = recipe_steps[ours.recipe]
-    for group in groups_for(args.schedule, pairs):
-        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
-        for run in group:  # scored between groups: nothing trains meanwhile
-            copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
-            log(
-                f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
-                f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
-                f"{copies[run.name]['seconds']:.0f} s"
-            )
+    copies = _pretrain_and_score(pairs, args, data, out, heldout)
     shared_copies(pairs, copies)
     lap("pretraining")
-    ref_copies = [copies[ref.name] for ref, _ in pairs]
-    runs = {"reference": summarize("reference", [], ref_copies)}
-    ratios = {}
-    for name, flags in args.recipe_table.items():
-        mine = [(copies[ref.name], copies[ours.name]) for ref, ours in pairs if ours.recipe == name]
-        runs[name] = summarize("recipe", flags, [o for _, o in mine])
-        ratios[name] = ratios_for(mine, unigram)
+    runs, ratios = _summarize_pairs(args, pairs, copies, unigram)
     models = {"reference": pairs[0][0].folder}
     models.update({ours.recipe: ours.folder for _, ours in pairs if ours.repeat == 0})
     inits = make_random_inits(args, out, data)
@@ -1723,17 +1761,70 @@ def write_outputs(results: dict, out: Path) -> None:
     plot_results(results, out / "results.png")
 
 
+def _reference_protocol(args, lr: float) -> dict:
+    """Take the parsed args and the reference's chosen learning rate; return protocol["reference"]."""
+    return {
+        "model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
+        "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
+        "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
+        "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",
+        "weight_decay": args.reference_weight_decay,
+        "schedule": "linear decay to 0, no warmup",
+        "max_grad_norm": 1.0,
+        "mixed_precision": args.reference_mixed_precision,
+        "learning_rates_swept": args.reference_lrs,
+        "sweep_fraction": args.reference_sweep_fraction,
+        "learning_rate": lr,
+    }
+
+
+def _prepared_dataset_protocol(data: dict) -> dict:
+    """Take prepare_shared_data's dict; return protocol["prepared_dataset"] (paths and sizes of the blocks)."""
+    manifest = data["manifest"]
+    return {
+        "path": str(data["prepared"]),
+        "blocks": manifest["blocks"],
+        "tokens": manifest["tokens"],
+        "variants": {
+            n: {
+                "path": str(v["path"]),
+                "blocks": v["manifest"]["blocks"],
+                "tokens": v["manifest"]["tokens"],
+                "document_boundaries": v["manifest"].get("document_boundaries", False),
+            }
+            for n, v in data["variants"].items()
+        },
+    }
+
+
+def _finetune_protocol(args) -> dict:
+    """Take the parsed args; return protocol["finetune"] (the fine-tuning settings, per-task caps included)."""
+    cap = {
+        t: min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(t), args.max_train_samples) if x is not None)
+        for t in args.tasks
+        if t in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
+    }
+    return {
+        **FINETUNE,
+        "num_train_epochs": args.finetune_epochs,
+        "learning_rate": args.finetune_learning_rate,
+        "max_seq_length": args.max_seq_length,
+        "max_train_samples": cap,
+        "seeds": [42 + i for i in range(args.seeds)],
+        "tasks": args.tasks,
+        "metric": {t: TASK_METRICS[t] for t in args.tasks},
+        "mixed_precision": "no",
+        "parallel": args.finetune_parallel,
+        "statistic": "median over seeds",
+    }
+
+
 def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, probe: dict, load_before: float) -> dict:
     """The ``protocol`` block of ``results.json``: every setting the figures depend on."""
     import torch
     import transformers
 
     manifest = data["manifest"]
-    cap = {
-        t: min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(t), args.max_train_samples) if x is not None)
-        for t in args.tasks
-        if t in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
-    }
     return {
         "budget_minutes": args.budget_minutes,
         "budget_tokens": args.budget_tokens,
@@ -1750,51 +1841,14 @@ def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, pr
         "curve_points": args.curve_points,
         "budget_to_steps": probe or "tokens / tokens per step",
         "steps": {"reference": ref_steps, **recipe_steps},
-        "reference": {
-            "model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
-            "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
-            "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
-            "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",
-            "weight_decay": args.reference_weight_decay,
-            "schedule": "linear decay to 0, no warmup",
-            "max_grad_norm": 1.0,
-            "mixed_precision": args.reference_mixed_precision,
-            "learning_rates_swept": args.reference_lrs,
-            "sweep_fraction": args.reference_sweep_fraction,
-            "learning_rate": lr,
-        },
+        "reference": _reference_protocol(args, lr),
         "recipes": {
             n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}
             for n, f in args.recipe_table.items()
         },
         "default_recipe": args.default_recipe,
-        "prepared_dataset": {
-            "path": str(data["prepared"]),
-            "blocks": manifest["blocks"],
-            "tokens": manifest["tokens"],
-            "variants": {
-                n: {
-                    "path": str(v["path"]),
-                    "blocks": v["manifest"]["blocks"],
-                    "tokens": v["manifest"]["tokens"],
-                    "document_boundaries": v["manifest"].get("document_boundaries", False),
-                }
-                for n, v in data["variants"].items()
-            },
-        },
-        "finetune": {
-            **FINETUNE,
-            "num_train_epochs": args.finetune_epochs,
-            "learning_rate": args.finetune_learning_rate,
-            "max_seq_length": args.max_seq_length,
-            "max_train_samples": cap,
-            "seeds": [42 + i for i in range(args.seeds)],
-            "tasks": args.tasks,
-            "metric": {t: TASK_METRICS[t] for t in args.tasks},
-            "mixed_precision": "no",
-            "parallel": args.finetune_parallel,
-            "statistic": "median over seeds",
-        },
+        "prepared_dataset": _prepared_dataset_protocol(data),
+        "finetune": _finetune_protocol(args),
         "random_inits": [f"random-{k}" for k in args.random_inits],
         "heldout": {
             "file": str(Path(args.output_dir) / HELDOUT_FILE),
@@ -1816,15 +1870,14 @@ def _fmt(value, spec: str = ".3f", none: str = "--") -> str:
     return none if value is None else format(value, spec)
 
 
-def results_markdown(results: dict) -> str:
-    """``results.md``: the ratios, a table per run, what pretraining buys, the protocol and the command."""
-    proto, runs, ratios = results["protocol"], results["runs"], results["ratios"]
+def _md_ratio_lines(results: dict) -> list[str]:
+    """Take results.json's dict; return results.md's title, held-out summary and ratios table, as lines."""
+    proto, ratios = results["protocol"], results["ratios"]
     budget = (
         f"{proto['budget_minutes']:g} minutes"
         if proto["budget_minutes"] is not None
         else f"{proto['budget_tokens']:,} tokens"
     )
-    tasks = proto["finetune"]["tasks"]
     lines = [
         f"# Time to quality: {proto['model_shape']}, {budget} per run",
         "",
@@ -1857,8 +1910,13 @@ def results_markdown(results: dict) -> str:
             f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
             f"{r['reference_seconds']:.0f} | {reached} |"
         )
+    return lines
+
+
+def _md_runs_lines(runs: dict, tasks: list[str]) -> list[str]:
+    """Take results["runs"] and the fine-tuning tasks; return results.md's "Runs" section, as lines."""
     head = "| run | lr | steps | tokens | train s | tokens/s | held-out loss |" + "".join(f" {t} |" for t in tasks)
-    lines += [
+    lines = [
         "",
         "## Runs",
         "",
@@ -1881,27 +1939,37 @@ def results_markdown(results: dict) -> str:
         ]
         cells += [_fmt(None if down.get(t) is None else 100 * down[t], ".1f") for t in tasks]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    if results["pretraining_buys"]:
-        lines += [
-            "",
-            "## What pretraining buys (metric x 100)",
-            "",
-            "| run | " + " | ".join(f"{t}: vs random init | {t}: vs best classic" for t in tasks) + " |",
-            "|---" * (1 + 2 * len(tasks)) + "|",
-        ]
-        for name, per in results["pretraining_buys"].items():
-            cells = []
-            for t in tasks:
-                b = per.get(t, {})
-                vs_init = None if b.get("vs_random_init") is None else 100 * b["vs_random_init"]
-                vs_best = None if b.get("vs_best_classic") is None else 100 * b["vs_best_classic"]
-                cells += [
-                    f"{_fmt(vs_init, '+.1f')} ({b.get('random_init') or '--'})",
-                    f"{_fmt(vs_best, '+.1f')} ({b.get('best_classic') or 'no baselines'})",
-                ]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _md_pretraining_buys_lines(buys: dict, tasks: list[str]) -> list[str]:
+    """Take results["pretraining_buys"] (non-empty) and the tasks; return the "What pretraining buys" section."""
+    lines = [
+        "",
+        "## What pretraining buys (metric x 100)",
+        "",
+        "| run | " + " | ".join(f"{t}: vs random init | {t}: vs best classic" for t in tasks) + " |",
+        "|---" * (1 + 2 * len(tasks)) + "|",
+    ]
+    for name, per in buys.items():
+        cells = []
+        for t in tasks:
+            b = per.get(t, {})
+            vs_init = None if b.get("vs_random_init") is None else 100 * b["vs_random_init"]
+            vs_best = None if b.get("vs_best_classic") is None else 100 * b["vs_best_classic"]
+            cells += [
+                f"{_fmt(vs_init, '+.1f')} ({b.get('random_init') or '--'})",
+                f"{_fmt(vs_best, '+.1f')} ({b.get('best_classic') or 'no baselines'})",
+            ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _md_protocol_lines(results: dict) -> list[str]:
+    """Take results.json's dict; return results.md's "Protocol" and "Command" sections, as lines."""
+    proto = results["protocol"]
     ft = proto["finetune"]
-    lines += [
+    lines = [
         "",
         "## Protocol",
         "",
@@ -1935,7 +2003,98 @@ def results_markdown(results: dict) -> str:
         "```",
         "",
     ]
+    return lines
+
+
+def results_markdown(results: dict) -> str:
+    """``results.md``: the ratios, a table per run, what pretraining buys, the protocol and the command."""
+    tasks = results["protocol"]["finetune"]["tasks"]
+    lines = _md_ratio_lines(results) + _md_runs_lines(results["runs"], tasks)
+    if results["pretraining_buys"]:
+        lines += _md_pretraining_buys_lines(results["pretraining_buys"], tasks)
+    lines += _md_protocol_lines(results)
     return "\n".join(lines)
+
+
+def _plot_loss_panel(ax, key: str, label: str, results: dict, recipes: dict, colors: dict) -> None:
+    """Draw held-out loss vs ``key`` ("seconds" or "tokens", x label ``label``) on ``ax``: the ``recipes`` runs in
+    ``colors``, the reference copies and the unigram/untrained/target levels of ``results``; returns None."""
+    runs = results["runs"]
+    for name, run in recipes.items():
+        generator = run.get("heldout_model") == "generator"  # an RTD run: its generator's MLM loss
+        ax.plot(
+            [p[key] for p in run["curve"]],
+            [p["eval_loss"] for p in run["curve"]],
+            marker="x" if generator else "o",
+            markersize=3,
+            linestyle=":" if generator else "-",
+            color=colors[name],
+            label=f"{name} (lr {run['learning_rate']:g})" + (": generator's MLM loss" if generator else ""),
+        )
+    # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
+    # partner); vs tokens one copy (the copies of a repeat share the trajectory)
+    copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
+    copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
+    for copy in copies if key == "seconds" else copies[:1]:
+        paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
+        ax.plot(
+            [p[key] for p in copy["curve"]],
+            [p["eval_loss"] for p in copy["curve"]],
+            marker="o",
+            markersize=3,
+            linestyle="--",
+            color=colors.get(paired, "black") if key == "seconds" else "black",
+            label=f"reference (lr {copy['learning_rate']:g})" + (f", paired with {paired}" if key == "seconds" else ""),
+        )
+    ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
+    if "random-sesame" in runs:
+        ax.axhline(
+            runs["random-sesame"]["final_eval_loss"],
+            color="tab:red",
+            linestyle=":",
+            linewidth=0.8,
+            label="random init (untrained)",
+        )
+    if copies:
+        ax.axhline(
+            copies[0]["final_eval_loss"],
+            color="black",
+            linewidth=0.6,
+            linestyle="-.",
+            label="reference final (target)",
+        )
+    ax.set_xlabel(label)
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    ax.set_ylabel("held-out MLM loss (nats)")
+    ax.grid(alpha=0.3)
+
+
+def _plot_downstream_panel(ax, results: dict, tasks: list[str], colors: dict) -> None:
+    """Draw the downstream medians of ``results`` per task in ``tasks`` as grouped bars on ``ax`` (run colours from
+    ``colors``), with the best classic baseline marked; returns None."""
+    runs = results["runs"]
+    names = [n for n, r in runs.items() if r.get("downstream")]
+    width = 0.8 / max(1, len(names))
+    for j, name in enumerate(names):
+        xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(tasks))]
+        ys = [100 * (runs[name]["downstream"].get(t) or 0.0) for t in tasks]
+        color = colors.get(name, {"reference": "0.3", "random-sesame": "0.7"}.get(name, "0.5"))
+        ax.bar_label(ax.bar(xs, ys, width, label=name, color=color), fmt="%.1f", fontsize=6, padding=1)
+    for i, t in enumerate(tasks):
+        best = max((v for b, v in results["baselines"].get(t, {}).items() if b in CLASSIC_BASELINES), default=None)
+        if best is not None:
+            ax.hlines(
+                100 * best,
+                i - 0.45,
+                i + 0.45,
+                color="black",
+                linewidth=1.2,
+                label="best classic baseline" if i == 0 else None,
+            )
+    ax.set_xticks(range(len(tasks)), [f"{t}\n({TASK_METRICS[t]})" for t in tasks])
+    ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
+    ax.set_title("downstream after fine-tuning")
+    ax.axhline(0, color="black", linewidth=0.5)
 
 
 def plot_results(results: dict, path: Path) -> None:
@@ -1952,80 +2111,11 @@ def plot_results(results: dict, path: Path) -> None:
     recipes = {n: r for n, r in runs.items() if r.get("kind") == "recipe"}
     colors = {n: f"C{i}" for i, n in enumerate(recipes)}
     for ax, key, label in ((axes[0], "seconds", "training seconds"), (axes[1], "tokens", "training tokens")):
-        for name, run in recipes.items():
-            generator = run.get("heldout_model") == "generator"  # an RTD run: its generator's MLM loss
-            ax.plot(
-                [p[key] for p in run["curve"]],
-                [p["eval_loss"] for p in run["curve"]],
-                marker="x" if generator else "o",
-                markersize=3,
-                linestyle=":" if generator else "-",
-                color=colors[name],
-                label=f"{name} (lr {run['learning_rate']:g})" + (": generator's MLM loss" if generator else ""),
-            )
-        # the reference: vs seconds each recipe's paired copy (dashed, the recipe's colour: its time-to-quality
-        # partner); vs tokens one copy (the copies of a repeat share the trajectory)
-        copies = [c for c in runs.get("reference", {}).get("copies", []) if c["repeat"] == 0]
-        copies = list({c["name"]: c for c in reversed(copies)}.values())[::-1]  # --schedule shared: one run, once
-        for copy in copies if key == "seconds" else copies[:1]:
-            paired = next((n for n in recipes if copy["paired_with"] == n or copy["name"].endswith("@" + n)), None)
-            ax.plot(
-                [p[key] for p in copy["curve"]],
-                [p["eval_loss"] for p in copy["curve"]],
-                marker="o",
-                markersize=3,
-                linestyle="--",
-                color=colors.get(paired, "black") if key == "seconds" else "black",
-                label=f"reference (lr {copy['learning_rate']:g})"
-                + (f", paired with {paired}" if key == "seconds" else ""),
-            )
-        ax.axhline(results["unigram_loss"], color="gray", linestyle=":", label="unigram plateau")
-        if "random-sesame" in runs:
-            ax.axhline(
-                runs["random-sesame"]["final_eval_loss"],
-                color="tab:red",
-                linestyle=":",
-                linewidth=0.8,
-                label="random init (untrained)",
-            )
-        if copies:
-            ax.axhline(
-                copies[0]["final_eval_loss"],
-                color="black",
-                linewidth=0.6,
-                linestyle="-.",
-                label="reference final (target)",
-            )
-        ax.set_xlabel(label)
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
-        ax.set_ylabel("held-out MLM loss (nats)")
-        ax.grid(alpha=0.3)
+        _plot_loss_panel(ax, key, label, results, recipes, colors)
     axes[0].set_title("held-out loss vs training seconds")
     axes[1].set_title("held-out loss vs tokens")
     if tasks:
-        ax = axes[2]
-        names = [n for n, r in runs.items() if r.get("downstream")]
-        width = 0.8 / max(1, len(names))
-        for j, name in enumerate(names):
-            xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(tasks))]
-            ys = [100 * (runs[name]["downstream"].get(t) or 0.0) for t in tasks]
-            color = colors.get(name, {"reference": "0.3", "random-sesame": "0.7"}.get(name, "0.5"))
-            ax.bar_label(ax.bar(xs, ys, width, label=name, color=color), fmt="%.1f", fontsize=6, padding=1)
-        for i, t in enumerate(tasks):
-            best = max((v for b, v in results["baselines"].get(t, {}).items() if b in CLASSIC_BASELINES), default=None)
-            if best is not None:
-                ax.hlines(
-                    100 * best,
-                    i - 0.45,
-                    i + 0.45,
-                    color="black",
-                    linewidth=1.2,
-                    label="best classic baseline" if i == 0 else None,
-                )
-        ax.set_xticks(range(len(tasks)), [f"{t}\n({TASK_METRICS[t]})" for t in tasks])
-        ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
-        ax.set_title("downstream after fine-tuning")
-        ax.axhline(0, color="black", linewidth=0.5)
+        _plot_downstream_panel(axes[2], results, tasks, colors)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:  # the bar panel is empty before fine-tuning
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
