@@ -2091,7 +2091,8 @@ def _plot_downstream_panel(ax, results: dict, tasks: list[str], colors: dict) ->
                 linewidth=1.2,
                 label="best classic baseline" if i == 0 else None,
             )
-    ax.set_xticks(range(len(tasks)), [f"{t}\n({TASK_METRICS[t]})" for t in tasks])
+    labels = [t + "\n(" + TASK_METRICS[t].replace("_", "\n") + ")" for t in tasks]  # matthews\ncorrelation
+    ax.set_xticks(range(len(tasks)), labels)
     ax.set_ylabel("GLUE dev metric x 100 (median over seeds)")
     ax.set_title("downstream after fine-tuning")
     ax.axhline(0, color="black", linewidth=0.5)
