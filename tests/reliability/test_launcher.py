@@ -109,3 +109,32 @@ def test_sigterm_to_the_launcher_alone_checkpoints_every_worker_and_resumes_bitw
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ra, rb = (json.loads((d / "all_results.json").read_text()) for d in (full, stopped))
     assert ra["train_loss"] == rb["train_loss"] and ra["perplexity"] == rb["perplexity"]
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["plain", "quiet"])
+def test_bad_input_through_the_single_process_launcher(tmp_path, quiet):
+    """What RELIABILITY.md states for bad input through ``accelerate launch`` with 1 process: the worker prints its
+    one ``error:`` line (exit 2) and the launcher exits 1; with ``--quiet`` that line is the last one on stderr,
+    without it accelerate's own ``CalledProcessError`` traceback follows it. accelerate has no config key for
+    ``--quiet`` (huggingface/accelerate#4277): when that changes, this test says so."""
+    launch = _launch(1)
+    if quiet:
+        launch.insert(3, "--quiet")
+    missing, out = tmp_path / "missing.txt", tmp_path / "out"
+    result = subprocess.run(
+        [*launch, "--train_file", str(missing), "--output_dir", str(out)],
+        cwd=ROOT,
+        env={**_env(), "ACCELERATE_USE_CPU": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert len(errors) == 1 and str(missing) in errors[0], result.stderr[-3000:]
+    if quiet:
+        assert lines[-1] == errors[0]
+    else:
+        assert "CalledProcessError" in lines[-1] and "returned non-zero exit status 2" in lines[-1]
+    assert not out.exists()
