@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from itertools import islice
+from typing import Any
 
 import numpy as np
 import torch
@@ -142,23 +143,8 @@ def time_optimizer_steps(
         timed: list[float] = []
         for step in range(steps):
             started = clock() if step >= warmup else 0.0
-            group = list(islice(batches, config.gradient_accumulation_steps))
-            if not group:
-                batches = iter(probe)
-                group = list(islice(batches, config.gradient_accumulation_steps))
-                if not group:
-                    raise InputError("time budget probe: the training data gives no batch")
-            group = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in group]
-            weights = [float(weight_fn(b)) for b in group]
-            total = max(sum(weights), 1e-12)
-            for batch, weight in zip(group, weights):
-                with accelerator.autocast():
-                    loss = loss_fn(forward, batch)
-                (loss * (weight / total)).backward()
-            if config.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(twin.parameters(), config.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            group, batches = _next_group(probe, batches, config.gradient_accumulation_steps)
+            _probe_step(accelerator, forward, twin, optimizer, group, config, loss_fn, weight_fn)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if step >= warmup:
@@ -169,6 +155,39 @@ def time_optimizer_steps(
     if accelerator.num_processes > 1:
         mean = accelerator.reduce(mean, reduction="mean")
     return float(mean)
+
+
+def _next_group(probe: DataLoader, batches, size: int) -> tuple[list, Any]:
+    """The next ``size`` batches of ``probe`` (restarting it when it runs out) and the iterator to go on with.
+
+    Raises:
+        InputError: ``probe`` gives no batch at all.
+    """
+    group = list(islice(batches, size))
+    if not group:
+        batches = iter(probe)
+        group = list(islice(batches, size))
+        if not group:
+            raise InputError("time budget probe: the training data gives no batch")
+    return group, batches
+
+
+def _probe_step(accelerator, forward, model, optimizer, group: list, config: TrainingConfig, loss_fn, weight_fn):
+    """One optimizer step of the probe, weighted as :class:`training.loop.Trainer` weights it: each micro-batch's
+    loss times its share of the step's items. ``weight_fn`` gives a count per batch (0-d) or one per loss term ((K,),
+    e.g. rtd's masked and real tokens, with ``loss_fn`` giving the (K,) terms); the shares are taken per term."""
+    device = accelerator.device
+    group = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in group]
+    weights = [torch.as_tensor(weight_fn(b), dtype=torch.float64, device=device) for b in group]
+    total = torch.stack(weights).sum(0).clamp_min(1e-12)
+    for batch, weight in zip(group, weights):
+        with accelerator.autocast():
+            loss = loss_fn(forward, batch)
+        (loss * (weight / total).to(loss.dtype)).sum().backward()
+    if config.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 __all__ = ["clock", "preserved_rng_states", "steps_for_time", "steps_for_tokens", "time_optimizer_steps"]

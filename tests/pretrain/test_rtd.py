@@ -321,3 +321,12 @@ def test_rtd_refuses_another_family_with_one_error_line(corpus_dir, tmp_path, ca
     status = run_cli(main, _args(corpus_dir, tmp_path / "elmo", "--model_type", "elmo"))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("error:") and "rtd" in err[0], err
+
+
+def test_rtd_with_a_time_budget_times_its_two_term_loss(corpus_dir, tok_dir, tmp_path, fresh_state):
+    """``--time_budget`` probes optimizer steps with the objective's loss: for rtd a (2,) loss with (2,) item counts
+    (the probe once took ``float()`` of the counts and failed). The budget becomes a positive step count, recorded."""
+    out = tmp_path / "budget"
+    assert run_cli(main, _args(corpus_dir, out, "--tokenizer_name", tok_dir, "--time_budget", "0.05")) == 0
+    steps = json.loads((out / "run_config.json").read_text())["max_train_steps"]
+    assert isinstance(steps, int) and steps >= 1
