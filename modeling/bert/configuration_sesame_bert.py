@@ -176,8 +176,11 @@ class SesameBertRTDConfig(SesameBertConfig):
         return {k: v for k, v in self.to_dict().items() if k not in _NOT_SETTINGS}
 
     def discriminator_config(self) -> SesameBertConfig:
-        """The discriminator's :class:`SesameBertConfig` (this config without the RTD fields)."""
-        return SesameBertConfig(**self._settings())
+        """The discriminator's :class:`SesameBertConfig`: this config's settings, with the RTD fields recorded as
+        plain attributes (saved in its ``config.json``, so that :meth:`from_discriminator` and
+        ``SesameBertForReplacedTokenDetection.from_pretrained`` read back how the pair was trained; the encoder
+        ignores them)."""
+        return SesameBertConfig(**self._settings(), **{k: getattr(self, k) for k in RTD_FIELDS})
 
     def generator_config(self) -> SesameBertConfig:
         """The generator's :class:`SesameBertConfig`: the discriminator's, ``generator_size`` times as wide; with
@@ -197,11 +200,14 @@ class SesameBertRTDConfig(SesameBertConfig):
     @classmethod
     def from_discriminator(cls, config: SesameBertConfig, **fields) -> SesameBertRTDConfig:
         """An RTD config whose discriminator is ``config`` (a :class:`SesameBertConfig`; an RTD config is returned
-        as it is when no ``fields`` are given), with the RTD ``fields`` (default: ELECTRA's)."""
+        as it is when no ``fields`` are given), with the RTD ``fields`` (default: those ``config`` records -- a
+        discriminator saved by an RTD model carries them, see :meth:`discriminator_config` -- else ELECTRA's)."""
         if isinstance(config, cls) and not fields:
             return config
-        settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_SETTINGS}
-        return cls(**{**settings, **fields})
+        saved = config.to_dict()
+        settings = {k: v for k, v in saved.items() if k not in _NOT_SETTINGS}
+        recorded = {k: saved[k] for k in RTD_FIELDS if k in saved}
+        return cls(**{**settings, **recorded, **fields})
 
 
 __all__ = ["RTD_FIELDS", "SesameBertConfig", "SesameBertRTDConfig"]

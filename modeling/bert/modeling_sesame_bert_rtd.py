@@ -287,8 +287,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
     ``save_pretrained(folder)`` writes the discriminator into ``folder`` (:class:`SesameBertDiscriminator`: a
     SesameBert folder that ``AutoModel`` and the fine-tuning scripts load) and the generator into
     ``folder/generator`` (``AutoModelForMaskedLM``); shared embeddings are written into both, the discriminator's
-    as ``E_G + E_delta`` with GDES. ``from_pretrained(folder)`` reads that layout back (the RTD fields from ``config=``
-    or the defaults) or a folder with a :class:`SesameBertRTDConfig`.
+    as ``E_G + E_delta`` with GDES. ``from_pretrained(folder)`` reads that layout back (the RTD fields from ``config=``,
+    else those recorded in the discriminator's ``config.json``) or a folder with a :class:`SesameBertRTDConfig`.
     """
 
     config_class = SesameBertRTDConfig
@@ -409,7 +409,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, config=None, **kwargs):
         """Load a saved RTD model: the layout :meth:`save_pretrained` writes (a local folder with ``generator/``;
-        ``config``, a :class:`SesameBertRTDConfig`, gives the RTD fields, else ELECTRA's defaults), or a folder of
+        ``config``, a :class:`SesameBertRTDConfig`, gives the RTD fields, else the ones the saved discriminator's
+        config records, else ELECTRA's defaults with the generator size from the two widths), or a folder of
         a :class:`SesameBertRTDConfig` model (``PreTrainedModel.from_pretrained``).
 
         Raises:
@@ -427,7 +428,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
             if config is None
             else {k: getattr(config, k) for k in ("generator_size", "discriminator_weight", "embedding_sharing")}
         )
-        fields.setdefault("generator_size", generator.config.hidden_size / discriminator.config.hidden_size)
+        if not hasattr(discriminator.config, "generator_size"):  # saved before the RTD fields were recorded
+            fields.setdefault("generator_size", generator.config.hidden_size / discriminator.config.hidden_size)
         model = cls(SesameBertRTDConfig.from_discriminator(discriminator.config, **fields))
         with torch.no_grad():
             model.generator.load_state_dict(generator.state_dict())

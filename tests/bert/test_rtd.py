@@ -53,10 +53,10 @@ def test_generator_shape_follows_generator_size_and_bad_sizes_are_refused(tiny_k
     gen = config.generator_config()
     assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.embedding_size) == (8, 1, 16, 32)
     assert gen.num_hidden_layers == config.num_hidden_layers and gen.vocab_size == config.vocab_size
-    assert (
-        config.discriminator_config().to_dict()
-        == SesameBertConfig(**tiny_kwargs, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).to_dict()
-    )
+    disc = config.discriminator_config().to_dict()
+    recorded = {k: disc.pop(k) for k in ("generator_size", "discriminator_weight", "embedding_sharing")}
+    assert recorded == {"generator_size": 0.25, "discriminator_weight": 50.0, "embedding_sharing": "tied"}
+    assert disc == SesameBertConfig(**tiny_kwargs, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).to_dict()
     third = _config(tiny_kwargs, generator_size=0.5, embedding_sharing="none").generator_config()
     assert (third.hidden_size, third.num_attention_heads, third.embedding_size) == (16, 2, None)
     for bad in (0.0, 1.5, 0.6):  # 0.6: hidden 19 with 2 heads
@@ -265,3 +265,37 @@ def test_bf16_autocast_gives_float32_losses_close_to_float32(tiny_kwargs, make_b
     assert float((out.corrupted_input_ids == ref.corrupted_input_ids).float().mean()) > 0.9
     torch.testing.assert_close(out.generator_loss, ref.generator_loss, rtol=2e-2, atol=0)
     torch.testing.assert_close(out.discriminator_loss, ref.discriminator_loss, rtol=5e-2, atol=0)
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+def test_a_saved_rtd_model_records_its_rtd_fields_and_loads_back_without_config(tiny_kwargs, tmp_path, sharing):
+    """The saved discriminator's config.json records lambda, the sharing mode and the generator size; loading the
+    folder without ``config=`` (and pretrain's ``--model_name_or_path`` path: the folder's config wrapped by
+    ``from_discriminator``) gives the pair as it was trained -- not ELECTRA's defaults, which under GDES or no
+    sharing would drop the discriminator's own embedding tables."""
+    from transformers import AutoConfig
+
+    fields = dict(embedding_sharing=sharing, discriminator_weight=10.0, generator_size=0.5)
+    model = _model(tiny_kwargs, **fields).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_delta"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "rtd")
+    saved = json.loads((tmp_path / "rtd" / "config.json").read_text())
+    assert {k: saved[k] for k in fields} == fields
+    again = SesameBertForReplacedTokenDetection.from_pretrained(tmp_path / "rtd")
+    assert {k: getattr(again.config, k) for k in fields} == fields
+    wrapped = SesameBertRTDConfig.from_discriminator(AutoConfig.from_pretrained(tmp_path / "rtd"))
+    assert {k: getattr(wrapped, k) for k in fields} == fields
+    shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    assert {k: getattr(wrapped, k) for k in shape} == {k: getattr(model.config, k) for k in shape}
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=1e-6 if sharing == "gdes" else 0)
+    # an explicit field still wins over the recorded one
+    assert (
+        SesameBertRTDConfig.from_discriminator(
+            model.discriminator.config, discriminator_weight=3.0
+        ).discriminator_weight
+        == 3.0
+    )
