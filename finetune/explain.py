@@ -236,6 +236,26 @@ def explain(
             per_token, result = _integrated_gradients(
                 f, x, extra, label_id, float(out[label_id]), n_steps, max_steps, completeness_tolerance
             )
+    return _explanation(
+        result, meta, per_token, out, text, text_pair, method, label_id, predicted, regression, id2label
+    )
+
+
+def _explanation(
+    result: dict[str, Any],
+    meta: dict[str, list],
+    per_token: torch.Tensor,
+    out: torch.Tensor,
+    text: str,
+    text_pair: str | None,
+    method: str,
+    label_id: int,
+    predicted: int,
+    regression: bool,
+    id2label: dict[int, str],
+) -> dict[str, Any]:
+    """:func:`explain`'s result: ``result`` (the method's extra keys) updated with the input, the explained and
+    predicted labels, the score, the per-word and per-token scores, and the probabilities (or the prediction)."""
     scores = per_token.detach().cpu().tolist()
     name = (lambda i: "prediction") if regression else (lambda i: id2label.get(i, str(i)))
     result.update(

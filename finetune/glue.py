@@ -433,7 +433,6 @@ def glue_parts(
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
     the test splits and their submission files."""
-    from finetune.glue_data import write_submission
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 
@@ -461,15 +460,7 @@ def glue_parts(
     def evaluate(model) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for n, split in enumerate(data.eval_splits):
-            out = predict_split(model, split)
-            logits, labels = out["logits"], out["labels"]
-            if data.regression:
-                loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels.float())
-                refs = labels.numpy()
-            else:
-                loss = torch.nn.functional.cross_entropy(logits, labels.long())
-                refs = np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
-            scores = {"loss": float(loss), **metric.compute(predictions=to_task_ids(logits), references=refs)}
+            scores = _split_scores(predict_split(model, split), data.regression, inverse, metric, to_task_ids)
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
                 if n == 0:
@@ -482,23 +473,10 @@ def glue_parts(
         return {split: to_task_ids(predict_split(model, split)["logits"]) for split in data.test_splits}
 
     def write_outputs(folder: Path, predictions) -> None:
-        for split, preds in (predictions or {}).items():
-            idx = tokenized[split][0]["idx"]
-            if task is not None and split in task.submission:
-                path = write_submission(folder, task, split, idx, preds)
-            else:
-                path = write_custom_predictions(folder, split, idx, preds, data.label_names)
-            logger.info("wrote %s", path.name)
+        _write_predictions(folder, predictions, tokenized, task, data.label_names)
 
     def describe(trainer) -> None:
-        logger.info(
-            "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
-            task.name if task else "custom task",
-            len(tokenized["train"][1]),
-            data.eval_splits or "nothing",
-            data.label_names or "regression",
-            trainer.max_train_steps,
-        )
+        _describe_run(trainer, task, tokenized, data)
 
     train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
     return RunParts(
@@ -509,6 +487,43 @@ def glue_parts(
         predict=predict if data.test_splits else None,
         write_outputs=write_outputs,
         describe=describe,
+    )
+
+
+def _split_scores(out: dict[str, torch.Tensor], regression: bool, inverse, metric, to_task_ids) -> dict[str, float]:
+    """The loss and the task metric of one evaluation split, from its gathered ``logits`` and ``labels``."""
+    logits, labels = out["logits"], out["labels"]
+    if regression:
+        loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels.float())
+        refs = labels.numpy()
+    else:
+        loss = torch.nn.functional.cross_entropy(logits, labels.long())
+        refs = np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
+    return {"loss": float(loss), **metric.compute(predictions=to_task_ids(logits), references=refs)}
+
+
+def _write_predictions(folder: Path, predictions, tokenized: dict, task: GlueTask | None, label_names) -> None:
+    """Write the test splits' predictions: the task's submission file, or a custom predictions file."""
+    from finetune.glue_data import write_submission
+
+    for split, preds in (predictions or {}).items():
+        idx = tokenized[split][0]["idx"]
+        if task is not None and split in task.submission:
+            path = write_submission(folder, task, split, idx, preds)
+        else:
+            path = write_custom_predictions(folder, split, idx, preds, label_names)
+        logger.info("wrote %s", path.name)
+
+
+def _describe_run(trainer, task: GlueTask | None, tokenized: dict, data: GlueData) -> None:
+    """Log what the run trains on and evaluates: task, training examples, evaluation splits, labels, steps."""
+    logger.info(
+        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+        task.name if task else "custom task",
+        len(tokenized["train"][1]),
+        data.eval_splits or "nothing",
+        data.label_names or "regression",
+        trainer.max_train_steps,
     )
 
 

@@ -97,7 +97,7 @@ def prepare(
             ``--overwrite_output_dir``.
     """
     from pretrain import data
-    from pretrain.build import get_tokenizer, tokenizer_hash
+    from pretrain.build import get_tokenizer
     from training.files import atomic_output_dir, check_output_dir_reuse
 
     demo = corpus.demo
@@ -128,37 +128,7 @@ def prepare(
         del raw, tokenized, blocks
         shutil.rmtree(cache, ignore_errors=True)
         shards = shard_manifest(tmp)
-        train_files = corpus.train_file or ([] if corpus.dataset_name else data.DEFAULT_TRAIN_FILES)
-        valid_files = (
-            [corpus.validation_file] if corpus.validation_file else ([data.DEFAULT_VALIDATION_FILE] if demo else [])
-        )
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "objective": objective.name,
-            "model_type": objective.family.name,
-            "tokenizer_hash": tokenizer_hash(tokenizer),
-            "tokenizer_size": len(tokenizer),
-            "max_seq_length": corpus.max_seq_length,
-            "sample_by": corpus.sample_by,
-            "packing_batch_size": corpus.packing_batch_size,
-            "validation_split_percentage": (
-                None if valid_files or corpus.dataset_name else corpus.validation_split_percentage
-            ),
-            "nsp_seed": output.seed if objective.nsp else None,
-            "streamed": bool(corpus.streaming),
-            DOCUMENT_BOUNDARIES_KEY: bool(corpus.document_masking),
-            "sources": {
-                "train": _sources(train_files),
-                "validation": _sources(valid_files),
-                "dataset_name": corpus.dataset_name,
-                "dataset_config_name": corpus.dataset_config_name,
-            },
-            "blocks": counts,
-            "tokens": tokens,
-            "files": shards,
-            "versions": _library_versions(),
-        }
+        manifest = _manifest(objective, corpus, output, demo, tokenizer, counts, tokens, shards)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     logger.info(
         "wrote %s: %d training and %d validation blocks of <= %d tokens (%d training tokens)",
@@ -169,6 +139,55 @@ def prepare(
         tokens["train"],
     )
     return manifest
+
+
+def _manifest(
+    objective,
+    corpus: CorpusArguments,
+    output: PrepareArguments,
+    demo: bool,
+    tokenizer,
+    counts: dict,
+    tokens: dict,
+    shards,
+) -> dict:
+    """The ``manifest.json`` content of a prepared dataset: the objective, the tokenizer's hash and size, the
+    corpus settings, the source files (size and SHA-256), the block and token counts, the split files
+    (``shards``) and the library versions."""
+    from pretrain import data
+    from pretrain.build import tokenizer_hash
+
+    train_files = corpus.train_file or ([] if corpus.dataset_name else data.DEFAULT_TRAIN_FILES)
+    valid_files = (
+        [corpus.validation_file] if corpus.validation_file else ([data.DEFAULT_VALIDATION_FILE] if demo else [])
+    )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "objective": objective.name,
+        "model_type": objective.family.name,
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "tokenizer_size": len(tokenizer),
+        "max_seq_length": corpus.max_seq_length,
+        "sample_by": corpus.sample_by,
+        "packing_batch_size": corpus.packing_batch_size,
+        "validation_split_percentage": (
+            None if valid_files or corpus.dataset_name else corpus.validation_split_percentage
+        ),
+        "nsp_seed": output.seed if objective.nsp else None,
+        "streamed": bool(corpus.streaming),
+        DOCUMENT_BOUNDARIES_KEY: bool(corpus.document_masking),
+        "sources": {
+            "train": _sources(train_files),
+            "validation": _sources(valid_files),
+            "dataset_name": corpus.dataset_name,
+            "dataset_config_name": corpus.dataset_config_name,
+        },
+        "blocks": counts,
+        "tokens": tokens,
+        "files": shards,
+        "versions": _library_versions(),
+    }
 
 
 def _materialise_stream(blocks, cache: Path):

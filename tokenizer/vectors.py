@@ -89,16 +89,7 @@ def train_word_vectors(
     wv, words = model.wv, tok.ids_to_tokens
     vectors, vocab_rows, known = _tokenizer_rows(wv, tok, vector_size)
     info = {
-        "vector_size": vector_size,
-        "epochs": epochs,
-        "min_count": min_count,
-        "window": window,
-        "min_n": min_n,
-        "max_n": max_n,
-        "bucket": bucket,
-        "sg": bool(sg),
-        "seed": seed,
-        "workers": 1,
+        **_settings_record(vector_size, epochs, min_count, window, min_n, max_n, bucket, sg, seed),
         "train_files": [{"path": str(p), "bytes": p.stat().st_size} for p in paths],
         "corpus_words": n_words,
         "gensim_vocab_size": len(wv.key_to_index),
@@ -119,6 +110,24 @@ def train_word_vectors(
         )
         (out / VECTORS_CONFIG).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def _settings_record(
+    vector_size: int, epochs: int, min_count: int, window: int, min_n: int, max_n: int, bucket: int, sg: bool, seed: int
+) -> dict:
+    """The training settings as ``word_vectors.json`` records them (``workers`` is always 1)."""
+    return {
+        "vector_size": vector_size,
+        "epochs": epochs,
+        "min_count": min_count,
+        "window": window,
+        "min_n": min_n,
+        "max_n": max_n,
+        "bucket": bucket,
+        "sg": bool(sg),
+        "seed": seed,
+        "workers": 1,
+    }
 
 
 def _check_settings(

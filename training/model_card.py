@@ -190,9 +190,21 @@ def render_model_card(
         eval_results=eval_results,
     )
 
+    out = _title_lines(name, family, model_type, task, finetuned_task, finetuning)
+    out += _model_lines(family, preset, base_model) + _training_data_lines(training_data, datasets)
+    out += _objective_lines(task, finetuned_task, finetuning, objective)
+    out += _run_lines(hyperparameters, results)
+    out += _usage_lines(task, repo, auto_class or AUTO_CLASS_BY_TASK[task]) + _limitation_lines(finetuning, limitations)
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
+
+
+def _title_lines(
+    name: str, family: str, model_type: str, task: str, finetuned_task: str | None, finetuning: bool
+) -> list[str]:
+    """The card's title and its one-sentence description: the model family, and pretrained or fine-tuned."""
     article = "An" if family[:1].upper() in "AEIOU" else "A"
     what = f"{article} {family} (`model_type: {model_type}`) trained with [sesame-lm](https://github.com/sesame-lm/sesame-lm)"
-    out = [
+    return [
         f"# {name}",
         "",
         what
@@ -204,26 +216,35 @@ def render_model_card(
         + ".",
         "",
     ]
-    out += [
+
+
+def _model_lines(family: str, preset: str | None, base_model: str | None) -> list[str]:
+    """The card's "Model" section: architecture, preset and the model it was fine-tuned from."""
+    out = [
         "## Model",
         "",
         f"- Architecture: {family}",
         f"- Preset: `{preset}`" if preset else "- Preset: custom config",
     ]
-    out += [f"- Fine-tuned from: `{base_model}`"] if base_model else []
+    return out + ([f"- Fine-tuned from: `{base_model}`"] if base_model else [])
+
+
+def _training_data_lines(training_data: str | Sequence[str] | None, datasets: Sequence[str]) -> list[str]:
+    """The card's "Training data" section: the data descriptions and the Hub dataset ids."""
     data_items = [training_data] if isinstance(training_data, str) else list(training_data or [])
-    out += ["", "## Training data", "", *([f"- {d}" for d in data_items] or ["- (not recorded)"])]
-    out += [f"- Hub dataset: `{d}`" for d in datasets]
-    out += _objective_lines(task, finetuned_task, finetuning, objective)
-    out += [
+    out = ["", "## Training data", "", *([f"- {d}" for d in data_items] or ["- (not recorded)"])]
+    return out + [f"- Hub dataset: `{d}`" for d in datasets]
+
+
+def _run_lines(hyperparameters: Mapping[str, Any], results: Mapping[str, Any]) -> list[str]:
+    """The card's "Training hyperparameters" and "Results" sections, as tables."""
+    out = [
         "",
         "## Training hyperparameters",
         "",
         _table(hyperparameters, ("hyperparameter", "value")) if hyperparameters else "(not recorded)",
     ]
-    out += ["", "## Results", "", _table(results, ("metric", "value")) if results else "(no results recorded)"]
-    out += _usage_lines(task, repo, auto_class or AUTO_CLASS_BY_TASK[task]) + _limitation_lines(finetuning, limitations)
-    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(out) + "\n"
+    return out + ["", "## Results", "", _table(results, ("metric", "value")) if results else "(no results recorded)"]
 
 
 def _objective_lines(task: str, finetuned_task: str | None, finetuning: bool, objective) -> list[str]:
