@@ -84,12 +84,27 @@ RECIPES: dict[str, dict] = {
             "32",
             "--config_name",
             "elmo-small:softmax=full",
+            "--lr_scheduler_type",
+            "linear",
         ],
-        note="the defaults before issue 22, spelled out: elmo-small (full softmax), lr 1e-3, batch 16 x 32 words",
+        note="the defaults before issue 22, spelled out: elmo-small (full softmax), lr 1e-3, linear decay, batch "
+        "16 x 32 words",
     ),
-    "elmo-new-default": dict(flags=[], note="no flags: the ELMo-style default for user data"),
+    "elmo-new-default": dict(
+        flags=[],
+        note="no flags: the ELMo-style default for user data (issue 22: adaptive softmax, lr 2e-3, warmup-stable-"
+        "1-sqrt decay, batch 16 x 32 words)",
+    ),
     "elmo-adaptive": dict(
-        flags=["--config_name", "elmo-small:softmax=adaptive"], note="the default with the adaptive softmax"
+        flags=[
+            "--config_name",
+            "elmo-small:softmax=adaptive",
+            "--learning_rate",
+            "1e-3",
+            "--lr_scheduler_type",
+            "linear",
+        ],
+        note="the defaults before issue 22 with the adaptive softmax",
     ),
 }
 DEFAULT_RECIPES = ("elmo-default", "elmo-new-default")

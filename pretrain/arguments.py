@@ -228,8 +228,8 @@ PretrainTrainingArguments = with_defaults(
         "one at the end) (default: every 10%% of the run with your data)",
         weight_decay="AdamW weight decay, not on biases/norms (default: 0.01 BERT-like, 0 ELMo-style)",
         per_device_train_batch_size="micro-batch size per process (default: 32 BERT-like, 16 ELMo-style)",
-        lr_scheduler_type="learning-rate schedule (default: warmup_stable_decay_1sqrt for mlm on your data, as "
-        "measured; linear for the other objectives and the demo job)",
+        lr_scheduler_type="learning-rate schedule (default: warmup_stable_decay_1sqrt for mlm and bilm on your data, "
+        "as measured; linear for the other objectives and the demo job)",
     ),
     name="PretrainTrainingArguments",
 )

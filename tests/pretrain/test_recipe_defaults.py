@@ -18,7 +18,7 @@ from pretrain.objectives import FAMILIES
     [
         (["--train_file", "x.txt"], 0.3, "warmup_stable_decay_1sqrt"),  # mlm on user data: the measured recipe
         (["--train_file", "x.txt", "--objective", "mlm+nsp"], 0.15, "linear"),  # BERT's
-        (["--train_file", "x.txt", "--model_type", "elmo"], None, "linear"),  # no masking
+        (["--train_file", "x.txt", "--model_type", "elmo"], None, "warmup_stable_decay_1sqrt"),  # BiLM: measured
         ([], 0.15, "linear"),  # the demo job keeps its settings
         (["--train_file", "x.txt", "--mlm_probability", "0.2", "--lr_scheduler_type", "cosine"], 0.2, "cosine"),
     ],
@@ -67,3 +67,14 @@ def test_too_few_tokens_warns_with_numbers(caplog):
     assert not warn_few_tokens(int(MIN_TOKENS_PER_PARAMETER * n_params), n_params)
     assert not warn_few_tokens(3_000_000, n_params)
     assert caplog.text == ""
+
+
+def test_elmo_defaults_follow_the_elmo_recipe_benchmark():
+    """The BiLM's measured recipe (issue 22, item 5): lr 2e-3 for any config, and elmo-small trains with the adaptive
+    softmax; elmo-original keeps bilm-tf's sampled softmax."""
+    rate, source = FAMILIES["elmo"].learning_rate(get_preset_config("elmo-small", vocab_size=100))
+    assert rate == 2e-3 and "measured" in source
+    assert get_preset_config("elmo-small", vocab_size=100).softmax == "adaptive"
+    assert get_preset_config("elmo-original", vocab_size=100).softmax == "sampled"
+    plan = parse(["--train_file", "x.txt", "--model_type", "elmo"])
+    assert plan.with_model_config(get_preset_config("elmo-small", vocab_size=100)).training.learning_rate == 2e-3
