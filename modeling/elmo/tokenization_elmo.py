@@ -426,27 +426,27 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         """Encode one text (or pair) -- or a batch, delegated to the base class, which calls back here per
         example and pads with :meth:`pad` (``char_ids`` included)."""
         if is_batch(text, is_split_into_words):
-            return self._encode_batch(
-                text,
-                text_pair,
-                add_special_tokens,
-                padding_strategy,
-                truncation_strategy,
-                max_length,
-                stride,
-                is_split_into_words,
-                pad_to_multiple_of,
-                padding_side,
-                return_tensors,
-                return_token_type_ids,
-                return_attention_mask,
-                return_overflowing_tokens,
-                return_special_tokens_mask,
-                return_offsets_mapping,
-                return_length,
-                verbose,
-                **kwargs,
+            arguments = dict(
+                text=text,
+                text_pair=text_pair,
+                add_special_tokens=add_special_tokens,
+                padding_strategy=padding_strategy,
+                truncation_strategy=truncation_strategy,
+                max_length=max_length,
+                stride=stride,
+                is_split_into_words=is_split_into_words,
+                pad_to_multiple_of=pad_to_multiple_of,
+                padding_side=padding_side,
+                return_tensors=return_tensors,
+                return_token_type_ids=return_token_type_ids,
+                return_attention_mask=return_attention_mask,
+                return_special_tokens_mask=return_special_tokens_mask,
+                return_length=return_length,
+                verbose=verbose,
             )
+            if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
+                return self._encode_with_offsets_one_by_one(**arguments)
+            return super()._encode_plus(**arguments, return_overflowing_tokens=return_overflowing_tokens, **kwargs)
         if return_overflowing_tokens:
             raise NotImplementedError("SesameElmoTokenizer does not return overflowing tokens (no doc_stride windows)")
         tokens, offsets, types, specials = self._marked_tokens(
@@ -478,71 +478,6 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
                 )
             )
         return BatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=return_tensors is not None)
-
-    def _encode_batch(
-        self,
-        text: Any,
-        text_pair: Any,
-        add_special_tokens: bool,
-        padding_strategy: PaddingStrategy,
-        truncation_strategy: TruncationStrategy,
-        max_length: int | None,
-        stride: int,
-        is_split_into_words: bool,
-        pad_to_multiple_of: int | None,
-        padding_side: str | None,
-        return_tensors: Any,
-        return_token_type_ids: bool | None,
-        return_attention_mask: bool | None,
-        return_overflowing_tokens: bool,
-        return_special_tokens_mask: bool,
-        return_offsets_mapping: bool,
-        return_length: bool,
-        verbose: bool,
-        **kwargs: Any,
-    ) -> BatchEncoding:
-        """A batch for :meth:`_encode_plus`: with ``offset_mapping`` one example at a time
-        (:meth:`_encode_with_offsets_one_by_one`), otherwise by the base class, which calls back
-        :meth:`_encode_plus` per example and pads with :meth:`pad` (``char_ids`` included)."""
-        if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
-            return self._encode_with_offsets_one_by_one(
-                text,
-                text_pair,
-                add_special_tokens,
-                padding_strategy,
-                truncation_strategy,
-                max_length,
-                stride,
-                is_split_into_words,
-                pad_to_multiple_of,
-                padding_side,
-                return_tensors,
-                return_token_type_ids,
-                return_attention_mask,
-                return_special_tokens_mask,
-                return_length,
-                verbose,
-            )
-        return super()._encode_plus(
-            text,
-            text_pair,
-            add_special_tokens,
-            padding_strategy,
-            truncation_strategy,
-            max_length,
-            stride,
-            is_split_into_words,
-            pad_to_multiple_of,
-            padding_side,
-            return_tensors,
-            return_token_type_ids,
-            return_attention_mask,
-            return_overflowing_tokens,
-            return_special_tokens_mask,
-            return_length,
-            verbose,
-            **kwargs,
-        )
 
     def _pad(
         self,
