@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -430,6 +431,51 @@ def pack_blocks(
     )
 
 
+def _pack_documents_batch(
+    batch: dict[str, list], columns: list[str], max_seq_length: int, cls_token_id: int, sep_token_id: int
+) -> dict[str, list]:
+    """One ``datasets.map`` batch of :func:`pack_documents`: its documents (``input_ids`` lists, and ``word_start``
+    when among ``columns``) packed into blocks of ``max_seq_length`` tokens with ``position_ids``."""
+    has_starts = "word_start" in columns
+    L = max_seq_length
+    out: dict[str, list] = {c: [] for c in (*columns, "position_ids")}
+    ids, starts, positions = [], [], []
+
+    def flush():
+        out["input_ids"].append(ids[:])
+        out["position_ids"].append(positions[:])
+        if has_starts:
+            out["word_start"].append(starts[:])
+        ids.clear(), starts.clear(), positions.clear()
+
+    for i, doc in enumerate(batch["input_ids"]):
+        if not doc:
+            continue
+        doc_ids = doc + [sep_token_id]
+        doc_starts = (batch["word_start"][i] + [1]) if has_starts else None
+        k = 0
+        while k < len(doc_ids) and not (k and k == len(doc_ids) - 1):  # never a piece of [SEP] alone
+            room = L - len(ids)
+            take = min(room - 1, len(doc_ids) - k)  # [CLS] + take tokens of the document
+            ids.append(cls_token_id)
+            ids.extend(doc_ids[k : k + take])
+            positions.extend(range(take + 1))
+            if has_starts:
+                starts.append(1)
+                starts.extend([1, *doc_starts[k + 1 : k + take]] if take else [])
+            k += take
+            if len(ids) >= L - 1:  # full, or one slot left after [SEP]: a lone [CLS] fills it
+                if len(ids) == L - 1:
+                    ids.append(cls_token_id)
+                    positions.append(0)
+                    if has_starts:
+                        starts.append(1)
+                flush()
+    if ids:
+        flush()
+    return out
+
+
 def pack_documents(
     tokenized,
     max_seq_length: int,
@@ -462,46 +508,13 @@ def pack_documents(
     if max_seq_length < 3:
         raise InputError(f"--max_seq_length {max_seq_length}: expected at least 3 with document masking")
     columns = [c for c in _columns(tokenized) if c not in ("line_ends", "position_ids")]
-    has_starts = "word_start" in columns
-    L = max_seq_length
-
-    def pack(batch):
-        out: dict[str, list] = {c: [] for c in (*columns, "position_ids")}
-        ids, starts, positions = [], [], []
-
-        def flush():
-            out["input_ids"].append(ids[:])
-            out["position_ids"].append(positions[:])
-            if has_starts:
-                out["word_start"].append(starts[:])
-            ids.clear(), starts.clear(), positions.clear()
-
-        for i, doc in enumerate(batch["input_ids"]):
-            if not doc:
-                continue
-            doc_ids = doc + [sep_token_id]
-            doc_starts = (batch["word_start"][i] + [1]) if has_starts else None
-            k = 0
-            while k < len(doc_ids) and not (k and k == len(doc_ids) - 1):  # never a piece of [SEP] alone
-                room = L - len(ids)
-                take = min(room - 1, len(doc_ids) - k)  # [CLS] + take tokens of the document
-                ids.append(cls_token_id)
-                ids.extend(doc_ids[k : k + take])
-                positions.extend(range(take + 1))
-                if has_starts:
-                    starts.append(1)
-                    starts.extend([1, *doc_starts[k + 1 : k + take]] if take else [])
-                k += take
-                if len(ids) >= L - 1:  # full, or one slot left after [SEP]: a lone [CLS] fills it
-                    if len(ids) == L - 1:
-                        ids.append(cls_token_id)
-                        positions.append(0)
-                        if has_starts:
-                            starts.append(1)
-                    flush()
-        if ids:
-            flush()
-        return out
+    pack = functools.partial(
+        _pack_documents_batch,
+        columns=columns,
+        max_seq_length=max_seq_length,
+        cls_token_id=cls_token_id,
+        sep_token_id=sep_token_id,
+    )
 
     return _map(
         tokenized,
@@ -514,6 +527,64 @@ def pack_documents(
         load_from_cache_file=not overwrite_cache,
         desc=f"packing documents into blocks of {max_seq_length}",
     )
+
+
+def _line_segments(ends: list[int], piece: int) -> list[tuple[int, int]]:
+    """``(start, end)`` token ranges of a document's lines (``ends``: each line's end offset), a line longer than
+    ``piece`` tokens cut into pieces of ``piece``."""
+    segs, start = [], 0
+    for end in ends:
+        for s in range(start, end, piece):
+            segs.append((s, min(s + piece, end)))
+        start = end
+    return segs
+
+
+def _nsp_pair(
+    chunk: list[tuple[int, int]],
+    d: int,
+    docs: list[list[int]],
+    segs_all: list[list[tuple[int, int]]],
+    rng: random.Random,
+    max_tokens: int,
+    random_next_probability: float,
+) -> tuple[list[int], int, list[int], int, int] | None:
+    """One NSP example from ``chunk``, consecutive segments of document ``d``, after BERT's
+    ``create_pretraining_data.py`` (Devlin et al. 2019): A is the chunk's first ``k`` segments (a random ``k``; a
+    one-segment chunk is split at a random token); B the rest (IsNext, label 0) or, with probability
+    ``random_next_probability``, a span of another document (NotNext, label 1), and the segments after A go back to
+    the caller. The pair is cut to ``max_tokens`` by dropping tokens from the longer side: the front of A, the back of
+    B (BERT's ``truncate_seq_pair`` picks the side at random).
+
+    Returns ``(a, d_b, b, label, put_back)`` -- token ranges ``a`` in ``docs[d]`` and ``b`` in ``docs[d_b]``, and how
+    many segments of ``chunk`` to put back -- or None for a chunk of fewer than 2 tokens. Draws from ``rng`` in a
+    fixed order (the pairs are deterministic for a seed)."""
+    lo, hi = chunk[0][0], chunk[-1][1]
+    if hi - lo < 2:
+        return None
+    is_random = rng.random() < random_next_probability and len(docs) > 1
+    if len(chunk) > 1:
+        k = rng.randint(1, len(chunk) - 1)
+        split = chunk[k][0]
+    else:
+        k, split = 1, rng.randint(lo + 1, hi - 1)
+    a, put_back = [lo, split], 0
+    others = [j for j in range(len(docs)) if j != d and segs_all[j]] if is_random else []
+    if others:
+        o = rng.choice(others)
+        s0 = segs_all[o][rng.randrange(len(segs_all[o]))][0]
+        want = max(1, max_tokens - (a[1] - a[0]))
+        b, d_b, label = [s0, min(s0 + want, len(docs[o]))], o, 1
+        if len(chunk) > 1:
+            put_back = len(chunk) - k
+    else:
+        b, d_b, label = [split, hi], d, 0
+    while (a[1] - a[0]) + (b[1] - b[0]) > max_tokens:
+        if a[1] - a[0] > b[1] - b[0]:
+            a[0] += 1  # front of A
+        else:
+            b[1] -= 1  # back of B
+    return a, d_b, b, label, put_back
 
 
 def make_nsp_pairs(
@@ -538,19 +609,11 @@ def make_nsp_pairs(
         raise InputError(f"--max_seq_length {max_seq_length}: expected at least 5 with --nsp")
     piece = max(1, max_tokens // 2)
 
-    def segments_of(ends: list[int]) -> list[tuple[int, int]]:
-        segs, start = [], 0
-        for end in ends:
-            for s in range(start, end, piece):
-                segs.append((s, min(s + piece, end)))
-            start = end
-        return segs
-
     def pairs(batch, indices):
         rng = random.Random(f"{seed}-nsp-{indices[0]}")
         docs = batch["input_ids"]
         starts = batch["word_start"]
-        segs_all = [segments_of(e) for e in batch["line_ends"]]
+        segs_all = [_line_segments(e, piece) for e in batch["line_ends"]]
         out = {"input_ids": [], "token_type_ids": [], "word_start": [], "next_sentence_label": []}
 
         def emit(d_a, a, d_b, b, label):
@@ -565,36 +628,11 @@ def make_nsp_pairs(
             i, chunk = 0, []
             while i < len(segs):
                 chunk.append(segs[i])
-                length = chunk[-1][1] - chunk[0][0]
-                if i == len(segs) - 1 or length >= max_tokens:
-                    lo, hi = chunk[0][0], chunk[-1][1]
-                    if hi - lo >= 2:
-                        is_random = rng.random() < random_next_probability and len(docs) > 1
-                        if len(chunk) > 1:
-                            k = rng.randint(1, len(chunk) - 1)
-                            split = chunk[k][0]
-                        else:
-                            k, split = 1, rng.randint(lo + 1, hi - 1)
-                        a = [lo, split]
-                        if is_random:
-                            others = [j for j in range(len(docs)) if j != d and segs_all[j]]
-                            if others:
-                                o = rng.choice(others)
-                                s0 = segs_all[o][rng.randrange(len(segs_all[o]))][0]
-                                want = max(1, max_tokens - (a[1] - a[0]))
-                                b = [s0, min(s0 + want, len(docs[o]))]
-                                if len(chunk) > 1:
-                                    i -= len(chunk) - k  # put the unused segments back
-                                d_b, label = o, 1
-                            else:
-                                is_random = False
-                        if not is_random:
-                            b, d_b, label = [split, hi], d, 0
-                        while (a[1] - a[0]) + (b[1] - b[0]) > max_tokens:
-                            if a[1] - a[0] > b[1] - b[0]:
-                                a[0] += 1  # front of A
-                            else:
-                                b[1] -= 1  # back of B
+                if i == len(segs) - 1 or chunk[-1][1] - chunk[0][0] >= max_tokens:
+                    pair = _nsp_pair(chunk, d, docs, segs_all, rng, max_tokens, random_next_probability)
+                    if pair is not None:
+                        a, d_b, b, label, put_back = pair
+                        i -= put_back  # segments not used by a random B start the next chunk
                         emit(d, a, d_b, b, label)
                     chunk = []
                 i += 1
