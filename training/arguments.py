@@ -39,9 +39,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     Flags are shown in their Hugging Face form only (``--output_dir``; ``HfArgumentParser`` also accepts
     ``--output-dir``), and a boolean flag without its optional value (``--do_train``; ``--do_train false`` also
-    works)."""
+    works). The ``--no_X`` flag of a field that defaults to True says what it stands for instead of repeating ``X``'s
+    help."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        if _is_negation(action):  # HfArgumentParser's --no_X for a field X that defaults to True
+            return f"the same as --{action.dest} false"
         text = action.help or ""
         if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
             return text
@@ -69,6 +72,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if _is_bool_flag(action):
             return ""
         return super()._format_args(action, default_metavar)
+
+
+def _is_negation(action: argparse.Action) -> bool:
+    """The ``--no_X`` flag ``HfArgumentParser`` adds for a boolean field ``X`` whose default is True (it stores False
+    into ``X``, and would repeat ``X``'s help)."""
+    return action.nargs == 0 and action.const is False and f"--no_{action.dest}" in action.option_strings
 
 
 def _is_bool_flag(action: argparse.Action) -> bool:

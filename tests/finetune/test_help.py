@@ -46,3 +46,16 @@ def test_help_shows_the_defaults_the_script_uses(module, lr, batch, monkeypatch)
         else "(default: 128)" in entries["--max_seq_length"]
     )
     assert "default" not in entries["--do_train"].lower() or entries["--do_train"].lower().count("default") == 1
+
+
+def test_a_negation_flag_says_what_it_stands_for_and_works(monkeypatch):
+    """HfArgumentParser adds --no_group_by_length for the field group_by_length (default True): its help names the
+    flag it negates instead of repeating that flag's help, and it still sets the field to False."""
+    parser = glue.build_parser()
+    entries = _entries(parser, monkeypatch)
+    assert entries["--no_group_by_length"].split(None, 1)[1] == "the same as --group_by_length false"
+    assert "(default: True)" in entries["--group_by_length"]
+    parse = lambda *argv: parser.parse_args(["--model_name_or_path", "m", *argv]).group_by_length
+    assert parse() is True
+    assert parse("--no_group_by_length") is False
+    assert parse("--group_by_length", "false") is False
