@@ -15,6 +15,13 @@ Backbones: ``cbow``, ``fasttext``, ``cnn``, ``rnn``, ``treelstm`` (:mod:`modelin
 tokenizer of ``--embeddings`` or ``--tokenizer_name``, embeddings from ``--embeddings`` or random), or a
 model folder (a pretrained SesameBert / SesameElmo, fine-tuned with the recipe of its ``model_type``).
 
+``--elmo SPEC [SPEC ...]`` adds, for every classic backbone, a ``<backbone>+elmo`` row per SPEC: the same encoder
+and recipe with a frozen ELMo BiLM's layers mixed by a task ScalarMix and concatenated to the word vectors (Peters et
+al. 2018, section 3.3; ``SesameBaselineConfig.elmo_config``). SPEC is a pretrained SesameElmo folder (row
+``<backbone>+elmo``; with several folders, ``<backbone>+<folder name>``), or ``random:<folder or preset>`` for a
+randomly initialised BiLM of that shape (row ``<backbone>+elmo-random``: the control that separates pretraining
+from the extra parameters and the character CNN).
+
 Example::
 
     python -m tokenizer train --model_type elmo --lowercase --train_file corpus.txt.gz --vocab_size 50000 \\
@@ -136,7 +143,19 @@ class BaselinesArguments:
     embedding_dim: int | None = arg(None, "without --embeddings (default 100)")
     max_seq_length: int = arg(64, "tokens per input")
     seed: int = arg(42, "random seed")
+    seeds: list[int] | None = arg(
+        None,
+        "several seeds (replaces --seed): every cell runs once per seed (initialisation and fine-tuning); the table "
+        "shows the median and each seed's value",
+        nargs="+",
+    )
     num_train_epochs: float | None = arg(None, "override every recipe's epochs")
+    elmo: list[str] | None = arg(
+        None,
+        "ELMo features for the classic backbones: a pretrained SesameElmo folder (adds <backbone>+elmo rows) and/or "
+        "random:<folder or preset> (adds <backbone>+elmo-random rows: a randomly initialised BiLM of that shape)",
+        nargs="+",
+    )
 
 
 DESCRIPTION = (
@@ -154,6 +173,7 @@ def init_baseline_model(
     tokenizer_name: str | None = None,
     embedding_dim: int | None = None,
     seed: int = 42,
+    elmo: str | None = None,
     **overrides,
 ) -> Path:
     """Write a freshly initialised baseline folder that ``finetune.glue`` (``AutoModelForSequenceClassification``)
@@ -168,10 +188,13 @@ def init_baseline_model(
         tokenizer_name: the word tokenizer when ``embeddings`` is None.
         embedding_dim: embedding size without ``embeddings`` (default 100).
         seed: initialisation seed.
+        elmo: ELMo features (:func:`load_bilm`): a pretrained SesameElmo folder, or ``"random:<folder or preset>"``;
+            the BiLM's weights are copied into the model (``baseline.elmo.bilm``), so the folder is self-contained.
         **overrides: config fields replacing the preset's (e.g. ``embedding_mode="static"``).
 
     Raises:
-        InputError: an unknown backbone, or neither ``embeddings`` nor ``tokenizer_name``.
+        InputError: an unknown backbone, neither ``embeddings`` nor ``tokenizer_name``, or an ``elmo`` that
+            :func:`load_bilm` refuses.
     """
     import torch
     from transformers import AutoTokenizer
@@ -199,6 +222,10 @@ def init_baseline_model(
         overrides.setdefault("ngram_buckets", info["bucket"])
     else:
         dim = embedding_dim or 100
+    bilm = None
+    if elmo is not None:
+        bilm = load_bilm(elmo, tokenizer, seed)
+        overrides.update(elmo_config=bilm_config_dict(bilm.config), elmo_name_or_path=elmo)
     config = modeling.get_preset_config(
         f"baseline-{backbone}", vocab_size=len(tokenizer), embedding_dim=dim, **overrides
     )
@@ -206,10 +233,96 @@ def init_baseline_model(
     model = SesameBaselineModel(config)
     if embeddings is not None:
         load_word_vectors(model, embeddings, vocab=[tokenizer.convert_ids_to_tokens(i) for i in range(len(tokenizer))])
+    if bilm is not None:
+        model.elmo.bilm.load_state_dict(bilm.state_dict())
     with atomic_output_dir(output_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return Path(output_dir)
+
+
+def bilm_config_dict(config) -> dict:
+    """A SesameElmoConfig as the ``elmo_config`` of a baseline: ``to_dict()`` without the saving bookkeeping
+    (``architectures``, ``auto_map``, versions, the source path)."""
+    drop = {"architectures", "auto_map", "_name_or_path", "transformers_version", "dtype", "torch_dtype"}
+    return {k: v for k, v in config.to_dict().items() if k not in drop}
+
+
+def load_bilm(spec: str, tokenizer, seed: int = 42):
+    """The ELMo BiLM (:class:`~modeling.elmo.SesameElmoModel`, eval mode) of an ``--elmo`` SPEC.
+
+    Args:
+        spec: a SesameElmo folder (any head saved by ``pretrain --model_type elmo`` or ``save_pretrained``: its
+            encoder weights), or ``"random:<folder or preset>"``: a BiLM of that folder's (or preset's, e.g.
+            ``elmo-small``) shape with the ELMo family's own random initialisation (seeded by ``seed``).
+        tokenizer: the baselines' word tokenizer: its character ids feed the BiLM, so its lower-casing must match
+            the tokenizer the BiLM was trained with (checked when the folder has one).
+        seed: the random initialisation's seed.
+
+    Raises:
+        InputError: the folder is missing or not a SesameElmo model, the preset is unknown, or the BiLM was trained
+            on text cased otherwise than the word tokenizer writes it.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    import modeling
+    from modeling.elmo import SesameElmoModel
+
+    random = spec.startswith("random:")
+    source = spec.removeprefix("random:")
+    if random and source in modeling.PRESETS:
+        config = modeling.get_preset_config(source, vocab_size=len(tokenizer))
+    elif not (Path(source) / "config.json").is_file():
+        raise InputError(
+            f"--elmo {spec}: no config.json in {source}; expected a SesameElmo model folder (pretrain --model_type elmo"
+            " output) or random:<folder or ELMo preset>"
+        )
+    else:
+        config = AutoConfig.from_pretrained(source)
+    if config.model_type != "sesame-elmo":
+        raise InputError(
+            f"--elmo {spec}: model_type {config.model_type!r}; expected a SesameElmo ('sesame-elmo') model"
+        )
+    if random:
+        torch.manual_seed(seed)
+        return SesameElmoModel(config).eval()
+    _check_casing(spec, Path(source), tokenizer)
+    return AutoModel.from_pretrained(source).eval()
+
+
+def _check_casing(spec: str, folder: Path, tokenizer) -> None:
+    """Refuse a BiLM whose own tokenizer (``tokenizer_config.json`` in ``folder``) cases text otherwise than the
+    baselines' word tokenizer: the BiLM would read character ids of words it never saw in that form."""
+    saved = folder / "tokenizer_config.json"
+    if not saved.is_file():
+        return
+    trained = json.loads(saved.read_text(encoding="utf-8")).get("lowercase")
+    ours = getattr(tokenizer, "lowercase", None)
+    if trained is not None and ours is not None and bool(trained) != bool(ours):
+        raise InputError(
+            f"--elmo {spec}: its BiLM was trained on {'lower-cased' if trained else 'cased'} text, but the baselines' "
+            f"word tokenizer {'lower-cases' if ours else 'keeps the case'}; the character ids would differ from the "
+            "BiLM's training. Pretrain the BiLM with a tokenizer of the same casing (python -m tokenizer train "
+            "--model_type elmo [--lowercase]) or use such a word tokenizer for the baselines"
+        )
+
+
+def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str, tuple[str, str]]:
+    """The ``+elmo`` rows: row name -> (classic backbone, ELMo SPEC), in table order (each backbone's rows after it).
+
+    A pretrained folder gives ``<backbone>+elmo`` (``<backbone>+<folder name>`` when several are given),
+    ``random:...`` gives ``<backbone>+elmo-random`` (``+elmo-random-<name>`` when several)."""
+    specs = list(specs or [])
+    pretrained = [s for s in specs if not s.startswith("random:")]
+    randoms = [s for s in specs if s.startswith("random:")]
+
+    def suffix(spec: str) -> str:
+        if spec.startswith("random:"):
+            return "elmo-random" if len(randoms) == 1 else f"elmo-random-{Path(spec[7:]).name}"
+        return "elmo" if len(pretrained) == 1 else Path(spec).name
+
+    return {f"{b}+{suffix(s)}": (b, s) for b in backbones if b in BASELINES for s in specs}
 
 
 def recipe_for(backbone: str) -> tuple[str, dict]:
@@ -309,91 +422,126 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--{flag} {getattr(args, flag)}: not a folder; expected "
                 + ("python -m tokenizer vectors output" if flag == "embeddings" else "a word tokenizer folder")
             )
+    if args.elmo and not any(b in BASELINES for b in args.backbones):
+        raise InputError(f"--elmo: adds rows to the classic backbones ({', '.join(BASELINES)}); none is in --backbones")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tree_source = _init_baselines(args, out)
+    extra_rows = elmo_rows(args.backbones, args.elmo)
+    seeds = args.seeds or [args.seed]
     records: list[dict] = []
-    for task_name, task in tasks.items():
+    for seed in seeds:
+        seed_args = dataclasses.replace(args, seed=seed)
+        # one seed: models/<row>, runs/<task>-<row>; several: models/seed-<s>/<row>, runs/seed-<s>/<task>-<row>
+        base_dir = out if len(seeds) == 1 else out / f"seed-{seed}"
+        tree_source = _init_baselines(seed_args, out, extra_rows, base_dir / "models" if len(seeds) > 1 else None)
+        rows = []  # (row name, source, model folder, classic backbone or None): each backbone, then its +elmo rows
         for b in args.backbones:
-            name = backbone_name(b)
-            model_dir = out / "models" / b if b in BASELINES else Path(b)
-            run_dir = out / "runs" / f"{task_name}-{name}"
-            recipe_name, recipe = recipes[b]
-            cmd = glue_command(task_name, str(model_dir), run_dir, recipe, args, extra)
-            logger.info("%s / %s: %s", task_name, name, " ".join(cmd))
-            start = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env)
-            wall = time.perf_counter() - start
-            (out / "runs").mkdir(exist_ok=True)
-            (out / "runs" / f"{task_name}-{name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-            record = {
-                "task": task_name,
-                "backbone": name,
-                "source": str(b),
-                "recipe": recipe_name,
-                "metric": task.main_metric,
-                "command": cmd[1:],
-                "wall_s": round(wall, 1),
-            }
-            if name in tree_source:
-                record["tree_source"] = tree_source[name]
-            if b in BASELINES:
-                record["embeddings"] = args.embeddings or "random"
-            if proc.returncode != 0:
-                record["error"] = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-                logger.warning("%s / %s failed: %s", task_name, name, record["error"])
-            else:
-                res = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
-                record.update(
-                    value=res.get(f"eval_{task.main_metric}"),
-                    train_runtime_s=res.get("train_runtime_s"),
-                    eval={k: v for k, v in res.items() if k.startswith("eval_")},
-                )
-                logger.info("%s / %s: %s = %.4f (%.0f s)", task_name, name, task.main_metric, record["value"], wall)
-            records = [r for r in records if (r["task"], r["backbone"]) != (task_name, name)] + [record]
-            write_results(out, records)
+            classic = b if b in BASELINES else None
+            rows.append((backbone_name(b), b, base_dir / "models" / b if classic else Path(b), classic))
+            rows += [(r, spec, base_dir / "models" / r, base) for r, (base, spec) in extra_rows.items() if base == b]
+        for task_name, task in tasks.items():
+            for name, source, model_dir, base in rows:
+                run_dir = (out / "runs" if len(seeds) == 1 else out / "runs" / f"seed-{seed}") / f"{task_name}-{name}"
+                cmd = glue_command(task_name, str(model_dir), run_dir, recipes[base or source][1], seed_args, extra)
+                record = _run_cell(task_name, task, name, cmd, run_dir, child_env)
+                record.update(source=str(source), recipe=recipes[base or source][0], seed=seed)
+                if base in tree_source:
+                    record["tree_source"] = tree_source[base]
+                if base:
+                    record["embeddings"] = args.embeddings or "random"
+                if name in extra_rows:
+                    record["elmo"] = source
+                key = (task_name, name, seed)
+                records = [r for r in records if (r["task"], r["backbone"], r.get("seed")) != key] + [record]
+                write_results(out, records)
     return 0
 
 
-def _init_baselines(args: BaselinesArguments, out: Path) -> dict[str, str]:
-    """Initialise the model folder ``out/models/<backbone>`` of every classic baseline among ``args.backbones``
-    (reused when its ``init.json`` records the same settings: backbone, embeddings, tokenizer, embedding size, seed).
+def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, env: dict) -> dict:
+    """Run one table cell's ``finetune.glue`` command; its log goes next to ``run_dir`` (``<run_dir>.log``).
+
+    Returns:
+        the run's record: task, backbone (row name), metric, command, wall time, and either the metric's ``value``,
+        ``train_runtime_s`` and every ``eval_*`` figure, or the ``error`` (the run's last stderr line)."""
+    logger.info("%s / %s: %s", task_name, name, " ".join(cmd))
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.with_name(run_dir.name + ".log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    record = {
+        "task": task_name,
+        "backbone": name,
+        "metric": task.main_metric,
+        "command": cmd[1:],
+        "wall_s": round(wall, 1),
+    }
+    if proc.returncode != 0:
+        record["error"] = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        logger.warning("%s / %s failed: %s", task_name, name, record["error"])
+        return record
+    res = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
+    record.update(
+        value=res.get(f"eval_{task.main_metric}"),
+        train_runtime_s=res.get("train_runtime_s"),
+        eval={k: v for k, v in res.items() if k.startswith("eval_")},
+    )
+    logger.info("%s / %s: %s = %.4f (%.0f s)", task_name, name, task.main_metric, record["value"], wall)
+    return record
+
+
+def _init_baselines(
+    args: BaselinesArguments, out: Path, extra_rows: dict[str, tuple[str, str]], models: Path | None = None
+) -> dict[str, str]:
+    """Initialise the model folder ``out/models/<row>`` of every classic baseline among ``args.backbones`` and of
+    every ``+elmo`` row of ``extra_rows`` (:func:`elmo_rows`), reused when its ``init.json`` records the same
+    settings: backbone, embeddings, tokenizer, embedding size, seed, ELMo SPEC (and the BiLM folder's weights file
+    size and time, so a re-trained BiLM is picked up).
+
+    ``models``: the folder of the model folders (default ``out/models``).
 
     Returns:
         backbone -> the source of its parse trees, for the backbones that compose trees (the Tree-LSTM).
     """
+    models = models or out / "models"
     tree_source = {}
-    for b in args.backbones:
-        if b in BASELINES:
-            settings = {
-                "backbone": b,
-                "embeddings": args.embeddings,
-                "tokenizer_name": args.tokenizer_name,
-                "embedding_dim": args.embedding_dim,
-                "seed": args.seed,
-            }
-            marker = out / "models" / b / "init.json"
-            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
-                logger.info("%s: reusing %s (initialised with the same settings)", b, marker.parent)
-            else:
-                init_baseline_model(
-                    b,
-                    out / "models" / b,
-                    embeddings=args.embeddings,
-                    tokenizer_name=args.tokenizer_name,
-                    embedding_dim=args.embedding_dim,
-                    seed=args.seed,
-                )
-                marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
-            if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
-                tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
+    todo = [(b, b, None) for b in args.backbones if b in BASELINES]
+    todo += [(row, b, spec) for row, (b, spec) in extra_rows.items()]
+    for row, b, spec in todo:
+        settings = {
+            "backbone": b,
+            "embeddings": args.embeddings,
+            "tokenizer_name": args.tokenizer_name,
+            "embedding_dim": args.embedding_dim,
+            "seed": args.seed,
+        }
+        if spec is not None:
+            weights = Path(spec) / "model.safetensors"
+            stat = weights.stat() if weights.is_file() else None
+            settings.update(elmo=spec, elmo_weights=[stat.st_size, stat.st_mtime_ns] if stat else None)
+        marker = models / row / "init.json"
+        if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
+            logger.info("%s: reusing %s (initialised with the same settings)", row, marker.parent)
+        else:
+            init_baseline_model(
+                b,
+                models / row,
+                embeddings=args.embeddings,
+                tokenizer_name=args.tokenizer_name,
+                embedding_dim=args.embedding_dim,
+                seed=args.seed,
+                elmo=spec,
+            )
+            marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
+        if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
+            tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
     return tree_source
 
 
 def write_results(out: Path, records: list[dict]) -> None:
     """``results.json``, ``results.md`` and ``results.png`` from the run records (rewritten after every run).
 
-    Records already in ``results.json`` for other (task, backbone) cells are kept, under a file lock, so that
+    Records already in ``results.json`` for other (task, backbone, seed) cells are kept, under a file lock, so that
     several invocations (e.g. the baselines and the pretrained rows in parallel) can fill one table."""
     import fcntl
 
@@ -401,8 +549,8 @@ def write_results(out: Path, records: list[dict]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         path = out / "results.json"
         old = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
-        mine = {(r["task"], r["backbone"]) for r in records}
-        records = [r for r in old if (r["task"], r["backbone"]) not in mine] + records
+        mine = {(r["task"], r["backbone"], r.get("seed")) for r in records}
+        records = [r for r in old if (r["task"], r["backbone"], r.get("seed")) not in mine] + records
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({"runs": records}, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
@@ -415,33 +563,59 @@ def _write_table(out: Path, records: list[dict]) -> None:
     tasks = sorted(
         dict.fromkeys(r["task"] for r in records), key=lambda t: (TASK_NAMES.index(t) if t in TASK_NAMES else 99, t)
     )
-    seen = list(dict.fromkeys(r["backbone"] for r in records))  # baselines in their usual order, then model folders
-    backbones = [b for b in BASELINES if b in seen] + [b for b in seen if b not in BASELINES]
-    cell = {(r["task"], r["backbone"]): r for r in records}
+    seen = list(dict.fromkeys(r["backbone"] for r in records))
+    # baselines in their usual order, each followed by its +elmo rows, then model folders
+    backbones = [r for b in BASELINES for r in seen if r == b or r.startswith(f"{b}+")]
+    backbones += [b for b in seen if b not in backbones]
+    cell = median_cells(records)
     metric = {r["task"]: r["metric"] for r in records}
 
     def fmt(r):
         if r is None:
             return "--"
-        if "error" in r:
+        if r["value"] is None:
             return "failed"
-        return f"{100 * r['value']:.2f} ({r['train_runtime_s'] / 60:.1f} min)"
+        seeds = " / ".join(f"{100 * v:.1f}" for v in r["values"]) if len(r["values"]) > 1 else ""
+        failed = f", {r['failed']} failed" if r["failed"] else ""
+        return f"{100 * r['value']:.2f} ({r['train_runtime_s'] / 60:.1f} min{'; ' + seeds if seeds else ''}{failed})"
 
     lines = ["| backbone | " + " | ".join(f"{t} {metric[t]}" for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     lines += [f"| {b} | " + " | ".join(fmt(cell.get((t, b))) for t in tasks) + " |" for b in backbones]
     notes = sorted({f"{r['backbone']}: trees {r['tree_source']}" for r in records if "tree_source" in r})
     text = (
-        "# GLUE dev results\n\nMetric x 100 on the dev set (training time in minutes).\n\n"
-        + "\n".join(lines)
-        + "\n"
-        + "".join(f"\n{n}\n" for n in notes)
+        "# GLUE dev results\n\nMetric x 100 on the dev set (training time in minutes); with several seeds the "
+        "median, then each seed's value.\n\n" + "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes)
     )
     (out / "results.md").write_text(text, encoding="utf-8")
     plot_results(out / "results.png", tasks, backbones, cell, metric)
 
 
+def median_cells(records: list[dict]) -> dict[tuple[str, str], dict]:
+    """(task, backbone) -> ``value`` and ``train_runtime_s``: the medians over the cell's successful runs (one per
+    seed; ``statistics.median``: the mean of the middle two for an even count), ``values`` (each run's, by seed),
+    ``failed`` (how many runs failed). ``value`` is None when every run failed."""
+    import statistics
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["backbone"]), []).append(r)
+    cells = {}
+    for key, runs in groups.items():
+        ok = sorted(
+            (r for r in runs if "error" not in r and r.get("value") is not None), key=lambda r: r.get("seed") or 0
+        )
+        cells[key] = {
+            "value": statistics.median(r["value"] for r in ok) if ok else None,
+            "train_runtime_s": statistics.median(r["train_runtime_s"] for r in ok) if ok else None,
+            "values": [r["value"] for r in ok],
+            "failed": len(runs) - len(ok),
+        }
+    return cells
+
+
 def plot_results(path: Path, tasks, backbones, cell, metric) -> None:
-    """Grouped bars: one group per task, one bar per backbone, labelled with the value."""
+    """Grouped bars: one group per task, one bar per backbone, labelled with the (median) value; with several seeds
+    each seed's value as a dot on its bar."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: the process's backend stays as it is
     from matplotlib.figure import Figure
 
@@ -458,6 +632,11 @@ def plot_results(path: Path, tasks, backbones, cell, metric) -> None:
                 ys.append(100 * r["value"])
         bars = ax.bar(xs, ys, width, label=b)
         ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+        for i, t in enumerate(tasks):
+            r = cell.get((t, b))
+            if r is not None and len(r.get("values", ())) > 1:
+                x = i + (j - (len(backbones) - 1) / 2) * width
+                ax.plot([x] * len(r["values"]), [100 * v for v in r["values"]], "k.", markersize=2)
     ax.set_xticks(range(len(tasks)), [f"{t}\n({metric[t]})" for t in tasks])
     ax.set_ylabel("dev metric x 100")
     ax.set_title("GLUE dev: classic baselines and pretrained models")

@@ -13,12 +13,22 @@ Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) f
 :func:`load_word_vectors` copies them into a model.
 """
 
+import sys
+
 from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
 
 from .._auto import register_family
+from ..elmo import configuration_elmo, lstm_elmo, modeling_elmo
 from ..elmo.tokenization_elmo import SesameElmoTokenizer
-from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig
-from .modeling_baseline import (
+
+# modeling_baseline.py imports the ELMo family's modules as its siblings (``from .modeling_elmo import ...``), so that
+# ``save_pretrained`` copies them into every baseline folder and remote code finds them there (ELMo features,
+# ``elmo_config``). In this folder they are links to ``modeling/elmo``'s files; here, before that import, the sibling
+# names are bound to the ELMo family's modules themselves: one module, one class identity, in the package.
+for _module in (configuration_elmo, lstm_elmo, modeling_elmo):
+    sys.modules.setdefault(f"{__name__}.{_module.__name__.rsplit('.', 1)[-1]}", _module)
+from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig  # noqa: E402 (after the binding above)
+from .modeling_baseline import (  # noqa: E402
     BinaryTreeLSTMCell,
     SesameBaselineForSequenceClassification,
     SesameBaselineModel,
@@ -26,7 +36,7 @@ from .modeling_baseline import (
     ngram_bucket_ids,
     parse_binary_tree,
 )
-from .vectors import load_word_vectors
+from .vectors import load_word_vectors  # noqa: E402
 
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "baseline-cbow": (

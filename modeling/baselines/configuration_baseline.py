@@ -7,7 +7,7 @@ binary Tree-LSTM. Imports only transformers / huggingface_hub and the standard l
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
@@ -75,6 +75,23 @@ class SesameBaselineConfig(PretrainedConfig):
         classifier_dropout (`float`, 0.0): dropout on the sentence vector(s) before the classifier
             (Kim 2014: 0.5).
 
+    ELMo features (Peters et al. 2018, section 3.3: a frozen pretrained BiLM's layers, mixed by a task-specific
+    ScalarMix, concatenated to the word vectors at the encoder's input):
+
+    Args:
+        elmo_config (`dict`, optional): the :class:`~modeling.elmo.SesameElmoConfig` (``to_dict()``) of the frozen
+            BiLM; ``None`` (the default): no ELMo features. The BiLM's weights are part of the model's weights
+            (``baseline.elmo.bilm.*``), so one folder holds the whole model.
+        elmo_name_or_path (`str`, optional): where the BiLM's weights came from (a SesameElmo folder, or
+            ``"random:<folder>"`` for a randomly initialised BiLM of that folder's shape, the control); recorded
+            only, the weights themselves are in the model.
+        elmo_dropout (`float`, 0.5): dropout on the mixed ELMo features (AllenNLP's ``Elmo`` default).
+        elmo_l2_coef (`float`, 0.0): ``lambda`` of the paper's ``lambda * ||s||^2`` on the ScalarMix weights
+            (before the softmax), added to the training loss (the paper: 0.001 or 1 per task; 0 = off).
+        elmo_at_output (`bool`, False): also a second ScalarMix whose features are pooled over the sentence (the
+            encoder's own ``pooling`` for "rnn", max otherwise) and concatenated to the sentence vector; for a
+            max- or mean-pooled RNN this is the paper's ``[h_k; ELMo_k]`` at the encoder's output.
+
     Special tokens (the ids of the word tokenizer's vocabulary; a sentence is its words without them):
 
     Args:
@@ -115,6 +132,22 @@ class SesameBaselineConfig(PretrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     unk_token_id: int | None = 3
+    elmo_config: dict[str, Any] | None = None
+    elmo_name_or_path: str | None = None
+    elmo_dropout: float | int = 0.5
+    elmo_l2_coef: float | int = 0.0
+    elmo_at_output: bool = False
+
+    @property
+    def elmo_dim(self) -> int:
+        """Width of the ELMo features: ``2 * projection_dim`` of the BiLM (forward and backward halves); 0 without
+        ELMo."""
+        return 2 * int(self.elmo_config["projection_dim"]) if self.elmo_config else 0
+
+    @property
+    def encoder_input_size(self) -> int:
+        """What the encoder reads per word: ``embedding_dim`` plus :attr:`elmo_dim`."""
+        return self.embedding_dim + self.elmo_dim
 
     def __post_init__(self, **kwargs):
         """Fill the list default (a fresh list, tuples accepted), the default ``auto_map``, and check the choices."""
@@ -160,5 +193,18 @@ class SesameBaselineConfig(PretrainedConfig):
         ):
             if getattr(self, field) < 1:
                 raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)}; expected >= 1")
+        if self.elmo_config is not None:
+            missing = [k for k in ("projection_dim", "num_layers") if k not in self.elmo_config]
+            if self.elmo_config.get("model_type") != "sesame-elmo" or missing:
+                raise ValueError(
+                    "SesameBaselineConfig.elmo_config: expected a SesameElmoConfig as a dict (model_type "
+                    f"'sesame-elmo' with projection_dim and num_layers), got model_type "
+                    f"{self.elmo_config.get('model_type')!r}" + (f", missing {missing}" if missing else "")
+                )
+        if not 0 <= self.elmo_dropout < 1 or self.elmo_l2_coef < 0:
+            raise ValueError(
+                f"SesameBaselineConfig: elmo_dropout={self.elmo_dropout}, elmo_l2_coef={self.elmo_l2_coef}; "
+                "expected 0 <= elmo_dropout < 1 and elmo_l2_coef >= 0"
+            )
         if not self.gumbel_temperature > 0:
             raise ValueError(f"SesameBaselineConfig.gumbel_temperature={self.gumbel_temperature}; expected > 0")

@@ -25,7 +25,15 @@ markers and padding are dropped: a sentence is its words. Pairs are encoded sent
 shared weights into ``u`` and ``v`` and classified from ``[u; v; |u - v|; u * v]`` (Conneau et al. 2017;
 the GLUE baselines).
 
-Imports only torch, transformers and the sibling configuration file (remote code).
+ELMo features (``config.elmo_config``; Peters et al. 2018, "Deep contextualized word representations", section 3.3):
+a frozen pretrained BiLM (:class:`~modeling.elmo.SesameElmoModel`, run in eval mode without gradient, each sentence
+alone with its ``<S>``/``</S>``) gives ``L + 1`` layers per word; a task-specific ScalarMix (``gamma * sum_j
+softmax(s)_j h_j``, eq. 1, trained with the task model) mixes them, dropout follows, and the mixture is concatenated
+to each word vector before the encoder (:class:`ElmoFeatures`).
+
+Imports only torch, transformers and sibling files (remote code): the configuration, and the ELMo family's
+``configuration_elmo``, ``lstm_elmo`` and ``modeling_elmo`` (in the package, links to ``modeling/elmo``'s files, the
+same modules; ``save_pretrained`` copies them into every baseline folder).
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
 
 from .configuration_baseline import SesameBaselineConfig
+from .configuration_elmo import SesameElmoConfig
+from .modeling_elmo import ScalarMix, SesameElmoModel
 
 # --------------------------------------------------------------------------------------------------------------
 # fastText's character n-gram hashing
@@ -243,6 +253,73 @@ class WordVectors(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------------------------
+# ELMo features
+
+
+class ElmoFeatures(nn.Module):
+    """A frozen ELMo BiLM and the task-specific ScalarMix(es) over its layers (Peters et al. 2018, section 3.3).
+
+    ``bilm``: a :class:`~modeling.elmo.SesameElmoModel` built from ``config.elmo_config``. It always runs in eval mode
+    (no dropout inside it, whatever ``train()`` says) under ``torch.no_grad()``, and its parameters do not require
+    gradients: training the task model never changes it (an optimizer sees no gradient for it, so it does not
+    step it, weight decay included). ``input_mix`` (and ``output_mix`` with ``config.elmo_at_output``): a
+    :class:`~modeling.elmo.ScalarMix` over the ``L + 1`` layers, ``gamma * sum_j softmax(s)_j h_j`` (eq. 1), trained
+    with the task model; ``dropout`` (``config.elmo_dropout``) on each mixture.
+    """
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__()
+        bilm_config = SesameElmoConfig(**{k: v for k, v in config.elmo_config.items() if k != "auto_map"})
+        self.bilm = SesameElmoModel(bilm_config)
+        self.bilm.requires_grad_(False)
+        layers = bilm_config.num_layers + 1
+        self.input_mix = ScalarMix(layers)
+        self.output_mix = ScalarMix(layers) if config.elmo_at_output else None
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.l2_coef = config.elmo_l2_coef
+        self.bilm.eval()
+
+    def train(self, mode: bool = True) -> ElmoFeatures:
+        """Set the mixes' mode; the BiLM stays in eval mode (frozen features: no dropout inside it)."""
+        super().train(mode)
+        self.bilm.eval()
+        return self
+
+    def layers(self, char_ids: torch.Tensor, sentences: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The BiLM's ``L + 1`` layers of each sentence, every sentence run alone.
+
+        Args:
+            char_ids: ``(B, T, 50)`` long, ELMo character ids of the rows (the ELMo-style tokenizer's ``char_ids``).
+            sentences: ``(S, B, T)`` bool, the tokens of each of the ``S`` sentences of a row (a pair's two; with
+                their ``<S>``/``</S>``, as the BiLM was trained). Sentences do not overlap.
+
+        Returns:
+            ``L + 1`` tensors ``(B, T, 2P)`` float: each token's representation computed from its own sentence
+            alone, 0 where no sentence has a token. Computed without gradient; the packing of each sentence to the
+            left (one host read for the width in eager mode) does not change the values.
+        """
+        s, b, t = sentences.shape
+        flat = sentences.flatten(0, 1)
+        index, keep = pack_words(flat, sentence_width(flat))
+        rows = _take(char_ids.repeat(s, 1, 1), index) * keep.unsqueeze(-1).to(char_ids.dtype)
+        with torch.no_grad():
+            hidden = self.bilm(rows, keep.long(), return_dict=True).hidden_states
+        return tuple(unpack_words(h.float(), index, keep, t).unflatten(0, (s, b)).sum(0) for h in hidden)
+
+    def mix(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor, output: bool = False) -> torch.Tensor:
+        """The ScalarMix (``output_mix`` when ``output``) of ``layers`` (``L + 1`` x ``(B, T, 2P)``), dropout applied,
+        0 where ``mask (B, T)`` bool is False: ``(B, T, 2P)`` float."""
+        mixer = self.output_mix if output else self.input_mix
+        return self.dropout(mixer(layers)) * mask.unsqueeze(-1).to(layers[0].dtype)
+
+    def l2_penalty(self) -> torch.Tensor:
+        """``elmo_l2_coef * ||s||^2`` summed over the mixes (the paper's regulariser of the layer weights ``s``,
+        before the softmax); a 0-dim float tensor."""
+        mixes = [m for m in (self.input_mix, self.output_mix) if m is not None]
+        return self.l2_coef * sum((m.scalar_parameters**2).sum() for m in mixes)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Encoders: (x (B, W, E), mask (B, W) bool) -> (token states (B, W, H), sentence vector (B, D)), in two steps:
 # ``states(x, mask)`` and ``pool(states, mask, x)``; ``token_states`` says whether the states are more than the word
 # vectors (the RNN's states, the Tree-LSTM's leaves), i.e. a hidden state of their own.
@@ -272,7 +349,7 @@ class BagOfWordsEncoder(nn.Module):
 
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
-        self.output_size = config.embedding_dim
+        self.output_size = config.encoder_input_size
 
     def states(self, x, mask):
         return x
@@ -296,7 +373,7 @@ class KimCNNEncoder(nn.Module):
         super().__init__()
         self.widths = list(config.cnn_filter_sizes)
         self.convs = nn.ModuleList(
-            nn.Conv1d(config.embedding_dim, config.cnn_num_filters, w, padding=w - 1) for w in self.widths
+            nn.Conv1d(config.encoder_input_size, config.cnn_num_filters, w, padding=w - 1) for w in self.widths
         )
         self.output_size = config.cnn_num_filters * len(self.widths)
 
@@ -333,7 +410,7 @@ class RNNEncoder(nn.Module):
         super().__init__()
         rnn = nn.LSTM if config.rnn_type == "lstm" else nn.GRU
         self.rnn = rnn(
-            config.embedding_dim,
+            config.encoder_input_size,
             config.rnn_hidden_size,
             num_layers=config.rnn_num_layers,
             bidirectional=config.rnn_bidirectional,
@@ -513,7 +590,7 @@ class TreeLSTMEncoder(nn.Module):
     def __init__(self, config: SesameBaselineConfig):
         super().__init__()
         h = config.treelstm_hidden_size
-        self.leaf = nn.Linear(config.embedding_dim, 2 * h)
+        self.leaf = nn.Linear(config.encoder_input_size, 2 * h)
         self.cell = BinaryTreeLSTMCell(h)
         self.query = nn.Parameter(torch.zeros(h))
         self.output_size = h
@@ -620,6 +697,16 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """``PreTrainedModel.from_pretrained``, then the fixed parts marked again as not requiring gradients (loading
+        hands back parameters that require them): static embeddings and the ELMo BiLM (see
+        :meth:`SesameBaselineModel.freeze`)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        getattr(model, model.base_model_prefix, model).freeze()
+        return loaded
+
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Conv1d)):
             init.xavier_uniform_(module.weight)
@@ -646,6 +733,9 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
                             param[h : 2 * h].fill_(1.0)  # forget gate
         elif isinstance(module, TreeLSTMEncoder):
             init.normal_(module.query, mean=0.0, std=0.1)
+        elif isinstance(module, ScalarMix):  # equal layer weights, gamma 1 (the BiLM's own weights are loaded)
+            init.zeros_(module.scalar_parameters)
+            init.ones_(module.gamma)
 
     def _finish(self, output, return_dict: bool | None):
         """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
@@ -690,10 +780,33 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
     def __init__(self, config: SesameBaselineConfig):
         super().__init__(config)
         self.embeddings = WordVectors(config)
+        self.elmo = ElmoFeatures(config) if config.elmo_config else None
         self.encoder = ENCODERS[config.encoder_type](config)
-        self.output_size = self.encoder.output_size
+        self.output_size = self.encoder.output_size + (config.elmo_dim if config.elmo_at_output else 0)
         self.post_init()
+        self.freeze()
+
+    def freeze(self) -> None:
+        """Mark the fixed parts as not requiring gradients: the embeddings ``embedding_mode`` keeps fixed and the
+        ELMo BiLM (its forward runs without gradient in any case)."""
         self.embeddings.freeze()
+        if self.elmo is not None:
+            self.elmo.bilm.requires_grad_(False)
+
+    def elmo_layers(self, char_ids, attention_mask, token_type_ids=None, segments=(None,)):
+        """The frozen BiLM's ``L + 1`` layers ``(B, T, 2P)`` for the sentences ``segments`` of each row (``None``: the
+        whole row; 0 / 1: the tokens of that ``token_type_ids`` value), each sentence run alone; ``None`` without ELMo.
+
+        Raises:
+            ValueError: ELMo features without ``char_ids``.
+        """
+        if self.elmo is None:
+            return None
+        if char_ids is None:
+            raise ValueError("ELMo features (config.elmo_config) need char_ids (the ELMo-style tokenizer's output)")
+        keep = attention_mask.bool()
+        sentences = torch.stack([keep if s is None else keep & (token_type_ids == s) for s in segments])
+        return self.elmo.layers(char_ids, sentences)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.word_embeddings
@@ -717,9 +830,11 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             select &= token_type_ids == segment
         return select
 
-    def encode(self, input_ids, char_ids, select, tree_merges=None, inputs_embeds=None):
+    def encode(self, input_ids, char_ids, select, tree_merges=None, inputs_embeds=None, elmo_layers=None):
         """Encode the words ``select`` bool of each row: ``(B, T)``, one sentence per row, or ``(S, B, T)``, ``S``
-        sentences per row (a pair's two), each encoded alone.
+        sentences per row (a pair's two), each encoded alone. With ELMo, ``elmo_layers`` (:meth:`elmo_layers`) are
+        mixed and concatenated to the word vectors (a multichannel CNN's frozen channel gets zeros there: the
+        features enter once), and with ``elmo_at_output`` the second mixture, pooled, to the sentence vector.
 
         Returns ``(hidden states, sentences (S * B, D))`` (sentence ``s`` of row ``b`` at ``s * B + b``), the hidden
         states as :class:`SesameBaselineModel` returns them, each ``(B, T, .)`` with every sentence's words at their
@@ -739,6 +854,14 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
             return _take(full.repeat(len(packed), 1, 1), index) * keep.to(full.dtype)
 
         words = self.embeddings(input_ids, char_ids, selects.any(0), inputs_embeds)  # (B, T, E) or (2, B, T, E)
+        if self.elmo is not None:
+            feats = self.elmo.mix(elmo_layers, selects.any(0)).to(words.dtype)  # (B, T, 2P)
+            if words.dim() == 4:
+                words = torch.stack(
+                    [torch.cat([words[0], torch.zeros_like(feats)], -1), torch.cat([words[1], feats], -1)]
+                )
+            else:
+                words = torch.cat([words, feats], dim=-1)
         x = torch.stack([gather(w) for w in words]) if words.dim() == 4 else gather(words)
         hidden = (words[-1] if words.dim() == 4 else words,)
         checkpoint = None
@@ -752,6 +875,14 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
         extra = (tree_merges,) if isinstance(self.encoder, TreeLSTMEncoder) else ()
         pool = self.encoder.pool
         sentence = pool(states, mask, x, *extra) if checkpoint is None else checkpoint(pool, states, mask, x, *extra)
+        if self.elmo is not None and self.elmo.output_mix is not None:
+            kind = (
+                self.config.pooling
+                if self.config.encoder_type == "rnn" and self.config.pooling != "attention"
+                else "max"
+            )
+            out = gather(self.elmo.mix(elmo_layers, selects.any(0), output=True).to(sentence.dtype))
+            sentence = torch.cat([sentence, masked_pool(out, mask, kind)], dim=-1)
         return hidden, sentence
 
     def _inputs(self, input_ids, inputs_embeds, attention_mask):
@@ -786,7 +917,16 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
     ) -> BaseModelOutputWithPooling | tuple:
         attention_mask = self._inputs(input_ids, inputs_embeds, attention_mask)
         select = self.sentence_mask(input_ids, attention_mask, token_type_ids, segment)
-        hidden, sentence = self.encode(input_ids, char_ids, select, tree_merges, inputs_embeds)
+        if segment is not None:
+            segments = (segment,)
+        elif token_type_ids is not None and (
+            torch.compiler.is_compiling() or bool((token_type_ids.bool() & attention_mask.bool()).any())
+        ):
+            segments = (0, 1)  # a pair's sentences, each through the BiLM alone
+        else:
+            segments = (None,)
+        layers = self.elmo_layers(char_ids, attention_mask, token_type_ids, segments)
+        hidden, sentence = self.encode(input_ids, char_ids, select, tree_merges, inputs_embeds, layers)
         output = BaseModelOutputWithPooling(
             last_hidden_state=hidden[-1],
             pooler_output=sentence,
@@ -837,7 +977,7 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
         self.classifier = _classifier(d, config)
         self.pair_classifier = _classifier(4 * d, config)
         self.post_init()
-        self.baseline.embeddings.freeze()
+        self.baseline.freeze()
 
     def forward(
         self,
@@ -862,14 +1002,16 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
                 raise ValueError("tree_merges: given trees are supported for single sentences, not pairs")
             # both sentences in one batched call: rows 0..B-1 of the sentence vectors are the first sentences
             selects = torch.stack([model.sentence_mask(input_ids, attention_mask, token_type_ids, s) for s in (0, 1)])
-            hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds)
+            layers = model.elmo_layers(char_ids, attention_mask, token_type_ids, (0, 1))
+            hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds, elmo_layers=layers)
             # unflatten, not chunk(2): torch.export cannot prove that chunking 2B rows gives two pieces for every B
             u, v = sent.unflatten(0, (2, selects.shape[1])).unbind(0)
             pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
             logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
         else:
             select = model.sentence_mask(input_ids, attention_mask)
-            hidden, u = model.encode(input_ids, char_ids, select, tree_merges, inputs_embeds)
+            layers = model.elmo_layers(char_ids, attention_mask)
+            hidden, u = model.encode(input_ids, char_ids, select, tree_merges, inputs_embeds, layers)
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; its gradient is 0.
             logits = self.classifier(u) + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
@@ -879,6 +1021,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             loss = self.loss_function(
                 labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
             )
+            if model.elmo is not None and model.elmo.l2_coef:
+                loss = loss + model.elmo.l2_penalty()
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
         )

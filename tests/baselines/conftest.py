@@ -33,6 +33,19 @@ def tiny():
 
 
 @pytest.fixture
+def make_glue_dir():
+    """``make_glue_dir(root)``: a miniature GLUE folder (``tests/finetune/conftest.py``'s), returned as its path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_finetune_conftest", Path(__file__).parents[1] / "finetune" / "conftest.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_glue_dir
+
+
+@pytest.fixture
 def word_tokenizer(tiny_corpus: Path, tmp_path: Path):
     from tokenizer.elmo_training import train_elmo_tokenizer
 

@@ -3,9 +3,7 @@ finetune.baselines runs with baseline backbones on a miniature GLUE folder."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -103,16 +101,7 @@ def test_vectors_cli_refuses_a_wordpiece_tokenizer(tiny_corpus, tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
-def _glue_dir(root: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "_finetune_conftest", Path(__file__).parents[1] / "finetune" / "conftest.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_glue_dir(root)
-
-
-def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_state):
+def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_state, make_glue_dir):
     """finetune.glue on a pair task (MRPC) with a fresh baseline folder: trains, evaluates, saves a loadable head."""
     from transformers import AutoModelForSequenceClassification
 
@@ -131,7 +120,7 @@ def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_stat
             "--task_name",
             "mrpc",
             "--glue_dir",
-            str(_glue_dir(tmp_path / "glue")),
+            str(make_glue_dir(tmp_path / "glue")),
             "--output_dir",
             str(out),
             "--num_train_epochs",
@@ -153,7 +142,7 @@ def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_stat
 
 
 @pytest.mark.slow
-def test_baselines_table_cli(word_tokenizer, tmp_path):
+def test_baselines_table_cli(word_tokenizer, tmp_path, make_glue_dir):
     """python -m finetune.baselines on a miniature GLUE folder: results.json / .md / .png with one cell per run."""
     from finetune.baselines import main
 
@@ -162,7 +151,7 @@ def test_baselines_table_cli(word_tokenizer, tmp_path):
         main(
             [
                 "--glue_dir",
-                str(_glue_dir(tmp_path / "glue")),
+                str(make_glue_dir(tmp_path / "glue")),
                 "--tasks",
                 "sst2",
                 "stsb",
@@ -195,11 +184,11 @@ def test_baselines_table_cli(word_tokenizer, tmp_path):
     assert (out / "results.png").stat().st_size > 1000
 
 
-def test_baselines_cli_refuses_an_unknown_backbone_and_a_missing_tokenizer(tmp_path, capsys):
+def test_baselines_cli_refuses_an_unknown_backbone_and_a_missing_tokenizer(tmp_path, capsys, make_glue_dir):
     from finetune.baselines import main
     from training.errors import run_cli
 
-    glue = _glue_dir(tmp_path / "glue")
+    glue = make_glue_dir(tmp_path / "glue")
     common = ["--glue_dir", str(glue), "--tasks", "sst2", "--output_dir", str(tmp_path / "t")]
     assert run_cli(main, [*common, "--backbones", "lstm-please"]) == 2
     assert "error: --backbones lstm-please" in capsys.readouterr().err

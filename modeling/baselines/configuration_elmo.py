@@ -1,0 +1,1 @@
+../elmo/configuration_elmo.py

@@ -1,0 +1,1 @@
+../elmo/lstm_elmo.py

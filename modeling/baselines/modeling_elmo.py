@@ -1,0 +1,1 @@
+../elmo/modeling_elmo.py
