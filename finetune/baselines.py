@@ -226,6 +226,7 @@ def init_baseline_model(
     if elmo is not None:
         bilm = load_bilm(elmo, tokenizer, seed)
         overrides.update(elmo_config=bilm_config_dict(bilm.config), elmo_name_or_path=elmo)
+        overrides.setdefault("elmo_cache_mb", 2048)  # the frozen BiLM runs once per distinct sentence, not per epoch
     config = modeling.get_preset_config(
         f"baseline-{backbone}", vocab_size=len(tokenizer), embedding_dim=dim, **overrides
     )

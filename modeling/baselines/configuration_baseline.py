@@ -91,6 +91,9 @@ class SesameBaselineConfig(PretrainedConfig):
         elmo_at_output (`bool`, False): also a second ScalarMix whose features are pooled over the sentence (the
             encoder's own ``pooling`` for "rnn", max otherwise) and concatenated to the sentence vector; for a
             max- or mean-pooled RNN this is the paper's ``[h_k; ELMo_k]`` at the encoder's output.
+        elmo_cache_mb (`int`, 0): memory (MiB of float32) for keeping the frozen BiLM's layers per distinct sentence,
+            so that a fixed training set passes through the BiLM once, not once per epoch (0 = off; eager mode only).
+            ``finetune.baselines`` sets 2048 for its table runs.
 
     Special tokens (the ids of the word tokenizer's vocabulary; a sentence is its words without them):
 
@@ -137,6 +140,7 @@ class SesameBaselineConfig(PretrainedConfig):
     elmo_dropout: float | int = 0.5
     elmo_l2_coef: float | int = 0.0
     elmo_at_output: bool = False
+    elmo_cache_mb: int = 0
 
     @property
     def elmo_dim(self) -> int:
@@ -201,10 +205,11 @@ class SesameBaselineConfig(PretrainedConfig):
                     f"'sesame-elmo' with projection_dim and num_layers), got model_type "
                     f"{self.elmo_config.get('model_type')!r}" + (f", missing {missing}" if missing else "")
                 )
-        if not 0 <= self.elmo_dropout < 1 or self.elmo_l2_coef < 0:
+        if not 0 <= self.elmo_dropout < 1 or self.elmo_l2_coef < 0 or self.elmo_cache_mb < 0:
             raise ValueError(
-                f"SesameBaselineConfig: elmo_dropout={self.elmo_dropout}, elmo_l2_coef={self.elmo_l2_coef}; "
-                "expected 0 <= elmo_dropout < 1 and elmo_l2_coef >= 0"
+                f"SesameBaselineConfig: elmo_dropout={self.elmo_dropout}, elmo_l2_coef={self.elmo_l2_coef}, "
+                f"elmo_cache_mb={self.elmo_cache_mb}; expected 0 <= elmo_dropout < 1, elmo_l2_coef >= 0 and "
+                "elmo_cache_mb >= 0"
             )
         if not self.gumbel_temperature > 0:
             raise ValueError(f"SesameBaselineConfig.gumbel_temperature={self.gumbel_temperature}; expected > 0")

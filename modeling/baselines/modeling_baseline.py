@@ -265,6 +265,12 @@ class ElmoFeatures(nn.Module):
     step it, weight decay included). ``input_mix`` (and ``output_mix`` with ``config.elmo_at_output``): a
     :class:`~modeling.elmo.ScalarMix` over the ``L + 1`` layers, ``gamma * sum_j softmax(s)_j h_j`` (eq. 1), trained
     with the task model; ``dropout`` (``config.elmo_dropout``) on each mixture.
+
+    Cache (``config.elmo_cache_mb`` > 0, eager mode): the frozen BiLM gives a sentence the same layers every time, so
+    they are kept per distinct sentence (its character ids) up to that many MiB of float32, and a fixed training set
+    passes through the BiLM once instead of once per epoch. Kept as computed the first time (in the batch it came
+    in, where matrix products may round the last bit differently than in another batch); when full, new sentences
+    are computed and not kept.
     """
 
     def __init__(self, config: SesameBaselineConfig):
@@ -277,6 +283,9 @@ class ElmoFeatures(nn.Module):
         self.output_mix = ScalarMix(layers) if config.elmo_at_output else None
         self.dropout = nn.Dropout(config.elmo_dropout)
         self.l2_coef = config.elmo_l2_coef
+        self.cache_bytes = int(config.elmo_cache_mb) * 2**20
+        self._cache: dict[bytes, torch.Tensor] = {}
+        self._cached_bytes = 0
         self.bilm.eval()
 
     def train(self, mode: bool = True) -> ElmoFeatures:
@@ -302,9 +311,40 @@ class ElmoFeatures(nn.Module):
         flat = sentences.flatten(0, 1)
         index, keep = pack_words(flat, sentence_width(flat))
         rows = _take(char_ids.repeat(s, 1, 1), index) * keep.unsqueeze(-1).to(char_ids.dtype)
-        with torch.no_grad():
-            hidden = self.bilm(rows, keep.long(), return_dict=True).hidden_states
+        if self.cache_bytes and not torch.compiler.is_compiling():
+            hidden = self._cached_layers(rows, keep)
+        else:
+            with torch.no_grad():
+                hidden = self.bilm(rows, keep.long(), return_dict=True).hidden_states
         return tuple(unpack_words(h.float(), index, keep, t).unflatten(0, (s, b)).sum(0) for h in hidden)
+
+    def _cached_layers(self, rows: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The BiLM's layers of the packed sentences ``rows (N, W, 50)`` / ``keep (N, W)`` bool, from the cache where
+        a sentence is in it; the others in one BiLM call (and kept while the cache has room)."""
+        lengths = keep.sum(1).tolist()
+        keys = [rows[i, :n].to(torch.int16).cpu().numpy().tobytes() for i, n in enumerate(lengths)]
+        missing = [i for i, (k, n) in enumerate(zip(keys, lengths)) if n and k not in self._cache]
+        found: dict[int, torch.Tensor] = {}
+        if missing:
+            sub, sub_keep = rows[missing], keep[missing]
+            width = max(lengths[i] for i in missing)
+            with torch.no_grad():
+                layers = self.bilm(sub[:, :width], sub_keep[:, :width].long(), return_dict=True).hidden_states
+            stacked = torch.stack([h.float() for h in layers], dim=1)  # (M, L + 1, width, 2P)
+            for j, i in enumerate(missing):
+                found[i] = value = stacked[j, :, : lengths[i]].clone()
+                size = value.numel() * value.element_size()
+                if self._cached_bytes + size <= self.cache_bytes and keys[i] not in self._cache:
+                    self._cache[keys[i]] = value
+                    self._cached_bytes += size
+        n_layers = self.input_mix.num_layers
+        out = rows.new_zeros(
+            (rows.shape[0], n_layers, rows.shape[1], self.bilm.config.projection_dim * 2), dtype=torch.float32
+        )
+        for i, n in enumerate(lengths):
+            if n:
+                out[i, :, :n] = found[i] if i in found else self._cache[keys[i]]
+        return tuple(out.unbind(1))
 
     def mix(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor, output: bool = False) -> torch.Tensor:
         """The ScalarMix (``output_mix`` when ``output``) of ``layers`` (``L + 1`` x ``(B, T, 2P)``), dropout applied,

@@ -295,3 +295,24 @@ def test_a_bilm_cased_otherwise_than_the_word_tokenizer_is_refused(tmp_path, wor
     assert not (tmp_path / "m").exists()
     with pytest.raises(InputError, match="expected a SesameElmo"):
         init_baseline_model("cnn", tmp_path / "m", tokenizer_name=str(tmp_path / "wordtok"), elmo="random:bert-tiny")
+
+
+def test_the_layer_cache_gives_the_same_features_and_skips_the_bilm_for_known_sentences(tiny, word_tokenizer, bilm):
+    cached = _elmo_model(tiny, word_tokenizer, bilm, "rnn", elmo_cache_mb=1).eval()
+    plain = _elmo_model(tiny, word_tokenizer, bilm, "rnn").eval()
+    plain.load_state_dict(cached.state_dict())
+    calls = []
+    cached.baseline.elmo.bilm.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    pairs = word_tokenizer(*PAIRS, padding=True, return_tensors="pt")
+    mixed = word_tokenizer([PAIRS[0][0], "A new sentence here."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        for batch in (pairs, pairs, mixed):
+            torch.testing.assert_close(cached(**batch).logits, plain(**batch).logits, rtol=1e-5, atol=1e-6)
+    assert calls == [4, 1]  # 4 sentences, then none (all cached), then only the new one
+    assert cached.baseline.elmo._cached_bytes == sum(v.numel() * 4 for v in cached.baseline.elmo._cache.values())
+    tight = _elmo_model(tiny, word_tokenizer, bilm, "rnn", elmo_cache_mb=1).eval()
+    tight.load_state_dict(cached.state_dict())
+    tight.baseline.elmo.cache_bytes = 1  # no room: every sentence computed, none kept
+    with torch.no_grad():
+        torch.testing.assert_close(tight(**pairs).logits, plain(**pairs).logits, rtol=1e-5, atol=1e-6)
+    assert not tight.baseline.elmo._cache
