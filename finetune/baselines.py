@@ -156,6 +156,11 @@ class BaselinesArguments:
         "random:<folder or preset> (adds <backbone>+elmo-random rows: a randomly initialised BiLM of that shape)",
         nargs="+",
     )
+    elmo_rows_only: bool = arg(
+        False,
+        "with --elmo: run only the +elmo rows (the plain rows of the same backbones from another invocation into the "
+        "same --output_dir: the results are merged)",
+    )
 
 
 DESCRIPTION = (
@@ -438,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = []  # (row name, source, model folder, classic backbone or None): each backbone, then its +elmo rows
         for b in args.backbones:
             classic = b if b in BASELINES else None
-            rows.append((backbone_name(b), b, base_dir / "models" / b if classic else Path(b), classic))
+            if not (args.elmo_rows_only and classic):
+                rows.append((backbone_name(b), b, base_dir / "models" / b if classic else Path(b), classic))
             rows += [(r, spec, base_dir / "models" / r, base) for r, (base, spec) in extra_rows.items() if base == b]
         for task_name, task in tasks.items():
             for name, source, model_dir, base in rows:
@@ -506,7 +512,7 @@ def _init_baselines(
     """
     models = models or out / "models"
     tree_source = {}
-    todo = [(b, b, None) for b in args.backbones if b in BASELINES]
+    todo = [(b, b, None) for b in args.backbones if b in BASELINES and not args.elmo_rows_only]
     todo += [(row, b, spec) for row, (b, spec) in extra_rows.items()]
     for row, b, spec in todo:
         settings = {

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from _launch import run_remote_code_script
+from _launch import BLOCK_PROJECT_IMPORTS, run_remote_code_script
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel
 
@@ -181,14 +181,8 @@ def test_save_load_gives_the_same_logits_and_the_bilm_inside(tmp_path, tiny, wor
             assert torch.equal(model(**b).logits, loaded(**b).logits)
 
 
-_REMOTE = textwrap.dedent(
+_REMOTE = BLOCK_PROJECT_IMPORTS + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("modeling", "tokenizer", "training", "finetune", "pretrain"):
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, Block())
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
     d, texts = sys.argv[1], json.loads(sys.argv[2])
@@ -244,7 +238,7 @@ def test_elmo_features_need_char_ids_and_a_bilm_config(tiny, word_tokenizer, bil
 
 @pytest.mark.slow
 def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(tmp_path, word_tokenizer, bilm, make_glue_dir):
-    """``--elmo FOLDER random:FOLDER --seeds 1 2``: a ``cbow+elmo`` row whose folder holds the pretrained BiLM's weights,
+    """``--elmo FOLDER random:FOLDER --seeds 1 2``: a ``cbow+elmo`` row whose folder holds the pretrained BiLM weights,
     a ``cbow+elmo-random`` row with a fresh one of the same shape, every cell once per seed, medians in the table."""
     import statistics
 
