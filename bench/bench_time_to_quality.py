@@ -3,11 +3,19 @@ transformers' ``BertForMaskedLM`` trained the ``run_mlm`` way, then what the pre
 
     python bench/bench_time_to_quality.py --train_file F [F ...] --validation_file F --glue_dir DIR \\
         --budget_minutes M [--budget_tokens N] [--model_shape bert-tiny] [--tasks sst2 mrpc stsb cola] [--seeds 3] \\
-        [--baselines_results results.json] [--recipes NAME ...] [--recipe_flags NAME='--flag v ...'] --output_dir D
+        [--baselines_results results.json] [--recipes NAME ...] [--recipe_flags NAME='--flag v ...'] --output_dir D \\
+        [--preprocessing_num_workers N] [--mixed_precision no|bf16] [--plan_only]
+
+Device defaults: on CUDA ``--schedule sequential``, ``--reference_mixed_precision bf16`` and ``--mixed_precision bf16``
+(ours: added before each recipe's flags, so a recipe's own value wins); on the CPU ``paired``, the reference in
+float32 and nothing added to our recipes. ``--plan_only`` prints the phases with their estimated seconds on the
+planned machine (:data:`PLAN_COSTS`, :func:`plan_phases`) and runs nothing.
 
 What runs (every run is a child process; the project is driven through its command lines only):
 
-1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them): one WordPiece tokenizer
+1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them), built with
+   ``--preprocessing_num_workers`` N processes (default: the cores, at most 16; the tokenizer trainer's threads,
+   ``pretrain.prepare --preprocessing_num_workers N``, the reference's tokenization): one WordPiece tokenizer
    (``python -m tokenizer train --model_type bert --vocab_size V`` -> ``D/tokenizer``), one prepared dataset
    (``python -m pretrain.prepare ... --tokenizer_name D/tokenizer`` -> ``D/prepared``) that every recipe trains on, and
    the reference's blocks (``D/reference_blocks``): the training documents tokenized with the tokenizer's special
@@ -41,7 +49,11 @@ What runs (every run is a child process; the project is driven through its comma
    ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval, ``--eval_steps N+1`` and
    ``--max_eval_samples 32``: the run's own evaluation then runs only before the first and after the last step, on 32
    blocks, outside the timed steps).
-6. **Curves**: every checkpoint's weights are scored on the held-out set after training (a run that saved a
+6. **Curves** (no process is started to score): the reference scores its live model at its save steps in its own
+   process, on its device, outside its timed steps (``--heldout``; the same number as its saved checkpoint would
+   give); every checkpoint's weights of ours are scored on the held-out set after training, in the bench's process
+   on the device (CUDA when there is one), one model per run with each checkpoint's
+   weights loaded into it (:class:`CheckpointScorer`) (a run that saved a
    ``generator/`` -- ``--objective rtd``, ELECTRA -- is scored by its generator, the MLM it trains beside the
    discriminator: a model of 1/4 the width, so its curve is labelled "generator" and the quality-per-token and
    time-to-quality ratios, which compare MLMs of the same shape, are ``None`` for it with the reason in
@@ -51,11 +63,12 @@ What runs (every run is a child process; the project is driven through its comma
    from the block count, the batch and the epoch length: only an epoch's last step is short); tokens = time x
    ``tokens_per_second``. The loop times each step from fetching its batch to the end of the optimizer step,
    evaluation and checkpoints excluded. The reference times the same span per step with ``time.perf_counter``.
-7. **Noise** (``--schedule``): ``paired`` (default) runs each recipe at the same time as its own copy of the
+7. **Noise** (``--schedule``): ``paired`` (the CPU default) runs each recipe at the same time as its own copy of the
    reference (same seed and steps: the same trajectory), ``--threads`` threads each (default 1, so that two runs fill
    two cores and share the machine's noise; the copy takes its first step once ``pretrain`` has logged its run plan,
    so that it does not train alone during ``pretrain``'s start-up; whichever finishes first leaves the other alone
-   for its last steps); ``sequential`` runs the copy, then the recipe, alone. Each recipe's
+   for its last steps); ``sequential`` (the CUDA default) runs one run at a time: per repeat one reference copy
+   (alone, the copies of a repeat are the same run), then each recipe; its copy serves every recipe. Each recipe's
    ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
    quoted are medians over repeats.
 8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
@@ -260,7 +273,7 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         "--preprocessing_num_workers",
         type=int,
         default=None,
-        help="processes (threads for the tokenizer trainer) of the data phase and of held-out scoring on the CPU "
+        help="processes (threads for the tokenizer trainer) of the data phase "
         f"(default: the machine's cores, at most {MAX_DEFAULT_WORKERS})",
     )
 
@@ -1742,9 +1755,10 @@ PLAN_COSTS: dict[str, dict] = {
         },
         "assumed": {
             # the data phase's share that --preprocessing_num_workers spreads over processes (tokenizer training,
-            # prepare's tokenize and pack maps, the reference's tokenization), measured on the 2-core CPU
-            # (bert-tiny 1-minute command: 127 + 80 + ~45 s of 264 s), and the speed-up per worker
-            "data_parallel_share": 0.93,
+            # prepare's tokenize and pack maps, the reference's tokenization: 127 + 80 + ~50 s of 264 s with one
+            # worker on the 2-core CPU; the files are read and decompressed in one process, hence less than that),
+            # and what each worker after the first adds
+            "data_parallel_share": 0.8,
             "worker_efficiency": 0.5,
             "prepare_share": 0.30,  # one more prepared variant (another --document_masking / --objective)
             "process_start_s": {"reference": 15.0, "recipe": 25.0, "finetune": 20.0},
@@ -2077,10 +2091,6 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _terminate)  # unwind (children stopped by run_jobs) instead of dying at once
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    import torch
-
-    if scoring_device().type == "cpu":  # this process scores between runs, while nothing trains: all the workers
-        torch.set_num_threads(args.preprocessing_num_workers)
     timings, t0 = {}, time.perf_counter()
     load_before = os.getloadavg()[0]
 
