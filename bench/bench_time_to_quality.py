@@ -392,7 +392,6 @@ def apply_device_defaults(args: argparse.Namespace, cuda: bool) -> argparse.Name
         args.mixed_precision = "bf16"
     if args.preprocessing_num_workers is None:
         args.preprocessing_num_workers = default_workers()
-    args.device = "cuda" if cuda else "cpu"
     return args
 
 
@@ -506,9 +505,10 @@ def child_env(threads: int) -> dict[str, str]:
     }
 
 
-def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -> list[Job]:
+def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None, on_done=None) -> list[Job]:
     """Run ``jobs`` at most ``parallel`` at a time, in order; fill ``returncode`` and ``wall_s``. ``on_poll()``, if
-    given, is called every 0.2 s while they run.
+    given, is called every 0.2 s while they run; ``on_done(job)``, if given, as soon as a job has ended with exit
+    status 0 (while the others go on).
 
     Raises:
         BenchError: with ``check``, the first failed job (its log's last lines in the message).
@@ -536,6 +536,8 @@ def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -
                     if check and job.returncode != 0:
                         tail = "\n".join(job.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
                         raise BenchError(f"{job.name} failed (exit {job.returncode}); log {job.log}:\n{tail}")
+                    if on_done is not None and job.returncode == 0:
+                        on_done(job)
     finally:  # a failure, Ctrl-C or SIGTERM: stop our own children, the ones still running
         for _, proc, handle, _ in running:
             proc.terminate()
@@ -1231,10 +1233,13 @@ def shared_copies(pairs: list[tuple[Run, Run]], copies: dict[str, dict]) -> None
 RUN_PLAN_LINE = "run plan:"
 
 
-def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False):
+def train_groups(
+    groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False, on_done=None
+):
     """Run each group's runs at the same time (``--threads`` threads each), group after group. In a group with a
     recipe run, the reference copies wait (``--start_file``) until the recipe has logged its run plan (or ended), so
-    that both start their first step together rather than the reference training during ``pretrain``'s start-up."""
+    that both start their first step together rather than the reference training during ``pretrain``'s start-up.
+    ``on_done(run)``, if given, is called as soon as a run has ended, while the others of its group go on."""
     for group in groups:
         jobs, start = [], None
         recipe = next((r for r in group if r.kind == "recipe"), None)
@@ -1264,7 +1269,8 @@ def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of,
                 ):
                     start.touch()
 
-        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll)
+        done = None if on_done is None else (lambda job, group=group, jobs=jobs: on_done(group[jobs.index(job)]))
+        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll, on_done=done)
         if start is not None:
             start.unlink(missing_ok=True)
 
@@ -1296,8 +1302,8 @@ class CheckpointScorer:
     model from each checkpoint (:func:`load_scored_mlm`; tested), without a model construction per checkpoint.
 
     Raises:
-        BenchError: a checkpoint's weights do not fit the model (a key missing that is not tied to a loaded one, or
-            an unexpected key).
+        BenchError: a checkpoint's weights do not fit the model (a key missing that is not tied to a loaded one, an
+            unexpected key, or a tensor of another shape).
     """
 
     def __init__(self, folder: Path, device=None):
@@ -1314,7 +1320,10 @@ class CheckpointScorer:
         if self.generator:
             state = {k[len("generator.") :]: v for k, v in state.items() if k.startswith("generator.")}
         own = self.model.state_dict()
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # a tensor of another shape
+            raise BenchError(f"{weights}: the weights do not fit {self.folder}: {err}") from err
         loaded = {own[k].data_ptr() for k in state if k in own}
         untied = [k for k in missing if own[k].data_ptr() not in loaded]
         if unexpected or untied:
@@ -2052,17 +2061,37 @@ def _terminate(signum, frame):
 
 def _pretrain_and_score(pairs: list[tuple[Run, Run]], args, data: dict, out: Path, heldout: dict) -> dict[str, dict]:
     """Train the runs of ``pairs`` (steps and learning rates already set) group by group per ``args.schedule``, scoring
-    each on ``heldout`` after its group; return {run name: copy_record}."""
+    each on ``heldout``; return {run name: copy_record}. A run is scored after its group, or on the CPU as soon as
+    it has ended while others of its group still run (the reference copy scores itself in its process: our run's
+    scoring then takes our run's core, so the machine's load stays that of the pair); never while a run of the
+    next group trains."""
     copies: dict[str, dict] = {}
+
+    def score(run: Run) -> None:
+        copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
+        log(
+            f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
+            f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
+            f"{copies[run.name]['seconds']:.0f} s"
+        )
+
+    def score_early(run: Run) -> None:  # beside a run still training: the threads our run had, not more
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(min(threads, args.threads))
+        try:
+            score(run)
+        finally:
+            torch.set_num_threads(threads)
+
+    early = scoring_device().type == "cpu"
     for group in groups_for(args.schedule, pairs):
-        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
-        for run in group:  # scored between groups: nothing trains meanwhile
-            copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
-            log(
-                f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
-                f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
-                f"{copies[run.name]['seconds']:.0f} s"
-            )
+        on_done = score_early if early and len(group) > 1 else None
+        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points, on_done=on_done)
+        for run in group:
+            if run.name not in copies:
+                score(run)
     return copies
 
 

@@ -680,6 +680,16 @@ def test_checkpoint_scorer_equals_building_each_checkpoint(tokenizer, tmp_path):
     _tiny_sesame(0).save_pretrained(other)
     with pytest.raises(ttq.BenchError, match="do not fit"):
         ttq.CheckpointScorer(rtd, torch.device("cpu")).load(other / "model.safetensors")
+    wider = tmp_path / "wider"
+    import modeling
+
+    torch.manual_seed(0)
+    config = modeling.get_preset_config(
+        "bert-tiny", vocab_size=21, pad_token_id=0, hidden_size=64, intermediate_size=64
+    )
+    modeling.SesameBertForMaskedLM(config).save_pretrained(wider)
+    with pytest.raises(ttq.BenchError, match="do not fit"):
+        ttq.CheckpointScorer(folder, torch.device("cpu")).load(wider / "model.safetensors")
 
 
 def test_plan_arithmetic_by_hand(tmp_path):
@@ -758,3 +768,17 @@ def test_readme_gpu_protocol_plans_within_nine_minutes(capsys):
     for phase in ("data", "probes", "sweep", "pretraining", "finetuning"):
         assert phase in printed
     assert ttq.main([*argv, "--plan_only"]) == 0  # runs nothing
+
+
+def test_run_jobs_reports_a_job_done_while_the_others_run(tmp_path):
+    """on_done(job) comes as soon as a job ends, while a slower one still runs (our run is scored beside its
+    reference copy's last steps), and not for a failed job."""
+    fast = ttq.Job("fast", [sys.executable, "-c", "pass"], tmp_path / "fast.log")
+    slow = ttq.Job("slow", [sys.executable, "-c", "import time; time.sleep(4)"], tmp_path / "slow.log")
+    seen = []
+    ttq.run_jobs([fast, slow], parallel=2, on_done=lambda job: seen.append((job.name, slow.returncode)))
+    assert seen == [("fast", None), ("slow", 0)]
+    bad = ttq.Job("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")
+    seen.clear()
+    ttq.run_jobs([bad], parallel=1, check=False, on_done=lambda job: seen.append(job.name))
+    assert seen == [] and bad.returncode == 3
