@@ -3,11 +3,19 @@ transformers' ``BertForMaskedLM`` trained the ``run_mlm`` way, then what the pre
 
     python bench/bench_time_to_quality.py --train_file F [F ...] --validation_file F --glue_dir DIR \\
         --budget_minutes M [--budget_tokens N] [--model_shape bert-tiny] [--tasks sst2 mrpc stsb cola] [--seeds 3] \\
-        [--baselines_results results.json] [--recipes NAME ...] [--recipe_flags NAME='--flag v ...'] --output_dir D
+        [--baselines_results results.json] [--recipes NAME ...] [--recipe_flags NAME='--flag v ...'] --output_dir D \\
+        [--preprocessing_num_workers N] [--mixed_precision no|bf16] [--plan_only]
+
+Device defaults: on CUDA ``--schedule sequential``, ``--reference_mixed_precision bf16`` and ``--mixed_precision bf16``
+(ours: added before each recipe's flags, so a recipe's own value wins); on the CPU ``paired``, the reference in
+float32 and nothing added to our recipes. ``--plan_only`` prints the phases with their estimated seconds on the
+planned machine (:data:`PLAN_COSTS`, :func:`plan_phases`) and runs nothing.
 
 What runs (every run is a child process; the project is driven through its command lines only):
 
-1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them): one WordPiece tokenizer
+1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them), built with
+   ``--preprocessing_num_workers`` N processes (default: the cores, at most 16; the tokenizer trainer's threads,
+   ``pretrain.prepare --preprocessing_num_workers N``, the reference's tokenization): one WordPiece tokenizer
    (``python -m tokenizer train --model_type bert --vocab_size V`` -> ``D/tokenizer``), one prepared dataset
    (``python -m pretrain.prepare ... --tokenizer_name D/tokenizer`` -> ``D/prepared``) that every recipe trains on, and
    the reference's blocks (``D/reference_blocks``): the training documents tokenized with the tokenizer's special
@@ -41,7 +49,11 @@ What runs (every run is a child process; the project is driven through its comma
    ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval, ``--eval_steps N+1`` and
    ``--max_eval_samples 32``: the run's own evaluation then runs only before the first and after the last step, on 32
    blocks, outside the timed steps).
-6. **Curves**: every checkpoint's weights are scored on the held-out set after training (a run that saved a
+6. **Curves** (no process is started to score): the reference scores its live model at its save steps in its own
+   process, on its device, outside its timed steps (``--heldout``; the same number as its saved checkpoint would
+   give); every checkpoint's weights of ours are scored on the held-out set after training, in the bench's process
+   on the device (CUDA when there is one), one model per run with each checkpoint's
+   weights loaded into it (:class:`CheckpointScorer`) (a run that saved a
    ``generator/`` -- ``--objective rtd``, ELECTRA -- is scored by its generator, the MLM it trains beside the
    discriminator: a model of 1/4 the width, so its curve is labelled "generator" and the quality-per-token and
    time-to-quality ratios, which compare MLMs of the same shape, are ``None`` for it with the reason in
@@ -51,11 +63,12 @@ What runs (every run is a child process; the project is driven through its comma
    from the block count, the batch and the epoch length: only an epoch's last step is short); tokens = time x
    ``tokens_per_second``. The loop times each step from fetching its batch to the end of the optimizer step,
    evaluation and checkpoints excluded. The reference times the same span per step with ``time.perf_counter``.
-7. **Noise** (``--schedule``): ``paired`` (default) runs each recipe at the same time as its own copy of the
+7. **Noise** (``--schedule``): ``paired`` (the CPU default) runs each recipe at the same time as its own copy of the
    reference (same seed and steps: the same trajectory), ``--threads`` threads each (default 1, so that two runs fill
    two cores and share the machine's noise; the copy takes its first step once ``pretrain`` has logged its run plan,
    so that it does not train alone during ``pretrain``'s start-up; whichever finishes first leaves the other alone
-   for its last steps); ``sequential`` runs the copy, then the recipe, alone. Each recipe's
+   for its last steps); ``sequential`` (the CUDA default) runs one run at a time: per repeat one reference copy
+   (alone, the copies of a repeat are the same run), then each recipe; its copy serves every recipe. Each recipe's
    ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
    quoted are medians over repeats.
 8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
@@ -235,6 +248,8 @@ FINETUNE = dict(per_device_train_batch_size=32, num_train_epochs=3, warmup_ratio
 FINETUNE_MAX_TRAIN_SAMPLES = {"sst2": 20000}
 
 HELDOUT_FILE, HELDOUT_INFO = "heldout.safetensors", "heldout.json"
+#: The cap of the default ``--preprocessing_num_workers`` (more processes than this gain little on corpora this size).
+MAX_DEFAULT_WORKERS = 16
 REFERENCE_LOG = "reference_log.json"
 
 
@@ -254,6 +269,13 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     d.add_argument("--max_seq_length", type=int, default=128, help="block length (default 128)")
     d.add_argument("--heldout_seed", type=int, default=1234, help="seed of the held-out masks")
     d.add_argument("--max_heldout_blocks", type=int, default=None, help="use the first N held-out blocks")
+    d.add_argument(
+        "--preprocessing_num_workers",
+        type=int,
+        default=None,
+        help="processes (threads for the tokenizer trainer) of the data phase "
+        f"(default: the machine's cores, at most {MAX_DEFAULT_WORKERS})",
+    )
 
 
 def _add_budget_args(p: argparse.ArgumentParser) -> None:
@@ -294,15 +316,23 @@ def _add_budget_args(p: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--reference_mixed_precision",
         choices=["no", "bf16"],
-        default="no",
-        help="the reference's autocast (run_mlm's default: no)",
+        default=None,
+        help="the reference's autocast (default: bf16 on CUDA; no on the CPU, run_mlm's default)",
+    )
+    b.add_argument(
+        "--mixed_precision",
+        choices=["no", "bf16"],
+        default=None,
+        help="our recipes' --mixed_precision, before each recipe's own flags (a recipe's own value wins; default: "
+        "bf16 on CUDA; on the CPU none is added: pretrain's default)",
     )
     b.add_argument("--seed", type=int, default=42, help="pretraining seed of repeat 0; random-init seed")
     b.add_argument(
         "--schedule",
         choices=["paired", "sequential", "shared"],
-        default="paired",
-        help="paired: each recipe runs at the same time as its reference copy; sequential: one by one; "
+        default=None,
+        help="paired (the CPU default): each recipe runs at the same time as its reference copy; sequential (the "
+        "CUDA default): one run at a time, one reference run per repeat serving every recipe; "
         "shared (--budget_tokens only; a recipe search): one reference run per repeat, paired with "
         "the first recipe, serves every recipe; the other recipes run two at a time",
     )
@@ -312,6 +342,15 @@ def _add_budget_args(p: argparse.ArgumentParser) -> None:
     b.add_argument("--probe_warmup", type=int, default=5, help="probe steps not counted (default 5)")
     b.add_argument("--curve_points", type=int, default=10, help="held-out scores per run (checkpoints)")
     b.add_argument("--keep_checkpoints", action="store_true", help="keep the runs' checkpoints after scoring")
+    b.add_argument(
+        "--plan_only",
+        nargs="?",
+        const="h100",
+        default=None,
+        choices=["h100"],
+        help="print the phases and their estimated seconds for these flags on that machine (PLAN_COSTS; its "
+        "device's defaults and cores) and exit; runs nothing, reads nothing but --glue_dir's train.tsv sizes",
+    )
 
 
 def _add_finetune_args(p: argparse.ArgumentParser) -> None:
@@ -334,8 +373,32 @@ def _add_finetune_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--keep_finetuned", action="store_true", help="keep the fine-tuned weights")
 
 
+def default_workers() -> int:
+    """The data phase's default processes: the cores this process may use, at most :data:`MAX_DEFAULT_WORKERS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
+def apply_device_defaults(args: argparse.Namespace, cuda: bool) -> argparse.Namespace:
+    """Fill the device-dependent defaults that were not given: on CUDA ``--schedule sequential`` and bf16 for both
+    sides (``--reference_mixed_precision bf16``, ``--mixed_precision bf16``); on the CPU ``paired``, the reference in
+    float32 and no ``--mixed_precision`` for our recipes (pretrain's default). Also ``--preprocessing_num_workers``
+    (:func:`default_workers`). Returns ``args``."""
+    if args.schedule is None:
+        args.schedule = "sequential" if cuda else "paired"
+    if args.reference_mixed_precision is None:
+        args.reference_mixed_precision = "bf16" if cuda else "no"
+    if args.mixed_precision is None and cuda:
+        args.mixed_precision = "bf16"
+    if args.preprocessing_num_workers is None:
+        args.preprocessing_num_workers = default_workers()
+    return args
+
+
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Validate ``args`` (p.error if bad); fill in recipe_table and default_recipe; return args."""
+    if args.preprocessing_num_workers is not None and args.preprocessing_num_workers < 1:
+        p.error(f"--preprocessing_num_workers {args.preprocessing_num_workers}: expected at least 1")
     if (args.budget_minutes is None) == (args.budget_tokens is None):
         p.error("give exactly one of --budget_minutes and --budget_tokens")
     if args.repeats < 1 or args.seeds < 1 or args.curve_points < 1 or args.threads < 1:
@@ -357,13 +420,24 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
     return args
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """The bench's arguments (see the module docstring)."""
+def parse_args(argv=None, cuda: bool | None = None) -> argparse.Namespace:
+    """The bench's arguments (see the module docstring); the device defaults (:func:`apply_device_defaults`) follow
+    ``cuda`` (None: ``torch.cuda.is_available()``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     _add_data_args(p)
     _add_budget_args(p)
     _add_finetune_args(p)
-    return _check_args(p, p.parse_args(argv))
+    args = p.parse_args(argv)
+    if args.plan_only:  # the defaults of the planned machine, not of this one
+        machine = PLAN_COSTS[args.plan_only]["machine"]
+        cuda = machine["cuda"]
+        if args.preprocessing_num_workers is None:
+            args.preprocessing_num_workers = min(machine["cores"], MAX_DEFAULT_WORKERS)
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return _check_args(p, apply_device_defaults(args, cuda))
 
 
 def select_recipes(names: list[str], ad_hoc: list[str]) -> dict[str, list[str]]:
@@ -431,9 +505,10 @@ def child_env(threads: int) -> dict[str, str]:
     }
 
 
-def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -> list[Job]:
+def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None, on_done=None) -> list[Job]:
     """Run ``jobs`` at most ``parallel`` at a time, in order; fill ``returncode`` and ``wall_s``. ``on_poll()``, if
-    given, is called every 0.2 s while they run.
+    given, is called every 0.2 s while they run; ``on_done(job)``, if given, as soon as a job has ended with exit
+    status 0 (while the others go on).
 
     Raises:
         BenchError: with ``check``, the first failed job (its log's last lines in the message).
@@ -461,6 +536,8 @@ def run_jobs(jobs: list[Job], parallel: int, check: bool = True, on_poll=None) -
                     if check and job.returncode != 0:
                         tail = "\n".join(job.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
                         raise BenchError(f"{job.name} failed (exit {job.returncode}); log {job.log}:\n{tail}")
+                    if on_done is not None and job.returncode == 0:
+                        on_done(job)
     finally:  # a failure, Ctrl-C or SIGTERM: stop our own children, the ones still running
         for _, proc, handle, _ in running:
             proc.terminate()
@@ -528,6 +605,7 @@ def prepare_shared_data(args, out: Path) -> dict:
         "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file)),
     }
     py = sys.executable
+    workers = args.preprocessing_num_workers
     tok_stamp = {"train": sources["train"], "vocab_size": args.vocab_size}
     tok = cached(
         out / "tokenizer",
@@ -551,6 +629,7 @@ def prepare_shared_data(args, out: Path) -> dict:
                         str(d),
                     ],
                     out / "logs" / "tokenizer.log",
+                    tokenizer_env(workers),
                 )
             ],
             1,
@@ -559,6 +638,8 @@ def prepare_shared_data(args, out: Path) -> dict:
     tok_sha = file_sha256(tok / "tokenizer.json")
     prep_stamp = {**sources, "tokenizer": tok_sha, "max_seq_length": args.max_seq_length}
     variants = {}
+    # pretrain.prepare packs per map batch: its processes' shards move a few batch edges, so the blocks depend on N
+    workers_flags = ["--preprocessing_num_workers", str(workers)] if workers > 1 else []
     for name in sorted({"prepared", *(data_variant(f) for f in args.recipe_table.values())}):
         extra = variant_flags(name)
         command = [
@@ -574,11 +655,12 @@ def prepare_shared_data(args, out: Path) -> dict:
             "--max_seq_length",
             str(args.max_seq_length),
             *extra,
+            *workers_flags,
             "--output_dir",
         ]
         folder = cached(
             out / name,
-            {**prep_stamp, "flags": extra},
+            {**prep_stamp, "flags": extra + workers_flags},
             lambda d, command=command, name=name: run_jobs(
                 [Job("prepare", [*command, str(d)], out / "logs" / f"{name}.log")], 1
             ),
@@ -590,7 +672,7 @@ def prepare_shared_data(args, out: Path) -> dict:
     ref_blocks = cached(
         out / "reference_blocks",
         prep_stamp,
-        lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d),
+        lambda d: build_reference_blocks(args.train_file, tok, args.max_seq_length, d, workers),
     )
     return {
         "tokenizer": tok,
@@ -603,14 +685,22 @@ def prepare_shared_data(args, out: Path) -> dict:
     }
 
 
-def load_documents(files: list[str]):
+def tokenizer_env(workers: int) -> dict[str, str]:
+    """Environment of the ``python -m tokenizer train`` child: the Rust trainer's threads (``RAYON_NUM_THREADS``) =
+    ``workers``, its parallelism on when ``workers`` > 1 (the bench turns it off for itself)."""
+    return {"TOKENIZERS_PARALLELISM": "true" if workers > 1 else "false", "RAYON_NUM_THREADS": str(workers)}
+
+
+def load_documents(files: list[str], num_proc: int | None = None):
     """The documents of text files (blank-line separated; ``datasets``' text loader with ``sample_by="paragraph"``,
-    stripped, empty ones dropped) as a ``datasets.Dataset`` with a ``text`` column."""
+    stripped, empty ones dropped) as a ``datasets.Dataset`` with a ``text`` column, in file order (``num_proc``
+    processes for the strip and the filter: the same rows in the same order)."""
     from datasets import load_dataset
 
+    num_proc = num_proc if num_proc and num_proc > 1 else None
     ds = load_dataset("text", data_files={"train": list(files)}, sample_by="paragraph")["train"]
-    ds = ds.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
-    return ds.filter(lambda b: [bool(t) for t in b["text"]], batched=True)
+    ds = ds.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True, num_proc=num_proc)
+    return ds.filter(lambda b: [bool(t) for t in b["text"]], batched=True, num_proc=num_proc)
 
 
 def group_texts(batch: dict[str, list[list[int]]], block_size: int) -> dict[str, list[list[int]]]:
@@ -623,16 +713,32 @@ def group_texts(batch: dict[str, list[list[int]]], block_size: int) -> dict[str,
     return {k: [v[i : i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
 
 
-def build_reference_blocks(files: list[str], tokenizer_dir: Path, block_size: int, folder: Path) -> None:
+def _tokenize_documents(batch: dict, tokenizer) -> dict:
+    """One map batch of :func:`build_reference_blocks`: the documents with the special tokens and their mask."""
+    return tokenizer(batch["text"], return_special_tokens_mask=True)
+
+
+def build_reference_blocks(
+    files: list[str], tokenizer_dir: Path, block_size: int, folder: Path, num_proc: int | None = None
+) -> None:
     """The reference's training blocks (run_mlm without ``--line_by_line``): documents tokenized with the special
-    tokens and ``special_tokens_mask``, grouped by :func:`group_texts` per map batch of 1,000; ``save_to_disk``."""
+    tokens and ``special_tokens_mask`` (``num_proc`` processes: a document's tokens do not depend on its batch),
+    grouped by :func:`group_texts` per map batch of 1,000 in one process (processes would move the batch edges, and
+    with them the dropped remainders); ``save_to_disk``. The blocks are the same for every ``num_proc``."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    docs = load_documents(files)
-    enc = docs.map(lambda b: tok(b["text"], return_special_tokens_mask=True), batched=True, remove_columns=["text"])
+    num_proc = num_proc if num_proc and num_proc > 1 else None
+    docs = load_documents(files, num_proc)
+    enc = docs.map(
+        _tokenize_documents,
+        batched=True,
+        remove_columns=["text"],
+        fn_kwargs={"tokenizer": tok},
+        num_proc=num_proc,
+    )
     enc.map(group_texts, batched=True, batch_size=1000, fn_kwargs={"block_size": block_size}).save_to_disk(str(folder))
 
 
@@ -1011,6 +1117,8 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
             args.reference_mixed_precision,
             "--threads",
             str(args.threads),
+            *([] if probe else ["--heldout", str(Path(args.output_dir) / HELDOUT_FILE)]),
+            *(["--save_checkpoints"] if args.keep_checkpoints and not probe else []),
             "--output_dir",
             str(run.folder),
         ]
@@ -1025,6 +1133,7 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
         args.model_shape,
         "--per_device_train_batch_size",
         str(args.batch_size),
+        *(["--mixed_precision", args.mixed_precision] if args.mixed_precision else []),
         *materialize_configs(run.flags, run.folder.parent),
         "--output_dir",
         str(run.folder),
@@ -1056,10 +1165,22 @@ def per_step_blocks(run: Run, args) -> int:
     return batch * int(flag_value(run.flags, "--gradient_accumulation_steps", "1"))
 
 
+def reference_log(folder: Path) -> dict:
+    """The ``reference_log.json`` of a reference run folder (:func:`reference_main`).
+
+    Raises:
+        BenchError: the file is missing (the run did not finish).
+    """
+    path = Path(folder) / REFERENCE_LOG
+    if not path.is_file():
+        raise BenchError(f"no {path}; expected the reference run's log")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def step_times(run: Run, args, data: dict) -> dict[int, dict]:
     """``{step: {"seconds", "tokens"}}`` cumulative training time and tokens of a finished run (see the docstring)."""
     if run.kind == "reference":
-        records = json.loads((run.folder / REFERENCE_LOG).read_text(encoding="utf-8"))["steps"]
+        records = reference_log(run.folder)["steps"]
         return {r["step"]: {"seconds": r["seconds"], "tokens": r["tokens"]} for r in records}
     path = run.folder / "trainer_log.json"
     if not path.is_file():
@@ -1078,13 +1199,20 @@ def probe_seconds_per_step(run: Run, args, data: dict) -> float:
 
 
 def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
-    """Runs started together: each (reference copy, recipe) pair at once (``paired``), one at a time
-    (``sequential``), or per repeat its first pair, then the other recipes two at a time without reference copies
-    (``shared``: :func:`shared_copies` fills them in)."""
+    """Runs started together: each (reference copy, recipe) pair at once (``paired``); one at a time, per repeat
+    its first reference copy and then every recipe (``sequential``: a copy alone has the same seed, steps and
+    conditions as the others of its repeat, so one serves them all; :func:`shared_copies` fills them in); or per
+    repeat its first pair, then the other recipes two at a time without reference copies (``shared``, likewise)."""
     if schedule == "paired":
         return [list(p) for p in pairs]
     if schedule == "sequential":
-        return [[r] for p in pairs for r in p]
+        groups, seen = [], set()
+        for ref, ours in pairs:
+            if ref.repeat not in seen:
+                seen.add(ref.repeat)
+                groups.append([ref])
+            groups.append([ours])
+        return groups
     groups = []
     for repeat in sorted({ours.repeat for _, ours in pairs}):
         mine = [p for p in pairs if p[1].repeat == repeat]
@@ -1105,10 +1233,13 @@ def shared_copies(pairs: list[tuple[Run, Run]], copies: dict[str, dict]) -> None
 RUN_PLAN_LINE = "run plan:"
 
 
-def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False):
+def train_groups(
+    groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False, on_done=None
+):
     """Run each group's runs at the same time (``--threads`` threads each), group after group. In a group with a
     recipe run, the reference copies wait (``--start_file``) until the recipe has logged its run plan (or ended), so
-    that both start their first step together rather than the reference training during ``pretrain``'s start-up."""
+    that both start their first step together rather than the reference training during ``pretrain``'s start-up.
+    ``on_done(run)``, if given, is called as soon as a run has ended, while the others of its group go on."""
     for group in groups:
         jobs, start = [], None
         recipe = next((r for r in group if r.kind == "recipe"), None)
@@ -1138,7 +1269,8 @@ def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of,
                 ):
                     start.touch()
 
-        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll)
+        done = None if on_done is None else (lambda job, group=group, jobs=jobs: on_done(group[jobs.index(job)]))
+        run_jobs(jobs, parallel=len(jobs), on_poll=on_poll, on_done=done)
         if start is not None:
             start.unlink(missing_ok=True)
 
@@ -1156,28 +1288,89 @@ def learning_rate_of(run: Run, out: Path) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def scoring_device():
+    """Where the bench scores checkpoints: the first CUDA device when there is one, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class CheckpointScorer:
+    """Scores a run's checkpoints in this process on ``device``: the run's scored MLM (:func:`load_scored_mlm` of the
+    run folder) is built once, then each checkpoint's ``model.safetensors`` is loaded into it (``load_state_dict``;
+    an RTD checkpoint's ``generator.`` part) and scored by :func:`heldout_loss` -- the same numbers as building the
+    model from each checkpoint (:func:`load_scored_mlm`; tested), without a model construction per checkpoint.
+
+    Raises:
+        BenchError: a checkpoint's weights do not fit the model (a key missing that is not tied to a loaded one, an
+            unexpected key, or a tensor of another shape).
+    """
+
+    def __init__(self, folder: Path, device=None):
+        self.folder = Path(folder)
+        self.device = device if device is not None else scoring_device()
+        self.generator = scored_by_generator(self.folder)
+        self.model = load_scored_mlm(self.folder).to(self.device)
+
+    def load(self, weights: Path):
+        """Load the weights of a checkpoint's ``model.safetensors`` into the model; return the model."""
+        from safetensors.torch import load_file
+
+        state = load_file(str(weights), device=str(self.device))
+        if self.generator:
+            state = {k[len("generator.") :]: v for k, v in state.items() if k.startswith("generator.")}
+        own = self.model.state_dict()
+        try:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # a tensor of another shape
+            raise BenchError(f"{weights}: the weights do not fit {self.folder}: {err}") from err
+        loaded = {own[k].data_ptr() for k in state if k in own}
+        untied = [k for k in missing if own[k].data_ptr() not in loaded]
+        if unexpected or untied:
+            raise BenchError(
+                f"{weights}: the weights do not fit {self.folder} (missing {sorted(untied)}, unexpected "
+                f"{sorted(unexpected)})"
+            )
+        return self.model
+
+    def score(self, weights: Path, heldout: dict) -> float:
+        """:func:`heldout_loss` (nats) of the checkpoint ``weights``."""
+        return heldout_loss(self.load(weights), heldout, self.device)
+
+
 def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = False) -> list[dict]:
     """The run's curve: ``[{"seconds", "tokens", "step", "eval_loss"}]`` at its checkpoints (the last only with
-    ``final_only``), scored by :func:`heldout_loss`; the checkpoints are removed unless ``--keep_checkpoints``."""
+    ``final_only``), scored by :func:`heldout_loss`: a reference run's scores as its own process logged them (it
+    scores its live model at its save steps, :func:`reference_main`), a recipe run's checkpoints in this process on
+    the scoring device (:class:`CheckpointScorer`); the checkpoints are removed unless ``--keep_checkpoints``.
+
+    Raises:
+        BenchError: a scored step without a logged training time.
+    """
     times = step_times(run, args, data)
     folder = run.folder / "checkpoints"
-    steps = sorted(int(p.name.split("_")[1]) for p in folder.glob("step_*")) if folder.is_dir() else []
+    logged = {}
+    if run.kind == "reference":
+        logged = {int(k): v for k, v in reference_log(run.folder).get("scores", {}).items()}
+    if logged:
+        steps = sorted(logged)
+    else:
+        steps = sorted(int(p.name.split("_")[1]) for p in folder.glob("step_*")) if folder.is_dir() else []
     if final_only:
         steps = steps[-1:]
-    curve = []
+    curve, scorer = [], None
     for step in steps:
-        ckpt = folder / f"step_{step}"
-        weights = ckpt / "model.safetensors"
-        model = load_mlm(ckpt) if run.kind == "reference" else load_scored_mlm(run.folder, weights)
         if step not in times:
             raise BenchError(f"{run.name}: no training time logged at checkpoint step {step}")
+        if step in logged:
+            loss = logged[step]
+        elif run.kind == "reference":
+            loss = heldout_loss(load_mlm(folder / f"step_{step}").to(scoring_device()), heldout)
+        else:
+            scorer = scorer or CheckpointScorer(run.folder)
+            loss = scorer.score(folder / f"step_{step}" / "model.safetensors", heldout)
         curve.append(
-            {
-                "seconds": times[step]["seconds"],
-                "tokens": times[step]["tokens"],
-                "step": step,
-                "eval_loss": heldout_loss(model, heldout),
-            }
+            {"seconds": times[step]["seconds"], "tokens": times[step]["tokens"], "step": step, "eval_loss": loss}
         )
     if not args.keep_checkpoints and folder.is_dir():
         shutil.rmtree(folder)
@@ -1248,7 +1441,18 @@ def reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_train_steps", type=int, required=True)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--save_steps", type=int, nargs="*", default=[], help="steps whose weights are saved")
+    p.add_argument("--save_steps", type=int, nargs="*", default=[], help="steps whose weights are scored (and saved)")
+    p.add_argument(
+        "--heldout",
+        default=None,
+        help="a heldout.safetensors: score the model on it at --save_steps, in this process on its device, outside "
+        "the timed steps (the curve in reference_log.json's 'scores')",
+    )
+    p.add_argument(
+        "--save_checkpoints",
+        action="store_true",
+        help="also save_pretrained the model at --save_steps (checkpoints/step_N; always without --heldout)",
+    )
     p.add_argument("--weight_decay", type=float, default=0.0)
     p.add_argument("--mixed_precision", choices=["no", "bf16"], default="no")
     p.add_argument("--threads", type=int, default=None)
@@ -1279,9 +1483,13 @@ def _wait_for_start_file(start_file: str | None) -> float:
 
 def reference_main(argv=None) -> dict:
     """Train the reference (see the module docstring, item 4) and write ``output_dir``: ``reference_log.json``
-    (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; the model, collator and
-    optimizer classes; project modules loaded, which must be none), ``checkpoints/step_N/`` (``save_pretrained``) at
-    ``--save_steps`` and the final model + tokenizer. Returns the log."""
+    (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; ``scores``: ``{step:
+    held-out loss}`` at ``--save_steps`` with ``--heldout`` (:func:`heldout_loss` of the live model, float32, eval
+    mode, on the training device; it draws no random numbers, so the trajectory is the same as without it) and
+    ``scoring_s`` (seconds spent scoring and saving, outside the timed steps); the model, collator and optimizer
+    classes; project modules loaded, which must be none), ``checkpoints/step_N/`` (``save_pretrained``) at
+    ``--save_steps`` without ``--heldout`` or with ``--save_checkpoints``, and the final model + tokenizer. Returns
+    the log."""
     block_project_imports()
     args = reference_parser().parse_args(argv)
     import torch
@@ -1297,6 +1505,11 @@ def reference_main(argv=None) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     blocks = load_from_disk(args.blocks)
+    heldout = None
+    if args.heldout:
+        from safetensors.torch import load_file
+
+        heldout = load_file(args.heldout)
     torch.manual_seed(args.seed)
     model = reference_model(args.model_shape, tokenizer).to(device).train()
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
@@ -1319,7 +1532,7 @@ def reference_main(argv=None) -> dict:
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
     waited = _wait_for_start_file(args.start_file)
-    records, seconds, tokens, step = [], 0.0, 0, 0
+    records, scores, scoring_s, seconds, tokens, step = [], {}, 0.0, 0.0, 0, 0
     saves = set(args.save_steps)
     while step < args.max_train_steps:
         batches = iter(loader)
@@ -1342,7 +1555,12 @@ def reference_main(argv=None) -> dict:
             tokens += int(batch["attention_mask"].sum())
             records.append({"step": step, "seconds": seconds, "tokens": tokens, "loss": loss_value})
             if step in saves:  # outside the timed span
-                model.save_pretrained(str(out / "checkpoints" / f"step_{step}"))
+                t_score = time.perf_counter()
+                if heldout is not None:  # float32, eval mode: the same function as scoring a saved checkpoint
+                    scores[step] = heldout_loss(model, heldout, device)
+                if heldout is None or args.save_checkpoints:
+                    model.save_pretrained(str(out / "checkpoints" / f"step_{step}"))
+                scoring_s += time.perf_counter() - t_score
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     result = {
@@ -1357,6 +1575,8 @@ def reference_main(argv=None) -> dict:
         "device": str(device),
         "threads": torch.get_num_threads(),
         "waited_for_start_s": waited,
+        "scores": {str(k): v for k, v in scores.items()},
+        "scoring_s": scoring_s,
         "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES),
     }
     (out / REFERENCE_LOG).write_text(json.dumps(result) + "\n", encoding="utf-8")
@@ -1514,6 +1734,197 @@ def pretraining_buys(runs: dict, baselines: dict) -> dict:
     return buys
 
 
+# -- the plan (--plan_only) -----------------------------------------------------------------------------------------
+#: GLUE training-set sizes (examples), for the plan when ``--glue_dir`` is not readable.
+GLUE_TRAIN_SIZES = {
+    "cola": 8551,
+    "sst2": 67349,
+    "mrpc": 3668,
+    "qqp": 363846,
+    "stsb": 5749,
+    "mnli": 392702,
+    "qnli": 104743,
+    "rte": 2490,
+    "wnli": 635,
+}
+
+#: Cost models of ``--plan_only``: seconds of each piece of work on one machine. ``measured`` entries are issue 30's
+#: H100 figures (main at c9db05c, bert-base S128 x B256, bf16 both sides, vocabulary 8000, 16 cores); ``assumed``
+#: entries were not measured there and are labelled as such in the plan's output.
+PLAN_COSTS: dict[str, dict] = {
+    "h100": {
+        "machine": {"cuda": True, "cores": 16},
+        "measured": {
+            # budget probes: 619 steps in 75 s (transformers' plain loop), 592 for pretrain
+            "reference_step_s": 75 / 619,
+            "recipe_step_s": 75 / 592,
+            "at": {"model_shape": "bert-base", "batch_size": 256, "max_seq_length": 128},
+            # tokenizer + prepare + reference blocks + held-out, one worker per step, on the machine's 16 cores
+            "data_one_worker_s": 210.0,
+        },
+        "assumed": {
+            # the data phase's share that --preprocessing_num_workers spreads over processes (tokenizer training,
+            # prepare's tokenize and pack maps, the reference's tokenization: 127 + 80 + ~50 s of 264 s with one
+            # worker on the 2-core CPU; the files are read and decompressed in one process, hence less than that),
+            # and what each worker after the first adds
+            "data_parallel_share": 0.8,
+            "worker_efficiency": 0.5,
+            "prepare_share": 0.30,  # one more prepared variant (another --document_masking / --objective)
+            "process_start_s": {"reference": 15.0, "recipe": 25.0, "finetune": 20.0},
+            "checkpoint_save_s": 1.5,  # pretrain's save_state of a bert-base (weights + AdamW moments, ~1.3 GB)
+            "score_s": 1.0,  # one held-out scoring on the device (698 blocks: ~2e13 FLOP in float32)
+            "checkpoint_load_s": 0.5,  # a checkpoint's model.safetensors into the bench's scoring model
+            "finetune_step_s": 0.04,  # bert-base, batch 32, float32, GLUE sentence lengths
+            "finetune_eval_s": 3.0,
+            "random_inits_s": 10.0,  # two random inits built, saved and scored
+            "finetune_parallel_efficiency": 0.8,  # two fine-tunes sharing one GPU
+        },
+    },
+}
+
+
+def _shape_flops(shape: str) -> float:
+    """Per-token training FLOP proxy of a :data:`SHAPES` entry: 6 x the encoder's weights (12 H^2 per layer)."""
+    s = SHAPES[shape]
+    return 6.0 * s["num_hidden_layers"] * 12 * s["hidden_size"] ** 2
+
+
+def plan_phases(args, costs: dict, glue_sizes: dict[str, int] | None = None) -> list[dict]:
+    """The bench's phases for ``args`` under the cost model ``costs`` (a :data:`PLAN_COSTS` entry): ``[{"phase",
+    "seconds", "detail"}]`` in run order. Step times scale from the measured shape and batch by
+    :func:`_shape_flops` x tokens per step; a wall-clock budget B gives every run B seconds of steps; the
+    reference runs once per repeat under ``sequential`` / ``shared`` and once per recipe under ``paired`` (paired
+    runs overlap: the pair costs its longer run). ``glue_sizes``: training examples per task (default
+    :data:`GLUE_TRAIN_SIZES`), capped as :func:`finetune_command` caps them."""
+    m, a = costs["measured"], costs["assumed"]
+    at = m["at"]
+    scale = (_shape_flops(args.model_shape) * args.batch_size * args.max_seq_length) / (
+        _shape_flops(at["model_shape"]) * at["batch_size"] * at["max_seq_length"]
+    )
+    step = {"reference": m["reference_step_s"] * scale, "recipe": m["recipe_step_s"] * scale}
+    start = a["process_start_s"]
+    k, r, paired = len(args.recipe_table), args.repeats, args.schedule == "paired"
+    variants = len({"prepared", *(data_variant(f) for f in args.recipe_table.values())})
+    workers = args.preprocessing_num_workers
+    speedup = 1 + (workers - 1) * a["worker_efficiency"]  # each worker after the first adds that share of one
+    share = a["data_parallel_share"]
+    data = m["data_one_worker_s"] * (1 + a["prepare_share"] * (variants - 1)) * ((1 - share) + share / speedup)
+    if args.budget_minutes is not None:
+        run_s = {kind: args.budget_minutes * 60 for kind in step}
+    else:
+        tokens_per_step = args.batch_size * args.max_seq_length
+        run_s = {kind: math.ceil(args.budget_tokens / tokens_per_step) * step[kind] for kind in step}
+    probe = {kind: start[kind] + args.probe_steps * step[kind] for kind in step}
+    points = args.curve_points
+    phases = [
+        {
+            "phase": "data",
+            "seconds": data,
+            "detail": f"{m['data_one_worker_s']:.0f} s with one worker (measured), {variants} prepared variant(s), "
+            f"{share:.0%} of it over {workers} workers at {a['worker_efficiency']:.0%} efficiency (assumed)",
+        }
+    ]
+    if args.budget_minutes is not None:
+        seconds = k * max(probe.values()) if paired else probe["reference"] + k * probe["recipe"]
+        phases.append(
+            {
+                "phase": "probes",
+                "seconds": seconds,
+                "detail": f"{args.probe_steps} steps + start-up per probe run; reference "
+                f"{step['reference'] * 1000:.0f} ms/step, ours {step['recipe'] * 1000:.0f} ms/step",
+            }
+        )
+    lrs = len(args.reference_lrs)
+    sweep = 0.0
+    if lrs > 1:
+        width = 1 if args.schedule == "sequential" else 2
+        sweep = math.ceil(lrs / width) * (
+            start["reference"] + args.reference_sweep_fraction * run_s["reference"] + a["score_s"]
+        )
+    phases.append(
+        {
+            "phase": "sweep",
+            "seconds": sweep,
+            "detail": f"{lrs} learning rate(s), {args.reference_sweep_fraction:g} of the reference's steps each",
+        }
+    )
+    ref_run = start["reference"] + run_s["reference"] + points * a["score_s"]
+    ours_run = start["recipe"] + run_s["recipe"] + points * a["checkpoint_save_s"]
+    ours_score = points * (a["checkpoint_load_s"] + a["score_s"])
+    if paired:
+        pretraining = r * k * (max(ref_run, ours_run) + ours_score)
+    else:
+        pretraining = r * (ref_run + k * (ours_run + ours_score))
+    phases.append(
+        {
+            "phase": "pretraining",
+            "seconds": pretraining,
+            "detail": f"{r} repeat(s) x {k} recipe(s), {run_s['recipe']:.0f} s of steps per run, {points} curve "
+            f"points (reference: scored in its process; ours: saved, then scored in the bench)",
+        }
+    )
+    phases.append({"phase": "scoring", "seconds": a["random_inits_s"], "detail": "random inits built and scored"})
+    sizes = {**GLUE_TRAIN_SIZES, **(glue_sizes or {})}
+    per_model = 0.0
+    for task in args.tasks:
+        caps = [x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None]
+        n = min([sizes[task], *caps])
+        steps = math.ceil(n / FINETUNE["per_device_train_batch_size"]) * args.finetune_epochs
+        per_model += args.seeds * (start["finetune"] + steps * a["finetune_step_s"] + a["finetune_eval_s"])
+    models = 1 + k + len(args.random_inits)
+    parallel = max(1.0, args.finetune_parallel * a["finetune_parallel_efficiency"])
+    phases.append(
+        {
+            "phase": "finetuning",
+            "seconds": models * per_model / parallel if args.tasks else 0.0,
+            "detail": f"{models} models x {len(args.tasks)} task(s) x {args.seeds} seed(s), "
+            f"{args.finetune_parallel} at a time",
+        }
+    )
+    return phases
+
+
+def glue_train_sizes(glue_dir: str, tasks: list[str]) -> dict[str, int]:
+    """Training examples per task read from ``glue_dir`` (``<Task>/train.tsv`` lines minus the header; CoLA has
+    none); tasks whose file is not there are left out."""
+    folders = {
+        "cola": "CoLA",
+        "sst2": "SST-2",
+        "mrpc": "MRPC",
+        "qqp": "QQP",
+        "stsb": "STS-B",
+        "mnli": "MNLI",
+        "qnli": "QNLI",
+        "rte": "RTE",
+        "wnli": "WNLI",
+    }
+    sizes = {}
+    for task in tasks:
+        path = Path(glue_dir) / folders[task] / "train.tsv"
+        if path.is_file():
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = sum(1 for line in f if line.strip())
+            sizes[task] = lines - (0 if task == "cola" else 1)
+    return sizes
+
+
+def print_plan(args, costs_name: str = "h100") -> float:
+    """Print the phases of :func:`plan_phases` under ``PLAN_COSTS[costs_name]`` and their total; return the total
+    in seconds."""
+    costs = PLAN_COSTS[costs_name]
+    phases = plan_phases(args, costs, glue_train_sizes(args.glue_dir, args.tasks))
+    print(
+        f"plan ({costs_name} cost model: measured {sorted(costs['measured'])}, assumed {sorted(costs['assumed'])}); "
+        f"schedule {args.schedule}, reference mixed precision {args.reference_mixed_precision}, ours "
+        f"{args.mixed_precision or 'pretrain default'}, {args.preprocessing_num_workers} data workers"
+    )
+    for ph in phases:
+        print(f"  {ph['phase']:12s} {ph['seconds']:7.0f} s  {ph['detail']}")
+    total = sum(ph["seconds"] for ph in phases)
+    print(f"  {'total':12s} {total:7.0f} s  ({total / 60:.1f} minutes)")
+    return total
+
+
 # -- the bench ------------------------------------------------------------------------------------------------------
 def plan_pairs(args, out: Path) -> list[tuple[Run, Run]]:
     """(reference copy, recipe run) for every repeat and recipe, in run order."""
@@ -1576,9 +1987,11 @@ def budget_steps(args, data: dict, out: Path, pairs: list[tuple[Run, Run]]) -> t
             )
         )
     log(f"probing {args.probe_steps} steps per run")
-    train_groups(groups_for(args.schedule, probes), args, data, out, lambda r: args.probe_steps, 1, probe=True)
+    groups = groups_for(args.schedule, probes)
+    train_groups(groups, args, data, out, lambda r: args.probe_steps, 1, probe=True)
     budget_s = args.budget_minutes * 60
-    ref_per_step = statistics.median(probe_seconds_per_step(r, args, data) for r, _ in probes)
+    ran = {r.name for g in groups for r in g}  # sequential / shared: one reference probe per repeat
+    ref_per_step = statistics.median(probe_seconds_per_step(r, args, data) for r, _ in probes if r.name in ran)
     recipe_per_step = {ours.recipe: probe_seconds_per_step(p, args, data) for (_, ours), (_, p) in zip(first, probes)}
     shutil.rmtree(out / "probes")
     record = {
@@ -1648,17 +2061,37 @@ def _terminate(signum, frame):
 
 def _pretrain_and_score(pairs: list[tuple[Run, Run]], args, data: dict, out: Path, heldout: dict) -> dict[str, dict]:
     """Train the runs of ``pairs`` (steps and learning rates already set) group by group per ``args.schedule``, scoring
-    each on ``heldout`` after its group; return {run name: copy_record}."""
+    each on ``heldout``; return {run name: copy_record}. A run is scored after its group, or on the CPU as soon as
+    it has ended while others of its group still run (the reference copy scores itself in its process: our run's
+    scoring then takes our run's core, so the machine's load stays that of the pair); never while a run of the
+    next group trains."""
     copies: dict[str, dict] = {}
+
+    def score(run: Run) -> None:
+        copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
+        log(
+            f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
+            f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
+            f"{copies[run.name]['seconds']:.0f} s"
+        )
+
+    def score_early(run: Run) -> None:  # beside a run still training: the threads our run had, not more
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(min(threads, args.threads))
+        try:
+            score(run)
+        finally:
+            torch.set_num_threads(threads)
+
+    early = scoring_device().type == "cpu"
     for group in groups_for(args.schedule, pairs):
-        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points)
-        for run in group:  # scored between groups: nothing trains meanwhile
-            copies[run.name] = copy_record(run, score_run(run, args, data, heldout), out)
-            log(
-                f"{run.name}: held-out loss {copies[run.name]['final_eval_loss']:.4f} after "
-                f"{copies[run.name]['steps']} steps, {copies[run.name]['tokens']:.3g} tokens, "
-                f"{copies[run.name]['seconds']:.0f} s"
-            )
+        on_done = score_early if early and len(group) > 1 else None
+        train_groups([group], args, data, out, lambda r: r.steps, args.curve_points, on_done=on_done)
+        for run in group:
+            if run.name not in copies:
+                score(run)
     return copies
 
 
@@ -1681,6 +2114,9 @@ def main(argv=None) -> int:
         reference_main(argv[1:])
         return 0
     args = parse_args(argv)
+    if args.plan_only:
+        print_plan(args, args.plan_only)
+        return 0
     signal.signal(signal.SIGTERM, _terminate)  # unwind (children stopped by run_jobs) instead of dying at once
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -1720,7 +2156,11 @@ def main(argv=None) -> int:
     models.update({ours.recipe: ours.folder for _, ours in pairs if ours.repeat == 0})
     inits = make_random_inits(args, out, data)
     for name, folder in inits.items():
-        runs[name] = {"kind": "random-init", "flags": [], "final_eval_loss": heldout_loss(load_mlm(folder), heldout)}
+        runs[name] = {
+            "kind": "random-init",
+            "flags": [],
+            "final_eval_loss": heldout_loss(load_mlm(folder).to(scoring_device()), heldout),
+        }
     models.update({name: folder for name, folder in inits.items() if name[len("random-") :] in args.random_inits})
     lap("scoring")
     baselines = read_baselines(args.baselines_results, args.tasks)
@@ -1860,6 +2300,13 @@ def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, pr
             "score": "mean cross-entropy (nats) over masked positions, full logits, eval mode",
         },
         "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "mixed_precision": {
+            "reference": args.reference_mixed_precision,
+            "ours": args.mixed_precision or "pretrain default",
+        },
+        "preprocessing_num_workers": args.preprocessing_num_workers,
+        "scoring": "reference: in its own process at its save steps; ours: checkpoints in the bench process; "
+        f"both on {scoring_device()}",
         "cpu_count": os.cpu_count(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "load_average_before": load_before,

@@ -4,6 +4,7 @@ imported by path."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -353,7 +354,15 @@ def test_pairs_schedules_and_token_budget(tmp_path):
         ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe for ref, ours in pairs
     )
     assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
-    assert [r.kind for g in ttq.groups_for("sequential", pairs) for r in g] == ["reference", "recipe"] * 4
+    # sequential: one run at a time, one reference copy per repeat (alone, a copy is the same run as the others)
+    assert [[r.name for r in g] for g in ttq.groups_for("sequential", pairs)] == [
+        ["reference-r0@sesame-default"],
+        ["sesame-default-r0"],
+        ["big-r0"],
+        ["reference-r1@sesame-default"],
+        ["sesame-default-r1"],
+        ["big-r1"],
+    ]
     # shared (a recipe search): per repeat the first pair, then the other recipes without reference copies
     assert [[r.name for r in g] for g in ttq.groups_for("shared", pairs)] == [
         ["reference-r0@sesame-default", "sesame-default-r0"],
@@ -507,3 +516,269 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
     ttq.print_ratios(results)
     printed = capsys.readouterr().out
     assert "rtd: no quality per token / time to quality" in printed and "(generator)" in printed
+
+
+# -- issue 30 item 5: the bench sized for a GPU --------------------------------------------------------------------
+BASE_ARGS = ["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g"]
+
+
+def test_device_defaults_cuda_and_cpu(tmp_path):
+    """CUDA: sequential, bf16 for the reference and for our recipes (a recipe's own --mixed_precision wins); CPU:
+    paired, the reference in float32 and no --mixed_precision added; a given flag beats the device default."""
+    argv = [*BASE_ARGS, "--output_dir", str(tmp_path), "--budget_tokens", "8192", "--recipes", "sesame-default"]
+    argv += ["--recipe_flags", "own-fp32=--mixed_precision no"]
+    gpu, cpu = ttq.parse_args(argv, cuda=True), ttq.parse_args(argv, cuda=False)
+    assert (gpu.schedule, gpu.reference_mixed_precision, gpu.mixed_precision) == ("sequential", "bf16", "bf16")
+    assert (cpu.schedule, cpu.reference_mixed_precision, cpu.mixed_precision) == ("paired", "no", None)
+    given = ttq.parse_args([*argv, "--schedule", "paired", "--reference_mixed_precision", "no"], cuda=True)
+    assert (given.schedule, given.reference_mixed_precision) == ("paired", "no")
+    assert 1 <= cpu.preprocessing_num_workers <= ttq.MAX_DEFAULT_WORKERS
+    data = {"variants": {"prepared": {"path": tmp_path / "prepared"}}, "reference_blocks": "b", "tokenizer": "t"}
+    pairs = ttq.plan_pairs(gpu, tmp_path)
+    ref_cmd = ttq.run_command(pairs[0][0], gpu, data, 10, 2)
+    assert ttq.flag_value(ref_cmd, "--mixed_precision") == "bf16"
+    assert ttq.flag_value(ref_cmd, "--heldout") == str(tmp_path / ttq.HELDOUT_FILE)
+    assert "--heldout" not in ttq.run_command(pairs[0][0], gpu, data, 10, 2, probe=True)
+    default_cmd = ttq.run_command(pairs[0][1], gpu, data, 10, 2)
+    own_cmd = ttq.run_command(pairs[1][1], gpu, data, 10, 2)
+    assert ttq.flag_value(default_cmd, "--mixed_precision") == "bf16"
+    assert ttq.flag_value(own_cmd, "--mixed_precision") == "no"  # the recipe's flag comes later: it wins
+    assert "--mixed_precision" not in ttq.run_command(pairs[0][1], cpu, data, 10, 2)
+    assert ttq.flag_value(ttq.run_command(pairs[0][0], cpu, data, 10, 2), "--mixed_precision") == "no"
+    with pytest.raises(SystemExit):
+        ttq.parse_args([*argv, "--preprocessing_num_workers", "0"], cuda=False)
+
+
+def test_tokenizer_env_threads():
+    assert ttq.tokenizer_env(8) == {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": "8"}
+    assert ttq.tokenizer_env(1)["TOKENIZERS_PARALLELISM"] == "false"
+
+
+def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
+    """Tokenizing in processes does not change the reference's blocks: group_texts still sees the same map batches
+    of 1,000 documents (the remainders it drops are the same)."""
+    from datasets import load_from_disk
+
+    words = WORDS_A + WORDS_B
+    docs = [" ".join(words[(i * 7 + j) % 16] for j in range(3 + i % 11)) for i in range(2300)]
+    (tmp_path / "a.txt").write_text("\n\n".join(docs[:1200]) + "\n")
+    (tmp_path / "b.txt").write_text("\n\n".join(docs[1200:]) + "\n")
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    for n in (1, 3):
+        ttq.build_reference_blocks(files, tmp_path / "tok", 16, tmp_path / f"blocks{n}", n)
+    one, three = load_from_disk(str(tmp_path / "blocks1")), load_from_disk(str(tmp_path / "blocks3"))
+    assert one["input_ids"] == three["input_ids"] and one["special_tokens_mask"] == three["special_tokens_mask"]
+    # by hand: per batch of 1,000 documents, [CLS] doc [SEP] concatenated, cut into 16, the remainder dropped
+    lengths = [len(d.split()) + 2 for d in docs]
+    expected = sum(sum(lengths[i : i + 1000]) // 16 for i in range(0, len(docs), 1000))
+    assert len(one) == expected and all(len(b) == 16 for b in one["input_ids"])
+
+
+def _run_reference_in_process(argv: list[str]) -> dict:
+    """reference_main in this process (faster than a child), its import blocker removed afterwards."""
+    try:
+        return ttq.reference_main(argv)
+    finally:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq._ProjectImportBlocker)]
+
+
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_path, precision):
+    """The reference scores its live model at its save steps (no checkpoint written or loaded): the same number as
+    the old path (save_pretrained, then heldout_loss of the model built from the checkpoint), and the same
+    training trajectory as a run that does not score; training under bf16 autocast too (scores stay float32)."""
+    from datasets import Dataset
+    from safetensors.torch import save_file
+
+    enc = tokenizer(_documents(200), return_special_tokens_mask=True)
+    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
+        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16}
+    )
+    blocks.save_to_disk(str(tmp_path / "blocks"))
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(120), tokenizer, max_len=24), tokenizer, seed=5)
+    save_file(heldout, str(tmp_path / "heldout.safetensors"))
+    common = ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape"]
+    common += ["bert-tiny", "--learning_rate", "3e-3", "--max_train_steps", "4", "--batch_size", "4"]
+    common += ["--mixed_precision", precision, "--save_steps", "2", "4"]
+    scored = _run_reference_in_process(
+        [*common, "--heldout", str(tmp_path / "heldout.safetensors"), "--save_checkpoints", "--output_dir"]
+        + [str(tmp_path / "scored")]
+    )
+    plain = _run_reference_in_process([*common, "--output_dir", str(tmp_path / "plain")])
+    assert plain["scores"] == {} and sorted(scored["scores"]) == ["2", "4"]
+    for step in (2, 4):  # the old path: the saved checkpoint, built again and scored (on the CPU)
+        old = ttq.heldout_loss(ttq.load_mlm(tmp_path / "scored" / "checkpoints" / f"step_{step}"), heldout)
+        assert scored["scores"][str(step)] == pytest.approx(old, rel=1e-5)
+        if not torch.cuda.is_available():  # the same device and weights: the same number, bit for bit
+            assert scored["scores"][str(step)] == old
+    assert scored["scores"]["2"] != scored["scores"]["4"]
+    if not torch.cuda.is_available():  # deterministic on the CPU: scoring changes nothing of the training
+        assert [s["loss"] for s in scored["steps"]] == [s["loss"] for s in plain["steps"]]
+        for step in (2, 4):
+            old = ttq.heldout_loss(ttq.load_mlm(tmp_path / "plain" / "checkpoints" / f"step_{step}"), heldout)
+            assert scored["scores"][str(step)] == old
+    again = _run_reference_in_process(
+        [*common, "--heldout", str(tmp_path / "heldout.safetensors"), "--output_dir", str(tmp_path / "nockpt")]
+    )
+    assert sorted(again["scores"]) == ["2", "4"] and not (tmp_path / "nockpt" / "checkpoints").exists()
+    # the bench reads the logged curve: no checkpoint needed
+    run = ttq.Run("reference", "reference", tmp_path / "nockpt", 42, lr=3e-3)
+    args = argparse.Namespace(keep_checkpoints=False)
+    curve = ttq.score_run(run, args, {}, heldout)
+    assert [p["step"] for p in curve] == [2, 4] and [p["eval_loss"] for p in curve] == [
+        again["scores"]["2"],
+        again["scores"]["4"],
+    ]
+    assert [p["tokens"] for p in curve] == [128, 256]
+
+
+def _tiny_sesame(seed: int):
+    import modeling
+
+    torch.manual_seed(seed)
+    config = modeling.get_preset_config(
+        "bert-tiny", vocab_size=21, pad_token_id=0, hidden_size=32, intermediate_size=64
+    )
+    return modeling.SesameBertForMaskedLM(config)
+
+
+def test_checkpoint_scorer_equals_building_each_checkpoint(tokenizer, tmp_path):
+    """One model per run, each checkpoint's weights loaded into it (on the scoring device): the same held-out loss
+    as building the model from each checkpoint (the old path), for an MLM run and an RTD run (its generator)."""
+    from accelerate import Accelerator
+
+    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(150), tokenizer, max_len=24), tokenizer, seed=9)
+    folder = tmp_path / "run"
+    _tiny_sesame(0).save_pretrained(folder)
+    for step, seed in ((1, 1), (2, 2)):
+        acc = Accelerator(cpu=True)
+        acc.prepare(_tiny_sesame(seed))
+        acc.save_state(str(folder / "checkpoints" / f"step_{step}"))
+    scorer = ttq.CheckpointScorer(folder)
+    assert scorer.device == ttq.scoring_device()
+    losses = []
+    for step in (1, 2, 1):
+        weights = folder / "checkpoints" / f"step_{step}" / "model.safetensors"
+        old = ttq.heldout_loss(ttq.load_scored_mlm(folder, weights).to(scorer.device), heldout)
+        new = scorer.score(weights, heldout)
+        assert new == pytest.approx(old, rel=1e-6) and (scorer.device.type != "cpu" or new == old)
+        losses.append(new)
+    assert losses[0] == losses[2] != losses[1]  # each checkpoint's own weights, whatever was loaded before
+    # an RTD run: the generator's part of each checkpoint
+    rtd = tmp_path / "rtd"
+    _rtd_model(0).save_pretrained(rtd)
+    acc = Accelerator(cpu=True)
+    acc.prepare(_rtd_model(3))
+    acc.save_state(str(rtd / "ckpt"))
+    weights = rtd / "ckpt" / "model.safetensors"
+    old = ttq.heldout_loss(ttq.load_scored_mlm(rtd, weights), heldout)  # the tokenizer's 21 ids: the RTD vocabulary
+    assert ttq.CheckpointScorer(rtd, torch.device("cpu")).score(weights, heldout) == old
+    # weights of another model are refused with the file named
+    other = tmp_path / "other"
+    _tiny_sesame(0).save_pretrained(other)
+    with pytest.raises(ttq.BenchError, match="do not fit"):
+        ttq.CheckpointScorer(rtd, torch.device("cpu")).load(other / "model.safetensors")
+    wider = tmp_path / "wider"
+    import modeling
+
+    torch.manual_seed(0)
+    config = modeling.get_preset_config(
+        "bert-tiny", vocab_size=21, pad_token_id=0, hidden_size=64, intermediate_size=64
+    )
+    modeling.SesameBertForMaskedLM(config).save_pretrained(wider)
+    with pytest.raises(ttq.BenchError, match="do not fit"):
+        ttq.CheckpointScorer(folder, torch.device("cpu")).load(wider / "model.safetensors")
+
+
+def test_plan_arithmetic_by_hand(tmp_path):
+    """--plan_only: every phase from the cost model by hand (a made-up model with round numbers)."""
+    costs = {
+        "machine": {"cuda": True, "cores": 4},
+        "measured": {
+            "reference_step_s": 0.1,
+            "recipe_step_s": 0.2,
+            "at": {"model_shape": "bert-base", "batch_size": 256, "max_seq_length": 128},
+            "data_one_worker_s": 100.0,
+        },
+        "assumed": {
+            "data_parallel_share": 0.8,
+            "worker_efficiency": 0.5,
+            "prepare_share": 0.25,
+            "process_start_s": {"reference": 10.0, "recipe": 20.0, "finetune": 5.0},
+            "checkpoint_save_s": 1.0,
+            "score_s": 2.0,
+            "checkpoint_load_s": 0.5,
+            "finetune_step_s": 0.1,
+            "finetune_eval_s": 3.0,
+            "random_inits_s": 7.0,
+            "finetune_parallel_efficiency": 1.0,
+        },
+    }
+    argv = [*BASE_ARGS, "--output_dir", str(tmp_path), "--model_shape", "bert-base", "--batch_size", "256"]
+    argv += ["--budget_minutes", "1", "--reference_lrs", "1e-4", "2e-4", "--recipes", "sesame-default"]
+    argv += ["--recipe_flags", "nodoc=--document_masking false", "--tasks", "stsb", "--seeds", "1"]
+    argv += ["--max_train_samples", "320", "--curve_points", "4", "--preprocessing_num_workers", "3"]
+    args = ttq.parse_args(argv, cuda=True)
+    got = {p["phase"]: p["seconds"] for p in ttq.plan_phases(args, costs, {"stsb": 5749})}
+    # data: 100 s x (1 + 0.25 for the nodoc variant) x (0.2 + 0.8 / (1 + 2 x 0.5))
+    assert got["data"] == pytest.approx(100 * 1.25 * (0.2 + 0.8 / 2))
+    # probes (sequential): one reference probe (10 + 20 x 0.1) and two recipe probes (20 + 20 x 0.2)
+    assert got["probes"] == pytest.approx(12 + 2 * 24)
+    # sweep: two runs one at a time, each 10 s start + 0.25 x 60 s + one score
+    assert got["sweep"] == pytest.approx(2 * (10 + 15 + 2))
+    # pretraining: one reference run (10 + 60 + 4 scores) + 2 x (20 + 60 + 4 saves + 4 x (load + score))
+    assert got["pretraining"] == pytest.approx(78 + 2 * (84 + 10))
+    assert got["scoring"] == 7.0
+    # fine-tuning: 4 models (reference, 2 recipes, random-sesame) x (5 + 10 steps x 3 epochs x 0.1 + 3) / 2
+    assert got["finetuning"] == pytest.approx(4 * (5 + 3 + 3) / 2)
+    paired = ttq.parse_args([*argv, "--schedule", "paired"], cuda=True)
+    got = {p["phase"]: p["seconds"] for p in ttq.plan_phases(paired, costs, {"stsb": 5749})}
+    assert got["probes"] == pytest.approx(2 * 24) and got["sweep"] == pytest.approx(27)
+    assert got["pretraining"] == pytest.approx(2 * (84 + 10))  # each pair: its longer run, then ours scored
+
+
+def _readme_gpu_protocol() -> list[str]:
+    """The GPU protocol command of the README's time-to-quality section, as argv (after the script)."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"GPU protocol.*?```bash\n(.*?)```", text, flags=re.S)
+    assert found, "README: no GPU protocol command"
+    argv = shlex.split(found.group(1).replace("\\\n", " "), comments=True)
+    assert argv[:2] == ["python", "bench/bench_time_to_quality.py"]
+    return argv[2:]
+
+
+def test_readme_gpu_protocol_plans_within_nine_minutes(capsys):
+    """The README's GPU protocol: bert-base, a sweep of two learning rates, SST-2 and STS-B with one seed, CUDA
+    defaults; its plan under the H100 cost model (issue 30's measured step times and data phase) is <= 9 minutes."""
+    argv = _readme_gpu_protocol()
+    args = ttq.parse_args(argv, cuda=True)
+    assert args.model_shape == "bert-base" and len(args.reference_lrs) == 2
+    assert sorted(args.tasks) == ["sst2", "stsb"] and args.seeds == 1
+    assert (args.schedule, args.reference_mixed_precision, args.mixed_precision) == ("sequential", "bf16", "bf16")
+    plan = ttq.parse_args([*argv, "--plan_only"])
+    assert plan.preprocessing_num_workers == 16  # the planned machine's cores, not this one's
+    total = ttq.print_plan(plan, "h100")
+    printed = capsys.readouterr().out
+    assert total <= 9 * 60 and f"{total:.0f} s" in printed
+    for phase in ("data", "probes", "sweep", "pretraining", "finetuning"):
+        assert phase in printed
+    assert ttq.main([*argv, "--plan_only"]) == 0  # runs nothing
+
+
+def test_run_jobs_reports_a_job_done_while_the_others_run(tmp_path):
+    """on_done(job) comes as soon as a job ends, while a slower one still runs (our run is scored beside its
+    reference copy's last steps), and not for a failed job."""
+    fast = ttq.Job("fast", [sys.executable, "-c", "pass"], tmp_path / "fast.log")
+    slow = ttq.Job("slow", [sys.executable, "-c", "import time; time.sleep(4)"], tmp_path / "slow.log")
+    seen = []
+    ttq.run_jobs([fast, slow], parallel=2, on_done=lambda job: seen.append((job.name, slow.returncode)))
+    assert seen == [("fast", None), ("slow", 0)]
+    bad = ttq.Job("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")
+    seen.clear()
+    ttq.run_jobs([bad], parallel=1, check=False, on_done=lambda job: seen.append(job.name))
+    assert seen == [] and bad.returncode == 3
