@@ -156,6 +156,11 @@ class BaselinesArguments:
         "random:<folder or preset> (adds <backbone>+elmo-random rows: a randomly initialised BiLM of that shape)",
         nargs="+",
     )
+    resume: bool = arg(
+        False,
+        "skip the cells whose run is already in --output_dir's results.json with the same finetune.glue command and no "
+        "error (a long table continued after an interruption)",
+    )
     elmo_rows_only: bool = arg(
         False,
         "with --elmo: run only the +elmo rows (the plain rows of the same backbones from another invocation into the "
@@ -435,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra_rows = elmo_rows(args.backbones, args.elmo)
     seeds = args.seeds or [args.seed]
     records: list[dict] = []
+    done = _finished_runs(out) if args.resume else {}
     for seed in seeds:
         seed_args = dataclasses.replace(args, seed=seed)
         # one seed: models/<row>, runs/<task>-<row>; several: models/seed-<s>/<row>, runs/seed-<s>/<task>-<row>
@@ -450,6 +456,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, source, model_dir, base in rows:
                 run_dir = (out / "runs" if len(seeds) == 1 else out / "runs" / f"seed-{seed}") / f"{task_name}-{name}"
                 cmd = glue_command(task_name, str(model_dir), run_dir, recipes[base or source][1], seed_args, extra)
+                if done.get((task_name, name, seed)) == cmd[1:]:
+                    logger.info(
+                        "%s / %s / seed %d: in results.json with the same command (--resume): skipped",
+                        task_name,
+                        name,
+                        seed,
+                    )
+                    continue
                 record = _run_cell(task_name, task, name, cmd, run_dir, child_env)
                 record.update(source=str(source), recipe=recipes[base or source][0], seed=seed)
                 if base in tree_source:
@@ -462,6 +476,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 records = [r for r in records if (r["task"], r["backbone"], r.get("seed")) != key] + [record]
                 write_results(out, records)
     return 0
+
+
+def _finished_runs(out: Path) -> dict[tuple[str, str, int | None], list[str]]:
+    """(task, row, seed) -> the ``finetune.glue`` command of each successful run recorded in ``out/results.json``."""
+    path = out / "results.json"
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
+    return {(r["task"], r["backbone"], r.get("seed")): r["command"] for r in runs if "error" not in r}
 
 
 def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, env: dict) -> dict:
