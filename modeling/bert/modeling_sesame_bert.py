@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
@@ -197,6 +198,53 @@ def eager_attention_forward(
     return context.transpose(1, 2), weights
 
 
+_compiled_flex_attention: Callable | None = None  # torch.compile(flex_attention), built once per process
+
+
+def document_flex_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: BlockMask,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """FlexAttention (torch.nn.attention.flex_attention; Dong et al. 2024, "Flex Attention: A Programming Model for
+    Generating Optimized Attention Kernels") with the :class:`~torch.nn.attention.flex_attention.BlockMask` of packed
+    documents (:func:`document_block_mask`), in transformers' kernel signature. SDPA layers run it for packed
+    documents on CUDA when no attention dropout is in effect (:func:`packed_documents_kernel`): no dense (B, 1, T, T)
+    mask is built, and the fused kernel skips the blocks of other documents.
+
+    On CUDA the kernel is ``torch.compile(flex_attention)``, compiled once per process (and per new shape) and
+    reused by every layer and step; inside an already compiled model (``--torch_compile``) flex_attention is traced
+    into that graph. Elsewhere the unfused reference implementation runs (CPU: tests only).
+
+    Args:
+        query, key, value: (B, A, T, D) float, one dtype.
+        attention_mask: a BlockMask for (B, 1 or A, T, T).
+        scaling: multiplier of the scores, ``D ** -0.5``.
+        dropout: must be 0 (flex has no dropout on the probabilities).
+
+    Returns:
+        ``(context (B, T, A, D), None)``.
+
+    Raises:
+        ValueError: ``dropout > 0``.
+    """
+    global _compiled_flex_attention
+    if dropout > 0:
+        raise ValueError(f"document_flex_attention: dropout {dropout} on the attention probabilities; expected 0")
+    kernel = flex_attention
+    if query.device.type == "cuda" and not torch.compiler.is_compiling():
+        if _compiled_flex_attention is None:
+            _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
+        kernel = _compiled_flex_attention
+    context = kernel(query, key, value, block_mask=attention_mask, scale=scaling)
+    return context.transpose(1, 2), None
+
+
 class SesameBertSelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
 
@@ -208,7 +256,8 @@ class SesameBertSelfAttention(nn.Module):
     ``-> (out (B, T, H), probabilities (B, A, T, T) or None)``: ``attention_mask`` is what
     ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
     flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
-    kernels return what they return (``None`` for flex and flash: transformers then warns).
+    kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
+    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`.
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
@@ -230,7 +279,10 @@ class SesameBertSelfAttention(nn.Module):
         implementation = self.config._attn_implementation
         if output_attentions and implementation == "sdpa":
             implementation = "eager"
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        if implementation == "sdpa" and isinstance(attention_mask, BlockMask):
+            attention: Callable = document_flex_attention
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         context, probs = attention(
             self,
             q,
@@ -448,6 +500,47 @@ def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = 
     return same_document
 
 
+def packed_documents_kernel(config, device: torch.device, training: bool, output_attentions: bool = False) -> str:
+    """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``: "sdpa" on
+    CUDA becomes ``"document_flex"`` (:func:`document_flex_attention` with :func:`document_block_mask`: no dense
+    per-batch mask) unless attention dropout is in effect (``training`` and ``attention_probs_dropout_prob > 0``:
+    flex has no dropout on the probabilities, so SDPA keeps its dense mask) or the probabilities are asked for
+    (``output_attentions``: the eager kernel). Every other case (the CPU, another implementation) is returned as
+    it is."""
+    implementation = config._attn_implementation
+    dropout = training and config.attention_probs_dropout_prob > 0
+    if implementation == "sdpa" and device.type == "cuda" and not dropout and not output_attentions:
+        return "document_flex"
+    return implementation
+
+
+def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> BlockMask:
+    """The FlexAttention ``BlockMask`` of packed documents: query ``q`` of row ``b`` may attend to key ``kv`` when
+    both are in the same document and ``kv`` is not padding; a padding query attends to every real key (as
+    :func:`document_mask_function` with transformers' padding mask: no empty row).
+
+    Built on the documents' device by ``create_block_mask`` (128 x 128 blocks; at T = 128 one partial block per
+    row, whose mask the kernel evaluates from ``documents`` on the fly); no host synchronisation.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+
+    Returns:
+        A BlockMask for (B, 1, T, T).
+    """
+    same = document_mask_function(documents, keep)
+    if keep is None:
+        mask_mod = same
+    else:
+
+        def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+            return same(batch_idx, head_idx, q_idx, kv_idx) & keep[batch_idx, kv_idx]
+
+    batch, length = documents.shape
+    return create_block_mask(mask_mod, batch, None, length, length, device=documents.device)
+
+
 def flash_varlen_kwargs(documents: torch.Tensor, keep: torch.Tensor | None = None) -> dict:
     """FlashAttention's varlen arguments for packed documents: every document (and every run of padding) of every
     row becomes one sequence of the flattened (B * T) batch, so attention stays within it.
@@ -498,8 +591,10 @@ class SesameBertModel(SesameBertPreTrainedModel):
     document too. Each document is then encoded exactly as if it were alone in its row. The mask is built by
     ``create_bidirectional_mask`` with :func:`document_mask_function` for eager / SDPA (block-diagonal) and flex (a
     ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
-    device). Other implementations need a mask function registered with transformers' ``AttentionMaskInterface``
-    (``ValueError`` otherwise). The model adds no special tokens: where ``[CLS]`` and ``[SEP]`` go is the data
+    device). On CUDA, "sdpa" with packed documents runs FlexAttention on :func:`document_block_mask` instead of a dense
+    (B, 1, T, T) mask whenever no attention dropout is in effect (:func:`packed_documents_kernel`). Other
+    implementations need a mask function registered with transformers' ``AttentionMaskInterface`` (``ValueError``
+    otherwise). The model adds no special tokens: where ``[CLS]`` and ``[SEP]`` go is the data
     pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a packed row (and NSP)
     summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every document of the row.
     A ``[SEP]`` whose position continues the document before it belongs to that document.
@@ -536,23 +631,26 @@ class SesameBertModel(SesameBertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        mask = self._attention_mask(x, attention_mask, position_ids, kwargs)
+        mask = self._attention_mask(x, attention_mask, position_ids, kwargs, output_attentions)
         last = self.encoder(x, mask, output_attentions=output_attentions, **kwargs)
         pooled = None
         if self.pooler is not None:
             pooled = self.pooler(last, _keep_mask(attention_mask, last.shape[:2], last.device))
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
-    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict):
+    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
         """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
-        ``None``, and the varlen arguments are added to ``kernel_kwargs``."""
+        ``None``, and the varlen arguments are added to ``kernel_kwargs``; for SDPA with packed documents on CUDA, a
+        ``BlockMask`` (:func:`packed_documents_kernel`)."""
         if position_ids is None:
             if attention_mask is None:
                 return None
             return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
         documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
         keep = None if attention_mask is None else attention_mask.bool()
-        implementation = self.config._attn_implementation
+        implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
+        if implementation == "document_flex":
+            return document_block_mask(documents, keep)
         if implementation.startswith("flash_attention"):
             kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
             return None

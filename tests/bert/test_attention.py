@@ -167,16 +167,30 @@ def test_document_ids_follow_transformers_packed_convention():
     assert torch.equal(document_ids(position_ids), find_packed_sequence_indices(position_ids))
 
 
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "document_flex"])
 @pytest.mark.parametrize("pad", [0, 3])
-def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementation, pad):
-    """(a) each document of a packed row gets the hidden states of a forward pass of that document alone."""
+def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementation, pad, monkeypatch):
+    """(a) each document of a packed row gets the hidden states of a forward pass of that document alone.
+    ``document_flex``: the path SDPA takes on CUDA (FlexAttention on a BlockMask), forced here on the CPU (flex's
+    unfused reference implementation; the CUDA kernel: tests/gpu/test_cuda.py)."""
     torch.manual_seed(0)
     model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT, classifier_pooling="mean")).eval()
-    model.set_attn_implementation(implementation)
+    model.set_attn_implementation("sdpa" if implementation == "document_flex" else implementation)
+    masks = []
+    if implementation == "document_flex":
+        monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
+        flex = modeling_sesame_bert.document_flex_attention
+        monkeypatch.setattr(
+            modeling_sesame_bert,
+            "document_flex_attention",
+            lambda m, q, k, v, mask, **kw: (masks.append(mask), flex(m, q, k, v, mask, **kw))[1],
+        )
     batch, splits = _packed(model.config.vocab_size, pad)
     with torch.no_grad():
         packed = model(**batch).last_hidden_state
+        if implementation == "document_flex":  # every layer ran flex on the BlockMask
+            assert len(masks) == tiny_kwargs["num_hidden_layers"]
+            assert all(isinstance(m, modeling_sesame_bert.BlockMask) for m in masks)
         assert packed.isfinite().all()  # padding rows too (they are never an empty softmax row)
         for row, lengths in enumerate(splits):
             start = 0
@@ -187,6 +201,47 @@ def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementat
         # without position_ids the same row attends across documents: the test above can fail
         unmasked = model(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         assert (unmasked[0, DOCS[0] :] - packed[0, DOCS[0] :]).abs().max() > 1e-2
+
+
+def test_packed_documents_kernel_choice(tiny_kwargs):
+    """SDPA with packed documents takes FlexAttention on CUDA only, and not when attention dropout is in effect or
+    the probabilities are asked for; other implementations and the CPU keep theirs."""
+    choose = modeling_sesame_bert.packed_documents_kernel
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    config = SesameBertConfig(**tiny_kwargs)  # attention dropout 0.1
+    config._attn_implementation = "sdpa"
+    assert choose(config, cuda, False) == "document_flex"  # evaluation: no dropout
+    assert choose(config, cuda, True) == "sdpa"  # training with attention dropout 0.1: SDPA's dense mask
+    assert choose(config, cuda, False, True) == "sdpa"  # output_attentions: the eager kernel
+    assert choose(config, cpu, False) == "sdpa"
+    config.attention_probs_dropout_prob = 0.0
+    assert choose(config, cuda, True) == "document_flex"
+    for other in ("eager", "flex_attention"):
+        config._attn_implementation = other
+        assert choose(config, cuda, True) == other
+
+
+def test_document_block_mask_is_the_dense_document_mask(tiny_kwargs):
+    """The BlockMask's mask function, evaluated at every (b, q, kv), equals the boolean mask SDPA gets from
+    ``create_bidirectional_mask`` (documents, padding keys masked, padding queries attend to every real key)."""
+    from torch.nn.attention.flex_attention import create_mask
+    from transformers.masking_utils import create_bidirectional_mask
+
+    config = SesameBertConfig(**tiny_kwargs)
+    config._attn_implementation = "sdpa"
+    batch, _ = _packed(config.vocab_size, pad=3)
+    documents, keep = document_ids(batch["position_ids"]), batch["attention_mask"].bool()
+    block = modeling_sesame_bert.document_block_mask(documents, keep)
+    b, t = documents.shape
+    got = create_mask(block.mask_mod, b, 1, t, t, device="cpu")
+    expected = create_bidirectional_mask(
+        config,
+        torch.zeros(b, t, 4),
+        batch["attention_mask"],
+        and_mask_function=modeling_sesame_bert.document_mask_function(documents, keep),
+    )
+    assert torch.equal(got, expected.expand(b, 1, t, t))
+    assert block.shape == (b, 1, t, t)
 
 
 def test_attention_never_crosses_a_document_boundary(tiny_kwargs):
