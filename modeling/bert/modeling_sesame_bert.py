@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
@@ -514,21 +514,43 @@ def packed_documents_kernel(config, device: torch.device, training: bool, output
     return implementation
 
 
-def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> BlockMask:
-    """The FlexAttention ``BlockMask`` of packed documents: query ``q`` of row ``b`` may attend to key ``kv`` when
-    both are in the same document and ``kv`` is not padding; a padding query attends to every real key (as
-    :func:`document_mask_function` with transformers' padding mask: no empty row).
-
-    Built on the documents' device by ``create_block_mask`` (128 x 128 blocks; at T = 128 one partial block per
-    row, whose mask the kernel evaluates from ``documents`` on the fly); no host synchronisation.
+def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The boolean (B, 1, T, T) mask of packed documents for SDPA and the eager kernel (True = may attend): query
+    ``q`` attends to key ``kv`` of its own document that is not padding; a padding query attends to every real key.
+    The mask ``create_bidirectional_mask`` builds with :func:`document_mask_function`, by broadcasting (a few
+    element-wise ops, no ``vmap``: about 0.1 ms of host time instead of ~15 ms at B256 T128,
+    ``bench/bench_host_side.py``).
 
     Args:
         documents: (B, T) long document ids (:func:`document_ids`).
         keep: (B, T) bool, False at padding, or ``None``.
+    """
+    allowed = documents[:, None, :, None] == documents[:, None, None, :]
+    if keep is not None:
+        allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
+    return allowed
+
+
+def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None, block: int = 128) -> BlockMask:
+    """The FlexAttention ``BlockMask`` of packed documents: the mask of :func:`document_dense_mask` (same document,
+    no padding key; a padding query attends to every real key), evaluated by the kernel from ``documents`` on the
+    fly, with the block structure computed from the document ids directly (no dense mask, no ``vmap``, no host
+    synchronisation).
+
+    A (query block, key block) pair of ``block`` x ``block`` tokens is visited when the ranges of document ids of the
+    two blocks overlap (document ids rise by 0 or 1 per token, so overlapping ranges share a document) or the query
+    block holds padding; every visited block is partial (the mask function decides per token). That is a superset
+    of the blocks with an allowed pair, so the mask is exact; at T <= ``block`` there is one block per row.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+        block: the kernel's block size (tokens).
 
     Returns:
         A BlockMask for (B, 1, T, T).
     """
+    batch, length = documents.shape
     same = document_mask_function(documents, keep)
     if keep is None:
         mask_mod = same
@@ -537,8 +559,20 @@ def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = Non
         def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
             return same(batch_idx, head_idx, q_idx, kv_idx) & keep[batch_idx, kv_idx]
 
-    batch, length = documents.shape
-    return create_block_mask(mask_mod, batch, None, length, length, device=documents.device)
+    n = -(-length // block)
+    padded = F.pad(documents, (0, n * block - length), value=-1)  # the tail of the last block: no document
+    ranges = padded.view(batch, n, block)
+    first = ranges[..., 0]
+    last = ranges.amax(-1)  # (B, n): the last real document id of each block (non-decreasing ids, tail -1)
+    visit = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])  # (B, q, kv)
+    if keep is not None:
+        pad_query = F.pad(~keep, (0, n * block - length), value=False).view(batch, n, block).any(-1)
+        visit = visit | pad_query[:, :, None]
+    counts = visit.sum(-1, dtype=torch.int32)
+    order = torch.argsort(visit.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    return BlockMask.from_kv_blocks(
+        counts[:, None], order[:, None], BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(length, length)
+    )
 
 
 def flash_varlen_kwargs(documents: torch.Tensor, keep: torch.Tensor | None = None) -> dict:
@@ -588,16 +622,17 @@ class SesameBertModel(SesameBertPreTrainedModel):
     (e.g. ``[0 1 2 3 0 1 2 0 1]`` for documents of 4, 3 and 2 tokens; a document starts where
     ``position_ids[t] != position_ids[t-1] + 1``) make every token attend only to the tokens of its own document (and
     not to padding, when ``attention_mask`` is also given); the position embeddings use them, so positions restart per
-    document too. Each document is then encoded exactly as if it were alone in its row. The mask is built by
-    ``create_bidirectional_mask`` with :func:`document_mask_function` for eager / SDPA (block-diagonal) and flex (a
-    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
-    device). On CUDA, "sdpa" with packed documents runs FlexAttention on :func:`document_block_mask` instead of a dense
-    (B, 1, T, T) mask whenever no attention dropout is in effect (:func:`packed_documents_kernel`). Other
-    implementations need a mask function registered with transformers' ``AttentionMaskInterface`` (``ValueError``
-    otherwise). The model adds no special tokens: where ``[CLS]`` and ``[SEP]`` go is the data
-    pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a packed row (and NSP)
-    summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every document of the row.
-    A ``[SEP]`` whose position continues the document before it belongs to that document.
+    document too. Each document is then encoded exactly as if it were alone in its row. The mask is
+    :func:`document_dense_mask` for eager / SDPA (block-diagonal, boolean), ``create_bidirectional_mask`` with
+    :func:`document_mask_function` for flex (a ``BlockMask``); flash_attention_* runs the varlen kernel on
+    :func:`flash_varlen_kwargs` instead (which reads the device). On CUDA, "sdpa" with packed documents runs
+    FlexAttention on :func:`document_block_mask` instead of a dense (B, 1, T, T) mask whenever no attention dropout
+    is in effect (:func:`packed_documents_kernel`). Other implementations need a mask function registered with
+    transformers' ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special tokens: where
+    ``[CLS]`` and ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls``
+    pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling
+    span every document of the row. A ``[SEP]`` whose position continues the document before it belongs to that
+    document.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -654,6 +689,8 @@ class SesameBertModel(SesameBertPreTrainedModel):
         if implementation.startswith("flash_attention"):
             kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
             return None
+        if implementation in ("sdpa", "eager"):
+            return document_dense_mask(documents, keep)
         # the registered mask functions (transformers reads _global_mapping too: dynamo traces it on every Python)
         if implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
             raise ValueError(

@@ -221,27 +221,53 @@ def test_packed_documents_kernel_choice(tiny_kwargs):
         assert choose(config, cuda, True) == other
 
 
-def test_document_block_mask_is_the_dense_document_mask(tiny_kwargs):
-    """The BlockMask's mask function, evaluated at every (b, q, kv), equals the boolean mask SDPA gets from
-    ``create_bidirectional_mask`` (documents, padding keys masked, padding queries attend to every real key)."""
+def _random_packing(rows: int, length: int, pad: bool, seed: int):
+    """``rows`` rows of random document lengths (1 to 150 tokens, so documents cross 16-token blocks or fill
+    several) with trailing padding of 0-40 tokens when ``pad``: (position_ids, attention_mask)."""
+    g = torch.Generator().manual_seed(seed)
+    position_ids = torch.zeros(rows, length, dtype=torch.long)
+    attention_mask = torch.ones(rows, length, dtype=torch.long)
+    for r in range(rows):
+        real = length - (int(torch.randint(0, 41, (1,), generator=g)) if pad else 0)
+        t = 0
+        while t < real:
+            n = min(int(torch.randint(1, 151, (1,), generator=g)), real - t)
+            position_ids[r, t : t + n] = torch.arange(n)
+            t += n
+        attention_mask[r, real:] = 0
+    return position_ids, attention_mask
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_document_masks_equal_transformers_mask_and_blocks_cover_it(tiny_kwargs, pad):
+    """Random packings (T = 200, 16-token blocks; 30 rows): the dense mask equals the boolean mask SDPA gets from
+    ``create_bidirectional_mask`` with :func:`document_mask_function` (documents, padding keys masked, padding queries
+    attend to every real key); the BlockMask's mask function gives that mask, and its visited blocks cover every
+    block with an allowed pair (its dense form, transformers' ``BlockMask.to_dense``, read block by block)."""
     from torch.nn.attention.flex_attention import create_mask
     from transformers.masking_utils import create_bidirectional_mask
 
     config = SesameBertConfig(**tiny_kwargs)
     config._attn_implementation = "sdpa"
-    batch, _ = _packed(config.vocab_size, pad=3)
-    documents, keep = document_ids(batch["position_ids"]), batch["attention_mask"].bool()
-    block = modeling_sesame_bert.document_block_mask(documents, keep)
+    position_ids, attention_mask = _random_packing(30, 200, pad, seed=3)
+    documents = document_ids(position_ids)
+    keep = attention_mask.bool() if pad else None
     b, t = documents.shape
-    got = create_mask(block.mask_mod, b, 1, t, t, device="cpu")
     expected = create_bidirectional_mask(
         config,
         torch.zeros(b, t, 4),
-        batch["attention_mask"],
+        attention_mask if pad else None,
         and_mask_function=modeling_sesame_bert.document_mask_function(documents, keep),
-    )
-    assert torch.equal(got, expected.expand(b, 1, t, t))
+    ).expand(b, 1, t, t)
+    assert torch.equal(modeling_sesame_bert.document_dense_mask(documents, keep), expected)
+    block = modeling_sesame_bert.document_block_mask(documents, keep, block=16)
     assert block.shape == (b, 1, t, t)
+    assert torch.equal(create_mask(block.mask_mod, b, 1, t, t, device="cpu"), expected)
+    n = -(-t // 16)
+    needed = F.pad(expected[:, 0], (0, n * 16 - t, 0, n * 16 - t)).view(b, n, 16, n, 16).any(4).any(2)
+    visited = block.to_dense()[:, 0].bool()  # (B, q blocks, kv blocks)
+    assert not (needed & ~visited).any(), "a block with an allowed pair is skipped"
+    assert (~visited).any(), "blocks of other documents are skipped (the check can fail)"
 
 
 def test_attention_never_crosses_a_document_boundary(tiny_kwargs):

@@ -129,8 +129,8 @@ def test_workers_train_and_resume_bitwise_like_the_main_process(corpus_dir, bert
 def test_torch_compile_resumes_bitwise_against_itself(corpus_dir, bert_tokenizer, tmp_path, fresh_state):
     """``--torch_compile`` with document masking, 30% masking on the sparse head (a different number of masked rows
     every micro-batch), gradient accumulation 2, dropout and checkpoints: a compiled run stopped after step 2 and
-    resumed ends with bitwise the weights and losses of the uninterrupted compiled run, and the run learnt
-    (the losses are the eager run's within float32 rounding of inductor's fusions; they are not bitwise)."""
+    resumed ends with bitwise the weights and losses of the uninterrupted compiled run. Against the eager run the
+    losses agree within 2% only: inductor draws its own dropout masks."""
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
     common = ["--max_train_steps", "4", "--gradient_accumulation_steps", "2", "--torch_compile", "true"]
@@ -145,4 +145,4 @@ def test_torch_compile_resumes_bitwise_against_itself(corpus_dir, bert_tokenizer
     assert run_cli(main, _args(corpus_dir, tok, eager, *common[:-2])) == 0
     eager_log = json.loads((eager / "trainer_log.json").read_text())
     for a, b in zip(logs[0], eager_log):
-        assert abs(a["train_loss"] - b["train_loss"]) < 1e-3 * abs(b["train_loss"])
+        assert abs(a["train_loss"] - b["train_loss"]) < 2e-2 * abs(b["train_loss"])
