@@ -8,9 +8,11 @@ bert-base vocabulary; median of ``--repeats`` repetitions, ms per step):
 * ``collate``: ``MLMCollator`` on those examples, whole: padding to tensors, random draws, masking, position ids;
   and its parts ``draws`` (the per-example generators), ``masking`` (``mask_tokens``), ``pad`` (the
   ``input_ids`` / ``position_ids`` lists to tensors);
-* ``mask``: the model's attention mask for packed documents, host side only: ``document_ids`` and the dense
-  (B, 1, T, T) SDPA mask, or the FlexAttention ``BlockMask`` (the path on CUDA), built on the ``meta`` device so that
-  only Python and the dispatcher are timed (on CUDA the arithmetic runs on the GPU, asynchronously);
+* ``mask``: the model's attention mask for packed documents, host side only (built for two rows on the CPU, so that
+  Python and the dispatcher are timed, not arithmetic, which runs on the GPU on CUDA): ``document_ids`` and the
+  dense (B, 1, T, T) SDPA mask as transformers' ``create_bidirectional_mask`` builds it (``vmap``; the path before
+  issue 30), as ``document_dense_mask`` builds it (broadcasting), and the FlexAttention ``BlockMask`` of
+  ``document_block_mask`` (the path on CUDA);
 * ``loop``: ``training.loop.Trainer``'s own per-step work (loss normalisation, statistics, clipping, the optimizer
   call, the logging every ``--logging_steps``), timed as the Trainer's step with a one-parameter model on
   pre-collated batches.
@@ -121,18 +123,18 @@ def time_data(args) -> dict[str, float]:
     from transformers.masking_utils import create_bidirectional_mask
 
     from modeling import SesameBertConfig
+    from modeling.bert.modeling_sesame_bert import document_dense_mask
 
     config = SesameBertConfig(vocab_size=args.vocab_size)
     config._attn_implementation = "sdpa"
-    position_ids = batch["position_ids"].to("meta")
-    hidden = torch.empty(args.batch_size, args.seq_len, 8, device="meta")
+    # host side only: two rows on the CPU, so that the time is Python and the dispatcher, not arithmetic (on CUDA the
+    # arithmetic runs on the GPU, asynchronously; each op adds a kernel launch of a few microseconds)
+    position_ids = batch["position_ids"][:2]
+    hidden = torch.empty(2, args.seq_len, 8)
 
-    def dense_mask():
+    def transformers_mask():  # the dense mask as built before issue 30
         docs = document_ids(position_ids)
         return create_bidirectional_mask(config, hidden, None, and_mask_function=document_mask_function(docs))
-
-    def block_mask():
-        return document_block_mask(document_ids(position_ids))
 
     return {
         "read": _median_ms(lambda: dataset.__getitems__(list(sampler)[: args.batch_size]), args.repeats),
@@ -145,8 +147,9 @@ def time_data(args) -> dict[str, float]:
             lambda: (_pad([e["input_ids"] for e in examples], 0), _pad([e["position_ids"] for e in examples], 0)),
             args.repeats,
         ),
-        "mask.dense_sdpa": _median_ms(dense_mask, args.repeats),
-        "mask.flex_block_mask": _median_ms(block_mask, args.repeats),
+        "mask.transformers_vmap": _median_ms(transformers_mask, args.repeats),
+        "mask.dense_sdpa": _median_ms(lambda: document_dense_mask(document_ids(position_ids)), args.repeats),
+        "mask.flex_block_mask": _median_ms(lambda: document_block_mask(document_ids(position_ids)), args.repeats),
         "_batch": batch,
     }
 
