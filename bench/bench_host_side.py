@@ -7,7 +7,8 @@ bert-base vocabulary; median of ``--repeats`` repetitions, ms per step):
 * ``read``: the sampler's indices and ``IndexedDataset.__getitems__`` (Arrow rows to Python lists);
 * ``collate``: ``MLMCollator`` on those examples, whole: padding to tensors, random draws, masking, position ids;
   and its parts ``draws`` (the per-example generators), ``masking`` (``mask_tokens``), ``pad`` (the
-  ``input_ids`` / ``position_ids`` lists to tensors);
+  ``input_ids`` / ``position_ids`` lists to tensors, through numpy) and ``pad_torch_tensor`` (the same with
+  ``torch.tensor``, as before issue 30);
 * ``mask``: the model's attention mask for packed documents, host side only (built for two rows on the CPU, so that
   Python and the dispatcher are timed, not arithmetic, which runs on the GPU on CUDA): ``document_ids`` and the
   dense (B, 1, T, T) SDPA mask as transformers' ``create_bidirectional_mask`` builds it (``vmap``; the path before
@@ -145,6 +146,13 @@ def time_data(args) -> dict[str, float]:
         ),
         "collate.pad": _median_ms(
             lambda: (_pad([e["input_ids"] for e in examples], 0), _pad([e["position_ids"] for e in examples], 0)),
+            args.repeats,
+        ),
+        "collate.pad_torch_tensor": _median_ms(  # the padding before issue 30: torch.tensor on the nested lists
+            lambda: (
+                torch.tensor([e["input_ids"] for e in examples]),
+                torch.tensor([e["position_ids"] for e in examples]),
+            ),
             args.repeats,
         ),
         "mask.transformers_vmap": _median_ms(transformers_mask, args.repeats),
