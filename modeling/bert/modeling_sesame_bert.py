@@ -532,15 +532,17 @@ def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = Non
 
 
 def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None, block: int = 128) -> BlockMask:
-    """The FlexAttention ``BlockMask`` of packed documents: the mask of :func:`document_dense_mask` (same document,
-    no padding key; a padding query attends to every real key), evaluated by the kernel from ``documents`` on the
-    fly, with the block structure computed from the document ids directly (no dense mask, no ``vmap``, no host
-    synchronisation).
+    """The FlexAttention ``BlockMask`` of packed documents: a real query attends to the real keys of its document, as
+    with :func:`document_dense_mask`; a padding token is a document of its own (a padding query attends to itself
+    only: its output is meaningless either way, and the row is not empty). The kernel evaluates the mask from one
+    (B, T) tensor of document ids on the fly (so that inductor's CPU template compiles it too); the block structure
+    is computed from those ids directly (no dense mask, no ``vmap``, no host synchronisation).
 
     A (query block, key block) pair of ``block`` x ``block`` tokens is visited when the ranges of document ids of the
-    two blocks overlap (document ids rise by 0 or 1 per token, so overlapping ranges share a document) or the query
-    block holds padding; every visited block is partial (the mask function decides per token). That is a superset
-    of the blocks with an allowed pair, so the mask is exact; at T <= ``block`` there is one block per row.
+    two blocks overlap (the ids rise by 0 or 1 per token, so overlapping ranges share a document): a superset of the
+    blocks with an allowed pair, so the mask is exact. A visited pair is *full* (the kernel skips the mask function
+    there) when both blocks are complete and lie within one and the same document; the others are partial. At
+    T <= ``block`` there is one block per row, full when the row is a single unpadded document of ``block`` tokens.
 
     Args:
         documents: (B, T) long document ids (:func:`document_ids`).
@@ -551,27 +553,27 @@ def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = Non
         A BlockMask for (B, 1, T, T).
     """
     batch, length = documents.shape
-    same = document_mask_function(documents, keep)
-    if keep is None:
-        mask_mod = same
-    else:
+    if keep is not None:  # every padding token starts a document of its own
+        starts = torch.diff(documents, prepend=documents[:, :1] - 1, dim=-1) != 0
+        documents = (starts | ~keep).cumsum(-1)
 
-        def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
-            return same(batch_idx, head_idx, q_idx, kv_idx) & keep[batch_idx, kv_idx]
+    def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+        return documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
 
     n = -(-length // block)
-    padded = F.pad(documents, (0, n * block - length), value=-1)  # the tail of the last block: no document
-    ranges = padded.view(batch, n, block)
-    first = ranges[..., 0]
-    last = ranges.amax(-1)  # (B, n): the last real document id of each block (non-decreasing ids, tail -1)
+    ranges = F.pad(documents, (0, n * block - length), value=-1).view(batch, n, block)  # the tail: id -1
+    first, last = ranges[..., 0], ranges.amax(-1)  # (B, n): first and last document id of each block
     visit = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])  # (B, q, kv)
-    if keep is not None:
-        pad_query = F.pad(~keep, (0, n * block - length), value=False).view(batch, n, block).any(-1)
-        visit = visit | pad_query[:, :, None]
-    counts = visit.sum(-1, dtype=torch.int32)
-    order = torch.argsort(visit.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    whole = (first == last) & (torch.arange(n, device=documents.device) < length // block)  # one document, no tail
+    full = whole[:, :, None] & whole[:, None, :] & (first[:, :, None] == first[:, None, :])
+    partial = visit & ~full
+
+    def ordered(blocks):  # (B, q, kv) bool -> counts (B, 1, q) int32, indices (B, 1, q, kv) int32 (visited first)
+        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32)[:, None], order.to(torch.int32)[:, None]
+
     return BlockMask.from_kv_blocks(
-        counts[:, None], order[:, None], BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(length, length)
+        *ordered(partial), *ordered(full), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(length, length)
     )
 
 

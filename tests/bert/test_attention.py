@@ -242,8 +242,9 @@ def _random_packing(rows: int, length: int, pad: bool, seed: int):
 def test_document_masks_equal_transformers_mask_and_blocks_cover_it(tiny_kwargs, pad):
     """Random packings (T = 200, 16-token blocks; 30 rows): the dense mask equals the boolean mask SDPA gets from
     ``create_bidirectional_mask`` with :func:`document_mask_function` (documents, padding keys masked, padding queries
-    attend to every real key); the BlockMask's mask function gives that mask, and its visited blocks cover every
-    block with an allowed pair (its dense form, transformers' ``BlockMask.to_dense``, read block by block)."""
+    attend to every real key); the BlockMask's mask function gives that mask for every real query (a padding query
+    attends to itself only), its visited blocks cover every block with an allowed pair, and its full blocks (mask
+    function skipped) hold allowed pairs only."""
     from torch.nn.attention.flex_attention import create_mask
     from transformers.masking_utils import create_bidirectional_mask
 
@@ -262,12 +263,43 @@ def test_document_masks_equal_transformers_mask_and_blocks_cover_it(tiny_kwargs,
     assert torch.equal(modeling_sesame_bert.document_dense_mask(documents, keep), expected)
     block = modeling_sesame_bert.document_block_mask(documents, keep, block=16)
     assert block.shape == (b, 1, t, t)
-    assert torch.equal(create_mask(block.mask_mod, b, 1, t, t, device="cpu"), expected)
+    flex = create_mask(block.mask_mod, b, 1, t, t, device="cpu")
+    real = torch.ones(b, t, dtype=torch.bool) if keep is None else keep
+    assert torch.equal(flex[:, 0][real], expected[:, 0][real])
+    assert torch.equal(flex[:, 0][~real], torch.eye(t, dtype=torch.bool).expand(b, t, t)[~real])
     n = -(-t // 16)
-    needed = F.pad(expected[:, 0], (0, n * 16 - t, 0, n * 16 - t)).view(b, n, 16, n, 16).any(4).any(2)
-    visited = block.to_dense()[:, 0].bool()  # (B, q blocks, kv blocks)
-    assert not (needed & ~visited).any(), "a block with an allowed pair is skipped"
-    assert (~visited).any(), "blocks of other documents are skipped (the check can fail)"
+    pairs = F.pad(flex[:, 0], (0, n * 16 - t, 0, n * 16 - t)).view(b, n, 16, n, 16)
+    needed, allowed = pairs.any(4).any(2), pairs.all(4).all(2)  # (B, q blocks, kv blocks)
+
+    def dense(counts, indices):  # the visited (q, kv) blocks of a BlockMask's ordered indices
+        out = torch.zeros(b, n, n, dtype=torch.bool)
+        for i in range(b):
+            for q in range(n):
+                out[i, q, indices[i, 0, q, : counts[i, 0, q]].long()] = True
+        return out
+
+    partial = dense(block.kv_num_blocks, block.kv_indices)
+    full = dense(block.full_kv_num_blocks, block.full_kv_indices)
+    assert not (partial & full).any()
+    assert not (needed & ~(partial | full)).any(), "a block with an allowed pair is skipped"
+    assert not (full & ~allowed).any(), "a full block (mask function skipped) holds a masked pair"
+    assert (~(partial | full)).any(), "blocks of other documents are skipped (the check can fail)"
+    assert full.any(), "blocks within one long document are full (the check can fail)"
+
+
+@pytest.mark.slow
+def test_compiled_model_traces_the_flex_document_path(tiny_kwargs, monkeypatch):
+    """``torch.compile`` of the whole model with the CUDA path forced on the CPU (forward; ~70 s): the BlockMask is
+    built and flex_attention traced inside the graph (inductor's CPU template), and the real tokens get the
+    hidden states of the dense SDPA path."""
+    model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).eval()
+    batch, _ = _packed(model.config.vocab_size, pad=3)
+    keep = batch["attention_mask"].bool()
+    with torch.no_grad():
+        dense = model(**batch).last_hidden_state
+        monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
+        compiled = torch.compile(model)(**batch).last_hidden_state
+    torch.testing.assert_close(compiled[keep], dense[keep], rtol=0, atol=1e-5)
 
 
 def test_attention_never_crosses_a_document_boundary(tiny_kwargs):
