@@ -168,7 +168,7 @@ class TrainDataArguments:
     dataloader_num_workers: str = arg(
         "auto",
         "DataLoader worker processes that collate and mask ahead of the step: a number, or auto = "
-        "min(4, CPU cores) on CUDA (0 on the CPU and for --streaming)",
+        "min(4, CPU cores per local process) on CUDA (0 on the CPU and for --streaming)",
     )
 
     def __post_init__(self) -> None:

@@ -129,9 +129,10 @@ AUTO_WORKERS = 4
 def resolve_num_workers(value: str | int, device_type: str, stream: bool = False) -> int:
     """``--dataloader_num_workers`` as a number of worker processes.
 
-    ``auto``: ``min(AUTO_WORKERS, CPU cores available to this process)`` on CUDA, where collation and masking in the
-    main process would stall the GPU, and 0 elsewhere (on the CPU the workers compete with the step for the
-    cores) and for a stream (``stream``: a stream is read in order by one process). A number is taken as given.
+    ``auto``: ``min(AUTO_WORKERS, CPU cores available / processes on this machine (LOCAL_WORLD_SIZE))``, at least 1,
+    on CUDA, where collation and masking in the main process would stall the GPU, and 0 elsewhere (on the CPU the
+    workers compete with the step for the cores) and for a stream (``stream``: a stream is read in order by one
+    process). A number is taken as given.
     The batches do not depend on the workers: the sampler runs in the main process and the collators draw from
     per-example generators (:mod:`pretrain.collators`).
 
@@ -142,7 +143,8 @@ def resolve_num_workers(value: str | int, device_type: str, stream: bool = False
         if device_type != "cuda" or stream:
             return 0
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return min(AUTO_WORKERS, cores)
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return max(1, min(AUTO_WORKERS, cores // local))
     try:
         workers = int(str(value))
     except ValueError:

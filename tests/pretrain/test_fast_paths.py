@@ -23,6 +23,12 @@ def test_dataloader_num_workers_auto_and_refused_values(monkeypatch):
     assert resolve_num_workers("auto", "cuda") == 4
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert resolve_num_workers("auto", "cuda") == 2
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # 8 GPU processes on the machine share its cores
+    assert resolve_num_workers("auto", "cuda") == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert resolve_num_workers("auto", "cuda") == 1
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert resolve_num_workers("auto", "cpu") == 0
     assert resolve_num_workers("auto", "cuda", stream=True) == 0, "a stream is read by one process"
     assert resolve_num_workers("3", "cpu") == 3 and resolve_num_workers(0, "cuda") == 0
