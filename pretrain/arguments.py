@@ -165,7 +165,16 @@ class TrainDataArguments:
     )
     max_train_samples: int | None = arg(None, "use only the first N training blocks")
     max_eval_samples: int | None = arg(None, "use only the first N validation blocks")
-    dataloader_num_workers: int = arg(0, "DataLoader worker processes")
+    dataloader_num_workers: str = arg(
+        "auto",
+        "DataLoader worker processes that collate and mask ahead of the step: a number, or auto = "
+        "min(4, CPU cores per local process) on CUDA (0 on the CPU and for --streaming)",
+    )
+
+    def __post_init__(self) -> None:
+        from training.data import resolve_num_workers
+
+        resolve_num_workers(self.dataloader_num_workers, "cpu")  # validates (InputError)
 
 
 @dataclasses.dataclass(frozen=True)

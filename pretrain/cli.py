@@ -211,7 +211,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     processes), the objective's loss, item count and extra output files, and the plan log line."""
     from pretrain import data
     from pretrain.objectives import lm_eval_step
-    from training.data import make_stream_dataloader, make_train_dataloader
+    from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
 
@@ -222,12 +222,13 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     if cap is not None and cap < available:
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
+    workers = resolve_num_workers(plan.data.dataloader_num_workers, accelerator.device.type, plan.corpus.streaming)
     if plan.corpus.streaming:
         loader = make_stream_dataloader(
             data.StreamedBlocks(train_blocks),
             training.per_device_train_batch_size,
             train_collator,
-            num_workers=plan.data.dataloader_num_workers,
+            num_workers=workers,
         )
     else:
         loader = make_train_dataloader(
@@ -235,7 +236,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             training.per_device_train_batch_size,
             train_collator,
             training.seed,
-            num_workers=plan.data.dataloader_num_workers,
+            num_workers=workers,
         )
 
     def evaluate(prepared_model) -> dict[str, float]:

@@ -122,6 +122,38 @@ class LengthGroupedSampler(Sampler[int]):
         return iter([i for mega in megas for i in mega])
 
 
+#: Most DataLoader workers that ``--dataloader_num_workers auto`` starts on CUDA.
+AUTO_WORKERS = 4
+
+
+def resolve_num_workers(value: str | int, device_type: str, stream: bool = False) -> int:
+    """``--dataloader_num_workers`` as a number of worker processes.
+
+    ``auto``: ``min(AUTO_WORKERS, CPU cores available / processes on this machine (LOCAL_WORLD_SIZE))``, at least 1,
+    on CUDA, where collation and masking in the main process would stall the GPU, and 0 elsewhere (on the CPU the
+    workers compete with the step for the cores) and for a stream (``stream``: a stream is read in order by one
+    process). A number is taken as given.
+    The batches do not depend on the workers: the sampler runs in the main process and the collators draw from
+    per-example generators (:mod:`pretrain.collators`).
+
+    Raises:
+        InputError: not ``auto`` nor an integer >= 0.
+    """
+    if str(value).strip().lower() == "auto":
+        if device_type != "cuda" or stream:
+            return 0
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return max(1, min(AUTO_WORKERS, cores // local))
+    try:
+        workers = int(str(value))
+    except ValueError:
+        workers = -1
+    if workers < 0:
+        raise InputError(f"--dataloader_num_workers {value}: expected auto or an integer >= 0")
+    return workers
+
+
 def make_train_dataloader(
     dataset,
     batch_size: int,
@@ -133,7 +165,9 @@ def make_train_dataloader(
 ) -> DataLoader:
     """A training DataLoader fit for exact resume: ``sampler`` (default :class:`EpochShuffleSampler`; another one
     must order the examples by ``(seed, epoch)`` through its ``set_epoch``), its own ``generator``, and pinned
-    memory on CUDA.
+    memory on CUDA. With ``num_workers`` > 0 the workers collate ahead of the step (``prefetch_factor`` 2 batches
+    each); they are started for every epoch, not persistent, so that they get the collator of that epoch
+    (``set_epoch`` happens in the main process before the epoch's iterator is made).
 
     Raises:
         InputError: ``batch_size < 1`` or an empty dataset.
@@ -193,4 +227,5 @@ __all__ = [
     "length_of",
     "make_stream_dataloader",
     "make_train_dataloader",
+    "resolve_num_workers",
 ]

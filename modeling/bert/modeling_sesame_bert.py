@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
@@ -197,6 +198,53 @@ def eager_attention_forward(
     return context.transpose(1, 2), weights
 
 
+_compiled_flex_attention: Callable | None = None  # torch.compile(flex_attention), built once per process
+
+
+def document_flex_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: BlockMask,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """FlexAttention (torch.nn.attention.flex_attention; Dong et al. 2024, "Flex Attention: A Programming Model for
+    Generating Optimized Attention Kernels") with the :class:`~torch.nn.attention.flex_attention.BlockMask` of packed
+    documents (:func:`document_block_mask`), in transformers' kernel signature. SDPA layers run it for packed
+    documents on CUDA when no attention dropout is in effect (:func:`packed_documents_kernel`): no dense (B, 1, T, T)
+    mask is built, and the fused kernel skips the blocks of other documents.
+
+    On CUDA the kernel is ``torch.compile(flex_attention)``, compiled once per process (and per new shape) and
+    reused by every layer and step; inside an already compiled model (``--torch_compile``) flex_attention is traced
+    into that graph. Elsewhere the unfused reference implementation runs (CPU: tests only).
+
+    Args:
+        query, key, value: (B, A, T, D) float, one dtype.
+        attention_mask: a BlockMask for (B, 1 or A, T, T).
+        scaling: multiplier of the scores, ``D ** -0.5``.
+        dropout: must be 0 (flex has no dropout on the probabilities).
+
+    Returns:
+        ``(context (B, T, A, D), None)``.
+
+    Raises:
+        ValueError: ``dropout > 0``.
+    """
+    global _compiled_flex_attention
+    if dropout > 0:
+        raise ValueError(f"document_flex_attention: dropout {dropout} on the attention probabilities; expected 0")
+    kernel = flex_attention
+    if query.device.type == "cuda" and not torch.compiler.is_compiling():
+        if _compiled_flex_attention is None:
+            _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
+        kernel = _compiled_flex_attention
+    context = kernel(query, key, value, block_mask=attention_mask, scale=scaling)
+    return context.transpose(1, 2), None
+
+
 class SesameBertSelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
 
@@ -208,7 +256,8 @@ class SesameBertSelfAttention(nn.Module):
     ``-> (out (B, T, H), probabilities (B, A, T, T) or None)``: ``attention_mask`` is what
     ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
     flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
-    kernels return what they return (``None`` for flex and flash: transformers then warns).
+    kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
+    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`.
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
@@ -230,7 +279,10 @@ class SesameBertSelfAttention(nn.Module):
         implementation = self.config._attn_implementation
         if output_attentions and implementation == "sdpa":
             implementation = "eager"
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        if implementation == "sdpa" and isinstance(attention_mask, BlockMask):
+            attention: Callable = document_flex_attention
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         context, probs = attention(
             self,
             q,
@@ -448,6 +500,83 @@ def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = 
     return same_document
 
 
+def packed_documents_kernel(config, device: torch.device, training: bool, output_attentions: bool = False) -> str:
+    """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``: "sdpa" on
+    CUDA becomes ``"document_flex"`` (:func:`document_flex_attention` with :func:`document_block_mask`: no dense
+    per-batch mask) unless attention dropout is in effect (``training`` and ``attention_probs_dropout_prob > 0``:
+    flex has no dropout on the probabilities, so SDPA keeps its dense mask) or the probabilities are asked for
+    (``output_attentions``: the eager kernel). Every other case (the CPU, another implementation) is returned as
+    it is."""
+    implementation = config._attn_implementation
+    dropout = training and config.attention_probs_dropout_prob > 0
+    if implementation == "sdpa" and device.type == "cuda" and not dropout and not output_attentions:
+        return "document_flex"
+    return implementation
+
+
+def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The boolean (B, 1, T, T) mask of packed documents for SDPA and the eager kernel (True = may attend): query
+    ``q`` attends to key ``kv`` of its own document that is not padding; a padding query attends to every real key.
+    The mask ``create_bidirectional_mask`` builds with :func:`document_mask_function`, by broadcasting (a few
+    element-wise ops, no ``vmap``: about 0.1 ms of host time instead of ~15 ms at B256 T128,
+    ``bench/bench_host_side.py``).
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+    """
+    allowed = documents[:, None, :, None] == documents[:, None, None, :]
+    if keep is not None:
+        allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
+    return allowed
+
+
+def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None, block: int = 128) -> BlockMask:
+    """The FlexAttention ``BlockMask`` of packed documents: a real query attends to the real keys of its document, as
+    with :func:`document_dense_mask`; a padding token is a document of its own (a padding query attends to itself
+    only: its output is meaningless either way, and the row is not empty). The kernel evaluates the mask from one
+    (B, T) tensor of document ids on the fly (so that inductor's CPU template compiles it too); the block structure
+    is computed from those ids directly (no dense mask, no ``vmap``, no host synchronisation).
+
+    A (query block, key block) pair of ``block`` x ``block`` tokens is visited when the ranges of document ids of the
+    two blocks overlap (the ids rise by 0 or 1 per token, so overlapping ranges share a document): a superset of the
+    blocks with an allowed pair, so the mask is exact. A visited pair is *full* (the kernel skips the mask function
+    there) when both blocks are complete and lie within one and the same document; the others are partial. At
+    T <= ``block`` there is one block per row, full when the row is a single unpadded document of ``block`` tokens.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+        block: the kernel's block size (tokens).
+
+    Returns:
+        A BlockMask for (B, 1, T, T).
+    """
+    batch, length = documents.shape
+    if keep is not None:  # every padding token starts a document of its own
+        starts = torch.diff(documents, prepend=documents[:, :1] - 1, dim=-1) != 0
+        documents = (starts | ~keep).cumsum(-1)
+
+    def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+        return documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
+
+    n = -(-length // block)
+    ranges = F.pad(documents, (0, n * block - length), value=-1).view(batch, n, block)  # the tail: id -1
+    first, last = ranges[..., 0], ranges.amax(-1)  # (B, n): first and last document id of each block
+    visit = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])  # (B, q, kv)
+    whole = (first == last) & (torch.arange(n, device=documents.device) < length // block)  # one document, no tail
+    full = whole[:, :, None] & whole[:, None, :] & (first[:, :, None] == first[:, None, :])
+    partial = visit & ~full
+
+    def ordered(blocks):  # (B, q, kv) bool -> counts (B, 1, q) int32, indices (B, 1, q, kv) int32 (visited first)
+        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32)[:, None], order.to(torch.int32)[:, None]
+
+    return BlockMask.from_kv_blocks(
+        *ordered(partial), *ordered(full), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(length, length)
+    )
+
+
 def flash_varlen_kwargs(documents: torch.Tensor, keep: torch.Tensor | None = None) -> dict:
     """FlashAttention's varlen arguments for packed documents: every document (and every run of padding) of every
     row becomes one sequence of the flattened (B * T) batch, so attention stays within it.
@@ -495,14 +624,17 @@ class SesameBertModel(SesameBertPreTrainedModel):
     (e.g. ``[0 1 2 3 0 1 2 0 1]`` for documents of 4, 3 and 2 tokens; a document starts where
     ``position_ids[t] != position_ids[t-1] + 1``) make every token attend only to the tokens of its own document (and
     not to padding, when ``attention_mask`` is also given); the position embeddings use them, so positions restart per
-    document too. Each document is then encoded exactly as if it were alone in its row. The mask is built by
-    ``create_bidirectional_mask`` with :func:`document_mask_function` for eager / SDPA (block-diagonal) and flex (a
-    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
-    device). Other implementations need a mask function registered with transformers' ``AttentionMaskInterface``
-    (``ValueError`` otherwise). The model adds no special tokens: where ``[CLS]`` and ``[SEP]`` go is the data
-    pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a packed row (and NSP)
-    summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every document of the row.
-    A ``[SEP]`` whose position continues the document before it belongs to that document.
+    document too. Each document is then encoded exactly as if it were alone in its row. The mask is
+    :func:`document_dense_mask` for eager / SDPA (block-diagonal, boolean), ``create_bidirectional_mask`` with
+    :func:`document_mask_function` for flex (a ``BlockMask``); flash_attention_* runs the varlen kernel on
+    :func:`flash_varlen_kwargs` instead (which reads the device). On CUDA, "sdpa" with packed documents runs
+    FlexAttention on :func:`document_block_mask` instead of a dense (B, 1, T, T) mask whenever no attention dropout
+    is in effect (:func:`packed_documents_kernel`). Other implementations need a mask function registered with
+    transformers' ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special tokens: where
+    ``[CLS]`` and ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls``
+    pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling
+    span every document of the row. A ``[SEP]`` whose position continues the document before it belongs to that
+    document.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -536,26 +668,31 @@ class SesameBertModel(SesameBertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        mask = self._attention_mask(x, attention_mask, position_ids, kwargs)
+        mask = self._attention_mask(x, attention_mask, position_ids, kwargs, output_attentions)
         last = self.encoder(x, mask, output_attentions=output_attentions, **kwargs)
         pooled = None
         if self.pooler is not None:
             pooled = self.pooler(last, _keep_mask(attention_mask, last.shape[:2], last.device))
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
-    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict):
+    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
         """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
-        ``None``, and the varlen arguments are added to ``kernel_kwargs``."""
+        ``None``, and the varlen arguments are added to ``kernel_kwargs``; for SDPA with packed documents on CUDA, a
+        ``BlockMask`` (:func:`packed_documents_kernel`)."""
         if position_ids is None:
             if attention_mask is None:
                 return None
             return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
         documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
         keep = None if attention_mask is None else attention_mask.bool()
-        implementation = self.config._attn_implementation
+        implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
+        if implementation == "document_flex":
+            return document_block_mask(documents, keep)
         if implementation.startswith("flash_attention"):
             kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
             return None
+        if implementation in ("sdpa", "eager"):
+            return document_dense_mask(documents, keep)
         # the registered mask functions (transformers reads _global_mapping too: dynamo traces it on every Python)
         if implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
             raise ValueError(

@@ -167,16 +167,30 @@ def test_document_ids_follow_transformers_packed_convention():
     assert torch.equal(document_ids(position_ids), find_packed_sequence_indices(position_ids))
 
 
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "document_flex"])
 @pytest.mark.parametrize("pad", [0, 3])
-def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementation, pad):
-    """(a) each document of a packed row gets the hidden states of a forward pass of that document alone."""
+def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementation, pad, monkeypatch):
+    """(a) each document of a packed row gets the hidden states of a forward pass of that document alone.
+    ``document_flex``: the path SDPA takes on CUDA (FlexAttention on a BlockMask), forced here on the CPU (flex's
+    unfused reference implementation; the CUDA kernel: tests/gpu/test_cuda.py)."""
     torch.manual_seed(0)
     model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT, classifier_pooling="mean")).eval()
-    model.set_attn_implementation(implementation)
+    model.set_attn_implementation("sdpa" if implementation == "document_flex" else implementation)
+    masks = []
+    if implementation == "document_flex":
+        monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
+        flex = modeling_sesame_bert.document_flex_attention
+        monkeypatch.setattr(
+            modeling_sesame_bert,
+            "document_flex_attention",
+            lambda m, q, k, v, mask, **kw: (masks.append(mask), flex(m, q, k, v, mask, **kw))[1],
+        )
     batch, splits = _packed(model.config.vocab_size, pad)
     with torch.no_grad():
         packed = model(**batch).last_hidden_state
+        if implementation == "document_flex":  # every layer ran flex on the BlockMask
+            assert len(masks) == tiny_kwargs["num_hidden_layers"]
+            assert all(isinstance(m, modeling_sesame_bert.BlockMask) for m in masks)
         assert packed.isfinite().all()  # padding rows too (they are never an empty softmax row)
         for row, lengths in enumerate(splits):
             start = 0
@@ -187,6 +201,105 @@ def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementat
         # without position_ids the same row attends across documents: the test above can fail
         unmasked = model(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         assert (unmasked[0, DOCS[0] :] - packed[0, DOCS[0] :]).abs().max() > 1e-2
+
+
+def test_packed_documents_kernel_choice(tiny_kwargs):
+    """SDPA with packed documents takes FlexAttention on CUDA only, and not when attention dropout is in effect or
+    the probabilities are asked for; other implementations and the CPU keep theirs."""
+    choose = modeling_sesame_bert.packed_documents_kernel
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    config = SesameBertConfig(**tiny_kwargs)  # attention dropout 0.1
+    config._attn_implementation = "sdpa"
+    assert choose(config, cuda, False) == "document_flex"  # evaluation: no dropout
+    assert choose(config, cuda, True) == "sdpa"  # training with attention dropout 0.1: SDPA's dense mask
+    assert choose(config, cuda, False, True) == "sdpa"  # output_attentions: the eager kernel
+    assert choose(config, cpu, False) == "sdpa"
+    config.attention_probs_dropout_prob = 0.0
+    assert choose(config, cuda, True) == "document_flex"
+    for other in ("eager", "flex_attention"):
+        config._attn_implementation = other
+        assert choose(config, cuda, True) == other
+
+
+def _random_packing(rows: int, length: int, pad: bool, seed: int):
+    """``rows`` rows of random document lengths (1 to 150 tokens, so documents cross 16-token blocks or fill
+    several) with trailing padding of 0-40 tokens when ``pad``: (position_ids, attention_mask)."""
+    g = torch.Generator().manual_seed(seed)
+    position_ids = torch.zeros(rows, length, dtype=torch.long)
+    attention_mask = torch.ones(rows, length, dtype=torch.long)
+    for r in range(rows):
+        real = length - (int(torch.randint(0, 41, (1,), generator=g)) if pad else 0)
+        t = 0
+        while t < real:
+            n = min(int(torch.randint(1, 151, (1,), generator=g)), real - t)
+            position_ids[r, t : t + n] = torch.arange(n)
+            t += n
+        attention_mask[r, real:] = 0
+    return position_ids, attention_mask
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_document_masks_equal_transformers_mask_and_blocks_cover_it(tiny_kwargs, pad):
+    """Random packings (T = 200, 16-token blocks; 30 rows): the dense mask equals the boolean mask SDPA gets from
+    ``create_bidirectional_mask`` with :func:`document_mask_function` (documents, padding keys masked, padding queries
+    attend to every real key); the BlockMask's mask function gives that mask for every real query (a padding query
+    attends to itself only), its visited blocks cover every block with an allowed pair, and its full blocks (mask
+    function skipped) hold allowed pairs only."""
+    from torch.nn.attention.flex_attention import create_mask
+    from transformers.masking_utils import create_bidirectional_mask
+
+    config = SesameBertConfig(**tiny_kwargs)
+    config._attn_implementation = "sdpa"
+    position_ids, attention_mask = _random_packing(30, 200, pad, seed=3)
+    documents = document_ids(position_ids)
+    keep = attention_mask.bool() if pad else None
+    b, t = documents.shape
+    expected = create_bidirectional_mask(
+        config,
+        torch.zeros(b, t, 4),
+        attention_mask if pad else None,
+        and_mask_function=modeling_sesame_bert.document_mask_function(documents, keep),
+    ).expand(b, 1, t, t)
+    assert torch.equal(modeling_sesame_bert.document_dense_mask(documents, keep), expected)
+    block = modeling_sesame_bert.document_block_mask(documents, keep, block=16)
+    assert block.shape == (b, 1, t, t)
+    flex = create_mask(block.mask_mod, b, 1, t, t, device="cpu")
+    real = torch.ones(b, t, dtype=torch.bool) if keep is None else keep
+    assert torch.equal(flex[:, 0][real], expected[:, 0][real])
+    assert torch.equal(flex[:, 0][~real], torch.eye(t, dtype=torch.bool).expand(b, t, t)[~real])
+    n = -(-t // 16)
+    pairs = F.pad(flex[:, 0], (0, n * 16 - t, 0, n * 16 - t)).view(b, n, 16, n, 16)
+    needed, allowed = pairs.any(4).any(2), pairs.all(4).all(2)  # (B, q blocks, kv blocks)
+
+    def dense(counts, indices):  # the visited (q, kv) blocks of a BlockMask's ordered indices
+        out = torch.zeros(b, n, n, dtype=torch.bool)
+        for i in range(b):
+            for q in range(n):
+                out[i, q, indices[i, 0, q, : counts[i, 0, q]].long()] = True
+        return out
+
+    partial = dense(block.kv_num_blocks, block.kv_indices)
+    full = dense(block.full_kv_num_blocks, block.full_kv_indices)
+    assert not (partial & full).any()
+    assert not (needed & ~(partial | full)).any(), "a block with an allowed pair is skipped"
+    assert not (full & ~allowed).any(), "a full block (mask function skipped) holds a masked pair"
+    assert (~(partial | full)).any(), "blocks of other documents are skipped (the check can fail)"
+    assert full.any(), "blocks within one long document are full (the check can fail)"
+
+
+@pytest.mark.slow
+def test_compiled_model_traces_the_flex_document_path(tiny_kwargs, monkeypatch):
+    """``torch.compile`` of the whole model with the CUDA path forced on the CPU (forward; ~70 s): the BlockMask is
+    built and flex_attention traced inside the graph (inductor's CPU template), and the real tokens get the
+    hidden states of the dense SDPA path."""
+    model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).eval()
+    batch, _ = _packed(model.config.vocab_size, pad=3)
+    keep = batch["attention_mask"].bool()
+    with torch.no_grad():
+        dense = model(**batch).last_hidden_state
+        monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
+        compiled = torch.compile(model)(**batch).last_hidden_state
+    torch.testing.assert_close(compiled[keep], dense[keep], rtol=0, atol=1e-5)
 
 
 def test_attention_never_crosses_a_document_boundary(tiny_kwargs):
