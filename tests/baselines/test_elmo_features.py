@@ -237,7 +237,9 @@ def test_elmo_features_need_char_ids_and_a_bilm_config(tiny, word_tokenizer, bil
 
 
 @pytest.mark.slow
-def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(tmp_path, word_tokenizer, bilm, make_glue_dir):
+def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(
+    tmp_path, word_tokenizer, bilm, make_glue_dir, monkeypatch
+):
     """``--elmo FOLDER random:FOLDER --seeds 1 2``: a ``cbow+elmo`` row whose folder holds the pretrained BiLM weights,
     a ``cbow+elmo-random`` row with a fresh one of the same shape, every cell once per seed, medians in the table."""
     import statistics
@@ -270,6 +272,15 @@ def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(tmp_path, word_
     row = next(line for line in table.splitlines() if line.startswith("| cbow+elmo |"))
     values = [r["value"] for r in runs if r["backbone"] == "cbow+elmo"]
     assert f"{100 * statistics.median(values):.2f}" in row and " / " in row
+    # --resume: every cell is in results.json with the same command, so nothing runs again
+    import finetune.baselines as baselines
+
+    def no_run(*a, **k):
+        raise AssertionError(f"a cell ran again: {a}")
+
+    monkeypatch.setattr(baselines.subprocess, "run", no_run)
+    assert main([*args, "--seeds", "1", "2", "--resume"]) == 0
+    assert json.loads((out / "results.json").read_text())["runs"] == runs
 
 
 def test_a_bilm_cased_otherwise_than_the_word_tokenizer_is_refused(tmp_path, word_tokenizer, bilm, tiny_corpus):
