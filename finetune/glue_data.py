@@ -37,7 +37,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -640,8 +639,6 @@ def write_submission(
     out.mkdir(parents=True, exist_ok=True)
     target = out / task.submission[split]
     lines = ["index\tprediction"] + [f"{int(i)}\t{task.format_prediction(p)}" for i, p in zip(idx, predictions)]
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, target)
-    return target
+    from training.files import write_text_atomic
+
+    return write_text_atomic(target, "\n".join(lines) + "\n")

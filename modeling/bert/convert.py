@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from training.errors import InputError, add_debug_argument, run_cli
+from training.files import share_like_umask
 
 from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
 from .modeling_sesame_bert import SesameBertForPreTraining
@@ -233,12 +234,10 @@ def convert(
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it the permissions of a normal directory
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        share_like_umask(tmp)  # safetensors writes model.safetensors owner-only (0600)
         if output_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
             os.replace(output_dir, old / "dir")

@@ -315,3 +315,23 @@ def test_length_grouped_sampler_is_a_permutation_grouped_by_length():
     assert list(sampler) == order  # same (seed, epoch) -> same order
     sampler.set_epoch(1)
     assert list(sampler) != order
+
+
+def test_every_output_file_is_readable_by_others_under_umask_022(tiny_bert, glue_dir, tmp_path):
+    """Issue 32: model.safetensors (safetensors writes it through a 0600 temporary file) and the GLUE submission
+    file (written through mkstemp) get the umask's 0644 like every other output."""
+    import os
+    import stat
+
+    before = os.umask(0o022)
+    try:
+        out = tmp_path / "sst2"
+        _run(
+            ["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir)]
+            + ["--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON]
+        )
+    finally:
+        os.umask(before)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert {"model.safetensors", "SST-2.tsv", "all_results.json"} <= set(modes)
+    assert {name: oct(mode) for name, mode in modes.items() if mode != 0o644} == {}
