@@ -96,7 +96,7 @@ import math
 import os
 import pickle
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -230,6 +230,55 @@ def format_duration(seconds: float) -> str:
     return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s"
 
 
+def remaining_events(step: int, max_train_steps: int, every: int | None, final: bool = True) -> int:
+    """How many of a periodic event (an evaluation, a checkpoint) fall after optimizer step ``step``: the
+    multiples of ``every`` in ``(step, max_train_steps)`` (none when ``every`` is None/0), plus the one at the end
+    when ``final``."""
+    periodic = (max_train_steps - 1) // every - step // every if every else 0
+    return max(periodic, 0) + (1 if final and step < max_train_steps else 0)
+
+
+def estimate_finish(
+    per_step: float,
+    step: int,
+    max_train_steps: int,
+    evaluations: int,
+    checkpoints: int,
+    eval_seconds: Sequence[float] = (),
+    checkpoint_seconds: Sequence[float] = (),
+) -> tuple[float, str, bool]:
+    """The time to finish a run after optimizer step ``step``: the training steps left at ``per_step`` seconds,
+    plus the ``evaluations`` and ``checkpoints`` still due at the mean time each took so far.
+
+    Args:
+        per_step: seconds per optimizer step (training only).
+        evaluations / checkpoints: how many are still due (:func:`remaining_events`).
+        eval_seconds / checkpoint_seconds: the durations measured so far (seconds); an event kind not measured
+            yet cannot be counted and is named as left out.
+
+    Returns:
+        ``(seconds, breakdown, complete)``: the estimate (seconds), its parts as text (``"training 7m 35s + 10
+        evaluations x 41.0s + 10 checkpoints (not timed yet, not included)"``), and whether it counts everything due.
+    """
+    training = per_step * max(max_train_steps - step, 0)
+    total, parts, complete = training, [f"training {format_duration(training)}"], True
+    for count, seconds, name in (
+        (evaluations, eval_seconds, "evaluation"),
+        (checkpoints, checkpoint_seconds, "checkpoint"),
+    ):
+        if not count:
+            continue
+        label = f"{count} {name}{'s' if count > 1 else ''}"
+        if seconds:
+            mean = sum(seconds) / len(seconds)
+            total += count * mean
+            parts.append(f"{label} x {format_duration(mean)}")
+        else:
+            complete = False
+            parts.append(f"{label} (not timed yet, not included)")
+    return total, " + ".join(parts), complete
+
+
 @dataclasses.dataclass
 class _Session:
     """What this session (since the start or the resume) measured: training seconds, tokens and samples
@@ -294,6 +343,9 @@ class Trainer:
         data_fingerprint: list[dict[str, Any]] | None = None,
     ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
+        #: durations (seconds) of this session's evaluations and checkpoint writes, for the time estimate
+        self._eval_seconds: list[float] = []
+        self._checkpoint_seconds: list[float] = []
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         if optimizer is None:
             optimizer = create_optimizer(
@@ -474,6 +526,8 @@ class Trainer:
         )
         self._batches = None  # the iterator over the current epoch's micro-batches
         self._eta_logged = False
+        self._estimate_complete = True
+        self._per_step = 0.0
         self._stopping_early = should_stop_early(self.state, cfg)  # a resumed run that had already stopped early
         self._device_skip = self._device_skip_supported()
         self._session = _Session(started=time.perf_counter())
@@ -633,17 +687,39 @@ class Trainer:
         self.state.log_history.append({"step": step, **record})
         if not self._eta_logged and self.accelerator.is_main_process and step < self.max_train_steps:
             self._eta_logged = True
-            per_step = interval.time / max(interval.steps, 1)
-            logger.info(
-                "step %d/%d: %.3g s per optimizer step, %.0f tokens/s; estimated time to finish: %s "
-                "(evaluation and checkpoints not included)",
-                step,
-                self.max_train_steps,
-                per_step,
-                record["tokens_per_second"],
-                format_duration(per_step * (self.max_train_steps - step)),
-            )
+            self._per_step = interval.time / max(interval.steps, 1)
+            rate = f"{self._per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
+            self._log_estimate(step, rate)
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
+
+    def _log_estimate(self, step: int, rate: str = "") -> None:
+        """Log the estimated time to finish after ``step`` (training, evaluations and checkpoints still due); an
+        estimate that could not count every event (none timed yet) is logged again once they are timed."""
+        cfg = self.config
+        evaluations = remaining_events(step, self.max_train_steps, self.eval_steps, final=self.eval_fn is not None)
+        if self.eval_fn is None:
+            evaluations = 0
+        checkpoints = remaining_events(step, self.max_train_steps, self.checkpointing_steps)
+        if cfg.load_best_model_at_end and self.eval_steps:  # a checkpoint at every evaluation too
+            checkpoints += remaining_events(step, self.max_train_steps, self.eval_steps, final=False)
+        seconds, breakdown, complete = estimate_finish(
+            self._per_step,
+            step,
+            self.max_train_steps,
+            evaluations,
+            checkpoints,
+            self._eval_seconds,
+            self._checkpoint_seconds,
+        )
+        self._estimate_complete = complete
+        logger.info(
+            "step %d/%d: %sestimated time to finish: %s (%s)",
+            step,
+            self.max_train_steps,
+            f"{rate}; " if rate else "",
+            format_duration(seconds),
+            breakdown,
+        )
 
     def _end(self) -> dict[str, Any]:
         """The last read, the final evaluation and checkpoint, the best model, and the result."""
@@ -725,6 +801,7 @@ class Trainer:
         state = dict(self.state.state_dict(), lr_scheduler=self.scheduler.state_dict())
         best = self.state.best_step
         protect = [best] if self.config.load_best_model_at_end and best is not None else []
+        started = time.perf_counter()
         path = ckpt.save_checkpoint(
             self.accelerator,
             self.checkpoints_dir,
@@ -734,6 +811,15 @@ class Trainer:
             protect=protect,
             run_id=self.state.run_id,
         )
+        self._checkpoint_seconds.append(time.perf_counter() - started)
+        step = self.state.global_step
+        if (
+            self._eta_logged
+            and not self._estimate_complete
+            and step < self.max_train_steps
+            and self.accelerator.is_main_process
+        ):
+            self._log_estimate(step, "updated estimate with the checkpoint timed")
         self.last_checkpoint = str(path)
         return str(path)
 
@@ -891,8 +977,10 @@ class Trainer:
         if self.eval_fn is None:
             return {}
         try:
+            started = time.perf_counter()
             with stop_when(lambda: self.stop_requested, self.accelerator):
                 metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
+            self._eval_seconds.append(time.perf_counter() - started)
         except EvaluationInterrupted:
             self.state.eval_pending = True
             if getattr(self, "_bar", None) is not None:
@@ -978,6 +1066,8 @@ __all__ = [
     "default_weight_fn",
     "enable_gradient_checkpointing",
     "finish",
+    "estimate_finish",
     "format_duration",
+    "remaining_events",
     "make_accelerator",
 ]
