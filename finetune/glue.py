@@ -200,6 +200,7 @@ def load_model_and_tokenizer(
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from training.driver import check_model_fits, load_pretrained
+    from training.logs import from_pretrained_quietly
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
     expected = "a model folder written by save_pretrained or a hub repo id"
@@ -229,7 +230,7 @@ def load_model_and_tokenizer(
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(config_source, **hub, **overrides)
     model = load_pretrained(
-        AutoModelForSequenceClassification.from_pretrained,
+        from_pretrained_quietly(AutoModelForSequenceClassification.from_pretrained, logger),
         source,
         "--model_name_or_path",
         "a model folder with model.safetensors (save_pretrained) or a hub repo id",
@@ -523,6 +524,7 @@ def glue_parts(
 
     train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
     return RunParts(
+        next_step=glue_next_step(training.output_dir, data_args, modes, bool(data.test_splits)),
         model=model,
         tokenizer=tokenizer,
         train_dataloader=train_loader,
@@ -531,6 +533,27 @@ def glue_parts(
         write_outputs=write_outputs,
         describe=describe,
     )
+
+
+def glue_next_step(output_dir: str, data_args: GlueDataArguments, modes: RunModes, predicted: bool) -> str | None:
+    """The command to run after a ``finetune.glue`` run on ``output_dir``: predict the test split with the
+    fine-tuned model after training, explain a prediction after predicting; None after an evaluation only."""
+    if modes.do_train and not predicted:
+        source = (
+            f"--task_name {data_args.task_name} --glue_dir {data_args.glue_dir}"
+            if data_args.glue_dir
+            else "--test_file TEST_FILE" + (f" --task_name {data_args.task_name}" if data_args.task_name else "")
+        )
+        return (
+            f"predict with it: python -m finetune.glue --model_name_or_path {output_dir} {source} --do_predict "
+            f"--output_dir {output_dir}-test"
+        )
+    if modes.do_train or modes.do_predict:
+        return (
+            f"see which words drove a prediction: python -m finetune.explain --model_name_or_path "
+            f'{output_dir if modes.do_train else "MODEL"} --text "..." --output_dir {output_dir}-explain'
+        )
+    return None
 
 
 def warn_if_one_class(
@@ -555,7 +578,7 @@ def warn_if_one_class(
     only = int(predictions[0])
     share = float((labels == only).float().mean())
     counts = torch.bincount(labels.long())
-    kind = "the majority class" if int(counts.argmax()) == only else "a minority class"
+    kind = "the majority class" if only < len(counts) and counts[only] == counts.max() else "a minority class"
     logger.warning(
         "evaluation on %s: every one of the %d predictions is class %s (%s, %.1f%% of the labels): the model has "
         "learned nothing beyond the label counts; try a higher --learning_rate than %g, more training steps or "

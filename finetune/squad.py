@@ -332,8 +332,10 @@ def load_model(model_args: FinetuneModelArguments, pretrained_config):
     if hasattr(pretrained_config, "freeze_backbone"):
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
+    from training.logs import from_pretrained_quietly
+
     return load_pretrained(
-        AutoModelForQuestionAnswering.from_pretrained,
+        from_pretrained_quietly(AutoModelForQuestionAnswering.from_pretrained, logger),
         model_args.model_name_or_path,
         "--model_name_or_path",
         f"a model type with a question-answering head (got {config.model_type!r}) and its weights (save_pretrained)",
@@ -565,7 +567,14 @@ def squad_parts(
             learning_rate_source,
         )
 
+    next_step = None
+    if modes.do_train:
+        next_step = (
+            f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
+            f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
+        )
     return RunParts(
+        next_step=next_step,
         model=model,
         tokenizer=tokenizer,
         train_dataloader=train_loader,

@@ -170,7 +170,16 @@ def get_tokenizer(
             shutil.rmtree(tok_dir)
         train_tokenizer(family, corpus, model.vocab_size, tok_dir)
     wait_for_everyone()
-    return load_tokenizer(str(tok_dir), "--output_dir")
+    tok = load_tokenizer(str(tok_dir), "--output_dir")
+    if is_main_process and len(tok) < model.vocab_size:
+        logger.warning(
+            "the tokenizer has %d tokens, fewer than the %d asked (--vocab_size): the training text has no more "
+            "distinct pieces; the model's vocabulary is %d",
+            len(tok),
+            model.vocab_size,
+            len(tok),
+        )
+    return tok
 
 
 def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:

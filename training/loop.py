@@ -95,6 +95,7 @@ import logging
 import math
 import os
 import pickle
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
@@ -217,6 +218,18 @@ def default_tokens_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
     if "attention_mask" in batch:
         return batch["attention_mask"].sum()
     return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
+
+
+#: Seconds between the plain progress lines logged instead of a progress bar when stderr is not a terminal.
+PROGRESS_LOG_SECONDS = 30.0
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is an interactive terminal (a progress bar can redraw its line there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def format_duration(seconds: float) -> str:
@@ -517,10 +530,14 @@ class Trainer:
                 self.evaluate()
         elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
             self.evaluate()  # the starting point of the validation curve
+        # A progress bar redraws its line with carriage returns: in a file (not a terminal) log lines would be glued
+        # onto it, so there the progress goes into plain log lines instead (:meth:`_log_progress`).
+        self._bar_in_terminal = _is_terminal(sys.stderr)
+        self._progress_logged_at = time.perf_counter()
         self._bar = tqdm(
             total=self.max_train_steps,
             initial=self.state.global_step,
-            disable=not acc.is_local_main_process,
+            disable=not acc.is_local_main_process or not self._bar_in_terminal,
             desc="train",
             dynamic_ncols=True,
         )
@@ -691,6 +708,25 @@ class Trainer:
             rate = f"{self._per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
             self._log_estimate(step, rate)
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
+        self._log_progress(step, record)
+
+    def _log_progress(self, step: int, record: Mapping[str, Any]) -> None:
+        """Where there is no progress bar (output to a file): a plain progress line at most every
+        :data:`PROGRESS_LOG_SECONDS` seconds, and at the last step."""
+        if self._bar_in_terminal or not self.accelerator.is_local_main_process:
+            return
+        now = time.perf_counter()
+        if now - self._progress_logged_at < PROGRESS_LOG_SECONDS and step < self.max_train_steps:
+            return
+        self._progress_logged_at = now
+        logger.info(
+            "step %d/%d: train_loss %.4f, learning rate %.2e, %.0f tokens/s",
+            step,
+            self.max_train_steps,
+            record["train_loss"],
+            record["learning_rate"],
+            record["tokens_per_second"],
+        )
 
     def _log_estimate(self, step: int, rate: str = "") -> None:
         """Log the estimated time to finish after ``step`` (training, evaluations and checkpoints still due); an

@@ -397,3 +397,41 @@ def test_evaluation_at_one_class_warns_with_the_class_and_its_share(caplog):
         len(caplog.records) == 1
         and "negative (a minority class, 25.0% of the labels)" in caplog.records[0].getMessage()
     )
+
+
+def test_load_report_is_one_line_and_predict_only_ends_with_the_files_not_braces(tiny_bert, glue_dir, tmp_path, caplog):
+    """Issue 32: transformers' LOAD REPORT table (it reads like an error) becomes one line naming the new head; a
+    --do_predict run's last line names the prediction file (it ended with `{}`)."""
+    import logging
+
+    base = ["--task_name", "sst2", "--glue_dir", str(glue_dir)]
+    with caplog.at_level(logging.INFO):
+        _run(
+            ["--model_name_or_path", str(tiny_bert), *base, "--output_dir", str(tmp_path / "ft")]
+            + ["--max_train_steps", "1", *COMMON]
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "LOAD REPORT" in m]
+    (loaded,) = [m for m in messages if "newly initialised" in m]
+    assert loaded.startswith(f"{tiny_bert}: newly initialised, to be trained: classifier")
+    assert messages[-1].startswith(
+        f"next: predict with it: python -m finetune.glue --model_name_or_path {tmp_path / 'ft'}"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _run(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "ft"),
+                *base,
+                "--do_predict",
+                "--output_dir",
+                str(tmp_path / "p"),
+                *COMMON,
+            ]
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "newly initialised" in m]  # the fine-tuned head loads whole: nothing to say
+    wrote = [m for m in messages if m.startswith(f"wrote {tmp_path / 'p'}:")]
+    assert wrote == [f"wrote {tmp_path / 'p'}: no evaluation; files: SST-2.tsv, all_results.json, run_config.json"]
+    assert not messages[-1].endswith("{}")
