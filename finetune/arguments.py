@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from training.arguments import arg, with_defaults
 from training.config import TrainingConfig
+from training.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,42 @@ def finetune_training_arguments(name: str, help: dict | None = None, **defaults)
     """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script; a ``None``
     default is resolved later, e.g. ``learning_rate`` by :func:`resolve_learning_rate`) and help texts."""
     return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, help=help, name=name)
+
+
+def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | None) -> None:
+    """Refuse an ``--output_dir`` that is the ``--model_name_or_path`` folder (``--overwrite_output_dir`` would
+    replace the model being fine-tuned with the result, its pretrained weights lost).
+
+    Raises:
+        InputError: both name the same existing folder.
+    """
+    import os
+
+    if output_dir and os.path.isdir(model_name_or_path) and os.path.isdir(output_dir):
+        if os.path.samefile(model_name_or_path, output_dir):
+            raise InputError(
+                f"--output_dir {output_dir}: is the --model_name_or_path folder; expected another folder (the "
+                "fine-tuned model would replace the model it starts from)"
+            )
+
+
+def warn_if_same_file(train_file, validation_file, logger) -> bool:
+    """Warn when the training and the validation file are the same file: the evaluation then measures
+    memorisation, not generalisation. Returns whether it warned."""
+    import os
+
+    trains = [train_file] if isinstance(train_file, str) else list(train_file or [])
+    if not validation_file or not os.path.isfile(validation_file):
+        return False
+    for f in trains:
+        if os.path.isfile(f) and os.path.samefile(f, validation_file):
+            logger.warning(
+                "--validation_file %s: is also a --train_file: the evaluation measures how well the model "
+                "remembers its training examples, not how it does on new ones; expected a held-out file",
+                validation_file,
+            )
+            return True
+    return False
 
 
 #: ``hidden_size`` from which a BERT-like backbone gets BERT's own fine-tuning rates (BERT-base is 768 wide).
@@ -93,8 +130,10 @@ def learning_rate_help(script: str) -> str:
 
 __all__ = [
     "FinetuneModelArguments",
+    "check_output_is_not_the_model",
     "default_learning_rate",
     "finetune_training_arguments",
     "learning_rate_help",
     "resolve_learning_rate",
+    "warn_if_same_file",
 ]

@@ -40,9 +40,11 @@ import torch
 
 from finetune.arguments import (
     FinetuneModelArguments,
+    check_output_is_not_the_model,
     finetune_training_arguments,
     learning_rate_help,
     resolve_learning_rate,
+    warn_if_same_file,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.arguments import arg, parse_arguments, with_defaults
@@ -400,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
     task = check_arguments(data_args, modes, training)
+    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging()
+    warn_if_same_file(data_args.train_file, data_args.validation_file, logger)
     # Everything the user gave is checked before the model is loaded and training starts.
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given

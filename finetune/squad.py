@@ -60,9 +60,11 @@ import torch
 
 from finetune.arguments import (
     FinetuneModelArguments,
+    check_output_is_not_the_model,
     finetune_training_arguments,
     learning_rate_help,
     resolve_learning_rate,
+    warn_if_same_file,
 )
 from training.arguments import arg, parse_arguments, with_defaults
 from training.driver import RunModes
@@ -458,8 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
     check_arguments(data, modes, post, training)
+    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging()
+    warn_if_same_file(data.train_file, data.validation_file, logger)
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)

@@ -294,7 +294,16 @@ def build_model(plan: PretrainPlan, tokenizer):
         if tokenizer.pad_token_id is not None:
             overrides["pad_token_id"] = tokenizer.pad_token_id
         config = load_model_config(plan, **overrides)
-        model = auto.from_config(config if wrap is None else wrap(config))
+        try:
+            model = auto.from_config(config if wrap is None else wrap(config))
+        except (RuntimeError, MemoryError) as err:  # e.g. hidden_size 100000: "can't allocate memory"
+            if not isinstance(err, MemoryError) and "allocate" not in str(err) and "out of memory" not in str(err):
+                raise
+            raise InputError(
+                f"--config_name {model_args.config_name}: the model does not fit in memory (hidden_size "
+                f"{getattr(config, 'hidden_size', '?')}, {getattr(config, 'num_hidden_layers', '?')} layers, "
+                f"vocabulary {getattr(config, 'vocab_size', '?')}: {first_line(err)}); expected a smaller model"
+            ) from None
     arg = (
         "--tokenizer_name" if model_args.tokenizer_name or not model_args.model_name_or_path else "--model_name_or_path"
     )

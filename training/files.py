@@ -278,11 +278,14 @@ def _is_output(entry: Path) -> bool:
     return entry.name not in BOOKKEEPING_FILES and not (entry.name.startswith(".") and ".tmp-" in entry.name)
 
 
-def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool) -> None:
+def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool, can_resume: bool = True) -> None:
     """A non-empty ``--output_dir`` is an earlier run's: refuse it unless resuming or ``--overwrite_output_dir``
     (transformers' Trainer rule), so that nothing of that run (its tokenizer, checkpoints) is reused silently.
 
     A folder holding only a run's bookkeeping (:data:`BOOKKEEPING_FILES`) or temporary folders counts as empty.
+
+    ``can_resume`` False (a command without ``--resume_from_checkpoint``, e.g. ``pretrain.prepare``): the message
+    does not suggest resuming.
 
     Raises:
         InputError: ``output_dir`` exists, is not empty, and neither flag is given.
@@ -290,9 +293,10 @@ def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool
     out = Path(output_dir)
     if resuming or overwrite or not out.is_dir() or not any(_is_output(p) for p in out.iterdir()):
         return
+    resume = "--resume_from_checkpoint latest to continue that run, " if can_resume else ""
     raise InputError(
         f"--output_dir {out}: exists and is not empty (an earlier run?); expected a new or empty folder, "
-        "--resume_from_checkpoint latest to continue that run, or --overwrite_output_dir to replace it"
+        f"{resume}or --overwrite_output_dir to replace it"
     )
 
 
