@@ -885,6 +885,16 @@ class Trainer:
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
             ) from err
+        except Exception as err:
+            # safetensors' SafetensorError (not a RuntimeError): a truncated or damaged weights file that the
+            # manifest check did not catch (its manifest rewritten, or --ignore_checkpoint_integrity)
+            if type(err).__name__ != "SafetensorError":
+                raise
+            raise InputError(
+                f"--resume_from_checkpoint {path}: its weights cannot be read (SafetensorError: "
+                f"{first_line(err)[:300]}); expected an intact checkpoint (resume from an earlier one: "
+                "--resume_from_checkpoint PATH)"
+            ) from err
         self._check_resume_settings(path, saved)  # after the load: another model is named first, not its default lr
         self.state.load_resumed(saved)
         # the position in the epoch is counted in examples, so that another split of the same global batch

@@ -120,3 +120,25 @@ def test_glue_refuses_output_dir_equal_to_the_model_with_overwrite(tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("error: --output_dir") and "is the --model_name_or_path folder" in err
     assert (model / "config.json").read_text() == "{}"
+
+
+def test_a_truncated_checkpoint_with_a_rewritten_manifest_is_one_error_line(toy_run, tmp_path):
+    """The manifest check passes (it was rewritten to match the truncated file); the weights cannot be read: one
+    InputError naming the checkpoint, not a SafetensorError traceback."""
+    import json
+
+    from training import checkpoint as ckpt
+
+    out = tmp_path / "run"
+    toy_run(out, steps=8)
+    step = out / "checkpoints" / "step_4"
+    weights = step / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    state = json.loads((step / ckpt.STATE_FILE).read_text())
+    state[ckpt.MANIFEST_KEY] = ckpt.file_manifest(step)
+    (step / ckpt.STATE_FILE).write_text(json.dumps(state))
+    assert ckpt.verify_checkpoint(step) is None
+    with pytest.raises(
+        InputError, match=r"^--resume_from_checkpoint .*step_4: its weights cannot be read \(Safetensor"
+    ):
+        toy_run(out, steps=8, resume=str(step))
