@@ -59,15 +59,16 @@ def warn_if_same_file(train_file, validation_file, logger) -> bool:
     memorisation, not generalisation. Returns whether it warned."""
     import os
 
-    trains = [train_file] if isinstance(train_file, str) else list(train_file or [])
-    if not validation_file or not os.path.isfile(validation_file):
-        return False
-    for f in trains:
-        if os.path.isfile(f) and os.path.samefile(f, validation_file):
+    def files(value) -> list[str]:
+        values = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
+        return [str(v) for v in values if os.path.isfile(v)]
+
+    for valid in files(validation_file):
+        if any(os.path.samefile(f, valid) for f in files(train_file)):
             logger.warning(
                 "--validation_file %s: is also a --train_file: the evaluation measures how well the model "
                 "remembers its training examples, not how it does on new ones; expected a held-out file",
-                validation_file,
+                valid,
             )
             return True
     return False
