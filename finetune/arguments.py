@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from training.arguments import arg, with_defaults
 from training.config import TrainingConfig
+from training.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +31,110 @@ class FinetuneModelArguments:
         return {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
 
 
-def finetune_training_arguments(name: str, **defaults) -> type:
-    """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script)."""
-    return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, name=name)
+def finetune_training_arguments(name: str, help: dict | None = None, **defaults) -> type:
+    """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script; a ``None``
+    default is resolved later, e.g. ``learning_rate`` by :func:`resolve_learning_rate`) and help texts."""
+    return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, help=help, name=name)
 
 
-__all__ = ["FinetuneModelArguments", "finetune_training_arguments"]
+def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | None) -> None:
+    """Refuse an ``--output_dir`` that is the ``--model_name_or_path`` folder (``--overwrite_output_dir`` would
+    replace the model being fine-tuned with the result, its pretrained weights lost).
+
+    Raises:
+        InputError: both name the same existing folder.
+    """
+    import os
+
+    if output_dir and os.path.isdir(model_name_or_path) and os.path.isdir(output_dir):
+        if os.path.samefile(model_name_or_path, output_dir):
+            raise InputError(
+                f"--output_dir {output_dir}: is the --model_name_or_path folder; expected another folder (the "
+                "fine-tuned model would replace the model it starts from)"
+            )
+
+
+def warn_if_same_file(train_file, validation_file, logger) -> bool:
+    """Warn when the training and the validation file are the same file: the evaluation then measures
+    memorisation, not generalisation. Returns whether it warned."""
+    import os
+
+    def files(value) -> list[str]:
+        values = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
+        return [str(v) for v in values if os.path.isfile(v)]
+
+    for valid in files(validation_file):
+        if any(os.path.samefile(f, valid) for f in files(train_file)):
+            logger.warning(
+                "--validation_file %s: is also a --train_file: the evaluation measures how well the model "
+                "remembers its training examples, not how it does on new ones; expected a held-out file",
+                valid,
+            )
+            return True
+    return False
+
+
+#: ``hidden_size`` from which a BERT-like backbone gets BERT's own fine-tuning rates (BERT-base is 768 wide).
+BERT_BASE_WIDTH = 768
+#: Peak learning rate of BERT-base-sized backbones by script: BERT's (Devlin et al. 2019: GLUE 2e-5..5e-5, SQuAD
+#: 3e-5).
+BERT_BASE_RATES = {"glue": 2e-5, "squad": 3e-5}
+#: Peak learning rate of narrower BERT-like backbones (bert-tiny .. bert-small, MiniLM-L6-H384): 1e-4, as Turc et
+#: al. 2019 found for small BERTs and as this project's fine-tunes use (README "Measured results": SST-2 at 2e-5
+#: stayed at the majority class, 0.509, on a bert-mini pretrained by the README's own-data command).
+SMALL_MODEL_RATE = 1e-4
+#: Frozen ELMo-style BiLM (ScalarMix + head trained): the ELMo recipe benchmark's fine-tuning rate.
+ELMO_FROZEN_RATE = 3e-3
+
+
+def default_learning_rate(config, script: str, unfreeze_backbone: bool = False) -> tuple[float, str]:
+    """The peak fine-tuning learning rate for a backbone's ``config`` when ``--learning_rate`` is not given, and where
+    it comes from (logged in the run plan).
+
+    Args:
+        config: the backbone's ``PretrainedConfig`` (``model_type``, ``hidden_size``).
+        script: ``"glue"`` or ``"squad"``.
+        unfreeze_backbone: ``--unfreeze_backbone`` (SesameElmo: the BiLM is trained too).
+
+    Returns:
+        ``(rate, source)``: e.g. ``(1e-4, "hidden size 256 < 768: 1e-4, small-BERT fine-tuning ...")``.
+    """
+    if script not in BERT_BASE_RATES:
+        raise ValueError(f"script {script!r}: expected one of {sorted(BERT_BASE_RATES)}")
+    model_type = getattr(config, "model_type", "")
+    if model_type == "sesame-elmo" and not unfreeze_backbone:
+        return ELMO_FROZEN_RATE, "ELMo-style with a frozen BiLM: 3e-3, the ELMo recipe benchmark's fine-tunes"
+    width = getattr(config, "hidden_size", None)
+    if isinstance(width, int) and width >= BERT_BASE_WIDTH:
+        rate = BERT_BASE_RATES[script]
+        return rate, f"hidden size {width} >= {BERT_BASE_WIDTH}: {rate:g}, BERT's {script.upper()} fine-tuning rate"
+    what = f"hidden size {width} < {BERT_BASE_WIDTH}" if isinstance(width, int) else f"model type {model_type!r}"
+    return SMALL_MODEL_RATE, f"{what}: 1e-4, small-model fine-tuning (Turc et al. 2019)"
+
+
+def resolve_learning_rate(training, config, script: str, unfreeze_backbone: bool = False):
+    """``(training, source)``: ``training`` with :func:`default_learning_rate` filled in where ``--learning_rate``
+    was not given (``learning_rate`` None), source ``"--learning_rate"`` otherwise."""
+    if training.learning_rate is not None:
+        return training, "--learning_rate"
+    rate, source = default_learning_rate(config, script, unfreeze_backbone)
+    return training.resolved(learning_rate=rate), source
+
+
+def learning_rate_help(script: str) -> str:
+    """The ``--learning_rate`` help of a fine-tuning script: the rule of :func:`default_learning_rate`."""
+    return (
+        f"peak learning rate (default by backbone: hidden size >= {BERT_BASE_WIDTH} {BERT_BASE_RATES[script]:g} as "
+        f"BERT; narrower BERT-like models 1e-4; a frozen ELMo-style BiLM 3e-3; the run plan says which)"
+    )
+
+
+__all__ = [
+    "FinetuneModelArguments",
+    "check_output_is_not_the_model",
+    "default_learning_rate",
+    "finetune_training_arguments",
+    "learning_rate_help",
+    "resolve_learning_rate",
+    "warn_if_same_file",
+]

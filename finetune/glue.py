@@ -38,7 +38,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from finetune.arguments import FinetuneModelArguments, finetune_training_arguments
+from finetune.arguments import (
+    FinetuneModelArguments,
+    check_output_is_not_the_model,
+    finetune_training_arguments,
+    learning_rate_help,
+    resolve_learning_rate,
+    warn_if_same_file,
+)
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.arguments import arg, parse_arguments, with_defaults
 from training.driver import RunModes
@@ -97,7 +104,8 @@ GlueRunModes = with_defaults(
 )
 GlueTrainingArguments = finetune_training_arguments(
     "GlueTrainingArguments",
-    learning_rate=2e-5,
+    help=dict(learning_rate=learning_rate_help("glue")),
+    learning_rate=None,
     num_train_epochs=3.0,
     per_device_train_batch_size=32,
     per_device_eval_batch_size=64,
@@ -194,6 +202,7 @@ def load_model_and_tokenizer(
 
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from training.driver import check_model_fits, load_pretrained
+    from training.logs import from_pretrained_quietly
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
     expected = "a model folder written by save_pretrained or a hub repo id"
@@ -223,7 +232,7 @@ def load_model_and_tokenizer(
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(config_source, **hub, **overrides)
     model = load_pretrained(
-        AutoModelForSequenceClassification.from_pretrained,
+        from_pretrained_quietly(AutoModelForSequenceClassification.from_pretrained, logger),
         source,
         "--model_name_or_path",
         "a model folder with model.safetensors (save_pretrained) or a hub repo id",
@@ -289,6 +298,28 @@ def metric_for(task: GlueTask | None, regression: bool):
         return load_metric("glue", task.metric_config, keep_in_memory=True)
     return (
         load_metric("glue", "stsb", keep_in_memory=True) if regression else load_metric("accuracy", keep_in_memory=True)
+    )
+
+
+def load_backbone_config(model_args: FinetuneModelArguments):
+    """The ``PretrainedConfig`` of ``--config_name`` or ``--model_name_or_path`` (for the learning-rate rule).
+
+    Raises:
+        InputError: it cannot be loaded (the message of :func:`training.driver.load_pretrained`).
+    """
+    from transformers import AutoConfig
+
+    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+    from training.driver import load_pretrained
+
+    config_name = getattr(model_args, "config_name", None)
+    return load_pretrained(
+        AutoConfig.from_pretrained,
+        config_name or model_args.model_name_or_path,
+        "--config_name" if config_name else "--model_name_or_path",
+        "a model folder written by save_pretrained or a hub repo id",
+        failure="cannot load the config",
+        **model_args.hub_kwargs(),
     )
 
 
@@ -371,12 +402,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
     task = check_arguments(data_args, modes, training)
+    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging()
+    warn_if_same_file(data_args.train_file, data_args.validation_file, logger)
     # Everything the user gave is checked before the model is loaded and training starts.
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
+    training, lr_source = resolve_learning_rate(
+        training, load_backbone_config(model_args), "glue", model_args.unfreeze_backbone
+    )
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
     with Run(
         training,
@@ -391,7 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
         tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
-        parts = glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes)
+        parts = glue_parts(
+            accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes, lr_source
+        )
         if modes.do_train:
             parts.data_fingerprint = training_data_fingerprint(data_args, task, data)
         return run.execute(parts)
@@ -429,10 +467,12 @@ def glue_parts(
     data_args: GlueDataArguments,
     training,
     modes: RunModes,
+    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
-    the test splits and their submission files."""
+    the test splits and their submission files. ``learning_rate_source`` (where the learning rate came from) is
+    logged in the run plan."""
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 
@@ -441,6 +481,11 @@ def glue_parts(
     )
     metric = metric_for(task, data.regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
+    learning_rate = training.learning_rate
+
+    def label_of(model_id: int):
+        task_id = inverse[model_id] if inverse else model_id
+        return data.label_names[task_id] if data.label_names and 0 <= task_id < len(data.label_names) else task_id
 
     def predict_split(model, split: str) -> dict[str, torch.Tensor]:
         def step(model, batch):
@@ -460,7 +505,10 @@ def glue_parts(
     def evaluate(model) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for n, split in enumerate(data.eval_splits):
-            scores = _split_scores(predict_split(model, split), data.regression, inverse, metric, to_task_ids)
+            out = predict_split(model, split)
+            scores = _split_scores(out, data.regression, inverse, metric, to_task_ids)
+            if not data.regression:
+                warn_if_one_class(split, out["logits"].argmax(-1), out["labels"], label_of, learning_rate)
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
                 if n == 0:
@@ -476,10 +524,11 @@ def glue_parts(
         _write_predictions(folder, predictions, tokenized, task, data.label_names)
 
     def describe(trainer) -> None:
-        _describe_run(trainer, task, tokenized, data)
+        _describe_run(trainer, task, tokenized, data, learning_rate_source)
 
     train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
     return RunParts(
+        next_step=glue_next_step(training.output_dir, data_args, modes, bool(data.test_splits)),
         model=model,
         tokenizer=tokenizer,
         train_dataloader=train_loader,
@@ -488,6 +537,64 @@ def glue_parts(
         write_outputs=write_outputs,
         describe=describe,
     )
+
+
+def glue_next_step(output_dir: str, data_args: GlueDataArguments, modes: RunModes, predicted: bool) -> str | None:
+    """The command to run after a ``finetune.glue`` run on ``output_dir``: predict the test split with the
+    fine-tuned model after training, explain a prediction after predicting; None after an evaluation only."""
+    if modes.do_train and not predicted:
+        source = (
+            f"--task_name {data_args.task_name} --glue_dir {data_args.glue_dir}"
+            if data_args.glue_dir
+            else "--test_file TEST_FILE" + (f" --task_name {data_args.task_name}" if data_args.task_name else "")
+        )
+        return (
+            f"predict with it: python -m finetune.glue --model_name_or_path {output_dir} {source} --do_predict "
+            f"--output_dir {output_dir}-test"
+        )
+    if modes.do_train or modes.do_predict:
+        return (
+            f"see which words drove a prediction: python -m finetune.explain --model_name_or_path "
+            f'{output_dir if modes.do_train else "MODEL"} --text "..." --output_dir {output_dir}-explain'
+        )
+    return None
+
+
+def warn_if_one_class(
+    split: str, predictions: torch.Tensor, labels: torch.Tensor, label_of, learning_rate: float
+) -> bool:
+    """Warn when every prediction of an evaluation split is the same class while its labels have several: the
+    classifier has learned nothing beyond the label counts (typically a learning rate too low for a small or young
+    backbone), and its accuracy is that class's share.
+
+    Args:
+        split: the split's name, in the message.
+        predictions: ``(N,)`` predicted class ids (model ids).
+        labels: ``(N,)`` reference class ids (model ids).
+        label_of: ``(model id) -> label name`` (or id), for the message.
+        learning_rate: the run's peak learning rate, in the advice.
+
+    Returns:
+        Whether it warned.
+    """
+    if predictions.numel() < 2 or labels.unique().numel() < 2 or predictions.unique().numel() != 1:
+        return False
+    only = int(predictions[0])
+    share = float((labels == only).float().mean())
+    counts = torch.bincount(labels.long())
+    kind = "the majority class" if only < len(counts) and counts[only] == counts.max() else "a minority class"
+    logger.warning(
+        "evaluation on %s: every one of the %d predictions is class %s (%s, %.1f%% of the labels): the model has "
+        "learned nothing beyond the label counts; try a higher --learning_rate than %g, more training steps or "
+        "a longer-pretrained backbone",
+        split,
+        predictions.numel(),
+        label_of(only),
+        kind,
+        100 * share,
+        learning_rate,
+    )
+    return True
 
 
 def _split_scores(out: dict[str, torch.Tensor], regression: bool, inverse, metric, to_task_ids) -> dict[str, float]:
@@ -515,15 +622,20 @@ def _write_predictions(folder: Path, predictions, tokenized: dict, task: GlueTas
         logger.info("wrote %s", path.name)
 
 
-def _describe_run(trainer, task: GlueTask | None, tokenized: dict, data: GlueData) -> None:
-    """Log what the run trains on and evaluates: task, training examples, evaluation splits, labels, steps."""
+def _describe_run(
+    trainer, task: GlueTask | None, tokenized: dict, data: GlueData, learning_rate_source: str = "--learning_rate"
+) -> None:
+    """Log what the run trains on and evaluates: task, training examples, evaluation splits, labels, steps, and the
+    learning rate with where it came from."""
     logger.info(
-        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps",
+        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)",
         task.name if task else "custom task",
         len(tokenized["train"][1]),
         data.eval_splits or "nothing",
         data.label_names or "regression",
         trainer.max_train_steps,
+        trainer.config.learning_rate,
+        learning_rate_source,
     )
 
 

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,13 +115,35 @@ def read_table(path: str | os.PathLike, column_names: Sequence[str] | None = Non
             return _read_delimited(path, fmt, column_names)
         return _read_json(path, fmt)
     except UnicodeDecodeError as err:
+        gzip_error = _gzip_error(path)  # a corrupt deflate stream yields garbage bytes before its zlib error
+        if gzip_error is not None:
+            raise InputError(
+                f"{path}: corrupt gzip data ({gzip_error}); expected a complete, intact .gz file"
+            ) from None
         raise InputError(
             f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start}); expected a UTF-8 {fmt} file"
         ) from None
     except (OSError, EOFError, zlib.error) as err:  # e.g. a truncated, corrupt or fake .gz
+        if path.name.lower().endswith(".gz") and not isinstance(err, FileNotFoundError | PermissionError):
+            raise InputError(
+                f"{path}: corrupt gzip data ({type(err).__name__}: {err}); expected a complete, intact .gz file"
+            ) from None
         raise InputError(
             f"{path}: cannot read the file ({err}); expected a readable {fmt} file (a complete .gz when compressed)"
         ) from None
+
+
+def _gzip_error(path: Path) -> str | None:
+    """The error of decompressing ``path`` whole when it is a ``.gz`` file that is corrupt, else None."""
+    if not path.name.lower().endswith(".gz"):
+        return None
+    try:
+        with gzip.open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    except (OSError, EOFError, zlib.error) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def _open_text(path: Path):
@@ -640,8 +661,6 @@ def write_submission(
     out.mkdir(parents=True, exist_ok=True)
     target = out / task.submission[split]
     lines = ["index\tprediction"] + [f"{int(i)}\t{task.format_prediction(p)}" for i, p in zip(idx, predictions)]
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, target)
-    return target
+    from training.files import write_text_atomic
+
+    return write_text_atomic(target, "\n".join(lines) + "\n")

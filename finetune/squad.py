@@ -58,7 +58,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from finetune.arguments import FinetuneModelArguments, finetune_training_arguments
+from finetune.arguments import (
+    FinetuneModelArguments,
+    check_output_is_not_the_model,
+    finetune_training_arguments,
+    learning_rate_help,
+    resolve_learning_rate,
+    warn_if_same_file,
+)
 from training.arguments import arg, parse_arguments, with_defaults
 from training.driver import RunModes
 from training.errors import InputError, run_cli
@@ -132,7 +139,8 @@ SquadRunModes = with_defaults(
 )
 SquadTrainingArguments = finetune_training_arguments(
     "SquadTrainingArguments",
-    learning_rate=3e-5,
+    help=dict(learning_rate=learning_rate_help("squad")),
+    learning_rate=None,
     num_train_epochs=2.0,
     per_device_train_batch_size=12,
     per_device_eval_batch_size=32,
@@ -326,8 +334,10 @@ def load_model(model_args: FinetuneModelArguments, pretrained_config):
     if hasattr(pretrained_config, "freeze_backbone"):
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
+    from training.logs import from_pretrained_quietly
+
     return load_pretrained(
-        AutoModelForQuestionAnswering.from_pretrained,
+        from_pretrained_quietly(AutoModelForQuestionAnswering.from_pretrained, logger),
         model_args.model_name_or_path,
         "--model_name_or_path",
         f"a model type with a question-answering head (got {config.model_type!r}) and its weights (save_pretrained)",
@@ -450,11 +460,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
     check_arguments(data, modes, post, training)
+    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging()
+    warn_if_same_file(data.train_file, data.validation_file, logger)
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
+    training, lr_source = resolve_learning_rate(training, pretrained_config, "squad", model_args.unfreeze_backbone)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
     with Run(
         training,
@@ -475,6 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             post,
             training,
             modes,
+            lr_source,
         )
         if modes.do_train:
             from training.data import fingerprint_sources
@@ -500,9 +514,11 @@ def squad_parts(
     post: PostProcessingArguments,
     training,
     modes: RunModes,
+    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
-    (n-best post-processing, the official metric), the test predictions and the prediction files."""
+    (n-best post-processing, the official metric), the test predictions and the prediction files.
+    ``learning_rate_source`` (where the learning rate came from) is logged in the run plan."""
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
@@ -545,14 +561,24 @@ def squad_parts(
 
     def describe(trainer) -> None:
         logger.info(
-            "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps",
+            "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps; "
+            "learning rate %g (%s)",
             len(examples["train"]),
             len(features["train"]),
             len(examples["validation"]) if modes.do_eval else "no",
             trainer.max_train_steps,
+            trainer.config.learning_rate,
+            learning_rate_source,
         )
 
+    next_step = None
+    if modes.do_train:
+        next_step = (
+            f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
+            f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
+        )
     return RunParts(
+        next_step=next_step,
         model=model,
         tokenizer=tokenizer,
         train_dataloader=train_loader,

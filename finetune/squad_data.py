@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -395,14 +394,9 @@ def write_squad_json(examples: Iterable[dict[str, Any]], path: str | os.PathLike
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    from training.files import open_atomic
+
     opener = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(tmp, "wt", encoding="utf-8") as f:
-            json.dump(document, f, ensure_ascii=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with open_atomic(path, "wt", opener=opener) as f:
+        json.dump(document, f, ensure_ascii=False)
     return path

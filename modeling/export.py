@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from training.errors import InputError, add_debug_argument, first_line, run_cli
+from training.files import file_mode
 
 #: --task -> (Auto class name in transformers, output fields exported in this order; absent fields are skipped).
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -229,9 +230,7 @@ def export_onnx(
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".onnx", dir=target.parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it the permissions of a normal file
+    os.chmod(tmp, file_mode())  # mkstemp makes it private; give it the permissions of a normal file
     try:
         program.save(tmp, external_data=size > 1.5 * 2**30)
         os.replace(tmp, target)

@@ -170,7 +170,16 @@ def get_tokenizer(
             shutil.rmtree(tok_dir)
         train_tokenizer(family, corpus, model.vocab_size, tok_dir)
     wait_for_everyone()
-    return load_tokenizer(str(tok_dir), "--output_dir")
+    tok = load_tokenizer(str(tok_dir), "--output_dir")
+    if is_main_process and len(tok) < model.vocab_size:
+        logger.warning(
+            "the tokenizer has %d tokens, fewer than the %d asked (--vocab_size): the training text has no more "
+            "distinct pieces; the model's vocabulary is %d",
+            len(tok),
+            model.vocab_size,
+            len(tok),
+        )
+    return tok
 
 
 def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:
@@ -285,7 +294,16 @@ def build_model(plan: PretrainPlan, tokenizer):
         if tokenizer.pad_token_id is not None:
             overrides["pad_token_id"] = tokenizer.pad_token_id
         config = load_model_config(plan, **overrides)
-        model = auto.from_config(config if wrap is None else wrap(config))
+        try:
+            model = auto.from_config(config if wrap is None else wrap(config))
+        except (RuntimeError, MemoryError) as err:  # e.g. hidden_size 100000: "can't allocate memory"
+            if not isinstance(err, MemoryError) and "allocate" not in str(err) and "out of memory" not in str(err):
+                raise
+            raise InputError(
+                f"--config_name {model_args.config_name}: the model does not fit in memory (hidden_size "
+                f"{getattr(config, 'hidden_size', '?')}, {getattr(config, 'num_hidden_layers', '?')} layers, "
+                f"vocabulary {getattr(config, 'vocab_size', '?')}: {first_line(err)}); expected a smaller model"
+            ) from None
     arg = (
         "--tokenizer_name" if model_args.tokenizer_name or not model_args.model_name_or_path else "--model_name_or_path"
     )

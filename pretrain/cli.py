@@ -279,6 +279,11 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         write_outputs=write_outputs,
         result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
         data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks),
+        next_step=(
+            f"fine-tune it on a task: python -m finetune.glue --model_name_or_path {training.output_dir} "
+            f"--task_name sst2 --glue_dir GLUE_DIR --output_dir {training.output_dir}-sst2 (your own task: "
+            "--train_file F --validation_file F instead of --task_name/--glue_dir)"
+        ),
     )
 
 

@@ -102,7 +102,7 @@ def prepare(
 
     demo = corpus.demo
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo)
-    check_output_dir_reuse(output.output_dir, output.overwrite_output_dir, resuming=False)
+    check_output_dir_reuse(output.output_dir, output.overwrite_output_dir, resuming=False, can_resume=False)
     out = Path(output.output_dir)
     with atomic_output_dir(out) as tmp:
         tokenizer = get_tokenizer(model, objective.family, corpus, tmp)

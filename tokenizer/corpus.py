@@ -70,9 +70,9 @@ def check_text_files(files: PathLike | Iterable[PathLike], arg_name: str = "--tr
         The resolved paths, in the given order.
 
     Raises:
-        InputError: no file given; a file is missing, is a directory, is empty (0 bytes, or only
-            whitespace, also after decompression), uses an unsupported compression (``.bz2``, ``.xz``,
-            ``.zst``, ...), is named ``.gz`` but is not gzip, or is gzip but not named ``.gz``.
+        InputError: no file given; a file is missing, is a directory or not a regular file (a FIFO, a device),
+            is empty (0 bytes, or only whitespace, also after decompression), uses an unsupported compression
+            (``.bz2``, ``.xz``, ``.zst``, ...), is named ``.gz`` but is not gzip, or is gzip but not named ``.gz``.
     """
     paths = _as_list(files)
     if not paths:
@@ -84,6 +84,11 @@ def check_text_files(files: PathLike | Iterable[PathLike], arg_name: str = "--tr
             raise InputError(f"{where}: no such file; expected a .txt or .txt.gz file")
         if path.is_dir():
             raise InputError(f"{where}: is a directory; expected a .txt or .txt.gz file")
+        if not path.is_file():  # a FIFO (<(zcat ...)) is read once but the corpus is read twice; /dev/zero never ends
+            raise InputError(
+                f"{where}: not a regular file (a pipe, a device, a socket); expected a .txt or .txt.gz file on "
+                "disk (decompress a stream into a file first, or give the .gz itself)"
+            )
         if path.suffix.lower() in _UNSUPPORTED_SUFFIXES:
             raise InputError(f"{where}: unsupported compression {path.suffix!r}; expected .txt or .txt.gz")
         try:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from training.errors import InputError, first_line
-from training.files import storage_failure
+from training.files import share_like_umask, storage_failure
 
 logger = logging.getLogger(__name__)
 
@@ -302,6 +302,7 @@ def save_checkpoint(
         accelerator.save_state(str(tmp))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
+            share_like_umask(tmp)  # safetensors writes model.safetensors owner-only (0600): give the umask's modes
             full_state = dict(state)
             full_state[MANIFEST_KEY] = file_manifest(tmp)
             with open(tmp / STATE_FILE, "w", encoding="utf-8") as f:

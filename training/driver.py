@@ -200,6 +200,7 @@ class RunParts:
             the side products of the evaluation, e.g. prediction files).
         data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`); a resume
             with other data is refused.
+        next_step: the command a user would run next on these outputs (logged last, after ``next: ``), or None.
     """
 
     model: Any
@@ -214,6 +215,39 @@ class RunParts:
     result_keys: tuple[str, ...] = ()
     reevaluate_best: bool = False
     data_fingerprint: list[dict[str, Any]] | None = None
+    next_step: str | None = None
+
+
+#: Result keys that are counts or bookkeeping, not metrics, left out of the final line.
+_NOT_METRICS = ("eval_tokens", "eval_samples", "eval_history", "eval_runtime_s")
+
+
+def final_lines(output_dir: str | os.PathLike, result: Mapping[str, Any], written, next_step=None) -> list[str]:
+    """The last lines of a command, for a user to act on: where the outputs are, the metrics (perplexity first,
+    then the ``eval_*`` metrics; counts such as ``eval_tokens`` left out), the files written, and the next command.
+
+    Args:
+        output_dir: the output folder.
+        result: the run's result (``perplexity``, ``eval_*``, ...).
+        written: names of the entries written into ``output_dir``.
+        next_step: the command to run next, or None.
+
+    Returns:
+        ``["wrote D: perplexity 702.4, eval_loss 6.554; files: ...", "next: ..."]`` (no metric: ``"no evaluation"``).
+    """
+    metrics = {
+        k: v
+        for k, v in result.items()
+        if (k == "perplexity" or k.startswith("eval_"))
+        and k not in _NOT_METRICS
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items(), key=lambda kv: kv[0] != "perplexity"))
+    lines = [f"wrote {output_dir}: {shown or 'no evaluation'}; files: {', '.join(sorted(written)) or 'none'}"]
+    if next_step:
+        lines.append(f"next: {next_step}")
+    return lines
 
 
 def _push_command(run: Run, pusher: HubPusher) -> str:
@@ -258,6 +292,7 @@ class Run:
         self.ownership = None
         self.run_id: str | None = None
         self.pushed = False
+        self.written: list[str] = []  # the entries the last save wrote into the output folder
 
     def __enter__(self) -> Run:
         return self
@@ -372,11 +407,8 @@ class Run:
                     state_dict,
                     lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None,
                 )
-                logger.info(
-                    "wrote %s: %s",
-                    self.output_dir,
-                    {k: round(v, 4) for k, v in result.items() if k.startswith("eval_") and isinstance(v, float)},
-                )
+                for line in final_lines(self.output_dir, result, self.written, parts.next_step):
+                    logger.info("%s", line)
             del prepared, model, state_dict
             finish(acc, *([trainer] if trainer else []))
             if pusher is not None and acc.is_main_process and stopper.signum is None:
@@ -449,6 +481,7 @@ class Run:
                     (tmp / "README.md").write_text(self.card(tmp), encoding="utf-8")
                 except (ImportError, InputError) as err:
                     logger.warning("no model card written: %s", err)
+            self.written = sorted(p.name + ("/" if p.is_dir() else "") for p in tmp.iterdir())
 
 
 __all__ = [
@@ -458,6 +491,7 @@ __all__ = [
     "RunModes",
     "RunParts",
     "check_model_fits",
+    "final_lines",
     "flat_results",
     "load_pretrained",
     "run_config",

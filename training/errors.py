@@ -45,9 +45,16 @@ class TrainingStopped(RuntimeError):
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, for one-line error reports (the type name when the message is
-    empty; long library messages often carry a stack of context lines after it)."""
+    empty; long library messages often carry a stack of context lines after it). A first line that ends with a
+    colon (an introduction, e.g. huggingface_hub's strict-dataclass validation errors) is joined with the next one,
+    the reason."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    if not text:
+        return type(err).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines[0].endswith(":") and len(lines) > 1:  # "... for validator 'validate_architecture':" + the reason
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def check_local_path(name: str, arg: str, expected: str) -> None:

@@ -188,8 +188,8 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
                 f"{arg_name} {out}: could not write the outputs ({reason}: {first_line(err)}); {out} was "
                 "left as it was; expected a writable folder with free space"
             ) from err
+        share_like_umask(tmp)  # mkdtemp makes 0700, safetensors' save_file 0600: give the usual modes
         if not out.exists():
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
             os.replace(tmp, out)
         else:
             for entry in sorted(tmp.iterdir()):
@@ -208,18 +208,68 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and an atomic rename, so
-    that ``path`` is either the old file or the complete new one."""
+def file_mode(executable: bool = False) -> int:
+    """The permission bits a new file gets under the current umask, as ``open()`` gives them: ``0o666 & ~umask``
+    (``0o777 & ~umask`` for an executable), e.g. 0o644 under umask 022."""
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
+def share_like_umask(path: PathLike) -> None:
+    """Give ``path`` (a file or a folder, recursively) the permissions the umask gives new files and folders.
+
+    Files written through a temporary file (``tempfile.mkstemp``, safetensors' ``save_file``, which writes
+    ``model.safetensors`` through a private temporary file) are owner-only (0600) whatever the umask; folders from
+    ``tempfile.mkdtemp`` are 0700. This undoes that: files get :func:`file_mode` (executables keep an execute bit),
+    folders ``0o777 & ~umask``. Symbolic links are left alone.
+    """
+    root = Path(path)
+    entries = [root] if not root.is_dir() or root.is_symlink() else [root, *root.rglob("*")]
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        if entry.is_dir():
+            os.chmod(entry, file_mode(executable=True))
+        elif entry.is_file():
+            os.chmod(entry, file_mode(executable=bool(entry.stat().st_mode & 0o100)))
+
+
+@contextlib.contextmanager
+def open_atomic(path: PathLike, mode: str = "w", opener=open, **kwargs) -> Iterator:
+    """Open ``path`` for writing through a temporary file in the same folder, renamed onto ``path`` when the
+    ``with`` block succeeds, so that ``path`` is either the old file or the complete new one.
+
+    The file gets the permissions of a new file under the umask (:func:`file_mode`, e.g. 0644 under umask 022), not
+    ``mkstemp``'s owner-only 0600. If the block raises, the temporary file is removed and ``path`` is unchanged.
+
+    Args:
+        path: the file to write; its folder must exist.
+        mode: ``"w"``/``"wt"`` (text; ``encoding`` defaults to UTF-8) or ``"wb"``.
+        opener: ``open`` or e.g. ``gzip.open``, called as ``opener(tmp_path, mode, **kwargs)``.
+
+    Yields:
+        The open file object.
+    """
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    if "b" not in mode:
+        kwargs.setdefault("encoding", "utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.chmod(tmp, file_mode())
+        with opener(tmp, mode, **kwargs) as f:
+            yield f
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_text_atomic(path: PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`open_atomic`: ``path`` is either the old file or the
+    complete new one, with the permissions the umask gives new files."""
+    target = Path(path)
+    with open_atomic(target) as f:
+        f.write(text)
     return target
 
 
@@ -228,11 +278,14 @@ def _is_output(entry: Path) -> bool:
     return entry.name not in BOOKKEEPING_FILES and not (entry.name.startswith(".") and ".tmp-" in entry.name)
 
 
-def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool) -> None:
+def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool, can_resume: bool = True) -> None:
     """A non-empty ``--output_dir`` is an earlier run's: refuse it unless resuming or ``--overwrite_output_dir``
     (transformers' Trainer rule), so that nothing of that run (its tokenizer, checkpoints) is reused silently.
 
     A folder holding only a run's bookkeeping (:data:`BOOKKEEPING_FILES`) or temporary folders counts as empty.
+
+    ``can_resume`` False (a command without ``--resume_from_checkpoint``, e.g. ``pretrain.prepare``): the message
+    does not suggest resuming.
 
     Raises:
         InputError: ``output_dir`` exists, is not empty, and neither flag is given.
@@ -240,9 +293,10 @@ def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool
     out = Path(output_dir)
     if resuming or overwrite or not out.is_dir() or not any(_is_output(p) for p in out.iterdir()):
         return
+    resume = "--resume_from_checkpoint latest to continue that run, " if can_resume else ""
     raise InputError(
         f"--output_dir {out}: exists and is not empty (an earlier run?); expected a new or empty folder, "
-        "--resume_from_checkpoint latest to continue that run, or --overwrite_output_dir to replace it"
+        f"{resume}or --overwrite_output_dir to replace it"
     )
 
 
@@ -250,8 +304,11 @@ __all__ = [
     "BOOKKEEPING_FILES",
     "atomic_output_dir",
     "check_output_dir_reuse",
+    "file_mode",
+    "open_atomic",
     "pid_alive",
     "remove_dead_temporaries",
+    "share_like_umask",
     "storage_failure",
     "write_text_atomic",
 ]

@@ -95,8 +95,9 @@ import logging
 import math
 import os
 import pickle
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -219,6 +220,18 @@ def default_tokens_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
     return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
 
 
+#: Seconds between the plain progress lines logged instead of a progress bar when stderr is not a terminal.
+PROGRESS_LOG_SECONDS = 30.0
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is an interactive terminal (a progress bar can redraw its line there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def format_duration(seconds: float) -> str:
     """``seconds`` as ``1h 02m 03s`` / ``2m 03s`` / ``3.4s``."""
     if not math.isfinite(seconds):
@@ -228,6 +241,88 @@ def format_duration(seconds: float) -> str:
     m, sec = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)
     return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s"
+
+
+#: A held-out loss this many nats above the lowest one so far counts as a jump (:func:`loss_jump`).
+LOSS_JUMP_NATS = 2.0
+
+
+def loss_jump(history: Sequence[Mapping[str, Any]], key: str = "eval_loss") -> str | None:
+    """A warning when the last evaluation's ``key`` jumped :data:`LOSS_JUMP_NATS` or more above the lowest value
+    before it, else None.
+
+    Such a jump can come from a single bad update: bert-mini on 2 MB of news (150 steps, lr 1e-3,
+    warmup_stable_decay_1sqrt) had held-out loss 7.12 after step 120, 15.76 after step 121 and 7.22 after step 122
+    (the next update, gradient norm 34, clipped, undid it), reproduced by resuming from step 120 with an
+    evaluation every step. A point of the curve at such a step says little about the run.
+
+    Args:
+        history: ``[{"step": N, key: value, ...}, ...]`` (the loop's ``eval_history``), oldest first.
+
+    Returns:
+        The warning text, naming both values and the steps.
+    """
+    points = [(h["step"], h[key]) for h in history if isinstance(h.get(key), (int, float)) and math.isfinite(h[key])]
+    if len(points) < 2:
+        return None
+    step, last = points[-1]
+    best_step, best = min(points[:-1], key=lambda p: p[1])
+    if last - best < LOSS_JUMP_NATS:
+        return None
+    return (
+        f"step {step}: held-out {key} {last:.4g} jumped {last - best:.3g} nats above its lowest so far ({best:.4g} "
+        f"at step {best_step}): one bad update can do this and the next steps usually undo it (watch the next "
+        "evaluation); if it stays, lower --learning_rate or --max_grad_norm"
+    )
+
+
+def remaining_events(step: int, max_train_steps: int, every: int | None, final: bool = True) -> int:
+    """How many of a periodic event (an evaluation, a checkpoint) fall after optimizer step ``step``: the
+    multiples of ``every`` in ``(step, max_train_steps)`` (none when ``every`` is None/0), plus the one at the end
+    when ``final``."""
+    periodic = (max_train_steps - 1) // every - step // every if every else 0
+    return max(periodic, 0) + (1 if final and step < max_train_steps else 0)
+
+
+def estimate_finish(
+    per_step: float,
+    step: int,
+    max_train_steps: int,
+    evaluations: int,
+    checkpoints: int,
+    eval_seconds: Sequence[float] = (),
+    checkpoint_seconds: Sequence[float] = (),
+) -> tuple[float, str, bool]:
+    """The time to finish a run after optimizer step ``step``: the training steps left at ``per_step`` seconds,
+    plus the ``evaluations`` and ``checkpoints`` still due at the mean time each took so far.
+
+    Args:
+        per_step: seconds per optimizer step (training only).
+        evaluations / checkpoints: how many are still due (:func:`remaining_events`).
+        eval_seconds / checkpoint_seconds: the durations measured so far (seconds); an event kind not measured
+            yet cannot be counted and is named as left out.
+
+    Returns:
+        ``(seconds, breakdown, complete)``: the estimate (seconds), its parts as text (``"training 7m 35s + 10
+        evaluations x 41.0s + 10 checkpoints (not timed yet, not included)"``), and whether it counts everything due.
+    """
+    training = per_step * max(max_train_steps - step, 0)
+    total, parts, complete = training, [f"training {format_duration(training)}"], True
+    for count, seconds, name in (
+        (evaluations, eval_seconds, "evaluation"),
+        (checkpoints, checkpoint_seconds, "checkpoint"),
+    ):
+        if not count:
+            continue
+        label = f"{count} {name}{'s' if count > 1 else ''}"
+        if seconds:
+            mean = sum(seconds) / len(seconds)
+            total += count * mean
+            parts.append(f"{label} x {format_duration(mean)}")
+        else:
+            complete = False
+            parts.append(f"{label} (not timed yet, not included)")
+    return total, " + ".join(parts), complete
 
 
 @dataclasses.dataclass
@@ -294,6 +389,9 @@ class Trainer:
         data_fingerprint: list[dict[str, Any]] | None = None,
     ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
+        #: durations (seconds) of this session's evaluations and checkpoint writes, for the time estimate
+        self._eval_seconds: list[float] = []
+        self._checkpoint_seconds: list[float] = []
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         if optimizer is None:
             optimizer = create_optimizer(
@@ -465,15 +563,21 @@ class Trainer:
                 self.evaluate()
         elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
             self.evaluate()  # the starting point of the validation curve
+        # A progress bar redraws its line with carriage returns: in a file (not a terminal) log lines would be glued
+        # onto it, so there the progress goes into plain log lines instead (:meth:`_log_progress`).
+        self._bar_in_terminal = _is_terminal(sys.stderr)
+        self._progress_logged_at = time.perf_counter()
         self._bar = tqdm(
             total=self.max_train_steps,
             initial=self.state.global_step,
-            disable=not acc.is_local_main_process,
+            disable=not acc.is_local_main_process or not self._bar_in_terminal,
             desc="train",
             dynamic_ncols=True,
         )
         self._batches = None  # the iterator over the current epoch's micro-batches
         self._eta_logged = False
+        self._estimate_complete = True
+        self._per_step = 0.0
         self._stopping_early = should_stop_early(self.state, cfg)  # a resumed run that had already stopped early
         self._device_skip = self._device_skip_supported()
         self._session = _Session(started=time.perf_counter())
@@ -633,17 +737,58 @@ class Trainer:
         self.state.log_history.append({"step": step, **record})
         if not self._eta_logged and self.accelerator.is_main_process and step < self.max_train_steps:
             self._eta_logged = True
-            per_step = interval.time / max(interval.steps, 1)
-            logger.info(
-                "step %d/%d: %.3g s per optimizer step, %.0f tokens/s; estimated time to finish: %s "
-                "(evaluation and checkpoints not included)",
-                step,
-                self.max_train_steps,
-                per_step,
-                record["tokens_per_second"],
-                format_duration(per_step * (self.max_train_steps - step)),
-            )
+            self._per_step = interval.time / max(interval.steps, 1)
+            rate = f"{self._per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
+            self._log_estimate(step, rate)
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
+        self._log_progress(step, record)
+
+    def _log_progress(self, step: int, record: Mapping[str, Any]) -> None:
+        """Where there is no progress bar (output to a file): a plain progress line at most every
+        :data:`PROGRESS_LOG_SECONDS` seconds, and at the last step."""
+        if self._bar_in_terminal or not self.accelerator.is_local_main_process:
+            return
+        now = time.perf_counter()
+        if now - self._progress_logged_at < PROGRESS_LOG_SECONDS and step < self.max_train_steps:
+            return
+        self._progress_logged_at = now
+        logger.info(
+            "step %d/%d: train_loss %.4f, learning rate %.2e, %.0f tokens/s",
+            step,
+            self.max_train_steps,
+            record["train_loss"],
+            record["learning_rate"],
+            record["tokens_per_second"],
+        )
+
+    def _log_estimate(self, step: int, rate: str = "") -> None:
+        """Log the estimated time to finish after ``step`` (training, evaluations and checkpoints still due); an
+        estimate that could not count every event (none timed yet) is logged again once they are timed."""
+        cfg = self.config
+        evaluations = remaining_events(step, self.max_train_steps, self.eval_steps, final=self.eval_fn is not None)
+        if self.eval_fn is None:
+            evaluations = 0
+        checkpoints = remaining_events(step, self.max_train_steps, self.checkpointing_steps)
+        if cfg.load_best_model_at_end and self.eval_steps:  # a checkpoint at every evaluation too
+            checkpoints += remaining_events(step, self.max_train_steps, self.eval_steps, final=False)
+        seconds, breakdown, complete = estimate_finish(
+            self._per_step,
+            step,
+            self.max_train_steps,
+            evaluations,
+            checkpoints,
+            self._eval_seconds,
+            self._checkpoint_seconds,
+        )
+        self._estimate_complete = complete
+        logger.info(
+            "step %d/%d: %sestimated time to finish: %s (%s)",
+            step,
+            self.max_train_steps,
+            f"{rate}; " if rate else "",
+            format_duration(seconds),
+            breakdown,
+        )
 
     def _end(self) -> dict[str, Any]:
         """The last read, the final evaluation and checkpoint, the best model, and the result."""
@@ -725,6 +870,7 @@ class Trainer:
         state = dict(self.state.state_dict(), lr_scheduler=self.scheduler.state_dict())
         best = self.state.best_step
         protect = [best] if self.config.load_best_model_at_end and best is not None else []
+        started = time.perf_counter()
         path = ckpt.save_checkpoint(
             self.accelerator,
             self.checkpoints_dir,
@@ -734,6 +880,15 @@ class Trainer:
             protect=protect,
             run_id=self.state.run_id,
         )
+        self._checkpoint_seconds.append(time.perf_counter() - started)
+        step = self.state.global_step
+        if (
+            self._eta_logged
+            and not self._estimate_complete
+            and step < self.max_train_steps
+            and self.accelerator.is_main_process
+        ):
+            self._log_estimate(step, "updated estimate with the checkpoint timed")
         self.last_checkpoint = str(path)
         return str(path)
 
@@ -762,6 +917,16 @@ class Trainer:
             raise InputError(
                 f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
                 "expected a checkpoint written by a run with the same model config"
+            ) from err
+        except Exception as err:
+            # safetensors' SafetensorError (not a RuntimeError): a truncated or damaged weights file that the
+            # manifest check did not catch (its manifest rewritten, or --ignore_checkpoint_integrity)
+            if type(err).__name__ != "SafetensorError":
+                raise
+            raise InputError(
+                f"--resume_from_checkpoint {path}: its weights cannot be read (SafetensorError: "
+                f"{first_line(err)[:300]}); expected an intact checkpoint (resume from an earlier one: "
+                "--resume_from_checkpoint PATH)"
             ) from err
         self._check_resume_settings(path, saved)  # after the load: another model is named first, not its default lr
         self.state.load_resumed(saved)
@@ -891,8 +1056,10 @@ class Trainer:
         if self.eval_fn is None:
             return {}
         try:
+            started = time.perf_counter()
             with stop_when(lambda: self.stop_requested, self.accelerator):
                 metrics = {k: float(v) for k, v in self.eval_fn(self).items()}
+            self._eval_seconds.append(time.perf_counter() - started)
         except EvaluationInterrupted:
             self.state.eval_pending = True
             if getattr(self, "_bar", None) is not None:
@@ -911,6 +1078,9 @@ class Trainer:
         self.accelerator.log(metrics, step=step)
         if self.accelerator.is_main_process:
             logger.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+            jump = loss_jump(self.state.eval_history)
+            if jump is not None:
+                logger.warning("%s", jump)
         update_best(self.state, self.config, metrics, step)
         return metrics
 
@@ -978,6 +1148,9 @@ __all__ = [
     "default_weight_fn",
     "enable_gradient_checkpointing",
     "finish",
+    "estimate_finish",
     "format_duration",
+    "loss_jump",
+    "remaining_events",
     "make_accelerator",
 ]

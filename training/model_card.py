@@ -135,6 +135,7 @@ def render_model_card(
     auto_class: str | None = None,
     extra_tags: Sequence[str] = (),
     limitations: Sequence[str] = (),
+    title: str | None = None,
 ) -> str:
     """Render README.md (YAML front matter + markdown) for a sesame-lm model.
 
@@ -156,6 +157,7 @@ def render_model_card(
         language: ISO 639-1 code(s).
         auto_class: Auto class of the loading example (default by task, see :data:`AUTO_CLASS_BY_TASK`).
         extra_tags / limitations: more tags / limitation bullet points.
+        title: the card's title (default: the last part of ``repo_id``).
 
     Returns:
         The card text; ``huggingface_hub.ModelCard(text).data`` parses back to the metadata.
@@ -168,7 +170,7 @@ def render_model_card(
     if task not in AUTO_CLASS_BY_TASK:
         raise InputError(f"model card task {task!r}: expected one of {', '.join(AUTO_CLASS_BY_TASK)}")
     results, hyperparameters, repo = dict(results or {}), dict(hyperparameters or {}), repo_id or "path/to/model"
-    name = repo.rsplit("/", 1)[-1]
+    name = title or repo.rsplit("/", 1)[-1]
     family = FAMILY_NAMES.get(model_type, model_type)
     finetuning = task not in ("fill-mask", "feature-extraction")
     objective = (
@@ -422,6 +424,8 @@ def card_for_run(
         hyperparameters={k: values[k] for k in HYPERPARAMETER_ARGS if values.get(k) not in (None, False)},
         results=results_from_dir(output_dir),
         finetuned_task=values.get("task_name"),
+        # the run's output folder names the model (the card is written in a temporary folder next to it)
+        title=None if repo_id or values.get("hub_model_id") else Path(values.get("output_dir") or output_dir).name,
     )
     base = values.get("model_name_or_path")
     if finetuning and base and not os.path.exists(str(base)):  # a Hub repo id (local paths are not metadata)

@@ -176,9 +176,10 @@ def write_curves(run_dir_or_histories, path: str | os.PathLike):
     fig = plot_curves(runs)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=DPI, format="png")
-    os.replace(tmp, path)
+    from training.files import open_atomic
+
+    with open_atomic(path, "wb") as f:
+        fig.savefig(f, dpi=DPI, format="png")
     return fig
 
 

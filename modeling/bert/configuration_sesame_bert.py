@@ -97,6 +97,10 @@ class SesameBertConfig(PretrainedConfig):
 
     def validate_architecture(self):
         """Check the shape and the string-valued choices (``@strict`` validator); raises ``ValueError``."""
+        for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field}={value!r}; expected a positive integer")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "

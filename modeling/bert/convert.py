@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from training.errors import InputError, add_debug_argument, run_cli
+from training.files import share_like_umask
 
 from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
 from .modeling_sesame_bert import SesameBertForPreTraining
@@ -233,12 +234,11 @@ def convert(
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it the permissions of a normal directory
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        drop_tokenizer_auto_map(tmp)
+        share_like_umask(tmp)  # safetensors writes model.safetensors owner-only (0600)
         if output_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
             os.replace(output_dir, old / "dir")
@@ -255,6 +255,21 @@ def convert(
         "initialized": initialized,
         "max_abs_diff": diff,
     }
+
+
+def drop_tokenizer_auto_map(folder: Path) -> bool:
+    """Remove the ``auto_map`` of ``folder/tokenizer_config.json``: the source's tokenizer was loaded as a standard
+    transformers class (``trust_remote_code=False``), and the code files its ``auto_map`` names are not copied, so
+    the entry would only point loaders at code that is not there. Returns whether one was removed."""
+    path = Path(folder) / "tokenizer_config.json"
+    if not path.is_file():
+        return False
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if "auto_map" not in config:
+        return False
+    del config["auto_map"]
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
 
 
 def main(argv=None) -> int:

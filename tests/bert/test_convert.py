@@ -179,3 +179,18 @@ def test_cli_writes_directory_and_refuses_bad_sources(hf_bert_dir, tmp_path, cap
         assert err.startswith("error: --source") and message in err, err
         assert not target.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directories left
+
+
+def test_a_tokenizer_auto_map_without_its_code_is_dropped(hf_bert_dir, tmp_path):
+    """Issue 32: a source whose tokenizer_config.json names remote code (auto_map) is converted with the standard
+    tokenizer class; the output must not keep an auto_map pointing at code it does not ship."""
+    config_path = hf_bert_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]}
+    config_path.write_text(json.dumps(config))
+    convert(hf_bert_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert "auto_map" not in written and not (tmp_path / "out" / "tokenization_custom.py").exists()
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path / "out")("a b")["input_ids"]

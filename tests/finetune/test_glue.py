@@ -315,3 +315,123 @@ def test_length_grouped_sampler_is_a_permutation_grouped_by_length():
     assert list(sampler) == order  # same (seed, epoch) -> same order
     sampler.set_epoch(1)
     assert list(sampler) != order
+
+
+def test_every_output_file_is_readable_by_others_under_umask_022(tiny_bert, glue_dir, tmp_path):
+    """Issue 32: model.safetensors (safetensors writes it through a 0600 temporary file) and the GLUE submission
+    file (written through mkstemp) get the umask's 0644 like every other output."""
+    import os
+    import stat
+
+    before = os.umask(0o022)
+    try:
+        out = tmp_path / "sst2"
+        _run(
+            ["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir)]
+            + ["--output_dir", str(out), "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict", *COMMON]
+        )
+    finally:
+        os.umask(before)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert {"model.safetensors", "SST-2.tsv", "all_results.json"} <= set(modes)
+    assert {name: oct(mode) for name, mode in modes.items() if mode != 0o644} == {}
+
+
+def test_learning_rate_rule_by_backbone_width_and_family():
+    """Issue 32: without --learning_rate, narrow BERT-like backbones get 1e-4 (2e-5 left a bert-mini at the
+    majority class), BERT-base-wide ones BERT's own rates (GLUE 2e-5, SQuAD 3e-5), a frozen ELMo BiLM 3e-3."""
+    import modeling
+    from finetune.arguments import default_learning_rate
+
+    for preset, glue_rate, squad_rate in [
+        ("bert-tiny", 1e-4, 1e-4),
+        ("bert-mini", 1e-4, 1e-4),
+        ("bert-base", 2e-5, 3e-5),
+    ]:
+        config = modeling.get_preset_config(preset)
+        assert default_learning_rate(config, "glue")[0] == glue_rate, preset
+        assert default_learning_rate(config, "squad")[0] == squad_rate, preset
+        assert str(config.hidden_size) in default_learning_rate(config, "glue")[1]
+    elmo = modeling.get_preset_config("elmo-small")
+    assert default_learning_rate(elmo, "glue")[0] == 3e-3
+    assert default_learning_rate(elmo, "glue", unfreeze_backbone=True)[0] == 1e-4
+    with pytest.raises(ValueError):
+        default_learning_rate(elmo, "ner")
+
+
+def test_default_learning_rate_is_used_and_logged_with_its_source(tiny_bert, glue_dir, tmp_path, caplog):
+    import logging
+
+    flags = [f for f in COMMON if f not in ("--learning_rate", "1e-3")]
+    base = ["--model_name_or_path", str(tiny_bert), "--task_name", "sst2", "--glue_dir", str(glue_dir)]
+    with caplog.at_level(logging.INFO):
+        _run([*base, "--output_dir", str(tmp_path / "a"), "--max_train_steps", "1", *flags])
+    plan = [r.getMessage() for r in caplog.records if "optimizer steps; learning rate" in r.getMessage()]
+    assert len(plan) == 1 and "learning rate 0.0001 (hidden size 32 < 768: 1e-4" in plan[0], plan
+    recorded = json.loads((tmp_path / "a" / "run_config.json").read_text())
+    assert recorded["learning_rate"] == 1e-4
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _run([*base, "--output_dir", str(tmp_path / "b"), "--max_train_steps", "1", *COMMON])
+    plan = [r.getMessage() for r in caplog.records if "optimizer steps; learning rate" in r.getMessage()]
+    assert len(plan) == 1 and "learning rate 0.001 (--learning_rate)" in plan[0], plan
+
+
+def test_evaluation_at_one_class_warns_with_the_class_and_its_share(caplog):
+    import logging
+
+    from finetune.glue import warn_if_one_class
+
+    names = ["negative", "positive"].__getitem__
+    with caplog.at_level(logging.WARNING, logger="finetune.glue"):
+        assert warn_if_one_class("validation", torch.tensor([1, 1, 1]), torch.tensor([1, 0, 1]), names, 2e-5)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "every one of the 3 predictions is class positive (the majority class, 66.7% of the labels)" in message
+    assert "higher --learning_rate than 2e-05" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="finetune.glue"):
+        assert warn_if_one_class("validation", torch.tensor([0, 0, 0, 0]), torch.tensor([1, 0, 1, 1]), names, 1e-4)
+        assert not warn_if_one_class("validation", torch.tensor([0, 1, 0]), torch.tensor([1, 0, 1]), names, 1e-4)
+        assert not warn_if_one_class("validation", torch.tensor([1, 1]), torch.tensor([1, 1]), names, 1e-4)
+    assert (
+        len(caplog.records) == 1
+        and "negative (a minority class, 25.0% of the labels)" in caplog.records[0].getMessage()
+    )
+
+
+def test_load_report_is_one_line_and_predict_only_ends_with_the_files_not_braces(tiny_bert, glue_dir, tmp_path, caplog):
+    """Issue 32: transformers' LOAD REPORT table (it reads like an error) becomes one line naming the new head; a
+    --do_predict run's last line names the prediction file (it ended with `{}`)."""
+    import logging
+
+    base = ["--task_name", "sst2", "--glue_dir", str(glue_dir)]
+    with caplog.at_level(logging.INFO):
+        _run(
+            ["--model_name_or_path", str(tiny_bert), *base, "--output_dir", str(tmp_path / "ft")]
+            + ["--max_train_steps", "1", *COMMON]
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "LOAD REPORT" in m]
+    (loaded,) = [m for m in messages if "newly initialised" in m]
+    assert loaded.startswith(f"{tiny_bert}: newly initialised, to be trained: classifier")
+    assert messages[-1].startswith(
+        f"next: predict with it: python -m finetune.glue --model_name_or_path {tmp_path / 'ft'}"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _run(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "ft"),
+                *base,
+                "--do_predict",
+                "--output_dir",
+                str(tmp_path / "p"),
+                *COMMON,
+            ]
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "newly initialised" in m]  # the fine-tuned head loads whole: nothing to say
+    wrote = [m for m in messages if m.startswith(f"wrote {tmp_path / 'p'}:")]
+    assert wrote == [f"wrote {tmp_path / 'p'}: no evaluation; files: SST-2.tsv, all_results.json, run_config.json"]
+    assert not messages[-1].endswith("{}")

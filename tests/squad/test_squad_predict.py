@@ -319,3 +319,36 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
     predictions, reference = _json(two / "predictions.json"), _json(one / "predictions.json")
     assert sorted(predictions) == sorted(r[0] for r in rows) and list(predictions) == list(reference)
     assert predictions == reference
+
+
+def test_prediction_files_are_readable_by_others_under_umask_022(trained, tmp_path):
+    """Issue 32: predictions.json and nbest_predictions.json were written through mkstemp (0600); now 0644 under
+    umask 022, as the model the fine-tune saved."""
+    import os
+    import stat
+
+    test = write_json(tmp_path / "test.json", _without_answers(squad_document(QUESTIONS)))
+    before = os.umask(0o022)
+    try:
+        out = tmp_path / "predicted"
+        assert (
+            squad.main(
+                [
+                    "--model_name_or_path",
+                    str(trained),
+                    "--test_file",
+                    str(test),
+                    "--do_predict",
+                    "--output_dir",
+                    str(out),
+                ]
+                + WINDOW
+            )
+            == 0
+        )
+    finally:
+        os.umask(before)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert {"predictions.json", "nbest_predictions.json"} <= set(modes)
+    assert {name: oct(mode) for name, mode in modes.items() if mode != 0o644} == {}
+    assert stat.S_IMODE((trained / "model.safetensors").stat().st_mode) & stat.S_IROTH
