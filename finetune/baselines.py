@@ -593,7 +593,7 @@ def _write_table(out: Path, records: list[dict]) -> None:
     )
     seen = list(dict.fromkeys(r["backbone"] for r in records))
     # baselines in their usual order, each followed by its +elmo rows, then model folders
-    backbones = [r for b in BASELINES for r in seen if r == b or r.startswith(f"{b}+")]
+    backbones = [r for b in BASELINES for r in [b] * (b in seen) + sorted(r for r in seen if r.startswith(f"{b}+"))]
     backbones += [b for b in seen if b not in backbones]
     cell = median_cells(records)
     metric = {r["task"]: r["metric"] for r in records}
