@@ -471,8 +471,7 @@ def glue_parts(
 ):
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
-    the test splits and their submission files. ``learning_rate_source`` (where the learning rate came from) is
-    logged in the run plan."""
+    the test splits and their submission files; logs ``learning_rate_source`` (where the rate came from)."""
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 

@@ -517,8 +517,7 @@ def squad_parts(
     learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
-    (n-best post-processing, the official metric), the test predictions and the prediction files.
-    ``learning_rate_source`` (where the learning rate came from) is logged in the run plan."""
+    (n-best post-processing, the official metric), the test predictions and files; logs ``learning_rate_source``."""
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
@@ -528,13 +527,10 @@ def squad_parts(
 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
 
-    def loader_of(split: str):
+    def loader_of(split: str):  # in order (no shuffling): predictions are matched back to their features
         inputs = features[split].remove_columns(list(POSTPROCESS_COLUMNS))
-        return accelerator.prepare(
-            torch.utils.data.DataLoader(
-                inputs, batch_size=training.per_device_eval_batch_size, collate_fn=collator, shuffle=False
-            )
-        )
+        batch = training.per_device_eval_batch_size
+        return accelerator.prepare(torch.utils.data.DataLoader(inputs, batch_size=batch, collate_fn=collator))
 
     eval_fn = predict_fn = None
     if modes.do_eval:
@@ -552,12 +548,16 @@ def squad_parts(
         if test_predictions is not None:
             write_predictions(folder, *test_predictions)
 
-    train_loader = extra = None
+    train_loader = extra = next_step = None
     if modes.do_train:
         train_loader = make_train_dataloader(
             features["train"], training.per_device_train_batch_size, collator, training.seed
         )
         extra = {"train_samples": len(examples["train"]), "train_features": len(features["train"])}
+        next_step = (
+            f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
+            f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
+        )
 
     def describe(trainer) -> None:
         logger.info(
@@ -571,12 +571,6 @@ def squad_parts(
             learning_rate_source,
         )
 
-    next_step = None
-    if modes.do_train:
-        next_step = (
-            f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
-            f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
-        )
     return RunParts(
         next_step=next_step,
         model=model,

@@ -156,8 +156,7 @@ def render_model_card(
         license: SPDX-like Hub license id (``"apache-2.0"``), when known.
         language: ISO 639-1 code(s).
         auto_class: Auto class of the loading example (default by task, see :data:`AUTO_CLASS_BY_TASK`).
-        extra_tags / limitations: more tags / limitation bullet points.
-        title: the card's title (default: the last part of ``repo_id``).
+        extra_tags / limitations / title: more tags / limitation bullet points / the title (default: ``repo_id``'s end).
 
     Returns:
         The card text; ``huggingface_hub.ModelCard(text).data`` parses back to the metadata.
