@@ -1,6 +1,7 @@
 """The GPU-speed paths of ``pretrain`` checked on the CPU (issue 30): DataLoader workers give the very batches and
 weights of the main-process loader, and resume bitwise; ``--torch_compile`` with document masking, the sparse head
-and gradient accumulation resumes bitwise against itself."""
+and gradient accumulation resumes bitwise against itself (each run with an empty dynamo cache, as in its own
+process)."""
 
 from __future__ import annotations
 
@@ -135,28 +136,28 @@ def test_workers_train_and_resume_bitwise_like_the_main_process(corpus_dir, bert
 def test_torch_compile_resumes_bitwise_against_itself(corpus_dir, bert_tokenizer, tmp_path, fresh_state):
     """``--torch_compile`` with document masking, 30% masking on the sparse head (a different number of masked rows
     every micro-batch), gradient accumulation 2, dropout and checkpoints: a compiled run stopped after step 2 and
-    resumed ends with the weights and losses of the uninterrupted compiled run (to the last bit; see below). Against
-    the eager run the losses agree within 2% only: inductor draws its own dropout masks."""
+    resumed ends with bitwise the weights and losses of the uninterrupted compiled run. Against the eager run the
+    losses agree within 2% only: inductor draws its own dropout masks.
+
+    Each run starts with an empty dynamo cache, as a run in its own process does: dynamo keys its graphs on the
+    model's code, not on the model object, so a second run in one process (and this test after other compiled tests)
+    would otherwise reuse graphs compiled for earlier shapes -- static ones where a fresh run compiles dynamic ones,
+    whose kernels may round differently (seen in the full suite: the key bias, whose gradient is zero in exact
+    arithmetic and rounding noise in floats, which Adam scales up to about the learning rate)."""
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
     common = ["--max_train_steps", "4", "--gradient_accumulation_steps", "2", "--torch_compile", "true"]
     run, resumed, eager = tmp_path / "compiled", tmp_path / "compiled-resumed", tmp_path / "eager"
+    torch._dynamo.reset()
     assert run_cli(main, _args(corpus_dir, tok, run, *common)) == 0
     config = json.loads((run / "run_config.json").read_text())
     assert config["torch_compile"] is True and config["document_masking"] is True
+    torch._dynamo.reset()
     _resume_from_step_2(corpus_dir, tok, run, resumed, *common)
-    # The same batches, masks and dropout; within the last bit only: the resumed process compiles its first graph for
-    # step 3's shapes, where the uninterrupted one runs step 3 in the graph it recompiled with a dynamic row count
-    # (and a test process may hold graphs of earlier compiled tests), and inductor's kernels for static and dynamic
-    # shapes may round differently (seen once in the full suite: one byte of the weights, 0xfe against 0xff).
-    from safetensors.torch import load_file
-
-    weights = [load_file(d / "model.safetensors") for d in (run, resumed)]
-    assert weights[0].keys() == weights[1].keys()
-    for name, value in weights[0].items():
-        torch.testing.assert_close(weights[1][name], value, rtol=1e-6, atol=1e-7, msg=name)
+    assert (resumed / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
     logs = [json.loads((d / "trainer_log.json").read_text()) for d in (run, resumed)]
-    assert [r["train_loss"] for r in logs[1]] == pytest.approx([r["train_loss"] for r in logs[0]], rel=1e-6)
+    assert [r["train_loss"] for r in logs[1]] == [r["train_loss"] for r in logs[0]]
+    torch._dynamo.reset()
     assert run_cli(main, _args(corpus_dir, tok, eager, *common[:-2])) == 0
     eager_log = json.loads((eager / "trainer_log.json").read_text())
     for a, b in zip(logs[0], eager_log):
