@@ -929,30 +929,13 @@ def load_mlm(folder: Path, weights: Path | None = None):
 
 
 # -- unigram plateau ------------------------------------------------------------------------------------------------
-def token_counts(blocks, vocab_size: int, special_ids) -> np.ndarray:
-    """Counts (V,) int64 of every non-special token id in ``blocks`` (lists of ids)."""
-    counts = np.zeros(vocab_size, dtype=np.int64)
-    for ids in blocks:
-        counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=vocab_size)[:vocab_size]
-    counts[list(special_ids)] = 0
-    return counts
-
-
-def unigram_loss(counts, labels, special_ids, alpha: float = 1.0) -> float:
-    """Mean cross-entropy (nats) of predicting each label (ids; -100 ignored) from the unigram distribution
-    p(t) = (counts[t] + alpha) / sum over non-special t' of (counts[t'] + alpha); special ids get no mass."""
-    counts = np.asarray(counts, dtype=np.float64) + alpha
-    counts[list(special_ids)] = 0.0
-    logp = np.log(np.where(counts > 0, counts, 1.0) / counts.sum())
-    labels = np.asarray(labels)
-    labels = labels[labels != -100]
-    return float(-logp[labels].mean())
-
-
 def training_unigram_loss(reference_blocks: Path, tokenizer_dir: Path, heldout: dict) -> float:
-    """:func:`unigram_loss` of the held-out labels under the reference blocks' non-special token frequencies."""
+    """:func:`training.unigram.unigram_loss` of the held-out labels under the reference blocks' non-special token
+    frequencies (the same function ``pretrain`` logs its plateau with)."""
     from datasets import load_from_disk
     from transformers import AutoTokenizer
+
+    from training.unigram import token_counts, unigram_loss
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     blocks = load_from_disk(str(reference_blocks))

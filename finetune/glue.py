@@ -203,6 +203,7 @@ def load_model_and_tokenizer(
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from training.driver import check_model_fits, load_pretrained
     from training.logs import from_pretrained_quietly
+    from training.unigram import backbone_plateau_message
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
     expected = "a model folder written by save_pretrained or a hub repo id"
@@ -242,6 +243,9 @@ def load_model_and_tokenizer(
         **hub,
     )
     check_model_fits(model.config, tokenizer, max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
+    plateau = backbone_plateau_message(source)
+    if plateau:
+        logger.warning("%s", plateau)
     return tokenizer, model, mapping
 
 

@@ -335,7 +335,11 @@ def load_model(model_args: FinetuneModelArguments, pretrained_config):
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
     from training.logs import from_pretrained_quietly
+    from training.unigram import backbone_plateau_message
 
+    plateau = backbone_plateau_message(model_args.model_name_or_path)
+    if plateau:
+        logger.warning("%s", plateau)
     return load_pretrained(
         from_pretrained_quietly(AutoModelForQuestionAnswering.from_pretrained, logger),
         model_args.model_name_or_path,

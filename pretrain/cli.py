@@ -222,6 +222,11 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     if cap is not None and cap < available:
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
+    unigram = None  # nats: the held-out loss of the training word frequencies alone (training.unigram)
+    if objective.unigram_plateau and not plan.corpus.streaming and accelerator.is_main_process:
+        from training.unigram import heldout_unigram_loss
+
+        unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer)
     workers = resolve_num_workers(plan.data.dataloader_num_workers, accelerator.device.type, plan.corpus.streaming)
     if plan.corpus.streaming:
         loader = make_stream_dataloader(
@@ -261,6 +266,22 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         )
         if not plan.demo and plan.model.model_name_or_path is None:
             warn_few_tokens(info["total_tokens"], n_params)
+        if unigram is not None:
+            logger.info(
+                "unigram plateau: held-out loss %.3f from the training word frequencies alone (perplexity %.4g); "
+                "the model's held-out loss must get below it before its encoder says anything about its input",
+                unigram,
+                math.exp(unigram),
+            )
+
+    def check_result(result) -> None:
+        from training.unigram import plateau_message
+
+        message = (
+            None if unigram is None or "eval_loss" not in result else plateau_message(result["eval_loss"], unigram)
+        )
+        if message:
+            logger.warning("%s", message)
 
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
     write_outputs = None
@@ -277,7 +298,9 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         describe=describe,
         loop_kwargs=loop_kwargs,
         write_outputs=write_outputs,
-        result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff"),
+        result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff", "unigram_loss"),
+        extra_results={} if unigram is None else {"unigram_loss": unigram},
+        check_result=check_result,
         data_fingerprint=data_fingerprint(plan, tokenizer, train_blocks),
         next_step=(
             f"fine-tune it on a task: python -m finetune.glue --model_name_or_path {training.output_dir} "

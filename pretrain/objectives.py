@@ -101,6 +101,9 @@ class Objective:
     document_masking: bool = False
     """Whether its blocks can keep packed documents apart (``position_ids`` restarting per document, attention within
     a document); ``--document_masking`` then defaults to true (``to_blocks`` reads ``corpus.document_masking``)."""
+    unigram_plateau: bool = False
+    """Whether its ``eval_loss`` is a masked-token loss that the training word frequencies bound (``pretrain`` then
+    logs the unigram loss in the plan and warns when a run ends on that plateau: :mod:`training.unigram`)."""
 
     @property
     def model_type(self) -> str:
@@ -501,6 +504,7 @@ register_objective(
         _lm_metrics,
         data_defaults=MLM_DATA_DEFAULTS,
         document_masking=True,
+        unigram_plateau=True,
     )
 )
 register_objective(
@@ -515,6 +519,7 @@ register_objective(
         _nsp_metrics,
         result_keys=("eval_nsp_accuracy",),
         nsp=True,
+        unigram_plateau=True,
     )
 )
 register_objective(

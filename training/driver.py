@@ -201,6 +201,8 @@ class RunParts:
         data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`); a resume
             with other data is refused.
         next_step: the command a user would run next on these outputs (logged last, after ``next: ``), or None.
+        check_result: ``(result) -> None`` on the main process after the outputs are saved, before the final lines:
+            warnings about what the run produced (``pretrain``: a model still on the unigram plateau).
     """
 
     model: Any
@@ -216,6 +218,7 @@ class RunParts:
     reevaluate_best: bool = False
     data_fingerprint: list[dict[str, Any]] | None = None
     next_step: str | None = None
+    check_result: Callable[[Mapping[str, Any]], None] | None = None
 
 
 #: Result keys that are counts or bookkeeping, not metrics, left out of the final line.
@@ -407,6 +410,8 @@ class Run:
                     state_dict,
                     lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None,
                 )
+                if parts.check_result is not None:
+                    parts.check_result(result)
                 for line in final_lines(self.output_dir, result, self.written, parts.next_step):
                     logger.info("%s", line)
             del prepared, model, state_dict

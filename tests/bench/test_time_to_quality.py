@@ -135,15 +135,6 @@ def test_group_texts_as_run_mlm():
     assert ttq.group_texts({"input_ids": [[1, 2], [3]]}, 4) == {"input_ids": [[1, 2, 3]]}  # less than a block: kept
 
 
-def test_unigram_loss_by_hand():
-    # ids 0, 1 special; training counts of ids 2..5: 3, 1, 0, 0 -> add-one: 4, 2, 1, 1 out of 8
-    counts = ttq.token_counts([[0, 2, 2, 3, 1], [0, 2, 1]], vocab_size=6, special_ids=[0, 1])
-    assert counts.tolist() == [0, 0, 3, 1, 0, 0]
-    loss = ttq.unigram_loss(counts, [2, 3, 4, -100], special_ids=[0, 1])
-    # -(ln 4/8 + ln 2/8 + ln 1/8) / 3 = (ln 2 + ln 4 + ln 8) / 3 = 2 ln 2
-    assert loss == pytest.approx(2 * math.log(2), abs=1e-12)
-
-
 REF = [
     {"seconds": 10.0, "tokens": 100.0, "step": 1, "eval_loss": 8.0},
     {"seconds": 20.0, "tokens": 200.0, "step": 2, "eval_loss": 7.0},

@@ -1,0 +1,101 @@
+"""The unigram plateau (training.unigram): the loss of word frequencies alone, by hand; ``pretrain`` logs it in the
+plan, writes it to ``all_results.json`` and warns when a run ends on it (issue 32: a model on the plateau fine-tunes
+to the majority class)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+from datasets import Dataset
+
+from pretrain.cli import main
+from training.errors import run_cli
+from training.unigram import PLATEAU_MARGIN, heldout_unigram_loss, plateau_message, token_counts, unigram_loss
+
+
+class _Tok:
+    """What :func:`heldout_unigram_loss` reads of a tokenizer."""
+
+    all_special_ids = [0, 1]
+
+    def __len__(self):
+        return 6
+
+
+def test_unigram_loss_by_hand():
+    # ids 0, 1 special; training counts of ids 2..5: 3, 1, 0, 0 -> add-one: 4, 2, 1, 1 out of 8
+    counts = token_counts([[0, 2, 2, 3, 1], [0, 2, 1]], vocab_size=6, special_ids=[0, 1])
+    assert counts.tolist() == [0, 0, 3, 1, 0, 0]
+    loss = unigram_loss(counts, [2, 3, 4, -100], special_ids=[0, 1])
+    # -(ln 4/8 + ln 2/8 + ln 1/8) / 3 = (ln 2 + ln 4 + ln 8) / 3 = 2 ln 2
+    assert loss == pytest.approx(2 * math.log(2), abs=1e-12)
+    with pytest.raises(ValueError, match="no label to score"):
+        unigram_loss(counts, [-100, -100], special_ids=[0, 1])
+
+
+def test_heldout_unigram_loss_by_hand_and_sampled():
+    train = Dataset.from_dict({"input_ids": [[0, 2, 2, 3, 1], [0, 2, 1, 1, 1]]})
+    valid = Dataset.from_dict({"input_ids": [[0, 2, 3, 4, 1]]})  # non-special 2, 3, 4: as by hand above
+    assert heldout_unigram_loss(train, valid, _Tok()) == pytest.approx(2 * math.log(2), abs=1e-12)
+    # a cap of 5 tokens counts one block of 5: the first and the last of the evenly spaced picks is the first
+    one = heldout_unigram_loss(train, valid, _Tok(), max_tokens=5)
+    only_first = unigram_loss(token_counts([[0, 2, 2, 3, 1]], 6, [0, 1]), [2, 3, 4], [0, 1])
+    assert one == pytest.approx(only_first, abs=1e-12) and one != pytest.approx(2 * math.log(2))
+    assert heldout_unigram_loss(train, Dataset.from_dict({"input_ids": [[0, 1]]}), _Tok()) is None
+
+
+def test_plateau_message_margin():
+    assert plateau_message(7.0 - PLATEAU_MARGIN - 1e-6, 7.0) is None
+    for loss in (7.0 - PLATEAU_MARGIN, 7.0, 7.5):
+        message = plateau_message(loss, 7.0)
+        assert f"held-out loss {loss:.3f} against 7.000" in message and "majority class" in message
+
+
+def _tokens(tokenizer, path) -> np.ndarray:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    return np.concatenate([tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines])
+
+
+def test_pretrain_logs_records_and_warns_on_the_plateau(corpus_dir, bert_tokenizer, tmp_path, fresh_state, caplog):
+    """Random words have no context to learn: a 3-step run ends on the plateau and says so; ``all_results.json``
+    holds the unigram loss, equal to one computed here from the tokenised files."""
+    tok, out = tmp_path / "tok", tmp_path / "run"
+    bert_tokenizer.save_pretrained(tok)
+    argv = ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz")]
+    argv += ["--tokenizer_name", str(tok), "--config_name", "bert-tiny", "--max_seq_length", "32"]
+    argv += ["--per_device_train_batch_size", "8", "--max_train_steps", "3", "--output_dir", str(out)]
+    with caplog.at_level(logging.INFO):
+        assert run_cli(main, argv) == 0
+    special = bert_tokenizer.all_special_ids
+    counts = token_counts([_tokens(bert_tokenizer, corpus_dir / "train.txt")], len(bert_tokenizer), special)
+    expected = unigram_loss(counts, _tokens(bert_tokenizer, corpus_dir / "valid.txt.gz"), special)
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["unigram_loss"] == pytest.approx(expected, rel=1e-9)
+    assert f"unigram plateau: held-out loss {expected:.3f}" in caplog.text
+    assert "the model has not left the unigram plateau" in caplog.text
+    assert results["eval_loss"] > expected - PLATEAU_MARGIN
+
+
+def test_fine_tuning_warns_about_a_backbone_on_the_plateau(tmp_path):
+    from training.unigram import backbone_plateau_message
+
+    folder = tmp_path / "bert-mini"
+    folder.mkdir()
+    assert backbone_plateau_message(folder) is None  # no all_results.json
+    (folder / "all_results.json").write_text(json.dumps({"eval_loss": 7.089, "unigram_loss": 7.05}))
+    message = backbone_plateau_message(folder)
+    assert message.startswith(f"{folder} ended its pretraining on the unigram plateau (held-out loss 7.089 against")
+    (folder / "all_results.json").write_text(json.dumps({"eval_loss": 6.5, "unigram_loss": 7.05}))
+    assert backbone_plateau_message(folder) is None  # 0.55 nats below: off the plateau
+    (folder / "all_results.json").write_text(json.dumps({"eval_loss": 0.69, "eval_accuracy": 0.5}))
+    assert backbone_plateau_message(folder) is None  # a fine-tuned folder: no unigram loss
+    (folder / "all_results.json").write_text("{not json")
+    assert backbone_plateau_message(folder) is None
+    assert backbone_plateau_message("google-bert/bert-base-uncased") is None  # a hub id
