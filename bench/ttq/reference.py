@@ -1,6 +1,8 @@
 """The reference process (item 4 of the package docstring): transformers' ``BertForMaskedLM`` trained the
 ``run_mlm`` way in a child process that refuses to import any project package (:func:`block_project_imports`).
-What this module imports at its top must import none of them either."""
+The child is ``bench_time_to_quality.py _reference ...``: it loads ``ttq.cli`` and through it every module of this
+package, so none of them may import a project package at its top (their project imports are inside functions;
+tests/bench/test_time_to_quality.py checks that the child loaded none)."""
 
 from __future__ import annotations
 
