@@ -53,6 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the ttq package, also when loaded by path
 
 import ttq.common  # noqa: E402
+import ttq.data  # noqa: E402
 import ttq.downstream  # noqa: E402
 import ttq.recipes  # noqa: E402
 import ttq.scoring  # noqa: E402
@@ -189,20 +190,7 @@ def prepare_data(args, out: Path) -> dict:
             [
                 ttq.common.Job(
                     "tokenizer",
-                    [
-                        py,
-                        "-m",
-                        "tokenizer",
-                        "train",
-                        "--model_type",
-                        "elmo",
-                        "--train_file",
-                        *args.train_file,
-                        "--vocab_size",
-                        str(args.vocab_size),
-                        "--output_dir",
-                        str(d),
-                    ],
+                    ttq.data.tokenizer_command("elmo", args.train_file, args.vocab_size, d),
                     out / "logs" / "tokenizer.log",
                 )
             ],
@@ -306,18 +294,11 @@ def heldout_perplexity(model, batches) -> float:
 
 def load_bilm(folder: Path, weights: Path | None = None):
     """``AutoModelForPreTraining`` of a run folder, optionally with a checkpoint's ``model.safetensors``."""
-    import tempfile
-
     from transformers import AutoModelForPreTraining
 
     import modeling  # noqa: F401
 
-    if weights is None:
-        return AutoModelForPreTraining.from_pretrained(str(folder))
-    with tempfile.TemporaryDirectory() as tmp:
-        os.symlink((folder / "config.json").resolve(), Path(tmp) / "config.json")
-        os.symlink(weights.resolve(), Path(tmp) / "model.safetensors")
-        return AutoModelForPreTraining.from_pretrained(tmp)
+    return ttq.scoring.from_pretrained_with(AutoModelForPreTraining, folder, weights)
 
 
 def score_run(name: str, flags: list[str], data: dict, out: Path, batches) -> list[dict]:

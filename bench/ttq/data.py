@@ -17,6 +17,25 @@ from .recipes import data_variant, variant_flags
 HELDOUT_FILE, HELDOUT_INFO = "heldout.safetensors", "heldout.json"
 
 
+def tokenizer_command(model_type: str, files: list[str], vocab_size: int, folder: Path) -> list[str]:
+    """The ``python -m tokenizer train`` command (this interpreter) that trains ``model_type``'s tokenizer on the text
+    ``files`` with ``vocab_size`` entries into ``folder``; an argv list."""
+    return [
+        sys.executable,
+        "-m",
+        "tokenizer",
+        "train",
+        "--model_type",
+        model_type,
+        "--train_file",
+        *files,
+        "--vocab_size",
+        str(vocab_size),
+        "--output_dir",
+        str(folder),
+    ]
+
+
 def prepare_shared_data(args, out: Path) -> dict:
     """Tokenizer, prepared datasets (one per :func:`data_variant` of the recipes) and reference blocks in ``out``
     (cached); returns their paths and the sources."""
@@ -34,20 +53,7 @@ def prepare_shared_data(args, out: Path) -> dict:
             [
                 Job(
                     "tokenizer",
-                    [
-                        py,
-                        "-m",
-                        "tokenizer",
-                        "train",
-                        "--model_type",
-                        "bert",
-                        "--train_file",
-                        *args.train_file,
-                        "--vocab_size",
-                        str(args.vocab_size),
-                        "--output_dir",
-                        str(d),
-                    ],
+                    tokenizer_command("bert", args.train_file, args.vocab_size, d),
                     out / "logs" / "tokenizer.log",
                     tokenizer_env(workers),
                 )

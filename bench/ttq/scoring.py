@@ -98,21 +98,28 @@ def load_scored_mlm(folder: Path, weights: Path | None = None):
 
 def load_mlm(folder: Path, weights: Path | None = None):
     """``AutoModelForMaskedLM.from_pretrained`` of a model folder; with ``weights`` (a checkpoint's
-    ``model.safetensors``), the folder's config with those weights (through a temporary folder of links)."""
-    import tempfile
-
+    ``model.safetensors``), the folder's config with those weights (:func:`from_pretrained_with`)."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
     import modeling  # noqa: F401  (registers SesameBert with the Auto classes)
 
     hf_logging.disable_progress_bar()
+    return from_pretrained_with(AutoModelForMaskedLM, folder, weights)
+
+
+def from_pretrained_with(auto_class, folder: Path, weights: Path | None = None):
+    """``auto_class.from_pretrained`` (a transformers Auto class) of the model folder ``folder``; with ``weights`` (a
+    checkpoint's ``model.safetensors``), the folder's ``config.json`` with those weights instead, through a temporary
+    folder of links to the two files."""
+    import tempfile
+
     if weights is None:
-        return AutoModelForMaskedLM.from_pretrained(str(folder))
+        return auto_class.from_pretrained(str(folder))
     with tempfile.TemporaryDirectory() as tmp:
         os.symlink((folder / "config.json").resolve(), Path(tmp) / "config.json")
         os.symlink(weights.resolve(), Path(tmp) / "model.safetensors")
-        return AutoModelForMaskedLM.from_pretrained(tmp)
+        return auto_class.from_pretrained(tmp)
 
 
 def training_unigram_loss(reference_blocks: Path, tokenizer_dir: Path, heldout: dict) -> float:

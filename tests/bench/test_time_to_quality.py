@@ -553,6 +553,15 @@ def test_tokenizer_env_threads():
     assert ttq.data.tokenizer_env(1)["TOKENIZERS_PARALLELISM"] == "false"
 
 
+def test_tokenizer_command_of_both_benches():
+    """The tokenizer trainer's command that both benches run (the time-to-quality bench for BERT, the ELMo bench for
+    its word vocabulary), against the argv written out by hand."""
+    got = ttq.data.tokenizer_command("elmo", ["a.txt", "b.txt.gz"], 500, Path("out") / "tok")
+    expected = [sys.executable, "-m", "tokenizer", "train", "--model_type", "elmo"]
+    expected += ["--train_file", "a.txt", "b.txt.gz", "--vocab_size", "500", "--output_dir", str(Path("out") / "tok")]
+    assert got == expected
+
+
 def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
     """Tokenizing in processes does not change the reference's blocks: group_texts still sees the same map batches
     of 1,000 documents (the remainders it drops are the same)."""
