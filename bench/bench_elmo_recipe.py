@@ -21,7 +21,7 @@ curve arithmetic, ``finetune.glue`` fine-tunes); every run goes through the proj
    copy of the model), ``--checkpointing_steps 1/points``,
    ``--logging_steps 1`` (a training time at every step), the run's own evaluation on 8 blocks at the end only.
    A ``--config_name PRESET:field=value,...`` flag is written out as a config of that preset with those fields (e.g.
-   ``elmo-small:softmax=adaptive``; ``bench_time_to_quality.materialize_configs``).
+   ``elmo-small:softmax=adaptive``; ``ttq.recipes.materialize_configs``).
 4. **Noise**: the recipes run two at a time, one thread each (``--threads``), so that each pair shares the machine's
    noise; the seconds of a step come from ``trainer_log.json`` (evaluation and checkpoints excluded).
 5. **Fine-tuning**: every final model with ``python -m finetune.glue`` (the ELMo default head: frozen BiLM, learned
@@ -39,7 +39,6 @@ tokens and seconds and the seconds to reach the baseline's final perplexity; ``p
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -51,18 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the ttq package, also when loaded by path
 
-def _load_ttq():
-    spec = importlib.util.spec_from_file_location(
-        "bench_time_to_quality", Path(__file__).resolve().parent / "bench_time_to_quality.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return sys.modules[spec.name]
-
-
-ttq = _load_ttq()
+import ttq.common  # noqa: E402
+import ttq.data  # noqa: E402
+import ttq.downstream  # noqa: E402
+import ttq.recipes  # noqa: E402
+import ttq.scoring  # noqa: E402
 
 
 def default_seq_length() -> int:
@@ -182,34 +176,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def seq_length(flags: list[str]) -> int:
     """The block length a recipe trains on."""
-    return int(ttq.flag_value(flags, "--max_seq_length", str(default_seq_length())))
+    return int(ttq.common.flag_value(flags, "--max_seq_length", str(default_seq_length())))
 
 
 def prepare_data(args, out: Path) -> dict:
     """The word vocabulary and one prepared dataset per block length (recipes' and the held-out one), cached."""
     py = sys.executable
-    sources = [(str(Path(f).resolve()), ttq.file_sha256(f)) for f in [*args.train_file, args.validation_file]]
-    tok = ttq.cached(
+    sources = [(str(Path(f).resolve()), ttq.common.file_sha256(f)) for f in [*args.train_file, args.validation_file]]
+    tok = ttq.common.cached(
         out / "tokenizer",
         {"sources": sources, "vocab_size": args.vocab_size},
-        lambda d: ttq.run_jobs(
+        lambda d: ttq.common.run_jobs(
             [
-                ttq.Job(
+                ttq.common.Job(
                     "tokenizer",
-                    [
-                        py,
-                        "-m",
-                        "tokenizer",
-                        "train",
-                        "--model_type",
-                        "elmo",
-                        "--train_file",
-                        *args.train_file,
-                        "--vocab_size",
-                        str(args.vocab_size),
-                        "--output_dir",
-                        str(d),
-                    ],
+                    ttq.data.tokenizer_command("elmo", args.train_file, args.vocab_size, d),
                     out / "logs" / "tokenizer.log",
                 )
             ],
@@ -234,11 +215,11 @@ def prepare_data(args, out: Path) -> dict:
             str(length),
             "--output_dir",
         ]
-        folder = ttq.cached(
+        folder = ttq.common.cached(
             out / f"prepared-L{length}",
-            {"sources": sources, "length": length, "tokenizer": ttq.file_sha256(tok / "vocab.txt")},
-            lambda d, command=command, length=length: ttq.run_jobs(
-                [ttq.Job("prepare", [*command, str(d)], out / "logs" / f"prepare-L{length}.log")], 1
+            {"sources": sources, "length": length, "tokenizer": ttq.common.file_sha256(tok / "vocab.txt")},
+            lambda d, command=command, length=length: ttq.common.run_jobs(
+                [ttq.common.Job("prepare", [*command, str(d)], out / "logs" / f"prepare-L{length}.log")], 1
             ),
         )
         prepared[length] = {"path": folder, "manifest": json.loads((folder / "manifest.json").read_text())}
@@ -261,7 +242,7 @@ def run_command(name: str, flags: list[str], args, data: dict, out: Path) -> lis
         "elmo",
         "--config_name",
         "elmo-small",
-        *ttq.materialize_configs(flags, out),
+        *ttq.recipes.materialize_configs(flags, out),
         "--prepared_dataset",
         str(data["prepared"][length]["path"]),
         "--output_dir",
@@ -313,18 +294,11 @@ def heldout_perplexity(model, batches) -> float:
 
 def load_bilm(folder: Path, weights: Path | None = None):
     """``AutoModelForPreTraining`` of a run folder, optionally with a checkpoint's ``model.safetensors``."""
-    import tempfile
-
     from transformers import AutoModelForPreTraining
 
     import modeling  # noqa: F401
 
-    if weights is None:
-        return AutoModelForPreTraining.from_pretrained(str(folder))
-    with tempfile.TemporaryDirectory() as tmp:
-        os.symlink((folder / "config.json").resolve(), Path(tmp) / "config.json")
-        os.symlink(weights.resolve(), Path(tmp) / "model.safetensors")
-        return AutoModelForPreTraining.from_pretrained(tmp)
+    return ttq.scoring.from_pretrained_with(AutoModelForPreTraining, folder, weights)
 
 
 def score_run(name: str, flags: list[str], data: dict, out: Path, batches) -> list[dict]:
@@ -333,7 +307,7 @@ def score_run(name: str, flags: list[str], data: dict, out: Path, batches) -> li
     manifest = data["prepared"][seq_length(flags)]["manifest"]
     config = json.loads((folder / "run_config.json").read_text())
     batch = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"]
-    times = ttq.times_from_trainer_log(
+    times = ttq.scoring.times_from_trainer_log(
         json.loads((folder / "trainer_log.json").read_text()), manifest["blocks"]["train"], batch
     )
     curve = []
@@ -361,7 +335,7 @@ def compare(ours: list[dict], base: list[dict]) -> dict:
 
     target = base[-1]["perplexity"]
     as_loss = [{**p, "eval_loss": math.log(p["perplexity"])} for p in ours]
-    seconds, _ = ttq.seconds_to_reach(as_loss, math.log(target))
+    seconds, _ = ttq.scoring.seconds_to_reach(as_loss, math.log(target))
     return {
         "perplexity_at_baseline_tokens": at(ours, "tokens", base[-1]["tokens"]),
         "perplexity_at_baseline_seconds": at(ours, "seconds", base[-1]["seconds"]),
@@ -400,7 +374,7 @@ def _protocol(args, batches, load_before):
             "score": "exact full-softmax perplexity, both directions, eval mode",
         },
         "finetune": {
-            **ttq.FINETUNE,
+            **ttq.downstream.FINETUNE,
             "learning_rate": args.finetune_learning_rate,
             "num_train_epochs": args.finetune_epochs,
             "tasks": args.tasks,
@@ -432,21 +406,21 @@ def main(argv=None) -> int:
     for i in range(0, len(names), 2):
         group = names[i : i + 2]
         jobs = [
-            ttq.Job(
+            ttq.common.Job(
                 n,
                 run_command(n, args.recipe_table[n], args, data, out),
                 out / "logs" / f"{n}.log",
-                ttq.child_env(args.threads),
+                ttq.common.child_env(args.threads),
             )
             for n in group
         ]
-        ttq.log("  ".join(group))
-        ttq.run_jobs(jobs, parallel=len(jobs))
+        ttq.common.log("  ".join(group))
+        ttq.common.run_jobs(jobs, parallel=len(jobs))
         for n in group:
             curve = score_run(n, args.recipe_table[n], data, out, batches)
             last = curve[-1]
             runs[n] = _run_record(n, args.recipe_table[n], curve)
-            ttq.log(
+            ttq.common.log(
                 f"{n}: held-out perplexity {last['perplexity']:.1f} after {last['step']} steps, "
                 f"{last['tokens']:.3g} tokens, {last['seconds']:.0f} s"
             )
@@ -463,7 +437,7 @@ def main(argv=None) -> int:
     write_outputs(results, out)
     if args.tasks:
         finetune_args = argparse.Namespace(**{**vars(args), "max_seq_length": 128})
-        for name, rec in ttq.finetune_all({n: out / "runs" / n for n in runs}, finetune_args, out).items():
+        for name, rec in ttq.downstream.finetune_all({n: out / "runs" / n for n in runs}, finetune_args, out).items():
             runs[name].update(rec)
         timings["finetuning"] = round(time.perf_counter() - t0 - sum(timings.values()), 1)
         write_outputs(results, out)

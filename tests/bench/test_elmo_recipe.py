@@ -56,14 +56,15 @@ def test_recipes_budgets_and_block_lengths(tmp_path):
 
 
 def test_a_preset_with_fields_becomes_a_config_folder(tmp_path):
-    flags = elmo.ttq.materialize_configs(
+    flags = elmo.ttq.recipes.materialize_configs(
         ["--learning_rate", "1e-3", "--config_name", "elmo-small:softmax=adaptive,dropout=0"], tmp_path
     )
     folder = Path(flags[flags.index("--config_name") + 1])
     config = json.loads((folder / "config.json").read_text())
     assert config["softmax"] == "adaptive" and config["dropout"] == 0 and config["projection_dim"] == 128
     assert flags[:2] == ["--learning_rate", "1e-3"]
-    assert elmo.ttq.materialize_configs(["--config_name", "elmo-small"], tmp_path) == ["--config_name", "elmo-small"]
+    plain = ["--config_name", "elmo-small"]
+    assert elmo.ttq.recipes.materialize_configs(plain, tmp_path) == ["--config_name", "elmo-small"]
 
 
 def test_heldout_perplexity_is_the_models_exact_loss(tmp_path):

@@ -1,11 +1,10 @@
-"""bench/bench_time_to_quality.py: the fixed held-out masks, the reference run (transformers only), the unigram
-plateau, the curve arithmetic and the ratios, against hand-computed values. bench/ is not a package: the script is
-imported by path."""
+"""bench/bench_time_to_quality.py (the ttq package): the fixed held-out masks, the reference run (transformers
+only), the unigram plateau, the curve arithmetic and the ratios, against hand-computed values. bench/ is not a
+package: the ttq package is imported from it, as the script imports it."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import subprocess
@@ -17,17 +16,19 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_time_to_quality.py"
+sys.path.insert(0, str(SCRIPT.parent))  # bench/: the ttq package
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_time_to_quality", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-ttq = _load()
+import ttq.cli  # noqa: E402
+import ttq.common  # noqa: E402
+import ttq.data  # noqa: E402
+import ttq.downstream  # noqa: E402
+import ttq.phases  # noqa: E402
+import ttq.plan  # noqa: E402
+import ttq.recipes  # noqa: E402
+import ttq.reference  # noqa: E402
+import ttq.report  # noqa: E402
+import ttq.runs  # noqa: E402
+import ttq.scoring  # noqa: E402
 
 WORDS_A = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 WORDS_B = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white"]
@@ -53,7 +54,7 @@ def _documents(n_words: int = 300) -> list[str]:
 
 
 def test_heldout_blocks_one_document_each(tokenizer):
-    blocks = ttq.heldout_blocks(_documents(300), tokenizer, max_len=32)
+    blocks = ttq.data.heldout_blocks(_documents(300), tokenizer, max_len=32)
     ids_a = set(tokenizer.convert_tokens_to_ids(WORDS_A))
     ids_b = set(tokenizer.convert_tokens_to_ids(WORDS_B))
     assert len(blocks) == 2 * math.ceil(300 / 30)  # 30 content tokens per block, per document
@@ -64,13 +65,13 @@ def test_heldout_blocks_one_document_each(tokenizer):
 
 
 def test_heldout_masks_fixed_and_bert_like(tokenizer):
-    blocks = ttq.heldout_blocks(_documents(1500), tokenizer, max_len=64)
-    first = ttq.mask_heldout(blocks, tokenizer, seed=7)
-    again = ttq.mask_heldout(blocks, tokenizer, seed=7)
-    other = ttq.mask_heldout(blocks, tokenizer, seed=8)
+    blocks = ttq.data.heldout_blocks(_documents(1500), tokenizer, max_len=64)
+    first = ttq.data.mask_heldout(blocks, tokenizer, seed=7)
+    again = ttq.data.mask_heldout(blocks, tokenizer, seed=7)
+    other = ttq.data.mask_heldout(blocks, tokenizer, seed=8)
     for key in ("input_ids", "labels", "lengths"):
         assert torch.equal(first[key], again[key])  # the same positions and the same replacement tokens
-    assert ttq.heldout_sha256(first) == ttq.heldout_sha256(again) != ttq.heldout_sha256(other)
+    assert ttq.data.heldout_sha256(first) == ttq.data.heldout_sha256(again) != ttq.data.heldout_sha256(other)
     original = torch.tensor([t for b in blocks for t in b])
     special = torch.isin(original, torch.tensor(tokenizer.all_special_ids))
     masked = first["labels"] != -100
@@ -101,9 +102,9 @@ class _Recorder(torch.nn.Module):
 
 
 def test_every_model_scored_on_the_same_inputs(tokenizer):
-    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(200), tokenizer, max_len=40), tokenizer, seed=3)
+    heldout = ttq.data.mask_heldout(ttq.data.heldout_blocks(_documents(200), tokenizer, max_len=40), tokenizer, seed=3)
     a, b = _Recorder(len(tokenizer)), _Recorder(2 * len(tokenizer))
-    loss_a, loss_b = ttq.heldout_loss(a, heldout), ttq.heldout_loss(b, heldout)
+    loss_a, loss_b = ttq.scoring.heldout_loss(a, heldout), ttq.scoring.heldout_loss(b, heldout)
     # uniform logits over V: the cross-entropy of every masked token is ln V
     assert loss_a == pytest.approx(math.log(len(tokenizer)), rel=1e-6)  # float32 logits
     assert loss_b == pytest.approx(math.log(2 * len(tokenizer)), rel=1e-6)
@@ -115,7 +116,7 @@ def test_every_model_scored_on_the_same_inputs(tokenizer):
 
 
 def test_heldout_loss_refuses_sparse_logits(tokenizer):
-    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(50), tokenizer, max_len=40), tokenizer, seed=3)
+    heldout = ttq.data.mask_heldout(ttq.data.heldout_blocks(_documents(50), tokenizer, max_len=40), tokenizer, seed=3)
 
     class Sparse(_Recorder):
         def forward(self, input_ids, attention_mask=None, token_type_ids=None):
@@ -123,16 +124,17 @@ def test_heldout_loss_refuses_sparse_logits(tokenizer):
 
             return SimpleNamespace(logits=torch.zeros(5, self.vocab_size))
 
-    with pytest.raises(ttq.BenchError, match="full"):
-        ttq.heldout_loss(Sparse(len(tokenizer)), heldout)
+    with pytest.raises(ttq.common.BenchError, match="full"):
+        ttq.scoring.heldout_loss(Sparse(len(tokenizer)), heldout)
 
 
 def test_group_texts_as_run_mlm():
     batch = {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "special_tokens_mask": [[1, 0, 1], [0, 0], [1, 0, 0, 1]]}
-    out = ttq.group_texts(batch, 4)
+    out = ttq.data.group_texts(batch, 4)
     assert out["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]]  # concatenated, cut, the remainder (9) dropped
     assert out["special_tokens_mask"] == [[1, 0, 1, 0], [0, 1, 0, 0]]
-    assert ttq.group_texts({"input_ids": [[1, 2], [3]]}, 4) == {"input_ids": [[1, 2, 3]]}  # less than a block: kept
+    # less than a block: kept
+    assert ttq.data.group_texts({"input_ids": [[1, 2], [3]]}, 4) == {"input_ids": [[1, 2, 3]]}
 
 
 REF = [
@@ -147,63 +149,65 @@ OURS = [
 
 
 def test_quality_per_token_by_hand():
-    r = ttq.quality_per_token(OURS, REF, unigram=9.0)
+    r = ttq.scoring.quality_per_token(OURS, REF, unigram=9.0)
     # T = min(450, 200) = 200 tokens; ours there: 7.5 - (50 / 150) * 1.0 = 7.1667; reference: 7.0
     assert r["tokens_compared"] == 200.0
     assert r["loss_at_tokens"]["ours"] == pytest.approx(7.5 - 1 / 3)
     assert r["quality_per_token"] == pytest.approx((9.0 - (7.5 - 1 / 3)) / (9.0 - 7.0))
-    assert ttq.quality_per_token(OURS, REF, unigram=7.0)["quality_per_token"] is None  # reference on the plateau
+    # the reference on the plateau
+    assert ttq.scoring.quality_per_token(OURS, REF, unigram=7.0)["quality_per_token"] is None
 
 
 def test_time_to_quality_by_hand():
-    r = ttq.time_to_quality(OURS, REF)
+    r = ttq.scoring.time_to_quality(OURS, REF)
     # target 7.0 is crossed halfway between 5 s (7.5) and 10 s (6.5): 7.5 s; reference 20 s -> 20 / 7.5
     assert r["target_loss"] == 7.0 and r["seconds_to_target"] == pytest.approx(7.5)
     assert r["time_to_quality"] == pytest.approx(20.0 / 7.5) and not r["reached_by_first_point"]
     slow = [dict(p, eval_loss=p["eval_loss"] + 1.0) for p in OURS]  # 8.5, 7.5, 7.0 -> reached at the last point
-    assert ttq.time_to_quality(slow, REF)["seconds_to_target"] == pytest.approx(15.0)
+    assert ttq.scoring.time_to_quality(slow, REF)["seconds_to_target"] == pytest.approx(15.0)
     never = [dict(p, eval_loss=p["eval_loss"] + 2.0) for p in OURS]
-    assert ttq.time_to_quality(never, REF)["time_to_quality"] is None
-    early = ttq.time_to_quality([dict(p, eval_loss=6.9) for p in OURS], REF)
+    assert ttq.scoring.time_to_quality(never, REF)["time_to_quality"] is None
+    early = ttq.scoring.time_to_quality([dict(p, eval_loss=6.9) for p in OURS], REF)
     assert early["reached_by_first_point"] and early["seconds_to_target"] == 5.0
 
 
 def test_times_from_trainer_log_by_hand():
     # 70 blocks, 32 per step: steps 1, 2 full, step 3 has the epoch's last 6 blocks, step 4 starts epoch 2
-    assert [ttq.steps_samples(s, 70, 32) for s in (1, 2, 3, 4, 6)] == [32, 32, 6, 32, 6]
+    assert [ttq.scoring.steps_samples(s, 70, 32) for s in (1, 2, 3, 4, 6)] == [32, 32, 6, 32, 6]
     log = [
         {"step": 2, "samples_per_second": 16.0, "tokens_per_second": 2048.0},  # 64 blocks in 4 s
         {"step": 4, "samples_per_second": 19.0, "tokens_per_second": 2432.0},
     ]  # 6 + 32 blocks in 2 s
-    times = ttq.times_from_trainer_log(log, n_blocks=70, per_step=32)
+    times = ttq.scoring.times_from_trainer_log(log, n_blocks=70, per_step=32)
     assert times[2] == {"seconds": 4.0, "tokens": 4.0 * 2048.0}
     assert times[4]["seconds"] == pytest.approx(6.0) and times[4]["tokens"] == pytest.approx(4 * 2048 + 2 * 2432)
 
 
 def test_prepared_dataset_variants_follow_the_recipe_flags():
-    assert ttq.data_variant([]) == "prepared" and ttq.variant_flags("prepared") == []
-    assert ttq.data_variant(["--document_masking", "false", "--learning_rate", "1e-3"]) == "prepared-nodoc"
-    assert ttq.variant_flags("prepared-nodoc") == ["--document_masking", "false"]
-    assert ttq.data_variant(["--objective=rtd", "--document_masking=False"]) == "prepared-rtd-nodoc"
-    assert ttq.variant_flags("prepared-rtd-nodoc") == ["--objective", "rtd", "--document_masking", "false"]
-    assert ttq.data_variant(["--document_masking", "true"]) == "prepared"
+    assert ttq.recipes.data_variant([]) == "prepared" and ttq.recipes.variant_flags("prepared") == []
+    assert ttq.recipes.data_variant(["--document_masking", "false", "--learning_rate", "1e-3"]) == "prepared-nodoc"
+    assert ttq.recipes.variant_flags("prepared-nodoc") == ["--document_masking", "false"]
+    assert ttq.recipes.data_variant(["--objective=rtd", "--document_masking=False"]) == "prepared-rtd-nodoc"
+    assert ttq.recipes.variant_flags("prepared-rtd-nodoc") == ["--objective", "rtd", "--document_masking", "false"]
+    assert ttq.recipes.data_variant(["--document_masking", "true"]) == "prepared"
 
 
 def test_recipes_and_flags():
-    table = ttq.select_recipes(["sesame-default"], ["wd0=--weight_decay 0 --learning_rate=2e-3"])  # argv: no quotes
+    # argv: no quotes
+    table = ttq.recipes.select_recipes(["sesame-default"], ["wd0=--weight_decay 0 --learning_rate=2e-3"])
     assert table == {"sesame-default": [], "wd0": ["--weight_decay", "0", "--learning_rate=2e-3"]}
-    assert ttq.flag_value(table["wd0"], "--learning_rate") == "2e-3"
+    assert ttq.common.flag_value(table["wd0"], "--learning_rate") == "2e-3"
     with pytest.raises(ValueError, match="set by the bench"):
-        ttq.select_recipes([], ["x=--max_train_steps 5"])
+        ttq.recipes.select_recipes([], ["x=--max_train_steps 5"])
     with pytest.raises(ValueError, match="unknown"):
-        ttq.select_recipes(["nope"], [])
-    assert ttq.save_steps(10, 4) == [3, 6, 9, 10]
+        ttq.recipes.select_recipes(["nope"], [])
+    assert ttq.runs.save_steps(10, 4) == [3, 6, 9, 10]
 
 
 def test_shapes_are_the_presets():
     import modeling
 
-    for name, shape in ttq.SHAPES.items():
+    for name, shape in ttq.common.SHAPES.items():
         config = modeling.get_preset_config(name)
         assert {k: getattr(config, k) for k in shape} == shape
 
@@ -215,15 +219,16 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
 
     enc = tokenizer(_documents(200), return_special_tokens_mask=True)
     blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
-        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16}
+        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
     )
     blocks.save_to_disk(str(tmp_path / "blocks"))
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     probe = (
         "import importlib.util, sys; spec = importlib.util.spec_from_file_location('b', sys.argv[1]); "
         "m = importlib.util.module_from_spec(spec); sys.modules['b'] = m; spec.loader.exec_module(m); "
-        "m.block_project_imports()\ntry:\n    import training\nexcept ImportError:\n    print('blocked')\n"
-        "m.reference_main(sys.argv[2:])"
+        "from ttq.reference import block_project_imports, reference_main\n"
+        "block_project_imports()\ntry:\n    import training\nexcept ImportError:\n    print('blocked')\n"
+        "reference_main(sys.argv[2:])"
     )
     cmd = [
         sys.executable,
@@ -255,7 +260,7 @@ def test_reference_is_transformers_only(tokenizer, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "blocked" in proc.stdout
-    result = json.loads((tmp_path / "ref" / ttq.REFERENCE_LOG).read_text())
+    result = json.loads((tmp_path / "ref" / ttq.reference.REFERENCE_LOG).read_text())
     assert result["model_class"] == "transformers.models.bert.modeling_bert.BertForMaskedLM"
     assert result["collator_class"] == "transformers.data.data_collator.DataCollatorForLanguageModeling"
     assert result["attn_implementation"] == "sdpa" and result["project_modules_loaded"] == []
@@ -294,7 +299,7 @@ def test_what_pretraining_buys_by_hand(tmp_path):
             }
         )
     )
-    baselines = ttq.read_baselines(str(path), ["sst2", "stsb"])
+    baselines = ttq.downstream.read_baselines(str(path), ["sst2", "stsb"])
     assert baselines == {"sst2": {"cbow": 0.80, "rnn": 0.82, "bert-tiny-1500": 0.90}}
     runs = {
         "reference": {"kind": "reference", "downstream": {"sst2": 0.75, "stsb": 0.30}},
@@ -302,7 +307,7 @@ def test_what_pretraining_buys_by_hand(tmp_path):
         "random-sesame": {"kind": "random-init", "downstream": {"sst2": 0.70, "stsb": 0.10}},
         "random-bert": {"kind": "random-init", "final_eval_loss": 9.0},
     }  # scored, not fine-tuned
-    buys = ttq.pretraining_buys(runs, baselines)
+    buys = ttq.downstream.pretraining_buys(runs, baselines)
     assert set(buys) == {"reference", "ours"}
     ours, ref = buys["ours"]["sst2"], buys["reference"]["stsb"]
     assert ours["vs_random_init"] == pytest.approx(0.15) and ours["random_init"] == "random-sesame"
@@ -314,7 +319,7 @@ def test_what_pretraining_buys_by_hand(tmp_path):
 
 
 def test_pairs_schedules_and_token_budget(tmp_path):
-    args = ttq.parse_args(
+    args = ttq.cli.parse_args(
         [
             "--train_file",
             "a.txt",
@@ -334,7 +339,7 @@ def test_pairs_schedules_and_token_budget(tmp_path):
             "big=--per_device_train_batch_size 16 --gradient_accumulation_steps 4",
         ]
     )
-    pairs = ttq.plan_pairs(args, tmp_path)
+    pairs = ttq.runs.plan_pairs(args, tmp_path)
     assert [(ref.name, ours.name, ours.seed) for ref, ours in pairs] == [
         ("reference-r0@sesame-default", "sesame-default-r0", 42),
         ("reference-r0@big", "big-r0", 42),
@@ -344,9 +349,9 @@ def test_pairs_schedules_and_token_budget(tmp_path):
     assert all(
         ref.seed == ours.seed and ref.paired_with == ours.name and ref.recipe == ours.recipe for ref, ours in pairs
     )
-    assert [len(g) for g in ttq.groups_for("paired", pairs)] == [2, 2, 2, 2]
+    assert [len(g) for g in ttq.runs.groups_for("paired", pairs)] == [2, 2, 2, 2]
     # sequential: one run at a time, one reference copy per repeat (alone, a copy is the same run as the others)
-    assert [[r.name for r in g] for g in ttq.groups_for("sequential", pairs)] == [
+    assert [[r.name for r in g] for g in ttq.runs.groups_for("sequential", pairs)] == [
         ["reference-r0@sesame-default"],
         ["sesame-default-r0"],
         ["big-r0"],
@@ -355,7 +360,7 @@ def test_pairs_schedules_and_token_budget(tmp_path):
         ["big-r1"],
     ]
     # shared (a recipe search): per repeat the first pair, then the other recipes without reference copies
-    assert [[r.name for r in g] for g in ttq.groups_for("shared", pairs)] == [
+    assert [[r.name for r in g] for g in ttq.runs.groups_for("shared", pairs)] == [
         ["reference-r0@sesame-default", "sesame-default-r0"],
         ["big-r0"],
         ["reference-r1@sesame-default", "sesame-default-r1"],
@@ -365,10 +370,10 @@ def test_pairs_schedules_and_token_budget(tmp_path):
         "reference-r0@sesame-default": {"paired_with": "sesame-default-r0", "final_eval_loss": 6.0},
         "reference-r1@sesame-default": {"paired_with": "sesame-default-r1", "final_eval_loss": 6.1},
     }
-    ttq.shared_copies(pairs, copies)
+    ttq.runs.shared_copies(pairs, copies)
     assert copies["reference-r1@big"] == {"paired_with": "sesame-default-r1 (shared)", "final_eval_loss": 6.1}
     with pytest.raises(SystemExit):
-        ttq.parse_args(
+        ttq.cli.parse_args(
             [
                 "--train_file",
                 "a.txt",
@@ -384,7 +389,7 @@ def test_pairs_schedules_and_token_budget(tmp_path):
                 "shared",
             ]
         )
-    ref_steps, steps, probe = ttq.budget_steps(args, {}, tmp_path, pairs)
+    ref_steps, steps, probe = ttq.phases.budget_steps(args, {}, tmp_path, pairs)
     # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
     assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
 
@@ -411,21 +416,21 @@ def test_rtd_runs_are_scored_by_their_generator_also_from_checkpoints(tmp_path):
 
     folder, later = tmp_path / "run", _rtd_model(1)
     _rtd_model(0).save_pretrained(folder)
-    assert ttq.scored_by_generator(folder) and not ttq.scored_by_generator(folder / "generator")
+    assert ttq.scoring.scored_by_generator(folder) and not ttq.scoring.scored_by_generator(folder / "generator")
     acc = Accelerator(cpu=True)
     acc.prepare(later)
     acc.save_state(str(tmp_path / "ckpt"))
     ids = torch.randint(5, 21, (2, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        final = ttq.load_scored_mlm(folder).eval()(ids).logits
-        step = ttq.load_scored_mlm(folder, tmp_path / "ckpt" / "model.safetensors").eval()(ids).logits
+        final = ttq.scoring.load_scored_mlm(folder).eval()(ids).logits
+        step = ttq.scoring.load_scored_mlm(folder, tmp_path / "ckpt" / "model.safetensors").eval()(ids).logits
         assert torch.equal(final, _rtd_model(0).generator(ids).logits)
         assert torch.equal(step, later.generator(ids).logits) and not torch.equal(step, final)
-    assert type(ttq.load_scored_mlm(folder)).__name__ == "SesameBertForMaskedLM"
+    assert type(ttq.scoring.load_scored_mlm(folder)).__name__ == "SesameBertForMaskedLM"
 
 
 def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, capsys):
-    args = ttq.parse_args(
+    args = ttq.cli.parse_args(
         [
             "--train_file",
             "a.txt",
@@ -465,14 +470,17 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
     }
     ours = {**ref, "curve": [dict(p, eval_loss=p["eval_loss"] - 0.1) for p in curve], "final_eval_loss": 6.4}
     rtd = {**ours, "heldout_model": "generator"}
-    ratios = {"sesame-lr1e-3": ttq.ratios_for([(ref, ours)], 7.5), "rtd": ttq.ratios_for([(ref, rtd)], 7.5)}
+    ratios = {
+        "sesame-lr1e-3": ttq.scoring.ratios_for([(ref, ours)], 7.5),
+        "rtd": ttq.scoring.ratios_for([(ref, rtd)], 7.5),
+    }
     assert ratios["sesame-lr1e-3"]["quality_per_token"] == pytest.approx((7.5 - 6.4) / (7.5 - 6.5))
     assert ratios["rtd"]["quality_per_token"] is None and ratios["rtd"]["time_to_quality"] is None
     assert "generator" in ratios["rtd"]["not_applicable"]
     runs = {
-        "reference": ttq.summarize("reference", [], [ref]),
-        "sesame-lr1e-3": ttq.summarize("recipe", [], [ours]),
-        "rtd": {**ttq.summarize("recipe", ["--objective", "rtd"], [rtd]), "downstream": {"sst2": 0.7}},
+        "reference": ttq.runs.summarize("reference", [], [ref]),
+        "sesame-lr1e-3": ttq.runs.summarize("recipe", [], [ours]),
+        "rtd": {**ttq.runs.summarize("recipe", ["--objective", "rtd"], [rtd]), "downstream": {"sst2": 0.7}},
         "random-sesame": {"kind": "random-init", "flags": [], "final_eval_loss": 9.0},
     }
     assert runs["rtd"]["heldout_model"] == "generator"
@@ -484,7 +492,7 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
     }
     results = {
         "command": ["bench"],
-        "protocol": ttq.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2}, {}, 1.0),
+        "protocol": ttq.report.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2}, {}, 1.0),
         "heldout_sha256": "0" * 64,
         "heldout": {"blocks": 2, "tokens": 64, "masked": 9, "seed": 1},
         "unigram_loss": 7.5,
@@ -500,11 +508,11 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
         "sweep": {},
         "timings": {},
     }
-    ttq.write_outputs(results, tmp_path)
+    ttq.report.write_outputs(results, tmp_path)
     table = (tmp_path / "results.md").read_text()
     assert "| rtd | n/a |" in table and "6.4000 (generator)" in table
     assert (tmp_path / "results.png").stat().st_size > 0
-    ttq.print_ratios(results)
+    ttq.report.print_ratios(results)
     printed = capsys.readouterr().out
     assert "rtd: no quality per token / time to quality" in printed and "(generator)" in printed
 
@@ -518,31 +526,40 @@ def test_device_defaults_cuda_and_cpu(tmp_path):
     paired, the reference in float32 and no --mixed_precision added; a given flag beats the device default."""
     argv = [*BASE_ARGS, "--output_dir", str(tmp_path), "--budget_tokens", "8192", "--recipes", "sesame-default"]
     argv += ["--recipe_flags", "own-fp32=--mixed_precision no"]
-    gpu, cpu = ttq.parse_args(argv, cuda=True), ttq.parse_args(argv, cuda=False)
+    gpu, cpu = ttq.cli.parse_args(argv, cuda=True), ttq.cli.parse_args(argv, cuda=False)
     assert (gpu.schedule, gpu.reference_mixed_precision, gpu.mixed_precision) == ("sequential", "bf16", "bf16")
     assert (cpu.schedule, cpu.reference_mixed_precision, cpu.mixed_precision) == ("paired", "no", None)
-    given = ttq.parse_args([*argv, "--schedule", "paired", "--reference_mixed_precision", "no"], cuda=True)
+    given = ttq.cli.parse_args([*argv, "--schedule", "paired", "--reference_mixed_precision", "no"], cuda=True)
     assert (given.schedule, given.reference_mixed_precision) == ("paired", "no")
-    assert 1 <= cpu.preprocessing_num_workers <= ttq.MAX_DEFAULT_WORKERS
+    assert 1 <= cpu.preprocessing_num_workers <= ttq.cli.MAX_DEFAULT_WORKERS
     data = {"variants": {"prepared": {"path": tmp_path / "prepared"}}, "reference_blocks": "b", "tokenizer": "t"}
-    pairs = ttq.plan_pairs(gpu, tmp_path)
-    ref_cmd = ttq.run_command(pairs[0][0], gpu, data, 10, 2)
-    assert ttq.flag_value(ref_cmd, "--mixed_precision") == "bf16"
-    assert ttq.flag_value(ref_cmd, "--heldout") == str(tmp_path / ttq.HELDOUT_FILE)
-    assert "--heldout" not in ttq.run_command(pairs[0][0], gpu, data, 10, 2, probe=True)
-    default_cmd = ttq.run_command(pairs[0][1], gpu, data, 10, 2)
-    own_cmd = ttq.run_command(pairs[1][1], gpu, data, 10, 2)
-    assert ttq.flag_value(default_cmd, "--mixed_precision") == "bf16"
-    assert ttq.flag_value(own_cmd, "--mixed_precision") == "no"  # the recipe's flag comes later: it wins
-    assert "--mixed_precision" not in ttq.run_command(pairs[0][1], cpu, data, 10, 2)
-    assert ttq.flag_value(ttq.run_command(pairs[0][0], cpu, data, 10, 2), "--mixed_precision") == "no"
+    pairs = ttq.runs.plan_pairs(gpu, tmp_path)
+    ref_cmd = ttq.runs.run_command(pairs[0][0], gpu, data, 10, 2)
+    assert ttq.common.flag_value(ref_cmd, "--mixed_precision") == "bf16"
+    assert ttq.common.flag_value(ref_cmd, "--heldout") == str(tmp_path / ttq.data.HELDOUT_FILE)
+    assert "--heldout" not in ttq.runs.run_command(pairs[0][0], gpu, data, 10, 2, probe=True)
+    default_cmd = ttq.runs.run_command(pairs[0][1], gpu, data, 10, 2)
+    own_cmd = ttq.runs.run_command(pairs[1][1], gpu, data, 10, 2)
+    assert ttq.common.flag_value(default_cmd, "--mixed_precision") == "bf16"
+    assert ttq.common.flag_value(own_cmd, "--mixed_precision") == "no"  # the recipe's flag comes later: it wins
+    assert "--mixed_precision" not in ttq.runs.run_command(pairs[0][1], cpu, data, 10, 2)
+    assert ttq.common.flag_value(ttq.runs.run_command(pairs[0][0], cpu, data, 10, 2), "--mixed_precision") == "no"
     with pytest.raises(SystemExit):
-        ttq.parse_args([*argv, "--preprocessing_num_workers", "0"], cuda=False)
+        ttq.cli.parse_args([*argv, "--preprocessing_num_workers", "0"], cuda=False)
 
 
 def test_tokenizer_env_threads():
-    assert ttq.tokenizer_env(8) == {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": "8"}
-    assert ttq.tokenizer_env(1)["TOKENIZERS_PARALLELISM"] == "false"
+    assert ttq.data.tokenizer_env(8) == {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": "8"}
+    assert ttq.data.tokenizer_env(1)["TOKENIZERS_PARALLELISM"] == "false"
+
+
+def test_tokenizer_command_of_both_benches():
+    """The tokenizer trainer's command that both benches run (the time-to-quality bench for BERT, the ELMo bench for
+    its word vocabulary), against the argv written out by hand."""
+    got = ttq.data.tokenizer_command("elmo", ["a.txt", "b.txt.gz"], 500, Path("out") / "tok")
+    expected = [sys.executable, "-m", "tokenizer", "train", "--model_type", "elmo"]
+    expected += ["--train_file", "a.txt", "b.txt.gz", "--vocab_size", "500", "--output_dir", str(Path("out") / "tok")]
+    assert got == expected
 
 
 def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
@@ -557,7 +574,7 @@ def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
     for n in (1, 3):
-        ttq.build_reference_blocks(files, tmp_path / "tok", 16, tmp_path / f"blocks{n}", n)
+        ttq.data.build_reference_blocks(files, tmp_path / "tok", 16, tmp_path / f"blocks{n}", n)
     one, three = load_from_disk(str(tmp_path / "blocks1")), load_from_disk(str(tmp_path / "blocks3"))
     assert one["input_ids"] == three["input_ids"] and one["special_tokens_mask"] == three["special_tokens_mask"]
     # by hand: per batch of 1,000 documents, [CLS] doc [SEP] concatenated, cut into 16, the remainder dropped
@@ -569,9 +586,9 @@ def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
 def _run_reference_in_process(argv: list[str]) -> dict:
     """reference_main in this process (faster than a child), its import blocker removed afterwards."""
     try:
-        return ttq.reference_main(argv)
+        return ttq.reference.reference_main(argv)
     finally:
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq._ProjectImportBlocker)]
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq.reference._ProjectImportBlocker)]
 
 
 @pytest.mark.parametrize("precision", ["no", "bf16"])
@@ -584,11 +601,11 @@ def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_pat
 
     enc = tokenizer(_documents(200), return_special_tokens_mask=True)
     blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
-        ttq.group_texts, batched=True, fn_kwargs={"block_size": 16}
+        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
     )
     blocks.save_to_disk(str(tmp_path / "blocks"))
     tokenizer.save_pretrained(str(tmp_path / "tok"))
-    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(120), tokenizer, max_len=24), tokenizer, seed=5)
+    heldout = ttq.data.mask_heldout(ttq.data.heldout_blocks(_documents(120), tokenizer, max_len=24), tokenizer, seed=5)
     save_file(heldout, str(tmp_path / "heldout.safetensors"))
     common = ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape"]
     common += ["bert-tiny", "--learning_rate", "3e-3", "--max_train_steps", "4", "--batch_size", "4"]
@@ -600,7 +617,9 @@ def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_pat
     plain = _run_reference_in_process([*common, "--output_dir", str(tmp_path / "plain")])
     assert plain["scores"] == {} and sorted(scored["scores"]) == ["2", "4"]
     for step in (2, 4):  # the old path: the saved checkpoint, built again and scored (on the CPU)
-        old = ttq.heldout_loss(ttq.load_mlm(tmp_path / "scored" / "checkpoints" / f"step_{step}"), heldout)
+        old = ttq.scoring.heldout_loss(
+            ttq.scoring.load_mlm(tmp_path / "scored" / "checkpoints" / f"step_{step}"), heldout
+        )
         assert scored["scores"][str(step)] == pytest.approx(old, rel=1e-5)
         if not torch.cuda.is_available():  # the same device and weights: the same number, bit for bit
             assert scored["scores"][str(step)] == old
@@ -608,16 +627,18 @@ def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_pat
     if not torch.cuda.is_available():  # deterministic on the CPU: scoring changes nothing of the training
         assert [s["loss"] for s in scored["steps"]] == [s["loss"] for s in plain["steps"]]
         for step in (2, 4):
-            old = ttq.heldout_loss(ttq.load_mlm(tmp_path / "plain" / "checkpoints" / f"step_{step}"), heldout)
+            old = ttq.scoring.heldout_loss(
+                ttq.scoring.load_mlm(tmp_path / "plain" / "checkpoints" / f"step_{step}"), heldout
+            )
             assert scored["scores"][str(step)] == old
     again = _run_reference_in_process(
         [*common, "--heldout", str(tmp_path / "heldout.safetensors"), "--output_dir", str(tmp_path / "nockpt")]
     )
     assert sorted(again["scores"]) == ["2", "4"] and not (tmp_path / "nockpt" / "checkpoints").exists()
     # the bench reads the logged curve: no checkpoint needed
-    run = ttq.Run("reference", "reference", tmp_path / "nockpt", 42, lr=3e-3)
+    run = ttq.runs.Run("reference", "reference", tmp_path / "nockpt", 42, lr=3e-3)
     args = argparse.Namespace(keep_checkpoints=False)
-    curve = ttq.score_run(run, args, {}, heldout)
+    curve = ttq.runs.score_run(run, args, {}, heldout)
     assert [p["step"] for p in curve] == [2, 4] and [p["eval_loss"] for p in curve] == [
         again["scores"]["2"],
         again["scores"]["4"],
@@ -640,19 +661,19 @@ def test_checkpoint_scorer_equals_building_each_checkpoint(tokenizer, tmp_path):
     as building the model from each checkpoint (the old path), for an MLM run and an RTD run (its generator)."""
     from accelerate import Accelerator
 
-    heldout = ttq.mask_heldout(ttq.heldout_blocks(_documents(150), tokenizer, max_len=24), tokenizer, seed=9)
+    heldout = ttq.data.mask_heldout(ttq.data.heldout_blocks(_documents(150), tokenizer, max_len=24), tokenizer, seed=9)
     folder = tmp_path / "run"
     _tiny_sesame(0).save_pretrained(folder)
     for step, seed in ((1, 1), (2, 2)):
         acc = Accelerator(cpu=True)
         acc.prepare(_tiny_sesame(seed))
         acc.save_state(str(folder / "checkpoints" / f"step_{step}"))
-    scorer = ttq.CheckpointScorer(folder)
-    assert scorer.device == ttq.scoring_device()
+    scorer = ttq.scoring.CheckpointScorer(folder)
+    assert scorer.device == ttq.scoring.scoring_device()
     losses = []
     for step in (1, 2, 1):
         weights = folder / "checkpoints" / f"step_{step}" / "model.safetensors"
-        old = ttq.heldout_loss(ttq.load_scored_mlm(folder, weights).to(scorer.device), heldout)
+        old = ttq.scoring.heldout_loss(ttq.scoring.load_scored_mlm(folder, weights).to(scorer.device), heldout)
         new = scorer.score(weights, heldout)
         assert new == pytest.approx(old, rel=1e-6) and (scorer.device.type != "cpu" or new == old)
         losses.append(new)
@@ -664,13 +685,14 @@ def test_checkpoint_scorer_equals_building_each_checkpoint(tokenizer, tmp_path):
     acc.prepare(_rtd_model(3))
     acc.save_state(str(rtd / "ckpt"))
     weights = rtd / "ckpt" / "model.safetensors"
-    old = ttq.heldout_loss(ttq.load_scored_mlm(rtd, weights), heldout)  # the tokenizer's 21 ids: the RTD vocabulary
-    assert ttq.CheckpointScorer(rtd, torch.device("cpu")).score(weights, heldout) == old
+    # the tokenizer's 21 ids: the RTD vocabulary
+    old = ttq.scoring.heldout_loss(ttq.scoring.load_scored_mlm(rtd, weights), heldout)
+    assert ttq.scoring.CheckpointScorer(rtd, torch.device("cpu")).score(weights, heldout) == old
     # weights of another model are refused with the file named
     other = tmp_path / "other"
     _tiny_sesame(0).save_pretrained(other)
-    with pytest.raises(ttq.BenchError, match="do not fit"):
-        ttq.CheckpointScorer(rtd, torch.device("cpu")).load(other / "model.safetensors")
+    with pytest.raises(ttq.common.BenchError, match="do not fit"):
+        ttq.scoring.CheckpointScorer(rtd, torch.device("cpu")).load(other / "model.safetensors")
     wider = tmp_path / "wider"
     import modeling
 
@@ -679,8 +701,8 @@ def test_checkpoint_scorer_equals_building_each_checkpoint(tokenizer, tmp_path):
         "bert-tiny", vocab_size=21, pad_token_id=0, hidden_size=64, intermediate_size=64
     )
     modeling.SesameBertForMaskedLM(config).save_pretrained(wider)
-    with pytest.raises(ttq.BenchError, match="do not fit"):
-        ttq.CheckpointScorer(folder, torch.device("cpu")).load(wider / "model.safetensors")
+    with pytest.raises(ttq.common.BenchError, match="do not fit"):
+        ttq.scoring.CheckpointScorer(folder, torch.device("cpu")).load(wider / "model.safetensors")
 
 
 def test_plan_arithmetic_by_hand(tmp_path):
@@ -711,8 +733,8 @@ def test_plan_arithmetic_by_hand(tmp_path):
     argv += ["--budget_minutes", "1", "--reference_lrs", "1e-4", "2e-4", "--recipes", "sesame-default"]
     argv += ["--recipe_flags", "nodoc=--document_masking false", "--tasks", "stsb", "--seeds", "1"]
     argv += ["--max_train_samples", "320", "--curve_points", "4", "--preprocessing_num_workers", "3"]
-    args = ttq.parse_args(argv, cuda=True)
-    got = {p["phase"]: p["seconds"] for p in ttq.plan_phases(args, costs, {"stsb": 5749})}
+    args = ttq.cli.parse_args(argv, cuda=True)
+    got = {p["phase"]: p["seconds"] for p in ttq.plan.plan_phases(args, costs, {"stsb": 5749})}
     # data: 100 s x (1 + 0.25 for the nodoc variant) x (0.2 + 0.8 / (1 + 2 x 0.5))
     assert got["data"] == pytest.approx(100 * 1.25 * (0.2 + 0.8 / 2))
     # probes (sequential): one reference probe (10 + 20 x 0.1) and two recipe probes (20 + 20 x 0.2)
@@ -724,8 +746,8 @@ def test_plan_arithmetic_by_hand(tmp_path):
     assert got["scoring"] == 7.0
     # fine-tuning: 4 models (reference, 2 recipes, random-sesame) x (5 + 10 steps x 3 epochs x 0.1 + 3) / 2
     assert got["finetuning"] == pytest.approx(4 * (5 + 3 + 3) / 2)
-    paired = ttq.parse_args([*argv, "--schedule", "paired"], cuda=True)
-    got = {p["phase"]: p["seconds"] for p in ttq.plan_phases(paired, costs, {"stsb": 5749})}
+    paired = ttq.cli.parse_args([*argv, "--schedule", "paired"], cuda=True)
+    got = {p["phase"]: p["seconds"] for p in ttq.plan.plan_phases(paired, costs, {"stsb": 5749})}
     assert got["probes"] == pytest.approx(2 * 24) and got["sweep"] == pytest.approx(27)
     assert got["pretraining"] == pytest.approx(2 * (84 + 10))  # each pair: its longer run, then ours scored
 
@@ -747,29 +769,29 @@ def test_readme_gpu_protocol_plans_within_nine_minutes(capsys):
     """The README's GPU protocol: bert-base, a sweep of two learning rates, SST-2 and STS-B with one seed, CUDA
     defaults; its plan under the H100 cost model (issue 30's measured step times and data phase) is <= 9 minutes."""
     argv = _readme_gpu_protocol()
-    args = ttq.parse_args(argv, cuda=True)
+    args = ttq.cli.parse_args(argv, cuda=True)
     assert args.model_shape == "bert-base" and len(args.reference_lrs) == 2
     assert sorted(args.tasks) == ["sst2", "stsb"] and args.seeds == 1
     assert (args.schedule, args.reference_mixed_precision, args.mixed_precision) == ("sequential", "bf16", "bf16")
-    plan = ttq.parse_args([*argv, "--plan_only"])
+    plan = ttq.cli.parse_args([*argv, "--plan_only"])
     assert plan.preprocessing_num_workers == 16  # the planned machine's cores, not this one's
-    total = ttq.print_plan(plan, "h100")
+    total = ttq.plan.print_plan(plan, "h100")
     printed = capsys.readouterr().out
     assert total <= 9 * 60 and f"{total:.0f} s" in printed
     for phase in ("data", "probes", "sweep", "pretraining", "finetuning"):
         assert phase in printed
-    assert ttq.main([*argv, "--plan_only"]) == 0  # runs nothing
+    assert ttq.cli.main([*argv, "--plan_only"]) == 0  # runs nothing
 
 
 def test_run_jobs_reports_a_job_done_while_the_others_run(tmp_path):
     """on_done(job) comes as soon as a job ends, while a slower one still runs (our run is scored beside its
     reference copy's last steps), and not for a failed job."""
-    fast = ttq.Job("fast", [sys.executable, "-c", "pass"], tmp_path / "fast.log")
-    slow = ttq.Job("slow", [sys.executable, "-c", "import time; time.sleep(4)"], tmp_path / "slow.log")
+    fast = ttq.common.Job("fast", [sys.executable, "-c", "pass"], tmp_path / "fast.log")
+    slow = ttq.common.Job("slow", [sys.executable, "-c", "import time; time.sleep(4)"], tmp_path / "slow.log")
     seen = []
-    ttq.run_jobs([fast, slow], parallel=2, on_done=lambda job: seen.append((job.name, slow.returncode)))
+    ttq.common.run_jobs([fast, slow], parallel=2, on_done=lambda job: seen.append((job.name, slow.returncode)))
     assert seen == [("fast", None), ("slow", 0)]
-    bad = ttq.Job("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")
+    bad = ttq.common.Job("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")
     seen.clear()
-    ttq.run_jobs([bad], parallel=1, check=False, on_done=lambda job: seen.append(job.name))
+    ttq.common.run_jobs([bad], parallel=1, check=False, on_done=lambda job: seen.append(job.name))
     assert seen == [] and bad.returncode == 3
