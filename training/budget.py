@@ -114,7 +114,8 @@ def time_optimizer_steps(
     Raises:
         InputError: ``steps <= warmup``, or a loader that gives no batch.
     """
-    from training.loop import default_loss_fn, default_weight_fn, enable_gradient_checkpointing
+    from training.accelerator import enable_gradient_checkpointing
+    from training.data import default_loss_fn, default_weight_fn
 
     if steps <= warmup or warmup < 0:
         raise InputError(f"time budget probe: {steps} steps with {warmup} not timed; expected more steps than that")

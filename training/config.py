@@ -40,6 +40,38 @@ def planned_steps(config: TrainingConfig, num_epoch_batches: int | None) -> tupl
     return max(1, math.ceil(config.num_train_epochs * per_epoch)), per_epoch
 
 
+def plan_steps(
+    config: TrainingConfig, num_epoch_batches: int | None
+) -> tuple[int, int | None, int, int | None, int | None]:
+    """The loop's plan for data that gives ``num_epoch_batches`` micro-batches per process and epoch (None: a
+    stream): ``(max_train_steps, optimizer steps per epoch (None: a stream), num_warmup_steps, eval_steps,
+    checkpointing_steps)``, all in optimizer steps (the intervals None: never); see :func:`planned_steps` and
+    :func:`resolve_interval`.
+
+    Raises:
+        InputError: no batch at all, or a stream without ``max_train_steps``.
+    """
+    if num_epoch_batches == 0:
+        raise InputError("the training data gives no batch on this process; expected more examples than processes")
+    if num_epoch_batches is None and config.max_train_steps is None:  # a stream: no length until it ends
+        raise InputError(
+            "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
+            "in; expected --max_train_steps with --streaming"
+        )
+    max_train_steps, per_epoch = planned_steps(config, num_epoch_batches)
+    if config.num_warmup_steps is not None:
+        num_warmup_steps = config.num_warmup_steps
+    else:
+        num_warmup_steps = math.ceil(config.warmup_ratio * max_train_steps)
+    return (
+        max_train_steps,
+        per_epoch,
+        num_warmup_steps,
+        resolve_interval(config.eval_steps, max_train_steps),
+        resolve_interval(config.checkpointing_steps, max_train_steps),
+    )
+
+
 def evaluations(eval_steps: int | None, max_train_steps: int) -> int:
     """How many evaluations a run with ``eval_steps`` (resolved, in steps; None: only at the end) makes: at step 0,
     every ``eval_steps`` steps before the last, and at the end."""
@@ -214,7 +246,27 @@ def greater_is_better(config: TrainingConfig) -> bool:
     return not ("loss" in name or "perplexity" in name)
 
 
+def optimizer_settings(config: TrainingConfig, num_warmup_steps: int) -> dict[str, Any]:
+    """The settings a checkpoint's optimizer state and schedule carry (compared on resume,
+    :func:`training.checkpointer.check_resume_settings`), with the resolved warmup (optimizer steps);
+    ``max_grad_norm`` is applied by the loop as given."""
+    return {
+        "learning_rate": config.learning_rate,
+        "weight_decay": config.weight_decay,
+        "adam_beta1": config.adam_beta1,
+        "adam_beta2": config.adam_beta2,
+        "adam_epsilon": config.adam_epsilon,
+        "optim": config.optim,
+        "lr_scheduler_type": config.lr_scheduler_type,
+        "num_warmup_steps": num_warmup_steps,
+        "num_decay_steps": config.num_decay_steps,
+        "max_grad_norm": config.max_grad_norm,
+    }
+
+
 __all__ = [
+    "optimizer_settings",
+    "plan_steps",
     "TrainingConfig",
     "best_metric_name",
     "evaluations",

@@ -218,7 +218,33 @@ def length_of(obj) -> int | None:
         return None
 
 
+def default_loss_fn(model, batch: Mapping[str, Any]) -> torch.Tensor:
+    """``model(**batch).loss``: the model's mean loss over its predicted items."""
+    return model(**batch).loss
+
+
+def default_weight_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
+    """Items the loss averages over: labels != -100 for token-level labels (a 0-d tensor on the batch's device,
+    so that no host sync is needed), else the batch size (int)."""
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() >= 2:
+        return (labels != -100).sum()
+    first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
+    return int(first.shape[0])
+
+
+def default_tokens_fn(batch: Mapping[str, Any]) -> int | torch.Tensor:
+    """Non-padding tokens of a batch (``attention_mask`` sum as a 0-d tensor on the batch's device; else the
+    number of elements of ``input_ids``)."""
+    if "attention_mask" in batch:
+        return batch["attention_mask"].sum()
+    return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
+
+
 __all__ = [
+    "default_loss_fn",
+    "default_tokens_fn",
+    "default_weight_fn",
     "EpochShuffleSampler",
     "LengthGroupedSampler",
     "data_change",

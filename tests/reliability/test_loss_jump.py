@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from training.loop import LOSS_JUMP_NATS, loss_jump
+from training.progress import LOSS_JUMP_NATS, loss_jump
 
 
 def _history(*losses):

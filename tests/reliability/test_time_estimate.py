@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from training.loop import estimate_finish, format_duration, remaining_events
+from training.progress import estimate_finish, format_duration, remaining_events
 
 
 @pytest.mark.parametrize("max_steps", [1, 7, 20, 23])

@@ -88,7 +88,7 @@ def test_single_machine_configs_meet_on_loopback(config: Path):
 
 
 def test_gloo_listens_on_loopback_when_every_process_is_on_this_machine(monkeypatch):
-    from training.loop import _gloo_on_loopback
+    from training.accelerator import _gloo_on_loopback
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -38,7 +38,7 @@ def test_fsdp_config_wraps_the_sesame_bert_layer():
 def test_no_accelerator_device_means_cpu(monkeypatch):
     import torch
 
-    from training.loop import _no_accelerator_device
+    from training.accelerator import _no_accelerator_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     if getattr(torch.backends, "mps", None) is not None:

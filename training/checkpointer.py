@@ -1,0 +1,289 @@
+"""The loop's checkpointer (:class:`Checkpointer`, held by :class:`training.loop.Trainer`): write a checkpoint and
+rotate the old ones, find and check the checkpoint to resume from and load it, load the best model at the end.
+The files and their manifest are :mod:`training.checkpoint`'s; the resume checks are :func:`check_resume_geometry`,
+:func:`check_resume_settings` and :func:`check_pickles`. Moved here from :mod:`training.loop`. What it guarantees:
+
+* **Checkpoints.** Every ``checkpointing_steps`` optimizer steps (a fraction below 1: of the run) and at the end,
+  ``<output_dir>/checkpoints/step_N/`` written atomically with a size + SHA-256 manifest
+  (:mod:`training.checkpoint`), the last ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as
+  JSON in ``trainer_state.json`` (nothing is unpickled on resume). ``latest`` skips damaged checkpoints; a failed
+  save (disk full) raises :class:`training.checkpoint.CheckpointWriteError` and leaves the previous checkpoints
+  intact.
+* **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
+  rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
+  states, the log and evaluation histories and the position in the data (it refuses another global batch, number
+  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is
+  set on the sampler and collator, and
+  the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
+  them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
+  training data must be ordered by a sampler seeded from (seed, epoch) (e.g.
+  :class:`training.data.EpochShuffleSampler`), the DataLoader must have its own ``generator`` and the collator
+  must draw its random numbers from its own seeded generators, never from the global RNG (which belongs to
+  dropout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+from training import checkpoint as ckpt
+from training.config import TrainingConfig, best_metric_name
+from training.data import data_change
+from training.errors import InputError, first_line
+from training.state import TrainerState
+
+#: the loop's logger: these lines are the loop's, and keep its name in the log
+logger = logging.getLogger("training.loop")
+
+
+class Checkpointer:
+    """``<output_dir>/checkpoints/step_N`` of one run (see the module docstring of :mod:`training.loop`).
+
+    Args:
+        accelerator: the prepared run's ``Accelerator`` (its ``save_state`` / ``load_state`` write and read the
+            model, optimizer and RNG states).
+        config: the loop's settings (``output_dir``, ``checkpoints_total_limit``, ``resume_from_checkpoint``,
+            ``ignore_checkpoint_integrity``, ``load_best_model_at_end``).
+    """
+
+    def __init__(self, accelerator, config: TrainingConfig):
+        self.accelerator, self.config = accelerator, config
+        self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
+
+    def save(self, state: TrainerState, scheduler) -> str:
+        """Write ``checkpoints/step_<state.global_step>`` with ``state`` and the schedule's state (as JSON) and
+        rotate the old ones (all processes must call it); with ``load_best_model_at_end`` the best step's
+        checkpoint is kept by the rotation. Returns the checkpoint's path.
+
+        Raises:
+            training.checkpoint.CheckpointWriteError: the write failed (e.g. disk full); earlier checkpoints intact.
+        """
+        saved = dict(state.state_dict(), lr_scheduler=scheduler.state_dict())
+        best = state.best_step
+        protect = [best] if self.config.load_best_model_at_end and best is not None else []
+        path = ckpt.save_checkpoint(
+            self.accelerator,
+            self.checkpoints_dir,
+            state.global_step,
+            saved,
+            self.config.checkpoints_total_limit,
+            protect=protect,
+            run_id=state.run_id,
+        )
+        return str(path)
+
+    def resume(self, state: TrainerState, scheduler, per_device_train_batch_size: int) -> str | None:
+        """Resume from ``resume_from_checkpoint`` (``latest`` or a path; None: nothing to do): check it against
+        the run (:func:`check_resume_geometry`, :func:`check_pickles`, :func:`check_resume_settings`), load the
+        weights, optimizer, RNG states and schedule, and restore ``state`` with the position in the epoch counted
+        in examples. Returns the checkpoint's path, or None when there is none to resume from.
+
+        Raises:
+            InputError: the checkpoint does not fit the run, holds pickled objects, or cannot be read.
+        """
+        cfg, acc = self.config, self.accelerator
+        path = ckpt.resolve_checkpoint(
+            cfg.resume_from_checkpoint, self.checkpoints_dir, state.run_id, cfg.ignore_checkpoint_integrity
+        )
+        if path is None:
+            return None
+        saved = ckpt.read_state(path)
+        current = {
+            "num_processes": acc.num_processes,
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+            "per_device_train_batch_size": per_device_train_batch_size,
+            "max_train_steps": state.max_train_steps,
+            "num_train_examples": state.num_train_examples,
+        }
+        check_resume_geometry(path, saved, current)
+        check_pickles(path, acc.process_index)
+        _load(acc, path, saved, scheduler)
+        # after the load: another model is named first, not its default lr
+        check_resume_settings(path, saved, state, warn=acc.is_main_process)
+        state.load_resumed(saved)
+        # the position in the epoch is counted in examples, so that another split of the same global batch
+        # (processes x per-device batch x accumulation) continues with the very next examples
+        per_micro_batch = per_device_train_batch_size * acc.num_processes
+        saved_micro_batch = int(saved.get("per_device_train_batch_size", per_device_train_batch_size)) * int(
+            saved.get("num_processes", acc.num_processes)
+        )
+        state.batches_in_epoch = int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
+        if acc.is_main_process:
+            logger.info(
+                "resumed from %s at step %d (epoch %d, %d micro-batches in)",
+                path,
+                state.global_step,
+                state.epoch,
+                state.batches_in_epoch,
+            )
+        return str(path)
+
+    def load_best(self, state: TrainerState, last_metrics: dict[str, float]) -> dict[str, float]:
+        """With ``load_best_model_at_end``: load the best step's checkpoint (model, optimizer, RNG states) when it
+        is not the last step and return the metrics recorded at that step; else return ``last_metrics``. (Side
+        products of ``eval_fn``, e.g. saved predictions, are the last evaluation's: run ``eval_fn`` again for
+        the best model's.)
+
+        Raises:
+            InputError: the best checkpoint is damaged.
+        """
+        best = state.best_step
+        if not self.config.load_best_model_at_end or best is None or best == state.global_step:
+            return last_metrics
+        path = os.path.join(self.checkpoints_dir, f"step_{best}")
+        problem = ckpt.verify_checkpoint(path)
+        if problem is not None:
+            raise InputError(
+                f"--load_best_model_at_end: the best checkpoint {path} is damaged ({problem}); expected it intact"
+            )
+        self.accelerator.load_state(path)
+        if self.accelerator.is_main_process:
+            logger.info(
+                "loaded the best model: step %d (%s = %.6g)",
+                best,
+                best_metric_name(self.config),
+                state.best_metric,
+            )
+        record = next(e for e in reversed(state.eval_history) if e["step"] == best)
+        return {k: v for k, v in record.items() if k != "step"}
+
+
+def _load(accelerator, path, saved: Mapping[str, Any], scheduler) -> None:
+    """``accelerator.load_state(path)`` and the schedule's state from ``saved``, every failure as one line.
+
+    Raises:
+        InputError: pickled objects refused by ``torch.load(weights_only=True)``, a checkpoint that does not fit
+            the model/optimizer, or weights that cannot be read (safetensors' ``SafetensorError``).
+    """
+    try:
+        accelerator.load_state(str(path))
+        if "lr_scheduler" in saved:
+            scheduler.load_state_dict(saved["lr_scheduler"])
+    except pickle.UnpicklingError as err:
+        raise InputError(
+            f"--resume_from_checkpoint {path}: a file holds objects other than tensors and plain "
+            f"values, refused by torch.load(weights_only=True) ({first_line(err)[:200]}); expected a "
+            "checkpoint written by sesame-lm (it may have been tampered with)"
+        ) from err
+    except (RuntimeError, KeyError, ValueError) as err:  # shapes/names/param groups that do not fit
+        first = first_line(err)[:300]
+        raise InputError(
+            f"--resume_from_checkpoint {path}: does not fit this model/optimizer ({type(err).__name__}: {first}); "
+            "expected a checkpoint written by a run with the same model config"
+        ) from err
+    except Exception as err:
+        # safetensors' SafetensorError (not a RuntimeError): a truncated or damaged weights file that the
+        # manifest check did not catch (its manifest rewritten, or --ignore_checkpoint_integrity)
+        if type(err).__name__ != "SafetensorError":
+            raise
+        raise InputError(
+            f"--resume_from_checkpoint {path}: its weights cannot be read (SafetensorError: "
+            f"{first_line(err)[:300]}); expected an intact checkpoint (resume from an earlier one: "
+            "--resume_from_checkpoint PATH)"
+        ) from err
+
+
+def check_pickles(path, process_index: int) -> None:
+    """Load this process's RNG file (``random_states_<process_index>.pkl`` in ``path``) with ``weights_only``
+    first: accelerate would skip a blocked one silently.
+
+    Raises:
+        InputError: the file holds objects that ``torch.load(weights_only=True)`` refuses.
+    """
+    from accelerate.utils import load
+
+    rng = os.path.join(path, ckpt.RNG_FILE.format(process_index))
+    if not os.path.isfile(rng):
+        return
+    try:
+        load(rng)
+    except pickle.UnpicklingError as err:
+        raise InputError(
+            f"--resume_from_checkpoint {path}: {os.path.basename(rng)} holds objects other than "
+            "tensors and plain values, refused by torch.load(weights_only=True) "
+            f"({first_line(err)[:200]}); expected a checkpoint written by sesame-lm (it may have been "
+            "tampered with)"
+        ) from err
+
+
+def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, warn: bool = True) -> None:
+    """Refuse a resume with other training data (by content) or other optimizer settings than the checkpoint's
+    (its optimizer state and schedule would silently keep the old values); warn about another
+    ``max_grad_norm`` (applied as given from here on) when ``warn`` (the main process).
+
+    Args:
+        saved: the checkpoint's ``trainer_state.json``; ``state``: this run's (its ``data_fingerprint`` and
+            ``optimizer_settings``).
+
+    Raises:
+        InputError: one line naming what changed, the saved and the current value.
+    """
+    changed = data_change(saved.get("data_fingerprint"), state.data_fingerprint)
+    if changed:
+        raise InputError(
+            f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
+            f"({changed}); expected the same files and settings (start a new run for other data)"
+        )
+    old, new = saved.get("optimizer_settings") or {}, state.optimizer_settings
+    differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm"]
+    if differ:
+        raise InputError(
+            f"--resume_from_checkpoint {path}: optimizer settings differ from the checkpoint's "
+            f"({'; '.join(f'{k} {old[k]} -> {new[k]}' for k in differ)}): the checkpoint's optimizer state and "
+            "schedule would keep its values; expected the same settings (to train on with others, start a new "
+            "run from the saved model)"
+        )
+    if "max_grad_norm" in old and old["max_grad_norm"] != new["max_grad_norm"] and warn:
+        logger.warning(
+            "--max_grad_norm %s differs from the checkpoint's %s: the run continues with %s",
+            new["max_grad_norm"],
+            old["max_grad_norm"],
+            new["max_grad_norm"],
+        )
+
+
+def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
+    number of optimizer steps or another training set size. Another split of the same global batch
+    (processes, per-device batch, accumulation) is fine: the position is counted in examples.
+
+    Args:
+        saved: the checkpoint's ``trainer_state.json``.
+        current: this run's ``num_processes``, ``gradient_accumulation_steps``, ``per_device_train_batch_size``,
+            ``max_train_steps`` and ``num_train_examples`` (None: a stream).
+
+    Raises:
+        InputError: one line naming what changed, the saved and the current value.
+    """
+    P, G, b = (
+        current["num_processes"],
+        current["gradient_accumulation_steps"],
+        current["per_device_train_batch_size"],
+    )
+    max_train_steps, num_train_examples = current["max_train_steps"], current["num_train_examples"]
+    sP = int(saved.get("num_processes", P))
+    sG = int(saved.get("gradient_accumulation_steps", G))
+    sb = int(saved.get("per_device_train_batch_size", b))
+    changes = []
+    if sP * sG * sb != P * G * b:
+        changes.append(
+            f"global batch {sP * sG * sb} ({sP} processes x {sb} per device x {sG} accumulation) -> "
+            f"{P * G * b} ({P} x {b} x {G})"
+        )
+    if saved.get("max_train_steps", max_train_steps) != max_train_steps:
+        changes.append(f"max_train_steps {saved.get('max_train_steps')} -> {max_train_steps}")
+    if saved.get("num_train_examples", num_train_examples) != num_train_examples:
+        changes.append(f"training examples {saved.get('num_train_examples')} -> {num_train_examples}")
+    if changes:
+        raise InputError(
+            f"--resume_from_checkpoint {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
+            "expected the same global batch, number of steps and training data (another split of the same "
+            "global batch over processes, per-device batch and accumulation is fine)"
+        )
+
+
+__all__ = ["Checkpointer", "check_pickles", "check_resume_geometry", "check_resume_settings"]
