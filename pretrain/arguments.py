@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
-from training.arguments import arg, with_defaults
+from training.arguments import arg, run_config, with_defaults
 from training.config import TrainingConfig
 from training.errors import InputError
 from training.hub import HubArguments
@@ -278,8 +278,6 @@ class PretrainPlan:
 
     def settings(self) -> dict[str, Any]:
         """The run's flat settings (secrets removed), for trackers, the model card and run files."""
-        from training.driver import run_config
-
         return {
             **run_config(
                 self.model,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainPlan
 from pretrain.objectives import Family, Objective
-from training.driver import check_model_fits, load_pretrained
 from training.errors import InputError, check_local_path, first_line
+from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger("pretrain")
 

@@ -229,6 +229,12 @@ def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
     return out
 
 
+def run_config(*arguments: Any) -> dict[str, Any]:
+    """The settings of a run as one flat dict (from its argument dataclasses), as recorded with trackers, in model
+    cards and run files; secrets (:data:`SECRET_FLAGS`) removed."""
+    return flat_values(*arguments, exclude=SECRET_FLAGS)
+
+
 __all__ = [
     "SECRET_FLAGS",
     "HelpFormatter",
@@ -236,6 +242,7 @@ __all__ = [
     "build_parser",
     "flat_values",
     "parse_arguments",
+    "run_config",
     "split_secrets",
     "with_defaults",
 ]

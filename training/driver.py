@@ -11,10 +11,10 @@ does the rest, in this order::
         return run.execute(parts)          # train (SIGTERM/SIGINT: checkpoint, 143/130) or evaluate, predict,
                                            # save atomically, finish, push; returns the exit status
 
-Also here: the one loader wrapper (:func:`load_pretrained`: every ``from_pretrained`` of a user path or repo id,
-one ``error:`` line when it fails), the model-fits check, the run files (``all_results.json``,
-``eval_history.json``, ``trainer_log.json``, ``curves.png``) and the run-mode rule of ``--do_train`` /
-``--do_eval`` / ``--do_predict``.
+Also here: the run files (``all_results.json``, ``eval_history.json``, ``trainer_log.json``, ``curves.png``) and the
+run-mode rule of ``--do_train`` / ``--do_eval`` / ``--do_predict``; re-exported for the commands: the one loader
+wrapper (:func:`training.pretrained.load_pretrained`: every ``from_pretrained`` of a user path or repo id, one
+``error:`` line when it fails), the model-fits check and :func:`training.arguments.run_config`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from training.arguments import SECRET_FLAGS, arg, flat_values
+from training.arguments import SECRET_FLAGS, arg, run_config
 from training.config import TrainingConfig
-from training.errors import InputError, check_local_path, first_line
+from training.errors import InputError, first_line
 from training.files import atomic_output_dir, write_text_atomic
 from training.hub import HubArguments, HubPusher, every_save_hook
 from training.logs import setup_logging
+from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -77,78 +78,6 @@ class RunModes:
         if self.explicit:
             return self
         return RunModes(do_train=True, do_eval=has_validation, do_predict=False)
-
-
-def run_config(*arguments: Any) -> dict[str, Any]:
-    """The settings of a run as one flat dict (from its argument dataclasses), as recorded with trackers, in model
-    cards and run files; secrets (:data:`SECRET_ARGUMENTS`) removed."""
-    return flat_values(*arguments, exclude=SECRET_ARGUMENTS)
-
-
-def load_pretrained(
-    loader: Callable[..., Any],
-    source: str,
-    arg_name: str,
-    expected: str,
-    *,
-    revision: str | None = None,
-    failure: str = "could not be loaded",
-    trust_remote_code: bool = False,
-    **kwargs: Any,
-) -> Any:
-    """``loader(source, revision=revision, trust_remote_code=trust_remote_code, **kwargs)`` (a ``from_pretrained``)
-    with the one error wrapper. ``trust_remote_code`` is always passed (default False): a folder or repo whose
-    ``auto_map`` names code of its own is refused unless allowed, never a question on stdin.
-
-    Args:
-        loader: e.g. ``AutoTokenizer.from_pretrained`` or ``AutoModelForMaskedLM.from_pretrained``.
-        source: a local folder or a hub repo id.
-        arg_name: the flag it came from (``--model_name_or_path``), named in the message.
-        expected: what the flag should name (``"a tokenizer folder (save_pretrained) or a hub repo id"``).
-        failure: what went wrong, in the message (``"cannot load the weights"``).
-
-    Raises:
-        InputError: ``"<arg> <source> (--revision R): <failure> (<Error>: <first line>); expected <expected>"``;
-            a path-like ``source`` that does not exist: ``"<arg> <source>: no such folder; expected ..."``; code of
-            its own (``auto_map``) without ``trust_remote_code``: a line naming ``--trust_remote_code``. An
-            :class:`InputError` raised by the loader passes unchanged.
-    """
-    check_local_path(source, arg_name, expected)
-    try:
-        return loader(source, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
-    except InputError:
-        raise
-    except Exception as err:  # noqa: BLE001  (any failure of a user's model or repo is refused input)
-        rev = f" (--revision {revision})" if revision else ""
-        if not trust_remote_code and "trust_remote_code" in str(err):
-            raise InputError(
-                f"{arg_name} {source}{rev}: its auto_map names Python code of its own, which is not run "
-                "without --trust_remote_code; expected a folder or repo without code, or "
-                "--trust_remote_code if you trust that code"
-            ) from err
-        raise InputError(
-            f"{arg_name} {source}{rev}: {failure} ({type(err).__name__}: {first_line(err)}); expected {expected}"
-        ) from err
-
-
-def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_arg: str = "--tokenizer_name") -> None:
-    """Refuse a tokenizer with more tokens than the model's embeddings, or blocks longer than its positions.
-
-    Raises:
-        InputError: one line naming the argument, the sizes found and the size expected.
-    """
-    vocab_size = getattr(config, "vocab_size", None)
-    if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise InputError(
-            f"{tokenizer_arg}: {len(tokenizer)} tokens but the model's vocab_size is {vocab_size}; "
-            f"expected the tokenizer the model was trained with (at most {vocab_size} tokens)"
-        )
-    max_pos = getattr(config, "max_position_embeddings", None)
-    if max_seq_length is not None and max_pos is not None and max_seq_length > max_pos:
-        raise InputError(
-            f"--max_seq_length {max_seq_length}: exceeds the model's max_position_embeddings {max_pos}; "
-            f"expected at most {max_pos}"
-        )
 
 
 def write_run_files(
