@@ -309,7 +309,7 @@ def load_backbone_config(model_args: FinetuneModelArguments):
     """The ``PretrainedConfig`` of ``--config_name`` or ``--model_name_or_path`` (for the learning-rate rule).
 
     Raises:
-        InputError: it cannot be loaded (the message of :func:`training.driver.load_pretrained`).
+        InputError: it cannot be loaded (the message of :func:`training.pretrained.load_pretrained`).
     """
     from transformers import AutoConfig
 

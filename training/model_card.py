@@ -370,7 +370,7 @@ def card_for_run(
 ) -> str:
     """:func:`render_model_card` filled from a finished run: ``config.json`` and ``all_results.json`` in
     ``output_dir``, hyperparameters and training data from the run's resolved ``settings`` (the flat dict of its
-    typed arguments, :func:`training.driver.run_config`).
+    typed arguments, :func:`training.arguments.run_config`).
 
     ``model_type`` comes from ``config.json``; the preset from ``config_name`` when it is not a path; the
     training data from ``train_file`` / ``dataset_name`` (``dataset_config_name``) or the sources in the
