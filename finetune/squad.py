@@ -570,6 +570,11 @@ def squad_parts(
         train_loader = make_train_dataloader(
             features["train"], training.per_device_train_batch_size, collator, training.seed
         )
+        extra = {"train_samples": len(examples["train"]), "train_features": len(features["train"])}
+        next_step = (
+            f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
+            f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
+        )
 
     return RunParts(
         next_step=next_step,

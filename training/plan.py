@@ -27,14 +27,6 @@ def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
     return int(value)
 
 
-def evaluations(eval_steps: int | None, max_train_steps: int) -> int:
-    """How many evaluations a run with ``eval_steps`` (resolved, in steps; None: only at the end) makes: at step 0,
-    every ``eval_steps`` steps before the last, and at the end."""
-    if not eval_steps:
-        return 1
-    return 2 + (max_train_steps - 1) // eval_steps
-
-
 def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
     """Optimizer steps that train at least ``max_train_tokens`` tokens: ``ceil(max_train_tokens / tokens_per_step)``.
 
@@ -54,21 +46,14 @@ def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """The counts of one training run, all in optimizer steps unless named otherwise (see :func:`make_plan`).
+    """The counts of one training run (see :func:`make_plan`).
 
-    Attributes:
-        max_train_steps: optimizer steps of the run.
-        steps_per_epoch: optimizer steps per pass over the training data (None: a stream).
-        num_warmup_steps: steps of learning-rate warmup.
-        eval_steps: steps between evaluations (None: only at the end).
-        checkpointing_steps: steps between checkpoints (None: only at the end).
-        batches_per_process: micro-batches per process and epoch, as accelerate shards the data (None: a stream).
-        train_examples: training examples (blocks, windows; None: a stream).
-        num_processes: processes of the run.
-        per_device_train_batch_size: micro-batch size per process.
-        gradient_accumulation_steps: micro-batches per process per optimizer step.
-        tokens_per_step: tokens (block positions) per optimizer step, for fixed-length blocks (else None).
-        seconds_per_step: a ``--time_budget`` probe's seconds per optimizer step (else None), recorded.
+    Attributes (in optimizer steps unless named otherwise; None: a stream, or never):
+        max_train_steps, steps_per_epoch, num_warmup_steps: the run, one pass over the data, the warmup.
+        eval_steps, checkpointing_steps: between two evaluations, two checkpoints (None: at the end only).
+        batches_per_process: micro-batches per process and epoch, as accelerate shards the data.
+        num_processes, per_device_train_batch_size, gradient_accumulation_steps: the factors of the global batch.
+        tokens_per_step: block positions per step (fixed-length blocks); seconds_per_step: a time budget's probe.
     """
 
     max_train_steps: int
@@ -77,7 +62,6 @@ class RunPlan:
     eval_steps: int | None
     checkpointing_steps: int | None
     batches_per_process: int | None
-    train_examples: int | None
     num_processes: int
     per_device_train_batch_size: int
     gradient_accumulation_steps: int
@@ -96,8 +80,8 @@ class RunPlan:
 
     @property
     def evaluations(self) -> int:
-        """Evaluations the run makes (:func:`evaluations`)."""
-        return evaluations(self.eval_steps, self.max_train_steps)
+        """Evaluations the run makes: at step 0, every ``eval_steps`` steps before the last, and at the end."""
+        return 2 + (self.max_train_steps - 1) // self.eval_steps if self.eval_steps else 1
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings recorded with the run (trackers, ``run_config.json``, the card): the steps, the
@@ -169,7 +153,6 @@ def make_plan(
         eval_steps=resolve_interval(config.eval_steps, steps),
         checkpointing_steps=resolve_interval(config.checkpointing_steps, steps),
         batches_per_process=num_epoch_batches,
-        train_examples=train_examples,
         num_processes=num_processes,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=accumulation,
@@ -178,4 +161,4 @@ def make_plan(
     )
 
 
-__all__ = ["RunPlan", "evaluations", "make_plan", "resolve_interval", "steps_for_tokens"]
+__all__ = ["RunPlan", "make_plan", "resolve_interval", "steps_for_tokens"]
