@@ -224,7 +224,6 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     """
     from pretrain import data
     from pretrain.objectives import lm_eval_step
-    from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
 
@@ -240,22 +239,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         from training.unigram import heldout_unigram_loss
 
         unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer)
-    workers = resolve_num_workers(plan.data.dataloader_num_workers, accelerator.device.type, plan.corpus.streaming)
-    if plan.corpus.streaming:
-        loader = make_stream_dataloader(
-            data.StreamedBlocks(train_blocks),
-            training.per_device_train_batch_size,
-            train_collator,
-            num_workers=workers,
-        )
-    else:
-        loader = make_train_dataloader(
-            data.IndexedDataset(train_blocks),
-            training.per_device_train_batch_size,
-            train_collator,
-            training.seed,
-            num_workers=workers,
-        )
+    loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
 
     def evaluate(prepared_model) -> dict[str, float]:
         sums = evaluate_sums(
@@ -279,19 +263,15 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             logger.warning("%s", message)
 
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
-    write_outputs = None
-    if objective.write_outputs is not None:
-
-        def write_outputs(folder, predictions) -> None:
-            objective.write_outputs(folder, tokenizer)
-
     parts = RunParts(
         model=model,
         tokenizer=tokenizer,
         train_dataloader=loader,
         evaluate=evaluate,
         loop_kwargs=loop_kwargs,
-        write_outputs=write_outputs,
+        write_outputs=(lambda folder, _: objective.write_outputs(folder, tokenizer))
+        if objective.write_outputs
+        else None,
         result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff", "unigram_loss"),
         extra_results={} if unigram is None else {"unigram_loss": unigram},
         check_result=check_result,
@@ -310,6 +290,21 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         valid_blocks=len(valid_blocks),
         available=available,
         unigram=unigram,
+    )
+
+
+def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):
+    """The training loader: the blocks shuffled by ``(seed, epoch)`` (:func:`training.data.make_train_dataloader`),
+    or a stream read in order (``--streaming``), with ``--dataloader_num_workers`` resolved for ``device_type``."""
+    from pretrain import data
+    from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
+
+    batch, streaming = plan.training.per_device_train_batch_size, plan.corpus.streaming
+    workers = resolve_num_workers(plan.data.dataloader_num_workers, device_type, streaming)
+    if streaming:
+        return make_stream_dataloader(data.StreamedBlocks(train_blocks), batch, collator, num_workers=workers)
+    return make_train_dataloader(
+        data.IndexedDataset(train_blocks), batch, collator, plan.training.seed, num_workers=workers
     )
 
 
@@ -579,6 +574,7 @@ __all__ = [
     "main",
     "parse",
     "pretraining_parts",
+    "train_loader",
     "plan_run",
     "time_budget_steps",
     "warn_few_tokens",
