@@ -400,6 +400,7 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
 def main(argv: Sequence[str] | None = None) -> int:
     from training.driver import Run, run_config
     from training.logs import setup_logging
+    from training.plan import make_plan
 
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
@@ -431,11 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
         tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
-        parts = glue_parts(
-            accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes, lr_source
-        )
+        parts = glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes)
         if modes.do_train:
             parts.data_fingerprint = training_data_fingerprint(data_args, task, data)
+            parts.plan = make_plan(
+                training, train_examples=len(tokenized["train"][1]), num_processes=accelerator.num_processes
+            )
+            if accelerator.is_main_process:
+                _describe_run(parts.plan, training, task, tokenized, data, lr_source)
         return run.execute(parts)
 
 
@@ -471,11 +475,10 @@ def glue_parts(
     data_args: GlueDataArguments,
     training,
     modes: RunModes,
-    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
-    the test splits and their submission files; logs ``learning_rate_source`` (where the rate came from)."""
+    the test splits and their submission files."""
     from training.driver import RunParts
     from training.evaluation import gather_predictions
 
@@ -526,9 +529,6 @@ def glue_parts(
     def write_outputs(folder: Path, predictions) -> None:
         _write_predictions(folder, predictions, tokenized, task, data.label_names)
 
-    def describe(trainer) -> None:
-        _describe_run(trainer, task, tokenized, data, learning_rate_source)
-
     train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
     return RunParts(
         next_step=glue_next_step(training.output_dir, data_args, modes, bool(data.test_splits)),
@@ -538,7 +538,6 @@ def glue_parts(
         evaluate=evaluate if data.eval_splits else None,
         predict=predict if data.test_splits else None,
         write_outputs=write_outputs,
-        describe=describe,
     )
 
 
@@ -626,18 +625,24 @@ def _write_predictions(folder: Path, predictions, tokenized: dict, task: GlueTas
 
 
 def _describe_run(
-    trainer, task: GlueTask | None, tokenized: dict, data: GlueData, learning_rate_source: str = "--learning_rate"
+    plan,
+    training,
+    task: GlueTask | None,
+    tokenized: dict,
+    data: GlueData,
+    learning_rate_source: str = "--learning_rate",
 ) -> None:
     """Log what the run trains on and evaluates: task, training examples, evaluation splits, labels, steps, and the
-    learning rate with where it came from."""
+    learning rate with where it came from (``plan``: the :class:`training.plan.RunPlan`, ``training``: the loop
+    settings)."""
     logger.info(
         "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)",
         task.name if task else "custom task",
         len(tokenized["train"][1]),
         data.eval_splits or "nothing",
         data.label_names or "regression",
-        trainer.max_train_steps,
-        trainer.config.learning_rate,
+        plan.max_train_steps,
+        training.learning_rate,
         learning_rate_source,
     )
 

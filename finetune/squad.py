@@ -492,10 +492,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             post,
             training,
             modes,
-            lr_source,
         )
         if modes.do_train:
             from training.data import fingerprint_sources
+            from training.plan import make_plan
 
             parts.data_fingerprint = fingerprint_sources(
                 data.train_file or [],
@@ -505,6 +505,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_query_length=data.max_query_length,
                 max_train_samples=data.max_train_samples,
             )
+            parts.plan = make_plan(
+                training, train_examples=len(features["train"]), num_processes=accelerator.num_processes
+            )
+            if accelerator.is_main_process:
+                logger.info(
+                    "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps; "
+                    "learning rate %g (%s)",
+                    len(examples["train"]),
+                    len(features["train"]),
+                    len(examples["validation"]) if modes.do_eval else "no",
+                    parts.plan.max_train_steps,
+                    training.learning_rate,
+                    lr_source,
+                )
         return run.execute(parts)
 
 
@@ -518,10 +532,9 @@ def squad_parts(
     post: PostProcessingArguments,
     training,
     modes: RunModes,
-    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
-    (n-best post-processing, the official metric), the test predictions and files; logs ``learning_rate_source``."""
+    (n-best post-processing, the official metric), the test predictions and files."""
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
@@ -563,18 +576,6 @@ def squad_parts(
             f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
         )
 
-    def describe(trainer) -> None:
-        logger.info(
-            "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps; "
-            "learning rate %g (%s)",
-            len(examples["train"]),
-            len(features["train"]),
-            len(examples["validation"]) if modes.do_eval else "no",
-            trainer.max_train_steps,
-            trainer.config.learning_rate,
-            learning_rate_source,
-        )
-
     return RunParts(
         next_step=next_step,
         model=model,
@@ -583,7 +584,6 @@ def squad_parts(
         evaluate=eval_fn,
         predict=(lambda model: predict_fn(model)[1:]) if predict_fn else None,
         write_outputs=write_outputs,
-        describe=describe,
         extra_results=extra or {},
         result_keys=("train_samples", "train_features"),
         reevaluate_best=True,

@@ -12,7 +12,7 @@ the skeleton shared with fine-tuning is :class:`training.driver.Run`.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import math
 import os
@@ -120,11 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
         set_seed(training.seed)
-        parts = pretraining_parts(
+        parts, describe = pretraining_parts(
             plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks, accelerator
         )
-        if plan.budget.given:
-            plan = resolve_budget(plan, parts, accelerator, run)
+        parts.plan = plan_run(plan, parts, None if plan.corpus.streaming else len(train_blocks), accelerator)
+        if accelerator.is_main_process:
+            describe(parts.plan)
         return run.execute(parts)
 
 
@@ -132,67 +133,74 @@ def main(argv: Sequence[str] | None = None) -> int:
 BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP = 10, 2
 
 
-def resolve_budget(plan: PretrainPlan, parts, accelerator, run) -> PretrainPlan:
-    """``--max_train_tokens`` / ``--time_budget`` converted once into ``max_train_steps``, set on ``run`` (its loop
-    settings and its recorded settings, so run_config.json and the checkpoints hold the steps) and logged with the flag
-    that repeats the run exactly. Returns the plan with those steps.
+def plan_run(plan: PretrainPlan, parts, train_blocks: int | None, accelerator):
+    """The :class:`training.plan.RunPlan` of the run (:func:`training.plan.make_plan`), made once, with a compute
+    budget converted into steps and logged (main process) with the flag that repeats the run exactly.
 
-    Tokens: ``ceil(N / (global batch x max_seq_length))`` (:func:`training.budget.steps_for_tokens`). Time: the mean
+    Tokens: ``ceil(N / (global batch x max_seq_length))`` (:func:`training.plan.steps_for_tokens`). Time: the mean
     seconds of :data:`BUDGET_PROBE_STEPS` optimizer steps (the first :data:`BUDGET_PROBE_WARMUP` not timed) on a copy of
     the model (:func:`training.budget.time_optimizer_steps`, which leaves the model, data and random generators as they
     were), then ``floor(60 x minutes / seconds per step)``; a resumed run reads the steps from its checkpoint instead
     (no new probe: the schedule and the resume checks stay exact).
-    """
-    from training import budget as budgets
-    from training.checkpoint import read_state, resolve_checkpoint
 
-    training, budget = plan.training, plan.budget
-    tokens_per_step = (
-        training.per_device_train_batch_size
-        * training.gradient_accumulation_steps
-        * accelerator.num_processes
-        * plan.corpus.max_seq_length
+    Args:
+        train_blocks: training blocks (None: a stream).
+    """
+    from training.plan import make_plan
+
+    budget = plan.budget
+    steps = seconds = how = None
+    if budget.time_budget is not None:
+        steps, seconds, how = time_budget_steps(plan, parts, accelerator)
+    run_plan = make_plan(
+        plan.training,
+        train_examples=train_blocks,
+        num_processes=accelerator.num_processes,
+        max_seq_length=plan.corpus.max_seq_length,
+        max_train_tokens=budget.max_train_tokens,
+        max_train_steps=steps,
+        seconds_per_step=seconds,
     )
-    recorded = {}
     if budget.max_train_tokens is not None:
-        steps = budgets.steps_for_tokens(budget.max_train_tokens, tokens_per_step)
-        how = f"--max_train_tokens {budget.max_train_tokens} / {tokens_per_step} tokens per optimizer step"
-    else:
-        checkpoint = resolve_checkpoint(
-            training.resume_from_checkpoint, os.path.join(training.output_dir, "checkpoints")
-        )
-        if checkpoint is not None:
-            steps = int(read_state(checkpoint)["max_train_steps"])
-            how = f"--time_budget {budget.time_budget:g} minutes, as converted when the run started ({checkpoint})"
-        else:
-            seconds = budgets.time_optimizer_steps(
-                accelerator,
-                parts.model,
-                parts.train_dataloader,
-                training,
-                steps=BUDGET_PROBE_STEPS,
-                warmup=BUDGET_PROBE_WARMUP,
-                **{k: v for k, v in parts.loop_kwargs.items() if k in ("loss_fn", "weight_fn")},
-            )
-            steps = budgets.steps_for_time(budget.time_budget, seconds)
-            recorded = {"time_budget_seconds_per_step": seconds}
-            how = (
-                f"--time_budget {budget.time_budget:g} minutes / {seconds:.4g} s per optimizer step (timed over "
-                f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)"
-            )
-    plan = dataclasses.replace(plan, training=training.resolved(max_train_steps=steps))
-    run.replan(plan.training, max_train_steps=steps, **recorded)
-    if accelerator.is_main_process:
+        how = f"--max_train_tokens {budget.max_train_tokens} / {run_plan.tokens_per_step} tokens per optimizer step"
+    if budget.given and accelerator.is_main_process:
         logger.info(
             "budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
             "instead of %s",
             how,
-            steps,
-            steps * tokens_per_step,
-            steps,
+            run_plan.max_train_steps,
+            run_plan.max_train_steps * run_plan.tokens_per_step,
+            run_plan.max_train_steps,
             budget.given,
         )
-    return plan
+    return run_plan
+
+
+def time_budget_steps(plan: PretrainPlan, parts, accelerator) -> tuple[int, float | None, str]:
+    """``--time_budget`` in optimizer steps (see :func:`plan_run`): ``(steps, seconds per step (None: read from
+    the checkpoint a resumed run continues), how they were found)``."""
+    from training import budget as budgets
+    from training.checkpoint import read_state, resolve_checkpoint
+
+    training, minutes = plan.training, plan.budget.time_budget
+    checkpoint = resolve_checkpoint(training.resume_from_checkpoint, os.path.join(training.output_dir, "checkpoints"))
+    if checkpoint is not None:
+        how = f"--time_budget {minutes:g} minutes, as converted when the run started ({checkpoint})"
+        return int(read_state(checkpoint)["max_train_steps"]), None, how
+    seconds = budgets.time_optimizer_steps(
+        accelerator,
+        parts.model,
+        parts.train_dataloader,
+        training,
+        steps=BUDGET_PROBE_STEPS,
+        warmup=BUDGET_PROBE_WARMUP,
+        **{k: v for k, v in parts.loop_kwargs.items() if k in ("loss_fn", "weight_fn")},
+    )
+    how = (
+        f"--time_budget {minutes:g} minutes / {seconds:.4g} s per optimizer step (timed over "
+        f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)"
+    )
+    return budgets.steps_for_time(minutes, seconds), seconds, how
 
 
 def check_data_files(corpus: CorpusArguments) -> None:
@@ -208,17 +216,21 @@ def check_data_files(corpus: CorpusArguments) -> None:
 def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator):
     """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
     stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
-    processes), the objective's loss, item count and extra output files, and the plan log line."""
+    processes), the objective's loss, item count and extra output files; and ``describe(run_plan)``, which logs the
+    model's size, the plan and the unigram plateau (:func:`log_plan`; the command calls it on the main process).
+
+    Returns:
+        ``(parts, describe)``.
+    """
     from pretrain import data
     from pretrain.objectives import lm_eval_step
-    from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
     from training.driver import RunParts
     from training.evaluation import evaluate_sums
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
-    available = len(valid_blocks)
-    cap = default_eval_blocks(plan, None if plan.corpus.streaming else len(train_blocks), accelerator.num_processes)
+    available, counted = len(valid_blocks), None if plan.corpus.streaming else len(train_blocks)
+    cap = default_eval_blocks(plan, counted, accelerator.num_processes)
     if cap is not None and cap < available:
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
@@ -227,22 +239,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         from training.unigram import heldout_unigram_loss
 
         unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer)
-    workers = resolve_num_workers(plan.data.dataloader_num_workers, accelerator.device.type, plan.corpus.streaming)
-    if plan.corpus.streaming:
-        loader = make_stream_dataloader(
-            data.StreamedBlocks(train_blocks),
-            training.per_device_train_batch_size,
-            train_collator,
-            num_workers=workers,
-        )
-    else:
-        loader = make_train_dataloader(
-            data.IndexedDataset(train_blocks),
-            training.per_device_train_batch_size,
-            train_collator,
-            training.seed,
-            num_workers=workers,
-        )
+    loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
 
     def evaluate(prepared_model) -> dict[str, float]:
         sums = evaluate_sums(
@@ -256,24 +253,6 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         )
         return objective.metrics(sums)
 
-    def describe(trainer) -> None:
-        n_params = sum(p.numel() for p in trainer.unwrapped_model.parameters())
-        logger.info(
-            "%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, objective.name, n_params
-        )
-        info = log_plan(
-            plan, trainer, None if plan.corpus.streaming else len(train_blocks), len(valid_blocks), available
-        )
-        if not plan.demo and plan.model.model_name_or_path is None:
-            warn_few_tokens(info["total_tokens"], n_params)
-        if unigram is not None:
-            logger.info(
-                "unigram plateau: held-out loss %.3f from the training word frequencies alone (perplexity %.4g); "
-                "the model's held-out loss must get below it before its encoder says anything about its input",
-                unigram,
-                math.exp(unigram),
-            )
-
     def check_result(result) -> None:
         from training.unigram import plateau_message
 
@@ -284,20 +263,15 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             logger.warning("%s", message)
 
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
-    write_outputs = None
-    if objective.write_outputs is not None:
-
-        def write_outputs(folder, predictions) -> None:
-            objective.write_outputs(folder, tokenizer)
-
-    return RunParts(
+    parts = RunParts(
         model=model,
         tokenizer=tokenizer,
         train_dataloader=loader,
         evaluate=evaluate,
-        describe=describe,
         loop_kwargs=loop_kwargs,
-        write_outputs=write_outputs,
+        write_outputs=(lambda folder, _: objective.write_outputs(folder, tokenizer))
+        if objective.write_outputs
+        else None,
         result_keys=("eval_loss", "perplexity", *objective.result_keys, "replica_max_abs_diff", "unigram_loss"),
         extra_results={} if unigram is None else {"unigram_loss": unigram},
         check_result=check_result,
@@ -307,6 +281,30 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             f"--task_name sst2 --glue_dir GLUE_DIR --output_dir {training.output_dir}-sst2 (your own task: "
             "--train_file F --validation_file F instead of --task_name/--glue_dir)"
         ),
+    )
+    return parts, functools.partial(
+        log_plan,
+        plan,
+        model=model,
+        train_blocks=counted,
+        valid_blocks=len(valid_blocks),
+        available=available,
+        unigram=unigram,
+    )
+
+
+def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):
+    """The training loader: the blocks shuffled by ``(seed, epoch)`` (:func:`training.data.make_train_dataloader`),
+    or a stream read in order (``--streaming``), with ``--dataloader_num_workers`` resolved for ``device_type``."""
+    from pretrain import data
+    from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
+
+    batch, streaming = plan.training.per_device_train_batch_size, plan.corpus.streaming
+    workers = resolve_num_workers(plan.data.dataloader_num_workers, device_type, streaming)
+    if streaming:
+        return make_stream_dataloader(data.StreamedBlocks(train_blocks), batch, collator, num_workers=workers)
+    return make_train_dataloader(
+        data.IndexedDataset(train_blocks), batch, collator, plan.training.seed, num_workers=workers
     )
 
 
@@ -466,71 +464,76 @@ def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_proces
     """
     if plan.demo or plan.data.max_eval_samples is not None:
         return None
-    from training.config import evaluations, planned_steps, resolve_interval
+    from training.plan import make_plan
 
     t = plan.training
-    batches = (
-        None
-        if train_blocks is None
-        else math.ceil(math.ceil(train_blocks / t.per_device_train_batch_size) / num_processes)
-    )  # per process, as accelerate shards
-    max_steps, _ = planned_steps(t, batches)
-    sequences_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * num_processes
-    if t.max_train_steps is None and plan.budget.max_train_tokens is not None:  # the steps the budget will give
-        from training.budget import steps_for_tokens
-
-        max_steps = steps_for_tokens(plan.budget.max_train_tokens, sequences_per_step * plan.corpus.max_seq_length)
-    trained = max_steps * sequences_per_step
-    by_compute = int(EVAL_SHARE * trained / evaluations(resolve_interval(t.eval_steps, max_steps), max_steps))
+    steps = make_plan(  # the steps the data (or the token budget) gives; a time budget's probe is not made yet
+        t,
+        train_examples=train_blocks,
+        num_processes=num_processes,
+        max_seq_length=plan.corpus.max_seq_length,
+        max_train_tokens=plan.budget.max_train_tokens if t.max_train_steps is None else None,
+    )
+    by_compute = int(EVAL_SHARE * steps.max_train_steps * steps.global_batch_size / steps.evaluations)
     return max(MIN_EVAL_BLOCKS, min(by_compute, MAX_EVAL_TOKENS // plan.corpus.max_seq_length))
 
 
 def log_plan(
-    plan: PretrainPlan, trainer, train_blocks: int | None, valid_blocks: int, available_valid_blocks: int | None = None
-) -> dict:
-    """Log the run plan once (main process) and return it: global batch in sequences and tokens, steps, epochs,
-    warmup, total tokens, the validation blocks (of how many, when the default cap chose fewer:
-    :func:`default_eval_blocks`), evaluation/checkpoint intervals and the learning rate with its source."""
-    info = trainer.plan()
-    max_seq_length = plan.corpus.max_seq_length
-    info.update(
-        tokens_per_step=info["global_batch_size"] * max_seq_length,
-        max_seq_length=max_seq_length,
-        learning_rate=plan.training.learning_rate,
+    plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int, unigram=None
+) -> None:
+    """Log (main process) the model's size, the run plan (:class:`training.plan.RunPlan`: global batch in sequences
+    and tokens, steps, epochs, warmup, total tokens, the validation blocks (of ``available``, when the default cap
+    chose fewer: :func:`default_eval_blocks`), evaluation/checkpoint intervals and the learning rate with its
+    source), a warning when the tokens are few for the model (:func:`warn_few_tokens`) and the unigram plateau
+    (``unigram``, nats; None: not computed).
+
+    Args:
+        train_blocks: training blocks (None: a stream).
+        valid_blocks: the validation blocks evaluated.
+    """
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info(
+        "%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, plan.objective.name, n_params
     )
-    info["total_tokens"] = info["tokens_per_step"] * info["max_train_steps"]
     data = (
-        f"{info['epochs']:.3g} epochs of {train_blocks} training blocks"
+        f"{run_plan.epochs:.3g} epochs of {train_blocks} training blocks"
         if train_blocks is not None
         else "a stream of training blocks"
     )
     validation = f"{valid_blocks} validation"
-    if available_valid_blocks is not None and available_valid_blocks > valid_blocks:
+    if available > valid_blocks:
         validation = (
-            f"{valid_blocks} of {available_valid_blocks} validation blocks: evaluations within "
+            f"{valid_blocks} of {available} validation blocks: evaluations within "
             f"~{EVAL_SHARE:.0%} of the training blocks, --max_eval_samples to choose"
         )
-    info["eval_blocks"] = valid_blocks
     logger.info(
         "run plan: %d optimizer steps = %s (%s); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning "
         "rate %g (%s); evaluation %s, checkpoints %s",
-        info["max_train_steps"],
+        run_plan.max_train_steps,
         data,
         validation,
-        info["global_batch_size"],
-        info["tokens_per_step"],
-        info["num_processes"],
-        info["per_device_train_batch_size"],
-        info["gradient_accumulation_steps"],
-        info["total_tokens"],
-        info["num_warmup_steps"],
+        run_plan.global_batch_size,
+        run_plan.tokens_per_step,
+        run_plan.num_processes,
+        run_plan.per_device_train_batch_size,
+        run_plan.gradient_accumulation_steps,
+        run_plan.tokens_per_step * run_plan.max_train_steps,
+        run_plan.num_warmup_steps,
         plan.training.learning_rate,
         plan.learning_rate_source,
-        _interval(info["eval_steps"]),
-        _interval(info["checkpointing_steps"]),
+        _interval(run_plan.eval_steps),
+        _interval(run_plan.checkpointing_steps),
     )
-    return info
+    if not plan.demo and plan.model.model_name_or_path is None:
+        warn_few_tokens(run_plan.tokens_per_step * run_plan.max_train_steps, n_params)
+    if unigram is not None:
+        logger.info(
+            "unigram plateau: held-out loss %.3f from the training word frequencies alone (perplexity %.4g); "
+            "the model's held-out loss must get below it before its encoder says anything about its input",
+            unigram,
+            math.exp(unigram),
+        )
 
 
 #: A run from scratch with fewer planned tokens than this many per parameter gets a warning in its plan. Measured on
@@ -571,6 +574,8 @@ __all__ = [
     "main",
     "parse",
     "pretraining_parts",
-    "resolve_budget",
+    "train_loader",
+    "plan_run",
+    "time_budget_steps",
     "warn_few_tokens",
 ]

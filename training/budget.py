@@ -1,11 +1,11 @@
 """Compute budgets in optimizer steps: a token budget by arithmetic, a time budget by timing the loop's step.
 
-:func:`steps_for_tokens` converts a number of training tokens into optimizer steps. :func:`time_optimizer_steps`
-measures the seconds of one optimizer step of a model as the loop takes it (the same micro-batches, accumulation,
-autocast, clipping and AdamW), on a *copy* of the model and with a sequential loader of its own, and leaves
-everything of the run as it found it: the model, the run's data loader and every random number generator (torch on
-the CPU and on CUDA, Python's, NumPy's). A run that converts its budget this way is therefore the very run that
-``--max_train_steps N`` gives, for the N chosen (the commands log that flag).
+:func:`steps_for_tokens` (from :mod:`training.plan`) converts a number of training tokens into optimizer steps.
+:func:`time_optimizer_steps` measures the seconds of one optimizer step of a model as the loop takes it (the same
+micro-batches, accumulation, autocast, clipping and AdamW), on a *copy* of the model and with a sequential loader of
+its own, and leaves everything of the run as it found it: the model, the run's data loader and every random number
+generator (torch on the CPU and on CUDA, Python's, NumPy's). A run that converts its budget this way is therefore the
+very run that ``--max_train_steps N`` gives, for the N chosen (the commands log that flag).
 """
 
 from __future__ import annotations
@@ -27,26 +27,10 @@ from torch.utils.data import DataLoader
 from training.config import TrainingConfig
 from training.errors import InputError
 from training.optim import OPTIMIZERS, create_optimizer
+from training.plan import steps_for_tokens
 
 #: The clock of :func:`time_optimizer_steps` (seconds; tests replace it with a fake one).
 clock: Callable[[], float] = time.perf_counter
-
-
-def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
-    """Optimizer steps that train at least ``max_train_tokens`` tokens: ``ceil(max_train_tokens / tokens_per_step)``.
-
-    Args:
-        max_train_tokens: the budget in tokens (block positions, padding included), >= 1.
-        tokens_per_step: tokens of one optimizer step (global batch x block length), >= 1.
-
-    Raises:
-        InputError: a budget or step size below 1.
-    """
-    if max_train_tokens < 1:
-        raise InputError(f"--max_train_tokens {max_train_tokens}: expected an integer >= 1")
-    if tokens_per_step < 1:
-        raise InputError(f"tokens per optimizer step {tokens_per_step}: expected at least 1")
-    return -(-max_train_tokens // tokens_per_step)
 
 
 def steps_for_time(minutes: float, seconds_per_step: float) -> int:

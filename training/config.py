@@ -11,73 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 from typing import Any, ClassVar, Literal
 
 from training.arguments import arg
 from training.errors import InputError
 from training.optim import OPTIMIZERS, SCHEDULERS
-
-
-def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
-    """Steps between two periodic actions (evaluation, checkpoint): ``value`` as given when >= 1, a fraction of
-    ``max_train_steps`` (rounded up, at least 1) when below 1 (as transformers' ``TrainingArguments``), None when
-    not set."""
-    if not value:
-        return None
-    if value < 1:  # exact decimal arithmetic: 0.1 x 30 steps is 3, not 3.0000000000000004
-        return max(1, math.ceil(Fraction(repr(float(value))) * max_train_steps))
-    return int(value)
-
-
-def planned_steps(config: TrainingConfig, num_epoch_batches: int | None) -> tuple[int, int | None]:
-    """``(max_train_steps, optimizer steps per epoch)`` of a run whose data gives ``num_epoch_batches``
-    micro-batches per process and epoch (None: a stream, which needs ``max_train_steps``): ``max_train_steps`` when
-    given, else ``num_train_epochs`` (rounded up, at least 1 step)."""
-    per_epoch = None if num_epoch_batches is None else math.ceil(num_epoch_batches / config.gradient_accumulation_steps)
-    if config.max_train_steps is not None:
-        return config.max_train_steps, per_epoch
-    return max(1, math.ceil(config.num_train_epochs * per_epoch)), per_epoch
-
-
-def plan_steps(
-    config: TrainingConfig, num_epoch_batches: int | None
-) -> tuple[int, int | None, int, int | None, int | None]:
-    """The loop's plan for data that gives ``num_epoch_batches`` micro-batches per process and epoch (None: a
-    stream): ``(max_train_steps, optimizer steps per epoch (None: a stream), num_warmup_steps, eval_steps,
-    checkpointing_steps)``, all in optimizer steps (the intervals None: never); see :func:`planned_steps` and
-    :func:`resolve_interval`.
-
-    Raises:
-        InputError: no batch at all, or a stream without ``max_train_steps``.
-    """
-    if num_epoch_batches == 0:
-        raise InputError("the training data gives no batch on this process; expected more examples than processes")
-    if num_epoch_batches is None and config.max_train_steps is None:  # a stream: no length until it ends
-        raise InputError(
-            "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
-            "in; expected --max_train_steps with --streaming"
-        )
-    max_train_steps, per_epoch = planned_steps(config, num_epoch_batches)
-    if config.num_warmup_steps is not None:
-        num_warmup_steps = config.num_warmup_steps
-    else:
-        num_warmup_steps = math.ceil(config.warmup_ratio * max_train_steps)
-    return (
-        max_train_steps,
-        per_epoch,
-        num_warmup_steps,
-        resolve_interval(config.eval_steps, max_train_steps),
-        resolve_interval(config.checkpointing_steps, max_train_steps),
-    )
-
-
-def evaluations(eval_steps: int | None, max_train_steps: int) -> int:
-    """How many evaluations a run with ``eval_steps`` (resolved, in steps; None: only at the end) makes: at step 0,
-    every ``eval_steps`` steps before the last, and at the end."""
-    if not eval_steps:
-        return 1
-    return 2 + (max_train_steps - 1) // eval_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,11 +204,7 @@ def optimizer_settings(config: TrainingConfig, num_warmup_steps: int) -> dict[st
 
 __all__ = [
     "optimizer_settings",
-    "plan_steps",
     "TrainingConfig",
     "best_metric_name",
-    "evaluations",
     "greater_is_better",
-    "planned_steps",
-    "resolve_interval",
 ]

@@ -36,6 +36,7 @@ from training.errors import InputError, first_line
 from training.files import atomic_output_dir, write_text_atomic
 from training.hub import HubArguments, HubPusher, every_save_hook
 from training.logs import setup_logging
+from training.plan import RunPlan
 from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class RunParts:
         predict: ``(prepared model) -> predictions`` on all processes, after training / evaluation.
         write_outputs: ``(temporary output folder, predictions) -> None`` on the main process: extra files.
         loop_kwargs: more :class:`training.loop.Trainer` arguments (``weight_fn``, ``loss_fn``, ...).
-        describe: ``(trainer) -> None``, logs the run plan on the main process once the trainer is built.
+        plan: the run plan of a training run (:func:`training.plan.make_plan`, built and logged by the command).
         extra_results: values added to the training result (and ``all_results.json`` when in ``result_keys``).
         result_keys: the command's own ``all_results.json`` keys besides :data:`RESULT_KEYS` and ``eval_*``.
         reevaluate_best: run ``evaluate`` again after training when the best model was loaded at the end (for
@@ -141,7 +142,7 @@ class RunParts:
     predict: Callable[[Any], Any] | None = None
     write_outputs: Callable[[Path, Any], None] | None = None
     loop_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    describe: Callable[[Any], None] | None = None
+    plan: RunPlan | None = None
     extra_results: dict[str, Any] = dataclasses.field(default_factory=dict)
     result_keys: tuple[str, ...] = ()
     reevaluate_best: bool = False
@@ -276,12 +277,6 @@ class Run:
             self.run_id = self.ownership.run_id if self.ownership is not None else read_run_id(self.output_dir)
         return self.accelerator
 
-    def replan(self, training: TrainingConfig, **settings: Any) -> None:
-        """Replace the loop settings before :meth:`execute` (e.g. a compute budget converted into steps once the
-        accelerator and the data exist); ``settings`` update the recorded ones (trackers, run_config.json, card)."""
-        self.training = training
-        self.settings.update(settings)
-
     def card(self, folder: str | os.PathLike) -> str:
         """The model card of the model saved in ``folder``."""
         from training.model_card import card_for_run
@@ -298,6 +293,7 @@ class Run:
         pusher = HubPusher.from_arguments(self.hub) if self.do_train else None
         trainer = None
         if self.do_train:
+            self.settings.update(parts.plan.settings())  # trackers, run_config.json and the card: the resolved plan
             evaluate = parts.evaluate
             on_save = every_save_hook(pusher, self.output_dir, parts.tokenizer, self.card)
             trainer = Trainer(
@@ -310,16 +306,14 @@ class Run:
                 on_save=on_save,
                 run_id=self.run_id,
                 data_fingerprint=parts.data_fingerprint,
+                plan=parts.plan,
                 **parts.loop_kwargs,
             )
             parts.model = parts.train_dataloader = None
-            if acc.is_main_process and parts.describe is not None:
-                parts.describe(trainer)
             result, status = train_until_stopped(trainer, lambda: finish(acc, trainer))  # SIGTERM/SIGINT: 143/130
             if result is None:
                 return status
             result.update(parts.extra_results)
-            self.settings.update(trainer.resolved_settings())  # run_config.json and the card: the resolved plan
             if parts.reevaluate_best and evaluate and result.get("best_step") not in (None, result["global_step"]):
                 evaluate(trainer.model)  # the side products (prediction files) of the best model, loaded at the end
             prepared, model = trainer.model, trainer.unwrapped_model

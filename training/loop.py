@@ -101,11 +101,12 @@ from training.accelerator import (
 )
 from training.best import should_stop_early, update_best
 from training.checkpointer import Checkpointer
-from training.config import TrainingConfig, best_metric_name, optimizer_settings, plan_steps
+from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
-from training.errors import NonFiniteLossError, TrainingStopped
+from training.errors import InputError, NonFiniteLossError, TrainingStopped
 from training.evaluation import EvaluationInterrupted, stop_when
 from training.optim import create_scheduler
+from training.plan import RunPlan, make_plan
 from training.progress import Session, TimeEstimate, is_terminal, loss_jump
 from training.state import TrainerState
 from training.stats import StepStatistics
@@ -143,9 +144,11 @@ class Trainer:
             ``latest``, resume and rotation leave other runs' checkpoints alone. None: every checkpoint counts.
         data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`), recorded
             in checkpoints; a resume with other data is refused.
+        plan: the run's counts (:func:`training.plan.make_plan`, from the command); default: the plan of
+            ``config`` on the prepared loader.
 
     Raises:
-        InputError: the training data gives no batch.
+        InputError: the training data gives no batch; a ``plan`` of another number of batches than the loader's.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class Trainer:
         on_save: Callable[[Any, int], None] | None = None,
         run_id: str | None = None,
         data_fingerprint: list[dict[str, Any]] | None = None,
+        plan: RunPlan | None = None,
     ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
@@ -173,95 +177,55 @@ class Trainer:
         self.model, self.optimizer, self.train_dataloader = prepare(
             accelerator, config, model, optimizer, train_dataloader
         )
-        self._plan_steps()
+        if plan is None:  # a loop used on its own: the plan of the prepared loader
+            plan = make_plan(
+                config,
+                train_examples=self.num_train_examples,
+                num_processes=accelerator.num_processes,
+                per_device_train_batch_size=self.per_device_train_batch_size,
+                num_epoch_batches=length_of(self.train_dataloader),
+            )
+        elif plan.batches_per_process != length_of(self.train_dataloader):
+            raise InputError(
+                f"the run plan counts {plan.batches_per_process} batches per process and epoch, the prepared "
+                f"training loader gives {length_of(self.train_dataloader)}; expected the plan of this loader"
+            )
+        self.plan = plan
         #: the time to finish, with the durations of this session's evaluations and checkpoint writes
         self._estimate = TimeEstimate(
-            self.max_train_steps,
-            self.eval_steps,
-            self.checkpointing_steps,
+            plan.max_train_steps,
+            plan.eval_steps,
+            plan.checkpointing_steps,
             evaluates=eval_fn is not None,
             best_checkpoints=config.load_best_model_at_end,
         )
         self.scheduler = create_scheduler(
             config.lr_scheduler_type,
             self.optimizer,
-            self.num_warmup_steps,
-            self.max_train_steps,
+            plan.num_warmup_steps,
+            plan.max_train_steps,
             config.num_decay_steps,
         )
         # the schedule's state goes into trainer_state.json (JSON), not a pickled custom_checkpoint_0.pkl
         self.state = TrainerState(
-            max_train_steps=self.max_train_steps,
+            max_train_steps=plan.max_train_steps,
             num_processes=accelerator.num_processes,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             per_device_train_batch_size=self.per_device_train_batch_size,
             num_train_examples=self.num_train_examples,
             run_id=run_id,
             data_fingerprint=data_fingerprint,
-            optimizer_settings=self.optimizer_settings(),
+            optimizer_settings=optimizer_settings(config, plan.num_warmup_steps),
         )
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
         self.run_config = {
             **(run_config if run_config is not None else dataclasses.asdict(config)),
-            **self.resolved_settings(),
+            **plan.settings(),
         }
         self.stop_requested = False
         self.last_checkpoint: str | None = None
         self.checkpointer = Checkpointer(accelerator, config)
         self.checkpoints_dir = self.checkpointer.checkpoints_dir
-
-    def _plan_steps(self) -> None:
-        """Optimizer steps per epoch and of the run, warmup steps, evaluation and checkpoint intervals
-        (:func:`training.config.plan_steps`)."""
-        self.num_epoch_batches = length_of(self.train_dataloader)
-        (
-            self.max_train_steps,
-            self.num_update_steps_per_epoch,
-            self.num_warmup_steps,
-            self.eval_steps,
-            self.checkpointing_steps,
-        ) = plan_steps(self.config, self.num_epoch_batches)
-
-    # -- the plan ----------------------------------------------------------------------------------------
-    @property
-    def global_batch_size(self) -> int:
-        """Examples per optimizer step: per-device batch x processes x accumulation steps."""
-        return (
-            self.per_device_train_batch_size * self.accelerator.num_processes * self.config.gradient_accumulation_steps
-        )
-
-    def resolved_settings(self) -> dict[str, Any]:
-        """The settings the run resolved from the data: ``max_train_steps``, ``num_warmup_steps``, ``eval_steps``
-        and ``checkpointing_steps`` (in optimizer steps; None: never)."""
-        return {
-            "max_train_steps": self.max_train_steps,
-            "num_warmup_steps": self.num_warmup_steps,
-            "eval_steps": self.eval_steps,
-            "checkpointing_steps": self.checkpointing_steps,
-        }
-
-    def plan(self) -> dict[str, Any]:
-        """The run plan: ``global_batch_size`` (examples per optimizer step), ``max_train_steps``, ``epochs``
-        (passes over the training data those steps make), ``num_warmup_steps``, ``steps_per_epoch``,
-        ``train_examples`` and the evaluation / checkpoint intervals in steps."""
-        steps_per_epoch = self.num_update_steps_per_epoch
-        return {
-            "global_batch_size": self.global_batch_size,
-            "max_train_steps": self.max_train_steps,
-            "steps_per_epoch": steps_per_epoch,
-            "epochs": self.max_train_steps / steps_per_epoch if steps_per_epoch else None,
-            "num_warmup_steps": self.num_warmup_steps,
-            "train_examples": self.num_train_examples,
-            "num_processes": self.accelerator.num_processes,
-            "per_device_train_batch_size": self.per_device_train_batch_size,
-            "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
-            "eval_steps": self.eval_steps,
-            "checkpointing_steps": self.checkpointing_steps,
-        }
-
-    def optimizer_settings(self) -> dict[str, Any]:
-        """:func:`training.config.optimizer_settings` of this run (with its resolved warmup)."""
-        return optimizer_settings(self.config, self.num_warmup_steps)
 
     @property
     def log_history(self) -> list[dict[str, Any]]:
@@ -286,7 +250,7 @@ class Trainer:
         """
         self._begin()
         try:
-            while self.state.global_step < self.max_train_steps and not self._stopping_early:
+            while self.state.global_step < self.plan.max_train_steps and not self._stopping_early:
                 micro_batches = self._next_micro_batches()
                 if micro_batches is None:  # the epoch (or the stream) ended: the next pass starts the next one
                     continue
@@ -313,14 +277,14 @@ class Trainer:
             # checkpoint already, so they are not drawn twice
             with torch.random.fork_rng(devices=[]):
                 self.evaluate()
-        elif self.eval_fn is not None and self.eval_steps and self.state.global_step == 0:
+        elif self.eval_fn is not None and self.plan.eval_steps and self.state.global_step == 0:
             self.evaluate()  # the starting point of the validation curve
         # A progress bar redraws its line with carriage returns: in a file (not a terminal) log lines would be glued
         # onto it, so there the progress goes into plain log lines instead (:meth:`_log_progress`).
         self._bar_in_terminal = is_terminal(sys.stderr)
         self._progress_logged_at = time.perf_counter()
         self._bar = tqdm(
-            total=self.max_train_steps,
+            total=self.plan.max_train_steps,
             initial=self.state.global_step,
             disable=not acc.is_local_main_process or not self._bar_in_terminal,
             desc="train",
@@ -344,7 +308,7 @@ class Trainer:
         self._step_started = time.perf_counter()
         group = list(islice(self._batches, self.config.gradient_accumulation_steps))
         if not group:
-            if self.num_epoch_batches is None:
+            if self.plan.batches_per_process is None:
                 self.state.next_epoch()
             self._batches = None
             return None
@@ -385,7 +349,7 @@ class Trainer:
         self.stats.interval.time += time.perf_counter() - self._step_started
         self.stats.interval.steps += 1
         self.state.global_step = step
-        if self.state.consume(len(group), self.num_epoch_batches):
+        if self.state.consume(len(group), self.plan.batches_per_process):
             self._batches = None
         self._bar.update(1)
 
@@ -428,10 +392,10 @@ class Trainer:
         """After an optimizer step: read the statistics at a sync point, then log, evaluate, checkpoint, stop
         early, or stop on request (:class:`TrainingStopped`), as due."""
         cfg, step = self.config, self.state.global_step
-        last = step == self.max_train_steps
+        last = step == self.plan.max_train_steps
         logging_step = step % cfg.logging_steps == 0 or last
-        evaluated = bool(self.eval_steps) and step % self.eval_steps == 0 and not last
-        periodic = bool(self.checkpointing_steps) and step % self.checkpointing_steps == 0 and not last
+        evaluated = bool(self.plan.eval_steps) and step % self.plan.eval_steps == 0 and not last
+        periodic = bool(self.plan.checkpointing_steps) and step % self.plan.checkpointing_steps == 0 and not last
         if logging_step or evaluated or periodic or (self.accelerator.num_processes == 1 and self.stop_requested):
             started = time.perf_counter()
             self._read()
@@ -479,13 +443,13 @@ class Trainer:
             "grad_norm": interval.grad_norm,
             "tokens_per_second": interval.tokens / max(interval.time, 1e-9),
             "samples_per_second": interval.samples / max(interval.time, 1e-9),
-            "epoch": self.state.epoch_position(self.num_epoch_batches),
+            "epoch": self.state.epoch_position(self.plan.batches_per_process),
             "train_seconds": self._session.seconds,
             "train_tokens": self._session.tokens,
         }
         self.accelerator.log(record, step=step)
         self.state.log_history.append({"step": step, **record})
-        if not self._estimate.logged and self.accelerator.is_main_process and step < self.max_train_steps:
+        if not self._estimate.logged and self.accelerator.is_main_process and step < self.plan.max_train_steps:
             self._estimate.logged = True
             self._estimate.per_step = interval.time / max(interval.steps, 1)
             rate = f"{self._estimate.per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
@@ -499,13 +463,13 @@ class Trainer:
         if self._bar_in_terminal or not self.accelerator.is_local_main_process:
             return
         now = time.perf_counter()
-        if now - self._progress_logged_at < PROGRESS_LOG_SECONDS and step < self.max_train_steps:
+        if now - self._progress_logged_at < PROGRESS_LOG_SECONDS and step < self.plan.max_train_steps:
             return
         self._progress_logged_at = now
         logger.info(
             "step %d/%d: train_loss %.4f, learning rate %.2e, %.0f tokens/s",
             step,
-            self.max_train_steps,
+            self.plan.max_train_steps,
             record["train_loss"],
             record["learning_rate"],
             record["tokens_per_second"],
@@ -531,7 +495,7 @@ class Trainer:
             "train_tokens_per_second": session.tokens / max(session.seconds, 1e-9),
             "train_samples_per_second": session.samples / max(session.seconds, 1e-9),
             "global_step": self.state.global_step,
-            "epoch": self.state.epoch_position(self.num_epoch_batches),
+            "epoch": self.state.epoch_position(self.plan.batches_per_process),
         }
         result.update(metrics)
         if self.state.best_step is not None:

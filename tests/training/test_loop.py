@@ -122,7 +122,7 @@ def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_
 def test_scheduler_takes_one_step_per_optimizer_step_with_accumulation(toy, tmp_path):
     # 40 examples / batch 4 = 10 micro-batches per epoch; G = 3 -> 4 optimizer steps per epoch (3+3+3+1)
     trainer, result = _run(toy, tmp_path, steps=7, G=3)
-    assert trainer.num_update_steps_per_epoch == 4
+    assert trainer.plan.steps_per_epoch == 4
     assert result["global_step"] == 7 and trainer.scheduler.last_epoch == 7
     adam_steps = {int(s["step"]) for s in trainer.optimizer.state.values()}
     assert adam_steps == {7}, "the optimizer stepped 7 times"

@@ -1,0 +1,164 @@
+"""The run plan: every count a training run follows, decided once before the loop exists (:func:`make_plan`).
+
+A :class:`RunPlan` is a pure function of the loop settings, the size of the training data, the number of processes,
+the block length and a compute budget already converted into steps. The commands build it, log it and hand it to the
+run driver; the loop (:class:`training.loop.Trainer`), the trackers, ``run_config.json`` and the model card read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
+
+from training.config import TrainingConfig
+from training.errors import InputError
+
+
+def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
+    """Steps between two periodic actions (evaluation, checkpoint): ``value`` as given when >= 1, a fraction of
+    ``max_train_steps`` (rounded up, at least 1) when below 1 (as transformers' ``TrainingArguments``), None when
+    not set."""
+    if not value:
+        return None
+    if value < 1:  # exact decimal arithmetic: 0.1 x 30 steps is 3, not 3.0000000000000004
+        return max(1, math.ceil(Fraction(repr(float(value))) * max_train_steps))
+    return int(value)
+
+
+def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
+    """Optimizer steps that train at least ``max_train_tokens`` tokens: ``ceil(max_train_tokens / tokens_per_step)``.
+
+    Args:
+        max_train_tokens: the budget in tokens (block positions, padding included), >= 1.
+        tokens_per_step: tokens of one optimizer step (global batch x block length), >= 1.
+
+    Raises:
+        InputError: a budget or step size below 1.
+    """
+    if max_train_tokens < 1:
+        raise InputError(f"--max_train_tokens {max_train_tokens}: expected an integer >= 1")
+    if tokens_per_step < 1:
+        raise InputError(f"tokens per optimizer step {tokens_per_step}: expected at least 1")
+    return -(-max_train_tokens // tokens_per_step)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """The counts of one training run (see :func:`make_plan`).
+
+    Attributes (in optimizer steps unless named otherwise; None: a stream, or never):
+        max_train_steps, steps_per_epoch, num_warmup_steps: the run, one pass over the data, the warmup.
+        eval_steps, checkpointing_steps: between two evaluations, two checkpoints (None: at the end only).
+        batches_per_process: micro-batches per process and epoch, as accelerate shards the data.
+        num_processes, per_device_train_batch_size, gradient_accumulation_steps: the factors of the global batch.
+        tokens_per_step: block positions per step (fixed-length blocks); seconds_per_step: a time budget's probe.
+    """
+
+    max_train_steps: int
+    steps_per_epoch: int | None
+    num_warmup_steps: int
+    eval_steps: int | None
+    checkpointing_steps: int | None
+    batches_per_process: int | None
+    num_processes: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    tokens_per_step: int | None = None
+    seconds_per_step: float | None = None
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per optimizer step: per-device batch x processes x accumulation steps."""
+        return self.per_device_train_batch_size * self.num_processes * self.gradient_accumulation_steps
+
+    @property
+    def epochs(self) -> float | None:
+        """Passes over the training data the run makes (None: a stream)."""
+        return self.max_train_steps / self.steps_per_epoch if self.steps_per_epoch else None
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations the run makes: at step 0, every ``eval_steps`` steps before the last, and at the end."""
+        return 2 + (self.max_train_steps - 1) // self.eval_steps if self.eval_steps else 1
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved settings recorded with the run (trackers, ``run_config.json``, the card): the steps, the
+        warmup and the intervals in optimizer steps (None: never), and a time budget's probed seconds per step."""
+        seconds = {} if self.seconds_per_step is None else {"time_budget_seconds_per_step": self.seconds_per_step}
+        return {
+            "max_train_steps": self.max_train_steps,
+            **seconds,
+            "num_warmup_steps": self.num_warmup_steps,
+            "eval_steps": self.eval_steps,
+            "checkpointing_steps": self.checkpointing_steps,
+        }
+
+
+def make_plan(
+    config: TrainingConfig,
+    *,
+    train_examples: int | None,
+    num_processes: int,
+    max_seq_length: int | None = None,
+    max_train_tokens: int | None = None,
+    max_train_steps: int | None = None,
+    seconds_per_step: float | None = None,
+    per_device_train_batch_size: int | None = None,
+    num_epoch_batches: int | None = None,
+) -> RunPlan:
+    """The plan of a run of ``config`` on ``train_examples`` examples (None: a stream) over ``num_processes``.
+
+    Steps: ``max_train_tokens`` converted (:func:`steps_for_tokens`, needs ``max_seq_length``), else
+    ``max_train_steps`` (a time budget converted into steps), else ``config.max_train_steps``, else
+    ``num_train_epochs`` passes (rounded up, at least 1 step); warmup ``num_warmup_steps``, else ``warmup_ratio`` of
+    the steps (rounded up); intervals by :func:`resolve_interval`.
+
+    Args:
+        max_seq_length: tokens per block, for ``tokens_per_step`` (None: examples of varying length).
+        max_train_tokens: a token budget (``--max_train_tokens``).
+        max_train_steps: a time budget's steps (``--time_budget``).
+        seconds_per_step: recorded in the plan (a ``--time_budget`` probe).
+        per_device_train_batch_size: the loader's batch size when it differs from ``config``'s.
+        num_epoch_batches: micro-batches per process and epoch when known from a prepared loader (else counted
+            as accelerate shards: the last batch kept, every process given as many batches).
+
+    Raises:
+        InputError: no batch at all, or a stream without ``max_train_steps``.
+    """
+    batch = per_device_train_batch_size or config.per_device_train_batch_size
+    if num_epoch_batches is None and train_examples is not None:
+        num_epoch_batches = math.ceil(math.ceil(train_examples / batch) / num_processes)
+    if num_epoch_batches == 0:
+        raise InputError("the training data gives no batch on this process; expected more examples than processes")
+    accumulation = config.gradient_accumulation_steps
+    tokens_per_step = None if max_seq_length is None else batch * accumulation * num_processes * max_seq_length
+    steps = max_train_steps or config.max_train_steps
+    if max_train_tokens is not None:
+        steps = steps_for_tokens(max_train_tokens, tokens_per_step)
+    if num_epoch_batches is None and steps is None:  # a stream: no length until it ends
+        raise InputError(
+            "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
+            "in; expected --max_train_steps with --streaming"
+        )
+    per_epoch = None if num_epoch_batches is None else math.ceil(num_epoch_batches / accumulation)
+    if steps is None:
+        steps = max(1, math.ceil(config.num_train_epochs * per_epoch))
+    warmup = config.num_warmup_steps
+    return RunPlan(
+        max_train_steps=steps,
+        steps_per_epoch=per_epoch,
+        num_warmup_steps=math.ceil(config.warmup_ratio * steps) if warmup is None else warmup,
+        eval_steps=resolve_interval(config.eval_steps, steps),
+        checkpointing_steps=resolve_interval(config.checkpointing_steps, steps),
+        batches_per_process=num_epoch_batches,
+        num_processes=num_processes,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
+        tokens_per_step=tokens_per_step,
+        seconds_per_step=seconds_per_step,
+    )
+
+
+__all__ = ["RunPlan", "make_plan", "resolve_interval", "steps_for_tokens"]
