@@ -14,6 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
 
 
+def load_module(path: Path, name: str):
+    """Import the file at ``path`` (a script or helper outside any package) as module ``name``, registered in
+    ``sys.modules`` under that name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def subprocess_env() -> dict:
     """The test process's environment, offline, quiet and single-threaded (2 processes share 2 cores)."""
     env = dict(os.environ)

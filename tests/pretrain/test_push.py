@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_alice_write_0123456789"
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def hub_url():
-    spec = importlib.util.spec_from_file_location(
-        "sesame_tests_hub_server_for_pretrain", ROOT / "tests" / "hub" / "hub_server.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_module(ROOT / "tests" / "hub" / "hub_server.py", "sesame_tests_hub_server_for_pretrain")
     server = module.HubServer({TOKEN: ("alice", "write")}).start()
     try:
         yield server.url
