@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import glue
@@ -208,20 +209,7 @@ def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
 
     model_dir = tmp_path / "tiny-elmo"
     tok = train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
-    config = SesameElmoConfig(
-        vocab_size=len(tok),
-        char_embedding_dim=8,
-        cnn_filters=[[1, 8], [2, 8]],
-        num_highway_layers=1,
-        projection_dim=16,
-        cell_size=32,
-        num_layers=2,
-        dropout=0.0,
-        task_hidden_size=8,
-        classifier_hidden_size=16,
-        num_sampled=16,
-        cnn_pool_filters=4,
-    )
+    config = SesameElmoConfig(**tiny_elmo_kwargs(len(tok), cnn_filters=[[1, 8], [2, 8]], task_hidden_size=8))
     torch.manual_seed(0)
     backbone = SesameElmoModel(config)
     backbone.save_pretrained(model_dir)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import squad
@@ -103,16 +104,7 @@ def wordpiece_dir(tmp_path_factory) -> Path:
 
 
 def _bert_kwargs(vocab_size: int) -> dict:
-    return dict(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    return tiny_bert_kwargs(vocab_size, 128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 @pytest.fixture(scope="session")
@@ -153,20 +145,7 @@ def tiny_elmo(tmp_path_factory) -> Path:
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(line for q in QUESTIONS for line in q[2:4]) + "\n", encoding="utf-8")
     tok = train_elmo_tokenizer([corpus], vocab_size=200, output_dir=root / "tok")
-    config = SesameElmoConfig(
-        vocab_size=len(tok),
-        char_embedding_dim=8,
-        cnn_filters=[[1, 8], [2, 8], [3, 16]],
-        num_highway_layers=1,
-        projection_dim=16,
-        cell_size=32,
-        num_layers=2,
-        dropout=0.0,
-        task_hidden_size=16,
-        classifier_hidden_size=16,
-        num_sampled=16,
-        cnn_pool_filters=4,
-    )
+    config = SesameElmoConfig(**tiny_elmo_kwargs(len(tok)))
     torch.manual_seed(0)
     SesameElmoModel(config).save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
