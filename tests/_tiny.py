@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 
-def tiny_bert_kwargs(vocab_size: int, max_position_embeddings: int, **extra) -> dict:
-    """``SesameBertConfig`` / ``BertConfig`` keyword arguments of a 2-layer BERT of width 32 (4 heads, feed-forward
-    64) over ``vocab_size`` words and ``max_position_embeddings`` positions; ``extra`` added."""
+def tiny_bert_kwargs(vocab_size: int, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra) -> dict:
+    """``SesameBertConfig`` / ``BertConfig`` keyword arguments of a BERT ``layers`` deep and ``width`` wide (heads of 8,
+    feed-forward twice the width) over ``vocab_size`` words and ``max_position_embeddings`` positions; ``extra``
+    added."""
     return dict(
         vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=width // 8,
+        intermediate_size=2 * width,
         max_position_embeddings=max_position_embeddings,
         **extra,
     )
