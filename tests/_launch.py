@@ -1,4 +1,5 @@
-"""Starting ``pretrain`` as users do, in subprocesses (shared by the launch and preemption tests).
+"""Starting ``pretrain`` as users do: its argument lists for the test corpora, and subprocesses (shared by the
+pretrain, launch and reliability tests).
 
 Importable from any test module: ``pyproject.toml`` puts ``tests/`` on ``sys.path`` (pytest ``pythonpath``).
 """
@@ -11,6 +12,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_2PROC = ROOT / "configs" / "cpu-2proc.yaml"
+
+
+def load_module(path: Path, name: str):
+    """Import the file at ``path`` (a script or helper outside any package) as module ``name``, registered in
+    ``sys.modules`` under that name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def subprocess_env() -> dict:
@@ -36,34 +49,74 @@ def pretrain_command(processes: int) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
 
 
-def tiny_run_args(assets: Path, out: Path, *extra: str) -> list[str]:
-    """``pretrain`` arguments of a 40-step bert-tiny run on the reliability assets (``train.txt``, ``valid.txt``,
-    ``wordpiece/``), a checkpoint every 4 steps, all kept."""
+def asset_args(
+    assets: Path, out: Path, *extra: str, train: Path | None = None, config: Path | str = "bert-tiny"
+) -> list[str]:
+    """``pretrain`` arguments of a ``config`` run (sequences of 32, batches of 4) on the reliability assets or a
+    :func:`write_tiny_corpus` folder: ``train`` (default ``assets/train.txt``), ``valid.txt`` and the ``wordpiece/``
+    tokenizer, into ``out``; then ``extra``."""
     return [
         "--train_file",
-        str(assets / "train.txt"),
+        str(train or assets / "train.txt"),
         "--validation_file",
         str(assets / "valid.txt"),
         "--tokenizer_name",
         str(assets / "wordpiece"),
         "--config_name",
-        "bert-tiny",
+        str(config),
         "--max_seq_length",
         "32",
         "--per_device_train_batch_size",
         "4",
-        "--max_train_steps",
-        "40",
-        "--checkpointing_steps",
-        "4",
-        "--checkpoints_total_limit",
-        "0",
-        "--logging_steps",
-        "1",
-        "--learning_rate",
-        "2e-3",
-        "--num_warmup_steps",
-        "2",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
+
+
+def tiny_run_args(assets: Path, out: Path, *extra: str) -> list[str]:
+    """``pretrain`` arguments of a 40-step bert-tiny run on the reliability assets (``train.txt``, ``valid.txt``,
+    ``wordpiece/``), a checkpoint every 4 steps, all kept."""
+    schedule = "--max_train_steps 40 --checkpointing_steps 4 --checkpoints_total_limit 0 --logging_steps 1"
+    return asset_args(assets, out, *schedule.split(), "--learning_rate", "2e-3", "--num_warmup_steps", "2", *extra)
+
+
+def corpus_args(
+    corpus_dir: Path, out: Path, *extra: str, tokenizer: Path | str | None = None, config: str | None = "bert-tiny"
+) -> list[str]:
+    """``pretrain`` arguments of a run on the pretrain tests' corpus (``train.txt``, ``valid.txt.gz``) into ``out``,
+    with ``--tokenizer_name tokenizer`` where given, ``--config_name config`` (none where ``None``), sequences of 32 and
+    batches of 8; then ``extra``."""
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        *(["--tokenizer_name", str(tokenizer)] if tokenizer is not None else []),
+        "--output_dir",
+        str(out),
+        *(["--config_name", config] if config is not None else []),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        *extra,
+    ]
+
+
+def prepare_args(corpus_dir: Path, tokenizer: Path | str, out: Path, *extra: str) -> list[str]:
+    """``pretrain.prepare`` arguments (also the data part of a ``pretrain`` command) for the pretrain tests' corpus
+    (``train.txt``, ``valid.txt.gz``), tokenized by ``tokenizer`` into sequences of 32, written to ``out``; then
+    ``extra``."""
+    return [
+        "--train_file",
+        str(corpus_dir / "train.txt"),
+        "--validation_file",
+        str(corpus_dir / "valid.txt.gz"),
+        "--tokenizer_name",
+        str(tokenizer),
+        "--max_seq_length",
+        "32",
         "--output_dir",
         str(out),
         *extra,

@@ -3,25 +3,16 @@ imported by path."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import load_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "elmo_budget_curve.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("elmo_budget_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-curve = _load()
+curve = load_module(SCRIPT, "elmo_budget_curve")
 
 
 def _run(task, backbone, seed, value):

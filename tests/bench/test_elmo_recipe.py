@@ -3,26 +3,17 @@ perplexity, and the comparison with the baseline's curve, against hand-computed 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import load_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_elmo_recipe.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_elmo_recipe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-elmo = _load()
+elmo = load_module(SCRIPT, "bench_elmo_recipe")
 
 
 def _args(tmp_path, *extra):

@@ -30,6 +30,9 @@ import ttq.report  # noqa: E402
 import ttq.runs  # noqa: E402
 import ttq.scoring  # noqa: E402
 
+#: The data flags of the bench drivers' command lines (files not read by the tests that use them).
+BASE_ARGS = ["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g"]
+
 WORDS_A = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 WORDS_B = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white"]
 
@@ -321,12 +324,7 @@ def test_what_pretraining_buys_by_hand(tmp_path):
 def test_pairs_schedules_and_token_budget(tmp_path):
     args = ttq.cli.parse_args(
         [
-            "--train_file",
-            "a.txt",
-            "--validation_file",
-            "v.txt",
-            "--glue_dir",
-            "g",
+            *BASE_ARGS,
             "--output_dir",
             str(tmp_path),
             "--budget_tokens",
@@ -375,12 +373,7 @@ def test_pairs_schedules_and_token_budget(tmp_path):
     with pytest.raises(SystemExit):
         ttq.cli.parse_args(
             [
-                "--train_file",
-                "a.txt",
-                "--validation_file",
-                "v.txt",
-                "--glue_dir",
-                "g",
+                *BASE_ARGS,
                 "--output_dir",
                 str(tmp_path),
                 "--budget_minutes",
@@ -432,12 +425,7 @@ def test_rtd_runs_are_scored_by_their_generator_also_from_checkpoints(tmp_path):
 def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, capsys):
     args = ttq.cli.parse_args(
         [
-            "--train_file",
-            "a.txt",
-            "--validation_file",
-            "v.txt",
-            "--glue_dir",
-            "g",
+            *BASE_ARGS,
             "--output_dir",
             str(tmp_path),
             "--budget_tokens",
@@ -518,9 +506,6 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
 
 
 # -- issue 30 item 5: the bench sized for a GPU --------------------------------------------------------------------
-BASE_ARGS = ["--train_file", "a.txt", "--validation_file", "v.txt", "--glue_dir", "g"]
-
-
 def test_device_defaults_cuda_and_cpu(tmp_path):
     """CUDA: sequential, bf16 for the reference and for our recipes (a recipe's own --mixed_precision wins); CPU:
     paired, the reference in float32 and no --mixed_precision added; a given flag beats the device default."""

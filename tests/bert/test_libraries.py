@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 from modeling import SesameBertConfig, SesameBertForSequenceClassification
 
@@ -22,15 +23,7 @@ def test_peft_lora_on_the_fused_attention_projections():
     adapters gives the adapted model's outputs."""
     peft = pytest.importorskip("peft", reason="peft is not installed (not a dependency: pip install peft)")
     config = SesameBertConfig(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=2,
+        **tiny_bert_kwargs(40, 32, width=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
     )
     base = SesameBertForSequenceClassification(config).eval()
     g = torch.Generator().manual_seed(0)

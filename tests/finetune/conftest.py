@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 
 def write_tsv(path: Path, rows: list[list[str]], bom: bool = False) -> Path:
@@ -486,14 +487,7 @@ def tiny_bert(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny-bert")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + WORDS + [".", ",", "?", "!", "'", '"'])})
-    config = SesameBertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = SesameBertConfig(**tiny_bert_kwargs(len(tok), 64))
     torch.manual_seed(0)
     SesameBertModel(config).save_pretrained(path)
     tok.save_pretrained(path)

@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 from finetune import explain as ex
 from training.errors import InputError, run_cli
@@ -53,15 +54,9 @@ def bert_classifier(tmp_path_factory):
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + FILLERS + sorted(DECIDERS))})
     config = SesameBertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        num_labels=2,
-        id2label={0: "negative", 1: "positive"},
-        label2id={"negative": 0, "positive": 1},
+        **tiny_bert_kwargs(
+            len(tok), 32, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+        )
     )
     torch.manual_seed(0)
     model = SesameBertForSequenceClassification(config)
@@ -81,21 +76,9 @@ def elmo_classifier(tmp_path_factory):
     (root / "corpus.txt").write_text(" ".join(FILLERS + sorted(DECIDERS)) + "\n")
     tok = train_elmo_tokenizer([root / "corpus.txt"], vocab_size=100, output_dir=root / "tok")
     config = SesameElmoConfig(
-        vocab_size=len(tok),
-        char_embedding_dim=8,
-        cnn_filters=[[1, 8], [2, 8], [3, 16]],
-        num_highway_layers=1,
-        projection_dim=16,
-        cell_size=32,
-        num_layers=2,
-        dropout=0.0,
-        task_hidden_size=16,
-        classifier_hidden_size=16,
-        num_sampled=16,
-        cnn_pool_filters=4,
-        num_labels=2,
-        id2label={0: "negative", 1: "positive"},
-        label2id={"negative": 0, "positive": 1},
+        **tiny_elmo_kwargs(
+            len(tok), num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+        )
     )
     torch.manual_seed(0)
     model = SesameElmoForSequenceClassification(config)  # frozen random BiLM, trained ScalarMix + head

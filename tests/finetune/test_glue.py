@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import glue
@@ -28,6 +29,12 @@ COMMON = [
 ]
 
 
+def glue_args(model: Path | str, out: Path | str, *flags: str, tail: list[str] = COMMON) -> list[str]:
+    """``finetune.glue`` arguments: ``--model_name_or_path model``, ``flags`` and ``--output_dir out``, then ``tail``
+    (``COMMON``'s short sequences, small batches and learning rate, unless given)."""
+    return ["--model_name_or_path", str(model), *flags, "--output_dir", str(out), *tail]
+
+
 def _run(args: list[str]) -> dict:
     assert glue.main(args) == 0
     out = Path(args[args.index("--output_dir") + 1])
@@ -41,22 +48,19 @@ def _config(out: Path) -> dict:
 def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "sst2"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_bert),
+        glue_args(
+            tiny_bert,
+            out,
             "--task_name",
             "sst2",
             "--glue_dir",
             str(glue_dir),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "3",
             "--do_train",
             "--do_eval",
             "--do_predict",
-            *COMMON,
-        ]
+        )
     )
     assert results["global_step"] == 3 and results["train_loss"] > 0
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
@@ -78,22 +82,19 @@ def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
 def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "mnli"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_bert),
+        glue_args(
+            tiny_bert,
+            out,
             "--task_name",
             "mnli",
             "--glue_dir",
             str(glue_dir),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "2",
             "--do_train",
             "--do_eval",
             "--do_predict",
-            *COMMON,
-        ]
+        )
     )
     for key in ("eval_accuracy", "eval_matched_accuracy", "eval_mismatched_accuracy", "eval_mismatched_loss"):
         assert key in results
@@ -106,22 +107,19 @@ def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
 def test_regression_task(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "stsb"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_bert),
+        glue_args(
+            tiny_bert,
+            out,
             "--task_name",
             "stsb",
             "--glue_dir",
             str(glue_dir),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "2",
             "--do_train",
             "--do_eval",
             "--do_predict",
-            *COMMON,
-        ]
+        )
     )
     assert {"eval_pearson", "eval_spearmanr", "eval_loss"} <= set(results)
     config = _config(out)
@@ -152,9 +150,9 @@ def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_
     train, dev, test = (_write_nli(tmp_path / f"{s}.tsv", NLI) for s in ("train", "dev", "test"))
     out = tmp_path / "custom"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_bert),
+        glue_args(
+            tiny_bert,
+            out,
             "--train_file",
             str(train),
             "--validation_file",
@@ -165,15 +163,12 @@ def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_
             "premise",
             "--sentence2_key",
             "hypothesis",
-            "--output_dir",
-            str(out),
             "--num_train_epochs",
             "2",
             "--do_train",
             "--do_eval",
             "--do_predict",
-            *COMMON,
-        ]
+        )
     )
     assert {"eval_accuracy", "eval_macro_f1"} <= set(results) and results["global_step"] == 6  # 2 epochs x 3 batches
     assert _config(out)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
@@ -182,21 +177,18 @@ def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_
     # task labels are mapped onto the head's ids (predictions keep their meaning), and the head is kept.
     again = tmp_path / "again"
     _run(
-        [
-            "--model_name_or_path",
-            str(out),
+        glue_args(
+            out,
+            again,
             "--task_name",
             "mnli",
             "--train_file",
             str(train),
             "--validation_file",
             str(dev),
-            "--output_dir",
-            str(again),
             "--max_train_steps",
             "1",
-            *COMMON,
-        ]
+        )
     )
     assert _config(again)["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}
     # A head with other labels is refused (before training) unless --ignore_mismatched_sizes.
@@ -207,19 +199,7 @@ def test_custom_three_class_pair_files_and_pretrained_head_check(tiny_bert, tmp_
         match=r"head predicts \['contradiction', 'entailment', 'neutral'\].*"
         r"\['unacceptable', 'acceptable'\].*--ignore_mismatched_sizes",
     ):
-        glue.main(
-            [
-                "--model_name_or_path",
-                str(out),
-                "--task_name",
-                "cola",
-                "--train_file",
-                str(cola),
-                "--output_dir",
-                str(tmp_path / "x"),
-                *COMMON,
-            ]
-        )
+        glue.main(glue_args(out, tmp_path / "x", "--task_name", "cola", "--train_file", str(cola)))
     assert not (tmp_path / "x").exists()
 
 
@@ -229,20 +209,7 @@ def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
 
     model_dir = tmp_path / "tiny-elmo"
     tok = train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
-    config = SesameElmoConfig(
-        vocab_size=len(tok),
-        char_embedding_dim=8,
-        cnn_filters=[[1, 8], [2, 8]],
-        num_highway_layers=1,
-        projection_dim=16,
-        cell_size=32,
-        num_layers=2,
-        dropout=0.0,
-        task_hidden_size=8,
-        classifier_hidden_size=16,
-        num_sampled=16,
-        cnn_pool_filters=4,
-    )
+    config = SesameElmoConfig(**tiny_elmo_kwargs(len(tok), cnn_filters=[[1, 8], [2, 8]], task_hidden_size=8))
     torch.manual_seed(0)
     backbone = SesameElmoModel(config)
     backbone.save_pretrained(model_dir)
@@ -250,19 +217,7 @@ def test_elmo_backbone_frozen_by_default(tmp_path, tiny_corpus):
     train = _write_nli(tmp_path / "train.tsv", NLI)
     out = tmp_path / "elmo-out"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(model_dir),
-            "--train_file",
-            str(train),
-            "--validation_file",
-            str(train),
-            "--output_dir",
-            str(out),
-            "--max_train_steps",
-            "2",
-            *COMMON,
-        ]
+        glue_args(model_dir, out, "--train_file", str(train), "--validation_file", str(train), "--max_train_steps", "2")
     )
     assert "eval_accuracy" in results and _config(out)["freeze_backbone"] is True
     # Frozen: the BiLM weights are unchanged by fine-tuning.

@@ -13,7 +13,7 @@ import pytest
 from _launch import CPU_2PROC, ROOT, subprocess_env
 
 from finetune import glue
-from tests.finetune.test_glue import COMMON, NLI, _write_nli
+from tests.finetune.test_glue import COMMON, NLI, _write_nli, glue_args
 from training.errors import run_cli
 
 
@@ -70,38 +70,34 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
     assert (
         glue.main(
-            [
-                "--model_name_or_path",
-                str(tiny_bert),
+            glue_args(
+                tiny_bert,
+                out,
                 "--train_file",
                 str(train),
                 "--validation_file",
                 str(train),
-                "--output_dir",
-                str(out),
                 "--max_train_steps",
                 "3",
-                *keys,
-            ]
+                tail=keys,
+            )
         )
         == 0
     )
     again = tmp_path / "again"
     assert (
         glue.main(
-            [
-                "--model_name_or_path",
-                str(out),
+            glue_args(
+                out,
+                again,
                 "--validation_file",
                 str(train),
                 "--test_file",
                 str(test),
-                "--output_dir",
-                str(again),
                 "--do_eval",
                 "--do_predict",
-                *keys,
-            ]
+                tail=keys,
+            )
         )
         == 0
     )
@@ -109,35 +105,12 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     rows = _predictions(again / "predictions_test.tsv")
     assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == ["7", "9"]
     assert {r[1] for r in rows[1:]} <= {"contradiction", "entailment", "neutral"}
-    assert (
-        glue.main(
-            [
-                "--model_name_or_path",
-                str(out),
-                "--validation_file",
-                str(dev),
-                "--output_dir",
-                str(tmp_path / "dev3"),
-                "--do_eval",
-                *keys,
-            ]
-        )
-        == 0
-    )
+    assert glue.main(glue_args(out, tmp_path / "dev3", "--validation_file", str(dev), "--do_eval", tail=keys)) == 0
     # switches that ask for a split that is not there
     assert (
         run_cli(
             glue.main,
-            [
-                "--model_name_or_path",
-                str(out),
-                "--validation_file",
-                str(train),
-                "--output_dir",
-                str(tmp_path / "x"),
-                "--do_predict",
-                *keys,
-            ],
+            glue_args(out, tmp_path / "x", "--validation_file", str(train), "--do_predict", tail=keys),
         )
         == 2
     )
@@ -145,16 +118,7 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     assert (
         run_cli(
             glue.main,
-            [
-                "--model_name_or_path",
-                str(out),
-                "--test_file",
-                str(test),
-                "--output_dir",
-                str(tmp_path / "y"),
-                "--do_train",
-                *keys,
-            ],
+            glue_args(out, tmp_path / "y", "--test_file", str(test), "--do_train", tail=keys),
         )
         == 2
     )
@@ -166,15 +130,13 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
     out = tmp_path / "best"
     assert (
         glue.main(
-            [
-                "--model_name_or_path",
-                str(tiny_bert),
+            glue_args(
+                tiny_bert,
+                out,
                 "--task_name",
                 "sst2",
                 "--glue_dir",
                 str(glue_dir),
-                "--output_dir",
-                str(out),
                 "--max_train_steps",
                 "4",
                 "--eval_steps",
@@ -182,8 +144,7 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
                 "--load_best_model_at_end",
                 "--metric_for_best_model",
                 "loss",
-                *COMMON,
-            ]
+            )
         )
         == 0
     )
@@ -194,23 +155,7 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
     assert results["eval_loss"] == best["eval_loss"]
     # the saved model is the best step's: evaluating it again gives the best step's loss
     again = tmp_path / "again"
-    assert (
-        glue.main(
-            [
-                "--model_name_or_path",
-                str(out),
-                "--task_name",
-                "sst2",
-                "--glue_dir",
-                str(glue_dir),
-                "--output_dir",
-                str(again),
-                "--do_eval",
-                *COMMON,
-            ]
-        )
-        == 0
-    )
+    assert glue.main(glue_args(out, again, "--task_name", "sst2", "--glue_dir", str(glue_dir), "--do_eval")) == 0
     assert _results(again)["eval_loss"] == pytest.approx(best["eval_loss"], rel=1e-6)
 
 
@@ -232,23 +177,21 @@ def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
     assert (
         glue.main(
-            [
-                "--model_name_or_path",
-                str(tiny_bert),
+            glue_args(
+                tiny_bert,
+                out,
                 "--train_file",
                 str(train),
                 "--validation_file",
                 str(train),
                 "--test_file",
                 str(test),
-                "--output_dir",
-                str(out),
                 "--max_train_steps",
                 "3",
                 "--do_train",
                 "--do_predict",
-                *keys,
-            ]
+                tail=keys,
+            )
         )
         == 0
     )
@@ -283,19 +226,5 @@ def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     assert [r[0] for r in rows[1:]] == ["10", "11", "12", "13", "14"]  # each example once, in order
     assert rows == _predictions(out / "predictions_test.tsv")
     one = tmp_path / "one"
-    assert (
-        glue.main(
-            [
-                "--model_name_or_path",
-                str(out),
-                "--validation_file",
-                str(train),
-                "--output_dir",
-                str(one),
-                "--do_eval",
-                *keys,
-            ]
-        )
-        == 0
-    )
+    assert glue.main(glue_args(out, one, "--validation_file", str(train), "--do_eval", tail=keys)) == 0
     assert _results(two)["eval_accuracy"] == _results(one)["eval_accuracy"]

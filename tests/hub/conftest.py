@@ -7,7 +7,6 @@ So every client call runs in a fresh ``python`` subprocess whose environment poi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,12 +15,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _launch import load_module
 
 _HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("sesame_tests_hub_server", _HERE / "hub_server.py")
-hub_server = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = hub_server
-_spec.loader.exec_module(hub_server)
+hub_server = load_module(_HERE / "hub_server.py", "sesame_tests_hub_server")
 
 #: Tokens the test Hub knows: alice may write (and read her private repos) with the first, only read
 #: with the second; bob writes in his own namespace only.

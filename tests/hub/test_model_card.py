@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _tiny import tiny_bert_kwargs
 from huggingface_hub import ModelCard
 
 from training.errors import InputError
@@ -124,14 +125,7 @@ def test_question_answering_card_example_runs(tmp_path, capsys):
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "walked", "to", "the", "house", "?", "elizabeth", "."]
     torch.manual_seed(0)
-    config = SesameBertConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
+    config = SesameBertConfig(**tiny_bert_kwargs(len(words), 64, width=16, layers=1))
     AutoModelForQuestionAnswering.from_config(config).save_pretrained(tmp_path / "qa")
     BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(tmp_path / "qa")
     text = render_model_card(model_type="sesame-bert", repo_id=str(tmp_path / "qa"), task="question-answering")

@@ -14,6 +14,7 @@ import json
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 WORDS = [
     "[PAD]",
@@ -41,14 +42,7 @@ def _save_model(path, seed, sesame=False):
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     torch.manual_seed(seed)
-    kwargs = dict(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
+    kwargs = tiny_bert_kwargs(len(WORDS), 32, width=16)
     if sesame:
         from modeling import SesameBertConfig, SesameBertForMaskedLM
 
@@ -108,15 +102,15 @@ def _save_classifier(path):
 
     torch.manual_seed(4)
     config = SesameBertConfig(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-        id2label={0: "neg", 1: "pos"},
-        label2id={"neg": 0, "pos": 1},
+        **tiny_bert_kwargs(
+            len(WORDS),
+            32,
+            width=16,
+            layers=1,
+            num_labels=2,
+            id2label={0: "neg", 1: "pos"},
+            label2id={"neg": 0, "pos": 1},
+        )
     )
     model = SesameBertForSequenceClassification(config).eval()
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(WORDS)})

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+from _launch import corpus_args
 
 from pretrain.cli import main, parse
 from training import budget as budgets
@@ -17,27 +18,7 @@ from training.errors import InputError, run_cli
 
 
 def _args(corpus_dir, tok, out, *extra):
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--tokenizer_name",
-        str(tok),
-        "--output_dir",
-        str(out),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--logging_steps",
-        "1",
-        "--learning_rate",
-        "2e-3",
-        *extra,
-    ]
+    return corpus_args(corpus_dir, out, "--logging_steps", "1", "--learning_rate", "2e-3", *extra, tokenizer=tok)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _launch import corpus_args
 
 from pretrain.cli import build_parser, main, parse
 from pretrain.objectives import OBJECTIVES
@@ -14,27 +15,8 @@ from training.errors import run_cli
 
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--output_dir",
-        str(out),
-        "--vocab_size",
-        "300",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--max_train_steps",
-        "6",
-        "--eval_steps",
-        "3",
-        "--num_warmup_steps",
-        "1",
-        *extra,
-    ]
+    schedule = "--vocab_size 300 --max_train_steps 6 --eval_steps 3 --num_warmup_steps 1"
+    return corpus_args(corpus_dir, out, *schedule.split(), *extra, config=None)
 
 
 def test_default_job_settings():

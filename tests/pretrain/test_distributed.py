@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import ROOT, write_tiny_corpus
+from _launch import ROOT, asset_args, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
 
@@ -39,37 +39,18 @@ def shared(tmp_path_factory):
 
 
 def _args(shared: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(shared / "train.txt"),
-        "--validation_file",
-        str(shared / "valid.txt"),
-        "--tokenizer_name",
-        str(shared / "wordpiece"),
-        "--config_name",
-        str(shared / "bert-nodrop"),
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "20",
-        "--logging_steps",
-        "1",
-        "--eval_steps",
-        "10",
-        "--checkpointing_steps",
-        "10",
-        "--learning_rate",
-        "2e-3",
+    schedule = "--max_train_steps 20 --logging_steps 1 --eval_steps 10 --checkpointing_steps 10 --learning_rate 2e-3"
+    return asset_args(
+        shared,
+        out,
+        *schedule.split(),
         "--num_warmup_steps",
         "2",
         "--max_eval_samples",
         "7",
-        "--output_dir",
-        str(out),
         *extra,
-    ]
+        config=shared / "bert-nodrop",
+    )
 
 
 def _log(out: Path) -> list[dict]:

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from _launch import corpus_args as _run_args
 from datasets import Dataset, DatasetDict
 
 from pretrain import data
@@ -176,24 +177,6 @@ def test_no_token_attends_across_a_boundary(bert_tokenizer, packed, attn):
 
 
 # -- the flag, prepared datasets and runs ---------------------------------------------------------------------------
-def _run_args(corpus_dir, out, *extra):
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--output_dir",
-        str(out),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        *extra,
-    ]
-
-
 def test_the_flag_resolves_per_objective_and_refuses_what_cannot_be():
     from pretrain.cli import parse
     from training.errors import InputError

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+from _launch import corpus_args
 from datasets import Dataset
 
 from pretrain import data
@@ -77,33 +78,8 @@ def test_workers_give_the_batches_of_the_main_process(bert_tokenizer):
 
 
 def _args(corpus_dir, tok, out, *extra):
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--tokenizer_name",
-        str(tok),
-        "--output_dir",
-        str(out),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--mlm_probability",
-        "0.3",
-        "--learning_rate",
-        "2e-3",
-        "--logging_steps",
-        "1",
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "0",
-        *extra,
-    ]
+    schedule = "--mlm_probability 0.3 --learning_rate 2e-3 --logging_steps 1 --checkpointing_steps 2"
+    return corpus_args(corpus_dir, out, *schedule.split(), "--checkpoints_total_limit", "0", *extra, tokenizer=tok)
 
 
 def _resume_from_step_2(corpus_dir, tok, run, resumed, *extra):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import ROOT, write_tiny_corpus
+from _launch import ROOT, asset_args, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
 
@@ -75,36 +75,10 @@ def shared(tmp_path_factory):
 
 
 def _bert_args(shared: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(shared / "train.txt"),
-        "--validation_file",
-        str(shared / "valid.txt"),
-        "--tokenizer_name",
-        str(shared / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "12",
-        "--checkpointing_steps",
-        "3",
-        "--checkpoints_total_limit",
-        "0",
-        "--logging_steps",
-        "1",
-        "--learning_rate",
-        "2e-3",
-        "--num_warmup_steps",
-        "2",
-        "--whole_word_mask",
-        "--output_dir",
-        str(out),
-        *extra,
-    ]
+    schedule = "--max_train_steps 12 --checkpointing_steps 3 --checkpoints_total_limit 0 --logging_steps 1"
+    return asset_args(
+        shared, out, *schedule.split(), *"--learning_rate 2e-3 --num_warmup_steps 2 --whole_word_mask".split(), *extra
+    )
 
 
 @pytest.mark.parametrize("processes", [1, 2])

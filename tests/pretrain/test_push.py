@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import corpus_args, load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_alice_write_0123456789"
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def hub_url():
-    spec = importlib.util.spec_from_file_location(
-        "sesame_tests_hub_server_for_pretrain", ROOT / "tests" / "hub" / "hub_server.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_module(ROOT / "tests" / "hub" / "hub_server.py", "sesame_tests_hub_server_for_pretrain")
     server = module.HubServer({TOKEN: ("alice", "write")}).start()
     try:
         yield server.url
@@ -46,31 +41,12 @@ def test_pretrain_pushes_the_model_without_checkpoints(hub_url, corpus_dir, tmp_
         OMP_NUM_THREADS="1",
     )
     out = tmp_path / "run"
+    push = ["--push_to_hub", "--hub_model_id", "alice/tiny-mlm", "--hub_token", TOKEN]
     cmd = [
         sys.executable,
         "-m",
         "pretrain",
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--config_name",
-        "bert-tiny",
-        "--vocab_size",
-        "300",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--max_train_steps",
-        "3",
-        "--output_dir",
-        str(out),
-        "--push_to_hub",
-        "--hub_model_id",
-        "alice/tiny-mlm",
-        "--hub_token",
-        TOKEN,
+        *corpus_args(corpus_dir, out, *"--vocab_size 300 --max_train_steps 3".split(), *push),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _launch import corpus_args as _data
+from _launch import prepare_args
 
 from pretrain.cli import build_parser, main
 from training.errors import run_cli
@@ -21,24 +23,6 @@ from training.errors import run_cli
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _data(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--output_dir",
-        str(out),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        *extra,
-    ]
 
 
 def _error_lines(capsys) -> list[str]:
@@ -283,25 +267,7 @@ def test_prepared_dataset_trains_like_the_text_files_without_tokenizing(
     from datasets import load_from_disk
 
     prepared = tmp_path / "prepared"
-    assert (
-        _prepare(
-            [
-                "--train_file",
-                str(corpus_dir / "train.txt"),
-                "--validation_file",
-                str(corpus_dir / "valid.txt.gz"),
-                "--tokenizer_name",
-                tok_dir,
-                "--max_seq_length",
-                "32",
-                "--max_shard_size",
-                "8KB",
-                "--output_dir",
-                str(prepared),
-            ]
-        )
-        == 0
-    )
+    assert _prepare(prepare_args(corpus_dir, tok_dir, prepared, "--max_shard_size", "8KB")) == 0
     manifest = json.loads((prepared / "manifest.json").read_text())
     assert manifest["objective"] == "mlm" and manifest["max_seq_length"] == 32
     assert manifest["sources"]["train"][0]["sha256"] == _sha(corpus_dir / "train.txt")
@@ -321,25 +287,7 @@ def test_prepared_dataset_trains_like_the_text_files_without_tokenizing(
         "8",
     ]
     from_text, from_prepared = tmp_path / "text", tmp_path / "prep"
-    assert (
-        run_cli(
-            main,
-            [
-                "--train_file",
-                str(corpus_dir / "train.txt"),
-                "--validation_file",
-                str(corpus_dir / "valid.txt.gz"),
-                "--tokenizer_name",
-                tok_dir,
-                "--max_seq_length",
-                "32",
-                "--output_dir",
-                str(from_text),
-                *common,
-            ],
-        )
-        == 0
-    )
+    assert run_cli(main, prepare_args(corpus_dir, tok_dir, from_text, *common)) == 0
     capsys.readouterr()
     assert run_cli(main, ["--prepared_dataset", str(prepared), "--output_dir", str(from_prepared), *common]) == 0
     err = capsys.readouterr().err
@@ -359,23 +307,7 @@ def test_prepared_dataset_from_another_tokenizer_length_or_objective_is_refused(
     from tokenizer.wordpiece import train_wordpiece_tokenizer
 
     prepared = tmp_path / "prepared"
-    assert (
-        _prepare(
-            [
-                "--train_file",
-                str(corpus_dir / "train.txt"),
-                "--validation_file",
-                str(corpus_dir / "valid.txt.gz"),
-                "--tokenizer_name",
-                tok_dir,
-                "--max_seq_length",
-                "32",
-                "--output_dir",
-                str(prepared),
-            ]
-        )
-        == 0
-    )
+    assert _prepare(prepare_args(corpus_dir, tok_dir, prepared)) == 0
     train_wordpiece_tokenizer([corpus_dir / "valid.txt.gz"], 120, tmp_path / "other-tok", min_frequency=1)
     cases = [
         (["--tokenizer_name", str(tmp_path / "other-tok")], "prepared with another tokenizer"),
@@ -403,23 +335,7 @@ def test_prepared_shards_are_checked_by_size_always_and_by_hash_on_first_use_or_
     from pretrain.prepare import VERIFIED, load_prepared
 
     prepared = tmp_path / "prepared"
-    assert (
-        _prepare(
-            [
-                "--train_file",
-                str(corpus_dir / "train.txt"),
-                "--validation_file",
-                str(corpus_dir / "valid.txt.gz"),
-                "--tokenizer_name",
-                tok_dir,
-                "--max_seq_length",
-                "32",
-                "--output_dir",
-                str(prepared),
-            ]
-        )
-        == 0
-    )
+    assert _prepare(prepare_args(corpus_dir, tok_dir, prepared)) == 0
     files = json.loads((prepared / "manifest.json").read_text())["files"]
     shard = next(rel for rel in files if rel.startswith("train/") and rel.endswith(".arrow"))
     assert files[shard] == {"sha256": _sha(prepared / shard), "bytes": (prepared / shard).stat().st_size}

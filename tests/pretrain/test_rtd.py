@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _launch import corpus_args, prepare_args
 
 from pretrain.cli import main
 from training.errors import run_cli
@@ -23,25 +24,7 @@ def _sha(path: Path) -> str:
 
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--objective",
-        "rtd",
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--output_dir",
-        str(out),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--learning_rate",
-        "1e-3",
-        *extra,
-    ]
+    return ["--objective", "rtd", *corpus_args(corpus_dir, out, "--learning_rate", "1e-3", *extra)]
 
 
 @pytest.fixture(scope="module")
@@ -132,24 +115,7 @@ def test_rtd_trains_on_a_dataset_prepared_for_mlm_as_on_the_text(corpus_dir, tok
     from pretrain.prepare import main as prepare_main
 
     prepared = tmp_path / "prepared"
-    assert (
-        run_cli(
-            prepare_main,
-            [
-                "--train_file",
-                str(corpus_dir / "train.txt"),
-                "--validation_file",
-                str(corpus_dir / "valid.txt.gz"),
-                "--tokenizer_name",
-                tok_dir,
-                "--max_seq_length",
-                "32",
-                "--output_dir",
-                str(prepared),
-            ],
-        )
-        == 0
-    )
+    assert run_cli(prepare_main, prepare_args(corpus_dir, tok_dir, prepared)) == 0
     assert json.loads((prepared / "manifest.json").read_text())["objective"] == "mlm"
     steps = ["--max_train_steps", "3", "--logging_steps", "1"]
     from_text, from_prepared = tmp_path / "text", tmp_path / "prep"

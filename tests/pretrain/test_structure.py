@@ -9,31 +9,14 @@ import math
 
 import pytest
 import torch
+from _launch import corpus_args
 
 from pretrain.cli import main, parse
 from training.errors import InputError, run_cli
 
 
 def _data_args(corpus_dir, out, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(corpus_dir / "train.txt"),
-        "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
-        "--output_dir",
-        str(out),
-        "--vocab_size",
-        "300",
-        "--max_seq_length",
-        "32",
-        "--config_name",
-        "bert-tiny",
-        "--per_device_train_batch_size",
-        "8",
-        "--learning_rate",
-        "1e-3",
-        *extra,
-    ]
+    return corpus_args(corpus_dir, out, "--vocab_size", "300", "--learning_rate", "1e-3", *extra)
 
 
 def test_parsed_arguments_are_frozen_and_resolution_makes_new_values(corpus_dir, tmp_path):

@@ -123,14 +123,10 @@ def toy_run():
 def hub_server():
     """``hub_server(tokens) -> HubServer``: the project's Hub-compatible test server (tests/hub/hub_server.py) on
     127.0.0.1, started; every server started is stopped after the test."""
-    import importlib.util
-    import sys
+    from _launch import load_module
 
     path = Path(__file__).resolve().parents[1] / "hub" / "hub_server.py"
-    spec = importlib.util.spec_from_file_location("sesame_tests_hub_server_for_reliability", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_module(path, "sesame_tests_hub_server_for_reliability")
     started = []
 
     def start(tokens: dict[str, tuple[str, str]]):

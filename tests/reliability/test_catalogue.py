@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import asset_args
 
 from training.errors import run_cli
 
@@ -103,25 +104,7 @@ def weights_only(tmp, model_dir):
 
 
 def pre(tmp, a, *extra):
-    return [
-        "--train_file",
-        str(a / "train.txt"),
-        "--validation_file",
-        str(a / "valid.txt"),
-        "--tokenizer_name",
-        str(a / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "2",
-        "--output_dir",
-        str(tmp / "out"),
-        *extra,
-    ]
+    return asset_args(a, tmp / "out", "--max_train_steps", "2", *extra)
 
 
 def glue(tmp, a, *extra, train=None, valid=None):

@@ -9,35 +9,16 @@ import os
 from pathlib import Path
 
 import pytest
+from _launch import asset_args
 
 from training import checkpoint as ckpt
 from training.errors import run_cli
 
 
 def _args(assets: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(assets / "train.txt"),
-        "--validation_file",
-        str(assets / "valid.txt"),
-        "--tokenizer_name",
-        str(assets / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "4",
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "0",
-        "--output_dir",
-        str(out),
-        *extra,
-    ]
+    return asset_args(
+        assets, out, *"--max_train_steps 4 --checkpointing_steps 2 --checkpoints_total_limit 0".split(), *extra
+    )
 
 
 def _enospc(path):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import asset_args as _pre
 
 from training.errors import run_cli
 
@@ -26,26 +27,6 @@ def _reset():
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-
-
-def _pre(assets: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(assets / "train.txt"),
-        "--validation_file",
-        str(assets / "valid.txt"),
-        "--tokenizer_name",
-        str(assets / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--output_dir",
-        str(out),
-        *extra,
-    ]
 
 
 def _steps(out: Path) -> list[int]:

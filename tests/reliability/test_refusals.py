@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 from training.errors import run_cli
 
@@ -20,14 +21,7 @@ def bert_source(tmp_path, assets) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
     tok = AutoTokenizer.from_pretrained(assets / "wordpiece")
-    config = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
+    config = BertConfig(**tiny_bert_kwargs(len(tok), 64, width=16, layers=1))
     torch.manual_seed(0)
     path = tmp_path / "hf-bert"
     BertForPreTraining(config).save_pretrained(path)

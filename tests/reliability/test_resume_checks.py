@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _launch import asset_args
 
 from training.errors import run_cli
 
@@ -24,31 +25,8 @@ def _reset():
 
 
 def _pre(train: Path, assets: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(assets / "valid.txt"),
-        "--tokenizer_name",
-        str(assets / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "4",
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "0",
-        "--learning_rate",
-        "2e-3",
-        "--output_dir",
-        str(out),
-        *extra,
-    ]
+    schedule = "--max_train_steps 4 --checkpointing_steps 2 --checkpoints_total_limit 0 --learning_rate 2e-3"
+    return asset_args(assets, out, *schedule.split(), *extra, train=train)
 
 
 @pytest.fixture

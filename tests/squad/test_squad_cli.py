@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import squad
@@ -103,16 +104,7 @@ def wordpiece_dir(tmp_path_factory) -> Path:
 
 
 def _bert_kwargs(vocab_size: int) -> dict:
-    return dict(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    return tiny_bert_kwargs(vocab_size, 128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 @pytest.fixture(scope="session")
@@ -153,20 +145,7 @@ def tiny_elmo(tmp_path_factory) -> Path:
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(line for q in QUESTIONS for line in q[2:4]) + "\n", encoding="utf-8")
     tok = train_elmo_tokenizer([corpus], vocab_size=200, output_dir=root / "tok")
-    config = SesameElmoConfig(
-        vocab_size=len(tok),
-        char_embedding_dim=8,
-        cnn_filters=[[1, 8], [2, 8], [3, 16]],
-        num_highway_layers=1,
-        projection_dim=16,
-        cell_size=32,
-        num_layers=2,
-        dropout=0.0,
-        task_hidden_size=16,
-        classifier_hidden_size=16,
-        num_sampled=16,
-        cnn_pool_filters=4,
-    )
+    config = SesameElmoConfig(**tiny_elmo_kwargs(len(tok)))
     torch.manual_seed(0)
     SesameElmoModel(config).save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
@@ -195,6 +174,12 @@ def _run(args: list[str]) -> dict:
     return json.loads((out / "all_results.json").read_text())
 
 
+def squad_args(model: Path | str, out: Path | str, *flags: str, tail: list[str] = FAST) -> list[str]:
+    """``finetune.squad`` arguments: ``--model_name_or_path model``, ``flags`` and ``--output_dir out``, then ``tail``
+    (the small windows and batches of ``FAST``, or ``WINDOW`` alone)."""
+    return ["--model_name_or_path", str(model), *flags, "--output_dir", str(out), *tail]
+
+
 def _json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -202,23 +187,20 @@ def _json(path: Path):
 def test_v1_sesame_bert_overfits_to_em_100_and_reloads_with_auto_classes(tiny_sesame_bert, squad_file, tmp_path):
     out = tmp_path / "v1"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
+        squad_args(
+            tiny_sesame_bert,
+            out,
             "--train_file",
             str(squad_file),
             "--validation_file",
             str(squad_file),
-            "--output_dir",
-            str(out),
             "--learning_rate",
             "3e-3",
             "--max_train_steps",
             "60",
             "--num_warmup_steps",
             "5",
-            *FAST,
-        ]
+        )
     )
     for key in ("eval_exact_match", "eval_f1", "train_loss", "train_runtime_s", "train_samples_per_second"):
         assert key in results, key
@@ -328,21 +310,18 @@ def test_v2_null_threshold_decides_the_empty_answer(tiny_sesame_bert, tmp_path):
 def test_transformers_bert_baseline_and_eval_only(tiny_hf_bert, squad_file, tmp_path):
     out = tmp_path / "hf"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_hf_bert),
+        squad_args(
+            tiny_hf_bert,
+            out,
             "--train_file",
             str(squad_file),
             "--validation_file",
             str(squad_file),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "2",
             "--learning_rate",
             "1e-3",
-            *FAST,
-        ]
+        )
     )
     assert results["global_step"] == 2 and 0.0 <= results["eval_f1"] <= 100.0
     assert _json(out / "config.json")["architectures"] == ["BertForQuestionAnswering"]
@@ -350,18 +329,7 @@ def test_transformers_bert_baseline_and_eval_only(tiny_hf_bert, squad_file, tmp_
     assert all(predictions[q] in CONTEXTS[q] and predictions[q] for q in ANSWERS)
     # Evaluation only, of the fine-tuned model: the same predictions; no training, no model written.
     again = tmp_path / "eval-only"
-    results2 = _run(
-        [
-            "--model_name_or_path",
-            str(out),
-            "--validation_file",
-            str(squad_file),
-            "--do_eval",
-            "--output_dir",
-            str(again),
-            *FAST,
-        ]
-    )
+    results2 = _run(squad_args(out, again, "--validation_file", str(squad_file), "--do_eval"))
     assert _json(again / "predictions.json") == predictions
     assert results2["eval_f1"] == pytest.approx(results["eval_f1"]) and "train_loss" not in results2
     assert not (again / "model.safetensors").exists()
@@ -521,37 +489,27 @@ def test_skip_misaligned_answers_and_several_train_files(tiny_sesame_bert, squad
         squad_document([("x1", "t", "The cat sat on the mat.", "Where did the cat sit?", "the mat")]),
     )
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
+        squad_args(
+            tiny_sesame_bert,
+            out,
             "--train_file",
             str(_bad_file(tmp_path)),
             str(extra),
             "--skip_misaligned_answers",
             "--validation_file",
             str(squad_file),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "1",
-            *FAST,
-        ]
+        )
     )
     assert results["train_samples"] == 6  # 6 - q4 (its only answer misaligned) + x1
     # The same question id in two training files is refused.
     assert (
         run_cli(
             squad.main,
-            [
-                "--model_name_or_path",
-                str(tiny_sesame_bert),
-                "--train_file",
-                str(squad_file),
-                str(squad_file),
-                "--output_dir",
-                str(tmp_path / "dup"),
-                *WINDOW,
-            ],
+            squad_args(
+                tiny_sesame_bert, tmp_path / "dup", "--train_file", str(squad_file), str(squad_file), tail=WINDOW
+            ),
         )
         == 2
     )
@@ -595,20 +553,17 @@ def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(
     monkeypatch.setattr(training.hub.HubPusher, "push", push)
     out = tmp_path / "pushed"
     _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
+        squad_args(
+            tiny_sesame_bert,
+            out,
             "--train_file",
             str(squad_file),
             "--validation_file",
             str(squad_file),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "1",
             "--push_to_hub",
-            *FAST,
-        ]
+        )
     )
     assert calls[0] == ("validate", False) and len(calls) == 2
     _, repo, step, files, card = calls[1]
@@ -626,19 +581,9 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
     data = write_json(tmp_path / "seven.json", squad_document(rows))
     model = tmp_path / "model"
     _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
-            "--train_file",
-            str(data),
-            "--output_dir",
-            str(model),
-            "--max_train_steps",
-            "3",
-            "--learning_rate",
-            "1e-3",
-            *FAST,
-        ]
+        squad_args(
+            tiny_sesame_bert, model, "--train_file", str(data), "--max_train_steps", "3", "--learning_rate", "1e-3"
+        )
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     outs = {}
@@ -708,23 +653,20 @@ def test_sigterm_checkpoints_exits_143_and_the_run_resumes(tiny_sesame_bert, squ
 
     monkeypatch.setattr(loop.Trainer, "__init__", init_with_signal)
     out = tmp_path / "preempted"
-    args = [
-        "--model_name_or_path",
-        str(tiny_sesame_bert),
+    args = squad_args(
+        tiny_sesame_bert,
+        out,
         "--train_file",
         str(squad_file),
         "--validation_file",
         str(squad_file),
-        "--output_dir",
-        str(out),
         "--learning_rate",
         "1e-3",
         "--max_train_steps",
         "6",
         "--num_warmup_steps",
         "1",
-        *FAST,
-    ]
+    )
     assert squad.main(args) == 143
     err = capsys.readouterr().err
     assert "SIGTERM received" in err and "--resume_from_checkpoint latest" in err

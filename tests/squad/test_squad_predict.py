@@ -22,6 +22,7 @@ from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
     _json,
     _one_thread,
     _run,
+    squad_args,
     squad_document,
     tiny_sesame_bert,
     wordpiece_dir,
@@ -47,19 +48,16 @@ def trained(tmp_path_factory, tiny_sesame_bert) -> Path:
     root = tmp_path_factory.mktemp("squad-trained")
     data = write_json(root / "train.json", squad_document(QUESTIONS))
     _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
+        squad_args(
+            tiny_sesame_bert,
+            root / "model",
             "--train_file",
             str(data),
-            "--output_dir",
-            str(root / "model"),
             "--max_train_steps",
             "4",
             "--learning_rate",
             "1e-3",
-            *FAST,
-        ]
+        )
     )
     return root / "model"
 
@@ -81,17 +79,9 @@ def test_evaluation_only_with_push_to_hub_pushes_nothing_and_succeeds(trained, t
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = write_json(tmp_path / "dev.json", squad_document(QUESTIONS))
     results = _run(
-        [
-            "--model_name_or_path",
-            str(trained),
-            "--validation_file",
-            str(data),
-            "--do_eval",
-            "--push_to_hub",
-            "--output_dir",
-            str(tmp_path / "eval"),
-            *WINDOW,
-        ]
+        squad_args(
+            trained, tmp_path / "eval", "--validation_file", str(data), "--do_eval", "--push_to_hub", tail=WINDOW
+        )
     )
     assert "eval_f1" in results
 
@@ -102,40 +92,24 @@ def test_predict_v1_writes_every_id_and_matches_evaluation(trained, tmp_path):
     test = write_json(tmp_path / "test.json", _without_answers(document))
     out = tmp_path / "both"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(trained),
+        squad_args(
+            trained,
+            out,
             "--validation_file",
             str(labelled),
             "--test_file",
             str(test),
             "--do_eval",
             "--do_predict",
-            "--output_dir",
-            str(out),
-            *WINDOW,
-        ]
+            tail=WINDOW,
+        )
     )
     predictions = _json(out / "predictions.json")
     assert list(predictions) == [q[0] for q in QUESTIONS]
     assert predictions == _json(out / "eval_predictions.json")  # the same questions, evaluated and predicted
     assert "eval_f1" in results and not (out / "null_odds.json").exists()
     only = tmp_path / "only"
-    assert (
-        squad.main(
-            [
-                "--model_name_or_path",
-                str(trained),
-                "--test_file",
-                str(test),
-                "--do_predict",
-                "--output_dir",
-                str(only),
-                *WINDOW,
-            ]
-        )
-        == 0
-    )
+    assert squad.main(squad_args(trained, only, "--test_file", str(test), "--do_predict", tail=WINDOW)) == 0
     assert _json(only / "predictions.json") == predictions
     assert set(_json(only / "nbest_predictions.json")) == set(predictions)
 
@@ -148,18 +122,16 @@ def test_predict_v2_applies_the_null_threshold(trained, tmp_path):
         out = tmp_path / name
         assert (
             squad.main(
-                [
-                    "--model_name_or_path",
-                    str(trained),
+                squad_args(
+                    trained,
+                    out,
                     "--test_file",
                     str(test),
                     "--do_predict",
                     "--version_2_with_negative",
                     f"--null_score_diff_threshold={threshold}",
-                    "--output_dir",
-                    str(out),
-                    *WINDOW,
-                ]
+                    tail=WINDOW,
+                )
             )
             == 0
         )
@@ -206,15 +178,13 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
     data = write_json(tmp_path / "train.json", squad_document(QUESTIONS))
     out = tmp_path / "best"
     results = _run(
-        [
-            "--model_name_or_path",
-            str(tiny_sesame_bert),
+        squad_args(
+            tiny_sesame_bert,
+            out,
             "--train_file",
             str(data),
             "--validation_file",
             str(data),
-            "--output_dir",
-            str(out),
             "--max_train_steps",
             "6",
             "--eval_steps",
@@ -224,8 +194,7 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
             "--load_best_model_at_end",
             "--metric_for_best_model",
             "f1",
-            *FAST,
-        ]
+        )
     )
     history = [e for e in _json(out / "eval_history.json") if e["step"] > 0]
     best = max(history, key=lambda e: e["eval_f1"])  # the first of equal maxima, as the loop keeps
@@ -241,18 +210,7 @@ def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_p
     assert common and all(torch.equal(saved[k], at_best[k]) for k in common)
     assert best["step"] == results["global_step"] or any(not torch.equal(saved[k], at_last[k]) for k in common)
     again = tmp_path / "again"
-    results2 = _run(
-        [
-            "--model_name_or_path",
-            str(out),
-            "--validation_file",
-            str(data),
-            "--do_eval",
-            "--output_dir",
-            str(again),
-            *WINDOW,
-        ]
-    )
+    results2 = _run(squad_args(out, again, "--validation_file", str(data), "--do_eval", tail=WINDOW))
     assert results2["eval_f1"] == pytest.approx(best["eval_f1"])
     assert _json(again / "predictions.json") == _json(out / "predictions.json")
 
@@ -265,18 +223,9 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
     one = tmp_path / "one"
     assert (
         squad.main(
-            [
-                "--model_name_or_path",
-                str(trained),
-                "--test_file",
-                str(test),
-                "--do_predict",
-                "--output_dir",
-                str(one),
-                *WINDOW,
-                "--per_device_eval_batch_size",
-                "2",
-            ]
+            squad_args(
+                trained, one, "--test_file", str(test), "--do_predict", "--per_device_eval_batch_size", "2", tail=WINDOW
+            )
         )
         == 0
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 from training import checkpoint as ckpt
 from training.config import TrainingConfig, greater_is_better
@@ -156,15 +157,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_sesame_bert(tmp_pa
     from modeling import SesameBertConfig, SesameBertForSequenceClassification
 
     config = SesameBertConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=2,
+        **tiny_bert_kwargs(50, 32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
     )
     torch.manual_seed(0)
     ids = torch.randint(5, 50, (3, 12))

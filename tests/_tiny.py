@@ -1,0 +1,42 @@
+"""Tiny model settings shared by the test folders (importable as ``_tiny``: ``pyproject.toml`` puts ``tests/`` on
+``sys.path``). Each call returns a new dict, so a test may change its copy."""
+
+from __future__ import annotations
+
+
+def tiny_bert_kwargs(vocab_size: int, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra) -> dict:
+    """``SesameBertConfig`` / ``BertConfig`` keyword arguments of a BERT ``layers`` deep and ``width`` wide (heads of 8,
+    feed-forward twice the width) over ``vocab_size`` words and ``max_position_embeddings`` positions; ``extra``
+    added."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=width // 8,
+        intermediate_size=2 * width,
+        max_position_embeddings=max_position_embeddings,
+        **extra,
+    )
+
+
+def tiny_elmo_kwargs(vocab_size: int, **extra) -> dict:
+    """``SesameElmoConfig`` keyword arguments of a 2-layer BiLM (cell 32, projection 16, three character filter
+    widths, no dropout) with a task BiLSTM and classifier of 16 and a 16-word sampled softmax, over ``vocab_size``
+    words; ``extra`` added or overriding."""
+    return {
+        **dict(
+            vocab_size=vocab_size,
+            char_embedding_dim=8,
+            cnn_filters=[[1, 8], [2, 8], [3, 16]],
+            num_highway_layers=1,
+            projection_dim=16,
+            cell_size=32,
+            num_layers=2,
+            dropout=0.0,
+            task_hidden_size=16,
+            classifier_hidden_size=16,
+            num_sampled=16,
+            cnn_pool_filters=4,
+        ),
+        **extra,
+    }
