@@ -11,7 +11,7 @@ import torch
 
 from training.config import TrainingConfig
 from training.errors import InputError
-from training.optim import OPTIMIZERS, create_optimizer
+from training.optim import optimizer_from_config
 from training.trackers import log_with, prepare_environment
 
 
@@ -96,7 +96,7 @@ def _no_accelerator_device() -> bool:
 
 def prepare(accelerator, config: TrainingConfig, model: torch.nn.Module, optimizer, train_dataloader):
     """The model, optimizer and training DataLoader prepared by ``accelerator`` for the loop: the optimizer
-    defaults to :func:`training.optim.create_optimizer` from ``config``; gradient checkpointing is enabled first
+    defaults to :func:`training.optim.optimizer_from_config`; gradient checkpointing is enabled first
     (``gradient_checkpointing``) and ``torch.compile`` applied after ``accelerator.prepare`` (``torch_compile``:
     accelerate saves and loads the eager model it holds).
 
@@ -107,14 +107,7 @@ def prepare(accelerator, config: TrainingConfig, model: torch.nn.Module, optimiz
         InputError: ``gradient_checkpointing`` with a model that has none.
     """
     if optimizer is None:
-        optimizer = create_optimizer(
-            model,
-            config.learning_rate,
-            config.weight_decay,
-            (config.adam_beta1, config.adam_beta2),
-            config.adam_epsilon,
-            fused=OPTIMIZERS[config.optim],
-        )
+        optimizer = optimizer_from_config(model, config)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 from training.config import TrainingConfig
 from training.errors import InputError
-from training.optim import OPTIMIZERS, create_optimizer
+from training.optim import optimizer_from_config
 from training.plan import steps_for_tokens
 
 #: The clock of :func:`time_optimizer_steps` (seconds; tests replace it with a fake one).
@@ -115,14 +115,7 @@ def time_optimizer_steps(
         twin = copy.deepcopy(model).to(device).train()
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(twin)
-        optimizer = create_optimizer(
-            twin,
-            config.learning_rate,
-            config.weight_decay,
-            (config.adam_beta1, config.adam_beta2),
-            config.adam_epsilon,
-            fused=OPTIMIZERS[config.optim],
-        )
+        optimizer = optimizer_from_config(twin, config)
         forward = torch.compile(twin) if config.torch_compile else twin
         batches = iter(probe)
         timed: list[float] = []

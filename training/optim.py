@@ -115,6 +115,25 @@ def create_optimizer(
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused or None)
 
 
+def optimizer_from_config(model: nn.Module, config) -> torch.optim.AdamW:
+    """:func:`create_optimizer` with a run's settings: ``config`` (a :class:`training.config.TrainingConfig` or any
+    object with ``learning_rate``, ``weight_decay``, ``adam_beta1``, ``adam_beta2``, ``adam_epsilon`` and ``optim``, a
+    key of :data:`OPTIMIZERS`). The loop and the time-budget probe build their optimizers with it, so that the probe
+    times the very update the run makes.
+
+    Raises:
+        InputError: as :func:`create_optimizer`.
+    """
+    return create_optimizer(
+        model,
+        config.learning_rate,
+        config.weight_decay,
+        (config.adam_beta1, config.adam_beta2),
+        config.adam_epsilon,
+        fused=OPTIMIZERS[config.optim],
+    )
+
+
 def create_scheduler(
     name: str,
     optimizer: torch.optim.Optimizer,

@@ -15,7 +15,7 @@ from training.config import TrainingConfig
 from training.data import make_train_dataloader
 from training.errors import InputError
 from training.loop import NonFiniteLossError, Trainer, TrainingStopped
-from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names
+from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names, optimizer_from_config
 
 
 def test_no_weight_decay_on_biases_and_norms(toy):
@@ -30,6 +30,27 @@ def test_no_weight_decay_on_biases_and_norms(toy):
     assert other["weight_decay"] == 0.0 and len(other["params"]) == 4
     with pytest.raises(InputError, match="--learning_rate"):
         create_optimizer(model, -1.0)
+
+
+@pytest.mark.parametrize("optim, fused", [("adamw_torch", None), ("adamw_torch_fused", True)])
+def test_optimizer_from_config_reads_every_setting(toy, tmp_path, optim, fused):
+    """The loop's and the time-budget probe's optimizer: the run's rate, decay, betas, epsilon and --optim."""
+    model = toy.model()
+    config = TrainingConfig(
+        output_dir=str(tmp_path),
+        learning_rate=3e-3,
+        weight_decay=0.2,
+        adam_beta1=0.8,
+        adam_beta2=0.95,
+        adam_epsilon=1e-6,
+        optim=optim,
+    )
+    opt = optimizer_from_config(model, config)
+    decay, other = opt.param_groups
+    assert (decay["lr"], decay["weight_decay"], other["weight_decay"]) == (3e-3, 0.2, 0.0)
+    assert decay["betas"] == (0.8, 0.95) and decay["eps"] == 1e-6
+    assert decay["fused"] is fused  # adamw_torch: torch's default (foreach) AdamW, fused left unset
+    assert [len(g["params"]) for g in opt.param_groups] == [2, 4]
 
 
 @pytest.mark.parametrize(
