@@ -21,8 +21,12 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 
 def test_readme_main_job_command_runs_pretrain():
+    """The README's first command installs and runs ``accelerate launch [--config_file SHIPPED] pretrain`` with no
+    arguments (the design card's main job), any config it names being a file of the project."""
     blocks = _bash_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert blocks[0].endswith("accelerate launch pretrain")
+    match = re.fullmatch(r"pip install -e \. && accelerate launch (?:--config_file (\S+) )?pretrain", blocks[0])
+    assert match, blocks[0]
+    assert match.group(1) is None or (ROOT / match.group(1)).is_file(), match.group(1)
 
 
 def _documents(path: Path) -> list[str]:

@@ -48,3 +48,30 @@ def test_no_accelerator_device_means_cpu(monkeypatch):
     assert _no_accelerator_device()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not _no_accelerator_device()
+
+
+def test_one_process_config_goes_through_torchrun_with_every_value_given(tmp_path, monkeypatch, caplog):
+    """``configs/one-process.yaml`` (the README's main command): accelerate's launch validation picks its torchrun
+    launcher (``multi_gpu``, which forwards SIGTERM and waits) for one process on a free loopback port, and warns
+    about no value it had to choose (the "``--num_processes`` was set to a value of ``0``" warning); the same
+    validation without a config picks the simple launcher and warns, which shows the check sees both."""
+    import logging
+
+    import accelerate.commands.launch as launch
+
+    config = _load(ROOT / "configs" / "one-process.yaml")
+    assert config.distributed_type.value == "MULTI_GPU" and config.num_processes == 1 and not config.use_cpu
+    assert config.main_process_ip == "127.0.0.1" and config.main_process_port == 0 and config.num_machines == 1
+    parser = launch.launch_command_parser()
+    with caplog.at_level(logging.WARNING):
+        args, _, _ = launch._validate_launch_command(
+            parser.parse_args(["--config_file", str(ROOT / "configs" / "one-process.yaml"), "pretrain"])
+        )
+    assert args.multi_gpu and int(args.num_processes) == 1 and not args.cpu
+    assert "values were not passed" not in caplog.text
+    monkeypatch.setattr(launch, "default_config_file", str(tmp_path / "none.yaml"))  # a fresh machine
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        args, _, _ = launch._validate_launch_command(parser.parse_args(["pretrain"]))
+    assert not args.multi_gpu or int(args.num_processes) > 1  # the simple launcher, unless several GPUs
+    assert "values were not passed" in caplog.text and "--num_processes" in caplog.text
