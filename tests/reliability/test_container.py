@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -66,6 +67,10 @@ def _namespace_init(unshare_pid: int, timeout: float = 30.0) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["one-process.yaml", "none"])
 def test_sigterm_to_a_containers_init_checkpoints_through_the_one_process_config(assets, tmp_path, config):
+    """SIGTERM to PID 1 of a PID namespace running ``entry.sh accelerate launch [--config_file
+    configs/one-process.yaml] pretrain`` (bert-tiny, a few steps in): through the config, ``checkpoints/step_N`` is
+    written and the log has the worker's one ``error: training stopped on request`` line naming it; without a
+    config (accelerate's simple launcher) neither."""
     unshare = _unshare()
     entry = tmp_path / "entry.sh"
     entry.write_text(ENTRY)
@@ -85,8 +90,11 @@ def test_sigterm_to_a_containers_init_checkpoints_through_the_one_process_config
         start_new_session=True,
     )
     lines = []
+    # a hung run: SIGKILL to the namespace's PID 1 ends every process in it and closes the pipe read below
+    watchdog = threading.Timer(240, lambda: os.kill(init, signal.SIGKILL))
     try:
         init = _namespace_init(run.pid)
+        watchdog.start()
         signalled_at = None
         for line in run.stdout:  # the pipe closes when every process of the namespace has ended
             lines.append(line)
@@ -96,6 +104,7 @@ def test_sigterm_to_a_containers_init_checkpoints_through_the_one_process_config
                 signalled_at = time.time()
         run.wait(timeout=60)
     finally:
+        watchdog.cancel()
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
