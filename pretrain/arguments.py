@@ -68,6 +68,12 @@ class ModelArguments:
         "allow Python code from the folders or repos of --model_name_or_path / "
         "--tokenizer_name / --config_name (auto_map); without it such code is refused",
     )
+    output_bias_init: str = arg(
+        "unigram",
+        "output bias of a fresh model's MLM head: unigram (the log frequencies of the training tokens: the model "
+        "starts on the unigram plateau, Lin et al. 2017) or zeros (BERT's)",
+        choices=["unigram", "zeros"],
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -235,10 +235,16 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
     unigram = None  # nats: the held-out loss of the training word frequencies alone (training.unigram)
-    if objective.unigram_plateau and not plan.corpus.streaming and accelerator.is_main_process:
-        from training.unigram import heldout_unigram_loss
+    if objective.unigram_plateau and not plan.corpus.streaming:
+        from training.unigram import heldout_unigram_loss, training_token_counts
 
-        unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer)
+        counts = training_token_counts(train_blocks, tokenizer)  # every process: the same blocks, the same counts
+        if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
+            init_output_bias(model, counts)
+            if accelerator.is_main_process:
+                logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
+        if accelerator.is_main_process:
+            unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, counts=counts)
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
 
     def evaluate(prepared_model) -> dict[str, float]:
@@ -291,6 +297,18 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         available=available,
         unigram=unigram,
     )
+
+
+def init_output_bias(model, counts) -> None:
+    """Sets the bias of ``model``'s output layer (``get_output_embeddings()``, the MLM decoder) to the log unigram
+    frequencies ``counts`` ``(V,)`` (:func:`training.unigram.log_unigram_bias`), in the bias's dtype."""
+    import torch
+
+    from training.unigram import log_unigram_bias
+
+    bias = model.get_output_embeddings().bias
+    with torch.no_grad():
+        bias.copy_(torch.as_tensor(log_unigram_bias(counts, bias.numel()), dtype=bias.dtype))
 
 
 def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):

@@ -15,7 +15,14 @@ from datasets import Dataset
 
 from pretrain.cli import main
 from training.errors import run_cli
-from training.unigram import PLATEAU_MARGIN, heldout_unigram_loss, plateau_message, token_counts, unigram_loss
+from training.unigram import (
+    PLATEAU_MARGIN,
+    heldout_unigram_loss,
+    log_unigram_bias,
+    plateau_message,
+    token_counts,
+    unigram_loss,
+)
 
 
 class _Tok:
@@ -99,3 +106,39 @@ def test_fine_tuning_warns_about_a_backbone_on_the_plateau(tmp_path):
     (folder / "all_results.json").write_text("{not json")
     assert backbone_plateau_message(folder) is None
     assert backbone_plateau_message("google-bert/bert-base-uncased") is None  # a hub id
+
+
+def test_log_unigram_bias_is_the_add_one_distribution():
+    counts = token_counts([[0, 2, 2, 3, 1], [0, 2, 1]], vocab_size=6, special_ids=[0, 1])  # 0 0 3 1 0 0
+    bias = log_unigram_bias(counts, size=8)
+    p = np.exp(bias) / np.exp(bias).sum()
+    # add-one over 8 ids (two past the counts): 1 1 4 2 1 1 1 1 out of 12
+    assert p == pytest.approx(np.array([1, 1, 4, 2, 1, 1, 1, 1]) / 12, abs=1e-12)
+    assert bias[:6].mean() == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="size 5 < 6 counts"):
+        log_unigram_bias(counts, size=5)
+
+
+def _step0_loss(out) -> float:
+    history = json.loads((out / "eval_history.json").read_text())
+    rows = history if isinstance(history, list) else history["history"]
+    return next(r["eval_loss"] for r in rows if r["step"] == 0)
+
+
+@pytest.mark.parametrize("init", ["unigram", "zeros"])
+def test_a_fresh_model_starts_on_the_unigram_plateau(init, corpus_dir, bert_tokenizer, tmp_path, fresh_state):
+    """With ``--output_bias_init unigram`` (the default) the untrained model's held-out loss is the unigram loss (the
+    random decoder weights add little); with ``zeros`` (BERT's) it starts near ln V, far above."""
+    tok, out = tmp_path / "tok", tmp_path / "run"
+    bert_tokenizer.save_pretrained(tok)
+    argv = ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz")]
+    argv += ["--tokenizer_name", str(tok), "--config_name", "bert-tiny", "--max_seq_length", "32", "--seed", "3"]
+    argv += ["--per_device_train_batch_size", "8", "--max_train_steps", "1", "--output_dir", str(out)]
+    argv += ["--output_bias_init", init, "--mlm_probability", "0.5"]
+    assert run_cli(main, argv) == 0
+    unigram = json.loads((out / "all_results.json").read_text())["unigram_loss"]
+    start = _step0_loss(out)
+    if init == "unigram":
+        assert start == pytest.approx(unigram, abs=0.15)
+    else:
+        assert start > unigram + 0.5 and start == pytest.approx(math.log(len(bert_tokenizer)), abs=0.3)
