@@ -102,8 +102,7 @@ def default_learning_rate(config, script: str, unfreeze_backbone: bool = False) 
     from modeling import spec_for
 
     model_type = getattr(config, "model_type", "")
-    spec = spec_for(model_type)
-    if spec is not None and spec.frozen_backbone and not unfreeze_backbone:
+    if (spec := spec_for(model_type)) and spec.frozen_backbone and not unfreeze_backbone:
         rate = spec.finetune_recipe["learning_rate"]
         return rate, f"{spec.name} with a frozen backbone: {rate:g}, its fine-tuning recipe (modeling.{spec.name})"
     width = getattr(config, "hidden_size", None)

@@ -324,7 +324,8 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
 
 def recipe_for(backbone: str) -> tuple[str, dict]:
     """``(recipe name, recipe)`` of a backbone: its own for a baseline, for a model folder its family's
-    (:attr:`modeling.spec.ModelSpec.finetune_recipe`, named by ``model_type``), else ``RECIPES["default"]``."""
+    (:attr:`modeling.spec.ModelSpec.finetune_recipe` over ``RECIPES["default"]``, named by ``model_type``), else
+    ``RECIPES["default"]``."""
     from modeling import spec_for
 
     if backbone in BASELINES:
@@ -337,7 +338,7 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
         )
     model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
     spec = spec_for(model_type)
-    return (model_type, dict(spec.finetune_recipe)) if spec else ("default", RECIPES["default"])
+    return (model_type, {**RECIPES["default"], **spec.finetune_recipe}) if spec else ("default", RECIPES["default"])
 
 
 def glue_command(

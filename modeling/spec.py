@@ -23,8 +23,9 @@ class ModelSpec:
     (``--config_name``), ``main_input`` (the per-token tokenizer output lengths are counted on), ``export_inputs``
     and ``export_sample`` (``(config, batch, length, generator) -> {input: int64 tensor}``, last row padded),
     ``train_tokenizer`` (``"module:function"`` of ``(files, vocab_size, output_dir, **options)``), the default
-    pretraining ``objective``, and ``finetune_recipe`` (``finetune.glue`` settings of the baselines table; its
-    ``learning_rate`` is the default when ``frozen_backbone``: fine-tuned with the backbone frozen)."""
+    pretraining ``objective``, and ``finetune_recipe`` (``finetune.glue`` settings of the baselines table over its
+    default recipe; its ``learning_rate`` is the default when ``frozen_backbone``: fine-tuned with the backbone
+    frozen)."""
 
     name: str
     model_type: str

@@ -46,8 +46,6 @@ class Family:
 
     spec: ModelSpec
     """The family's spec: ``--model_type`` value (``name``), presets, tokenizer trainer, ..."""
-    config_model_types: tuple[str, ...] | None
-    """``model_type`` values of the configs it trains (None: any config the objective's Auto class builds)."""
     data_defaults: Mapping[str, Any]
     """Settings of a run on the user's data, where not given."""
     demo_defaults: Mapping[str, Any]
@@ -60,6 +58,8 @@ class Family:
     """``(raw DatasetDict, tokenizer, num_proc, overwrite_cache) -> DatasetDict`` of tokenized documents."""
     tokenizer_problem: Callable[[Any], str | None] = lambda tokenizer: None
     """``(tokenizer) -> None`` when the family can use it, else what the family needs instead (one phrase)."""
+    any_config: bool = False
+    """Whether it trains any config the objective's Auto class builds (else only configs of the spec's model_type)."""
     packing_problem: str = "its blocks hold one sequence each (no packing)"
     """Why its objectives' blocks cannot keep packed documents apart (``--document_masking true`` refused)."""
 
@@ -70,7 +70,7 @@ class Family:
 
     def accepts(self, config) -> bool:
         """Whether this family trains a model of ``config``."""
-        return self.config_model_types is None or getattr(config, "model_type", None) in self.config_model_types
+        return self.any_config or getattr(config, "model_type", None) == self.spec.model_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +117,6 @@ class Objective:
     unigram_plateau: bool = False
     """Whether its ``eval_loss`` is a masked-token loss that the training word frequencies bound (``pretrain`` then
     logs the unigram loss in the plan and warns when a run ends on that plateau: :mod:`training.unigram`)."""
-
-    @property
-    def model_type(self) -> str:
-        """The ``--model_type`` (family) it belongs to."""
-        return self.family.name
 
     def auto_model_class(self):
         """The transformers Auto class (``modeling`` imported, so the sesame classes are registered)."""
@@ -373,7 +368,6 @@ def _word_tokenizer_problem(tokenizer) -> str | None:
 
 BERT = Family(
     spec=BERT_SPEC,
-    config_model_types=None,
     data_defaults=dict(
         config_name="bert-base",
         vocab_size=30000,
@@ -402,10 +396,10 @@ BERT = Family(
     "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
     tokenize=tokenize_bert,
     tokenizer_problem=_subword_tokenizer_problem,
+    any_config=True,
 )
 ELMO = Family(
     spec=ELMO_SPEC,
-    config_model_types=(ELMO_SPEC.model_type,),
     data_defaults=dict(
         config_name="elmo-small",
         vocab_size=30000,

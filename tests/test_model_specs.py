@@ -81,7 +81,7 @@ def test_pretrain_families_help_card_and_finetuning_read_the_spec(tmp_path):
         folder = tmp_path / spec.name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model_type": spec.model_type}))
-        assert recipe_for(str(folder)) == (spec.model_type, dict(spec.finetune_recipe))
+        assert recipe_for(str(folder)) == (spec.model_type, {**RECIPES["default"], **spec.finetune_recipe})
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text(json.dumps({"model_type": "bert"}))
     assert recipe_for(str(tmp_path / "other")) == ("default", RECIPES["default"])

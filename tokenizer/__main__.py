@@ -93,14 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {k: v for k in ("lowercase", "min_frequency") if (v := getattr(args, k)) is not None}
     start = time.perf_counter()
     try:
-        tok = train_tokenizer(
-            SPECS[args.model_type],
-            args.train_file,
-            args.vocab_size,
-            args.output_dir,
-            show_progress=sys.stderr.isatty(),
-            **options,
-        )
+        spec, tty = SPECS[args.model_type], sys.stderr.isatty()
+        tok = train_tokenizer(spec, args.train_file, args.vocab_size, args.output_dir, show_progress=tty, **options)
     except KeyboardInterrupt:  # Ctrl-C / SIGINT: the output folder is written atomically, so nothing is half-written
         print(
             f"error: interrupted; --output_dir {args.output_dir} is only written once training completes, "
@@ -123,20 +117,9 @@ def _vectors(args) -> int:
     from tokenizer.vectors import train_word_vectors
 
     start = time.perf_counter()
-    info = train_word_vectors(
-        args.train_file,
-        args.tokenizer_name,
-        args.output_dir,
-        vector_size=args.vector_size,
-        epochs=args.epochs,
-        min_count=args.min_count,
-        window=args.window,
-        min_n=args.min_n,
-        max_n=args.max_n,
-        bucket=args.bucket,
-        sg=args.sg,
-        seed=args.seed,
-    )
+    names = ("vector_size", "epochs", "min_count", "window", "min_n", "max_n", "bucket", "sg", "seed")
+    options = {name: getattr(args, name) for name in names}
+    info = train_word_vectors(args.train_file, args.tokenizer_name, args.output_dir, **options)
     print(
         f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "
         f"{info['tokenizer_words_in_gensim_vocab']} of {info['tokenizer_vocab_size']} tokenizer words in gensim's "

@@ -96,13 +96,7 @@ SPEC = ModelSpec(
     export_sample=_bert_sample,
     train_tokenizer="tokenizer.wordpiece:train_wordpiece_tokenizer",
     objective="mlm",
-    finetune_recipe=dict(
-        learning_rate=1e-4,
-        per_device_train_batch_size=32,
-        weight_decay=0.01,
-        num_warmup_steps=50,
-        epochs={"sst2": 1, "default": 3},
-    ),
+    finetune_recipe=dict(learning_rate=1e-4, weight_decay=0.01),
 )
 
 __all__ = ["SesameBertConfig", "SesameBertRTDConfig", *modeling_sesame_bert.__all__, *modeling_sesame_bert_rtd.__all__]

@@ -128,13 +128,7 @@ SPEC = ModelSpec(
     train_tokenizer="tokenizer.elmo_training:train_elmo_tokenizer",
     objective="bilm",
     # the frozen BiLM's rate (ScalarMix + head trained): the ELMo recipe benchmark's fine-tunes
-    finetune_recipe=dict(
-        learning_rate=3e-3,
-        per_device_train_batch_size=32,
-        weight_decay=0.0,
-        num_warmup_steps=50,
-        epochs={"sst2": 1, "default": 3},
-    ),
+    finetune_recipe=dict(learning_rate=3e-3, weight_decay=0.0),
     frozen_backbone=True,
 )
 
