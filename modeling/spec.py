@@ -22,10 +22,9 @@ class ModelSpec:
     """A model family: its ``--model_type`` ``name``, config ``model_type``, ``description`` (model card), ``presets``
     (``--config_name``), ``main_input`` (the per-token tokenizer output lengths are counted on), ``export_inputs``
     and ``export_sample`` (``(config, batch, length, generator) -> {input: int64 tensor}``, last row padded),
-    ``train_tokenizer`` (``"module:function"`` of ``(files, vocab_size, output_dir, **options)``), the default
-    pretraining ``objective``, and ``finetune_recipe`` (``finetune.glue`` settings of the baselines table over its
-    default recipe; its ``learning_rate`` is the default when ``frozen_backbone``: fine-tuned with the backbone
-    frozen)."""
+    ``train_tokenizer`` (``"module:function"`` of ``(files, vocab_size, output_dir, **options)``) and
+    ``finetune_recipe`` (``finetune.glue`` settings of the baselines table over its default recipe; its
+    ``learning_rate`` is the default when ``frozen_backbone``: fine-tuned with the backbone frozen)."""
 
     name: str
     model_type: str
@@ -35,6 +34,5 @@ class ModelSpec:
     export_inputs: tuple[str, ...]
     export_sample: Callable[..., dict]
     train_tokenizer: str
-    objective: str
     finetune_recipe: Mapping[str, Any]
     frozen_backbone: bool = False

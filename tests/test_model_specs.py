@@ -74,7 +74,7 @@ def test_pretrain_families_help_card_and_finetuning_read_the_spec(tmp_path):
     assert f"preset ({', '.join(p for s in SPECS.values() for p in s.presets)})" in config_help
     for spec in SPECS.values():
         config = modeling.get_preset_config(next(iter(spec.presets)))
-        card = render_model_card(model_type=spec.model_type, **card_family(config), objective=[spec.objective])
+        card = render_model_card(model_type=spec.model_type, **card_family(config))
         assert f"{spec.description} (`model_type: {spec.model_type}`)" in card
         rate = default_learning_rate(config, "glue")[0]
         assert (rate == spec.finetune_recipe["learning_rate"]) or not spec.frozen_backbone

@@ -135,14 +135,12 @@ def render_model_card(
 
     Args:
         model_type: ``config.model_type``, e.g. ``"sesame-bert"`` or ``"sesame-elmo"``.
-        family: how the card names the model (the commands pass :attr:`modeling.spec.ModelSpec.description`);
-            default ``model_type``.
+        family: how the card names the model (the commands pass their spec's ``description``); ``model_type``.
         repo_id: where the model lives (used in the loading examples; ``"path/to/model"`` when None).
         preset: the config preset name (``--config_name``), e.g. ``"bert-tiny"``.
         task: pipeline tag: ``fill-mask`` / ``feature-extraction`` (pretraining), ``text-classification``,
             ``question-answering``, ``token-classification`` (fine-tuning).
-        objective: ``"mlm"``, ``"nsp"``, ``"bilm"`` (or a list of them) or free text (``pretrain`` passes its
-            ``--objective``); fine-tuning tasks add "fine-tuned end to end".
+        objective: ``"mlm"``, ``"nsp"``, ``"bilm"`` (or a list of them) or free text, as ``pretrain`` passes them.
         training_data: description(s) of the training data (file names, corpus name).
         datasets: Hub dataset ids (go to the ``datasets`` metadata).
         finetuned_task: e.g. ``"sst2"``, ``"squad_v2"``.

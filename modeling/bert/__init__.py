@@ -95,7 +95,6 @@ SPEC = ModelSpec(
     export_inputs=("input_ids", "attention_mask", "token_type_ids"),
     export_sample=_bert_sample,
     train_tokenizer="tokenizer.wordpiece:train_wordpiece_tokenizer",
-    objective="mlm",
     finetune_recipe=dict(learning_rate=1e-4, weight_decay=0.01),
 )
 

@@ -26,7 +26,7 @@ def test_pretraining_card_metadata_and_sections(tmp_path):
     text = render_model_card(
         model_type="sesame-elmo",
         family=SPECS["elmo"].description,  # what pretrain passes: the family's spec (modeling/elmo)
-        objective=[SPECS["elmo"].objective],
+        objective=["bilm"],
         repo_id="alice/elmo-small",
         preset="elmo-small",
         task="feature-extraction",
