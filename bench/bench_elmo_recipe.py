@@ -277,16 +277,16 @@ def heldout_batches(validation, n_blocks: int, tokenizer, batch_size: int = 32):
 
 def heldout_perplexity(model, batches) -> float:
     """exp(mean NLL) over both directions' predicted tokens of ``batches``, ``model`` in eval mode: the exact
-    full-softmax perplexity (:func:`pretrain.objectives.lm_eval_step`), accumulated in float64."""
+    full-softmax perplexity (:func:`pretrain.objectives.bilm_eval_step`), accumulated in float64."""
     import torch
 
-    from pretrain.objectives import lm_eval_step
+    from pretrain.objectives import bilm_eval_step
 
     model.eval()
     nll, count = 0.0, 0.0
     with torch.inference_mode():
         for batch in batches:
-            sums = lm_eval_step(model, batch)
+            sums = bilm_eval_step(model, batch)
             nll += float(sums["nll_sum"])
             count += float(sums["count"])
     return math.exp(nll / max(count, 1.0))

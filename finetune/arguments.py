@@ -83,8 +83,6 @@ BERT_BASE_RATES = {"glue": 2e-5, "squad": 3e-5}
 #: al. 2019 found for small BERTs and as this project's fine-tunes use (README "Measured results": SST-2 at 2e-5
 #: stayed at the majority class, 0.509, on a bert-mini pretrained by the README's own-data command).
 SMALL_MODEL_RATE = 1e-4
-#: Frozen ELMo-style BiLM (ScalarMix + head trained): the ELMo recipe benchmark's fine-tuning rate.
-ELMO_FROZEN_RATE = 3e-3
 
 
 def default_learning_rate(config, script: str, unfreeze_backbone: bool = False) -> tuple[float, str]:
@@ -101,15 +99,26 @@ def default_learning_rate(config, script: str, unfreeze_backbone: bool = False) 
     """
     if script not in BERT_BASE_RATES:
         raise ValueError(f"script {script!r}: expected one of {sorted(BERT_BASE_RATES)}")
+    from modeling import spec_for
+
     model_type = getattr(config, "model_type", "")
-    if model_type == "sesame-elmo" and not unfreeze_backbone:
-        return ELMO_FROZEN_RATE, "ELMo-style with a frozen BiLM: 3e-3, the ELMo recipe benchmark's fine-tunes"
+    if (spec := spec_for(model_type)) and spec.frozen_backbone and not unfreeze_backbone:
+        rate = spec.finetune_recipe["learning_rate"]
+        return rate, f"{spec.name} with a frozen backbone: {rate:g}, its fine-tuning recipe (modeling.{spec.name})"
     width = getattr(config, "hidden_size", None)
     if isinstance(width, int) and width >= BERT_BASE_WIDTH:
         rate = BERT_BASE_RATES[script]
         return rate, f"hidden size {width} >= {BERT_BASE_WIDTH}: {rate:g}, BERT's {script.upper()} fine-tuning rate"
     what = f"hidden size {width} < {BERT_BASE_WIDTH}" if isinstance(width, int) else f"model type {model_type!r}"
     return SMALL_MODEL_RATE, f"{what}: 1e-4, small-model fine-tuning (Turc et al. 2019)"
+
+
+def card_family(config) -> dict:
+    """Model-card arguments of a backbone's ``config``: how the card names its family (its spec's description)."""
+    from modeling import spec_for
+
+    spec = spec_for(getattr(config, "model_type", None))
+    return {"family": spec.description} if spec else {}
 
 
 def resolve_learning_rate(training, config, script: str, unfreeze_backbone: bool = False):
@@ -131,6 +140,7 @@ def learning_rate_help(script: str) -> str:
 
 __all__ = [
     "FinetuneModelArguments",
+    "card_family",
     "check_output_is_not_the_model",
     "default_learning_rate",
     "finetune_training_arguments",

@@ -99,20 +99,6 @@ RECIPES: dict[str, dict] = {
         epochs={"sst2": 1, "default": 3},
         max_train_samples={"sst2": 20000},
     ),
-    "sesame-bert": dict(
-        learning_rate=1e-4,
-        per_device_train_batch_size=32,
-        weight_decay=0.01,
-        num_warmup_steps=50,
-        epochs={"sst2": 1, "default": 3},
-    ),
-    "sesame-elmo": dict(
-        learning_rate=3e-3,
-        per_device_train_batch_size=32,
-        weight_decay=0.0,
-        num_warmup_steps=50,
-        epochs={"sst2": 1, "default": 3},
-    ),
     "default": dict(
         learning_rate=5e-5,
         per_device_train_batch_size=32,
@@ -337,7 +323,11 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
 
 
 def recipe_for(backbone: str) -> tuple[str, dict]:
-    """``(recipe name, recipe)`` of a backbone: its own for a baseline, by ``model_type`` for a model folder."""
+    """``(recipe name, recipe)`` of a backbone: its own for a baseline, for a model folder its family's
+    (:attr:`modeling.spec.ModelSpec.finetune_recipe` over ``RECIPES["default"]``, named by ``model_type``), else
+    ``RECIPES["default"]``."""
+    from modeling import spec_for
+
     if backbone in BASELINES:
         return backbone, RECIPES[backbone]
     config = Path(backbone) / "config.json"
@@ -347,7 +337,8 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
             "expected a model folder written by save_pretrained"
         )
     model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
-    return (model_type, RECIPES[model_type]) if model_type in RECIPES else ("default", RECIPES["default"])
+    spec = spec_for(model_type)
+    return (model_type, {**RECIPES["default"], **spec.finetune_recipe}) if spec else ("default", RECIPES["default"])
 
 
 def glue_command(

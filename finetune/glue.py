@@ -40,6 +40,7 @@ import torch
 
 from finetune.arguments import (
     FinetuneModelArguments,
+    card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
     learning_rate_help,
@@ -415,9 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
-    training, lr_source = resolve_learning_rate(
-        training, load_backbone_config(model_args), "glue", model_args.unfreeze_backbone
-    )
+    backbone = load_backbone_config(model_args)
+    training, lr_source = resolve_learning_rate(training, backbone, "glue", model_args.unfreeze_backbone)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
     with Run(
         training,
@@ -425,6 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_config(model_args, data_args, modes, training, hub),
         do_train=modes.do_train,
         card_task="text-classification",
+        card_overrides=card_family(backbone),
     ) as run:
         accelerator = run.start()
         tokenizer, model, mapping = load_model_and_tokenizer(
@@ -678,9 +679,10 @@ def _eval_loaders(accelerator, tokenizer, tokenized: dict, splits: list[str], tr
 def train_dataloader(train_ds, collator, data_args: GlueDataArguments, training):
     """The training loader: batches grouped by length (:class:`training.data.LengthGroupedSampler`) unless
     ``--no_group_by_length``, in an order fixed by ``(seed, epoch)``."""
+    from modeling import SPECS
     from training.data import LengthGroupedSampler, make_train_dataloader
 
-    length_key = next(k for k in ("input_ids", "char_ids") if k in train_ds.column_names)
+    length_key = next(s.main_input for s in SPECS.values() if s.main_input in train_ds.column_names)
     sampler = (
         LengthGroupedSampler(
             [len(x) for x in train_ds[length_key]], training.per_device_train_batch_size, training.seed

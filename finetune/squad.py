@@ -60,6 +60,7 @@ import torch
 
 from finetune.arguments import (
     FinetuneModelArguments,
+    card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
     learning_rate_help,
@@ -479,6 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_config(model_args, data, modes, post, training, hub),
         do_train=modes.do_train,
         card_task="question-answering",
+        card_overrides=card_family(pretrained_config),
     ) as run:
         accelerator = run.start()
         features = tokenize(examples, tokenizer, data, accelerator)

@@ -15,9 +15,17 @@ from . import baselines, bert, elmo
 from .baselines import *  # noqa: F401,F403  (re-export the classic baselines: CBoW, fastText, CNN, RNN, Tree-LSTM)
 from .bert import *  # noqa: F401,F403  (re-export the BERT-like classes)
 from .elmo import *  # noqa: F401,F403  (re-export the ELMo-style classes)
+from .spec import ModelSpec
 
 #: Preset name -> (config class, keyword arguments). Each subpackage owns its presets.
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.PRESETS, **elmo.PRESETS, **baselines.PRESETS}
+#: ``--model_type`` -> the family's :class:`modeling.spec.ModelSpec`.
+SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (bert.SPEC, elmo.SPEC)}
+
+
+def spec_for(model_type: str | None) -> ModelSpec | None:
+    """The spec of a config's ``model_type`` (``"sesame-bert"``, ...), or ``None`` for another model."""
+    return next((spec for spec in SPECS.values() if spec.model_type == model_type), None)
 
 
 def get_preset_config(name: str, **overrides) -> PretrainedConfig:
@@ -36,4 +44,4 @@ def get_preset_config(name: str, **overrides) -> PretrainedConfig:
     return config_class(**{**kwargs, **overrides})
 
 
-__all__ = ["PRESETS", "get_preset_config", *bert.__all__, *elmo.__all__, *baselines.__all__]
+__all__ = ["PRESETS", "SPECS", "get_preset_config", "spec_for", *bert.__all__, *elmo.__all__, *baselines.__all__]

@@ -18,8 +18,8 @@ the graph always applies it.
 Unless ``--no_check``, onnxruntime (when installed) runs the exported file on a padded batch of another shape than
 the export example and the largest |difference| to PyTorch per output is printed in the JSON report; above 1e-4 the
 command fails (exit status 1). Refused input (exit status 2, one ``error:`` line): a missing folder or config, a
-model family that cannot be exported yet (see :data:`FAMILIES`), an unknown architecture or task, an ``--output``
-that is a folder.
+model family without a :class:`modeling.spec.ModelSpec`, an unknown architecture or task, an ``--output`` that is a
+folder.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -60,68 +58,6 @@ ARCHITECTURE_SUFFIXES = {
 TOLERANCE = 1e-4
 
 
-@dataclass(frozen=True)
-class Family:
-    """How to export one model family: its graph inputs and a sample batch.
-
-    Attributes:
-        inputs: names of the ``forward`` arguments that become graph inputs, each int64 of shape (batch, sequence)
-            (ELMo-style ``char_ids``: (batch, sequence, characters)); batch and sequence are dynamic.
-        sample: ``(config, batch, length, generator) -> {input name: tensor}``, a batch with padding (the last row
-            shorter), for tracing and for the check.
-    """
-
-    inputs: tuple[str, ...]
-    sample: Callable[..., dict[str, torch.Tensor]]
-
-
-def _bert_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    input_ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, (batch, length), generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[-1, length // 2 :] = 0  # the last row is padded
-    input_ids = input_ids.masked_fill(attention_mask == 0, config.pad_token_id or 0)
-    token_type_ids = torch.zeros_like(input_ids)
-    if config.type_vocab_size > 1:
-        token_type_ids[:, length // 2 :] = 1
-    token_type_ids = token_type_ids * attention_mask
-    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-
-
-def _elmo_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Rows as the ELMo-style tokenizer writes them (``modeling/elmo/tokenization_elmo.py``): random words of 1-8 bytes
-    as ELMo character ids (begin of word 259, byte + 1, end of word 260, padding characters 261), ``<S>`` / ``</S>``
-    around each sentence; every row but the first a pair ``<S> a </S> <S> b </S>`` (token types 0 / 1), the first a
-    single sentence; the last row padded (masked tokens: all 0)."""
-    width = config.max_characters_per_token
-    char_ids = torch.full((batch, length, width), 261, dtype=torch.long)
-    char_ids[:, :, 0] = 259
-    n_bytes = torch.randint(1, 9, (batch, length), generator=generator)
-    chars = torch.randint(98, 123, (batch, length, width), generator=generator)  # bytes of a-z, + 1
-    at = torch.arange(width)
-    char_ids = torch.where((at >= 1) & (at <= n_bytes.unsqueeze(-1)), chars, char_ids)
-    char_ids = torch.where(at == n_bytes.unsqueeze(-1) + 1, torch.tensor(260), char_ids)
-    attention_mask = torch.ones(batch, length, dtype=torch.long)
-    attention_mask[-1, length // 2 + 1 :] = 0  # the last row is padded
-    token_type_ids = torch.zeros_like(attention_mask)
-    for row in range(batch):
-        n = int(attention_mask[row].sum())
-        bounds = [(0, n)] if row == 0 else [(0, n // 2), (n // 2, n)]
-        for segment, (start, end) in enumerate(bounds):
-            token_type_ids[row, start:end] = segment
-            for position, marker in ((start, 257), (end - 1, 258)):  # <S> and </S>: [bow, marker, eow, pad ...]
-                char_ids[row, position, 1:] = 261
-                char_ids[row, position, 1:3] = torch.tensor([marker, 260])
-    char_ids = char_ids * attention_mask.unsqueeze(-1)
-    return dict(char_ids=char_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-
-
-#: model_type -> Family: the families whose ``forward`` traces into one graph (no data-dependent shapes or branches).
-FAMILIES: dict[str, Family] = {
-    "sesame-bert": Family(("input_ids", "attention_mask", "token_type_ids"), _bert_sample),
-    "sesame-elmo": Family(("char_ids", "attention_mask", "token_type_ids"), _elmo_sample),
-}
-
-
 class _Outputs(torch.nn.Module):
     """``model`` with a plain tuple of the chosen output fields (ONNX outputs are positional)."""
 
@@ -149,14 +85,14 @@ def _task_of(config, task: str, where: str) -> str:
 
 
 def load_for_export(model_name_or_path: str, task: str = "auto"):
-    """Load ``model_name_or_path`` for export: ``(model in eval mode, float32, task, Family)``.
+    """Load ``model_name_or_path`` for export: ``(model in eval mode, float32, task, its family's ModelSpec)``.
 
     Raises:
-        InputError: a missing folder or config.json, a family not in :data:`FAMILIES`, an architecture without task.
+        InputError: a missing folder or config.json, a family without a spec, an architecture without task.
     """
     import transformers
 
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+    import modeling  # (registers the sesame-lm Auto classes)
 
     path = Path(model_name_or_path)
     where = f"--model_name_or_path {model_name_or_path}"
@@ -168,11 +104,10 @@ def load_for_export(model_name_or_path: str, task: str = "auto"):
         config = transformers.AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise InputError(f"{where}: cannot read config.json ({first_line(err)})") from err
-    family = FAMILIES.get(config.model_type)
+    family = modeling.spec_for(config.model_type)
     if family is None:
-        raise InputError(
-            f"{where}: model_type {config.model_type!r} cannot be exported yet; exportable: {', '.join(FAMILIES)}"
-        )
+        exportable = ", ".join(spec.model_type for spec in modeling.SPECS.values())
+        raise InputError(f"{where}: model_type {config.model_type!r} cannot be exported yet; exportable: {exportable}")
     task = _task_of(config, task, where)
     auto = getattr(transformers, TASKS[task][0])
     try:
@@ -207,21 +142,21 @@ def export_onnx(
         raise InputError(f"--output {output}: is a folder; expected the path of the .onnx file to write")
     model, task, family = load_for_export(model_name_or_path, task)
     generator = torch.Generator().manual_seed(0)
-    example = family.sample(model.config, 2, 8, generator)
+    example = family.export_sample(model.config, 2, 8, generator)
     with torch.no_grad():
         reference = model(**example, return_dict=True)
     fields = tuple(f for f in TASKS[task][1] if reference.get(f) is not None)
-    wrapper = _Outputs(model, family.inputs, fields).eval()
+    wrapper = _Outputs(model, family.export_inputs, fields).eval()
     dims = {0: "batch", 1: "sequence"}
     # dynamo caches the bodies of scan loops (the ELMo-style LSTMs) across exports of this process; a body traced by an
     # earlier export would pin this one's batch and sequence length to that export's example
     torch._dynamo.reset()
     program = torch.onnx.export(
         wrapper,
-        tuple(example[name] for name in family.inputs),
-        input_names=list(family.inputs),
+        tuple(example[name] for name in family.export_inputs),
+        input_names=list(family.export_inputs),
         output_names=list(fields),
-        dynamic_shapes=(tuple(dims for _ in family.inputs),),
+        dynamic_shapes=(tuple(dims for _ in family.export_inputs),),
         opset_version=opset,
         dynamo=True,
         verbose=False,
@@ -241,7 +176,7 @@ def export_onnx(
         model_name_or_path=str(model_name_or_path),
         output=str(target),
         task=task,
-        inputs=list(family.inputs),
+        inputs=list(family.export_inputs),
         outputs=list(fields),
         opset=program.model.opset_imports.get(""),
     )
@@ -250,7 +185,7 @@ def export_onnx(
     return report
 
 
-def check_onnx(model, path: Path, family: Family, fields: tuple[str, ...]) -> dict[str, float] | None:
+def check_onnx(model, path: Path, family, fields: tuple[str, ...]) -> dict[str, float] | None:
     """Run ``path`` in onnxruntime on a padded (3, 11) batch and compare with ``model``.
 
     Returns:
@@ -263,9 +198,9 @@ def check_onnx(model, path: Path, family: Family, fields: tuple[str, ...]) -> di
         import onnxruntime
     except ImportError:
         return None
-    batch = family.sample(model.config, 3, 11, torch.Generator().manual_seed(1))
+    batch = family.export_sample(model.config, 3, 11, torch.Generator().manual_seed(1))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(list(fields), {name: batch[name].numpy() for name in family.inputs})
+    got = session.run(list(fields), {name: batch[name].numpy() for name in family.export_inputs})
     with torch.no_grad():
         expected = model(**batch, return_dict=True)
     diff = {f: float((torch.from_numpy(g) - expected[f]).abs().max()) for f, g in zip(fields, got)}

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pretrain.objectives import FAMILIES, OBJECTIVES, Objective, get_objective
+from pretrain.objectives import DEFAULT_FAMILY, FAMILIES, OBJECTIVES, Objective, get_objective
 from training.arguments import arg, run_config, with_defaults
 from training.config import TrainingConfig
 from training.errors import InputError
@@ -45,9 +45,9 @@ class ModelArguments:
     )
     config_name: str | None = arg(
         None,
-        "preset (bert-tiny, bert-mini, bert-small, bert-base, elmo-small, "
-        "elmo-original), a config.json path or folder, or a hub repo id (default: bert-base "
-        "/ elmo-small; the demo job: bert-tiny)",
+        f"preset ({', '.join(p for f in FAMILIES.values() for p in f.spec.presets)}), a config.json path or folder, "
+        f"or a hub repo id (default: {' / '.join(f.data_defaults['config_name'] for f in FAMILIES.values())}; the "
+        f"demo job: {FAMILIES[DEFAULT_FAMILY].demo_defaults['config_name']})",
     )
     model_name_or_path: str | None = arg(
         None, "continue pretraining these weights (and their tokenizer) instead of a fresh model"
@@ -367,13 +367,9 @@ def resolve_document_masking(
     """
     given = corpus.document_masking
     if given and not objective.document_masking:
-        why = (
-            "its LSTMs read each block as one sequence (document starts would need state resets)"
-            if objective.family.name == "elmo"
-            else "its blocks hold one sequence each (no packing)"
-        )
         raise InputError(
-            f"--document_masking true: not available for the {objective.name} objective, {why}; "
+            f"--document_masking true: not available for the {objective.name} objective, "
+            f"{objective.family.packing_problem}; "
             "expected false or no --document_masking"
         )
     if given is not None:

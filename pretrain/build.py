@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainPlan
-from pretrain.objectives import Family, Objective
+from pretrain.objectives import Family
+from tokenizer import train_tokenizer as train_spec_tokenizer
 from training.errors import InputError, check_local_path, first_line
 from training.pretrained import check_model_fits, load_pretrained
 
@@ -209,18 +210,10 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
         files = DEFAULT_TRAIN_FILES
     logger.info("training a %s tokenizer (vocab %d) on %s", family.name, vocab_size, ", ".join(map(str, files)))
     try:
-        family.train_tokenizer(files, vocab_size, tok_dir, corpus.max_seq_length)
+        train_spec_tokenizer(family.spec, files, vocab_size, tok_dir, corpus.max_seq_length)
     finally:
         if tmp_corpus is not None:
             tmp_corpus.unlink(missing_ok=True)
-
-
-def _presets(objective: Objective) -> list[str]:
-    import modeling
-
-    return sorted(
-        name for name, (cls, _) in modeling.PRESETS.items() if cls.model_type == objective.family.preset_model_type
-    )
 
 
 def load_model_config(plan: PretrainPlan, **overrides):
@@ -244,7 +237,7 @@ def load_model_config(plan: PretrainPlan, **overrides):
             revision=model.revision,
             trust_remote_code=model.trust_remote_code,
         )
-    presets = _presets(plan.objective)
+    presets = sorted(plan.family.spec.presets)
     if model.config_name in presets:
         config = modeling.get_preset_config(model.config_name, **overrides)
     else:

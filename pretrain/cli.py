@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.settings(),
         card_task=plan.objective.card_task,
         write_card=True,
-        card_overrides={"objective": plan.objective.name.split("+")},
+        card_overrides={"objective": plan.objective.name.split("+"), "family": plan.family.spec.description},
         commit_message=f"pretrain: {plan.family.name} {plan.model.config_name}",
     ) as run:
         accelerator = run.start()

@@ -11,10 +11,11 @@ bilm       elmo         AutoModelForPreTraining     packed word blocks, char ids
 rtd        bert         AutoModelForPreTraining     the mlm blocks and masks; ELECTRA generator + discriminator
 =========  ===========  ==========================  =======================================================
 
-A :class:`Family` (``--model_type``) holds what every objective of a model family shares: the settings of a run on
-the user's data and of the demo job, the learning-rate rule with its source, the config types it accepts, and its
-tokenizer (trainer and tokenization). An :class:`Objective` (``--objective``; by default chosen by ``--model_type`` and
-``--nsp``) holds what one pretraining task adds: blocks, collators, the loss's item count, evaluation sums and metrics.
+A :class:`Family` (``--model_type``) holds what pretraining adds to a model family's :class:`modeling.spec.ModelSpec`:
+the settings of a run on the user's data and of the demo job, the learning-rate rule with its source, the config
+types it accepts, and its tokenization. An :class:`Objective` (``--objective``; by default chosen by ``--model_type``
+and ``--nsp``) holds what one pretraining task adds: blocks, collators, the loss's item count, evaluation sums and
+metrics.
 """
 
 from __future__ import annotations
@@ -22,9 +23,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from modeling.bert import SPEC as BERT_SPEC
+from modeling.bert import SesameBertConfig, SesameBertRTDConfig
+from modeling.elmo import SPEC as ELMO_SPEC
+from modeling.spec import ModelSpec
+from pretrain.collators import BiLMCollator, MLMCollator, RTDCollator
+from pretrain.data import make_nsp_pairs, pack_blocks, tokenize_bert, tokenize_elmo
+from training.errors import InputError
 
 if TYPE_CHECKING:
     from pretrain.arguments import CorpusArguments, MaskingArguments
@@ -34,12 +44,8 @@ if TYPE_CHECKING:
 class Family:
     """A model family that ``pretrain`` builds (see the module docstring)."""
 
-    name: str
-    """``--model_type`` value (``bert``, ``elmo``)."""
-    config_model_types: tuple[str, ...] | None
-    """``model_type`` values of the configs it trains (None: any config the objective's Auto class builds)."""
-    preset_model_type: str
-    """``model_type`` of its presets in :data:`modeling.PRESETS`."""
+    spec: ModelSpec
+    """The family's spec: ``--model_type`` value (``name``), presets, tokenizer trainer, ..."""
     data_defaults: Mapping[str, Any]
     """Settings of a run on the user's data, where not given."""
     demo_defaults: Mapping[str, Any]
@@ -48,16 +54,23 @@ class Family:
     """``(model config) -> (peak learning rate, its source)`` for a run with data and no ``--learning_rate``."""
     learning_rate_help: str
     """The rule in words, for ``--help``."""
-    train_tokenizer: Callable[..., Any]
-    """``(files, vocab_size, output_dir, max_seq_length)``: train and save a tokenizer."""
     tokenize: Callable[..., Any]
     """``(raw DatasetDict, tokenizer, num_proc, overwrite_cache) -> DatasetDict`` of tokenized documents."""
     tokenizer_problem: Callable[[Any], str | None] = lambda tokenizer: None
     """``(tokenizer) -> None`` when the family can use it, else what the family needs instead (one phrase)."""
+    any_config: bool = False
+    """Whether it trains any config the objective's Auto class builds (else only configs of the spec's model_type)."""
+    packing_problem: str = "its blocks hold one sequence each (no packing)"
+    """Why its objectives' blocks cannot keep packed documents apart (``--document_masking true`` refused)."""
+
+    @property
+    def name(self) -> str:
+        """``--model_type`` value (``bert``, ``elmo``)."""
+        return self.spec.name
 
     def accepts(self, config) -> bool:
         """Whether this family trains a model of ``config``."""
-        return self.config_model_types is None or getattr(config, "model_type", None) in self.config_model_types
+        return self.any_config or getattr(config, "model_type", None) == self.spec.model_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,48 +118,15 @@ class Objective:
     """Whether its ``eval_loss`` is a masked-token loss that the training word frequencies bound (``pretrain`` then
     logs the unigram loss in the plan and warns when a run ends on that plateau: :mod:`training.unigram`)."""
 
-    @property
-    def model_type(self) -> str:
-        """The ``--model_type`` (family) it belongs to."""
-        return self.family.name
-
     def auto_model_class(self):
         """The transformers Auto class (``modeling`` imported, so the sesame classes are registered)."""
         import transformers
-
-        import modeling  # noqa: F401
 
         return getattr(transformers, self.auto_class)
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------
-def _train_wordpiece(files, vocab_size, output_dir, max_seq_length):
-    from tokenizer.wordpiece import train_wordpiece_tokenizer
-
-    train_wordpiece_tokenizer(files, vocab_size, output_dir, model_max_length=max(max_seq_length, 512))
-
-
-def _train_words(files, vocab_size, output_dir, max_seq_length):
-    from tokenizer.elmo_training import train_elmo_tokenizer
-
-    train_elmo_tokenizer(files, vocab_size, output_dir)
-
-
-def _tokenize_bert(raw, tokenizer, num_proc=None, overwrite_cache=False):
-    from pretrain.data import tokenize_bert
-
-    return tokenize_bert(raw, tokenizer, num_proc, overwrite_cache)
-
-
-def _tokenize_elmo(raw, tokenizer, num_proc=None, overwrite_cache=False):
-    from pretrain.data import tokenize_elmo
-
-    return tokenize_elmo(raw, tokenizer, num_proc, overwrite_cache)
-
-
 def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
-    from pretrain.data import pack_blocks
-
     return pack_blocks(
         tokenized,
         corpus.max_seq_length,
@@ -160,8 +140,6 @@ def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
-    from pretrain.data import make_nsp_pairs
-
     return make_nsp_pairs(
         tokenized,
         corpus.max_seq_length,
@@ -175,8 +153,6 @@ def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
 
 
 def _pack_words(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
-    from pretrain.data import pack_blocks
-
     return pack_blocks(
         tokenized,
         corpus.max_seq_length,
@@ -189,8 +165,6 @@ def _pack_words(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
 
 
 def _mlm_collators(tokenizer, masking: MaskingArguments, seed: int):
-    from pretrain.collators import MLMCollator
-
     opts = (
         masking.mlm_probability,
         masking.mask_replace_prob,
@@ -202,15 +176,11 @@ def _mlm_collators(tokenizer, masking: MaskingArguments, seed: int):
 
 
 def _bilm_collators(tokenizer, masking: MaskingArguments, seed: int):
-    from pretrain.collators import BiLMCollator
-
     collator = BiLMCollator(tokenizer)
     return collator, collator
 
 
 def _rtd_collators(tokenizer, masking: MaskingArguments, seed: int):
-    from pretrain.collators import RTDCollator
-
     train, evaluation = _mlm_collators(tokenizer, masking, seed)
     return RTDCollator(train), RTDCollator(evaluation)
 
@@ -237,9 +207,6 @@ def _rtd_model_config(config):
     Raises:
         InputError: a config of another family.
     """
-    from modeling import SesameBertConfig, SesameBertRTDConfig
-    from training.errors import InputError
-
     if not isinstance(config, SesameBertConfig):
         raise InputError(
             f"--objective rtd: a {getattr(config, 'model_type', type(config).__name__)} config; expected "
@@ -250,8 +217,6 @@ def _rtd_model_config(config):
 
 def _rtd_outputs(folder, tokenizer) -> None:
     """The tokenizer beside the generator too (``generator/``), so that ``pipeline("fill-mask")`` loads it alone."""
-    from pathlib import Path
-
     tokenizer.save_pretrained(Path(folder) / "generator")
 
 
@@ -331,20 +296,9 @@ def _bilm_metrics(sums):
 
 def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     """Sums over one evaluation batch for exact perplexity, each a 0-d float64 tensor on the batch's device:
-    ``nll_sum`` (nats) and ``count`` of predicted tokens; NSP adds ``nsp_correct``/``nsp_count`` (pairs), the BiLM
-    ``fwd_*``/``bwd_*`` per direction. ``batch``: the collator's tensors, ``input_ids`` (B, T) long ..."""
+    ``nll_sum`` (nats) and ``count`` of predicted (masked) tokens; NSP adds ``nsp_correct``/``nsp_count`` (pairs).
+    ``batch``: the collator's tensors, ``input_ids`` (B, T) long ..."""
     out = model(**batch)
-    if "char_ids" in batch:  # BiLM: both directions
-        nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
-        f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
-        return {
-            "nll_sum": f_sum + b_sum,
-            "count": nf + nb,
-            "fwd_nll_sum": f_sum,
-            "fwd_count": nf,
-            "bwd_nll_sum": b_sum,
-            "bwd_count": nb,
-        }
     count = (batch["labels"] != -100).sum().double()
     mlm = getattr(out, "mlm_loss", None)
     mlm = out.loss if mlm is None else mlm
@@ -354,6 +308,15 @@ def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
         stats["nsp_correct"] = (pred == batch["next_sentence_label"]).sum().double()
         stats["nsp_count"] = torch.tensor(float(len(pred)), dtype=torch.float64, device=pred.device)
     return stats
+
+
+def bilm_eval_step(model, batch) -> dict[str, torch.Tensor]:
+    """:func:`lm_eval_step` of the BiLM (0-d float64 tensors): ``nll_sum`` and ``count`` over both directions, and
+    ``fwd_*`` / ``bwd_*`` per direction."""
+    out = model(**batch)
+    nf, nb = out.forward_num_tokens.double(), out.backward_num_tokens.double()
+    f_sum, b_sum = out.forward_loss.double() * nf, out.backward_loss.double() * nb
+    return dict(nll_sum=f_sum + b_sum, count=nf + nb, fwd_nll_sum=f_sum, fwd_count=nf, bwd_nll_sum=b_sum, bwd_count=nb)
 
 
 #: Peak learning rate of a post-LN BERT-like model of hidden size :data:`POST_LN_REFERENCE_WIDTH` (bert-tiny), chosen
@@ -403,73 +366,71 @@ def _word_tokenizer_problem(tokenizer) -> str | None:
     )
 
 
-FAMILIES: dict[str, Family] = {
-    "bert": Family(
-        name="bert",
-        config_model_types=None,
-        preset_model_type="sesame-bert",
-        data_defaults=dict(
-            config_name="bert-base",
-            vocab_size=30000,
-            max_seq_length=128,
-            per_device_train_batch_size=32,
-            weight_decay=0.01,
-            warmup_ratio=0.06,
-            mlm_probability=0.15,
-            lr_scheduler_type="linear",
-        ),
-        demo_defaults=dict(
-            config_name="bert-tiny",
-            vocab_size=8000,
-            max_seq_length=128,
-            per_device_train_batch_size=32,
-            learning_rate=1e-3,
-            num_warmup_steps=30,
-            max_train_steps=300,
-            eval_steps=100,
-            weight_decay=0.01,
-            mlm_probability=0.15,
-            lr_scheduler_type="linear",
-        ),
-        learning_rate=_bert_learning_rate,
-        learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
-        "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
-        train_tokenizer=_train_wordpiece,
-        tokenize=_tokenize_bert,
-        tokenizer_problem=_subword_tokenizer_problem,
+BERT = Family(
+    spec=BERT_SPEC,
+    data_defaults=dict(
+        config_name="bert-base",
+        vocab_size=30000,
+        max_seq_length=128,
+        per_device_train_batch_size=32,
+        weight_decay=0.01,
+        warmup_ratio=0.06,
+        mlm_probability=0.15,
+        lr_scheduler_type="linear",
     ),
-    "elmo": Family(
-        name="elmo",
-        config_model_types=("sesame-elmo",),
-        preset_model_type="sesame-elmo",
-        data_defaults=dict(
-            config_name="elmo-small",
-            vocab_size=30000,
-            max_seq_length=32,
-            per_device_train_batch_size=16,
-            weight_decay=0.0,
-            warmup_ratio=0.06,
-            lr_scheduler_type="warmup_stable_decay_1sqrt",
-        ),
-        demo_defaults=dict(
-            config_name="elmo-small",
-            vocab_size=8000,
-            max_seq_length=32,
-            per_device_train_batch_size=16,
-            learning_rate=2e-3,
-            num_warmup_steps=20,
-            max_train_steps=200,
-            eval_steps=50,
-            weight_decay=0.0,
-            lr_scheduler_type="linear",
-        ),
-        learning_rate=_elmo_learning_rate,
-        learning_rate_help="2e-3 for ELMo-style (measured)",
-        train_tokenizer=_train_words,
-        tokenize=_tokenize_elmo,
-        tokenizer_problem=_word_tokenizer_problem,
+    demo_defaults=dict(
+        config_name="bert-tiny",
+        vocab_size=8000,
+        max_seq_length=128,
+        per_device_train_batch_size=32,
+        learning_rate=1e-3,
+        num_warmup_steps=30,
+        max_train_steps=300,
+        eval_steps=100,
+        weight_decay=0.01,
+        mlm_probability=0.15,
+        lr_scheduler_type="linear",
     ),
-}
+    learning_rate=_bert_learning_rate,
+    learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
+    "bert-base: 3.3e-4); pre-LN: 1e-3 (Cramming)",
+    tokenize=tokenize_bert,
+    tokenizer_problem=_subword_tokenizer_problem,
+    any_config=True,
+)
+ELMO = Family(
+    spec=ELMO_SPEC,
+    data_defaults=dict(
+        config_name="elmo-small",
+        vocab_size=30000,
+        max_seq_length=32,
+        per_device_train_batch_size=16,
+        weight_decay=0.0,
+        warmup_ratio=0.06,
+        lr_scheduler_type="warmup_stable_decay_1sqrt",
+    ),
+    demo_defaults=dict(
+        config_name="elmo-small",
+        vocab_size=8000,
+        max_seq_length=32,
+        per_device_train_batch_size=16,
+        learning_rate=2e-3,
+        num_warmup_steps=20,
+        max_train_steps=200,
+        eval_steps=50,
+        weight_decay=0.0,
+        lr_scheduler_type="linear",
+    ),
+    learning_rate=_elmo_learning_rate,
+    learning_rate_help="2e-3 for ELMo-style (measured)",
+    tokenize=tokenize_elmo,
+    tokenizer_problem=_word_tokenizer_problem,
+    packing_problem="its LSTMs read each block as one sequence (document starts would need state resets)",
+)
+#: ``--model_type`` -> :class:`Family`.
+FAMILIES: dict[str, Family] = {family.name: family for family in (BERT, ELMO)}
+#: The family of a run without ``--model_type`` / ``--objective`` (and of the demo job).
+DEFAULT_FAMILY = BERT.name
 
 OBJECTIVES: dict[str, Objective] = {}
 
@@ -495,7 +456,7 @@ MLM_DATA_DEFAULTS = dict(mlm_probability=0.3, lr_scheduler_type="warmup_stable_d
 register_objective(
     Objective(
         "mlm",
-        FAMILIES["bert"],
+        BERT,
         "AutoModelForMaskedLM",
         "fill-mask",
         _pack_bert,
@@ -510,7 +471,7 @@ register_objective(
 register_objective(
     Objective(
         "mlm+nsp",
-        FAMILIES["bert"],
+        BERT,
         "AutoModelForPreTraining",
         "fill-mask",
         _nsp_pairs,
@@ -525,7 +486,7 @@ register_objective(
 register_objective(
     Objective(
         "bilm",
-        FAMILIES["elmo"],
+        ELMO,
         "AutoModelForPreTraining",
         "feature-extraction",
         _pack_words,
@@ -534,12 +495,13 @@ register_objective(
         _bilm_metrics,
         result_keys=("forward_perplexity", "backward_perplexity"),
         weight_fn=bilm_weight,
+        eval_step=bilm_eval_step,
     )
 )
 register_objective(
     Objective(
         "rtd",
-        FAMILIES["bert"],
+        BERT,
         "AutoModelForPreTraining",
         "feature-extraction",
         _pack_bert,
@@ -563,8 +525,6 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
     Raises:
         InputError: an unknown objective or family, or ``--nsp`` / ``--objective`` that do not fit the family.
     """
-    from training.errors import InputError
-
     if objective is not None:
         if objective not in OBJECTIVES:
             raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -579,7 +539,7 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
                 f"--nsp: conflicts with --objective {objective}; expected --objective mlm+nsp, or no --nsp"
             )
         return entry
-    model_type = model_type or "bert"
+    model_type = model_type or DEFAULT_FAMILY
     if model_type not in FAMILIES:
         raise InputError(f"--model_type {model_type!r}: expected one of {', '.join(FAMILIES)}")
     candidates = [o for o in OBJECTIVES.values() if o.family.name == model_type and o.nsp == nsp]
@@ -597,10 +557,12 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
 
 
 __all__ = [
+    "DEFAULT_FAMILY",
     "FAMILIES",
     "OBJECTIVES",
     "Family",
     "Objective",
+    "bilm_eval_step",
     "bilm_weight",
     "get_objective",
     "lm_eval_step",

@@ -15,6 +15,7 @@ when a trainer is first used.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from tokenizer.corpus import check_text_files, iter_text_batches, iter_text_lines
@@ -26,8 +27,21 @@ __all__ = [
     "check_text_files",
     "iter_text_batches",
     "iter_text_lines",
+    "train_tokenizer",
     "train_wordpiece_tokenizer",
 ]
+
+
+def train_tokenizer(spec, files, vocab_size: int, output_dir, max_seq_length: int = 0, **options):
+    """Train and save the tokenizer of ``spec`` (a :class:`modeling.spec.ModelSpec`; ``python -m tokenizer train`` and
+    ``pretrain``), passing the ``options`` its trainer takes and a ``model_max_length`` of max(512,
+    ``max_seq_length``). Returns the tokenizer; raises as the trainer."""
+    from modeling.spec import resolve
+
+    trainer = resolve(spec.train_tokenizer)
+    options = {**options, "model_max_length": max(max_seq_length, 512)}
+    known = inspect.signature(trainer).parameters
+    return trainer(files, vocab_size, output_dir, **{k: v for k, v in options.items() if k in known})
 
 
 def __getattr__(name: str) -> Any:

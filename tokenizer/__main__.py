@@ -4,9 +4,8 @@
     python -m tokenizer train --model_type bert --train_file corpus.txt.gz [more.txt ...] \\
         --vocab_size 16000 --output_dir out/tok [--no-lowercase] [--min_frequency 2]
 
-``--model_type bert`` trains a WordPiece tokenizer (:func:`tokenizer.wordpiece.train_wordpiece_tokenizer`);
-``--model_type elmo`` the word + character tokenizer of the ELMo-style models
-(``tokenizer.elmo_training.train_elmo_tokenizer``). Either way ``AutoTokenizer.from_pretrained(output_dir)``
+``--model_type`` names the family whose trainer runs (:attr:`modeling.spec.ModelSpec.train_tokenizer`: WordPiece for
+bert, the word + character tokenizer for elmo). Either way ``AutoTokenizer.from_pretrained(output_dir)``
 loads the result. Refused input (missing / empty / non-UTF-8 file, too small ``--vocab_size``, an
 ``--output_dir`` that is a file) gives one ``error:`` line and exit status 2; nothing is written then.
 """
@@ -19,6 +18,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from modeling import SPECS
+from tokenizer import train_tokenizer
 from training.errors import add_debug_argument, run_cli
 
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a tokenizer and save it (save_pretrained) in --output_dir",
         description="Train a WordPiece (bert) or word + character (elmo) tokenizer on .txt / .txt.gz files.",
     )
-    train.add_argument("--model_type", choices=["bert", "elmo"], required=True, help="the model family")
+    train.add_argument("--model_type", choices=list(SPECS), required=True, help="the model family")
     train.add_argument(
         "--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files, read streaming"
     )
@@ -92,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {k: v for k in ("lowercase", "min_frequency") if (v := getattr(args, k)) is not None}
     start = time.perf_counter()
     try:
-        tok = _train(args, options)
+        spec, tty = SPECS[args.model_type], sys.stderr.isatty()
+        tok = train_tokenizer(spec, args.train_file, args.vocab_size, args.output_dir, show_progress=tty, **options)
     except KeyboardInterrupt:  # Ctrl-C / SIGINT: the output folder is written atomically, so nothing is half-written
         print(
             f"error: interrupted; --output_dir {args.output_dir} is only written once training completes, "
@@ -115,44 +117,15 @@ def _vectors(args) -> int:
     from tokenizer.vectors import train_word_vectors
 
     start = time.perf_counter()
-    info = train_word_vectors(
-        args.train_file,
-        args.tokenizer_name,
-        args.output_dir,
-        vector_size=args.vector_size,
-        epochs=args.epochs,
-        min_count=args.min_count,
-        window=args.window,
-        min_n=args.min_n,
-        max_n=args.max_n,
-        bucket=args.bucket,
-        sg=args.sg,
-        seed=args.seed,
-    )
+    names = ("vector_size", "epochs", "min_count", "window", "min_n", "max_n", "bucket", "sg", "seed")
+    options = {name: getattr(args, name) for name in names}
+    info = train_word_vectors(args.train_file, args.tokenizer_name, args.output_dir, **options)
     print(
         f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "
         f"{info['tokenizer_words_in_gensim_vocab']} of {info['tokenizer_vocab_size']} tokenizer words in gensim's "
         f"vocabulary -> {args.output_dir} in {time.perf_counter() - start:.1f} s"
     )
     return 0
-
-
-def _train(args, options):
-    if args.model_type == "bert":
-        from tokenizer.wordpiece import train_wordpiece_tokenizer
-
-        tok = train_wordpiece_tokenizer(
-            args.train_file,
-            vocab_size=args.vocab_size,
-            output_dir=args.output_dir,
-            show_progress=sys.stderr.isatty(),
-            **options,
-        )
-    else:
-        from tokenizer.elmo_training import train_elmo_tokenizer  # built separately; imported only here
-
-        tok = train_elmo_tokenizer(args.train_file, vocab_size=args.vocab_size, output_dir=args.output_dir, **options)
-    return tok
 
 
 if __name__ == "__main__":

@@ -110,16 +110,10 @@ def _metric_results(results: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-#: How the card names each model type.
-FAMILY_NAMES = {
-    "sesame-bert": "BERT-like Transformer encoder",
-    "sesame-elmo": "ELMo-style character-CNN + BiLSTM bidirectional language model",
-}
-
-
 def render_model_card(
     *,
     model_type: str,
+    family: str | None = None,
     repo_id: str | None = None,
     preset: str | None = None,
     task: str = "fill-mask",
@@ -141,12 +135,12 @@ def render_model_card(
 
     Args:
         model_type: ``config.model_type``, e.g. ``"sesame-bert"`` or ``"sesame-elmo"``.
+        family: how the card names the model (the commands pass their spec's ``description``); ``model_type``.
         repo_id: where the model lives (used in the loading examples; ``"path/to/model"`` when None).
         preset: the config preset name (``--config_name``), e.g. ``"bert-tiny"``.
         task: pipeline tag: ``fill-mask`` / ``feature-extraction`` (pretraining), ``text-classification``,
             ``question-answering``, ``token-classification`` (fine-tuning).
-        objective: ``"mlm"``, ``"nsp"``, ``"bilm"`` (or a list of them) or free text; default from the model type
-            for pretraining and "fine-tuned end to end" for fine-tuning tasks.
+        objective: ``"mlm"``, ``"nsp"``, ``"bilm"`` (or a list of them) or free text, as ``pretrain`` passes them.
         training_data: description(s) of the training data (file names, corpus name).
         datasets: Hub dataset ids (go to the ``datasets`` metadata).
         finetuned_task: e.g. ``"sst2"``, ``"squad_v2"``.
@@ -170,11 +164,9 @@ def render_model_card(
         raise InputError(f"model card task {task!r}: expected one of {', '.join(AUTO_CLASS_BY_TASK)}")
     results, hyperparameters, repo = dict(results or {}), dict(hyperparameters or {}), repo_id or "path/to/model"
     name = title or repo.rsplit("/", 1)[-1]
-    family = FAMILY_NAMES.get(model_type, model_type)
+    family = family or model_type
     finetuning = task not in ("fill-mask", "feature-extraction")
-    objective = (
-        objective if objective is not None else [] if finetuning else ["bilm" if "elmo" in model_type else "mlm"]
-    )
+    objective = objective if objective is not None else []
     metrics = _metric_results(results)
 
     eval_results = _eval_results(metrics, task, datasets, finetuned_task)

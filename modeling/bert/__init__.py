@@ -15,6 +15,7 @@ generator + discriminator pretraining model; it saves a SesameBert discriminator
 ``python -m modeling.bert.convert --source DIR|REPO --output_dir D`` converts a Hugging Face BERT checkpoint.
 """
 
+import torch
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -26,6 +27,7 @@ from transformers import (
 )
 
 from .._auto import register_family
+from ..spec import ModelSpec
 from . import modeling_sesame_bert, modeling_sesame_bert_rtd
 from .configuration_sesame_bert import SesameBertConfig, SesameBertRTDConfig
 from .modeling_sesame_bert import (
@@ -70,5 +72,30 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "bert-small": (SesameBertConfig, _sizes(4, 512, 8)),
     "bert-base": (SesameBertConfig, _sizes(12, 768, 12)),
 }
+
+
+def _bert_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    input_ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, (batch, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[-1, length // 2 :] = 0  # the last row is padded
+    input_ids = input_ids.masked_fill(attention_mask == 0, config.pad_token_id or 0)
+    token_type_ids = torch.zeros_like(input_ids)
+    if config.type_vocab_size > 1:
+        token_type_ids[:, length // 2 :] = 1
+    token_type_ids = token_type_ids * attention_mask
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+SPEC = ModelSpec(
+    name="bert",
+    model_type=SesameBertConfig.model_type,
+    description="BERT-like Transformer encoder",
+    presets=PRESETS,
+    main_input="input_ids",
+    export_inputs=("input_ids", "attention_mask", "token_type_ids"),
+    export_sample=_bert_sample,
+    train_tokenizer="tokenizer.wordpiece:train_wordpiece_tokenizer",
+    finetune_recipe=dict(learning_rate=1e-4, weight_decay=0.01),
+)
 
 __all__ = ["SesameBertConfig", "SesameBertRTDConfig", *modeling_sesame_bert.__all__, *modeling_sesame_bert_rtd.__all__]

@@ -23,6 +23,7 @@ Presets (``PRESETS``, for ``pretrain --config_name``):
 ``vocab_size`` must be set to the tokenizer's size (``len(tokenizer)``) when the model is built.
 """
 
+import torch
 from transformers import (
     AutoModel,
     AutoModelForPreTraining,
@@ -33,6 +34,7 @@ from transformers import (
 )
 
 from .._auto import register_family
+from ..spec import ModelSpec
 from .configuration_elmo import ELMO_CNN_FILTERS, SesameElmoConfig
 from .modeling_elmo import (
     ScalarMix,
@@ -85,6 +87,49 @@ AUTO_CLASSES = {
 }
 
 register_family(SesameElmoConfig, AUTO_CLASSES, SesameElmoTokenizer)
+
+
+def _elmo_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Rows as the ELMo-style tokenizer writes them (``modeling/elmo/tokenization_elmo.py``): random words of 1-8 bytes
+    as ELMo character ids (begin of word 259, byte + 1, end of word 260, padding characters 261), ``<S>`` / ``</S>``
+    around each sentence; every row but the first a pair ``<S> a </S> <S> b </S>`` (token types 0 / 1), the first a
+    single sentence; the last row padded (masked tokens: all 0)."""
+    width = config.max_characters_per_token
+    char_ids = torch.full((batch, length, width), 261, dtype=torch.long)
+    char_ids[:, :, 0] = 259
+    n_bytes = torch.randint(1, 9, (batch, length), generator=generator)
+    chars = torch.randint(98, 123, (batch, length, width), generator=generator)  # bytes of a-z, + 1
+    at = torch.arange(width)
+    char_ids = torch.where((at >= 1) & (at <= n_bytes.unsqueeze(-1)), chars, char_ids)
+    char_ids = torch.where(at == n_bytes.unsqueeze(-1) + 1, torch.tensor(260), char_ids)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    attention_mask[-1, length // 2 + 1 :] = 0  # the last row is padded
+    token_type_ids = torch.zeros_like(attention_mask)
+    for row in range(batch):
+        n = int(attention_mask[row].sum())
+        bounds = [(0, n)] if row == 0 else [(0, n // 2), (n // 2, n)]
+        for segment, (start, end) in enumerate(bounds):
+            token_type_ids[row, start:end] = segment
+            for position, marker in ((start, 257), (end - 1, 258)):  # <S> and </S>: [bow, marker, eow, pad ...]
+                char_ids[row, position, 1:] = 261
+                char_ids[row, position, 1:3] = torch.tensor([marker, 260])
+    char_ids = char_ids * attention_mask.unsqueeze(-1)
+    return dict(char_ids=char_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+SPEC = ModelSpec(
+    name="elmo",
+    model_type=SesameElmoConfig.model_type,
+    description="ELMo-style character-CNN + BiLSTM bidirectional language model",
+    presets=PRESETS,
+    main_input="char_ids",
+    export_inputs=("char_ids", "attention_mask", "token_type_ids"),
+    export_sample=_elmo_sample,
+    train_tokenizer="tokenizer.elmo_training:train_elmo_tokenizer",
+    # the frozen BiLM's rate (ScalarMix + head trained): the ELMo recipe benchmark's fine-tunes
+    finetune_recipe=dict(learning_rate=3e-3, weight_decay=0.0),
+    frozen_backbone=True,
+)
 
 __all__ = [
     "SesameElmoConfig",

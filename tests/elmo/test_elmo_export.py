@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from modeling.elmo import (
+    SPEC,
     SesameElmoConfig,
     SesameElmoForBidirectionalLM,
     SesameElmoForQuestionAnswering,
@@ -21,7 +22,7 @@ from modeling.elmo import (
     lstm_elmo,
 )
 from modeling.elmo.lstm_elmo import recurrence
-from modeling.export import TOLERANCE, _elmo_sample, main
+from modeling.export import TOLERANCE, main
 from training.errors import run_cli
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
@@ -48,7 +49,7 @@ def _config(**overrides) -> SesameElmoConfig:
 def _batch(batch: int, length: int, seed: int, pairs: bool = True) -> dict:
     """modeling.export's sample (row 0 a single sentence, the others pairs, the last row padded); ``pairs=False``:
     every row a single sentence."""
-    sample = _elmo_sample(_config(), batch, length, torch.Generator().manual_seed(seed))
+    sample = SPEC.export_sample(_config(), batch, length, torch.Generator().manual_seed(seed))
     if not pairs:
         sample["token_type_ids"].zero_()
     return sample

@@ -8,6 +8,7 @@ import pytest
 from _tiny import tiny_bert_kwargs
 from huggingface_hub import ModelCard
 
+from modeling import SPECS
 from training.errors import InputError
 from training.model_card import render_model_card, results_from_dir
 
@@ -24,6 +25,8 @@ def test_pretraining_card_metadata_and_sections(tmp_path):
     (tmp_path / "all_results.json").write_text(json.dumps(results))
     text = render_model_card(
         model_type="sesame-elmo",
+        family=SPECS["elmo"].description,  # what pretrain passes: the family's spec (modeling/elmo)
+        objective=["bilm"],
         repo_id="alice/elmo-small",
         preset="elmo-small",
         task="feature-extraction",
