@@ -108,12 +108,17 @@ def finetune_command(model_dir: Path, task: str, seed: int, run_dir: Path, args)
     return [sys.executable, "-m", "finetune.glue", *finetune_argv(model_dir, task, seed, run_dir, args)]
 
 
+#: Exit statuses of a fine-tune stopped by SIGTERM / SIGINT (``training.signals``: 128 + the signal).
+STOPPED_BY_SIGNAL = (143, 130)
+
+
 def run_finetunes_in_process(jobs: list[dict]) -> dict[str, int]:
     """Run ``finetune.glue``'s ``main`` in this process for each job (``{"name", "argv", "log"}``) in turn, each with
     a fresh accelerate state and its output (file descriptors 1 and 2) in its own ``log`` file, as its own process
     would; returns ``{name: exit status}`` (``training.errors.run_cli``'s: 0, 2 for refused input; 1 for any other
-    exception, its traceback in the log). The same metrics as a ``python -m finetune.glue`` process of the same
-    arguments (tested): the run seeds everything it draws from."""
+    exception, its traceback in the log). A fine-tune stopped by SIGTERM / SIGINT (143 / 130: its checkpoint
+    written) ends the loop: the later jobs are not run and have no status. The same metrics as a ``python -m
+    finetune.glue`` process of the same arguments (tested): the run seeds everything it draws from."""
     import gc
     import traceback
 
@@ -129,13 +134,18 @@ def run_finetunes_in_process(jobs: list[dict]) -> dict[str, int]:
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         with open(log_path, "w", encoding="utf-8") as handle, _fds_to(handle):
-            print("$ python -m finetune.glue " + " ".join(job["argv"]) + "  (in-process)", flush=True)
+            handle.write("$ python -m finetune.glue " + " ".join(job["argv"]) + "  (in-process)\n")
+            handle.flush()
             try:
                 status[job["name"]] = run_cli(glue.main, job["argv"])
             except Exception:  # noqa: BLE001 -- recorded as the job's failure, as a failed process would be
-                traceback.print_exc()
+                sys.stderr.flush()
+                handle.write(traceback.format_exc())
+                handle.flush()
                 status[job["name"]] = 1
         gc.collect()
+        if status[job["name"]] in STOPPED_BY_SIGNAL:  # SIGTERM / Ctrl-C: the worker stops, as its process would
+            break
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     return status

@@ -262,3 +262,60 @@ def test_finetunes_in_a_worker_have_the_metrics_of_their_own_process(tokenizer, 
     for key in ("eval_accuracy", "eval_loss", "train_loss"):
         assert mine[key] == theirs[key], key
     assert got["tiny"]["downstream_seeds"]["sst2"][1] == theirs["eval_accuracy"]
+
+
+def test_reference_probe_goes_on_until_its_pair_has_started(tokenizer, seeded_single_thread):
+    """keep_going(): the probe runs at least --probe_steps steps, then as long as keep_going() is true (the paired
+    run still starting up), and times only its last probe_steps - probe_warmup steps; the model is left as it was."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling
+
+    enc = tokenizer(_documents(10, seed=4), return_special_tokens_mask=True)
+    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
+        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
+    )
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    model = ttq.reference.reference_model("bert-tiny", tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    args = argparse.Namespace(probe_steps=3, probe_warmup=1, batch_size=4, learning_rate=1e-3, weight_decay=0.0)
+    asked = []
+
+    def keep_going():
+        asked.append(1)
+        return len(asked) <= 4
+
+    autocast = torch.autocast("cpu", enabled=False)
+    per_step, ran = ttq.reference.probe_seconds_per_step(
+        model, blocks, collator, args, torch.device("cpu"), autocast, keep_going
+    )
+    assert ran == 3 + 4 and len(asked) == 5 and per_step > 0
+    per_step, ran = ttq.reference.probe_seconds_per_step(model, blocks, collator, args, torch.device("cpu"), autocast)
+    assert ran == 3 and per_step > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    args.probe_warmup = 3
+    with pytest.raises(ValueError, match="--probe_steps 3 --probe_warmup 3"):
+        ttq.reference.probe_seconds_per_step(model, blocks, collator, args, torch.device("cpu"), autocast)
+
+
+def test_a_worker_stops_after_a_fine_tune_stopped_by_a_signal(tmp_path, monkeypatch, capfd):
+    """A fine-tune that exits 143 (SIGTERM: checkpoint written, training.signals) ends the worker's loop: the next
+    job is not run; a refused or crashed one (2, 1) does not; each job's output goes to its own log."""
+    from finetune import glue
+
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv[0])
+        os.write(1, f"running {argv[0]}\n".encode())  # what a process prints
+        if argv[0] == "crash":
+            raise RuntimeError("boom")
+        return {"ok": 0, "stopped": 143}[argv[0]]
+
+    monkeypatch.setattr(glue, "main", fake_main)
+    jobs = [{"name": n, "argv": [n], "log": str(tmp_path / f"{n}.log")} for n in ("ok", "crash", "stopped", "never")]
+    status = ttq.downstream.run_finetunes_in_process(jobs)
+    assert status == {"ok": 0, "crash": 1, "stopped": 143} and calls == ["ok", "crash", "stopped"]
+    assert "running ok" in (tmp_path / "ok.log").read_text()
+    assert "RuntimeError: boom" in (tmp_path / "crash.log").read_text()
+    assert not (tmp_path / "never.log").exists()
+    assert "running" not in capfd.readouterr().out  # nothing on this process's own output
