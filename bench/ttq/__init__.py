@@ -11,7 +11,8 @@ Device defaults: on CUDA ``--schedule sequential``, ``--reference_mixed_precisio
 float32 and nothing added to our recipes. ``--plan_only`` prints the phases with their estimated seconds on the
 planned machine (:data:`PLAN_COSTS`, :func:`plan_phases`) and runs nothing.
 
-What runs (every run is a child process; the project is driven through its command lines only):
+What runs (every run is a child process; the project is driven through its command lines, the fine-tunes through
+``finetune.glue``'s ``main`` with the same arguments):
 
 1. **Shared data**, cached in ``D`` (a re-run with the same files and settings reuses them), built with
    ``--preprocessing_num_workers`` N processes (default: the cores, at most 16; the tokenizer trainer's threads,
@@ -31,11 +32,16 @@ What runs (every run is a child process; the project is driven through its comma
    ``lengths`` as little-endian int64, in that order) is in ``results.json``. Score = mean cross-entropy in nats over
    all masked positions, computed here from each model's full MLM logits (``AutoModelForMaskedLM``, eval mode, batches
    of equal-length blocks: no padding) by :func:`heldout_loss`, the same code for every model.
-3. **Budget to steps.** With ``--budget_minutes`` each run first trains ``--probe_steps`` steps under the same
-   conditions as the real run (a probe; the first ``--probe_warmup`` steps are not counted), and its budget becomes
-   ``--max_train_steps N = budget / mean seconds per step``, so that every schedule knows its length. With
-   ``--budget_tokens`` N = ceil(tokens / tokens per step). The reference's N is the median over its probes (one
-   reference trajectory for every pairing).
+3. **Budget to steps.** With ``--budget_minutes`` every run sizes its own schedule in its own process, no process
+   started for it: ours with ``pretrain --time_budget`` (it times 10 optimizer steps, the first 2 not counted, on a
+   copy of the model, then ``--max_train_steps N = floor(budget / mean seconds per step)``; recorded in its
+   ``run_config.json``), the reference with ``--time_budget_s`` (the same on a copy of its model, ``--probe_steps``
+   steps of which ``--probe_warmup`` are not counted, defaults 10 and 2 as pretrain's; recorded in its
+   ``reference_log.json``), so that every schedule knows its length; both probes leave the model, the data order and
+   every random generator as they were (the run is the run of ``--max_train_steps N``). Under ``paired`` the reference
+   probes (at least its ``--probe_steps``) until our run has logged its run plan, keeping its core busy while ours
+   starts up and probes, and counts its last steps: both probes time steps with two runs training, as the runs
+   will; each reference copy (one per recipe) sizes itself. With ``--budget_tokens`` N = ceil(tokens / tokens per step).
 4. **The reference** (:func:`reference_main`, a child process that refuses to import any project package):
    ``BertForMaskedLM`` (``attn_implementation="sdpa"``) of the shape, ``DataCollatorForLanguageModeling``
    (``mlm_probability`` 0.15) on the reference blocks, shuffled each epoch; AdamW (fused where available, weight decay
@@ -45,8 +51,11 @@ What runs (every run is a child process; the project is driven through its comma
    ``--reference_sweep_fraction`` of its steps (a sweep run's schedule decays over those steps).
 5. **Our recipes** (:data:`RECIPES`; ``--recipes`` picks, ``--recipe_flags`` adds): ``python -m pretrain
    --prepared_dataset D/prepared --config_name SHAPE --per_device_train_batch_size B <recipe flags>`` plus the bench's
-   run flags (``--max_train_steps``, ``--seed``, ``--checkpointing_steps`` (``--curve_points`` per run),
-   ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval, ``--eval_steps N+1`` and
+   run flags (``--time_budget`` or ``--max_train_steps``, ``--seed``, ``--checkpointing_steps`` (``--curve_points``
+   per run; under a time budget the fraction of the run that gives the same steps, :func:`runs.checkpoint_fraction`),
+   ``--checkpoints_total_limit 0``, ``--logging_steps`` = the checkpoint interval (1 under a time budget: the
+   checkpoint steps are not known before the run, and each needs its logged training time), ``--eval_steps`` past
+   the last step and
    ``--max_eval_samples 32``: the run's own evaluation then runs only before the first and after the last step, on 32
    blocks, outside the timed steps).
 6. **Curves** (no process is started to score): the reference scores its live model at its save steps in its own
@@ -71,8 +80,11 @@ What runs (every run is a child process; the project is driven through its comma
    (alone, the copies of a repeat are the same run), then each recipe; its copy serves every recipe. Each recipe's
    ratios use its own paired copy; ``--repeats R`` repeats every pair with pretraining seeds ``seed + r``; the ratios
    quoted are medians over repeats.
-8. **Fine-tuning** (``python -m finetune.glue``, one fixed protocol, ``--finetune_parallel`` processes of one thread
-   at a time): every final model (the first repeat's; the reference's first copy) and the random inits of
+8. **Fine-tuning** (``finetune.glue``'s ``main`` called in-process, one fine-tune after another, in
+   ``--finetune_parallel`` worker processes of one thread (``bench_time_to_quality.py _finetune``: one process
+   start-up per worker, not per fine-tune; a fresh accelerate state and its own log per fine-tune; the same metrics
+   as a ``python -m finetune.glue`` process, tested), one fixed protocol: every final model (the first repeat's;
+   the reference's first copy) and the random inits of
    ``--random_inits`` (default ``sesame``), on ``--tasks`` with ``--seeds`` seeds (42, 43, ...): lr
    ``--finetune_learning_rate`` 1e-4, batch 32, 3 epochs, 10% warmup, weight decay 0.01, ``--max_seq_length`` 128,
    float32, SST-2 on its first 20,000 training examples (``--max_train_samples`` caps every task); the task's main

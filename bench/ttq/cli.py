@@ -13,12 +13,20 @@ from pathlib import Path
 from . import __doc__ as BENCH_DOC
 from .common import SCRIPT, SHAPES, log
 from .data import build_heldout, prepare_shared_data
-from .downstream import FINETUNE, TASK_METRICS, finetune_all, make_random_inits, pretraining_buys, read_baselines
+from .downstream import (
+    FINETUNE,
+    TASK_METRICS,
+    finetune_all,
+    finetune_worker_main,
+    make_random_inits,
+    pretraining_buys,
+    read_baselines,
+)
 from .phases import budget_steps, pretrain_and_score, reference_sweep, summarize_pairs
 from .plan import PLAN_COSTS, print_plan
 from .recipes import DEFAULT_RECIPES, RECIPES, select_recipes
 from .reference import reference_main
-from .report import print_ratios, protocol, write_outputs
+from .report import budget_protocol, print_ratios, protocol, write_outputs
 from .runs import plan_pairs, shared_copies
 from .scoring import heldout_loss, load_mlm, scoring_device, training_unigram_loss
 
@@ -106,8 +114,13 @@ def _add_budget_args(p: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--threads", type=int, default=1, help="threads per training process (OMP_NUM_THREADS)")
     b.add_argument("--repeats", type=int, default=1, help="repeat every pair with seeds seed+r; medians reported")
-    b.add_argument("--probe_steps", type=int, default=20, help="steps of a budget probe (default 20)")
-    b.add_argument("--probe_warmup", type=int, default=5, help="probe steps not counted (default 5)")
+    b.add_argument(
+        "--probe_steps",
+        type=int,
+        default=10,
+        help="steps of the reference's budget probe, in its process (default 10, as pretrain --time_budget's)",
+    )
+    b.add_argument("--probe_warmup", type=int, default=2, help="probe steps not timed (default 2, as pretrain's)")
     b.add_argument("--curve_points", type=int, default=10, help="held-out scores per run (checkpoints)")
     b.add_argument("--keep_checkpoints", action="store_true", help="keep the runs' checkpoints after scoring")
     b.add_argument(
@@ -212,49 +225,34 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "_reference":
-        reference_main(argv[1:])
-        return 0
-    args = parse_args(argv)
-    if args.plan_only:
-        print_plan(args, args.plan_only)
-        return 0
-    signal.signal(signal.SIGTERM, _terminate)  # unwind (children stopped by run_jobs) instead of dying at once
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    timings, t0 = {}, time.perf_counter()
-    load_before = os.getloadavg()[0]
+class _Laps:
+    """Wall seconds per phase (``results.json``'s ``timings``): :meth:`lap` closes the phase running since the
+    last lap."""
 
-    def lap(phase: str) -> None:
-        nonlocal t0
-        timings[phase] = round(time.perf_counter() - t0, 1)
-        t0 = time.perf_counter()
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+        self.t0 = time.perf_counter()
 
-    data = prepare_shared_data(args, out)
-    heldout, hinfo = build_heldout(args, out, data)
-    unigram = training_unigram_loss(data["reference_blocks"], data["tokenizer"], heldout)
-    log(
-        f"held-out: {hinfo['blocks']} blocks, {hinfo['masked']} masked tokens, sha256 {hinfo['sha256'][:12]}; "
-        f"unigram loss {unigram:.4f}"
-    )
-    lap("data")
+    def lap(self, phase: str) -> None:
+        self.timings[phase] = round(time.perf_counter() - self.t0, 1)
+        self.t0 = time.perf_counter()
+
+
+def _pretrain_all(args, out: Path, data: dict, heldout: dict, unigram: float, laps: _Laps) -> dict:
+    """The budget, the reference's sweep, every pair trained and scored, the summaries and the random inits:
+    ``{"lr", "sweep", "steps" ({run: steps}), "budget" (how the budget became steps), "runs", "ratios",
+    "models" (the folders to fine-tune)}``."""
     pairs = plan_pairs(args, out)
-    ref_steps, recipe_steps, probe = budget_steps(args, data, out, pairs)
-    lap("probes")
+    ref_steps, recipe_steps = budget_steps(args, pairs)
     lr, sweep = reference_sweep(args, data, out, heldout, ref_steps)
-    log(
-        f"reference learning rate {lr:g}; reference {ref_steps} steps; "
-        + ", ".join(f"{n} {s} steps" for n, s in recipe_steps.items())
-    )
-    lap("sweep")
+    log(f"reference learning rate {lr:g}")
+    laps.lap("sweep")
     for ref, ours in pairs:
         ref.lr, ref.steps = lr, ref_steps
         ours.steps = recipe_steps[ours.recipe]
     copies = pretrain_and_score(pairs, args, data, out, heldout)
     shared_copies(pairs, copies)
-    lap("pretraining")
+    laps.lap("pretraining")
     runs, ratios = summarize_pairs(args, pairs, copies, unigram)
     models = {"reference": pairs[0][0].folder}
     models.update({ours.recipe: ours.folder for _, ours in pairs if ours.repeat == 0})
@@ -266,11 +264,20 @@ def main(argv=None) -> int:
             "final_eval_loss": heldout_loss(load_mlm(folder).to(scoring_device()), heldout),
         }
     models.update({name: folder for name, folder in inits.items() if name[len("random-") :] in args.random_inits})
-    lap("scoring")
-    baselines = read_baselines(args.baselines_results, args.tasks)
-    results = {
+    laps.lap("scoring")
+    steps = {name: run["steps"] for name, run in runs.items() if "steps" in run}
+    return dict(
+        lr=lr, sweep=sweep, steps=steps, budget=budget_protocol(args, copies), runs=runs, ratios=ratios, models=models
+    )
+
+
+def _results(args, argv: list[str], data: dict, hinfo: dict, unigram: float, done: dict, laps: _Laps, load: float):
+    """``results.json``'s record (see the package docstring) of the pretraining phases' ``done``
+    (:func:`_pretrain_all`), before fine-tuning."""
+    ratios = done["ratios"]
+    return {
         "command": ["python", os.path.relpath(SCRIPT), *argv],
-        "protocol": protocol(args, data, lr, ref_steps, recipe_steps, probe, load_before),
+        "protocol": protocol(args, data, done["lr"], done["steps"], done["budget"], load),
         "heldout_sha256": hinfo["sha256"],
         "heldout": {k: hinfo[k] for k in ("blocks", "tokens", "masked")} | {"seed": args.heldout_seed},
         "unigram_loss": unigram,
@@ -280,18 +287,47 @@ def main(argv=None) -> int:
             "time_to_quality": ratios[args.default_recipe]["time_to_quality"],
             "by_recipe": ratios,
         },
-        "runs": runs,
+        "runs": done["runs"],
         "pretraining_buys": {},
-        "baselines": baselines,
-        "sweep": sweep,
-        "timings": timings,
+        "baselines": read_baselines(args.baselines_results, args.tasks),
+        "sweep": done["sweep"],
+        "timings": laps.timings,
     }
+
+
+def main(argv=None) -> int:
+    """The bench (see the package docstring): its phases in order, or the reference process (``_reference``), the
+    fine-tuning worker (``_finetune``) or the plan (``--plan_only``). Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "_reference":
+        reference_main(argv[1:])
+        return 0
+    if argv and argv[0] == "_finetune":
+        return finetune_worker_main(argv[1:])
+    args = parse_args(argv)
+    if args.plan_only:
+        print_plan(args, args.plan_only)
+        return 0
+    signal.signal(signal.SIGTERM, _terminate)  # unwind (children stopped by run_jobs) instead of dying at once
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    laps, load_before = _Laps(), os.getloadavg()[0]
+    data = prepare_shared_data(args, out)
+    heldout, hinfo = build_heldout(args, out, data)
+    unigram = training_unigram_loss(data["reference_blocks"], data["tokenizer"], heldout)
+    log(
+        f"held-out: {hinfo['blocks']} blocks, {hinfo['masked']} masked tokens, sha256 {hinfo['sha256'][:12]}; "
+        f"unigram loss {unigram:.4f}"
+    )
+    laps.lap("data")
+    done = _pretrain_all(args, out, data, heldout, unigram, laps)
+    results = _results(args, argv, data, hinfo, unigram, done, laps, load_before)
     write_outputs(results, out)  # the pretraining figures, in case fine-tuning is cut short
     if args.tasks:
-        for name, rec in finetune_all(models, args, out).items():
-            runs[name].update(rec)
-        lap("finetuning")
-        results["pretraining_buys"] = pretraining_buys(runs, baselines)
+        for name, rec in finetune_all(done["models"], args, out).items():
+            results["runs"][name].update(rec)
+        laps.lap("finetuning")
+        results["pretraining_buys"] = pretraining_buys(results["runs"], results["baselines"])
         write_outputs(results, out)
     print_ratios(results)
     return 0

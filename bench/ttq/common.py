@@ -27,6 +27,10 @@ SHAPES: dict[str, dict[str, int]] = {
 }
 
 
+#: Optimizer steps of ``pretrain --time_budget``'s in-process probe (``pretrain.cli.BUDGET_PROBE_STEPS``; tested).
+PRETRAIN_PROBE_STEPS = 10
+
+
 class BenchError(RuntimeError):
     """A step of the bench failed (a child process, a missing file); the message names it and its log."""
 

@@ -1,11 +1,9 @@
-"""The bench's phases after the data: the budget into steps (probes), the reference's learning-rate sweep,
+"""The bench's phases after the data: the budget into steps, the reference's learning-rate sweep,
 pretraining and scoring every run, and the per-run summaries and ratios."""
 
 from __future__ import annotations
 
 import math
-import shutil
-import statistics
 from pathlib import Path
 
 from .common import log
@@ -14,7 +12,6 @@ from .runs import (
     copy_record,
     groups_for,
     per_step_blocks,
-    probe_seconds_per_step,
     score_run,
     summarize,
     train_groups,
@@ -22,73 +19,48 @@ from .runs import (
 from .scoring import ratios_for, scoring_device
 
 
-def budget_steps(args, data: dict, out: Path, pairs: list[tuple[Run, Run]]) -> tuple[int, dict[str, int], dict]:
-    """``(reference steps, {recipe: steps}, probe record)`` for the budget: probes for ``--budget_minutes``
-    (repeat 0's pairs, run as the real runs will be), the tokens per step for ``--budget_tokens``."""
+def budget_steps(args, pairs: list[tuple[Run, Run]]) -> tuple[int | None, dict[str, int | None]]:
+    """``(reference steps, {recipe: steps})`` of a ``--budget_tokens`` budget (ceil(tokens / tokens per step)); with
+    ``--budget_minutes`` every run sizes its own schedule in its own process (None steps: ``pretrain
+    --time_budget``, the reference's ``--time_budget_s``; :func:`runs.run_command`), and each run's ``budget_s`` is
+    set here to the budget."""
     first = [p for p in pairs if p[0].repeat == 0]
-    if args.budget_tokens is not None:
-        ref_steps = math.ceil(args.budget_tokens / (args.batch_size * args.max_seq_length))
-        recipe_steps = {
-            ours.recipe: math.ceil(args.budget_tokens / (per_step_blocks(ours, args) * args.max_seq_length))
-            for _, ours in first
-        }
-        return ref_steps, recipe_steps, {}
-    probes = []
-    for ref, ours in first:
-        probes.append(
-            (
-                Run(
-                    f"probe {ref.name}",
-                    "reference",
-                    out / "probes" / f"probe-{ref.folder.name}",
-                    ref.seed,
-                    lr=args.reference_lrs[0],
-                ),
-                Run(
-                    f"probe {ours.name}",
-                    "recipe",
-                    out / "probes" / f"probe-{ours.folder.name}",
-                    ours.seed,
-                    flags=ours.flags,
-                ),
-            )
-        )
-    log(f"probing {args.probe_steps} steps per run")
-    groups = groups_for(args.schedule, probes)
-    train_groups(groups, args, data, out, lambda r: args.probe_steps, 1, probe=True)
-    budget_s = args.budget_minutes * 60
-    ran = {r.name for g in groups for r in g}  # sequential / shared: one reference probe per repeat
-    ref_per_step = statistics.median(probe_seconds_per_step(r, args, data) for r, _ in probes if r.name in ran)
-    recipe_per_step = {ours.recipe: probe_seconds_per_step(p, args, data) for (_, ours), (_, p) in zip(first, probes)}
-    shutil.rmtree(out / "probes")
-    record = {
-        "probe_steps": args.probe_steps,
-        "probe_warmup": args.probe_warmup,
-        "seconds_per_step": {"reference": ref_per_step, **recipe_per_step},
+    if args.budget_tokens is None:
+        for ref, ours in pairs:
+            ref.budget_s = ours.budget_s = args.budget_minutes * 60
+        return None, {ours.recipe: None for _, ours in first}
+    ref_steps = math.ceil(args.budget_tokens / (args.batch_size * args.max_seq_length))
+    recipe_steps = {
+        ours.recipe: math.ceil(args.budget_tokens / (per_step_blocks(ours, args) * args.max_seq_length))
+        for _, ours in first
     }
-    return (
-        max(1, int(budget_s / ref_per_step)),
-        {n: max(1, int(budget_s / s)) for n, s in recipe_per_step.items()},
-        record,
-    )
+    return ref_steps, recipe_steps
 
 
-def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int) -> tuple[float, dict]:
+def reference_sweep(args, data: dict, out: Path, heldout: dict, ref_steps: int | None) -> tuple[float, dict]:
     """The reference's learning rate: the lowest final held-out loss of ``--reference_lrs`` after
-    ``--reference_sweep_fraction`` of its steps (2 runs at a time when ``paired``). Returns it and ``{lr: loss}``."""
+    ``--reference_sweep_fraction`` of its steps (with ``--budget_minutes``: of its budget, each sweep run sizing its
+    schedule in its process) (2 runs at a time when ``paired``). Returns it and ``{"steps": {lr: steps},
+    "final_eval_loss": {lr: loss}}`` (no runs, ``{}``, for one learning rate)."""
     if len(args.reference_lrs) == 1:
         return args.reference_lrs[0], {}
-    steps = max(1, round(ref_steps * args.reference_sweep_fraction))
+    steps = max(1, round(ref_steps * args.reference_sweep_fraction)) if ref_steps else None
+    budget = None if ref_steps else args.budget_minutes * 60 * args.reference_sweep_fraction
     runs = [
-        Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr)
+        Run(f"sweep lr {lr:g}", "reference", out / "sweep" / f"reference-lr{lr:g}", args.seed, lr=lr, budget_s=budget)
         for lr in args.reference_lrs
     ]
     width = 1 if args.schedule == "sequential" else 2
     groups = [runs[i : i + width] for i in range(0, len(runs), width)]
-    log(f"reference learning-rate sweep: {', '.join(f'{lr:g}' for lr in args.reference_lrs)} for {steps} steps")
+    length = f"{steps} steps" if steps else f"{budget:g} s of steps"
+    log(f"reference learning-rate sweep: {', '.join(f'{lr:g}' for lr in args.reference_lrs)} for {length}")
     train_groups(groups, args, data, out, lambda r: steps, 1)
-    sweep = {run.lr: score_run(run, args, data, heldout, final_only=True)[-1]["eval_loss"] for run in runs}
-    return min(sweep, key=sweep.get), {"steps": steps, "final_eval_loss": {f"{k:g}": v for k, v in sweep.items()}}
+    finals = {run.lr: score_run(run, args, data, heldout, final_only=True)[-1] for run in runs}
+    sweep = {lr: point["eval_loss"] for lr, point in finals.items()}
+    return min(sweep, key=sweep.get), {
+        "steps": {f"{k:g}": point["step"] for k, point in finals.items()},
+        "final_eval_loss": {f"{k:g}": v for k, v in sweep.items()},
+    }
 
 
 def pretrain_and_score(pairs: list[tuple[Run, Run]], args, data: dict, out: Path, heldout: dict) -> dict[str, dict]:

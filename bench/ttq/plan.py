@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .common import SHAPES
+from .common import PRETRAIN_PROBE_STEPS, SHAPES
 from .downstream import FINETUNE, FINETUNE_MAX_TRAIN_SAMPLES
 from .recipes import data_variant
 
@@ -65,99 +65,122 @@ def _shape_flops(shape: str) -> float:
     return 6.0 * s["num_hidden_layers"] * 12 * s["hidden_size"] ** 2
 
 
-def plan_phases(args, costs: dict, glue_sizes: dict[str, int] | None = None) -> list[dict]:
-    """The bench's phases for ``args`` under the cost model ``costs`` (a :data:`PLAN_COSTS` entry): ``[{"phase",
-    "seconds", "detail"}]`` in run order. Step times scale from the measured shape and batch by
-    :func:`_shape_flops` x tokens per step; a wall-clock budget B gives every run B seconds of steps; the
-    reference runs once per repeat under ``sequential`` / ``shared`` and once per recipe under ``paired`` (paired
-    runs overlap: the pair costs its longer run). ``glue_sizes``: training examples per task (default
-    :data:`GLUE_TRAIN_SIZES`), capped as :func:`finetune_command` caps them."""
+def _data_phase(args, costs: dict) -> dict:
+    """The data phase of :func:`plan_phases`: the one-worker time x the prepared variants, its parallel share spread
+    over ``--preprocessing_num_workers``."""
     m, a = costs["measured"], costs["assumed"]
-    at = m["at"]
-    scale = (_shape_flops(args.model_shape) * args.batch_size * args.max_seq_length) / (
-        _shape_flops(at["model_shape"]) * at["batch_size"] * at["max_seq_length"]
-    )
-    step = {"reference": m["reference_step_s"] * scale, "recipe": m["recipe_step_s"] * scale}
-    start = a["process_start_s"]
-    k, r, paired = len(args.recipe_table), args.repeats, args.schedule == "paired"
     variants = len({"prepared", *(data_variant(f) for f in args.recipe_table.values())})
     workers = args.preprocessing_num_workers
     speedup = 1 + (workers - 1) * a["worker_efficiency"]  # each worker after the first adds that share of one
     share = a["data_parallel_share"]
-    data = m["data_one_worker_s"] * (1 + a["prepare_share"] * (variants - 1)) * ((1 - share) + share / speedup)
+    seconds = m["data_one_worker_s"] * (1 + a["prepare_share"] * (variants - 1)) * ((1 - share) + share / speedup)
+    return {
+        "phase": "data",
+        "seconds": seconds,
+        "detail": f"{m['data_one_worker_s']:.0f} s with one worker (measured), {variants} prepared variant(s), "
+        f"{share:.0%} of it over {workers} workers at {a['worker_efficiency']:.0%} efficiency (assumed)",
+    }
+
+
+def _step_seconds(args, costs: dict) -> dict[str, float]:
+    """``{"reference", "recipe"}``: seconds per optimizer step, scaled from the measured shape and batch by
+    :func:`_shape_flops` x tokens per step."""
+    m = costs["measured"]
+    at = m["at"]
+    scale = (_shape_flops(args.model_shape) * args.batch_size * args.max_seq_length) / (
+        _shape_flops(at["model_shape"]) * at["batch_size"] * at["max_seq_length"]
+    )
+    return {"reference": m["reference_step_s"] * scale, "recipe": m["recipe_step_s"] * scale}
+
+
+def _sizing_seconds(args, step: dict[str, float]) -> dict[str, float]:
+    """Seconds a run spends sizing its schedule in its process: with ``--budget_minutes`` the reference's
+    ``--probe_steps`` and ours' :data:`PRETRAIN_PROBE_STEPS` steps (on copies of the models); none for tokens."""
+    if args.budget_minutes is None:
+        return {"reference": 0.0, "recipe": 0.0}
+    return {"reference": args.probe_steps * step["reference"], "recipe": PRETRAIN_PROBE_STEPS * step["recipe"]}
+
+
+def _training_phases(args, costs: dict) -> list[dict]:
+    """The sweep and pretraining phases of :func:`plan_phases`."""
+    a, step = costs["assumed"], _step_seconds(args, costs)
+    start, sizing = a["process_start_s"], _sizing_seconds(args, step)
+    k, r, paired = len(args.recipe_table), args.repeats, args.schedule == "paired"
     if args.budget_minutes is not None:
         run_s = {kind: args.budget_minutes * 60 for kind in step}
     else:
         tokens_per_step = args.batch_size * args.max_seq_length
         run_s = {kind: math.ceil(args.budget_tokens / tokens_per_step) * step[kind] for kind in step}
-    probe = {kind: start[kind] + args.probe_steps * step[kind] for kind in step}
-    points = args.curve_points
-    phases = [
-        {
-            "phase": "data",
-            "seconds": data,
-            "detail": f"{m['data_one_worker_s']:.0f} s with one worker (measured), {variants} prepared variant(s), "
-            f"{share:.0%} of it over {workers} workers at {a['worker_efficiency']:.0%} efficiency (assumed)",
-        }
-    ]
-    if args.budget_minutes is not None:
-        seconds = k * max(probe.values()) if paired else probe["reference"] + k * probe["recipe"]
-        phases.append(
-            {
-                "phase": "probes",
-                "seconds": seconds,
-                "detail": f"{args.probe_steps} steps + start-up per probe run; reference "
-                f"{step['reference'] * 1000:.0f} ms/step, ours {step['recipe'] * 1000:.0f} ms/step",
-            }
-        )
-    lrs = len(args.reference_lrs)
-    sweep = 0.0
+    lrs, sweep = len(args.reference_lrs), 0.0
     if lrs > 1:
         width = 1 if args.schedule == "sequential" else 2
         sweep = math.ceil(lrs / width) * (
-            start["reference"] + args.reference_sweep_fraction * run_s["reference"] + a["score_s"]
+            start["reference"] + sizing["reference"] + args.reference_sweep_fraction * run_s["reference"] + a["score_s"]
         )
-    phases.append(
+    points = args.curve_points
+    ref_run = start["reference"] + sizing["reference"] + run_s["reference"] + points * a["score_s"]
+    ours_run = start["recipe"] + sizing["recipe"] + run_s["recipe"] + points * a["checkpoint_save_s"]
+    ours_score = points * (a["checkpoint_load_s"] + a["score_s"])
+    pretraining = (
+        r * k * (max(ref_run, ours_run) + ours_score) if paired else r * (ref_run + k * (ours_run + ours_score))
+    )
+    sized = (
+        f"; each run sizes its schedule in its process (probe: reference {args.probe_steps} steps of "
+        f"{step['reference'] * 1000:.0f} ms, ours {PRETRAIN_PROBE_STEPS} of {step['recipe'] * 1000:.0f} ms)"
+        if args.budget_minutes is not None
+        else ""
+    )
+    return [
         {
             "phase": "sweep",
             "seconds": sweep,
             "detail": f"{lrs} learning rate(s), {args.reference_sweep_fraction:g} of the reference's steps each",
-        }
-    )
-    ref_run = start["reference"] + run_s["reference"] + points * a["score_s"]
-    ours_run = start["recipe"] + run_s["recipe"] + points * a["checkpoint_save_s"]
-    ours_score = points * (a["checkpoint_load_s"] + a["score_s"])
-    if paired:
-        pretraining = r * k * (max(ref_run, ours_run) + ours_score)
-    else:
-        pretraining = r * (ref_run + k * (ours_run + ours_score))
-    phases.append(
+        },
         {
             "phase": "pretraining",
             "seconds": pretraining,
             "detail": f"{r} repeat(s) x {k} recipe(s), {run_s['recipe']:.0f} s of steps per run, {points} curve "
-            f"points (reference: scored in its process; ours: saved, then scored in the bench)",
-        }
-    )
-    phases.append({"phase": "scoring", "seconds": a["random_inits_s"], "detail": "random inits built and scored"})
+            f"points (reference: scored in its process; ours: saved, then scored in the bench){sized}",
+        },
+    ]
+
+
+def _finetuning_phase(args, costs: dict, glue_sizes: dict[str, int] | None) -> dict:
+    """The fine-tuning phase of :func:`plan_phases`: every model x task x seed, ``--finetune_parallel`` worker
+    processes (one start-up each, the fine-tunes in them one after another)."""
+    a = costs["assumed"]
     sizes = {**GLUE_TRAIN_SIZES, **(glue_sizes or {})}
     per_model = 0.0
     for task in args.tasks:
         caps = [x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None]
         n = min([sizes[task], *caps])
         steps = math.ceil(n / FINETUNE["per_device_train_batch_size"]) * args.finetune_epochs
-        per_model += args.seeds * (start["finetune"] + steps * a["finetune_step_s"] + a["finetune_eval_s"])
-    models = 1 + k + len(args.random_inits)
+        per_model += args.seeds * (steps * a["finetune_step_s"] + a["finetune_eval_s"])
+    models = 1 + len(args.recipe_table) + len(args.random_inits)
     parallel = max(1.0, args.finetune_parallel * a["finetune_parallel_efficiency"])
-    phases.append(
-        {
-            "phase": "finetuning",
-            "seconds": models * per_model / parallel if args.tasks else 0.0,
-            "detail": f"{models} models x {len(args.tasks)} task(s) x {args.seeds} seed(s), "
-            f"{args.finetune_parallel} at a time",
-        }
-    )
-    return phases
+    seconds = a["process_start_s"]["finetune"] + models * per_model / parallel if args.tasks else 0.0
+    return {
+        "phase": "finetuning",
+        "seconds": seconds,
+        "detail": f"{models} models x {len(args.tasks)} task(s) x {args.seeds} seed(s), in "
+        f"{args.finetune_parallel} worker process(es)",
+    }
+
+
+def plan_phases(args, costs: dict, glue_sizes: dict[str, int] | None = None) -> list[dict]:
+    """The bench's phases for ``args`` under the cost model ``costs`` (a :data:`PLAN_COSTS` entry): ``[{"phase",
+    "seconds", "detail"}]`` in run order. Step times scale from the measured shape and batch by
+    :func:`_shape_flops` x tokens per step; a wall-clock budget B gives every run B seconds of steps after its
+    process's start-up and its in-process probe; the reference runs once per repeat under ``sequential`` /
+    ``shared`` and once per recipe under ``paired`` (paired runs overlap: the pair costs its longer run).
+    ``glue_sizes``: training examples per task (default :data:`GLUE_TRAIN_SIZES`), capped as
+    :func:`finetune_argv` caps them."""
+    return [
+        _data_phase(args, costs),
+        *_training_phases(args, costs),
+        {"phase": "scoring", "seconds": costs["assumed"]["random_inits_s"], "detail": "random inits built and scored"},
+        _finetuning_phase(args, costs, glue_sizes),
+    ]
 
 
 def glue_train_sizes(glue_dir: str, tasks: list[str]) -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -52,6 +53,7 @@ def block_project_imports() -> None:
 
 
 def reference_parser() -> argparse.ArgumentParser:
+    """The arguments of the reference process (``bench_time_to_quality.py _reference``)."""
     p = argparse.ArgumentParser(
         prog="bench_time_to_quality.py _reference",
         description="transformers' BertForMaskedLM trained the run_mlm way (internal)",
@@ -60,10 +62,27 @@ def reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", required=True)
     p.add_argument("--model_shape", choices=list(SHAPES), required=True)
     p.add_argument("--learning_rate", type=float, required=True)
-    p.add_argument("--max_train_steps", type=int, required=True)
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument("--max_train_steps", type=int, default=None)
+    length.add_argument(
+        "--time_budget_s",
+        type=float,
+        default=None,
+        help="size the schedule in this process: max_train_steps = max(1, floor(S / the mean seconds of a probe "
+        "step)), the probe timed on a copy of the model (:func:`probe_seconds_per_step`) before --start_file",
+    )
+    p.add_argument("--probe_steps", type=int, default=10, help="steps of the --time_budget_s probe")
+    p.add_argument("--probe_warmup", type=int, default=2, help="probe steps not timed")
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--save_steps", type=int, nargs="*", default=[], help="steps whose weights are scored (and saved)")
+    p.add_argument(
+        "--save_points",
+        type=int,
+        default=None,
+        help="instead of --save_steps: every ceil(steps / N) steps and the last (bench.ttq.runs.save_steps), once "
+        "the steps are known",
+    )
     p.add_argument(
         "--heldout",
         default=None,
@@ -103,27 +122,108 @@ def _wait_for_start_file(start_file: str | None) -> float:
     return time.perf_counter() - waited
 
 
-def reference_main(argv=None) -> dict:
-    """Train the reference (see the module docstring, item 4) and write ``output_dir``: ``reference_log.json``
-    (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; ``scores``: ``{step:
-    held-out loss}`` at ``--save_steps`` with ``--heldout`` (:func:`heldout_loss` of the live model, float32, eval
-    mode, on the training device; it draws no random numbers, so the trajectory is the same as without it) and
-    ``scoring_s`` (seconds spent scoring and saving, outside the timed steps); the model, collator and optimizer
-    classes; project modules loaded, which must be none), ``checkpoints/step_N/`` (``save_pretrained``) at
-    ``--save_steps`` without ``--heldout`` or with ``--save_checkpoints``, and the final model + tokenizer. Returns
-    the log."""
-    block_project_imports()
-    args = reference_parser().parse_args(argv)
+def reference_optimizer(model, args):
+    """The reference's AdamW: ``TrainingArguments``' ``adamw_torch_fused`` (betas (0.9, 0.999), eps 1e-8,
+    ``args.learning_rate``, ``args.weight_decay``)."""
+    import torch
+
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=args.learning_rate,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=args.weight_decay,
+        fused=True,
+    )
+
+
+def _train_step(model, optimizer, batch, device, autocast, scheduler=None) -> tuple[float, int]:
+    """One optimizer step of the reference on ``batch`` (forward under ``autocast``, backward, clipping at 1.0,
+    AdamW, the scheduler if given); returns ``(loss, tokens)``, the loss read back (the device synchronised)."""
+    import torch
+
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with autocast:
+        loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.detach()), int(batch["attention_mask"].sum())
+
+
+def probe_seconds_per_step(model, blocks, collator, args, device, autocast, keep_going=None) -> tuple[float, int]:
+    """Mean seconds of a reference optimizer step over the last ``args.probe_steps - args.probe_warmup`` of at least
+    ``args.probe_steps`` steps (the first ``args.probe_warmup`` never counted), timed as :func:`reference_main` times
+    its steps (fetching the batch to the loss read back), on a *copy* of ``model`` with an AdamW of its own and a
+    sequential loader of ``blocks`` of its own (re-read when it ends): ``model`` and every random generator (torch
+    CPU and CUDA, Python's, NumPy's) are left as they were, so the run that follows is the one ``--max_train_steps``
+    of the steps found gives (tested). ``keep_going()``, if given, is asked after each step once ``probe_steps``
+    have run: while it is true the probe goes on (the reference keeps its core busy, as in training, while its
+    paired run starts up and probes; the steps counted are the last ones, beside the paired run's probe).
+    ``pretrain --time_budget`` sizes our runs the same way (``training.budget.time_optimizer_steps``).
+
+    Returns:
+        ``(seconds per step, probe steps run)``.
+
+    Raises:
+        ValueError: ``probe_steps <= probe_warmup`` or an empty ``blocks``.
+    """
+    import collections
+    import copy
+    import random
+
+    import numpy as np
+    import torch
+
+    if args.probe_steps <= args.probe_warmup or args.probe_warmup < 0:
+        raise ValueError(
+            f"--probe_steps {args.probe_steps} --probe_warmup {args.probe_warmup}: expected 0 <= warmup < steps"
+        )
+    loader = torch.utils.data.DataLoader(
+        blocks, batch_size=args.batch_size, collate_fn=collator, generator=torch.Generator()
+    )
+    states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    py_state, np_state = random.getstate(), np.random.get_state()
+    timed = collections.deque(maxlen=args.probe_steps - args.probe_warmup)
+    try:
+        twin = copy.deepcopy(model).to(device).train()
+        optimizer = reference_optimizer(twin, args)
+        batches, i = iter(loader), 0
+        while i < args.probe_steps or (keep_going is not None and keep_going()):
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                batches = iter(loader)
+                batch = next(batches, None)
+                if batch is None:
+                    raise ValueError("--blocks: no training block for the time budget probe")
+            _train_step(twin, optimizer, batch, device, autocast)
+            if i >= args.probe_warmup:
+                timed.append(time.perf_counter() - t0)
+            i += 1
+        del twin, optimizer
+    finally:
+        torch.set_rng_state(states[0])
+        if states[1] is not None:
+            torch.cuda.set_rng_state_all(states[1])
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+    return sum(timed) / len(timed), i
+
+
+def _setup(args) -> dict:
+    """The reference's parts for ``args``: ``device``, ``tokenizer``, ``blocks``, ``heldout`` (None without
+    ``--heldout``), ``model`` (built after ``torch.manual_seed(--seed)``), ``collator``, ``loader`` (shuffled per
+    epoch by a generator seeded with ``--seed``) and ``autocast``."""
     import torch
     from datasets import load_from_disk
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.output_dir)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     blocks = load_from_disk(args.blocks)
@@ -143,38 +243,71 @@ def reference_main(argv=None) -> dict:
         generator=torch.Generator().manual_seed(args.seed),
         drop_last=False,
     )
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=args.learning_rate,
-        betas=(0.9, 0.999),
-        eps=1e-8,
-        weight_decay=args.weight_decay,
-        fused=True,
-    )  # TrainingArguments: adamw_torch_fused
-    scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
-    waited = _wait_for_start_file(args.start_file)
+    return dict(
+        device=device,
+        tokenizer=tokenizer,
+        blocks=blocks,
+        heldout=heldout,
+        model=model,
+        collator=collator,
+        loader=loader,
+        autocast=autocast,
+    )
+
+
+def _size_schedule(args, parts: dict) -> dict:
+    """Fill ``args.max_train_steps`` (from ``--time_budget_s`` by a probe, :func:`probe_seconds_per_step`) and
+    ``args.save_steps`` (from ``--save_points``); return the ``budget`` record of the log (empty when the steps
+    were given)."""
+    budget = {}
+    if args.time_budget_s is not None:
+        t0 = time.perf_counter()
+        start_file = args.start_file
+
+        def keep_going() -> bool:  # until the paired run has logged its run plan (600 s at most, as the wait)
+            return bool(start_file) and not os.path.exists(start_file) and time.perf_counter() - t0 < 600
+
+        per_step, ran = probe_seconds_per_step(
+            parts["model"], parts["blocks"], parts["collator"], args, parts["device"], parts["autocast"], keep_going
+        )
+        args.max_train_steps = max(1, int(args.time_budget_s / per_step))
+        budget = {
+            "time_budget_s": args.time_budget_s,
+            "probe_steps": args.probe_steps,
+            "probe_warmup": args.probe_warmup,
+            "probe_steps_run": ran,
+            "seconds_per_step": per_step,
+            "max_train_steps": args.max_train_steps,
+            "probe_wall_s": time.perf_counter() - t0,
+        }
+    if args.save_points is not None:
+        every = max(1, math.ceil(args.max_train_steps / args.save_points))
+        args.save_steps = sorted({*range(every, args.max_train_steps + 1, every), args.max_train_steps})
+    return budget
+
+
+def _train(args, parts: dict, out: Path) -> tuple[list[dict], dict, float]:
+    """The reference's training loop (see :func:`reference_main`): ``(per-step records, {step: held-out loss},
+    seconds spent scoring and saving)``."""
+    from transformers import get_linear_schedule_with_warmup
+
+    model, device, heldout = parts["model"], parts["device"], parts["heldout"]
+    optimizer = reference_optimizer(model, args)  # TrainingArguments: adamw_torch_fused
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, args.max_train_steps)
     records, scores, scoring_s, seconds, tokens, step = [], {}, 0.0, 0.0, 0, 0
     saves = set(args.save_steps)
     while step < args.max_train_steps:
-        batches = iter(loader)
+        batches = iter(parts["loader"])
         while step < args.max_train_steps:
             t0 = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
                 break  # the epoch is over: a new shuffle
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with autocast:
-                loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = float(loss)  # waits for the device: the step's time is complete
+            loss_value, n_tokens = _train_step(model, optimizer, batch, device, parts["autocast"], scheduler)
             seconds += time.perf_counter() - t0
             step += 1
-            tokens += int(batch["attention_mask"].sum())
+            tokens += n_tokens
             records.append({"step": step, "seconds": seconds, "tokens": tokens, "loss": loss_value})
             if step in saves:  # outside the timed span
                 t_score = time.perf_counter()
@@ -183,20 +316,48 @@ def reference_main(argv=None) -> dict:
                 if heldout is None or args.save_checkpoints:
                     model.save_pretrained(str(out / "checkpoints" / f"step_{step}"))
                 scoring_s += time.perf_counter() - t_score
+    return records, scores, scoring_s
+
+
+def reference_main(argv=None) -> dict:
+    """Train the reference (see the module docstring, item 4) and write ``output_dir``: ``reference_log.json``
+    (``steps``: per step the cumulative training ``seconds`` and ``tokens`` and the loss; ``scores``: ``{step:
+    held-out loss}`` at ``--save_steps`` with ``--heldout`` (:func:`heldout_loss` of the live model, float32, eval
+    mode, on the training device; it draws no random numbers, so the trajectory is the same as without it) and
+    ``scoring_s`` (seconds spent scoring and saving, outside the timed steps); ``budget``: with ``--time_budget_s``
+    the probe's seconds per step and the steps it gave (:func:`_size_schedule`); the model, collator and optimizer
+    classes; project modules loaded, which must be none), ``checkpoints/step_N/`` (``save_pretrained``) at
+    ``--save_steps`` without ``--heldout`` or with ``--save_checkpoints``, and the final model + tokenizer. The
+    probe runs until ``--start_file`` exists (beside the paired run's start-up and its own probe: both probes time
+    steps with two runs training, as the runs will). Returns the log."""
+    block_project_imports()
+    args = reference_parser().parse_args(argv)
+    import torch
+
+    out = Path(args.output_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    parts = _setup(args)
+    budget = _size_schedule(args, parts)
+    waited = _wait_for_start_file(args.start_file)
+    records, scores, scoring_s = _train(args, parts, out)
+    model = parts["model"]
     model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    parts["tokenizer"].save_pretrained(str(out))
     result = {
         "steps": records,
         "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-        "collator_class": f"{type(collator).__module__}.{type(collator).__qualname__}",
-        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "collator_class": f"{type(parts['collator']).__module__}.{type(parts['collator']).__qualname__}",
+        "optimizer_class": f"{torch.optim.AdamW.__module__}.{torch.optim.AdamW.__qualname__}",
         "attn_implementation": model.config._attn_implementation,
         "learning_rate": args.learning_rate,
         "weight_decay": args.weight_decay,
         "mixed_precision": args.mixed_precision,
-        "device": str(device),
+        "device": str(parts["device"]),
         "threads": torch.get_num_threads(),
         "waited_for_start_s": waited,
+        "budget": budget,
         "scores": {str(k): v for k, v in scores.items()},
         "scoring_s": scoring_s,
         "project_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES),

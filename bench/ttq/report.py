@@ -80,8 +80,26 @@ def _finetune_protocol(args) -> dict:
     }
 
 
-def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, probe: dict, load_before: float) -> dict:
-    """The ``protocol`` block of ``results.json``: every setting the figures depend on."""
+def budget_protocol(args, copies: dict[str, dict]) -> dict | str:
+    """``protocol``'s ``budget_to_steps``: "tokens / tokens per step", or how each run sized its schedule for the
+    wall-clock budget in its own process, with the seconds per step its probe measured (``copies``: the scored
+    runs' :func:`runs.copy_record`)."""
+    if args.budget_tokens is not None:
+        return "tokens / tokens per step"
+    return {
+        "how": "each run in its own process: max(1, floor(budget / the mean seconds of a probe step)), the probe "
+        "timed on a copy of the model (ours: pretrain --time_budget, 10 steps, 2 untimed; the reference: "
+        "--time_budget_s, --probe_steps, --probe_warmup untimed)",
+        "budget_seconds": args.budget_minutes * 60,
+        "reference_probe_steps": args.probe_steps,
+        "reference_probe_warmup": args.probe_warmup,
+        "seconds_per_step": {n: (c.get("budget") or {}).get("seconds_per_step") for n, c in copies.items()},
+    }
+
+
+def protocol(args, data: dict, lr: float, steps: dict, budget: dict | str, load_before: float) -> dict:
+    """The ``protocol`` block of ``results.json``: every setting the figures depend on (``steps``: ``{run: steps}``,
+    ``budget``: :func:`budget_protocol`)."""
     import torch
     import transformers
 
@@ -100,8 +118,8 @@ def protocol(args, data: dict, lr: float, ref_steps: int, recipe_steps: dict, pr
         "repeats": args.repeats,
         "pretraining_seeds": [args.seed + r for r in range(args.repeats)],
         "curve_points": args.curve_points,
-        "budget_to_steps": probe or "tokens / tokens per step",
-        "steps": {"reference": ref_steps, **recipe_steps},
+        "budget_to_steps": budget,
+        "steps": steps,
         "reference": _reference_protocol(args, lr),
         "recipes": {
             n: {"flags": f, "note": RECIPES.get(n, {}).get("note", "--recipe_flags")}

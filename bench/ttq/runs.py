@@ -39,6 +39,7 @@ class Run:
     flags: list[str] = field(default_factory=list)
     lr: float | None = None
     repeat: int = 0
+    budget_s: float | None = None  # seconds of steps, when the run sizes its own schedule (``steps`` 0)
     paired_with: str | None = None
 
 
@@ -48,45 +49,92 @@ def save_steps(steps: int, points: int) -> list[int]:
     return sorted({*range(every, steps + 1, every), steps})
 
 
-def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool = False) -> list[str]:
-    """The child command of ``run`` for ``steps`` optimizer steps (``probe``: log every step, no checkpoints)."""
-    py = sys.executable
-    every = steps + 1 if probe else max(1, math.ceil(steps / points))
+def checkpoint_fraction(points: int) -> float:
+    """``--checkpointing_steps`` as a fraction of a run whose length ``pretrain`` finds itself (``--time_budget``):
+    the float below 1 whose decimal ``repr`` (what ``training.plan.resolve_interval`` multiplies, exactly) is the
+    largest not above ``1 / points`` (``1 - 2**-53`` for one point: only the last step), so that the loop's
+    ``ceil(fraction x steps)`` is :func:`save_steps`' ``ceil(steps / points)`` for every run under 10**14 steps
+    (tested)."""
+    from fractions import Fraction
+
+    exact = Fraction(1, points)
+    value = math.nextafter(1.0, 0.0) if points == 1 else 1.0 / points
+    while Fraction(repr(value)) > exact:
+        value = math.nextafter(value, 0.0)
+    return value
+
+
+#: ``--eval_steps`` of our runs: never within the run (pretrain evaluates before the first and after the last step).
+NO_PERIODIC_EVAL = 10**9
+
+
+def _reference_command(run: Run, args, data: dict, steps: int | None, points: int) -> list[str]:
+    """The ``_reference`` child command of a reference run: ``steps`` optimizer steps and its :func:`save_steps`,
+    or (None) the run's ``budget_s`` seconds, sized in its process (``--time_budget_s``, ``--save_points``)."""
+    length = ["--max_train_steps", str(steps)] if steps else ["--time_budget_s", repr(run.budget_s)]
+    saves = ["--save_steps", *map(str, save_steps(steps, points))] if steps else ["--save_points", str(points)]
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "_reference",
+        "--blocks",
+        str(data["reference_blocks"]),
+        "--tokenizer",
+        str(data["tokenizer"]),
+        "--model_shape",
+        args.model_shape,
+        "--learning_rate",
+        str(run.lr),
+        *length,
+        "--probe_steps",
+        str(args.probe_steps),
+        "--probe_warmup",
+        str(args.probe_warmup),
+        "--batch_size",
+        str(args.batch_size),
+        "--seed",
+        str(run.seed),
+        *saves,
+        "--weight_decay",
+        str(args.reference_weight_decay),
+        "--mixed_precision",
+        args.reference_mixed_precision,
+        "--threads",
+        str(args.threads),
+        "--heldout",
+        str(Path(args.output_dir) / HELDOUT_FILE),
+        *(["--save_checkpoints"] if args.keep_checkpoints else []),
+        "--output_dir",
+        str(run.folder),
+    ]
+
+
+def pretrain_length_flags(run: Run, steps: int | None, points: int) -> list[str]:
+    """``pretrain``'s run-length flags of our run: ``steps`` steps, or (None) ``--time_budget`` of the run's
+    ``budget_s``; checkpoints (all kept) every ``ceil(steps / points)`` steps (:func:`checkpoint_fraction` of the
+    run under a time budget) and at the end, a log record at each of them (every step under a time budget), the
+    run's own evaluation only before the first and after the last step."""
+    if steps:
+        every = max(1, math.ceil(steps / points))
+        length = ["--max_train_steps", str(steps), "--checkpointing_steps", str(every), "--logging_steps", str(every)]
+        evals = steps + 1
+    else:
+        fraction = repr(checkpoint_fraction(points))
+        length = ["--time_budget", repr(run.budget_s / 60), "--checkpointing_steps", fraction, "--logging_steps", "1"]
+        evals = NO_PERIODIC_EVAL
+    return [*length, "--checkpoints_total_limit", "0", "--eval_steps", str(evals)]
+
+
+def run_command(run: Run, args, data: dict, steps: int | None, points: int) -> list[str]:
+    """The child command of ``run`` for ``steps`` optimizer steps, or (``steps`` None) for its ``budget_s`` seconds
+    of steps, the run sizing its schedule in its own process: ours ``pretrain --time_budget`` (checkpoints every
+    :func:`checkpoint_fraction` of the run, a log record every step so that every checkpoint step has its training
+    time), the reference ``--time_budget_s``."""
     if run.kind == "reference":
-        return [
-            py,
-            str(SCRIPT),
-            "_reference",
-            "--blocks",
-            str(data["reference_blocks"]),
-            "--tokenizer",
-            str(data["tokenizer"]),
-            "--model_shape",
-            args.model_shape,
-            "--learning_rate",
-            str(run.lr),
-            "--max_train_steps",
-            str(steps),
-            "--batch_size",
-            str(args.batch_size),
-            "--seed",
-            str(run.seed),
-            "--save_steps",
-            *([] if probe else map(str, save_steps(steps, points))),
-            "--weight_decay",
-            str(args.reference_weight_decay),
-            "--mixed_precision",
-            args.reference_mixed_precision,
-            "--threads",
-            str(args.threads),
-            *([] if probe else ["--heldout", str(Path(args.output_dir) / HELDOUT_FILE)]),
-            *(["--save_checkpoints"] if args.keep_checkpoints and not probe else []),
-            "--output_dir",
-            str(run.folder),
-        ]
+        return _reference_command(run, args, data, steps, points)
     prepared = data["variants"][data_variant(run.flags)]["path"]
     return [
-        py,
+        sys.executable,
         "-m",
         "pretrain",
         "--prepared_dataset",
@@ -100,18 +148,9 @@ def run_command(run: Run, args, data: dict, steps: int, points: int, probe: bool
         "--output_dir",
         str(run.folder),
         "--overwrite_output_dir",
-        "--max_train_steps",
-        str(steps),
+        *pretrain_length_flags(run, steps, points),
         "--seed",
         str(run.seed),
-        "--checkpointing_steps",
-        str(every),
-        "--checkpoints_total_limit",
-        "0",
-        "--logging_steps",
-        "1" if probe else str(every),
-        "--eval_steps",
-        str(steps + 1),
         "--max_eval_samples",
         "32",
         "--report_to",
@@ -139,13 +178,6 @@ def step_times(run: Run, args, data: dict) -> dict[int, dict]:
     return times_from_trainer_log(
         json.loads(path.read_text(encoding="utf-8")), manifest["blocks"]["train"], per_step_blocks(run, args)
     )
-
-
-def probe_seconds_per_step(run: Run, args, data: dict) -> float:
-    """Mean training seconds per step of a probe run after its first ``--probe_warmup`` steps."""
-    times = step_times(run, args, data)
-    last = max(times)
-    return (times[last]["seconds"] - times[args.probe_warmup]["seconds"]) / (last - args.probe_warmup)
 
 
 def groups_for(schedule: str, pairs: list[tuple[Run, Run]]) -> list[list[Run]]:
@@ -179,13 +211,16 @@ def shared_copies(pairs: list[tuple[Run, Run]], copies: dict[str, dict]) -> None
         copies.setdefault(ref.name, {**ran[ref.repeat], "paired_with": f"{ran[ref.repeat]['paired_with']} (shared)"})
 
 
+def _length(steps: int | None, run: Run) -> str:
+    """A run's length for the log: its steps, or its time budget."""
+    return f"{steps} steps" if steps else f"{run.budget_s:g} s of steps, sized in its process"
+
+
 #: What ``pretrain`` logs once its set-up is done, right before its first step (README: "the run plan").
 RUN_PLAN_LINE = "run plan:"
 
 
-def train_groups(
-    groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, probe=False, on_done=None
-):
+def train_groups(groups: list[list[Run]], args, data: dict, out: Path, steps_of, points: int, on_done=None):
     """Run each group's runs at the same time (``--threads`` threads each), group after group. In a group with a
     recipe run, the reference copies wait (``--start_file``) until the recipe has logged its run plan (or ended), so
     that both start their first step together rather than the reference training during ``pretrain``'s start-up.
@@ -194,20 +229,20 @@ def train_groups(
         jobs, start = [], None
         recipe = next((r for r in group if r.kind == "recipe"), None)
         for run in group:
-            cmd = run_command(run, args, data, steps_of(run), points, probe)
+            cmd = run_command(run, args, data, steps_of(run), points)
             if run.kind == "reference" and recipe is not None:
                 start = out / "logs" / f".start-{run.folder.name}"
                 start.unlink(missing_ok=True)
                 cmd += ["--start_file", str(start)]
             jobs.append(
                 Job(
-                    f"{run.name} ({'probe' if probe else 'train'})",
+                    f"{run.name} (train)",
                     cmd,
                     out / "logs" / f"{run.folder.name}.log",
                     child_env(args.threads),
                 )
             )
-        log("  ".join(f"{j.name}: {steps_of(r)} steps" for j, r in zip(jobs, group)))
+        log("  ".join(f"{j.name}: {_length(steps_of(r), r)}" for j, r in zip(jobs, group)))
         on_poll = None
         if start is not None:
             recipe_job = jobs[group.index(recipe)]
@@ -277,6 +312,20 @@ def score_run(run: Run, args, data: dict, heldout: dict, final_only: bool = Fals
     return curve
 
 
+def budget_record(run: Run) -> dict | None:
+    """How a run that sized its own schedule did it: ``{"seconds_per_step", "max_train_steps"}`` of its probe (the
+    reference's ``reference_log.json`` ``budget``; ours: ``pretrain``'s ``run_config.json``); None for a run given
+    its steps."""
+    if run.kind == "reference":
+        budget = reference_log(run.folder).get("budget") or {}
+        per_step = budget.get("seconds_per_step")
+    else:
+        path = run.folder / "run_config.json"
+        budget = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        per_step = budget.get("time_budget_seconds_per_step")
+    return None if per_step is None else {"seconds_per_step": per_step, "max_train_steps": budget["max_train_steps"]}
+
+
 def copy_record(run: Run, curve: list[dict], out: Path) -> dict:
     """The ``copies`` entry of a scored run."""
     last = curve[-1]
@@ -292,6 +341,7 @@ def copy_record(run: Run, curve: list[dict], out: Path) -> dict:
         "steps": last["step"],
         "tokens_per_second": last["tokens"] / max(last["seconds"], 1e-9),
         "learning_rate": learning_rate_of(run, out),
+        "budget": budget_record(run),
         "curve": curve,
     }
 

@@ -382,9 +382,15 @@ def test_pairs_schedules_and_token_budget(tmp_path):
                 "shared",
             ]
         )
-    ref_steps, steps, probe = ttq.phases.budget_steps(args, {}, tmp_path, pairs)
+    ref_steps, steps = ttq.phases.budget_steps(args, pairs)
     # 100,000 tokens: 32 x 128 = 4,096 tokens per step -> 25 steps; 16 x 4 blocks = 8,192 tokens -> 13 steps
-    assert (ref_steps, steps, probe) == (25, {"sesame-default": 25, "big": 13}, {})
+    assert (ref_steps, steps) == (25, {"sesame-default": 25, "big": 13})
+    assert all(r.budget_s is None for pair in pairs for r in pair)
+    # a wall-clock budget: no steps here, every run sizes its schedule in its process from its budget_s
+    minutes = ttq.cli.parse_args([*BASE_ARGS, "--output_dir", str(tmp_path), "--budget_minutes", "1.5"], cuda=False)
+    timed = ttq.runs.plan_pairs(minutes, tmp_path)
+    assert ttq.phases.budget_steps(minutes, timed) == (None, {"sesame-default": None, "sesame-before-22": None})
+    assert {r.budget_s for pair in timed for r in pair} == {90.0}
 
 
 def _rtd_model(seed: int):
@@ -480,7 +486,9 @@ def test_rtd_rows_have_no_mlm_ratios_but_join_the_table_and_the_plot(tmp_path, c
     }
     results = {
         "command": ["bench"],
-        "protocol": ttq.report.protocol(args, data, 1e-3, 2, {"sesame-lr1e-3": 2, "rtd": 2}, {}, 1.0),
+        "protocol": ttq.report.protocol(
+            args, data, 1e-3, {"reference": 2, "sesame-lr1e-3": 2, "rtd": 2}, ttq.report.budget_protocol(args, {}), 1.0
+        ),
         "heldout_sha256": "0" * 64,
         "heldout": {"blocks": 2, "tokens": 64, "masked": 9, "seed": 1},
         "unigram_loss": 7.5,
@@ -522,7 +530,6 @@ def test_device_defaults_cuda_and_cpu(tmp_path):
     ref_cmd = ttq.runs.run_command(pairs[0][0], gpu, data, 10, 2)
     assert ttq.common.flag_value(ref_cmd, "--mixed_precision") == "bf16"
     assert ttq.common.flag_value(ref_cmd, "--heldout") == str(tmp_path / ttq.data.HELDOUT_FILE)
-    assert "--heldout" not in ttq.runs.run_command(pairs[0][0], gpu, data, 10, 2, probe=True)
     default_cmd = ttq.runs.run_command(pairs[0][1], gpu, data, 10, 2)
     own_cmd = ttq.runs.run_command(pairs[1][1], gpu, data, 10, 2)
     assert ttq.common.flag_value(default_cmd, "--mixed_precision") == "bf16"
@@ -722,19 +729,28 @@ def test_plan_arithmetic_by_hand(tmp_path):
     got = {p["phase"]: p["seconds"] for p in ttq.plan.plan_phases(args, costs, {"stsb": 5749})}
     # data: 100 s x (1 + 0.25 for the nodoc variant) x (0.2 + 0.8 / (1 + 2 x 0.5))
     assert got["data"] == pytest.approx(100 * 1.25 * (0.2 + 0.8 / 2))
-    # probes (sequential): one reference probe (10 + 20 x 0.1) and two recipe probes (20 + 20 x 0.2)
-    assert got["probes"] == pytest.approx(12 + 2 * 24)
-    # sweep: two runs one at a time, each 10 s start + 0.25 x 60 s + one score
-    assert got["sweep"] == pytest.approx(2 * (10 + 15 + 2))
-    # pretraining: one reference run (10 + 60 + 4 scores) + 2 x (20 + 60 + 4 saves + 4 x (load + score))
-    assert got["pretraining"] == pytest.approx(78 + 2 * (84 + 10))
+    # no probe phase: every run sizes its schedule in its process (the reference 10 probe steps x 0.1 s, ours
+    # pretrain's 10 x 0.2 s)
+    assert "probes" not in got
+    # sweep: two runs one at a time, each 10 s start + 1 s probe + 0.25 x 60 s + one score
+    assert got["sweep"] == pytest.approx(2 * (10 + 1 + 15 + 2))
+    # pretraining: one reference run (10 + 1 + 60 + 4 scores) + 2 x (20 + 2 + 60 + 4 saves + 4 x (load + score))
+    assert got["pretraining"] == pytest.approx(79 + 2 * (86 + 10))
     assert got["scoring"] == 7.0
-    # fine-tuning: 4 models (reference, 2 recipes, random-sesame) x (5 + 10 steps x 3 epochs x 0.1 + 3) / 2
-    assert got["finetuning"] == pytest.approx(4 * (5 + 3 + 3) / 2)
+    # fine-tuning: one worker start-up (5 s) + 4 models (reference, 2 recipes, random-sesame) x (10 steps x 3 epochs
+    # x 0.1 + 3) / 2 workers
+    assert got["finetuning"] == pytest.approx(5 + 4 * (3 + 3) / 2)
     paired = ttq.cli.parse_args([*argv, "--schedule", "paired"], cuda=True)
     got = {p["phase"]: p["seconds"] for p in ttq.plan.plan_phases(paired, costs, {"stsb": 5749})}
-    assert got["probes"] == pytest.approx(2 * 24) and got["sweep"] == pytest.approx(27)
-    assert got["pretraining"] == pytest.approx(2 * (84 + 10))  # each pair: its longer run, then ours scored
+    assert got["sweep"] == pytest.approx(28)
+    assert got["pretraining"] == pytest.approx(2 * (86 + 10))  # each pair: its longer run, then ours scored
+    by_tokens = list(argv)
+    at = by_tokens.index("--budget_minutes")
+    by_tokens[at : at + 2] = ["--budget_tokens", "327680"]
+    tokens = ttq.cli.parse_args(by_tokens, cuda=True)
+    got = {p["phase"]: p["seconds"] for p in ttq.plan.plan_phases(tokens, costs, {"stsb": 5749})}
+    # a token budget: 327,680 / (256 x 128) = 10 steps, no probe: sweep 2 x (10 + 0.25 x 1 s + 2)
+    assert got["sweep"] == pytest.approx(2 * (10 + 0.25 + 2))
 
 
 def _readme_gpu_protocol() -> list[str]:
@@ -763,7 +779,7 @@ def test_readme_gpu_protocol_plans_within_nine_minutes(capsys):
     total = ttq.plan.print_plan(plan, "h100")
     printed = capsys.readouterr().out
     assert total <= 9 * 60 and f"{total:.0f} s" in printed
-    for phase in ("data", "probes", "sweep", "pretraining", "finetuning"):
+    for phase in ("data", "sweep", "pretraining", "finetuning"):
         assert phase in printed
     assert ttq.cli.main([*argv, "--plan_only"]) == 0  # runs nothing
 
