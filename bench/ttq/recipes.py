@@ -17,10 +17,12 @@ RECIPES: dict[str, dict] = {
         flags=[],
         note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
         "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
-        "last 20%, weight decay 0.01, float32)",
+        "last 20%, weight decay 0.01, float32, output bias at the log unigram frequencies)",
     ),
     "sesame-before-22": dict(
         flags=[
+            "--output_bias_init",
+            "zeros",
             "--learning_rate",
             "1e-4",
             "--mlm_probability",
@@ -31,7 +33,7 @@ RECIPES: dict[str, dict] = {
             "false",
         ],
         note="the default before issue 22, spelled out: lr 1e-4 (BERT's), 15% masking, linear "
-        "decay, documents joined by [SEP]",
+        "decay, documents joined by [SEP], zero output bias (BERT's)",
     ),
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(
