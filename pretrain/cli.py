@@ -234,17 +234,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     if cap is not None and cap < available:
         valid_blocks = valid_blocks.select(range(cap))
     valid_data = data.IndexedDataset(valid_blocks)
-    unigram = None  # nats: the held-out loss of the training word frequencies alone (training.unigram)
-    if objective.unigram_plateau and not plan.corpus.streaming:
-        from training.unigram import heldout_unigram_loss, training_token_counts
-
-        counts = training_token_counts(train_blocks, tokenizer)  # every process: the same blocks, the same counts
-        if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
-            init_output_bias(model, counts)
-            if accelerator.is_main_process:
-                logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
-        if accelerator.is_main_process:
-            unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, counts=counts)
+    unigram = unigram_start(plan, model, tokenizer, train_blocks, valid_blocks, accelerator)
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
 
     def evaluate(prepared_model) -> dict[str, float]:
@@ -297,6 +287,25 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         available=available,
         unigram=unigram,
     )
+
+
+def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator) -> float | None:
+    """For the objectives that flag the unigram plateau (a prepared or in-memory corpus, not a stream): counts the
+    training tokens (:func:`training.unigram.training_token_counts`, on every process: the same blocks give the same
+    counts), starts a fresh model's output bias at their log frequencies (``--output_bias_init unigram``,
+    :func:`init_output_bias`) and returns the held-out unigram loss (nats; main process only, else None)."""
+    if not plan.objective.unigram_plateau or plan.corpus.streaming:
+        return None
+    from training.unigram import heldout_unigram_loss, training_token_counts
+
+    counts = training_token_counts(train_blocks, tokenizer)
+    if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
+        init_output_bias(model, counts)
+        if accelerator.is_main_process:
+            logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
+    if not accelerator.is_main_process:
+        return None
+    return heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, counts=counts)
 
 
 def init_output_bias(model, counts) -> None:
