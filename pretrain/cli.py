@@ -12,7 +12,6 @@ the skeleton shared with fine-tuning is :class:`training.driver.Run`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -120,30 +119,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
         set_seed(training.seed)
-        parts, describe = pretraining_parts(
-            plan, build_model(plan, tokenizer), tokenizer, train_blocks, valid_blocks, accelerator
-        )
-        parts.plan = plan_run(plan, parts, None if plan.corpus.streaming else len(train_blocks), accelerator)
-        if accelerator.is_main_process:
-            describe(parts.plan)
-        return run.execute(parts)
+        model = build_model(plan, tokenizer)
+        return run.execute(pretraining_parts(plan, model, tokenizer, train_blocks, valid_blocks, accelerator))
 
 
 #: Optimizer steps of a ``--time_budget`` probe, and how many of them are not timed (allocation, first calls).
 BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP = 10, 2
 
 
-def plan_run(plan: PretrainPlan, parts, train_blocks: int | None, accelerator):
+def plan_run(plan: PretrainPlan, model, loader, loop_kwargs, train_blocks: int | None, accelerator):
     """The :class:`training.plan.RunPlan` of the run (:func:`training.plan.make_plan`), made once, with a compute
-    budget converted into steps and logged (main process) with the flag that repeats the run exactly.
+    budget converted into steps and logged (main process) with the flag that repeats the run exactly, and the
+    evaluation capped (``eval_examples``) on the user's data without ``--max_eval_samples``.
 
     Tokens: ``ceil(N / (global batch x max_seq_length))`` (:func:`training.plan.steps_for_tokens`). Time: the mean
     seconds of :data:`BUDGET_PROBE_STEPS` optimizer steps (the first :data:`BUDGET_PROBE_WARMUP` not timed) on a copy of
-    the model (:func:`training.budget.time_optimizer_steps`, which leaves the model, data and random generators as they
-    were), then ``floor(60 x minutes / seconds per step)``; a resumed run reads the steps from its checkpoint instead
-    (no new probe: the schedule and the resume checks stay exact).
+    ``model`` over ``loader`` (:func:`training.budget.time_optimizer_steps`, which leaves the model, data and random
+    generators as they were), then ``floor(60 x minutes / seconds per step)``; a resumed run reads the steps from its
+    checkpoint instead (no new probe: the schedule and the resume checks stay exact).
 
     Args:
+        loop_kwargs: the objective's ``loss_fn`` / ``weight_fn`` for the probe.
         train_blocks: training blocks (None: a stream).
     """
     from training.plan import make_plan
@@ -151,7 +147,7 @@ def plan_run(plan: PretrainPlan, parts, train_blocks: int | None, accelerator):
     budget = plan.budget
     steps = seconds = how = None
     if budget.time_budget is not None:
-        steps, seconds, how = time_budget_steps(plan, parts, accelerator)
+        steps, seconds, how = time_budget_steps(plan, model, loader, loop_kwargs, accelerator)
     run_plan = make_plan(
         plan.training,
         train_examples=train_blocks,
@@ -160,6 +156,7 @@ def plan_run(plan: PretrainPlan, parts, train_blocks: int | None, accelerator):
         max_train_tokens=budget.max_train_tokens,
         max_train_steps=steps,
         seconds_per_step=seconds,
+        cap_eval=not plan.demo and plan.data.max_eval_samples is None,
     )
     if budget.max_train_tokens is not None:
         how = f"--max_train_tokens {budget.max_train_tokens} / {run_plan.tokens_per_step} tokens per optimizer step"
@@ -176,7 +173,7 @@ def plan_run(plan: PretrainPlan, parts, train_blocks: int | None, accelerator):
     return run_plan
 
 
-def time_budget_steps(plan: PretrainPlan, parts, accelerator) -> tuple[int, float | None, str]:
+def time_budget_steps(plan: PretrainPlan, model, loader, loop_kwargs, accelerator) -> tuple[int, float | None, str]:
     """``--time_budget`` in optimizer steps (see :func:`plan_run`): ``(steps, seconds per step (None: read from
     the checkpoint a resumed run continues), how they were found)``."""
     from training import budget as budgets
@@ -188,13 +185,7 @@ def time_budget_steps(plan: PretrainPlan, parts, accelerator) -> tuple[int, floa
         how = f"--time_budget {minutes:g} minutes, as converted when the run started ({checkpoint})"
         return int(read_state(checkpoint)["max_train_steps"]), None, how
     seconds = budgets.time_optimizer_steps(
-        accelerator,
-        parts.model,
-        parts.train_dataloader,
-        training,
-        steps=BUDGET_PROBE_STEPS,
-        warmup=BUDGET_PROBE_WARMUP,
-        **{k: v for k, v in parts.loop_kwargs.items() if k in ("loss_fn", "weight_fn")},
+        accelerator, model, loader, training, steps=BUDGET_PROBE_STEPS, warmup=BUDGET_PROBE_WARMUP, **loop_kwargs
     )
     how = (
         f"--time_budget {minutes:g} minutes / {seconds:.4g} s per optimizer step (timed over "
@@ -214,40 +205,30 @@ def check_data_files(corpus: CorpusArguments) -> None:
 
 
 def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator):
-    """The :class:`training.driver.RunParts` of a pretraining run: the training loader (shuffled blocks, or a
-    stream), the held-out perplexity evaluation (:func:`training.evaluation.evaluate_sums`, exact across
-    processes), the objective's loss, item count and extra output files; and ``describe(run_plan)``, which logs the
-    model's size, the plan and the unigram plateau (:func:`log_plan`; the command calls it on the main process).
-
-    Returns:
-        ``(parts, describe)``.
-    """
-    from pretrain import data
-    from pretrain.objectives import lm_eval_step
+    """The :class:`training.driver.RunParts` of a pretraining run, with its plan made once (:func:`plan_run`) and
+    logged on the main process (:func:`log_plan`): the training loader (shuffled blocks, or a stream), the held-out
+    perplexity evaluation on the plan's ``eval_examples`` first validation blocks (:func:`held_out_evaluation`), the
+    objective's loss, item count and extra output files, and the unigram plateau check (:func:`unigram_start`)."""
     from training.driver import RunParts
-    from training.evaluation import evaluate_sums
 
     objective, training = plan.objective, plan.training
     train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
-    available, counted = len(valid_blocks), None if plan.corpus.streaming else len(train_blocks)
-    cap = default_eval_blocks(plan, counted, accelerator.num_processes)
-    if cap is not None and cap < available:
-        valid_blocks = valid_blocks.select(range(cap))
-    valid_data = data.IndexedDataset(valid_blocks)
-    unigram = unigram_start(plan, model, tokenizer, train_blocks, valid_blocks, accelerator)
+    counts = unigram_start(plan, model, tokenizer, train_blocks, accelerator)
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
+    loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
+    counted = None if plan.corpus.streaming else len(train_blocks)
+    run_plan = plan_run(plan, model, loader, loop_kwargs, counted, accelerator)
+    available = len(valid_blocks)
+    if run_plan.eval_examples is not None and run_plan.eval_examples < available:
+        valid_blocks = valid_blocks.select(range(run_plan.eval_examples))
+    unigram = None
+    if counts is not None and accelerator.is_main_process:
+        from training.unigram import heldout_unigram_loss
 
-    def evaluate(prepared_model) -> dict[str, float]:
-        sums = evaluate_sums(
-            accelerator,
-            prepared_model,
-            valid_data,
-            eval_collator,
-            training.per_device_eval_batch_size,
-            objective.eval_step or lm_eval_step,
-            objective.eval_keys,
-        )
-        return objective.metrics(sums)
+        unigram = heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, counts=counts)
+    if accelerator.is_main_process:
+        log_plan(plan, run_plan, model=model, train_blocks=counted, valid_blocks=len(valid_blocks), available=available)
+        log_unigram_plateau(unigram)
 
     def check_result(result) -> None:
         from training.unigram import plateau_message
@@ -258,13 +239,13 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         if message:
             logger.warning("%s", message)
 
-    loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
-    parts = RunParts(
+    return RunParts(
         model=model,
         tokenizer=tokenizer,
         train_dataloader=loader,
-        evaluate=evaluate,
+        evaluate=held_out_evaluation(plan, valid_blocks, eval_collator, accelerator),
         loop_kwargs=loop_kwargs,
+        plan=run_plan,
         write_outputs=(lambda folder, _: objective.write_outputs(folder, tokenizer))
         if objective.write_outputs
         else None,
@@ -278,34 +259,42 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             "--train_file F --validation_file F instead of --task_name/--glue_dir)"
         ),
     )
-    return parts, functools.partial(
-        log_plan,
-        plan,
-        model=model,
-        train_blocks=counted,
-        valid_blocks=len(valid_blocks),
-        available=available,
-        unigram=unigram,
-    )
 
 
-def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator) -> float | None:
+def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, accelerator):
+    """``evaluate(prepared model) -> {eval_* metric: value}``: the objective's held-out metrics (perplexity) over
+    ``valid_blocks`` from summed losses and counts (:func:`training.evaluation.evaluate_sums`, exact across
+    processes)."""
+    from pretrain import data
+    from pretrain.objectives import lm_eval_step
+    from training.evaluation import evaluate_sums
+
+    objective, valid_data = plan.objective, data.IndexedDataset(valid_blocks)
+
+    def evaluate(prepared_model) -> dict[str, float]:
+        batch = plan.training.per_device_eval_batch_size
+        step = objective.eval_step or lm_eval_step
+        sums = evaluate_sums(accelerator, prepared_model, valid_data, eval_collator, batch, step, objective.eval_keys)
+        return objective.metrics(sums)
+
+    return evaluate
+
+
+def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, accelerator):
     """For the objectives that flag the unigram plateau (a prepared or in-memory corpus, not a stream): counts the
     training tokens (:func:`training.unigram.training_token_counts`, on every process: the same blocks give the same
     counts), starts a fresh model's output bias at their log frequencies (``--output_bias_init unigram``,
-    :func:`init_output_bias`) and returns the held-out unigram loss (nats; main process only, else None)."""
+    :func:`init_output_bias`) and returns the counts (None: no plateau check), for the held-out unigram loss."""
     if not plan.objective.unigram_plateau or plan.corpus.streaming:
         return None
-    from training.unigram import heldout_unigram_loss, training_token_counts
+    from training.unigram import training_token_counts
 
     counts = training_token_counts(train_blocks, tokenizer)
     if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
         init_output_bias(model, counts)
         if accelerator.is_main_process:
             logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
-    if not accelerator.is_main_process:
-        return None
-    return heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, counts=counts)
+    return counts
 
 
 def init_output_bias(model, counts) -> None:
@@ -467,57 +456,18 @@ def _interval(steps: int | None) -> str:
     return f"every {steps} steps" if steps else "at the end"
 
 
-#: The default evaluation set of a run on the user's data (no ``--max_eval_samples``): its evaluations cover at most
-#: this share of the blocks the run trains on ...
-EVAL_SHARE = 0.10
-#: ... and one evaluation at most this many tokens ...
-MAX_EVAL_TOKENS = 1_000_000
-#: ... but at least this many blocks (or all there are).
-MIN_EVAL_BLOCKS = 128
-
-
-def default_eval_blocks(plan: PretrainPlan, train_blocks: int | None, num_processes: int) -> int | None:
-    """How many validation blocks a run evaluates when ``--max_eval_samples`` is not given (None: all of them; the
-    demo job keeps its bundled validation file whole): so that all its evaluations together cover at most
-    :data:`EVAL_SHARE` of the blocks it trains on (forward passes only, so well under that share of its time for
-    BERT-like models; ELMo's exact full-softmax perplexity costs about as much per block as a sampled-softmax
-    training step), and one evaluation at most :data:`MAX_EVAL_TOKENS` tokens; never fewer than
-    :data:`MIN_EVAL_BLOCKS`. With ``--max_train_tokens`` the steps it gives are counted; with ``--time_budget``
-    (known only after the probe) the epochs are.
-
-    Args:
-        train_blocks: training blocks (None: a stream; ``--max_train_steps`` then sets the length).
-        num_processes: processes of the run (the global batch).
-    """
-    if plan.demo or plan.data.max_eval_samples is not None:
-        return None
-    from training.plan import make_plan
-
-    t = plan.training
-    steps = make_plan(  # the steps the data (or the token budget) gives; a time budget's probe is not made yet
-        t,
-        train_examples=train_blocks,
-        num_processes=num_processes,
-        max_seq_length=plan.corpus.max_seq_length,
-        max_train_tokens=plan.budget.max_train_tokens if t.max_train_steps is None else None,
-    )
-    by_compute = int(EVAL_SHARE * steps.max_train_steps * steps.global_batch_size / steps.evaluations)
-    return max(MIN_EVAL_BLOCKS, min(by_compute, MAX_EVAL_TOKENS // plan.corpus.max_seq_length))
-
-
-def log_plan(
-    plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int, unigram=None
-) -> None:
+def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int):
     """Log (main process) the model's size, the run plan (:class:`training.plan.RunPlan`: global batch in sequences
-    and tokens, steps, epochs, warmup, total tokens, the validation blocks (of ``available``, when the default cap
-    chose fewer: :func:`default_eval_blocks`), evaluation/checkpoint intervals and the learning rate with its
-    source), a warning when the tokens are few for the model (:func:`warn_few_tokens`) and the unigram plateau
-    (``unigram``, nats; None: not computed).
+    and tokens, steps, epochs, warmup, total tokens, the validation blocks (of ``available``, when the plan's
+    evaluation cap chose fewer), evaluation/checkpoint intervals and the learning rate with its source) and a warning
+    when the tokens are few for the model (:func:`warn_few_tokens`).
 
     Args:
         train_blocks: training blocks (None: a stream).
         valid_blocks: the validation blocks evaluated.
     """
+    from training.plan import EVAL_SHARE
+
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
         "%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, plan.objective.name, n_params
@@ -554,6 +504,10 @@ def log_plan(
     )
     if not plan.demo and plan.model.model_name_or_path is None:
         warn_few_tokens(run_plan.tokens_per_step * run_plan.max_train_steps, n_params)
+
+
+def log_unigram_plateau(unigram: float | None) -> None:
+    """Log the held-out unigram loss ``unigram`` (nats; None: not computed), the plateau a model must get below."""
     if unigram is not None:
         logger.info(
             "unigram plateau: held-out loss %.3f from the training word frequencies alone (perplexity %.4g); "
@@ -595,14 +549,16 @@ __all__ = [
     "build_parser",
     "check_data_files",
     "data_fingerprint",
-    "default_eval_blocks",
+    "held_out_evaluation",
     "load_blocks",
     "log_plan",
+    "log_unigram_plateau",
     "main",
     "parse",
     "pretraining_parts",
     "train_loader",
     "plan_run",
     "time_budget_steps",
+    "unigram_start",
     "warn_few_tokens",
 ]

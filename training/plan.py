@@ -15,6 +15,11 @@ from typing import Any
 from training.config import TrainingConfig
 from training.errors import InputError
 
+#: The evaluation cap of :func:`make_plan` (``cap_eval``): all evaluations of the run together cover at most this
+#: share of the examples it trains on, one evaluation at most :data:`MAX_EVAL_TOKENS` tokens, and never fewer than
+#: :data:`MIN_EVAL_EXAMPLES` examples (or all there are).
+EVAL_SHARE, MAX_EVAL_TOKENS, MIN_EVAL_EXAMPLES = 0.10, 1_000_000, 128
+
 
 def resolve_interval(value: float | None, max_train_steps: int) -> int | None:
     """Steps between two periodic actions (evaluation, checkpoint): ``value`` as given when >= 1, a fraction of
@@ -54,6 +59,7 @@ class RunPlan:
         batches_per_process: micro-batches per process and epoch, as accelerate shards the data.
         num_processes, per_device_train_batch_size, gradient_accumulation_steps: the factors of the global batch.
         tokens_per_step: block positions per step (fixed-length blocks); seconds_per_step: a time budget's probe.
+        eval_examples: examples one evaluation covers (None: all of them).
     """
 
     max_train_steps: int
@@ -67,6 +73,7 @@ class RunPlan:
     gradient_accumulation_steps: int
     tokens_per_step: int | None = None
     seconds_per_step: float | None = None
+    eval_examples: int | None = None
 
     @property
     def global_batch_size(self) -> int:
@@ -107,6 +114,7 @@ def make_plan(
     seconds_per_step: float | None = None,
     per_device_train_batch_size: int | None = None,
     num_epoch_batches: int | None = None,
+    cap_eval: bool = False,
 ) -> RunPlan:
     """The plan of a run of ``config`` on ``train_examples`` examples (None: a stream) over ``num_processes``.
 
@@ -123,6 +131,9 @@ def make_plan(
         per_device_train_batch_size: the loader's batch size when it differs from ``config``'s.
         num_epoch_batches: micro-batches per process and epoch when known from a prepared loader (else counted
             as accelerate shards: the last batch kept, every process given as many batches).
+        cap_eval: cap the examples of one evaluation (``eval_examples``; needs ``max_seq_length``): all evaluations
+            together cover at most :data:`EVAL_SHARE` of the training examples of the planned steps, one at most
+            :data:`MAX_EVAL_TOKENS` tokens, never fewer than :data:`MIN_EVAL_EXAMPLES` (False: evaluate all).
 
     Raises:
         InputError: no batch at all, or a stream without ``max_train_steps``.
@@ -146,7 +157,7 @@ def make_plan(
     if steps is None:
         steps = max(1, math.ceil(config.num_train_epochs * per_epoch))
     warmup = config.num_warmup_steps
-    return RunPlan(
+    plan = RunPlan(
         max_train_steps=steps,
         steps_per_epoch=per_epoch,
         num_warmup_steps=math.ceil(config.warmup_ratio * steps) if warmup is None else warmup,
@@ -159,6 +170,19 @@ def make_plan(
         tokens_per_step=tokens_per_step,
         seconds_per_step=seconds_per_step,
     )
+    if not cap_eval:
+        return plan
+    by_compute = int(EVAL_SHARE * steps * plan.global_batch_size / plan.evaluations)
+    cap = max(MIN_EVAL_EXAMPLES, min(by_compute, MAX_EVAL_TOKENS // max_seq_length))
+    return dataclasses.replace(plan, eval_examples=cap)
 
 
-__all__ = ["RunPlan", "make_plan", "resolve_interval", "steps_for_tokens"]
+__all__ = [
+    "EVAL_SHARE",
+    "MAX_EVAL_TOKENS",
+    "MIN_EVAL_EXAMPLES",
+    "RunPlan",
+    "make_plan",
+    "resolve_interval",
+    "steps_for_tokens",
+]

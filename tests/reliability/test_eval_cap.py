@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import types
 
 from reliability.conftest import WORDS
 
@@ -20,9 +21,15 @@ def _plan(tmp_path, *extra: str):
     return parse(["--train_file", str(tmp_path / "t.txt"), "--output_dir", str(tmp_path / "o"), *extra])
 
 
-def test_default_evaluation_set_is_capped_by_the_planned_training(tmp_path):
-    from pretrain.cli import default_eval_blocks
+def default_eval_blocks(plan, train_blocks: int, num_processes: int) -> int | None:
+    """The run plan's evaluation cap, as ``pretrain`` makes the plan (no time budget: no model or loader needed)."""
+    from pretrain.cli import plan_run
 
+    accelerator = types.SimpleNamespace(num_processes=num_processes, is_main_process=True)
+    return plan_run(plan, None, None, {}, train_blocks, accelerator).eval_examples
+
+
+def test_default_evaluation_set_is_capped_by_the_planned_training(tmp_path):
     short = _plan(
         tmp_path,
         "--model_type",
