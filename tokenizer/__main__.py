@@ -13,6 +13,7 @@ loads the result. Refused input (missing / empty / non-UTF-8 file, too small ``-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -20,73 +21,97 @@ from collections.abc import Sequence
 
 from modeling import SPECS
 from tokenizer import train_tokenizer
+from training.arguments import HelpFormatter, arg
 from training.errors import add_debug_argument, run_cli
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenizerTrainingArguments:
+    """``python -m tokenizer train``: the family, the corpus, the vocabulary size and the output folder; options left
+    None keep the family's trainer's own defaults."""
+
+    model_type: str = arg(help="the model family", choices=list(SPECS))
+    train_file: list[str] = arg(help="UTF-8 .txt or .txt.gz files, read streaming", nargs="+", metavar="F")
+    vocab_size: int = arg(help="vocabulary size, special tokens included")
+    output_dir: str = arg(help="folder to save the tokenizer in (written atomically)")
+    lowercase: bool | None = arg(
+        None,
+        "lowercase (and, for bert, strip accents); --no-lowercase keeps case "
+        "(default: lowercase for bert, as uncased BERT; the ELMo trainer's default, cased, for elmo)",
+        action=argparse.BooleanOptionalAction,
+    )
+    min_frequency: int | None = arg(
+        None, "minimum corpus count of a word piece (bert, default 2) / of a word (elmo, the trainer's default)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WordVectorArguments:
+    """``python -m tokenizer vectors``: gensim fastText settings (:func:`tokenizer.vectors.train_word_vectors`)."""
+
+    train_file: list[str] = arg(help="UTF-8 .txt or .txt.gz files", nargs="+", metavar="F")
+    tokenizer_name: str = arg(help="folder of the word tokenizer (tokenizer train --model_type elmo)")
+    output_dir: str = arg(help="folder for the tokenizer + word_vectors.{safetensors,json}")
+    vector_size: int = arg(100, "dimension (default %(default)s)")
+    epochs: int = arg(5, "passes over the corpus (default %(default)s)")
+    min_count: int = arg(5, "gensim vocabulary threshold (default %(default)s)")
+    window: int = arg(5, "context window (default %(default)s)")
+    min_n: int = arg(3, "shortest character n-gram (default %(default)s)")
+    max_n: int = arg(6, "longest character n-gram (default %(default)s)")
+    bucket: int = arg(100_000, "n-gram hash buckets (default %(default)s)")
+    sg: bool = arg(False, "skip-gram (default: CBOW)")
+    seed: int = arg(42, "seed; training uses one worker, so runs repeat (default %(default)s)")
+
+
+#: The subcommands: name -> (arguments, --help line, description).
+COMMANDS = {
+    "train": (
+        TokenizerTrainingArguments,
+        "train a tokenizer and save it (save_pretrained) in --output_dir",
+        "Train a WordPiece (bert) or word + character (elmo) tokenizer on .txt / .txt.gz files.",
+    ),
+    "vectors": (
+        WordVectorArguments,
+        "train fastText subword vectors (gensim) for the words of an ELMo-style word tokenizer",
+        "Train fastText word vectors on .txt / .txt.gz files for the vocabulary of --tokenizer_name "
+        "(tokenizer.vectors); the classic baselines are initialised from them (python -m finetune.baselines "
+        "--embeddings).",
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m tokenizer``."""
+    """The argument parser of ``python -m tokenizer``: one ``HfArgumentParser`` subcommand per :data:`COMMANDS`
+    entry, over its dataclass."""
+    from transformers import HfArgumentParser
+
     parser = argparse.ArgumentParser(
         prog="python -m tokenizer", description="Train a tokenizer for sesame-lm models on plain-text files."
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    train = commands.add_parser(
-        "train",
-        help="train a tokenizer and save it (save_pretrained) in --output_dir",
-        description="Train a WordPiece (bert) or word + character (elmo) tokenizer on .txt / .txt.gz files.",
-    )
-    train.add_argument("--model_type", choices=list(SPECS), required=True, help="the model family")
-    train.add_argument(
-        "--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files, read streaming"
-    )
-    train.add_argument("--vocab_size", type=int, required=True, help="vocabulary size, special tokens included")
-    train.add_argument("--output_dir", required=True, help="folder to save the tokenizer in (written atomically)")
-    train.add_argument(
-        "--lowercase",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="lowercase (and, for bert, strip accents); --no-lowercase keeps case "
-        "(default: lowercase for bert, as uncased BERT; the ELMo trainer's default, cased, for elmo)",
-    )
-    train.add_argument(
-        "--min_frequency",
-        type=int,
-        default=None,
-        help="minimum corpus count of a word piece (bert, default 2) / of a word (elmo, the trainer's default)",
-    )
-    add_debug_argument(train)
-    vectors = commands.add_parser(
-        "vectors",
-        help="train fastText subword vectors (gensim) for the words of an ELMo-style word tokenizer",
-        description="Train fastText word vectors on .txt / .txt.gz files for the vocabulary of --tokenizer_name "
-        "(tokenizer.vectors); the classic baselines are initialised from them (python -m finetune.baselines "
-        "--embeddings).",
-    )
-    vectors.add_argument("--train_file", nargs="+", required=True, metavar="F", help="UTF-8 .txt or .txt.gz files")
-    vectors.add_argument(
-        "--tokenizer_name", required=True, help="folder of the word tokenizer (tokenizer train --model_type elmo)"
-    )
-    vectors.add_argument(
-        "--output_dir", required=True, help="folder for the tokenizer + word_vectors.{safetensors,json}"
-    )
-    vectors.add_argument("--vector_size", type=int, default=100, help="dimension (default %(default)s)")
-    vectors.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default %(default)s)")
-    vectors.add_argument("--min_count", type=int, default=5, help="gensim vocabulary threshold (default %(default)s)")
-    vectors.add_argument("--window", type=int, default=5, help="context window (default %(default)s)")
-    vectors.add_argument("--min_n", type=int, default=3, help="shortest character n-gram (default %(default)s)")
-    vectors.add_argument("--max_n", type=int, default=6, help="longest character n-gram (default %(default)s)")
-    vectors.add_argument("--bucket", type=int, default=100_000, help="n-gram hash buckets (default %(default)s)")
-    vectors.add_argument("--sg", action="store_true", help="skip-gram (default: CBOW)")
-    vectors.add_argument(
-        "--seed", type=int, default=42, help="seed; training uses one worker, so runs repeat (default %(default)s)"
-    )
-    add_debug_argument(vectors)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=HfArgumentParser)
+    for name, (types, help, description) in COMMANDS.items():
+        sub = commands.add_parser(
+            name, dataclass_types=[types], help=help, description=description, formatter_class=HelpFormatter
+        )
+        add_debug_argument(sub)
     return parser
+
+
+def parse(argv: Sequence[str] | None = None):
+    """``(command, its arguments dataclass)`` from ``argv`` (None: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: ``--help`` (status 0) or a usage error (status 2), as argparse.
+    """
+    namespace = build_parser().parse_args(argv)
+    types = COMMANDS[namespace.command][0]
+    return namespace.command, types(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(types)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, train, save and print a one-line summary; returns the exit status (0)."""
-    args = build_parser().parse_args(argv)
-    if args.command == "vectors":
+    command, args = parse(argv)
+    if command == "vectors":
         return _vectors(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     # Options left out keep the trainer's own defaults.
@@ -117,8 +142,8 @@ def _vectors(args) -> int:
     from tokenizer.vectors import train_word_vectors
 
     start = time.perf_counter()
-    names = ("vector_size", "epochs", "min_count", "window", "min_n", "max_n", "bucket", "sg", "seed")
-    options = {name: getattr(args, name) for name in names}
+    names = ("train_file", "tokenizer_name", "output_dir")
+    options = {k: v for k, v in dataclasses.asdict(args).items() if k not in names}
     info = train_word_vectors(args.train_file, args.tokenizer_name, args.output_dir, **options)
     print(
         f"trained fastText vectors (d={info['vector_size']}) on {info['corpus_words']} words: "

@@ -34,6 +34,21 @@ def test_cli_trains_and_saves_a_loadable_tokenizer(tmp_path, corpus_file, capsys
     assert tok("The Senate adjourned.", "It rained.")["token_type_ids"][-1] == 1
 
 
+def test_the_command_parses_into_its_typed_arguments():
+    """Each subcommand is one frozen dataclass; options not given stay None (the family's trainer decides)."""
+    from tokenizer.__main__ import TokenizerTrainingArguments, WordVectorArguments, parse
+
+    command, args = parse(train_args(["a.txt", "b.txt.gz"], "out", 300, "--no-lowercase"))
+    assert command == "train" and args == TokenizerTrainingArguments("bert", ["a.txt", "b.txt.gz"], 300, "out", False)
+    assert parse(train_args(["a.txt"], "out", 300, "--lowercase"))[1].lowercase is True
+    assert parse(train_args(["a.txt"], "out"))[1].min_frequency is None
+    command, vectors = parse(["vectors", "--train_file", "c.txt", "--tokenizer_name", "t", "--output_dir", "o", "--sg"])
+    assert command == "vectors" and vectors == WordVectorArguments(["c.txt"], "t", "o", sg=True)
+    with pytest.raises(SystemExit) as stop:  # a value of the wrong type: argparse's usage error
+        parse(train_args(["a.txt"], "out", "many"))
+    assert stop.value.code == 2
+
+
 def test_cli_no_lowercase(tmp_path, corpus_file):
     out = tmp_path / "cased"
     assert run_cli(main, train_args([corpus_file], out, 200, "--no-lowercase", "--min_frequency", "3")) == 0
