@@ -310,6 +310,8 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
 
     A pretrained folder gives ``<backbone>+elmo`` (``<backbone>+<folder name>`` when several are given),
     ``random:...`` gives ``<backbone>+elmo-random`` (``+elmo-random-<name>`` when several)."""
+    from modeling.elmo import SPEC  # the rows are named after the family whose features they concatenate
+
     specs = list(specs or [])
     pretrained = [s for s in specs if not s.startswith("random:")]
     randoms = [s for s in specs if s.startswith("random:")]
@@ -317,7 +319,7 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
     def suffix(spec: str) -> str:
         if spec.startswith("random:"):
             return "elmo-random" if len(randoms) == 1 else f"elmo-random-{Path(spec[7:]).name}"
-        return "elmo" if len(pretrained) == 1 else Path(spec).name
+        return SPEC.name if len(pretrained) == 1 else Path(spec).name
 
     return {f"{b}+{suffix(s)}": (b, s) for b in backbones if b in BASELINES for s in specs}
 
@@ -461,8 +463,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record["tree_source"] = tree_source[base]
                 if base:
                     record["embeddings"] = args.embeddings or "random"
-                if name in extra_rows:
-                    record["elmo"] = source
+                if name in extra_rows:  # the BiLM folder (or random:...) whose features the row concatenates
+                    from modeling.elmo import SPEC as ELMO
+
+                    record[ELMO.name] = source
                 key = (task_name, name, seed)
                 records = [r for r in records if (r["task"], r["backbone"], r.get("seed")) != key] + [record]
                 write_results(out, records)
