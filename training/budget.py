@@ -1,6 +1,6 @@
 """Compute budgets in optimizer steps: a token budget by arithmetic, a time budget by timing the loop's step.
 
-:func:`steps_for_tokens` (from :mod:`training.plan`) converts a number of training tokens into optimizer steps.
+:func:`steps_for_tokens` and :func:`steps_for_time` (from :mod:`training.plan`) convert a budget into optimizer steps.
 :func:`time_optimizer_steps` measures the seconds of one optimizer step of a model as the loop takes it (the same
 micro-batches, accumulation, autocast, clipping and AdamW), on a *copy* of the model and with a sequential loader of
 its own, and leaves everything of the run as it found it: the model, the run's data loader and every random number
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import math
 import random
 import time
 from collections.abc import Callable
@@ -27,23 +26,10 @@ from torch.utils.data import DataLoader
 from training.config import TrainingConfig
 from training.errors import InputError
 from training.optim import optimizer_from_config
-from training.plan import steps_for_tokens
+from training.plan import steps_for_time, steps_for_tokens
 
 #: The clock of :func:`time_optimizer_steps` (seconds; tests replace it with a fake one).
 clock: Callable[[], float] = time.perf_counter
-
-
-def steps_for_time(minutes: float, seconds_per_step: float) -> int:
-    """Optimizer steps that fit in ``minutes``: ``max(1, floor(60 * minutes / seconds_per_step))``.
-
-    Raises:
-        InputError: a budget that is not a positive finite number, or a step time that is not positive.
-    """
-    if not (minutes > 0 and math.isfinite(minutes)):
-        raise InputError(f"--time_budget {minutes}: expected a positive number of minutes")
-    if not seconds_per_step > 0:
-        raise InputError(f"measured {seconds_per_step} seconds per optimizer step: expected a positive time")
-    return max(1, math.floor(60.0 * minutes / seconds_per_step))
 
 
 @contextlib.contextmanager

@@ -49,6 +49,19 @@ def steps_for_tokens(max_train_tokens: int, tokens_per_step: int) -> int:
     return -(-max_train_tokens // tokens_per_step)
 
 
+def steps_for_time(minutes: float, seconds_per_step: float) -> int:
+    """Optimizer steps that fit in ``minutes``: ``max(1, floor(60 * minutes / seconds_per_step))``.
+
+    Raises:
+        InputError: a budget that is not a positive finite number, or a step time that is not positive.
+    """
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise InputError(f"--time_budget {minutes}: expected a positive number of minutes")
+    if not seconds_per_step > 0:
+        raise InputError(f"measured {seconds_per_step} seconds per optimizer step: expected a positive time")
+    return max(1, math.floor(60.0 * minutes / seconds_per_step))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """The counts of one training run (see :func:`make_plan`).
