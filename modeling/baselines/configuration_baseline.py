@@ -12,6 +12,8 @@ from typing import Any, Literal
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
+from .configuration_elmo import check_choices
+
 #: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
 #: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
 DEFAULT_AUTO_MAP = {
@@ -169,16 +171,7 @@ class SesameBaselineConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {
-            "encoder_type": ENCODER_TYPES,
-            "embedding_mode": ("static", "non-static", "multichannel"),
-            "rnn_type": ("lstm", "gru"),
-            "pooling": ("max", "mean", "attention"),
-            "tree_source": ("latent", "given", "auto"),
-        }
-        for field, allowed in choices.items():
-            if getattr(self, field) not in allowed:
-                raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        check_choices(self)
         if self.embedding_mode == "multichannel" and self.encoder_type != "cnn":
             raise ValueError("SesameBaselineConfig.embedding_mode='multichannel' applies to encoder_type='cnn' only")
         if not 1 <= self.ngram_min_n <= self.ngram_max_n:

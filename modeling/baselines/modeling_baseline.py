@@ -49,7 +49,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 
 from .configuration_baseline import SesameBaselineConfig
 from .configuration_elmo import SesameElmoConfig
-from .modeling_elmo import ScalarMix, SesameElmoModel
+from .modeling_elmo import ScalarMix, SesameElmoModel, _classifier, _pair_logits, _sequence_loss
 
 # --------------------------------------------------------------------------------------------------------------
 # fastText's character n-gram hashing
@@ -975,19 +975,6 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
         return self._finish(output, return_dict)
 
 
-def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
-    hid = config.classifier_hidden_size
-    if not hid:
-        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-    return nn.Sequential(
-        nn.Dropout(config.classifier_dropout),
-        nn.Linear(d_in, hid),
-        nn.ReLU(),
-        nn.Dropout(config.classifier_dropout),
-        nn.Linear(hid, config.num_labels),
-    )
-
-
 class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     """Sentence / sentence-pair classification or regression with a classic encoder.
 
@@ -1046,8 +1033,7 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds, elmo_layers=layers)
             # unflatten, not chunk(2): torch.export cannot prove that chunking 2B rows gives two pieces for every B
             u, v = sent.unflatten(0, (2, selects.shape[1])).unbind(0)
-            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
+            logits = _pair_logits(self, u, v, pair)
         else:
             select = model.sentence_mask(input_ids, attention_mask)
             layers = model.elmo_layers(char_ids, attention_mask)
@@ -1055,12 +1041,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; its gradient is 0.
             logits = self.classifier(u) + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
-        loss = None
-        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
-            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(
-                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
-            )
+        loss = _sequence_loss(self, logits, labels)
+        if loss is not None:
             if model.elmo is not None and model.elmo.l2_coef:
                 loss = loss + model.elmo.l2_penalty()
         output = SequenceClassifierOutput(

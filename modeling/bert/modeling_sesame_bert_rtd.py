@@ -46,6 +46,7 @@ from .modeling_sesame_bert import (
     IGNORE_INDEX,
     SesameBertEmbeddings,
     SesameBertForMaskedLM,
+    SesameBertHeadModel,
     SesameBertModel,
     SesameBertPreTrainedModel,
     _extras,
@@ -124,7 +125,7 @@ class SesameBertDiscriminatorOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class SesameBertDiscriminator(SesameBertPreTrainedModel):
+class SesameBertDiscriminator(SesameBertHeadModel):
     """Encoder + per-token binary head: ELECTRA's discriminator (transformers' ``ElectraForPreTraining``).
 
     ``forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels (B, T) 1 = replaced,
@@ -143,20 +144,7 @@ class SesameBertDiscriminator(SesameBertPreTrainedModel):
         self.discriminator_predictions = SesameBertDiscriminatorHead(config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs,
-    ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
+    def _head(self, outputs, labels, attention_mask):
         logits = self.discriminator_predictions(outputs.last_hidden_state)
         loss = None if labels is None else replaced_token_loss(logits, labels, attention_mask)
         return SesameBertDiscriminatorOutput(loss=loss, logits=logits, **_extras(outputs))

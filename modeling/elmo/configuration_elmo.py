@@ -7,7 +7,8 @@ Field names follow bilm-tf's ``options.json`` where one exists (``char_cnn.filte
 
 from __future__ import annotations
 
-from typing import Literal
+import inspect
+from typing import Literal, get_args, get_origin
 
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
@@ -25,6 +26,18 @@ DEFAULT_AUTO_MAP = {
     "AutoModelForQuestionAnswering": "modeling_elmo.SesameElmoForQuestionAnswering",
     "AutoModelForTokenClassification": "modeling_elmo.SesameElmoForTokenClassification",
 }
+
+
+def check_choices(config: PretrainedConfig) -> None:
+    """Check every field annotated ``Literal[...]`` on ``type(config)`` itself.
+
+    Raises:
+        ValueError: ``"<Class>.<field>=<value>; expected one of (<choices>)"`` for the first field off its choices.
+    """
+    for field, annotation in inspect.get_annotations(type(config), eval_str=True).items():
+        allowed = get_args(annotation) if get_origin(annotation) is Literal else ()
+        if allowed and getattr(config, field) not in allowed:
+            raise ValueError(f"{type(config).__name__}.{field}={getattr(config, field)!r}; expected one of {allowed}")
 
 
 @strict
@@ -149,15 +162,7 @@ class SesameElmoConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {
-            "cnn_activation": ("relu", "tanh"),
-            "cell_type": ("lstm", "gru"),
-            "softmax": ("full", "sampled", "adaptive"),
-            "pooling": ("max", "mean", "attention", "cnn"),
-        }
-        for field, allowed in choices.items():
-            if getattr(self, field) not in allowed:
-                raise ValueError(f"SesameElmoConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        check_choices(self)
         if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
         if self.num_layers < 1:

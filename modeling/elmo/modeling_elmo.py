@@ -616,6 +616,40 @@ def _scatter_rows(rows: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, l
     return out.scatter_add(1, index.unsqueeze(-1).expand_as(rows), rows)
 
 
+def _classifier(d_in: int, config) -> nn.Module:
+    """The sentence classifier of the ELMo and baseline heads: dropout + linear ``d_in -> config.num_labels``, or with
+    ``config.classifier_hidden_size`` one ReLU hidden layer (dropout before each linear)."""
+    hid = config.classifier_hidden_size
+    if not hid:
+        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
+    return nn.Sequential(
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(d_in, hid),
+        nn.ReLU(),
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(hid, config.num_labels),
+    )
+
+
+def _pair_logits(model, u: torch.Tensor, v: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+    """Logits (B, num_labels): ``model.pair_classifier([u; v; |u - v|; u * v])`` where ``pair (B,)`` bool, else
+    ``model.classifier(u)`` (a single sentence); ``u``, ``v`` (B, D) sentence vectors (Wang et al. 2018)."""
+    pair_logits = model.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+    return torch.where(pair.unsqueeze(-1), pair_logits, model.classifier(u))
+
+
+def _sequence_loss(model, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """transformers' problem-type loss (``model.loss_function``) on float32 ``logits`` (B, num_labels); ``labels``
+    are cast to float32 unless they are long/int32 class ids of a problem that is not multi-label. ``None`` without
+    labels."""
+    if labels is None:
+        return None
+    ids = labels.dtype in (torch.long, torch.int) and model.config.problem_type != "multi_label_classification"
+    return model.loss_function(
+        labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=model.config
+    )
+
+
 class _ElmoFeaturesMixin:
     """ELMo features for a head: the (frozen or fine-tuned) BiLM and a ScalarMix."""
 
@@ -706,23 +740,10 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         self.encoder = _TaskBiLSTM(config.hidden_size, config.task_hidden_size)
         self.pooler = _Pooler(config, self.encoder.output_size)
         d = self.pooler.output_size
-        hid = config.classifier_hidden_size
-        self.pair_classifier = self._mlp(4 * d, hid, config)
-        self.classifier = self._mlp(d, hid, config)
+        self.pair_classifier = _classifier(4 * d, config)
+        self.classifier = _classifier(d, config)
         self.post_init()
         self._freeze()
-
-    @staticmethod
-    def _mlp(d_in: int, hid: int, config: SesameElmoConfig) -> nn.Module:
-        if not hid:
-            return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-        return nn.Sequential(
-            nn.Dropout(config.classifier_dropout),
-            nn.Linear(d_in, hid),
-            nn.ReLU(),
-            nn.Dropout(config.classifier_dropout),
-            nn.Linear(hid, config.num_labels),
-        )
 
     def _encode(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.pooler(self.encoder(feats, mask), mask)
@@ -740,7 +761,6 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
-        want_hidden = self._hidden_flag(output_hidden_states)
         pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
         # Eager mode skips the split when no row is a pair (one host read; the result is the same); a captured graph
         # (torch.export / torch.compile) always takes the general path, which decides row by row.
@@ -748,22 +768,15 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
             segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
             (fa, ma, _), (fb, mb, _) = segments
             u, v = self._encode(fa, ma), self._encode(fb, mb)
-            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
-            hidden = layers if want_hidden else None
+            logits = _pair_logits(self, u, v, pair)
         else:
             feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
             logits = self.classifier(self._encode(feats, attention_mask))
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; the gradient it gets is 0.
             logits = logits + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
-            hidden = layers if want_hidden else None
-        loss = None
-        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
-            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(
-                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
-            )
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
+        loss = _sequence_loss(self, logits, labels)
         return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
 
