@@ -47,34 +47,13 @@ from .modeling_elmo import (
 )
 from .tokenization_elmo import SesameElmoTokenizer
 
+#: The config defaults are bilm-tf's sizes (the module docstring gives both presets in full).
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "elmo-small": (
         SesameElmoConfig,
-        dict(
-            char_embedding_dim=16,
-            cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]],
-            num_highway_layers=2,
-            projection_dim=128,
-            cell_size=512,
-            num_layers=2,
-            dropout=0.1,
-            softmax="adaptive",
-        ),
+        dict(cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]], projection_dim=128, cell_size=512, softmax="adaptive"),
     ),
-    "elmo-original": (
-        SesameElmoConfig,
-        dict(
-            char_embedding_dim=16,
-            cnn_filters=ELMO_CNN_FILTERS,
-            num_highway_layers=2,
-            projection_dim=512,
-            cell_size=4096,
-            num_layers=2,
-            dropout=0.1,
-            softmax="sampled",
-            num_sampled=8192,
-        ),
-    ),
+    "elmo-original": (SesameElmoConfig, dict(softmax="sampled")),
 }
 
 #: Auto class -> SesameElmo class (registered in-process and marked for ``auto_map``).
