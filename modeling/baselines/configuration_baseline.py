@@ -12,7 +12,7 @@ from typing import Any, Literal
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
-from .configuration_elmo import check_choices
+from .configuration_elmo import check_choices, finish_post_init
 
 #: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
 #: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
@@ -158,11 +158,7 @@ class SesameBaselineConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         """Fill the list default (a fresh list, tuples accepted), the default ``auto_map``, and check the choices."""
         self.cnn_filter_sizes = list(self.cnn_filter_sizes) if self.cnn_filter_sizes is not None else [3, 4, 5]
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__post_init__(**kwargs)
-        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
-        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
-        self.validate_architecture()
+        finish_post_init(self, SesameBaselineConfig, kwargs, DEFAULT_AUTO_MAP)
 
     def validate_architecture(self) -> None:
         """Check the string-valued choices and the sizes (``@strict`` class validator).

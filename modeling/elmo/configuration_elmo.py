@@ -28,6 +28,16 @@ DEFAULT_AUTO_MAP = {
 }
 
 
+def finish_post_init(config: PretrainedConfig, cls: type, kwargs: dict, auto_map: dict) -> None:
+    """The end of ``cls.__post_init__`` (SesameElmo, SesameBaseline): the default ``auto_map``, transformers'
+    ``__post_init__``, then ``validate_architecture()`` here, as transformers' own checks, so that a bad value raises
+    a plain ``ValueError`` (callers catch it); ``@strict`` runs it again (wrapped) after ``__init__`` and before every
+    save."""
+    kwargs.setdefault("auto_map", dict(auto_map))
+    super(cls, config).__post_init__(**kwargs)
+    config.validate_architecture()
+
+
 def check_choices(config: PretrainedConfig) -> None:
     """Check every field annotated ``Literal[...]`` on ``type(config)`` itself.
 
@@ -149,11 +159,7 @@ class SesameElmoConfig(PretrainedConfig):
         self.cnn_filters = [list(f) for f in (self.cnn_filters if self.cnn_filters is not None else ELMO_CNN_FILTERS)]
         self.adaptive_cutoffs = list(self.adaptive_cutoffs) if self.adaptive_cutoffs is not None else None
         self.cnn_pool_widths = list(self.cnn_pool_widths) if self.cnn_pool_widths is not None else [3, 4, 5]
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__post_init__(**kwargs)
-        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
-        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
-        self.validate_architecture()
+        finish_post_init(self, SesameElmoConfig, kwargs, DEFAULT_AUTO_MAP)
 
     def validate_architecture(self) -> None:
         """Check the string-valued choices, clipping and ``num_layers`` (``@strict`` class validator).

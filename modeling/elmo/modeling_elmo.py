@@ -216,7 +216,21 @@ class ScalarMix(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------- base model
-class SesameElmoPreTrainedModel(PreTrainedModel):
+class _OutputFlags:
+    """``return_dict`` / ``output_hidden_states`` with the config's defaults, for the SesameElmo and SesameBaseline
+    models (which return their outputs themselves)."""
+
+    def _finish(self, output: ModelOutput, return_dict: bool | None):
+        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
+        ``config.return_dict``) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
+        """``output_hidden_states``, defaulting to the config's."""
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+
+class SesameElmoPreTrainedModel(_OutputFlags, PreTrainedModel):
     """Weights initialisation (bilm-tf spirit) and the config class for every SesameElmo model."""
 
     config_class = SesameElmoConfig
@@ -256,15 +270,6 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
-
-    def _finish(self, output: ModelOutput, return_dict: bool | None):
-        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
-        ``config.return_dict``) is False."""
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
-
-    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
-        """``output_hidden_states``, defaulting to the config's."""
-        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
 
 def _input_mask(
