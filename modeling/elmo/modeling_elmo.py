@@ -658,6 +658,25 @@ def _sequence_loss(model, logits: torch.Tensor, labels: torch.Tensor | None) -> 
 class _ElmoFeaturesMixin:
     """ELMo features for a head: the (frozen or fine-tuned) BiLM and a ScalarMix."""
 
+    def forward(
+        self,
+        char_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> ModelOutput | tuple:
+        """The sequence and token classifiers' forward (see each class): ``self._head(char_ids, attention_mask,
+        token_type_ids, inputs_embeds, labels) -> (loss, logits, BiLM layers)`` in ``self.output_class``."""
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        loss, logits, layers = self._head(char_ids, attention_mask, token_type_ids, inputs_embeds, labels)
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
+        return self._finish(self.output_class(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+
     def _setup_features(self, config: SesameElmoConfig) -> None:
         self.elmo = SesameElmoModel(config)
         self.scalar_mix = ScalarMix(config.num_layers + 1, layer_norm=config.scalar_mix_layer_norm)
@@ -738,6 +757,8 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
+    output_class = SequenceClassifierOutput
+
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -753,19 +774,7 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     def _encode(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.pooler(self.encoder(feats, mask), mask)
 
-    def forward(
-        self,
-        char_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        input_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
-        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+    def _head(self, char_ids, attention_mask, token_type_ids, inputs_embeds, labels):
         pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
         # Eager mode skips the split when no row is a pair (one host read; the result is the same); a captured graph
         # (torch.export / torch.compile) always takes the general path, which decides row by row.
@@ -780,9 +789,7 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; the gradient it gets is 0.
             logits = logits + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
-        hidden = layers if self._hidden_flag(output_hidden_states) else None
-        loss = _sequence_loss(self, logits, labels)
-        return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+        return _sequence_loss(self, logits, labels), logits, layers
 
 
 class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
@@ -797,6 +804,8 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
 
+    output_class = TokenClassifierOutput
+
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -807,26 +816,13 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         self.post_init()
         self._freeze()
 
-    def forward(
-        self,
-        char_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        input_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_hidden_states=None,
-        return_dict=None,
-        **kwargs,
-    ) -> TokenClassifierOutput | tuple:
-        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+    def _head(self, char_ids, attention_mask, token_type_ids, inputs_embeds, labels):
         feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
         logits = self.classifier(self.dropout(self.encoder(feats, attention_mask)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-        hidden = layers if self._hidden_flag(output_hidden_states) else None
-        return self._finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+        return loss, logits, layers
 
 
 class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
