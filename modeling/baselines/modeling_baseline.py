@@ -969,11 +969,10 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     """Sentence / sentence-pair classification or regression with a classic encoder.
 
     Single sentences: ``classifier(u)``. Pairs (rows whose ``token_type_ids`` have 1s, as the tokenizer makes them):
-    each sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
-    u * v]`` (Wang et al. 2018); in a batch that mixes both, each row is classified as what it is. A linear classifier
-    (``classifier_hidden_size=0``) or one hidden layer. Regression (MSE) when ``num_labels == 1``; the loss is
-    transformers' ``self.loss_function`` (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers
-    does) on float32 logits, labels cast to float32 unless they are long/int32 class ids.
+    each sentence is encoded alone with the same encoder into ``u`` and ``v``, classified by ELMo's ``_pair_logits``
+    (Wang et al. 2018); in a batch that mixes both, each row is classified as what it is. A linear classifier
+    (``classifier_hidden_size=0``) or one hidden layer. The loss: ELMo's ``_sequence_loss`` (MSE when
+    ``num_labels == 1``).
 
     Forward args: ``input_ids (B, T)`` (or ``inputs_embeds (B, T, E)``, see :class:`SesameBaselineModel`),
     ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional, ``tree_merges`` optional

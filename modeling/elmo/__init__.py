@@ -1,10 +1,8 @@
 """The ELMo-style BiLM (SesameElmo): char-CNN + separate forward/backward LSTM stacks, ScalarMix, heads.
 
-Importing this package registers ``SesameElmoConfig`` (model_type ``"sesame-elmo"``) and its models with the
-Auto classes (AutoConfig, AutoModel, AutoModelForPreTraining -> :class:`SesameElmoForBidirectionalLM`,
-AutoModelForSequenceClassification, AutoModelForQuestionAnswering, AutoModelForTokenClassification) and
-:class:`SesameElmoTokenizer` with AutoTokenizer, and marks the classes for ``auto_map`` so that
-``save_pretrained`` writes remote code (``trust_remote_code=True``).
+Importing this package registers ``SesameElmoConfig`` (model_type ``"sesame-elmo"``), its models (``AUTO_CLASSES``;
+AutoModelForPreTraining -> :class:`SesameElmoForBidirectionalLM`) and :class:`SesameElmoTokenizer` with the Auto
+classes, marked for ``auto_map`` (remote code, :func:`modeling._auto.register_family`).
 
 Presets (``PRESETS``, for ``pretrain --config_name``):
 

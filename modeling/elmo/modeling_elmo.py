@@ -56,11 +56,8 @@ of each row are packed to the left with index arithmetic (``lstm_elmo.token_slot
 Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``; ``nn.LSTM`` would fix the sequence
 length, and ONNX's LSTM has no projection), with the same parameters.
 
-Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
-clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in
-``configuration_elmo.py``; the
-tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
-code: a saved folder carries them).
+Files: the recurrent kernels in ``lstm_elmo.py``, the configuration in ``configuration_elmo.py``, the tokenizer in
+``tokenization_elmo.py``; imports only torch, transformers and those siblings, relatively (remote code).
 """
 
 from __future__ import annotations
@@ -738,13 +735,10 @@ class _ElmoFeaturesMixin:
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Sentence / sentence-pair classification or regression on ELMo features.
 
-    ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
-    as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
-    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018); in a batch that mixes
-    pairs and single sentences each row is classified as what it is. Regression
-    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
-    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
-    to float32 unless they are long/int32 class ids.
+    ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s, as the
+    tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and ``v``,
+    classified by :func:`_pair_logits`; in a batch that mixes pairs and single sentences each row is classified as
+    what it is. The loss: :func:`_sequence_loss` (MSE when ``num_labels == 1``).
 
     Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
     :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
