@@ -709,20 +709,21 @@ def _extras(outputs) -> dict:
     return dict(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
-def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
-    """Run the MLM head; return (logits, loss).
+def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels):
+    """Run the MLM head ``model.cls``; return (logits, loss).
 
     loss = mean over the predicted positions (label != -100) of -log p(label) (nats), computed in float32;
-    ``None`` without labels. With ``sparse`` (training with labels) the head runs only at the predicted positions
-    and the logits are (N, V) for those positions in row-major (batch, position) order; otherwise (B, T, V). The
-    two losses are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
+    ``None`` without labels. Sparse (training with labels and ``config.sparse_prediction``): the head runs only at
+    the predicted positions, logits (N, V) in row-major (batch, position) order; otherwise (B, T, V). The two losses
+    are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
     of 0 with zero gradients (sum over no token / max(N, 1)) -- transformers' BertForMaskedLM gives NaN (0 / 0),
     which the training loop's token weight 0 cannot cancel (NaN * 0 = NaN).
     """
+    head = model.cls
     if labels is None:
         return head(sequence_output), None
     flat = labels.reshape(-1)
-    if sparse:
+    if model.training and model.config.sparse_prediction:
         index = (flat != IGNORE_INDEX).nonzero().squeeze(1)
         logits = head(sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index))
         nll = F.cross_entropy(logits.float(), flat.index_select(0, index), reduction="sum")
@@ -785,8 +786,7 @@ class SesameBertForMaskedLM(SesameBertHeadModel):
         self.cls.decoder = new_embeddings
 
     def _head(self, outputs, labels, attention_mask):
-        sparse = self.training and self.config.sparse_prediction
-        logits, loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
+        logits, loss = _mlm(self, outputs.last_hidden_state, labels)
         return MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
 
 
@@ -830,8 +830,7 @@ class SesameBertForPreTraining(SesameBertHeadModel):
         **kwargs,
     ):
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        sparse = self.training and self.config.sparse_prediction
-        logits, mlm_loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
+        logits, mlm_loss = _mlm(self, outputs.last_hidden_state, labels)
         nsp_logits = self.nsp(outputs.pooler_output)
         nsp_loss = None
         if next_sentence_label is not None:

@@ -286,13 +286,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
     def _init_weights(self, module):
         """SesameBert's init; the GDES deltas start at zero (E_D = E_G at the start) and the norm as a norm."""
         if isinstance(module, DisentangledEmbeddings):
-            for p in (
-                module.word_embeddings_delta,
-                module.position_embeddings_delta,
-                module.token_type_embeddings_delta,
-            ):
-                if p is not None:
-                    p.zero_()
+            for delta in module.parameters(recurse=False):  # the *_delta tables (the norm is a submodule)
+                delta.zero_()
             return
         super()._init_weights(module)
 

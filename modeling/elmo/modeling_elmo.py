@@ -667,8 +667,16 @@ class _ElmoFeaturesMixin:
         return_dict: bool | None = None,
         **kwargs,
     ) -> ModelOutput | tuple:
-        """The sequence and token classifiers' forward (see each class): ``self._head(char_ids, attention_mask,
-        token_type_ids, inputs_embeds, labels) -> (loss, logits, BiLM layers)`` in ``self.output_class``."""
+        """The sequence and token classifiers' forward: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``,
+        layer 0 as :meth:`SesameElmoModel.get_input_embeddings` computes it), ``attention_mask (B, T)``, the head's
+        ``labels``, ``output_hidden_states`` / ``return_dict`` (default: the config's); ``input_ids`` is ignored.
+        ``self._head(char_ids, attention_mask, token_type_ids, inputs_embeds, labels) -> (loss, logits, layers)``
+        gives ``self.output_class``, with the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` as ``hidden_states``
+        when asked.
+
+        Raises:
+            ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+        """
         attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
         loss, logits, layers = self._head(char_ids, attention_mask, token_type_ids, inputs_embeds, labels)
         hidden = layers if self._hidden_flag(output_hidden_states) else None
@@ -740,15 +748,9 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
     classified by :func:`_pair_logits`; in a batch that mixes pairs and single sentences each row is classified as
     what it is. The loss: :func:`_sequence_loss` (MSE when ``num_labels == 1``).
 
-    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
-    :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
-    (B, T)``, ``token_type_ids (B, T)`` optional, ``labels (B,)`` long (float for regression), ``output_hidden_states``
-    (default ``config.output_hidden_states``), ``return_dict`` (default ``config.return_dict``). ``input_ids`` is
-    ignored. Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and, when asked, ``hidden_states``:
-    the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` (for a pair, each token's from its own sentence alone).
-
-    Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+    Forward (:meth:`_ElmoFeaturesMixin.forward`): ``token_type_ids (B, T)`` optional (a pair's ``inputs_embeds`` laid
+    out as ``char_ids``), ``labels (B,)`` long (float for regression) -> ``SequenceClassifierOutput``, ``logits (B,
+    num_labels)``; a pair's ``hidden_states`` are each token's from its own sentence alone.
     """
 
     output_class = SequenceClassifierOutput
@@ -789,13 +791,8 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
 class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Per-token tagging (NER, POS, ...): ScalarMix -> task BiLSTM -> linear.
 
-    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0), ``attention_mask (B, T)``,
-    ``labels (B, T)`` long with -100 ignored, ``output_hidden_states``, ``return_dict`` (defaults from the config).
-    Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)`` and, when asked, ``hidden_states`` (the
-    BiLM's ``num_layers + 1`` layers ``(B, T, 2P)``).
-
-    Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+    Forward (:meth:`_ElmoFeaturesMixin.forward`): ``labels (B, T)`` long with -100 ignored ->
+    ``TokenClassifierOutput``, ``logits (B, T, num_labels)``.
     """
 
     output_class = TokenClassifierOutput
