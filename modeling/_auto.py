@@ -17,18 +17,10 @@ def register_family(
     auto_classes: dict[type, type[PreTrainedModel]],
     tokenizer_class: type | None = None,
 ) -> None:
-    """Register a family's config, models and (slow) tokenizer with the Auto classes, in this process.
-
-    * ``AutoConfig``: ``config_class.model_type`` -> ``config_class``; ``config_class`` is marked for ``auto_map``
-      (``register_for_auto_class()``), so that ``save_pretrained`` copies its file.
-    * For each ``auto -> model`` of ``auto_classes``: ``auto.register(config_class, model)`` and
-      ``model.register_for_auto_class(auto.__name__)`` (``save_pretrained`` then copies the model file and writes
-      ``auto_map``, for ``trust_remote_code=True`` in a process without sesame-lm).
-    * ``AutoTokenizer``: ``config_class`` -> ``tokenizer_class`` as the slow tokenizer, if given. (Marking the
-      tokenizer for ``auto_map`` is its own module's business: a tokenizer is saved without its model too.)
-
-    Registering again is harmless (``exist_ok=True``): importing a family twice, or under two module names, changes
-    nothing.
+    """Register a family's config, models and (slow) tokenizer with the Auto classes, in this process, and mark the
+    config and models for ``auto_map`` (``save_pretrained`` then copies their files, for ``trust_remote_code=True``
+    without sesame-lm). The tokenizer marks itself (it is saved without its model too). Registering again changes
+    nothing (``exist_ok=True``).
 
     Args:
         config_class: a ``PretrainedConfig`` subclass with a non-empty ``model_type``.

@@ -70,26 +70,15 @@ def train_word_vectors(
     import numpy as np
     from safetensors.numpy import save_file
 
-    _check_settings(vector_size, epochs, min_count, window, min_n, max_n, bucket)
+    settings = _settings_record(vector_size, epochs, min_count, window, min_n, max_n, bucket, sg, seed)
+    _check_settings(settings)
     paths = check_text_files(files)
     tok = _load_word_tokenizer(tokenizer_name)
-    model, n_words = _train_fasttext(
-        paths,
-        tok,
-        vector_size=vector_size,
-        epochs=epochs,
-        min_count=min_count,
-        window=window,
-        min_n=min_n,
-        max_n=max_n,
-        bucket=bucket,
-        sg=sg,
-        seed=seed,
-    )
+    model, n_words = _train_fasttext(paths, tok, settings)
     wv, words = model.wv, tok.ids_to_tokens
     vectors, vocab_rows, known = _tokenizer_rows(wv, tok, vector_size)
     info = {
-        **_settings_record(vector_size, epochs, min_count, window, min_n, max_n, bucket, sg, seed),
+        **settings,
         "train_files": [{"path": str(p), "bytes": p.stat().st_size} for p in paths],
         "corpus_words": n_words,
         "gensim_vocab_size": len(wv.key_to_index),
@@ -115,7 +104,8 @@ def train_word_vectors(
 def _settings_record(
     vector_size: int, epochs: int, min_count: int, window: int, min_n: int, max_n: int, bucket: int, sg: bool, seed: int
 ) -> dict:
-    """The training settings as ``word_vectors.json`` records them (``workers`` is always 1)."""
+    """The training settings as ``word_vectors.json`` records them and gensim's ``FastText`` takes them (``workers``
+    is always 1)."""
     return {
         "vector_size": vector_size,
         "epochs": epochs,
@@ -130,26 +120,17 @@ def _settings_record(
     }
 
 
-def _check_settings(
-    vector_size: int, epochs: int, min_count: int, window: int, min_n: int, max_n: int, bucket: int
-) -> None:
-    """Check the training settings of :func:`train_word_vectors` (all integers; returns nothing).
+def _check_settings(settings: dict) -> None:
+    """Check the training settings of :func:`train_word_vectors` (:func:`_settings_record`; all integers).
 
     Raises:
         InputError: a setting below 1, or ``max_n`` below ``min_n``.
     """
-    for name, value, low in (
-        ("vector_size", vector_size, 1),
-        ("epochs", epochs, 1),
-        ("min_count", min_count, 1),
-        ("window", window, 1),
-        ("min_n", min_n, 1),
-        ("bucket", bucket, 1),
-    ):
-        if value < low:
-            raise InputError(f"--{name} {value}: expected an integer >= {low}")
-    if max_n < min_n:
-        raise InputError(f"--max_n {max_n}: expected >= --min_n {min_n}")
+    for name in ("vector_size", "epochs", "min_count", "window", "min_n", "bucket"):
+        if settings[name] < 1:
+            raise InputError(f"--{name} {settings[name]}: expected an integer >= 1")
+    if settings["max_n"] < settings["min_n"]:
+        raise InputError(f"--max_n {settings['max_n']}: expected >= --min_n {settings['min_n']}")
 
 
 def _load_word_tokenizer(tokenizer_name: str | os.PathLike):
@@ -169,22 +150,9 @@ def _load_word_tokenizer(tokenizer_name: str | os.PathLike):
         ) from None
 
 
-def _train_fasttext(
-    paths,
-    tok,
-    *,
-    vector_size: int,
-    epochs: int,
-    min_count: int,
-    window: int,
-    min_n: int,
-    max_n: int,
-    bucket: int,
-    sg: bool,
-    seed: int,
-):
-    """Train gensim's ``FastText`` (one worker thread) on the corpus ``paths`` split into ``tok``'s words, written
-    to a temporary file first; the settings are those of :func:`train_word_vectors`.
+def _train_fasttext(paths, tok, settings: dict):
+    """Train gensim's ``FastText`` with ``settings`` (:func:`_settings_record`: one worker thread) on the corpus
+    ``paths`` split into ``tok``'s words, written to a temporary file first.
 
     Returns:
         ``(model, n_words)``: the trained ``FastText`` model and the number of words of the corpus.
@@ -197,28 +165,17 @@ def _train_fasttext(
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "words.txt"  # one line per input line, words as the tokenizer splits them
         n_words = _write_word_corpus(paths, tok, corpus)
-        model = FastText(
-            vector_size=vector_size,
-            window=window,
-            min_count=min_count,
-            min_n=min_n,
-            max_n=max_n,
-            bucket=bucket,
-            sg=int(sg),
-            seed=seed,
-            workers=1,
-            epochs=epochs,
-        )
+        model = FastText(**{**settings, "sg": int(settings["sg"])})
         model.build_vocab(corpus_file=str(corpus))
         if not model.wv.key_to_index:
             raise InputError(
-                f"--min_count {min_count}: no word of the corpus occurs that often; expected a lower value"
+                f"--min_count {settings['min_count']}: no word of the corpus occurs that often; expected a lower value"
             )
         model.train(
             corpus_file=str(corpus),
             total_examples=model.corpus_count,
             total_words=model.corpus_total_words,
-            epochs=epochs,
+            epochs=settings["epochs"],
         )
     return model, n_words
 

@@ -86,13 +86,8 @@ def train_wordpiece_tokenizer(
     from transformers import BertTokenizer
 
     vocab = _train_vocabulary(paths, vocab_size, lowercase, min_frequency, limit_alphabet, show_progress, batch_size)
-    tokenizer = BertTokenizer(
-        vocab=vocab,
-        do_lower_case=lowercase,
-        tokenize_chinese_chars=True,
-        strip_accents=None,
-        model_max_length=model_max_length,
-    )
+    # BertTokenizer's defaults are the pipeline above: CJK characters split, accents stripped when lower-casing
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=lowercase, model_max_length=model_max_length)
     if output_dir is not None:
         with atomic_output_dir(output_dir, arg_name="--output_dir") as tmp:
             tokenizer.save_pretrained(tmp)

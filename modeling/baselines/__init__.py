@@ -1,10 +1,8 @@
 """The classic baselines (SesameBaseline): CBoW, fastText, Kim-CNN, (bi)LSTM/GRU and Tree-LSTM sentence encoders.
 
-Importing this package registers ``SesameBaselineConfig`` (model_type ``"sesame-baseline"``) and its models with
-the Auto classes (AutoConfig, AutoModel -> :class:`SesameBaselineModel`, AutoModelForSequenceClassification ->
-:class:`SesameBaselineForSequenceClassification`) and the ELMo-style word tokenizer
-(:class:`~modeling.elmo.tokenization_elmo.SesameElmoTokenizer`) with AutoTokenizer, and marks the classes for
-``auto_map`` so that ``save_pretrained`` writes remote code (``trust_remote_code=True``).
+Importing this package registers ``SesameBaselineConfig`` (model_type ``"sesame-baseline"``), its models
+(``AUTO_CLASSES``) and the ELMo-style word tokenizer with the Auto classes, marked for ``auto_map`` (remote code,
+:func:`modeling._auto.register_family`).
 
 Presets (``PRESETS``) are the encoders of the baseline table (``python -m finetune.baselines``): ``baseline-cbow``,
 ``baseline-fasttext``, ``baseline-cnn`` (Kim 2014, non-static), ``baseline-rnn`` (the GLUE paper's 2-layer BiLSTM
@@ -38,39 +36,15 @@ from .modeling_baseline import (  # noqa: E402
 )
 from .vectors import load_word_vectors  # noqa: E402
 
+#: Only what differs from the config defaults, which are the papers' settings: Kim's widths 3/4/5 x 100 maps, the GLUE
+#: baseline's 2-layer BiLSTM (256 per direction, max pooling), a Tree-LSTM of 150.
+_MLP = dict(classifier_hidden_size=256, classifier_dropout=0.2)  # one hidden layer
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
-    "baseline-cbow": (
-        SesameBaselineConfig,
-        dict(encoder_type="cbow", classifier_hidden_size=256, classifier_dropout=0.2),
-    ),
-    "baseline-fasttext": (SesameBaselineConfig, dict(encoder_type="fasttext", classifier_hidden_size=0)),
-    "baseline-cnn": (
-        SesameBaselineConfig,
-        dict(encoder_type="cnn", cnn_filter_sizes=[3, 4, 5], cnn_num_filters=100, classifier_dropout=0.5),
-    ),
-    "baseline-rnn": (
-        SesameBaselineConfig,
-        dict(
-            encoder_type="rnn",
-            rnn_type="lstm",
-            rnn_hidden_size=256,
-            rnn_num_layers=2,
-            rnn_bidirectional=True,
-            pooling="max",
-            classifier_hidden_size=256,
-            classifier_dropout=0.2,
-        ),
-    ),
-    "baseline-treelstm": (
-        SesameBaselineConfig,
-        dict(
-            encoder_type="treelstm",
-            treelstm_hidden_size=150,
-            tree_source="auto",
-            classifier_hidden_size=256,
-            classifier_dropout=0.2,
-        ),
-    ),
+    "baseline-cbow": (SesameBaselineConfig, dict(encoder_type="cbow", **_MLP)),
+    "baseline-fasttext": (SesameBaselineConfig, dict(encoder_type="fasttext")),
+    "baseline-cnn": (SesameBaselineConfig, dict(encoder_type="cnn", classifier_dropout=0.5)),
+    "baseline-rnn": (SesameBaselineConfig, dict(encoder_type="rnn", **_MLP)),
+    "baseline-treelstm": (SesameBaselineConfig, dict(encoder_type="treelstm", tree_source="auto", **_MLP)),
 }
 
 #: Auto class -> SesameBaseline class (registered in-process and marked for ``auto_map``).

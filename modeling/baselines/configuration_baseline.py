@@ -12,6 +12,8 @@ from typing import Any, Literal
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
+from .configuration_elmo import check_choices, finish_post_init
+
 #: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
 #: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
 DEFAULT_AUTO_MAP = {
@@ -156,11 +158,7 @@ class SesameBaselineConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         """Fill the list default (a fresh list, tuples accepted), the default ``auto_map``, and check the choices."""
         self.cnn_filter_sizes = list(self.cnn_filter_sizes) if self.cnn_filter_sizes is not None else [3, 4, 5]
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__post_init__(**kwargs)
-        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
-        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
-        self.validate_architecture()
+        finish_post_init(self, SesameBaselineConfig, kwargs, DEFAULT_AUTO_MAP)
 
     def validate_architecture(self) -> None:
         """Check the string-valued choices and the sizes (``@strict`` class validator).
@@ -169,16 +167,7 @@ class SesameBaselineConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {
-            "encoder_type": ENCODER_TYPES,
-            "embedding_mode": ("static", "non-static", "multichannel"),
-            "rnn_type": ("lstm", "gru"),
-            "pooling": ("max", "mean", "attention"),
-            "tree_source": ("latent", "given", "auto"),
-        }
-        for field, allowed in choices.items():
-            if getattr(self, field) not in allowed:
-                raise ValueError(f"SesameBaselineConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        check_choices(self)
         if self.embedding_mode == "multichannel" and self.encoder_type != "cnn":
             raise ValueError("SesameBaselineConfig.embedding_mode='multichannel' applies to encoder_type='cnn' only")
         if not 1 <= self.ngram_min_n <= self.ngram_max_n:

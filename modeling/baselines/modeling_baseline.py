@@ -49,7 +49,15 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 
 from .configuration_baseline import SesameBaselineConfig
 from .configuration_elmo import SesameElmoConfig
-from .modeling_elmo import ScalarMix, SesameElmoModel
+from .modeling_elmo import (
+    ScalarMix,
+    SesameElmoModel,
+    _classifier,
+    _nonempty,
+    _OutputFlags,
+    _pair_logits,
+    _sequence_loss,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # fastText's character n-gram hashing
@@ -365,11 +373,6 @@ class ElmoFeatures(nn.Module):
 # vectors (the RNN's states, the Tree-LSTM's leaves), i.e. a hidden state of their own.
 
 
-def _nonempty(mask: torch.Tensor) -> torch.Tensor:
-    """Rows without any word made all-true (their vectors are 0), so that max / softmax stay finite."""
-    return mask | ~mask.any(dim=1, keepdim=True)
-
-
 def masked_pool(h: torch.Tensor, mask: torch.Tensor, kind: str, scorer: nn.Module | None = None) -> torch.Tensor:
     """Pool ``h (B, W, H)`` over the positions of ``mask (B, W)`` bool: ``"max"``, ``"mean"`` or
     ``"attention"`` (``softmax(scorer(h))``-weighted sum). A row with no position gives 0 (``h`` is 0 there)."""
@@ -382,7 +385,16 @@ def masked_pool(h: torch.Tensor, mask: torch.Tensor, kind: str, scorer: nn.Modul
     return h.masked_fill(~m.unsqueeze(-1), float("-inf")).amax(1)
 
 
-class BagOfWordsEncoder(nn.Module):
+class _Encoder(nn.Module):
+    """An encoder's ``forward(x, mask, *extra) -> (states, pool(states, mask, x, *extra))`` (``extra``: the
+    Tree-LSTM's ``tree_merges``)."""
+
+    def forward(self, x, mask, *extra):
+        h = self.states(x, mask)
+        return h, self.pool(h, mask, x, *extra)
+
+
+class BagOfWordsEncoder(_Encoder):
     """CBoW / fastText: the mean of the word vectors (Joulin et al. 2017)."""
 
     token_states = False
@@ -396,9 +408,6 @@ class BagOfWordsEncoder(nn.Module):
 
     def pool(self, states, mask, x):
         return masked_pool(states, mask, "mean")
-
-    def forward(self, x, mask):
-        return x, self.pool(x, mask, x)
 
 
 class KimCNNEncoder(nn.Module):
@@ -439,7 +448,7 @@ class KimCNNEncoder(nn.Module):
         return channels[-1], torch.cat(pooled, dim=-1)
 
 
-class RNNEncoder(nn.Module):
+class RNNEncoder(_Encoder):
     """A stacked (bi)LSTM / GRU over the words (packed sequences: padding never enters a state), pooled by
     ``pooling`` (max / mean / attention with a learned scorer). Under ``torch.export`` the recurrence runs as torch's
     ``scan`` over the steps (:func:`_scan_rnn`: the same function; ``nn.LSTM`` would fix the sequence length)."""
@@ -479,10 +488,6 @@ class RNNEncoder(nn.Module):
 
     def pool(self, states, mask, x):
         return masked_pool(states, mask, self.pooling, self.scorer)
-
-    def forward(self, x, mask):
-        h = self.states(x, mask)
-        return h, self.pool(h, mask, x)
 
 
 def _scan_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -614,7 +619,7 @@ def parse_binary_tree(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     return words, merges
 
 
-class TreeLSTMEncoder(nn.Module):
+class TreeLSTMEncoder(_Encoder):
     """Binary Tree-LSTM over given or latent trees; the sentence vector is the root's ``h``.
 
     Leaves: ``c = W_c x``, ``h = sigmoid(W_o x) * tanh(c)`` (Choi et al. 2018's leaf transformation).
@@ -661,12 +666,6 @@ class TreeLSTMEncoder(nn.Module):
         if self.tree_source == "given":
             raise ValueError("SesameBaselineConfig.tree_source='given' but no tree_merges were passed")
         return self.compose_latent(states, c, lengths)
-
-    def forward(self, x, mask, tree_merges: torch.Tensor | None = None):
-        """``x (B, W, E)`` word embeddings, ``mask (B, W)`` 1 = word -> ``(leaf states (B, W, H), 0 at padding;
-        root states (B, H))`` (:meth:`states`, :meth:`pool`)."""
-        h = self.states(x, mask)
-        return h, self.pool(h, mask, x, tree_merges)
 
     def compose_given(self, h, c, lengths, merges) -> torch.Tensor:
         b, w = h.shape[:2]
@@ -729,7 +728,7 @@ ENCODERS = {
 # Models
 
 
-class SesameBaselinePreTrainedModel(PreTrainedModel):
+class SesameBaselinePreTrainedModel(_OutputFlags, PreTrainedModel):
     """Weights initialisation and the config class of every SesameBaseline model."""
 
     config_class = SesameBaselineConfig
@@ -776,15 +775,6 @@ class SesameBaselinePreTrainedModel(PreTrainedModel):
         elif isinstance(module, ScalarMix):  # equal layer weights, gamma 1 (the BiLM's own weights are loaded)
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
-
-    def _finish(self, output, return_dict: bool | None):
-        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
-        ``config.return_dict``) is False."""
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
-
-    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
-        """``output_hidden_states``, defaulting to the config's."""
-        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
 
 class SesameBaselineModel(SesameBaselinePreTrainedModel):
@@ -975,28 +965,14 @@ class SesameBaselineModel(SesameBaselinePreTrainedModel):
         return self._finish(output, return_dict)
 
 
-def _classifier(d_in: int, config: SesameBaselineConfig) -> nn.Module:
-    hid = config.classifier_hidden_size
-    if not hid:
-        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-    return nn.Sequential(
-        nn.Dropout(config.classifier_dropout),
-        nn.Linear(d_in, hid),
-        nn.ReLU(),
-        nn.Dropout(config.classifier_dropout),
-        nn.Linear(hid, config.num_labels),
-    )
-
-
 class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
     """Sentence / sentence-pair classification or regression with a classic encoder.
 
     Single sentences: ``classifier(u)``. Pairs (rows whose ``token_type_ids`` have 1s, as the tokenizer makes them):
-    each sentence is encoded alone with the same encoder into ``u`` and ``v``, classified from ``[u; v; |u - v|;
-    u * v]`` (Wang et al. 2018); in a batch that mixes both, each row is classified as what it is. A linear classifier
-    (``classifier_hidden_size=0``) or one hidden layer. Regression (MSE) when ``num_labels == 1``; the loss is
-    transformers' ``self.loss_function`` (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers
-    does) on float32 logits, labels cast to float32 unless they are long/int32 class ids.
+    each sentence is encoded alone with the same encoder into ``u`` and ``v``, classified by ELMo's ``_pair_logits``
+    (Wang et al. 2018); in a batch that mixes both, each row is classified as what it is. A linear classifier
+    (``classifier_hidden_size=0``) or one hidden layer. The loss: ELMo's ``_sequence_loss`` (MSE when
+    ``num_labels == 1``).
 
     Forward args: ``input_ids (B, T)`` (or ``inputs_embeds (B, T, E)``, see :class:`SesameBaselineModel`),
     ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``token_type_ids (B, T)`` optional, ``tree_merges`` optional
@@ -1046,8 +1022,7 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             hidden, sent = model.encode(input_ids, char_ids, selects, inputs_embeds=inputs_embeds, elmo_layers=layers)
             # unflatten, not chunk(2): torch.export cannot prove that chunking 2B rows gives two pieces for every B
             u, v = sent.unflatten(0, (2, selects.shape[1])).unbind(0)
-            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
+            logits = _pair_logits(self, u, v, pair)
         else:
             select = model.sentence_mask(input_ids, attention_mask)
             layers = model.elmo_layers(char_ids, attention_mask)
@@ -1055,12 +1030,8 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; its gradient is 0.
             logits = self.classifier(u) + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
-        loss = None
-        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
-            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(
-                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
-            )
+        loss = _sequence_loss(self, logits, labels)
+        if loss is not None:
             if model.elmo is not None and model.elmo.l2_coef:
                 loss = loss + model.elmo.l2_penalty()
         output = SequenceClassifierOutput(

@@ -1,11 +1,8 @@
 """The BERT-like encoder (SesameBert): config, models, heads, presets, Auto registration.
 
-Importing this package registers every class with the transformers Auto classes in-process
-(``AutoConfig``, ``AutoModel``, ``AutoModelForMaskedLM``, ``AutoModelForPreTraining``,
-``AutoModelForSequenceClassification``, ``AutoModelForQuestionAnswering``, ``AutoModelForTokenClassification``)
-and marks them with ``register_for_auto_class``, so that ``save_pretrained`` writes ``auto_map`` plus the model
-code (``configuration_sesame_bert.py``, ``modeling_sesame_bert.py``) and a process without this package loads the
-directory with ``trust_remote_code=True``.
+Importing this package registers every class with the transformers Auto classes (``AUTO_CLASSES``) in-process and
+marks them for ``auto_map`` (:func:`modeling._auto.register_family`): a saved directory carries the model code and
+loads with ``trust_remote_code=True`` in a process without this package.
 
 Replaced-token detection (ELECTRA, ``modeling_sesame_bert_rtd``): ``AutoModelForPreTraining`` of a
 ``SesameBertRTDConfig`` (``model_type`` ``"sesame-bert-rtd"``) is ``SesameBertForReplacedTokenDetection``, the

@@ -709,20 +709,21 @@ def _extras(outputs) -> dict:
     return dict(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
-def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
-    """Run the MLM head; return (logits, loss).
+def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels):
+    """Run the MLM head ``model.cls``; return (logits, loss).
 
     loss = mean over the predicted positions (label != -100) of -log p(label) (nats), computed in float32;
-    ``None`` without labels. With ``sparse`` (training with labels) the head runs only at the predicted positions
-    and the logits are (N, V) for those positions in row-major (batch, position) order; otherwise (B, T, V). The
-    two losses are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
+    ``None`` without labels. Sparse (training with labels and ``config.sparse_prediction``): the head runs only at
+    the predicted positions, logits (N, V) in row-major (batch, position) order; otherwise (B, T, V). The two losses
+    are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
     of 0 with zero gradients (sum over no token / max(N, 1)) -- transformers' BertForMaskedLM gives NaN (0 / 0),
     which the training loop's token weight 0 cannot cancel (NaN * 0 = NaN).
     """
+    head = model.cls
     if labels is None:
         return head(sequence_output), None
     flat = labels.reshape(-1)
-    if sparse:
+    if model.training and model.config.sparse_prediction:
         index = (flat != IGNORE_INDEX).nonzero().squeeze(1)
         logits = head(sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index))
         nll = F.cross_entropy(logits.float(), flat.index_select(0, index), reduction="sum")
@@ -733,7 +734,34 @@ def _mlm(head: SesameBertMLMHead, sparse: bool, sequence_output, labels):
     return logits, nll / (flat != IGNORE_INDEX).sum().clamp(min=1)
 
 
-class SesameBertForMaskedLM(SesameBertPreTrainedModel):
+class SesameBertHeadModel(SesameBertPreTrainedModel):
+    """Base of the SesameBert heads: ``forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+    labels, **kwargs)`` runs the encoder ``self.bert`` (inputs as :class:`SesameBertModel`'s) and returns
+    ``self._head(outputs, labels, attention_mask)``: the head's logits, its loss (``None`` without labels) and the
+    hidden states / attentions, in the subclass's ``ModelOutput``."""
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs):
+        """``self.bert(...)`` as ``BaseModelOutputWithPooling``; ``kwargs`` go to the encoder."""
+        return self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> ModelOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        return self._head(outputs, labels, attention_mask)
+
+
+class SesameBertForMaskedLM(SesameBertHeadModel):
     """Encoder + MLM head (Devlin et al. 2019, sec. 3.1, task 1), decoder tied to the input embeddings.
 
     ``forward(..., labels (B, T) long, -100 = not predicted) -> MaskedLMOutput``:
@@ -757,27 +785,12 @@ class SesameBertForMaskedLM(SesameBertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.cls.decoder = new_embeddings
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs,
-    ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
-        sparse = self.training and self.config.sparse_prediction
-        logits, loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
-        out = MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
-        return out
+    def _head(self, outputs, labels, attention_mask):
+        logits, loss = _mlm(self, outputs.last_hidden_state, labels)
+        return MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
 
 
-class SesameBertForPreTraining(SesameBertPreTrainedModel):
+class SesameBertForPreTraining(SesameBertHeadModel):
     """Encoder + MLM head + NSP head (Devlin et al. 2019, sec. 3.1, tasks 1 and 2).
 
     ``forward(..., labels (B, T) MLM labels with -100 = not predicted, next_sentence_label (B,) 0 = IsNext,
@@ -816,17 +829,14 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
         next_sentence_label=None,
         **kwargs,
     ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
-        sparse = self.training and self.config.sparse_prediction
-        logits, mlm_loss = _mlm(self.cls, sparse, outputs.last_hidden_state, labels)
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits, mlm_loss = _mlm(self, outputs.last_hidden_state, labels)
         nsp_logits = self.nsp(outputs.pooler_output)
         nsp_loss = None
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        out = SesameBertForPreTrainingOutput(
+        return SesameBertForPreTrainingOutput(
             loss=sum(losses) if losses else None,
             prediction_logits=logits,
             seq_relationship_logits=nsp_logits,
@@ -834,7 +844,6 @@ class SesameBertForPreTraining(SesameBertPreTrainedModel):
             nsp_loss=nsp_loss,
             **_extras(outputs),
         )
-        return out
 
 
 def _add_classifier(model, config):
@@ -845,7 +854,7 @@ def _add_classifier(model, config):
     model.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
 
-class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
+class SesameBertForSequenceClassification(SesameBertHeadModel):
     """Encoder + pooler + dropout + linear classifier, for single sentences and sentence pairs (GLUE).
 
     ``forward(..., labels) -> SequenceClassifierOutput`` with ``logits`` (B, num_labels). The loss is transformers'
@@ -862,20 +871,7 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
         _add_classifier(self, config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs,
-    ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
+    def _head(self, outputs, labels, attention_mask):
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
@@ -883,11 +879,10 @@ class SesameBertForSequenceClassification(SesameBertPreTrainedModel):
             loss = self.loss_function(
                 labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
             )
-        out = SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
-        return out
+        return SequenceClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
 
 
-class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
+class SesameBertForQuestionAnswering(SesameBertHeadModel):
     """Encoder + linear span head (SQuAD; Devlin et al. 2019, sec. 4.2).
 
     ``forward(..., start_positions (B,), end_positions (B,)) -> QuestionAnsweringModelOutput`` with
@@ -912,9 +907,7 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
         end_positions=None,
         **kwargs,
     ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -925,13 +918,12 @@ class SesameBertForQuestionAnswering(SesameBertPreTrainedModel):
                 F.cross_entropy(start_logits.float(), start, ignore_index=length)
                 + F.cross_entropy(end_logits.float(), end, ignore_index=length)
             ) / 2
-        out = QuestionAnsweringModelOutput(
+        return QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(), **_extras(outputs)
         )
-        return out
 
 
-class SesameBertForTokenClassification(SesameBertPreTrainedModel):
+class SesameBertForTokenClassification(SesameBertHeadModel):
     """Encoder + dropout + linear tagger (NER / POS).
 
     ``forward(..., labels (B, T) long, -100 = ignored) -> TokenClassifierOutput`` with ``logits``
@@ -944,26 +936,12 @@ class SesameBertForTokenClassification(SesameBertPreTrainedModel):
         _add_classifier(self, config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs,
-    ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
+    def _head(self, outputs, labels, attention_mask):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
-        out = TokenClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
-        return out
+        return TokenClassifierOutput(loss=loss, logits=logits, **_extras(outputs))
 
 
 __all__ = [

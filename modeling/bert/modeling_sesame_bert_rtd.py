@@ -13,16 +13,9 @@ cross-entropy over *all* real (non-padding) tokens -- special tokens included, a
 the generator, except through the embeddings they share (``config.embedding_sharing``; none with DeBERTa-v3's
 gradient-disentangled sharing, He et al. 2021).
 
-Classes (transformers names the discriminator with its per-token head ``ElectraForPreTraining`` and the generator
-``ElectraForMaskedLM``):
-
-* :class:`SesameBertDiscriminator` -- encoder + per-token binary head (``ElectraForPreTraining``'s counterpart; its
-  head's parameters have ``ElectraDiscriminatorPredictions``' names). What a pretraining run saves at the top of its
-  output folder: ``AutoModel`` loads the encoder from it, ``finetune.glue`` / ``finetune.squad`` fine-tune it.
-* :class:`SesameBertForReplacedTokenDetection` -- the pretraining model: a :class:`SesameBertForMaskedLM` generator
-  (``embedding_size`` = the discriminator's embedding width when they share embeddings) and the discriminator;
-  ``AutoModelForPreTraining`` of a :class:`SesameBertRTDConfig`. ``save_pretrained`` writes the discriminator and,
-  in ``generator/``, the generator (``AutoModelForMaskedLM``, ``pipeline("fill-mask")``).
+Classes: :class:`SesameBertDiscriminator` (transformers' ``ElectraForPreTraining``: what a pretraining run saves at
+the top of its output folder) and :class:`SesameBertForReplacedTokenDetection` (the pretraining model: a
+:class:`SesameBertForMaskedLM` generator, saved in ``generator/``, and the discriminator).
 
 This file is copied next to the weights by ``save_pretrained`` (remote code): it imports only torch, transformers
 and, relatively, the other SesameBert files.
@@ -46,6 +39,7 @@ from .modeling_sesame_bert import (
     IGNORE_INDEX,
     SesameBertEmbeddings,
     SesameBertForMaskedLM,
+    SesameBertHeadModel,
     SesameBertModel,
     SesameBertPreTrainedModel,
     _extras,
@@ -124,17 +118,14 @@ class SesameBertDiscriminatorOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class SesameBertDiscriminator(SesameBertPreTrainedModel):
+class SesameBertDiscriminator(SesameBertHeadModel):
     """Encoder + per-token binary head: ELECTRA's discriminator (transformers' ``ElectraForPreTraining``).
 
     ``forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels (B, T) 1 = replaced,
     0 = original) -> SesameBertDiscriminatorOutput`` (``logits`` (B, T); ``loss`` with labels).
 
-    Saved (``save_pretrained``) as a SesameBert folder: the encoder's weights under ``bert.`` (``AutoModel`` and every
-    SesameBert head load them, so ``finetune.glue`` fine-tunes it unchanged), the head under
-    ``discriminator_predictions.``, the ``auto_map`` of the SesameBert classes and their code for
-    ``trust_remote_code``. (No Auto class maps to this class itself: ``SesameBertDiscriminator.from_pretrained``
-    loads it with its head.)
+    Saved as a SesameBert folder (:meth:`save_pretrained`): the encoder under ``bert.`` (``AutoModel``, every SesameBert
+    head and ``finetune.glue`` load it), the head under ``discriminator_predictions.`` (no Auto class maps to it).
     """
 
     def __init__(self, config: SesameBertConfig):
@@ -143,20 +134,7 @@ class SesameBertDiscriminator(SesameBertPreTrainedModel):
         self.discriminator_predictions = SesameBertDiscriminatorHead(config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs,
-    ):
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
-        )
+    def _head(self, outputs, labels, attention_mask):
         logits = self.discriminator_predictions(outputs.last_hidden_state)
         loss = None if labels is None else replaced_token_loss(logits, labels, attention_mask)
         return SesameBertDiscriminatorOutput(loss=loss, logits=logits, **_extras(outputs))
@@ -284,11 +262,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
     Raises:
         ValueError: no ``labels`` (RTD needs the masked positions).
 
-    ``save_pretrained(folder)`` writes the discriminator into ``folder`` (:class:`SesameBertDiscriminator`: a
-    SesameBert folder that ``AutoModel`` and the fine-tuning scripts load) and the generator into
-    ``folder/generator`` (``AutoModelForMaskedLM``); shared embeddings are written into both, the discriminator's
-    as ``E_G + E_delta`` with GDES. ``from_pretrained(folder)`` reads that layout back (the RTD fields from ``config=``,
-    else those recorded in the discriminator's ``config.json``) or a folder with a :class:`SesameBertRTDConfig`.
+    Saved as the discriminator's folder with the generator in ``generator/`` (:meth:`save_pretrained`,
+    :meth:`from_pretrained`).
     """
 
     config_class = SesameBertRTDConfig
@@ -311,13 +286,8 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
     def _init_weights(self, module):
         """SesameBert's init; the GDES deltas start at zero (E_D = E_G at the start) and the norm as a norm."""
         if isinstance(module, DisentangledEmbeddings):
-            for p in (
-                module.word_embeddings_delta,
-                module.position_embeddings_delta,
-                module.token_type_embeddings_delta,
-            ):
-                if p is not None:
-                    p.zero_()
+            for delta in module.parameters(recurse=False):  # the *_delta tables (the norm is a submodule)
+                delta.zero_()
             return
         super()._init_weights(module)
 
@@ -394,8 +364,9 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
         return disc, gen
 
     def save_pretrained(self, save_directory, *args, state_dict: dict | None = None, **kwargs):
-        """Write the discriminator into ``save_directory`` and the generator into ``save_directory/generator``
-        (see the class docstring); ``state_dict``: this model's full state dict (default: its own)."""
+        """Write the discriminator (:class:`SesameBertDiscriminator`) into ``save_directory`` and the generator
+        (``AutoModelForMaskedLM``) into ``save_directory/generator``, shared tables in both (:meth:`split_state_dict`);
+        ``state_dict``: this model's full state dict (default: its own)."""
         disc_state, gen_state = self.split_state_dict(state_dict)
         save_directory = Path(save_directory)
         discriminator = (

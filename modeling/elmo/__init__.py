@@ -1,10 +1,8 @@
 """The ELMo-style BiLM (SesameElmo): char-CNN + separate forward/backward LSTM stacks, ScalarMix, heads.
 
-Importing this package registers ``SesameElmoConfig`` (model_type ``"sesame-elmo"``) and its models with the
-Auto classes (AutoConfig, AutoModel, AutoModelForPreTraining -> :class:`SesameElmoForBidirectionalLM`,
-AutoModelForSequenceClassification, AutoModelForQuestionAnswering, AutoModelForTokenClassification) and
-:class:`SesameElmoTokenizer` with AutoTokenizer, and marks the classes for ``auto_map`` so that
-``save_pretrained`` writes remote code (``trust_remote_code=True``).
+Importing this package registers ``SesameElmoConfig`` (model_type ``"sesame-elmo"``), its models (``AUTO_CLASSES``;
+AutoModelForPreTraining -> :class:`SesameElmoForBidirectionalLM`) and :class:`SesameElmoTokenizer` with the Auto
+classes, marked for ``auto_map`` (remote code, :func:`modeling._auto.register_family`).
 
 Presets (``PRESETS``, for ``pretrain --config_name``):
 
@@ -47,34 +45,13 @@ from .modeling_elmo import (
 )
 from .tokenization_elmo import SesameElmoTokenizer
 
+#: The config defaults are bilm-tf's sizes (the module docstring gives both presets in full).
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
     "elmo-small": (
         SesameElmoConfig,
-        dict(
-            char_embedding_dim=16,
-            cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]],
-            num_highway_layers=2,
-            projection_dim=128,
-            cell_size=512,
-            num_layers=2,
-            dropout=0.1,
-            softmax="adaptive",
-        ),
+        dict(cnn_filters=[[1, 32], [2, 32], [3, 64], [4, 128]], projection_dim=128, cell_size=512, softmax="adaptive"),
     ),
-    "elmo-original": (
-        SesameElmoConfig,
-        dict(
-            char_embedding_dim=16,
-            cnn_filters=ELMO_CNN_FILTERS,
-            num_highway_layers=2,
-            projection_dim=512,
-            cell_size=4096,
-            num_layers=2,
-            dropout=0.1,
-            softmax="sampled",
-            num_sampled=8192,
-        ),
-    ),
+    "elmo-original": (SesameElmoConfig, dict(softmax="sampled")),
 }
 
 #: Auto class -> SesameElmo class (registered in-process and marked for ``auto_map``).

@@ -7,7 +7,8 @@ Field names follow bilm-tf's ``options.json`` where one exists (``char_cnn.filte
 
 from __future__ import annotations
 
-from typing import Literal
+import inspect
+from typing import Literal, get_args, get_origin
 
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
@@ -25,6 +26,28 @@ DEFAULT_AUTO_MAP = {
     "AutoModelForQuestionAnswering": "modeling_elmo.SesameElmoForQuestionAnswering",
     "AutoModelForTokenClassification": "modeling_elmo.SesameElmoForTokenClassification",
 }
+
+
+def finish_post_init(config: PretrainedConfig, cls: type, kwargs: dict, auto_map: dict) -> None:
+    """The end of ``cls.__post_init__`` (SesameElmo, SesameBaseline): the default ``auto_map``, transformers'
+    ``__post_init__``, then ``validate_architecture()`` here, as transformers' own checks, so that a bad value raises
+    a plain ``ValueError`` (callers catch it); ``@strict`` runs it again (wrapped) after ``__init__`` and before every
+    save."""
+    kwargs.setdefault("auto_map", dict(auto_map))
+    super(cls, config).__post_init__(**kwargs)
+    config.validate_architecture()
+
+
+def check_choices(config: PretrainedConfig) -> None:
+    """Check every field annotated ``Literal[...]`` on ``type(config)`` itself.
+
+    Raises:
+        ValueError: ``"<Class>.<field>=<value>; expected one of (<choices>)"`` for the first field off its choices.
+    """
+    for field, annotation in inspect.get_annotations(type(config), eval_str=True).items():
+        allowed = get_args(annotation) if get_origin(annotation) is Literal else ()
+        if allowed and getattr(config, field) not in allowed:
+            raise ValueError(f"{type(config).__name__}.{field}={getattr(config, field)!r}; expected one of {allowed}")
 
 
 @strict
@@ -136,11 +159,7 @@ class SesameElmoConfig(PretrainedConfig):
         self.cnn_filters = [list(f) for f in (self.cnn_filters if self.cnn_filters is not None else ELMO_CNN_FILTERS)]
         self.adaptive_cutoffs = list(self.adaptive_cutoffs) if self.adaptive_cutoffs is not None else None
         self.cnn_pool_widths = list(self.cnn_pool_widths) if self.cnn_pool_widths is not None else [3, 4, 5]
-        kwargs.setdefault("auto_map", dict(DEFAULT_AUTO_MAP))
-        super().__post_init__(**kwargs)
-        # here, as transformers' own __post_init__ checks, so that a bad value raises a plain ValueError (callers
-        # catch ValueError); @strict runs it again (wrapped) after __init__ and before every save
-        self.validate_architecture()
+        finish_post_init(self, SesameElmoConfig, kwargs, DEFAULT_AUTO_MAP)
 
     def validate_architecture(self) -> None:
         """Check the string-valued choices, clipping and ``num_layers`` (``@strict`` class validator).
@@ -149,15 +168,7 @@ class SesameElmoConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        choices = {
-            "cnn_activation": ("relu", "tanh"),
-            "cell_type": ("lstm", "gru"),
-            "softmax": ("full", "sampled", "adaptive"),
-            "pooling": ("max", "mean", "attention", "cnn"),
-        }
-        for field, allowed in choices.items():
-            if getattr(self, field) not in allowed:
-                raise ValueError(f"SesameElmoConfig.{field}={getattr(self, field)!r}; expected one of {allowed}")
+        check_choices(self)
         if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
         if self.num_layers < 1:

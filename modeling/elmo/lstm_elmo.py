@@ -114,16 +114,6 @@ def recurrence(
     return _steps(lstm_step, init, gates_x).transpose(0, 1)
 
 
-def lstm_clipped(lstm: nn.LSTM, x: torch.Tensor, cell_clip: float | None, proj_clip: float | None) -> torch.Tensor:
-    """Run a one-layer ``nn.LSTM(proj_size=P)`` step by step with bilm-tf's clipping of the memory cell to
-    ``[-cell_clip, cell_clip]`` and of the projected output to ``[-proj_clip, proj_clip]``.
-
-    Same parameters and gate order (input, forget, cell, output) as ``nn.LSTM``; with no clipping it equals
-    ``lstm(x)[0]``. ``x (B, T, I)`` -> ``(B, T, P)``. (:func:`recurrence` for the forward direction.)
-    """
-    return recurrence(lstm, x, cell_clip=cell_clip, proj_clip=proj_clip)
-
-
 class BiLSTMProjectionFunction(torch.autograd.Function):
     """The forward and the backward LSTM with projection (Sak et al. 2014) of one biLM layer, stepped together.
 
@@ -245,7 +235,7 @@ class RecurrentLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         if cfg.cell_type == "lstm" and (cfg.cell_clip is not None or cfg.proj_clip is not None):
-            out = lstm_clipped(self.rnn, x, cfg.cell_clip, cfg.proj_clip)
+            out = recurrence(self.rnn, x, cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip)
         elif torch.compiler.is_exporting():  # nn.LSTM / nn.GRU would fix the sequence length of the graph
             out = recurrence(self.rnn, x)
         else:

@@ -56,11 +56,8 @@ of each row are packed to the left with index arithmetic (``lstm_elmo.token_slot
 Under ``torch.export`` the LSTMs run as ``scan`` loops (``lstm_elmo.recurrence``; ``nn.LSTM`` would fix the sequence
 length, and ONNX's LSTM has no projection), with the same parameters.
 
-Files: the recurrent kernel (the LSTM stacks, the fused CPU BiLSTM with hand-written backpropagation through time,
-clipping, the step-by-step recurrence, the packing of each row's tokens) is in ``lstm_elmo.py``; the configuration in
-``configuration_elmo.py``; the
-tokenizer in ``tokenization_elmo.py``. Imports only torch, transformers and those sibling files, relatively (remote
-code: a saved folder carries them).
+Files: the recurrent kernels in ``lstm_elmo.py``, the configuration in ``configuration_elmo.py``, the tokenizer in
+``tokenization_elmo.py``; imports only torch, transformers and those siblings, relatively (remote code).
 """
 
 from __future__ import annotations
@@ -216,7 +213,21 @@ class ScalarMix(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------- base model
-class SesameElmoPreTrainedModel(PreTrainedModel):
+class _OutputFlags:
+    """``return_dict`` / ``output_hidden_states`` with the config's defaults, for the SesameElmo and SesameBaseline
+    models (which return their outputs themselves)."""
+
+    def _finish(self, output: ModelOutput, return_dict: bool | None):
+        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
+        ``config.return_dict``) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
+        """``output_hidden_states``, defaulting to the config's."""
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+
+class SesameElmoPreTrainedModel(_OutputFlags, PreTrainedModel):
     """Weights initialisation (bilm-tf spirit) and the config class for every SesameElmo model."""
 
     config_class = SesameElmoConfig
@@ -256,15 +267,6 @@ class SesameElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
-
-    def _finish(self, output: ModelOutput, return_dict: bool | None):
-        """``output`` as is, or as a tuple (its non-``None`` fields in order) when ``return_dict`` (default
-        ``config.return_dict``) is False."""
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
-
-    def _hidden_flag(self, output_hidden_states: bool | None) -> bool:
-        """``output_hidden_states``, defaulting to the config's."""
-        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
 
 def _input_mask(
@@ -616,8 +618,69 @@ def _scatter_rows(rows: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, l
     return out.scatter_add(1, index.unsqueeze(-1).expand_as(rows), rows)
 
 
+def _classifier(d_in: int, config) -> nn.Module:
+    """The sentence classifier of the ELMo and baseline heads: dropout + linear ``d_in -> config.num_labels``, or with
+    ``config.classifier_hidden_size`` one ReLU hidden layer (dropout before each linear)."""
+    hid = config.classifier_hidden_size
+    if not hid:
+        return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
+    return nn.Sequential(
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(d_in, hid),
+        nn.ReLU(),
+        nn.Dropout(config.classifier_dropout),
+        nn.Linear(hid, config.num_labels),
+    )
+
+
+def _pair_logits(model, u: torch.Tensor, v: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+    """Logits (B, num_labels): ``model.pair_classifier([u; v; |u - v|; u * v])`` where ``pair (B,)`` bool, else
+    ``model.classifier(u)`` (a single sentence); ``u``, ``v`` (B, D) sentence vectors (Wang et al. 2018)."""
+    pair_logits = model.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+    return torch.where(pair.unsqueeze(-1), pair_logits, model.classifier(u))
+
+
+def _sequence_loss(model, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """transformers' problem-type loss (``model.loss_function``) on float32 ``logits`` (B, num_labels); ``labels``
+    are cast to float32 unless they are long/int32 class ids of a problem that is not multi-label. ``None`` without
+    labels."""
+    if labels is None:
+        return None
+    ids = labels.dtype in (torch.long, torch.int) and model.config.problem_type != "multi_label_classification"
+    return model.loss_function(
+        labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=model.config
+    )
+
+
 class _ElmoFeaturesMixin:
     """ELMo features for a head: the (frozen or fine-tuned) BiLM and a ScalarMix."""
+
+    def forward(
+        self,
+        char_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> ModelOutput | tuple:
+        """The sequence and token classifiers' forward: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``,
+        layer 0 as :meth:`SesameElmoModel.get_input_embeddings` computes it), ``attention_mask (B, T)``, the head's
+        ``labels``, ``output_hidden_states`` / ``return_dict`` (default: the config's); ``input_ids`` is ignored.
+        ``self._head(char_ids, attention_mask, token_type_ids, inputs_embeds, labels) -> (loss, logits, layers)``
+        gives ``self.output_class``, with the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` as ``hidden_states``
+        when asked.
+
+        Raises:
+            ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+        """
+        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+        loss, logits, layers = self._head(char_ids, attention_mask, token_type_ids, inputs_embeds, labels)
+        hidden = layers if self._hidden_flag(output_hidden_states) else None
+        return self._finish(self.output_class(loss=loss, logits=logits, hidden_states=hidden), return_dict)
 
     def _setup_features(self, config: SesameElmoConfig) -> None:
         self.elmo = SesameElmoModel(config)
@@ -680,24 +743,17 @@ class _ElmoFeaturesMixin:
 class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Sentence / sentence-pair classification or regression on ELMo features.
 
-    ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s,
-    as the tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and
-    ``v``, combined as ``[u; v; |u - v|; u * v]`` (as the GLUE baselines, Wang et al. 2018); in a batch that mixes
-    pairs and single sentences each row is classified as what it is. Regression
-    (MSE) when ``num_labels == 1``; the loss is transformers' ``self.loss_function``
-    (``ForSequenceClassificationLoss``: ``problem_type`` inferred as transformers does) on float32 logits, labels cast
-    to float32 unless they are long/int32 class ids.
+    ScalarMix -> task BiLSTM -> pooling (``config.pooling``) -> MLP. For pairs (``token_type_ids`` with 1s, as the
+    tokenizer makes them) each sentence is encoded alone (BiLM, BiLSTM, pooling shared) into ``u`` and ``v``,
+    classified by :func:`_pair_logits`; in a batch that mixes pairs and single sentences each row is classified as
+    what it is. The loss: :func:`_sequence_loss` (MSE when ``num_labels == 1``).
 
-    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0 as
-    :meth:`SesameElmoModel.get_input_embeddings` computes it; a pair laid out as ``char_ids``), ``attention_mask
-    (B, T)``, ``token_type_ids (B, T)`` optional, ``labels (B,)`` long (float for regression), ``output_hidden_states``
-    (default ``config.output_hidden_states``), ``return_dict`` (default ``config.return_dict``). ``input_ids`` is
-    ignored. Returns ``SequenceClassifierOutput`` with ``logits (B, num_labels)`` and, when asked, ``hidden_states``:
-    the BiLM's ``num_layers + 1`` layers ``(B, T, 2P)`` (for a pair, each token's from its own sentence alone).
-
-    Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+    Forward (:meth:`_ElmoFeaturesMixin.forward`): ``token_type_ids (B, T)`` optional (a pair's ``inputs_embeds`` laid
+    out as ``char_ids``), ``labels (B,)`` long (float for regression) -> ``SequenceClassifierOutput``, ``logits (B,
+    num_labels)``; a pair's ``hidden_states`` are each token's from its own sentence alone.
     """
+
+    output_class = SequenceClassifierOutput
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
@@ -706,41 +762,15 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
         self.encoder = _TaskBiLSTM(config.hidden_size, config.task_hidden_size)
         self.pooler = _Pooler(config, self.encoder.output_size)
         d = self.pooler.output_size
-        hid = config.classifier_hidden_size
-        self.pair_classifier = self._mlp(4 * d, hid, config)
-        self.classifier = self._mlp(d, hid, config)
+        self.pair_classifier = _classifier(4 * d, config)
+        self.classifier = _classifier(d, config)
         self.post_init()
         self._freeze()
-
-    @staticmethod
-    def _mlp(d_in: int, hid: int, config: SesameElmoConfig) -> nn.Module:
-        if not hid:
-            return nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(d_in, config.num_labels))
-        return nn.Sequential(
-            nn.Dropout(config.classifier_dropout),
-            nn.Linear(d_in, hid),
-            nn.ReLU(),
-            nn.Dropout(config.classifier_dropout),
-            nn.Linear(hid, config.num_labels),
-        )
 
     def _encode(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.pooler(self.encoder(feats, mask), mask)
 
-    def forward(
-        self,
-        char_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        input_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
-        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
-        want_hidden = self._hidden_flag(output_hidden_states)
+    def _head(self, char_ids, attention_mask, token_type_ids, inputs_embeds, labels):
         pair = None if token_type_ids is None else (token_type_ids.bool() & attention_mask.bool()).any(dim=1)  # (B,)
         # Eager mode skips the split when no row is a pair (one host read; the result is the same); a captured graph
         # (torch.export / torch.compile) always takes the general path, which decides row by row.
@@ -748,36 +778,24 @@ class SesameElmoForSequenceClassification(_ElmoFeaturesMixin, SesameElmoPreTrain
             segments, layers = self._segment_features(char_ids, inputs_embeds, attention_mask, token_type_ids)
             (fa, ma, _), (fb, mb, _) = segments
             u, v = self._encode(fa, ma), self._encode(fb, mb)
-            pair_logits = self.pair_classifier(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
-            logits = torch.where(pair.unsqueeze(-1), pair_logits, self.classifier(u))  # a single sentence: u alone
-            hidden = layers if want_hidden else None
+            logits = _pair_logits(self, u, v, pair)
         else:
             feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
             logits = self.classifier(self._encode(feats, attention_mask))
             # + 0 * (the pair classifier's weights): every parameter takes part in the graph, as DistributedDataParallel
             # (find_unused_parameters=False) requires; the gradient it gets is 0.
             logits = logits + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
-            hidden = layers if want_hidden else None
-        loss = None
-        if labels is not None:  # transformers' problem-type loss on float32 logits; labels float unless class ids
-            ids = labels.dtype in (torch.long, torch.int) and self.config.problem_type != "multi_label_classification"
-            loss = self.loss_function(
-                labels=labels if ids else labels.float(), pooled_logits=logits.float(), config=self.config
-            )
-        return self._finish(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+        return _sequence_loss(self, logits, labels), logits, layers
 
 
 class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):
     """Per-token tagging (NER, POS, ...): ScalarMix -> task BiLSTM -> linear.
 
-    Forward args: ``char_ids (B, T, 50)`` (or ``inputs_embeds (B, T, P)``, layer 0), ``attention_mask (B, T)``,
-    ``labels (B, T)`` long with -100 ignored, ``output_hidden_states``, ``return_dict`` (defaults from the config).
-    Returns ``TokenClassifierOutput`` with ``logits (B, T, num_labels)`` and, when asked, ``hidden_states`` (the
-    BiLM's ``num_layers + 1`` layers ``(B, T, 2P)``).
-
-    Raises:
-        ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
+    Forward (:meth:`_ElmoFeaturesMixin.forward`): ``labels (B, T)`` long with -100 ignored ->
+    ``TokenClassifierOutput``, ``logits (B, T, num_labels)``.
     """
+
+    output_class = TokenClassifierOutput
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
@@ -789,26 +807,13 @@ class SesameElmoForTokenClassification(_ElmoFeaturesMixin, SesameElmoPreTrainedM
         self.post_init()
         self._freeze()
 
-    def forward(
-        self,
-        char_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        input_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_hidden_states=None,
-        return_dict=None,
-        **kwargs,
-    ) -> TokenClassifierOutput | tuple:
-        attention_mask = _input_mask(char_ids, inputs_embeds, attention_mask)
+    def _head(self, char_ids, attention_mask, token_type_ids, inputs_embeds, labels):
         feats, layers = self._features(char_ids, attention_mask, inputs_embeds)
         logits = self.classifier(self.dropout(self.encoder(feats, attention_mask)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-        hidden = layers if self._hidden_flag(output_hidden_states) else None
-        return self._finish(TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+        return loss, logits, layers
 
 
 class SesameElmoForQuestionAnswering(_ElmoFeaturesMixin, SesameElmoPreTrainedModel):

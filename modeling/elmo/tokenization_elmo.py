@@ -294,28 +294,19 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             return words, [(0, 0)] * len(words)
         raise ValueError(f"expected a string or a list of strings, got {type(text).__name__}")
 
-    def _pad_examples(
-        self,
-        outs,
-        padding_strategy,
-        max_length,
-        pad_to_multiple_of,
-        padding_side,
-        return_attention_mask,
-        return_tensors,
-    ) -> BatchEncoding:
-        """Encoded examples (``BatchEncoding`` each, lists of ids) merged into one batch and padded by :meth:`pad`
-        (``char_ids`` included), as tensors of ``return_tensors``."""
-        merged = {k: [o[k] for o in outs] for k in outs[0].keys()}
+    def _padded(self, encoded: dict, arguments: dict) -> dict:
+        """``encoded`` (one example, or a batch of lists) padded by :meth:`pad` (``char_ids`` included) as the
+        keyword arguments of :meth:`_encode_plus` in ``arguments`` ask (``padding_strategy``, ``max_length``,
+        ``pad_to_multiple_of``, ``padding_side``, ``return_attention_mask``)."""
         padded = self.pad(
-            merged,
-            padding=padding_strategy.value,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
+            encoded,
+            padding=arguments["padding_strategy"].value,
+            max_length=arguments["max_length"],
+            pad_to_multiple_of=arguments["pad_to_multiple_of"],
+            padding_side=arguments["padding_side"],
+            return_attention_mask=arguments["return_attention_mask"],
         )
-        return BatchEncoding(dict(padded), tensor_type=return_tensors)
+        return dict(padded)
 
     def _marked_tokens(
         self,
@@ -347,59 +338,20 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
             tokens, offsets, types, specials = tokens + t2, offsets + o2, types + y2, specials + s2
         return tokens, offsets, types, specials
 
-    def _encode_with_offsets_one_by_one(
-        self,
-        text: Any,
-        text_pair: Any,
-        add_special_tokens: bool,
-        padding_strategy: PaddingStrategy,
-        truncation_strategy: TruncationStrategy,
-        max_length: int | None,
-        stride: int,
-        is_split_into_words: bool,
-        pad_to_multiple_of: int | None,
-        padding_side: str | None,
-        return_tensors: Any,
-        return_token_type_ids: bool | None,
-        return_attention_mask: bool | None,
-        return_special_tokens_mask: bool,
-        return_length: bool,
-        verbose: bool,
-    ) -> BatchEncoding:
+    def _encode_with_offsets_one_by_one(self, arguments: dict) -> BatchEncoding:
         """A batch with ``offset_mapping`` (which the base class refuses for slow tokenizers): each example encoded
-        alone by :meth:`_encode_plus`, unpadded, then padded together by :meth:`_pad_examples`."""
+        alone by :meth:`_encode_plus` (``arguments``: its keyword arguments for the batch), unpadded, then merged
+        and padded together (:meth:`_padded`) as tensors of ``return_tensors``."""
+        one = dict(arguments, padding_strategy=PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of=None, padding_side=None)
+        one.update(return_tensors=None, return_attention_mask=False, return_overflowing_tokens=False)
+        text, text_pair = arguments["text"], arguments["text_pair"]
+        pairs = text_pair if text_pair is not None else [None] * len(text)
         outs = [
-            self._encode_plus(
-                t,
-                p,
-                add_special_tokens,
-                PaddingStrategy.DO_NOT_PAD,
-                truncation_strategy,
-                max_length,
-                stride,
-                is_split_into_words,
-                None,
-                None,
-                None,
-                return_token_type_ids,
-                False,
-                False,
-                return_special_tokens_mask,
-                True,
-                return_length,
-                verbose,
-            )
-            for t, p in zip(text, text_pair if text_pair is not None else [None] * len(text))
+            self._encode_plus(**dict(one, text=t, text_pair=p, return_offsets_mapping=True))
+            for t, p in zip(text, pairs)
         ]
-        return self._pad_examples(
-            outs,
-            padding_strategy,
-            max_length,
-            pad_to_multiple_of,
-            padding_side,
-            return_attention_mask,
-            return_tensors,
-        )
+        merged = {k: [o[k] for o in outs] for k in outs[0].keys()}
+        return BatchEncoding(self._padded(merged, arguments), tensor_type=arguments["return_tensors"])
 
     def _encode_plus(
         self,
@@ -425,28 +377,12 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
     ) -> BatchEncoding:
         """Encode one text (or pair) -- or a batch, delegated to the base class, which calls back here per
         example and pads with :meth:`pad` (``char_ids`` included)."""
+        # the keyword arguments of this call (locals() holds only them here), for the batch paths and for _padded
+        arguments = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         if is_batch(text, is_split_into_words):
-            arguments = dict(
-                text=text,
-                text_pair=text_pair,
-                add_special_tokens=add_special_tokens,
-                padding_strategy=padding_strategy,
-                truncation_strategy=truncation_strategy,
-                max_length=max_length,
-                stride=stride,
-                is_split_into_words=is_split_into_words,
-                pad_to_multiple_of=pad_to_multiple_of,
-                padding_side=padding_side,
-                return_tensors=return_tensors,
-                return_token_type_ids=return_token_type_ids,
-                return_attention_mask=return_attention_mask,
-                return_special_tokens_mask=return_special_tokens_mask,
-                return_length=return_length,
-                verbose=verbose,
-            )
             if return_offsets_mapping:  # the base class refuses offsets for slow tokenizers: one example at a time
-                return self._encode_with_offsets_one_by_one(**arguments)
-            return super()._encode_plus(**arguments, return_overflowing_tokens=return_overflowing_tokens, **kwargs)
+                return self._encode_with_offsets_one_by_one(arguments)
+            return super()._encode_plus(**arguments, **kwargs)
         if return_overflowing_tokens:
             raise NotImplementedError("SesameElmoTokenizer does not return overflowing tokens (no doc_stride windows)")
         tokens, offsets, types, specials = self._marked_tokens(
@@ -467,16 +403,7 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
         if return_length:
             encoded["length"] = len(tokens)
         if padding_strategy != PaddingStrategy.DO_NOT_PAD or return_attention_mask is not False:
-            encoded = dict(
-                self.pad(
-                    encoded,
-                    padding=padding_strategy.value,
-                    max_length=max_length,
-                    pad_to_multiple_of=pad_to_multiple_of,
-                    padding_side=padding_side,
-                    return_attention_mask=return_attention_mask,
-                )
-            )
+            encoded = self._padded(encoded, arguments)
         return BatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=return_tensors is not None)
 
     def _pad(

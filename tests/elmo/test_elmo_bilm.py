@@ -13,8 +13,8 @@ from modeling.elmo.lstm_elmo import (
     BiLSTMProjectionFunction,
     fused_lstm_applies,
     inverse_permutation,
-    lstm_clipped,
     permute_rows,
+    recurrence,
     token_slots,
 )
 
@@ -193,8 +193,8 @@ def test_clipped_lstm_equals_nn_lstm_without_clipping_and_clips():
         for p in lstm.parameters():
             p.mul_(3.0)
     x = torch.randn(3, 5, 6) * 3
-    torch.testing.assert_close(lstm_clipped(lstm, x, None, None), lstm(x)[0], rtol=1e-5, atol=1e-5)
-    clipped = lstm_clipped(lstm, x, 0.5, 0.2)
+    torch.testing.assert_close(recurrence(lstm, x), lstm(x)[0], rtol=1e-5, atol=1e-5)
+    clipped = recurrence(lstm, x, cell_clip=0.5, proj_clip=0.2)
     assert clipped.abs().max() <= 0.2 + 1e-6
     assert not torch.allclose(clipped, lstm(x)[0])
 
