@@ -217,6 +217,12 @@ def split_secrets(argv: Sequence[str], secrets: Iterable[str] = SECRET_FLAGS) ->
     return kept, found
 
 
+def as_flags(**flags: Any) -> list[str]:
+    """``--name str(value)`` for each keyword, in order: a command line from values (``as_flags(seed=7)`` is
+    ``["--seed", "7"]``); flags without a value are added by the caller."""
+    return [item for name, value in flags.items() for item in (f"--{name}", str(value))]
+
+
 def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The fields of dataclass instances as one flat ``{name: value}`` dict (later instances win), without the
     names in ``exclude`` (e.g. secrets)."""
@@ -239,6 +245,7 @@ __all__ = [
     "SECRET_FLAGS",
     "HelpFormatter",
     "arg",
+    "as_flags",
     "build_parser",
     "flat_values",
     "parse_arguments",
