@@ -31,10 +31,19 @@ class FinetuneModelArguments:
         return {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
 
 
-def finetune_training_arguments(name: str, help: dict | None = None, **defaults) -> type:
-    """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script; a ``None``
-    default is resolved later, e.g. ``learning_rate`` by :func:`resolve_learning_rate`) and help texts."""
-    return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, help=help, name=name)
+def finetune_training_arguments(script: str, epochs: float, train_batch: int, eval_batch: int) -> type:
+    """``<Script>TrainingArguments``: the loop's flags with a fine-tuning script's defaults (epochs, batch sizes per
+    device; ``--output_dir`` checked by the script; ``--learning_rate`` resolved later by
+    :func:`resolve_learning_rate`, its help from :func:`learning_rate_help`)."""
+    defaults = dict(
+        output_dir=None,
+        learning_rate=None,
+        num_train_epochs=epochs,
+        per_device_train_batch_size=train_batch,
+        per_device_eval_batch_size=eval_batch,
+    )
+    help = dict(learning_rate=learning_rate_help(script))
+    return with_defaults(TrainingConfig, defaults, help=help, name=f"{script.title()}TrainingArguments")
 
 
 def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | None) -> None:

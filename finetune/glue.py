@@ -43,7 +43,6 @@ from finetune.arguments import (
     card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
-    learning_rate_help,
     resolve_learning_rate,
     warn_if_same_file,
 )
@@ -103,14 +102,7 @@ GlueRunModes = with_defaults(
         ),
     ),
 )
-GlueTrainingArguments = finetune_training_arguments(
-    "GlueTrainingArguments",
-    help=dict(learning_rate=learning_rate_help("glue")),
-    learning_rate=None,
-    num_train_epochs=3.0,
-    per_device_train_batch_size=32,
-    per_device_eval_batch_size=64,
-)
+GlueTrainingArguments = finetune_training_arguments("glue", 3.0, 32, 64)
 #: The argument dataclasses of ``finetune.glue``, in ``--help`` order.
 ARGUMENTS = (GlueModelArguments, GlueDataArguments, GlueRunModes, GlueTrainingArguments, HubArguments)
 

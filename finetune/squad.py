@@ -63,7 +63,6 @@ from finetune.arguments import (
     card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
-    learning_rate_help,
     resolve_learning_rate,
     warn_if_same_file,
 )
@@ -138,14 +137,7 @@ SquadRunModes = with_defaults(
         )
     ),
 )
-SquadTrainingArguments = finetune_training_arguments(
-    "SquadTrainingArguments",
-    help=dict(learning_rate=learning_rate_help("squad")),
-    learning_rate=None,
-    num_train_epochs=2.0,
-    per_device_train_batch_size=12,
-    per_device_eval_batch_size=32,
-)
+SquadTrainingArguments = finetune_training_arguments("squad", 2.0, 12, 32)
 #: The argument dataclasses of ``finetune.squad``, in ``--help`` order.
 ARGUMENTS = (
     SquadModelArguments,
