@@ -188,16 +188,9 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
     files = corpus.train_file
     tmp_corpus = None
     if corpus.dataset_name:  # a hub dataset: write its training text once for the tokenizer trainer
-        from pretrain.data import load_raw_datasets
+        from pretrain.data import load_corpus
 
-        raw = load_raw_datasets(
-            None,
-            None,
-            corpus.dataset_name,
-            corpus.dataset_config_name,
-            corpus.text_column_name,
-            corpus.validation_split_percentage,
-        )
+        raw = load_corpus(corpus)  # (the files and sample_by do not apply to a hub dataset)
         tmp_corpus = tok_dir.parent / ".tokenizer_corpus.txt"
         tmp_corpus.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp_corpus, "w", encoding="utf-8") as f:

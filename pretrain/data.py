@@ -78,6 +78,22 @@ def load_raw_datasets(
     return _load_text_files(train_files, validation_file, validation_split_percentage, sample_by, cache_dir)
 
 
+def load_corpus(corpus, cache_dir: str | None = None, streaming: bool = False):
+    """:func:`load_raw_datasets` of the corpus flags (``pretrain`` / ``pretrain.prepare``: ``corpus`` is a
+    ``pretrain.arguments.CorpusArguments``)."""
+    return load_raw_datasets(
+        corpus.train_file,
+        corpus.validation_file,
+        corpus.dataset_name,
+        corpus.dataset_config_name,
+        corpus.text_column_name,
+        corpus.validation_split_percentage,
+        corpus.sample_by,
+        cache_dir=cache_dir,
+        streaming=streaming,
+    )
+
+
 def _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, validation_split_percentage, cache_dir):
     """:func:`load_raw_datasets` of a hub dataset: its text column as ``text``, a validation split made when
     missing."""
@@ -689,6 +705,7 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
+    "load_corpus",
     "load_raw_datasets",
     "tokenize_bert",
     "tokenize_elmo",

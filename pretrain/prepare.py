@@ -109,17 +109,7 @@ def prepare(
         if model.tokenizer_name or model.model_name_or_path:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
         cache = tmp / ".cache"
-        raw = data.load_raw_datasets(
-            corpus.train_file,
-            corpus.validation_file,
-            corpus.dataset_name,
-            corpus.dataset_config_name,
-            corpus.text_column_name,
-            corpus.validation_split_percentage,
-            corpus.sample_by,
-            cache_dir=str(cache),
-            streaming=corpus.streaming,
-        )
+        raw = data.load_corpus(corpus, cache_dir=str(cache), streaming=corpus.streaming)
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, True)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, output.seed)
         if corpus.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
