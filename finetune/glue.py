@@ -363,17 +363,8 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
     from finetune.glue_data import label_names_of, load_glue_data
 
     known_labels = None if modes.do_train or data.task_name else fine_tuned_label_names(model_args)
-    raw = load_glue_data(
-        data.task_name,
-        glue_dir=data.glue_dir,
-        train_file=data.train_file,
-        validation_file=data.validation_file,
-        test_file=data.test_file,
-        sentence1_key=data.sentence1_key,
-        sentence2_key=data.sentence2_key,
-        label_key=data.label_key,
-        label_names=known_labels,
-    )
+    sources = ("glue_dir", "train_file", "validation_file", "test_file", "sentence1_key", "sentence2_key", "label_key")
+    raw = load_glue_data(data.task_name, label_names=known_labels, **{k: getattr(data, k) for k in sources})
     if modes.do_train and "train" not in raw:
         raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
     eval_splits = [s for s in raw if s.startswith("validation")] if modes.do_eval else []

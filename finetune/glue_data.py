@@ -44,7 +44,7 @@ from typing import Any
 
 import datasets
 
-from finetune.tasks import GlueTask, get_task
+from finetune.tasks import GlueFile, GlueTask, get_task
 from training.errors import InputError
 
 #: File formats accepted for ``--train_file`` / ``--validation_file`` / ``--test_file``.
@@ -344,11 +344,7 @@ def _require_columns(columns: dict[str, list[Any]], needed: dict[str, str | None
 def normalize_split(
     columns: dict[str, list[Any]],
     where: str,
-    *,
-    sentence1: str,
-    sentence2: str | None,
-    label: str | None,
-    index: str | None,
+    spec: GlueFile,
     label_names: Sequence[str],
     regression: bool,
     task: str,
@@ -359,8 +355,8 @@ def normalize_split(
     Args:
         columns: raw columns (from :func:`read_table`).
         where: what to name in error messages (the file path and split).
-        sentence1 / sentence2 / label / index: the source columns; ``label=None`` for unlabelled test data
-            (labels -1), ``index=None`` for row numbers as ``idx``.
+        spec: the source columns (``sentence1`` / ``sentence2`` / ``label`` / ``index``; its ``path`` is not read);
+            ``label=None`` for unlabelled test data (labels -1), ``index=None`` for row numbers as ``idx``.
         label_names: class names (classification).
         regression: float labels instead of class ids.
         task: task name for messages.
@@ -369,6 +365,7 @@ def normalize_split(
     Raises:
         InputError: missing columns, empty split, labels outside the set, non-numeric regression labels.
     """
+    sentence1, sentence2, label, index = spec.sentence1, spec.sentence2, spec.label, spec.index
     _require_columns(columns, {"sentence1_key": sentence1, "sentence2_key": sentence2, "label_key": label}, where)
     n_rows = len(next(iter(columns.values()), []))
     if n_rows == 0:
@@ -423,17 +420,9 @@ def load_glue_dir(glue_dir: str | os.PathLike, task: GlueTask) -> datasets.Datas
                 f"--glue_dir {root}: missing {path} for task {task.name} (split {split}); expected the "
                 f"official GLUE layout: {expected}"
             )
+        table = read_table(path, spec.column_names)
         splits[split] = normalize_split(
-            read_table(path, spec.column_names),
-            f"{path} ({split})",
-            sentence1=spec.sentence1,
-            sentence2=spec.sentence2,
-            label=spec.label,
-            index=spec.index,
-            label_names=task.label_names,
-            regression=task.is_regression,
-            task=task.name,
-            allow_class_ids=True,
+            table, f"{path} ({split})", spec, task.label_names, task.is_regression, task.name, True
         )
     return datasets.DatasetDict(splits)
 
@@ -525,17 +514,10 @@ def load_custom_files(
         has_label = split != "test" or (
             label_key in tables[split] and any(_label_key(v) != "" for v in tables[split][label_key])
         )
+        index = next((c for c in _INDEX_COLUMNS if c in tables[split]), None)
+        spec = GlueFile(str(path), sentence1_key, sentence2_key, label_key if has_label else None, index)
         splits[split] = normalize_split(
-            tables[split],
-            f"{path} ({split})",
-            sentence1=sentence1_key,
-            sentence2=sentence2_key,
-            label=label_key if has_label else None,
-            index=next((c for c in _INDEX_COLUMNS if c in tables[split]), None),
-            label_names=names,
-            regression=regression,
-            task=name,
-            allow_class_ids=task is not None,
+            tables[split], f"{path} ({split})", spec, names, regression, name, task is not None
         )
     return datasets.DatasetDict(splits)
 
