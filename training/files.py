@@ -69,6 +69,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def read_json(path: PathLike, what: str, expected: str):
+    """The JSON value in the UTF-8 file ``path``.
+
+    Raises:
+        InputError: unreadable or not JSON: ``<path>: cannot read <what> (<error>); expected <expected>``.
+    """
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read {what} ({err}); expected {expected}") from None
+
+
 def _free_bytes(path: Path) -> int | None:
     probe = Path(path)
     while not probe.exists() and probe.parent != probe:
@@ -307,6 +321,7 @@ __all__ = [
     "file_mode",
     "open_atomic",
     "pid_alive",
+    "read_json",
     "remove_dead_temporaries",
     "share_like_umask",
     "storage_failure",
