@@ -35,13 +35,8 @@ def finetune_training_arguments(script: str, epochs: float, train_batch: int, ev
     """``<Script>TrainingArguments``: the loop's flags with a fine-tuning script's defaults (epochs, batch sizes per
     device; ``--output_dir`` checked by the script; ``--learning_rate`` resolved later by
     :func:`resolve_learning_rate`, its help from :func:`learning_rate_help`)."""
-    defaults = dict(
-        output_dir=None,
-        learning_rate=None,
-        num_train_epochs=epochs,
-        per_device_train_batch_size=train_batch,
-        per_device_eval_batch_size=eval_batch,
-    )
+    defaults = dict(output_dir=None, learning_rate=None, num_train_epochs=epochs)
+    defaults.update(per_device_train_batch_size=train_batch, per_device_eval_batch_size=eval_batch)
     help = dict(learning_rate=learning_rate_help(script))
     return with_defaults(TrainingConfig, defaults, help=help, name=f"{script.title()}TrainingArguments")
 
