@@ -98,11 +98,6 @@ class GlueTask:
         return self.hub_sentence2_key is not None
 
     @property
-    def validation_splits(self) -> list[str]:
-        """Evaluation splits: ``["validation"]``, or MNLI's matched and mismatched dev sets."""
-        return [s for s in self.files if s.startswith("validation")]
-
-    @property
     def test_splits(self) -> list[str]:
         """Unlabelled test splits (each gives one submission file)."""
         return [s for s in self.files if s.startswith("test")]
