@@ -92,7 +92,6 @@ class GlueDataArguments:
 
 GlueRunModes = with_defaults(
     RunModes,
-    {},
     name="GlueRunModes",
     help=dict(
         do_train="fine-tune --model_name_or_path on the training split",

@@ -123,13 +123,11 @@ class PostProcessingArguments:
 
 SquadModelArguments = with_defaults(
     FinetuneModelArguments,
-    {},
     name="SquadModelArguments",
     help=dict(unfreeze_backbone="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)"),
 )
 SquadRunModes = with_defaults(
     RunModes,
-    {},
     name="SquadRunModes",
     help=dict(
         do_predict=(

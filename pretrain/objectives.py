@@ -126,42 +126,25 @@ class Objective:
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------
+def _packing(corpus: CorpusArguments) -> tuple:
+    """The packing arguments after the special-token ids: documents per map batch, processes, cache refresh."""
+    return corpus.packing_batch_size, corpus.preprocessing_num_workers, corpus.overwrite_cache
+
+
 def _pack_bert(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
+    ids = (tokenizer.cls_token_id, tokenizer.sep_token_id)
     return pack_blocks(
-        tokenized,
-        corpus.max_seq_length,
-        tokenizer.cls_token_id,
-        tokenizer.sep_token_id,
-        corpus.packing_batch_size,
-        corpus.preprocessing_num_workers,
-        corpus.overwrite_cache,
-        document_positions=bool(corpus.document_masking),
+        tokenized, corpus.max_seq_length, *ids, *_packing(corpus), document_positions=bool(corpus.document_masking)
     )
 
 
 def _nsp_pairs(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
-    return make_nsp_pairs(
-        tokenized,
-        corpus.max_seq_length,
-        tokenizer.cls_token_id,
-        tokenizer.sep_token_id,
-        seed,
-        corpus.packing_batch_size,
-        corpus.preprocessing_num_workers,
-        corpus.overwrite_cache,
-    )
+    ids = (tokenizer.cls_token_id, tokenizer.sep_token_id)
+    return make_nsp_pairs(tokenized, corpus.max_seq_length, *ids, seed, *_packing(corpus))
 
 
 def _pack_words(tokenized, tokenizer, corpus: CorpusArguments, seed: int):
-    return pack_blocks(
-        tokenized,
-        corpus.max_seq_length,
-        None,
-        None,
-        corpus.packing_batch_size,
-        corpus.preprocessing_num_workers,
-        corpus.overwrite_cache,
-    )
+    return pack_blocks(tokenized, corpus.max_seq_length, None, None, *_packing(corpus))
 
 
 def _mlm_collators(tokenizer, masking: MaskingArguments, seed: int):

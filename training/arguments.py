@@ -109,7 +109,7 @@ def arg(
 
 
 def with_defaults(
-    cls: type, defaults: dict[str, Any], *, help: dict[str, str] | None = None, name: str | None = None
+    cls: type, defaults: dict[str, Any] | None = None, *, help: dict[str, str] | None = None, name: str | None = None
 ) -> type:
     """A frozen dataclass subclass of ``cls`` whose fields in ``defaults`` have other defaults and whose fields in
     ``help`` other help texts (the other fields keep theirs).
@@ -123,7 +123,7 @@ def with_defaults(
         TypeError: a name in ``defaults`` or ``help`` that is not a field of ``cls``.
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    help = help or {}
+    defaults, help = defaults or {}, help or {}
     unknown = (set(defaults) | set(help)) - set(fields)
     if unknown:
         raise TypeError(f"with_defaults({cls.__name__}): not fields: {sorted(unknown)}")
