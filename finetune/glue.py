@@ -190,28 +190,15 @@ def load_model_and_tokenizer(
         InputError: a config, tokenizer or weights that cannot be loaded; a head with other labels; a tokenizer or
             ``max_seq_length`` the model cannot take.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from training.driver import check_model_fits, load_pretrained
     from training.logs import from_pretrained_quietly
     from training.unigram import backbone_plateau_message
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
-    expected = "a model folder written by save_pretrained or a hub repo id"
     config_source = model_args.config_name or source
-    config_arg = "--config_name" if model_args.config_name else "--model_name_or_path"
-    pretrained = load_pretrained(
-        AutoConfig.from_pretrained, config_source, config_arg, expected, failure="cannot load the config", **hub
-    )
-    tokenizer = load_pretrained(
-        AutoTokenizer.from_pretrained,
-        model_args.tokenizer_name or source,
-        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
-        expected,
-        failure="cannot load the tokenizer",
-        **hub,
-    )
+    pretrained, tokenizer = model_args.load_config(), model_args.load_tokenizer()
     mapping = None if regression else label_mapping(pretrained, label_names, model_args)
     overrides: dict[str, Any] = {
         "num_labels": 1 if regression else len(label_names),
@@ -297,28 +284,6 @@ def metric_for(task: GlueTask | None, regression: bool):
     )
 
 
-def load_backbone_config(model_args: FinetuneModelArguments):
-    """The ``PretrainedConfig`` of ``--config_name`` or ``--model_name_or_path`` (for the learning-rate rule).
-
-    Raises:
-        InputError: it cannot be loaded (the message of :func:`training.pretrained.load_pretrained`).
-    """
-    from transformers import AutoConfig
-
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
-    from training.driver import load_pretrained
-
-    config_name = getattr(model_args, "config_name", None)
-    return load_pretrained(
-        AutoConfig.from_pretrained,
-        config_name or model_args.model_name_or_path,
-        "--config_name" if config_name else "--model_name_or_path",
-        "a model folder written by save_pretrained or a hub repo id",
-        failure="cannot load the config",
-        **model_args.hub_kwargs(),
-    )
-
-
 def fine_tuned_label_names(model_args: FinetuneModelArguments) -> list[str] | None:
     """The label names of a fine-tuned classifier's head (``id2label``), or None (regression, unnamed labels, or
     no config yet): used as the label set of custom files when evaluating / predicting without training."""
@@ -398,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
-    backbone = load_backbone_config(model_args)
+    backbone = model_args.load_config()
     training, lr_source = resolve_learning_rate(training, backbone, "glue", model_args.unfreeze_backbone)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
     with Run(

@@ -285,25 +285,11 @@ def load_tokenizer(model_args: FinetuneModelArguments, data: SquadDataArguments)
     Raises:
         InputError: a config or tokenizer that cannot be loaded; windows that leave no room for the context.
     """
-    from transformers import AutoConfig, AutoTokenizer
-
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from finetune.qa import check_window_arguments
-    from training.driver import check_model_fits, load_pretrained
+    from training.driver import check_model_fits
 
-    source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
-    expected = "a model folder written by save_pretrained or a hub repo id"
-    config = load_pretrained(
-        AutoConfig.from_pretrained, source, "--model_name_or_path", expected, failure="cannot load the config", **hub
-    )
-    tokenizer = load_pretrained(
-        AutoTokenizer.from_pretrained,
-        model_args.tokenizer_name or source,
-        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
-        expected,
-        failure="cannot load the tokenizer",
-        **hub,
-    )
+    source = model_args.model_name_or_path
+    config, tokenizer = model_args.load_config(), model_args.load_tokenizer()
     check_model_fits(config, tokenizer, data.max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     check_window_arguments(tokenizer, data.max_seq_length, data.doc_stride, data.max_query_length)
     return config, tokenizer
