@@ -27,6 +27,7 @@ run's final evaluation; only ``all_results.json`` and the prediction files are w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -48,6 +49,7 @@ from finetune.arguments import (
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.arguments import arg, parse_arguments, with_defaults
+from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
@@ -110,11 +112,8 @@ PROG = "accelerate launch -m finetune.glue"
 DESCRIPTION = "Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files."
 
 
-def build_parser():
-    """The ``HfArgumentParser`` of ``finetune.glue`` (for ``--help`` and tests)."""
-    from training.arguments import build_parser as parser_of
-
-    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+#: ``build_parser()``: the ``HfArgumentParser`` of ``finetune.glue`` (for ``--help`` and tests).
+build_parser = functools.partial(parser_of, ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
 
 def check_arguments(data: GlueDataArguments, modes: RunModes, training) -> GlueTask | None:

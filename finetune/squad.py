@@ -48,6 +48,7 @@ if __name__ == "__main__" and not __package__:  # run as a script path: import t
     sys.path[0] = str(_Path(__file__).resolve().parent.parent)
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -67,6 +68,7 @@ from finetune.arguments import (
     warn_if_same_file,
 )
 from training.arguments import arg, parse_arguments, with_defaults
+from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
@@ -151,11 +153,8 @@ PROG = "accelerate launch -m finetune.squad"
 DESCRIPTION = "Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data."
 
 
-def build_parser():
-    """The ``HfArgumentParser`` of ``finetune.squad`` (for ``--help`` and tests)."""
-    from training.arguments import build_parser as parser_of
-
-    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+#: ``build_parser()``: the ``HfArgumentParser`` of ``finetune.squad`` (for ``--help`` and tests).
+build_parser = functools.partial(parser_of, ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
 
 def check_arguments(data: SquadDataArguments, modes: RunModes, post: PostProcessingArguments, training) -> None:
