@@ -490,14 +490,11 @@ def _init_baselines(
     tree_source = {}
     todo = [(b, b, None) for b in args.backbones if b in BASELINES and not args.elmo_rows_only]
     todo += [(row, b, spec) for row, (b, spec) in extra_rows.items()]
+    common = dict(
+        embeddings=args.embeddings, tokenizer_name=args.tokenizer_name, embedding_dim=args.embedding_dim, seed=args.seed
+    )
     for row, b, spec in todo:
-        settings = {
-            "backbone": b,
-            "embeddings": args.embeddings,
-            "tokenizer_name": args.tokenizer_name,
-            "embedding_dim": args.embedding_dim,
-            "seed": args.seed,
-        }
+        settings = {"backbone": b, **common}
         if spec is not None:
             weights = Path(spec) / "model.safetensors"
             stat = weights.stat() if weights.is_file() else None
@@ -506,15 +503,7 @@ def _init_baselines(
         if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
             logger.info("%s: reusing %s (initialised with the same settings)", row, marker.parent)
         else:
-            init_baseline_model(
-                b,
-                models / row,
-                embeddings=args.embeddings,
-                tokenizer_name=args.tokenizer_name,
-                embedding_dim=args.embedding_dim,
-                seed=args.seed,
-                elmo=spec,
-            )
+            init_baseline_model(b, models / row, elmo=spec, **common)
             marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
         if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
             tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"
