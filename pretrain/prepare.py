@@ -23,6 +23,7 @@ are written as they come (it needs ``--tokenizer_name``; without a validation sp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -224,11 +225,7 @@ def _library_versions() -> dict[str, str]:
     import tokenizers
     import transformers
 
-    return {
-        "datasets": datasets.__version__,
-        "tokenizers": tokenizers.__version__,
-        "transformers": transformers.__version__,
-    }
+    return {module.__name__: module.__version__ for module in (datasets, tokenizers, transformers)}
 
 
 #: Files of a prepared folder whose content was verified, with their size and mtime then (hash-on-first-use).
@@ -294,10 +291,8 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
     if stamps != verified:
         from training.files import write_text_atomic
 
-        try:
+        with contextlib.suppress(OSError):  # a read-only folder: hashed again next time
             write_text_atomic(path / VERIFIED, json.dumps(stamps) + "\n")
-        except OSError:  # a read-only folder: hashed again next time
-            pass
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

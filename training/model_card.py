@@ -373,8 +373,7 @@ def card_for_run(
     Raises:
         InputError: ``output_dir`` has no readable ``config.json``; as :func:`render_model_card`.
     """
-    config_path = Path(output_dir) / "config.json"
-    config = read_json(config_path, "the model config", "save_pretrained output")
+    config = read_json(Path(output_dir) / "config.json", "the model config", "save_pretrained output")
     values = dict(settings)
     config_name = values.get("config_name")
     files = values.get("train_file") or []
