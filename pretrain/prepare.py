@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from pretrain.arguments import (
 from pretrain.objectives import OBJECTIVES
 from training.arguments import arg, parse_arguments
 from training.errors import InputError
+from training.files import file_sha256
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -67,15 +67,6 @@ class PrepareArguments:
 
 #: The argument dataclasses of ``pretrain.prepare``, in ``--help`` order.
 ARGUMENTS = (ModelArguments, CorpusArguments, ObjectiveArguments, PrepareArguments)
-
-
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sources(files) -> list[dict]:

@@ -69,6 +69,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def file_sha256(path: PathLike, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def read_json(path: PathLike, what: str, expected: str):
     """The JSON value in the UTF-8 file ``path``.
 
@@ -319,6 +330,7 @@ __all__ = [
     "atomic_output_dir",
     "check_output_dir_reuse",
     "file_mode",
+    "file_sha256",
     "open_atomic",
     "pid_alive",
     "read_json",
