@@ -47,6 +47,7 @@ import datasets
 
 from finetune.tasks import GlueFile, GlueTask, get_task
 from training.errors import InputError
+from training.pretrained import hub_offline
 
 #: File formats accepted for ``--train_file`` / ``--validation_file`` / ``--test_file``.
 FILE_FORMATS = ("csv", "tsv", "json", "jsonl")
@@ -523,12 +524,6 @@ def load_custom_files(
     return datasets.DatasetDict(splits)
 
 
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
 def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.DatasetDict:
     """Load a task from the hub dataset ``nyu-mll/glue`` (or the local ``datasets`` cache when offline).
 
@@ -548,7 +543,7 @@ def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.Data
                 continue
             mode = (
                 "offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set) and not in the local cache"
-                if _offline()
+                if hub_offline()
                 else f"unreachable ({type(err).__name__}: {err})"
             )
             raise InputError(
