@@ -577,15 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     push.add_argument("--commit_message", default="Upload model", help="the commit's title")
     push.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
     args = parser.parse_args(argv)
-    hub = validate_hub_arguments(
-        HubArguments(
-            push_to_hub=True,
-            hub_model_id=args.hub_model_id,
-            hub_revision=args.hub_revision,
-            hub_private_repo=args.hub_private_repo,
-        ),
-        args.output_dir,
-    )
+    given = {name: getattr(args, name) for name in ("hub_model_id", "hub_revision", "hub_private_repo")}
+    hub = validate_hub_arguments(HubArguments(push_to_hub=True, **given), args.output_dir)
     url = push_output_dir(
         args.output_dir,
         hub.hub_model_id,
