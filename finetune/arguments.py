@@ -30,11 +30,41 @@ class FinetuneModelArguments:
         """``revision`` and ``trust_remote_code`` for ``from_pretrained``."""
         return {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
 
+    def _from(self, load, name: str, failure: str):
+        """``load`` of ``--<name>`` if given (``--config_name``: ``finetune.glue`` only), else of the model.
 
-def finetune_training_arguments(name: str, help: dict | None = None, **defaults) -> type:
-    """The loop's flags with a fine-tuning script's defaults (``--output_dir`` checked by the script; a ``None``
-    default is resolved later, e.g. ``learning_rate`` by :func:`resolve_learning_rate`) and help texts."""
-    return with_defaults(TrainingConfig, {"output_dir": None, **defaults}, help=help, name=name)
+        Raises:
+            InputError: it cannot be loaded (the message of :func:`training.pretrained.load_pretrained`).
+        """
+        import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
+        from training.pretrained import load_pretrained
+
+        given = getattr(self, name, None)
+        source, flag = (given, f"--{name}") if given else (self.model_name_or_path, "--model_name_or_path")
+        expected = "a model folder written by save_pretrained or a hub repo id"
+        return load_pretrained(load, source, flag, expected, failure=failure, **self.hub_kwargs())
+
+    def load_config(self):
+        """The backbone's ``PretrainedConfig`` (of ``--config_name`` or the model); raises ``InputError``."""
+        from transformers import AutoConfig
+
+        return self._from(AutoConfig.from_pretrained, "config_name", "cannot load the config")
+
+    def load_tokenizer(self):
+        """The tokenizer of ``--tokenizer_name`` or the model; raises ``InputError``."""
+        from transformers import AutoTokenizer
+
+        return self._from(AutoTokenizer.from_pretrained, "tokenizer_name", "cannot load the tokenizer")
+
+
+def finetune_training_arguments(script: str, epochs: float, train_batch: int, eval_batch: int) -> type:
+    """``<Script>TrainingArguments``: the loop's flags with a fine-tuning script's defaults (epochs, batch sizes per
+    device; ``--output_dir`` checked by the script; ``--learning_rate`` resolved later by
+    :func:`resolve_learning_rate`, its help from :func:`learning_rate_help`)."""
+    defaults = dict(output_dir=None, learning_rate=None, num_train_epochs=epochs)
+    defaults.update(per_device_train_batch_size=train_batch, per_device_eval_batch_size=eval_batch)
+    help = dict(learning_rate=learning_rate_help(script))
+    return with_defaults(TrainingConfig, defaults, help=help, name=f"{script.title()}TrainingArguments")
 
 
 def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | None) -> None:

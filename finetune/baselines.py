@@ -48,64 +48,38 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.arguments import arg, parse_arguments
+from training.arguments import arg, as_flags, parse_arguments
 from training.errors import InputError, run_cli
 
 logger = logging.getLogger("finetune.baselines")
 
 BASELINES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")
 
+
 #: Fine-tuning recipe of each backbone: finetune.glue arguments, epochs per task ("default" for the rest), and
 #: optionally ``max_train_samples`` and further finetune.glue arguments (``extra_args``) per task.
 #: Small enough for a CPU; the baselines train everything (embeddings included unless static) with AdamW.
 #: ``max_train_samples``: per task, train on the first N examples only (the latent Tree-LSTM's CPU time).
+def _recipe(lr: float, batch: int, sst2_epochs: int, decay: float = 0.0, warmup: int = 0, **more) -> dict:
+    return dict(
+        learning_rate=lr,
+        per_device_train_batch_size=batch,
+        weight_decay=decay,
+        num_warmup_steps=warmup,
+        epochs={"sst2": sst2_epochs, "default": 3},
+        **more,
+    )
+
+
 RECIPES: dict[str, dict] = {
-    "cbow": dict(
-        learning_rate=3e-3,
-        per_device_train_batch_size=128,
-        weight_decay=0.0,
-        num_warmup_steps=0,
-        epochs={"sst2": 3, "default": 3},
-    ),
-    "fasttext": dict(
-        learning_rate=3e-3,
-        per_device_train_batch_size=128,
-        weight_decay=0.0,
-        num_warmup_steps=0,
-        epochs={"sst2": 3, "default": 3},
-    ),
+    "cbow": _recipe(3e-3, 128, 3),
+    "fasttext": _recipe(3e-3, 128, 3),
     # SST-2: 6 epochs, keeping the checkpoint with the best dev accuracy (evaluated every half epoch), as the GLUE
     # paper's baselines stopped early on dev; 3 epochs without it ended at 79.6-80.3, still rising
-    "cnn": dict(
-        learning_rate=2e-3,
-        per_device_train_batch_size=128,
-        weight_decay=0.0,
-        num_warmup_steps=0,
-        epochs={"sst2": 6, "default": 3},
-        extra_args={"sst2": ["--eval_steps", "264", "--load_best_model_at_end"]},
-    ),
-    "rnn": dict(
-        learning_rate=1e-3,
-        per_device_train_batch_size=64,
-        weight_decay=0.0,
-        num_warmup_steps=0,
-        epochs={"sst2": 1, "default": 3},
-    ),
-    "treelstm": dict(
-        learning_rate=1e-3,
-        per_device_train_batch_size=64,
-        weight_decay=0.0,
-        num_warmup_steps=0,
-        epochs={"sst2": 1, "default": 3},
-        max_train_samples={"sst2": 20000},
-    ),
-    "default": dict(
-        learning_rate=5e-5,
-        per_device_train_batch_size=32,
-        weight_decay=0.01,
-        num_warmup_steps=50,
-        epochs={"sst2": 1, "default": 3},
-    ),
+    "cnn": _recipe(2e-3, 128, 6, extra_args={"sst2": ["--eval_steps", "264", "--load_best_model_at_end"]}),
+    "rnn": _recipe(1e-3, 64, 1),
+    "treelstm": _recipe(1e-3, 64, 1, max_train_samples={"sst2": 20000}),
+    "default": _recipe(5e-5, 32, 1, decay=0.01, warmup=50),
 }
 
 
@@ -353,30 +327,20 @@ def glue_command(
         sys.executable,
         "-m",
         "finetune.glue",
-        "--model_name_or_path",
-        str(model_dir),
-        "--task_name",
-        task,
-        "--glue_dir",
-        args.glue_dir,
-        "--output_dir",
-        str(run_dir),
-        "--max_seq_length",
-        str(args.max_seq_length),
-        "--learning_rate",
-        str(recipe["learning_rate"]),
-        "--per_device_train_batch_size",
-        str(recipe["per_device_train_batch_size"]),
-        "--weight_decay",
-        str(recipe["weight_decay"]),
-        "--num_warmup_steps",
-        str(recipe["num_warmup_steps"]),
-        "--num_train_epochs",
-        str(epochs),
-        "--seed",
-        str(args.seed),
-        "--report_to",
-        "none",
+        *as_flags(
+            model_name_or_path=model_dir,
+            task_name=task,
+            glue_dir=args.glue_dir,
+            output_dir=run_dir,
+            max_seq_length=args.max_seq_length,
+            learning_rate=recipe["learning_rate"],
+            per_device_train_batch_size=recipe["per_device_train_batch_size"],
+            weight_decay=recipe["weight_decay"],
+            num_warmup_steps=recipe["num_warmup_steps"],
+            num_train_epochs=epochs,
+            seed=args.seed,
+            report_to="none",
+        ),
         "--overwrite_output_dir",
         *(
             ["--max_train_samples", str(recipe["max_train_samples"][task])]
@@ -530,14 +494,11 @@ def _init_baselines(
     tree_source = {}
     todo = [(b, b, None) for b in args.backbones if b in BASELINES and not args.elmo_rows_only]
     todo += [(row, b, spec) for row, (b, spec) in extra_rows.items()]
+    common = dict(
+        embeddings=args.embeddings, tokenizer_name=args.tokenizer_name, embedding_dim=args.embedding_dim, seed=args.seed
+    )
     for row, b, spec in todo:
-        settings = {
-            "backbone": b,
-            "embeddings": args.embeddings,
-            "tokenizer_name": args.tokenizer_name,
-            "embedding_dim": args.embedding_dim,
-            "seed": args.seed,
-        }
+        settings = {"backbone": b, **common}
         if spec is not None:
             weights = Path(spec) / "model.safetensors"
             stat = weights.stat() if weights.is_file() else None
@@ -546,15 +507,7 @@ def _init_baselines(
         if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
             logger.info("%s: reusing %s (initialised with the same settings)", row, marker.parent)
         else:
-            init_baseline_model(
-                b,
-                models / row,
-                embeddings=args.embeddings,
-                tokenizer_name=args.tokenizer_name,
-                embedding_dim=args.embedding_dim,
-                seed=args.seed,
-                elmo=spec,
-            )
+            init_baseline_model(b, models / row, elmo=spec, **common)
             marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
         if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
             tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"

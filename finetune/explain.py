@@ -526,24 +526,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
 
     hub = {"revision": args.revision, "trust_remote_code": args.trust_remote_code}
-    expected = "a finetune.glue output folder"
-    tokenizer = load_pretrained(
-        AutoTokenizer.from_pretrained,
-        args.model_name_or_path,
-        "--model_name_or_path",
-        expected,
-        failure="cannot load a sequence classifier",
-        **hub,
-    )
-    model, loading = load_pretrained(
-        AutoModelForSequenceClassification.from_pretrained,
-        args.model_name_or_path,
-        "--model_name_or_path",
-        expected,
-        failure="cannot load a sequence classifier",
-        output_loading_info=True,
-        **hub,
-    )
+    where = (args.model_name_or_path, "--model_name_or_path", "a finetune.glue output folder")
+    failure = "cannot load a sequence classifier"
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, *where, failure=failure, **hub)
+    auto = AutoModelForSequenceClassification
+    model, loading = load_pretrained(auto.from_pretrained, *where, failure=failure, output_loading_info=True, **hub)
     check_trained_head(loading, args.model_name_or_path)
     pairs = args.text_pair or [None] * len(args.text)
     explanations = [

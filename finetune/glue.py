@@ -27,6 +27,7 @@ run's final evaluation; only ``all_results.json`` and the prediction files are w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -43,12 +44,12 @@ from finetune.arguments import (
     card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
-    learning_rate_help,
     resolve_learning_rate,
     warn_if_same_file,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.arguments import arg, parse_arguments, with_defaults
+from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
@@ -93,7 +94,6 @@ class GlueDataArguments:
 
 GlueRunModes = with_defaults(
     RunModes,
-    {},
     name="GlueRunModes",
     help=dict(
         do_train="fine-tune --model_name_or_path on the training split",
@@ -103,14 +103,7 @@ GlueRunModes = with_defaults(
         ),
     ),
 )
-GlueTrainingArguments = finetune_training_arguments(
-    "GlueTrainingArguments",
-    help=dict(learning_rate=learning_rate_help("glue")),
-    learning_rate=None,
-    num_train_epochs=3.0,
-    per_device_train_batch_size=32,
-    per_device_eval_batch_size=64,
-)
+GlueTrainingArguments = finetune_training_arguments("glue", 3.0, 32, 64)
 #: The argument dataclasses of ``finetune.glue``, in ``--help`` order.
 ARGUMENTS = (GlueModelArguments, GlueDataArguments, GlueRunModes, GlueTrainingArguments, HubArguments)
 
@@ -119,11 +112,8 @@ PROG = "accelerate launch -m finetune.glue"
 DESCRIPTION = "Fine-tune a sequence classifier (any Auto-loadable backbone) on a GLUE task or custom files."
 
 
-def build_parser():
-    """The ``HfArgumentParser`` of ``finetune.glue`` (for ``--help`` and tests)."""
-    from training.arguments import build_parser as parser_of
-
-    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+#: ``build_parser()``: the ``HfArgumentParser`` of ``finetune.glue`` (for ``--help`` and tests).
+build_parser = functools.partial(parser_of, ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
 
 def check_arguments(data: GlueDataArguments, modes: RunModes, training) -> GlueTask | None:
@@ -199,28 +189,15 @@ def load_model_and_tokenizer(
         InputError: a config, tokenizer or weights that cannot be loaded; a head with other labels; a tokenizer or
             ``max_seq_length`` the model cannot take.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from training.driver import check_model_fits, load_pretrained
     from training.logs import from_pretrained_quietly
     from training.unigram import backbone_plateau_message
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
-    expected = "a model folder written by save_pretrained or a hub repo id"
     config_source = model_args.config_name or source
-    config_arg = "--config_name" if model_args.config_name else "--model_name_or_path"
-    pretrained = load_pretrained(
-        AutoConfig.from_pretrained, config_source, config_arg, expected, failure="cannot load the config", **hub
-    )
-    tokenizer = load_pretrained(
-        AutoTokenizer.from_pretrained,
-        model_args.tokenizer_name or source,
-        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
-        expected,
-        failure="cannot load the tokenizer",
-        **hub,
-    )
+    pretrained, tokenizer = model_args.load_config(), model_args.load_tokenizer()
     mapping = None if regression else label_mapping(pretrained, label_names, model_args)
     overrides: dict[str, Any] = {
         "num_labels": 1 if regression else len(label_names),
@@ -306,28 +283,6 @@ def metric_for(task: GlueTask | None, regression: bool):
     )
 
 
-def load_backbone_config(model_args: FinetuneModelArguments):
-    """The ``PretrainedConfig`` of ``--config_name`` or ``--model_name_or_path`` (for the learning-rate rule).
-
-    Raises:
-        InputError: it cannot be loaded (the message of :func:`training.pretrained.load_pretrained`).
-    """
-    from transformers import AutoConfig
-
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
-    from training.driver import load_pretrained
-
-    config_name = getattr(model_args, "config_name", None)
-    return load_pretrained(
-        AutoConfig.from_pretrained,
-        config_name or model_args.model_name_or_path,
-        "--config_name" if config_name else "--model_name_or_path",
-        "a model folder written by save_pretrained or a hub repo id",
-        failure="cannot load the config",
-        **model_args.hub_kwargs(),
-    )
-
-
 def fine_tuned_label_names(model_args: FinetuneModelArguments) -> list[str] | None:
     """The label names of a fine-tuned classifier's head (``id2label``), or None (regression, unnamed labels, or
     no config yet): used as the label set of custom files when evaluating / predicting without training."""
@@ -371,17 +326,8 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
     from finetune.glue_data import label_names_of, load_glue_data
 
     known_labels = None if modes.do_train or data.task_name else fine_tuned_label_names(model_args)
-    raw = load_glue_data(
-        data.task_name,
-        glue_dir=data.glue_dir,
-        train_file=data.train_file,
-        validation_file=data.validation_file,
-        test_file=data.test_file,
-        sentence1_key=data.sentence1_key,
-        sentence2_key=data.sentence2_key,
-        label_key=data.label_key,
-        label_names=known_labels,
-    )
+    sources = ("glue_dir", "train_file", "validation_file", "test_file", "sentence1_key", "sentence2_key", "label_key")
+    raw = load_glue_data(data.task_name, label_names=known_labels, **{k: getattr(data, k) for k in sources})
     if modes.do_train and "train" not in raw:
         raise InputError(f"no training split: found {sorted(raw)}; pass --train_file (or --glue_dir with train.tsv)")
     eval_splits = [s for s in raw if s.startswith("validation")] if modes.do_eval else []
@@ -416,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
-    backbone = load_backbone_config(model_args)
+    backbone = model_args.load_config()
     training, lr_source = resolve_learning_rate(training, backbone, "glue", model_args.unfreeze_backbone)
     training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
     with Run(

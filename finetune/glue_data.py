@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import inspect
 import json
 import math
 import os
@@ -44,8 +45,9 @@ from typing import Any
 
 import datasets
 
-from finetune.tasks import GlueTask, get_task
+from finetune.tasks import GlueFile, GlueTask, get_task
 from training.errors import InputError
+from training.pretrained import hub_offline
 
 #: File formats accepted for ``--train_file`` / ``--validation_file`` / ``--test_file``.
 FILE_FORMATS = ("csv", "tsv", "json", "jsonl")
@@ -344,11 +346,7 @@ def _require_columns(columns: dict[str, list[Any]], needed: dict[str, str | None
 def normalize_split(
     columns: dict[str, list[Any]],
     where: str,
-    *,
-    sentence1: str,
-    sentence2: str | None,
-    label: str | None,
-    index: str | None,
+    spec: GlueFile,
     label_names: Sequence[str],
     regression: bool,
     task: str,
@@ -359,8 +357,8 @@ def normalize_split(
     Args:
         columns: raw columns (from :func:`read_table`).
         where: what to name in error messages (the file path and split).
-        sentence1 / sentence2 / label / index: the source columns; ``label=None`` for unlabelled test data
-            (labels -1), ``index=None`` for row numbers as ``idx``.
+        spec: the source columns (``sentence1`` / ``sentence2`` / ``label`` / ``index``; its ``path`` is not read);
+            ``label=None`` for unlabelled test data (labels -1), ``index=None`` for row numbers as ``idx``.
         label_names: class names (classification).
         regression: float labels instead of class ids.
         task: task name for messages.
@@ -369,6 +367,7 @@ def normalize_split(
     Raises:
         InputError: missing columns, empty split, labels outside the set, non-numeric regression labels.
     """
+    sentence1, sentence2, label, index = spec.sentence1, spec.sentence2, spec.label, spec.index
     _require_columns(columns, {"sentence1_key": sentence1, "sentence2_key": sentence2, "label_key": label}, where)
     n_rows = len(next(iter(columns.values()), []))
     if n_rows == 0:
@@ -423,17 +422,9 @@ def load_glue_dir(glue_dir: str | os.PathLike, task: GlueTask) -> datasets.Datas
                 f"--glue_dir {root}: missing {path} for task {task.name} (split {split}); expected the "
                 f"official GLUE layout: {expected}"
             )
+        table = read_table(path, spec.column_names)
         splits[split] = normalize_split(
-            read_table(path, spec.column_names),
-            f"{path} ({split})",
-            sentence1=spec.sentence1,
-            sentence2=spec.sentence2,
-            label=spec.label,
-            index=spec.index,
-            label_names=task.label_names,
-            regression=task.is_regression,
-            task=task.name,
-            allow_class_ids=True,
+            table, f"{path} ({split})", spec, task.label_names, task.is_regression, task.name, True
         )
     return datasets.DatasetDict(splits)
 
@@ -525,25 +516,12 @@ def load_custom_files(
         has_label = split != "test" or (
             label_key in tables[split] and any(_label_key(v) != "" for v in tables[split][label_key])
         )
+        index = next((c for c in _INDEX_COLUMNS if c in tables[split]), None)
+        spec = GlueFile(str(path), sentence1_key, sentence2_key, label_key if has_label else None, index)
         splits[split] = normalize_split(
-            tables[split],
-            f"{path} ({split})",
-            sentence1=sentence1_key,
-            sentence2=sentence2_key,
-            label=label_key if has_label else None,
-            index=next((c for c in _INDEX_COLUMNS if c in tables[split]), None),
-            label_names=names,
-            regression=regression,
-            task=name,
-            allow_class_ids=task is not None,
+            tables[split], f"{path} ({split})", spec, names, regression, name, task is not None
         )
     return datasets.DatasetDict(splits)
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
 
 
 def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.DatasetDict:
@@ -565,7 +543,7 @@ def load_glue_hub(task: GlueTask, cache_dir: str | None = None) -> datasets.Data
                 continue
             mode = (
                 "offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set) and not in the local cache"
-                if _offline()
+                if hub_offline()
                 else f"unreachable ({type(err).__name__}: {err})"
             )
             raise InputError(
@@ -586,19 +564,14 @@ def load_glue_data(
     task_name: str | None = None,
     *,
     glue_dir: str | os.PathLike | None = None,
-    train_file: str | os.PathLike | None = None,
-    validation_file: str | os.PathLike | None = None,
-    test_file: str | os.PathLike | None = None,
-    sentence1_key: str | None = None,
-    sentence2_key: str | None = None,
-    label_key: str = "label",
-    label_names: Sequence[str] | None = None,
-    is_regression: bool | None = None,
     cache_dir: str | None = None,
+    **custom: Any,
 ) -> datasets.DatasetDict:
     """Load a GLUE task or a custom classification / regression task (see the module docstring).
 
-    Source: ``glue_dir`` if given, else the files if any is given, else the hub (needs ``task_name``).
+    Source: ``glue_dir`` if given, else the files if any is given (``custom``: the keyword arguments of
+    :func:`load_custom_files`: ``train_file`` / ``validation_file`` / ``test_file``, ``sentence1_key`` /
+    ``sentence2_key`` / ``label_key``, ``label_names``, ``is_regression``), else the hub (needs ``task_name``).
 
     Returns:
         ``DatasetDict`` of splits with columns ``sentence1``, [``sentence2``], ``label``, ``idx``. Label names:
@@ -606,24 +579,16 @@ def load_glue_data(
 
     Raises:
         InputError: unknown task (valid ones listed), no source, or any bad file.
+        TypeError: a keyword :func:`load_custom_files` does not take.
     """
     task = get_task(task_name) if task_name else None
+    inspect.signature(load_custom_files).bind(task=task, **custom)  # TypeError for a keyword it does not take
     if glue_dir is not None:
         if task is None:
             raise InputError("--glue_dir needs --task_name (one of the GLUE tasks)")
         return load_glue_dir(glue_dir, task)
-    if train_file or validation_file or test_file:
-        return load_custom_files(
-            train_file,
-            validation_file,
-            test_file,
-            task=task,
-            sentence1_key=sentence1_key,
-            sentence2_key=sentence2_key,
-            label_key=label_key,
-            label_names=label_names,
-            is_regression=is_regression,
-        )
+    if any(custom.get(name) for name in ("train_file", "validation_file", "test_file")):
+        return load_custom_files(task=task, **custom)
     if task is None:
         raise InputError(
             "no data given: pass --task_name (GLUE, from the hub or --glue_dir) or "

@@ -30,6 +30,7 @@ difference is the example's "null odds" (``null_odds.json``, read by the v2.0 ev
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -235,29 +236,35 @@ def answer_token_span(
     return (start, end) if start <= end else None
 
 
-def prepare_train_features(
+def prepare_features(
     examples: Mapping[str, Sequence[Any]],
     tokenizer: Any,
     max_seq_length: int = 384,
     doc_stride: int = 128,
     max_query_length: int = 64,
     pad_to_max_length: bool = False,
+    *,
+    train: bool,
 ) -> dict[str, list[Any]]:
-    """Training features of a batch of SQuAD examples (for ``datasets.map(batched=True)``).
+    """Training or evaluation features of a batch of SQuAD examples (for ``datasets.map(batched=True)``).
 
     Args:
         examples: columns ``id``, ``question``, ``context``, ``answers`` (``{"text": [...], "answer_start":
-            [...]}``; empty = unanswerable) -- the format of :mod:`finetune.squad_data`.
+            [...]}``; empty = unanswerable; not needed for evaluation) -- the format of :mod:`finetune.squad_data`.
         tokenizer: a fast (offset-mapping) tokenizer.
         max_seq_length: tokens per window, special tokens included.
         doc_stride: tokens shared by consecutive windows of a long context.
         max_query_length: questions are cut to this many tokens.
         pad_to_max_length: pad every window to ``max_seq_length`` (else dynamic padding by the collator).
+        train: training features (:data:`prepare_train_features`), else evaluation features
+            (:data:`prepare_validation_features`).
 
     Returns:
-        The tokenizer's columns (``input_ids``, ``attention_mask``, [``token_type_ids``]) plus
-        ``start_positions`` / ``end_positions`` (int token indices; the [CLS] index when the window does not
-        contain the answer or the question is unanswerable), one row per window.
+        The tokenizer's columns (``input_ids``, ``attention_mask``, [``token_type_ids``]), one row per window,
+        plus for training ``start_positions`` / ``end_positions`` (int token indices; the [CLS] index when the
+        window does not contain the answer or the question is unanswerable); for evaluation ``example_id`` (the
+        example's ``id``), ``offset_mapping`` (``(start_char, end_char)`` of each context token, ``None`` for
+        question / special / padding tokens) and ``cls_index`` (position of [CLS], whose logits give the null score).
 
     Raises:
         InputError: a question that leaves no room for the context (naming its id).
@@ -265,6 +272,14 @@ def prepare_train_features(
     encoded, sample_map, offset_mapping, is_context = _tokenize_windows(
         examples, tokenizer, max_seq_length, doc_stride, max_query_length, pad_to_max_length
     )
+    if not train:
+        encoded["example_id"] = [examples["id"][s] for s in sample_map]
+        encoded["offset_mapping"] = [
+            [o if flag else None for o, flag in zip(offsets, flags)]
+            for offsets, flags in zip(offset_mapping, is_context)
+        ]
+        encoded["cls_index"] = [_cls_index(ids, tokenizer) for ids in encoded["input_ids"]]
+        return dict(encoded)
     starts, ends = [], []
     for i, offsets in enumerate(offset_mapping):
         cls = _cls_index(encoded["input_ids"][i], tokenizer)
@@ -282,35 +297,10 @@ def prepare_train_features(
     return dict(encoded)
 
 
-def prepare_validation_features(
-    examples: Mapping[str, Sequence[Any]],
-    tokenizer: Any,
-    max_seq_length: int = 384,
-    doc_stride: int = 128,
-    max_query_length: int = 64,
-    pad_to_max_length: bool = False,
-) -> dict[str, list[Any]]:
-    """Evaluation features of a batch of SQuAD examples (for ``datasets.map(batched=True)``).
-
-    Args: as :func:`prepare_train_features` (``answers`` not needed).
-
-    Returns:
-        The tokenizer's columns plus, per window, ``example_id`` (the example's ``id``), ``offset_mapping``
-        (``(start_char, end_char)`` of each context token, ``None`` for question / special / padding tokens)
-        and ``cls_index`` (position of [CLS], whose logits give the null score).
-
-    Raises:
-        InputError: a question that leaves no room for the context (naming its id).
-    """
-    encoded, sample_map, offset_mapping, is_context = _tokenize_windows(
-        examples, tokenizer, max_seq_length, doc_stride, max_query_length, pad_to_max_length
-    )
-    encoded["example_id"] = [examples["id"][s] for s in sample_map]
-    encoded["offset_mapping"] = [
-        [o if flag else None for o, flag in zip(offsets, flags)] for offsets, flags in zip(offset_mapping, is_context)
-    ]
-    encoded["cls_index"] = [_cls_index(ids, tokenizer) for ids in encoded["input_ids"]]
-    return dict(encoded)
+#: :func:`prepare_features` with ``train=True``: ``start_positions`` / ``end_positions`` per window.
+prepare_train_features = functools.partial(prepare_features, train=True)
+#: :func:`prepare_features` with ``train=False``: ``example_id``, ``offset_mapping``, ``cls_index`` per window.
+prepare_validation_features = functools.partial(prepare_features, train=False)
 
 
 def _column(rows: Any, key: str, default: Any = None) -> list[Any]:

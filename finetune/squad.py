@@ -48,6 +48,7 @@ if __name__ == "__main__" and not __package__:  # run as a script path: import t
     sys.path[0] = str(_Path(__file__).resolve().parent.parent)
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -63,11 +64,11 @@ from finetune.arguments import (
     card_family,
     check_output_is_not_the_model,
     finetune_training_arguments,
-    learning_rate_help,
     resolve_learning_rate,
     warn_if_same_file,
 )
 from training.arguments import arg, parse_arguments, with_defaults
+from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
@@ -124,13 +125,11 @@ class PostProcessingArguments:
 
 SquadModelArguments = with_defaults(
     FinetuneModelArguments,
-    {},
     name="SquadModelArguments",
     help=dict(unfreeze_backbone="SesameElmo: fine-tune the BiLM too (default: frozen, ScalarMix + QA head trained)"),
 )
 SquadRunModes = with_defaults(
     RunModes,
-    {},
     name="SquadRunModes",
     help=dict(
         do_predict=(
@@ -138,14 +137,7 @@ SquadRunModes = with_defaults(
         )
     ),
 )
-SquadTrainingArguments = finetune_training_arguments(
-    "SquadTrainingArguments",
-    help=dict(learning_rate=learning_rate_help("squad")),
-    learning_rate=None,
-    num_train_epochs=2.0,
-    per_device_train_batch_size=12,
-    per_device_eval_batch_size=32,
-)
+SquadTrainingArguments = finetune_training_arguments("squad", 2.0, 12, 32)
 #: The argument dataclasses of ``finetune.squad``, in ``--help`` order.
 ARGUMENTS = (
     SquadModelArguments,
@@ -161,11 +153,8 @@ PROG = "accelerate launch -m finetune.squad"
 DESCRIPTION = "Fine-tune an extractive QA head (any Auto-loadable backbone) on SQuAD v1.1 / v2.0-format data."
 
 
-def build_parser():
-    """The ``HfArgumentParser`` of ``finetune.squad`` (for ``--help`` and tests)."""
-    from training.arguments import build_parser as parser_of
-
-    return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
+#: ``build_parser()``: the ``HfArgumentParser`` of ``finetune.squad`` (for ``--help`` and tests).
+build_parser = functools.partial(parser_of, ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
 
 def check_arguments(data: SquadDataArguments, modes: RunModes, post: PostProcessingArguments, training) -> None:
@@ -295,25 +284,11 @@ def load_tokenizer(model_args: FinetuneModelArguments, data: SquadDataArguments)
     Raises:
         InputError: a config or tokenizer that cannot be loaded; windows that leave no room for the context.
     """
-    from transformers import AutoConfig, AutoTokenizer
-
-    import modeling  # noqa: F401  (registers the sesame-lm Auto classes)
     from finetune.qa import check_window_arguments
-    from training.driver import check_model_fits, load_pretrained
+    from training.driver import check_model_fits
 
-    source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
-    expected = "a model folder written by save_pretrained or a hub repo id"
-    config = load_pretrained(
-        AutoConfig.from_pretrained, source, "--model_name_or_path", expected, failure="cannot load the config", **hub
-    )
-    tokenizer = load_pretrained(
-        AutoTokenizer.from_pretrained,
-        model_args.tokenizer_name or source,
-        "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path",
-        expected,
-        failure="cannot load the tokenizer",
-        **hub,
-    )
+    source = model_args.model_name_or_path
+    config, tokenizer = model_args.load_config(), model_args.load_tokenizer()
     check_model_fits(config, tokenizer, data.max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     check_window_arguments(tokenizer, data.max_seq_length, data.doc_stride, data.max_query_length)
     return config, tokenizer

@@ -35,6 +35,7 @@ from typing import Any
 import datasets
 
 from training.errors import InputError
+from training.pretrained import hub_offline
 
 logger = logging.getLogger(__name__)
 
@@ -229,27 +230,16 @@ def parse_squad_articles(
     return examples, report
 
 
-def load_squad_file(
-    path: str | os.PathLike,
-    *,
-    version_2_with_negative: bool = True,
-    skip_misaligned_answers: bool = False,
-    require_answers: bool = True,
-) -> tuple[datasets.Dataset, SquadFileReport]:
+def load_squad_file(path: str | os.PathLike, **options: bool) -> tuple[datasets.Dataset, SquadFileReport]:
     """Load a SQuAD-format ``.json`` / ``.json.gz`` file into a ``datasets.Dataset`` of flat examples.
 
-    Args / Raises: as :func:`parse_squad_articles` (plus :func:`read_squad_json`'s file errors).
+    Args / Raises: as :func:`parse_squad_articles` (``options``: its keyword flags ``version_2_with_negative``,
+    ``skip_misaligned_answers``, ``require_answers``, with its defaults; plus :func:`read_squad_json`'s file errors).
 
     Returns:
         (dataset with :data:`SQUAD_FEATURES`, report of what was read and dropped).
     """
-    examples, report = parse_squad_articles(
-        read_squad_json(path),
-        path,
-        version_2_with_negative=version_2_with_negative,
-        skip_misaligned_answers=skip_misaligned_answers,
-        require_answers=require_answers,
-    )
+    examples, report = parse_squad_articles(read_squad_json(path), path, **options)
     return datasets.Dataset.from_list(examples, features=SQUAD_FEATURES), report
 
 
@@ -291,11 +281,7 @@ def load_squad_data(
     try:
         loaded = datasets.load_dataset(repo, cache_dir=cache_dir)
     except Exception as err:  # noqa: BLE001 - connection / cache errors of many kinds
-        offline = any(
-            os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-        )
-        state = "offline and not in the local cache" if offline else f"unreachable ({type(err).__name__}: {err})"
+        state = "offline and not in the local cache" if hub_offline() else f"unreachable ({type(err).__name__}: {err})"
         raise InputError(
             f"--dataset_name {dataset_name}: the hub dataset {repo} is {state}; pass local SQuAD-format "
             f"files with --train_file/--validation_file"

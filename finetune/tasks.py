@@ -98,11 +98,6 @@ class GlueTask:
         return self.hub_sentence2_key is not None
 
     @property
-    def validation_splits(self) -> list[str]:
-        """Evaluation splits: ``["validation"]``, or MNLI's matched and mismatched dev sets."""
-        return [s for s in self.files if s.startswith("validation")]
-
-    @property
     def test_splits(self) -> list[str]:
         """Unlabelled test splits (each gives one submission file)."""
         return [s for s in self.files if s.startswith("test")]
@@ -116,16 +111,12 @@ class GlueTask:
         return str(int(prediction))
 
 
-def _standard_files(
-    dir_name: str, s1: str, s2: str | None, label: str, test_s1: str | None = None, test_s2: str | None = None
-) -> dict[str, GlueFile]:
+def _standard_files(dir_name: str, s1: str, s2: str | None, label: str) -> dict[str, GlueFile]:
     """train/dev with a header and a label column, test with an ``index`` column and no label."""
-    test_s1 = test_s1 or s1
-    test_s2 = test_s2 if test_s2 is not None else s2
     return {
         "train": GlueFile(f"{dir_name}/train.tsv", s1, s2, label),
         "validation": GlueFile(f"{dir_name}/dev.tsv", s1, s2, label),
-        "test": GlueFile(f"{dir_name}/test.tsv", test_s1, test_s2, None, index="index"),
+        "test": GlueFile(f"{dir_name}/test.tsv", s1, s2, None, index="index"),
     }
 
 
@@ -133,131 +124,70 @@ def _hub(**splits: str) -> dict[str, tuple[str, str]]:
     return {ours: (hub.split(":")[0], hub.split(":")[1] if ":" in hub else "") for ours, hub in splits.items()}
 
 
+def _task(
+    name: str, keys: tuple, labels: tuple, metric: str, fmt: str, files: dict | tuple, submission=None, **hub
+) -> GlueTask:
+    """One row of the table. The name is also the metric configuration; ``files``: a dict, or the arguments of
+    :func:`_standard_files`; ``submission`` defaults to ``{"test": "<directory of the test file>.tsv"}``;
+    ``hub``: the :func:`_hub` splits when not the default."""
+    files = _standard_files(*files) if isinstance(files, tuple) else files
+    submission = submission or {"test": files["test"].path.split("/")[0] + ".tsv"}
+    extra = {"hub_splits": _hub(**hub)} if hub else {}
+    return GlueTask(name, *keys, labels, name, metric, files, submission, fmt, **extra)
+
+
+_PAIR = ("sentence1", "sentence2")
+_ENTAIL = ("entailment", "not_entailment")
+_MNLI_LABELS = ("entailment", "neutral", "contradiction")
+_MNLI_FILES = {
+    "train": GlueFile("MNLI/train.tsv", *_MNLI_TEXT, "gold_label"),
+    "validation_matched": GlueFile("MNLI/dev_matched.tsv", *_MNLI_TEXT, "gold_label"),
+    "validation_mismatched": GlueFile("MNLI/dev_mismatched.tsv", *_MNLI_TEXT, "gold_label"),
+    "test_matched": GlueFile("MNLI/test_matched.tsv", *_MNLI_TEXT, None, index="index"),
+    "test_mismatched": GlueFile("MNLI/test_mismatched.tsv", *_MNLI_TEXT, None, index="index"),
+    # The diagnostic set (AX) is predicted with the MNLI model and submitted as AX.tsv.
+    "test_ax": GlueFile("diagnostic/diagnostic.tsv", *_MNLI_TEXT, None, index="index", optional=True),
+}
+_MNLI_SUBMISSION = {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv", "test_ax": "AX.tsv"}
+_MNLI_HUB = {s: s for s in _MNLI_FILES} | {"test_ax": "test:ax"}
+_COLA_FILES = {
+    "train": GlueFile("CoLA/train.tsv", "sentence", None, "label", column_names=_COLA_COLUMNS),
+    "validation": GlueFile("CoLA/dev.tsv", "sentence", None, "label", column_names=_COLA_COLUMNS),
+    "test": GlueFile("CoLA/test.tsv", "sentence", None, None, index="index"),
+}
+_QQP_FILES = {
+    "train": GlueFile("QQP/train.tsv", "question1", "question2", "is_duplicate"),
+    "validation": GlueFile("QQP/dev.tsv", "question1", "question2", "is_duplicate"),
+    "test": GlueFile("QQP/test.tsv", "question1", "question2", None, index="id"),
+}
+
 GLUE_TASKS: dict[str, GlueTask] = {
-    "cola": GlueTask(
-        name="cola",
-        hub_sentence1_key="sentence",
-        hub_sentence2_key=None,
-        label_names=("unacceptable", "acceptable"),
-        metric_config="cola",
-        main_metric="matthews_correlation",
-        files={
-            "train": GlueFile("CoLA/train.tsv", "sentence", None, "label", column_names=_COLA_COLUMNS),
-            "validation": GlueFile("CoLA/dev.tsv", "sentence", None, "label", column_names=_COLA_COLUMNS),
-            "test": GlueFile("CoLA/test.tsv", "sentence", None, None, index="index"),
-        },
-        submission={"test": "CoLA.tsv"},
-        submission_format="id",
-    ),
-    "sst2": GlueTask(
-        name="sst2",
-        hub_sentence1_key="sentence",
-        hub_sentence2_key=None,
-        label_names=("negative", "positive"),
-        metric_config="sst2",
-        main_metric="accuracy",
-        files=_standard_files("SST-2", "sentence", None, "label"),
-        submission={"test": "SST-2.tsv"},
-        submission_format="id",
-    ),
-    "mrpc": GlueTask(
-        name="mrpc",
-        hub_sentence1_key="sentence1",
-        hub_sentence2_key="sentence2",
-        label_names=("not_equivalent", "equivalent"),
-        metric_config="mrpc",
-        main_metric="f1",
-        files=_standard_files("MRPC", "#1 String", "#2 String", "Quality"),
-        submission={"test": "MRPC.tsv"},
-        submission_format="id",
-    ),
-    "qqp": GlueTask(
-        name="qqp",
-        hub_sentence1_key="question1",
-        hub_sentence2_key="question2",
-        label_names=("not_duplicate", "duplicate"),
-        metric_config="qqp",
-        main_metric="f1",
-        files={
-            "train": GlueFile("QQP/train.tsv", "question1", "question2", "is_duplicate"),
-            "validation": GlueFile("QQP/dev.tsv", "question1", "question2", "is_duplicate"),
-            "test": GlueFile("QQP/test.tsv", "question1", "question2", None, index="id"),
-        },
-        submission={"test": "QQP.tsv"},
-        submission_format="id",
-    ),
-    "stsb": GlueTask(
-        name="stsb",
-        hub_sentence1_key="sentence1",
-        hub_sentence2_key="sentence2",
-        label_names=(),
-        metric_config="stsb",
-        main_metric="pearson",
-        files=_standard_files("STS-B", "sentence1", "sentence2", "score"),
-        submission={"test": "STS-B.tsv"},
-        submission_format="score",
-    ),
-    "mnli": GlueTask(
-        name="mnli",
-        hub_sentence1_key="premise",
-        hub_sentence2_key="hypothesis",
-        label_names=("entailment", "neutral", "contradiction"),
-        metric_config="mnli",
-        main_metric="accuracy",
-        files={
-            "train": GlueFile("MNLI/train.tsv", *_MNLI_TEXT, "gold_label"),
-            "validation_matched": GlueFile("MNLI/dev_matched.tsv", *_MNLI_TEXT, "gold_label"),
-            "validation_mismatched": GlueFile("MNLI/dev_mismatched.tsv", *_MNLI_TEXT, "gold_label"),
-            "test_matched": GlueFile("MNLI/test_matched.tsv", *_MNLI_TEXT, None, index="index"),
-            "test_mismatched": GlueFile("MNLI/test_mismatched.tsv", *_MNLI_TEXT, None, index="index"),
-            # The diagnostic set (AX) is predicted with the MNLI model and submitted as AX.tsv.
-            "test_ax": GlueFile("diagnostic/diagnostic.tsv", *_MNLI_TEXT, None, index="index", optional=True),
-        },
-        submission={"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv", "test_ax": "AX.tsv"},
-        submission_format="name",
-        hub_splits=_hub(
-            train="train",
-            validation_matched="validation_matched",
-            validation_mismatched="validation_mismatched",
-            test_matched="test_matched",
-            test_mismatched="test_mismatched",
-            test_ax="test:ax",
+    t.name: t
+    for t in (
+        _task("cola", ("sentence", None), ("unacceptable", "acceptable"), "matthews_correlation", "id", _COLA_FILES),
+        _task(
+            "sst2", ("sentence", None), ("negative", "positive"), "accuracy", "id", ("SST-2", "sentence", None, "label")
         ),
-    ),
-    "qnli": GlueTask(
-        name="qnli",
-        hub_sentence1_key="question",
-        hub_sentence2_key="sentence",
-        label_names=("entailment", "not_entailment"),
-        metric_config="qnli",
-        main_metric="accuracy",
-        files=_standard_files("QNLI", "question", "sentence", "label"),
-        submission={"test": "QNLI.tsv"},
-        submission_format="name",
-    ),
-    "rte": GlueTask(
-        name="rte",
-        hub_sentence1_key="sentence1",
-        hub_sentence2_key="sentence2",
-        label_names=("entailment", "not_entailment"),
-        metric_config="rte",
-        main_metric="accuracy",
-        files=_standard_files("RTE", "sentence1", "sentence2", "label"),
-        submission={"test": "RTE.tsv"},
-        submission_format="name",
-    ),
-    "wnli": GlueTask(
-        name="wnli",
-        hub_sentence1_key="sentence1",
-        hub_sentence2_key="sentence2",
+        _task(
+            "mrpc", _PAIR, ("not_equivalent", "equivalent"), "f1", "id", ("MRPC", "#1 String", "#2 String", "Quality")
+        ),
+        _task("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), "f1", "id", _QQP_FILES),
+        _task("stsb", _PAIR, (), "pearson", "score", ("STS-B", *_PAIR, "score")),
+        _task(
+            "mnli",
+            ("premise", "hypothesis"),
+            _MNLI_LABELS,
+            "accuracy",
+            "name",
+            _MNLI_FILES,
+            _MNLI_SUBMISSION,
+            **_MNLI_HUB,
+        ),
+        _task("qnli", ("question", "sentence"), _ENTAIL, "accuracy", "name", ("QNLI", "question", "sentence", "label")),
+        _task("rte", _PAIR, _ENTAIL, "accuracy", "name", ("RTE", *_PAIR, "label")),
         # WNLI files use 1 = entailment, as the hub's class ids.
-        label_names=("not_entailment", "entailment"),
-        metric_config="wnli",
-        main_metric="accuracy",
-        files=_standard_files("WNLI", "sentence1", "sentence2", "label"),
-        submission={"test": "WNLI.tsv"},
-        submission_format="id",
-    ),
+        _task("wnli", _PAIR, ("not_entailment", "entailment"), "accuracy", "id", ("WNLI", *_PAIR, "label")),
+    )
 }
 
 #: Valid ``--task_name`` values, in the GLUE paper's order.

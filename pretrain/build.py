@@ -188,16 +188,9 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
     files = corpus.train_file
     tmp_corpus = None
     if corpus.dataset_name:  # a hub dataset: write its training text once for the tokenizer trainer
-        from pretrain.data import load_raw_datasets
+        from pretrain.data import load_corpus
 
-        raw = load_raw_datasets(
-            None,
-            None,
-            corpus.dataset_name,
-            corpus.dataset_config_name,
-            corpus.text_column_name,
-            corpus.validation_split_percentage,
-        )
+        raw = load_corpus(corpus)  # (the files and sample_by do not apply to a hub dataset)
         tmp_corpus = tok_dir.parent / ".tokenizer_corpus.txt"
         tmp_corpus.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp_corpus, "w", encoding="utf-8") as f:
@@ -229,14 +222,7 @@ def load_model_config(plan: PretrainPlan, **overrides):
 
     model = plan.model
     if model.model_name_or_path:
-        return load_pretrained(
-            AutoConfig.from_pretrained,
-            model.model_name_or_path,
-            "--model_name_or_path",
-            "a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id",
-            revision=model.revision,
-            trust_remote_code=model.trust_remote_code,
-        )
+        return _from_model_path(AutoConfig.from_pretrained, model)
     presets = sorted(plan.family.spec.presets)
     if model.config_name in presets:
         config = modeling.get_preset_config(model.config_name, **overrides)
@@ -262,6 +248,19 @@ def load_model_config(plan: PretrainPlan, **overrides):
     return config
 
 
+def _from_model_path(load, model: ModelArguments, **kwargs):
+    """``load`` (a ``from_pretrained``) of ``--model_name_or_path`` at ``--revision`` (:func:`load_pretrained`)."""
+    return load_pretrained(
+        load,
+        model.model_name_or_path,
+        "--model_name_or_path",
+        "a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id",
+        revision=model.revision,
+        trust_remote_code=model.trust_remote_code,
+        **kwargs,
+    )
+
+
 def build_model(plan: PretrainPlan, tokenizer):
     """A fresh model from the preset/config (vocabulary and positions sized for the tokenizer and blocks), or
     ``--model_name_or_path`` weights; checked to fit the tokenizer and ``--max_seq_length``.
@@ -273,15 +272,7 @@ def build_model(plan: PretrainPlan, tokenizer):
     wrap = plan.objective.model_config  # e.g. rtd: the discriminator's config -> generator + discriminator
     if model_args.model_name_or_path:
         kwargs = {} if wrap is None else {"config": wrap(load_model_config(plan))}
-        model = load_pretrained(
-            auto.from_pretrained,
-            model_args.model_name_or_path,
-            "--model_name_or_path",
-            "a model folder with config.json and model.safetensors (save_pretrained) or a hub repo id",
-            revision=model_args.revision,
-            trust_remote_code=model_args.trust_remote_code,
-            **kwargs,
-        )
+        model = _from_model_path(auto.from_pretrained, model_args, **kwargs)
     else:
         overrides = {"vocab_size": len(tokenizer)}
         if tokenizer.pad_token_id is not None:

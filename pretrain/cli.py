@@ -385,15 +385,7 @@ def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
     if corpus.streaming:
         return stream_blocks(plan, tokenizer)
     with accelerator.main_process_first():
-        raw = data.load_raw_datasets(
-            corpus.train_file,
-            corpus.validation_file,
-            corpus.dataset_name,
-            corpus.dataset_config_name,
-            corpus.text_column_name,
-            corpus.validation_split_percentage,
-            corpus.sample_by,
-        )
+        raw = data.load_corpus(corpus)
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, corpus.overwrite_cache)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, plan.training.seed)
     return _limit(plan, blocks["train"], blocks["validation"])
@@ -416,16 +408,7 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
             "--streaming: a stream has no length to count epochs in; expected --max_train_steps (or "
             "--max_train_tokens / --time_budget)"
         )
-    raw = data.load_raw_datasets(
-        corpus.train_file,
-        corpus.validation_file,
-        corpus.dataset_name,
-        corpus.dataset_config_name,
-        corpus.text_column_name,
-        corpus.validation_split_percentage,
-        corpus.sample_by,
-        streaming=True,
-    )
+    raw = data.load_corpus(corpus, streaming=True)
     blocks = objective.to_blocks(objective.family.tokenize(raw, tokenizer), tokenizer, corpus, plan.training.seed)
     validation = blocks["validation"]
     if plan.data.max_eval_samples is not None:

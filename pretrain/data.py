@@ -78,6 +78,22 @@ def load_raw_datasets(
     return _load_text_files(train_files, validation_file, validation_split_percentage, sample_by, cache_dir)
 
 
+def load_corpus(corpus, cache_dir: str | None = None, streaming: bool = False):
+    """:func:`load_raw_datasets` of the corpus flags (``pretrain`` / ``pretrain.prepare``: ``corpus`` is a
+    ``pretrain.arguments.CorpusArguments``)."""
+    return load_raw_datasets(
+        corpus.train_file,
+        corpus.validation_file,
+        corpus.dataset_name,
+        corpus.dataset_config_name,
+        corpus.text_column_name,
+        corpus.validation_split_percentage,
+        corpus.sample_by,
+        cache_dir=cache_dir,
+        streaming=streaming,
+    )
+
+
 def _load_hub_dataset(dataset_name, dataset_config_name, text_column_name, validation_split_percentage, cache_dir):
     """:func:`load_raw_datasets` of a hub dataset: its text column as ``text``, a validation split made when
     missing."""
@@ -223,24 +239,23 @@ def _columns(dsd) -> list[str]:
     return list(names)
 
 
-def _map(dsd, fn, key: str | None = None, **kwargs):
-    """``dsd.map(fn, **kwargs)`` for a ``DatasetDict`` (cached, multi-process) or a streaming ``IterableDatasetDict``
-    (applied lazily while iterating: the cache, process and progress options do not apply and are dropped).
+def _map(dsd, fn, key: str, desc: str, num_proc: int | None, overwrite_cache: bool, **kwargs):
+    """``dsd.map(fn, batched=True, **kwargs)`` replacing the input columns, for a ``DatasetDict`` (cached in
+    ``num_proc`` processes, progress ``desc``) or a streaming ``IterableDatasetDict`` (applied lazily while
+    iterating: the cache, process and progress options do not apply).
 
     ``key`` names everything the output depends on besides the input (e.g. the tokenizer's content hash and the
     block length); each split's new fingerprint is then derived from its input fingerprint and ``key``, so that
     another run with the same data and settings finds the result in the cache. (``datasets`` would otherwise hash
     the function's closure, in which a tokenizer differs by the folder it was loaded from.)"""
+    kwargs.update(batched=True, remove_columns=_columns(dsd))
     if _is_stream(dsd):
-        for name in ("num_proc", "load_from_cache_file", "desc"):
-            kwargs.pop(name, None)
-        return dsd.map(fn, **kwargs)
-    if key is None:
         return dsd.map(fn, **kwargs)
     import hashlib
 
     from datasets import DatasetDict
 
+    kwargs.update(num_proc=num_proc, load_from_cache_file=not overwrite_cache, desc=desc)
     return DatasetDict(
         {
             split: ds.map(
@@ -310,12 +325,10 @@ def tokenize_bert(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
     return _map(
         raw,
         tokenize,
-        key=f"tokenize_bert-v1|{tokenizer_hash(tokenizer)}",
-        batched=True,
-        num_proc=num_proc,
-        remove_columns=_columns(raw),
-        load_from_cache_file=not overwrite_cache,
-        desc="tokenising (WordPiece)",
+        f"tokenize_bert-v1|{tokenizer_hash(tokenizer)}",
+        "tokenising (WordPiece)",
+        num_proc,
+        overwrite_cache,
     )
 
 
@@ -345,14 +358,7 @@ def tokenize_elmo(raw, tokenizer, num_proc: int | None = None, overwrite_cache: 
         return out
 
     return _map(
-        raw,
-        tokenize,
-        key=f"tokenize_elmo-v1|{tokenizer_hash(tokenizer)}",
-        batched=True,
-        num_proc=num_proc,
-        remove_columns=_columns(raw),
-        load_from_cache_file=not overwrite_cache,
-        desc="tokenising (words)",
+        raw, tokenize, f"tokenize_elmo-v1|{tokenizer_hash(tokenizer)}", "tokenising (words)", num_proc, overwrite_cache
     )
 
 
@@ -421,13 +427,11 @@ def pack_blocks(
     return _map(
         tokenized,
         pack,
-        key=f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
-        batched=True,
+        f"pack_blocks-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        f"packing into blocks of {max_seq_length}",
+        num_proc,
+        overwrite_cache,
         batch_size=batch_size,
-        num_proc=num_proc,
-        remove_columns=_columns(tokenized),
-        load_from_cache_file=not overwrite_cache,
-        desc=f"packing into blocks of {max_seq_length}",
     )
 
 
@@ -519,13 +523,11 @@ def pack_documents(
     return _map(
         tokenized,
         pack,
-        key=f"pack_documents-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
-        batched=True,
+        f"pack_documents-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{batch_size}|{columns}",
+        f"packing documents into blocks of {max_seq_length}",
+        num_proc,
+        overwrite_cache,
         batch_size=batch_size,
-        num_proc=num_proc,
-        remove_columns=_columns(tokenized),
-        load_from_cache_file=not overwrite_cache,
-        desc=f"packing documents into blocks of {max_seq_length}",
     )
 
 
@@ -641,14 +643,12 @@ def make_nsp_pairs(
     return _map(
         tokenized,
         pairs,
-        key=f"make_nsp_pairs-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{seed}|{batch_size}|{random_next_probability}",
-        batched=True,
+        f"make_nsp_pairs-v1|{max_seq_length}|{cls_token_id}|{sep_token_id}|{seed}|{batch_size}|{random_next_probability}",
+        "building NSP sentence pairs",
+        num_proc,
+        overwrite_cache,
         batch_size=batch_size,
         with_indices=True,
-        num_proc=num_proc,
-        remove_columns=_columns(tokenized),
-        load_from_cache_file=not overwrite_cache,
-        desc="building NSP sentence pairs",
     )
 
 
@@ -705,6 +705,7 @@ def seed_for(*keys: int) -> int:
 
 
 __all__ = [
+    "load_corpus",
     "load_raw_datasets",
     "tokenize_bert",
     "tokenize_elmo",

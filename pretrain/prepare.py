@@ -23,8 +23,8 @@ are written as they come (it needs ``--tokenizer_name``; without a validation sp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -44,6 +44,7 @@ from pretrain.arguments import (
 from pretrain.objectives import OBJECTIVES
 from training.arguments import arg, parse_arguments
 from training.errors import InputError
+from training.files import file_sha256
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -66,15 +67,6 @@ class PrepareArguments:
 
 #: The argument dataclasses of ``pretrain.prepare``, in ``--help`` order.
 ARGUMENTS = (ModelArguments, CorpusArguments, ObjectiveArguments, PrepareArguments)
-
-
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sources(files) -> list[dict]:
@@ -109,17 +101,7 @@ def prepare(
         if model.tokenizer_name or model.model_name_or_path:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
         cache = tmp / ".cache"
-        raw = data.load_raw_datasets(
-            corpus.train_file,
-            corpus.validation_file,
-            corpus.dataset_name,
-            corpus.dataset_config_name,
-            corpus.text_column_name,
-            corpus.validation_split_percentage,
-            corpus.sample_by,
-            cache_dir=str(cache),
-            streaming=corpus.streaming,
-        )
+        raw = data.load_corpus(corpus, cache_dir=str(cache), streaming=corpus.streaming)
         tokenized = objective.family.tokenize(raw, tokenizer, corpus.preprocessing_num_workers, True)
         blocks = objective.to_blocks(tokenized, tokenizer, corpus, output.seed)
         if corpus.streaming:  # read the stream once, writing Arrow batch by batch (no full download first)
@@ -234,11 +216,7 @@ def _library_versions() -> dict[str, str]:
     import tokenizers
     import transformers
 
-    return {
-        "datasets": datasets.__version__,
-        "tokenizers": tokenizers.__version__,
-        "transformers": transformers.__version__,
-    }
+    return {module.__name__: module.__version__ for module in (datasets, tokenizers, transformers)}
 
 
 #: Files of a prepared folder whose content was verified, with their size and mtime then (hash-on-first-use).
@@ -304,10 +282,8 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
     if stamps != verified:
         from training.files import write_text_atomic
 
-        try:
+        with contextlib.suppress(OSError):  # a read-only folder: hashed again next time
             write_text_atomic(path / VERIFIED, json.dumps(stamps) + "\n")
-        except OSError:  # a read-only folder: hashed again next time
-            pass
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

@@ -109,7 +109,7 @@ def arg(
 
 
 def with_defaults(
-    cls: type, defaults: dict[str, Any], *, help: dict[str, str] | None = None, name: str | None = None
+    cls: type, defaults: dict[str, Any] | None = None, *, help: dict[str, str] | None = None, name: str | None = None
 ) -> type:
     """A frozen dataclass subclass of ``cls`` whose fields in ``defaults`` have other defaults and whose fields in
     ``help`` other help texts (the other fields keep theirs).
@@ -123,7 +123,7 @@ def with_defaults(
         TypeError: a name in ``defaults`` or ``help`` that is not a field of ``cls``.
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    help = help or {}
+    defaults, help = defaults or {}, help or {}
     unknown = (set(defaults) | set(help)) - set(fields)
     if unknown:
         raise TypeError(f"with_defaults({cls.__name__}): not fields: {sorted(unknown)}")
@@ -217,6 +217,12 @@ def split_secrets(argv: Sequence[str], secrets: Iterable[str] = SECRET_FLAGS) ->
     return kept, found
 
 
+def as_flags(**flags: Any) -> list[str]:
+    """``--name str(value)`` for each keyword, in order: a command line from values (``as_flags(seed=7)`` is
+    ``["--seed", "7"]``); flags without a value are added by the caller."""
+    return [item for name, value in flags.items() for item in (f"--{name}", str(value))]
+
+
 def flat_values(*values: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The fields of dataclass instances as one flat ``{name: value}`` dict (later instances win), without the
     names in ``exclude`` (e.g. secrets)."""
@@ -239,6 +245,7 @@ __all__ = [
     "SECRET_FLAGS",
     "HelpFormatter",
     "arg",
+    "as_flags",
     "build_parser",
     "flat_values",
     "parse_arguments",

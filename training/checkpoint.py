@@ -27,7 +27,6 @@ No pickle: weights are safetensors, the optimizer and RNG files are read by acce
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from training.errors import InputError, first_line
-from training.files import share_like_umask, storage_failure
+from training.files import file_sha256, share_like_umask, storage_failure
 
 logger = logging.getLogger(__name__)
 
@@ -182,14 +181,6 @@ def check_checkpoint_path(spec: str) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def file_manifest(root: str | os.PathLike) -> dict[str, dict]:
     """``{relative path: {"bytes": size, "sha256": hex digest}}`` of every file under ``root`` except
     ``trainer_state.json``."""
@@ -200,7 +191,7 @@ def file_manifest(root: str | os.PathLike) -> dict[str, dict]:
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
             if rel != STATE_FILE:
-                manifest[rel] = {"bytes": full.stat().st_size, "sha256": _sha256(full)}
+                manifest[rel] = {"bytes": full.stat().st_size, "sha256": file_sha256(full)}
     return manifest
 
 
@@ -229,7 +220,7 @@ def checkpoint_problems(path: str | os.PathLike) -> tuple[str | None, str | None
             size = f.stat().st_size
             if size != meta.get("bytes"):
                 return f"{rel} has {size} bytes, expected {meta.get('bytes')} (truncated or changed)", None
-            if meta.get("sha256") and _sha256(f) != meta["sha256"]:
+            if meta.get("sha256") and file_sha256(f) != meta["sha256"]:
                 return f"{rel} does not match its SHA-256 (changed or corrupted)", None
     missing = [
         RNG_FILE.format(i)

@@ -69,6 +69,31 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def file_sha256(path: PathLike, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_json(path: PathLike, what: str, expected: str):
+    """The JSON value in the UTF-8 file ``path``.
+
+    Raises:
+        InputError: unreadable or not JSON: ``<path>: cannot read <what> (<error>); expected <expected>``.
+    """
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read {what} ({err}); expected {expected}") from None
+
+
 def _free_bytes(path: Path) -> int | None:
     probe = Path(path)
     while not probe.exists() and probe.parent != probe:
@@ -305,8 +330,10 @@ __all__ = [
     "atomic_output_dir",
     "check_output_dir_reuse",
     "file_mode",
+    "file_sha256",
     "open_atomic",
     "pid_alive",
+    "read_json",
     "remove_dead_temporaries",
     "share_like_umask",
     "storage_failure",

@@ -432,6 +432,7 @@ def _interrupted_message(api, repo_id: str, branch: str, token: str, before: str
     return f"{head}; {state}. Re-run the push to retry (LFS files already uploaded are not sent again)."
 
 
+@dataclasses.dataclass(eq=False)
 class HubPusher:
     """The hub settings of one run, for the training loop: ``prepare()`` once, then ``push(...)``.
 
@@ -439,21 +440,11 @@ class HubPusher:
     ``--hub_strategy every_save`` (see :meth:`should_push_on_save`).
     """
 
-    def __init__(
-        self,
-        repo_id: str,
-        token: str | None = None,
-        private: bool = False,
-        revision: str | None = None,
-        strategy: str = "end",
-    ):
-        self.repo_id, self.token, self.private, self.revision, self.strategy = (
-            repo_id,
-            token,
-            private,
-            revision,
-            strategy,
-        )
+    repo_id: str
+    token: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in a repr or log
+    private: bool = False
+    revision: str | None = None
+    strategy: str = "end"
 
     @classmethod
     def from_arguments(cls, hub: HubArguments) -> HubPusher | None:
@@ -586,15 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     push.add_argument("--commit_message", default="Upload model", help="the commit's title")
     push.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
     args = parser.parse_args(argv)
-    hub = validate_hub_arguments(
-        HubArguments(
-            push_to_hub=True,
-            hub_model_id=args.hub_model_id,
-            hub_revision=args.hub_revision,
-            hub_private_repo=args.hub_private_repo,
-        ),
-        args.output_dir,
-    )
+    given = {name: getattr(args, name) for name in ("hub_model_id", "hub_revision", "hub_private_repo")}
+    hub = validate_hub_arguments(HubArguments(push_to_hub=True, **given), args.output_dir)
     url = push_output_dir(
         args.output_dir,
         hub.hub_model_id,

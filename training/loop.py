@@ -501,7 +501,7 @@ class Trainer:
         if self.state.best_step is not None:
             result.update(best_step=self.state.best_step, best_metric=self.state.best_metric)
         result["stopped_early"] = self._stopping_early
-        result["replica_max_abs_diff"] = self.replica_difference()
+        result["replica_max_abs_diff"] = replica_difference(self.accelerator, self.unwrapped_model)
         result["eval_history"] = list(self.state.eval_history)
         result["log_history"] = list(self.state.log_history)
         return result
@@ -590,10 +590,6 @@ class Trainer:
                 logger.warning("%s", jump)
         update_best(self.state, self.config, metrics, step)
         return metrics
-
-    def replica_difference(self) -> float:
-        """:func:`training.accelerator.replica_difference` of the trained model."""
-        return replica_difference(self.accelerator, self.unwrapped_model)
 
 
 __all__ = [

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from training.errors import InputError
+from training.files import read_json
 
 #: Auto class that loads the model for each pipeline task.
 AUTO_CLASS_BY_TASK = {
@@ -372,13 +373,7 @@ def card_for_run(
     Raises:
         InputError: ``output_dir`` has no readable ``config.json``; as :func:`render_model_card`.
     """
-    config_path = Path(output_dir) / "config.json"
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(
-            f"{config_path}: cannot read the model config ({err}); expected save_pretrained output"
-        ) from None
+    config = read_json(Path(output_dir) / "config.json", "the model config", "save_pretrained output")
     values = dict(settings)
     config_name = values.get("config_name")
     files = values.get("train_file") or []

@@ -16,7 +16,6 @@ is ``(PANEL_SIZE[0] * DPI * min(n, 3), PANEL_SIZE[1] * DPI * ceil(n / 3))`` pixe
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from training.errors import InputError, run_cli
+from training.files import read_json
 
 #: Files of a run folder read by :func:`load_run`.
 LOG_FILE, EVAL_FILE = "trainer_log.json", "eval_history.json"
@@ -58,12 +58,7 @@ def load_run(run: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
         if not path.is_file():
             histories[key] = []
             continue
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputError(
-                f"{path}: cannot read the history ({err}); expected the JSON list written by a run"
-            ) from None
+        records = read_json(path, "the history", "the JSON list written by a run")
         if not isinstance(records, list) or not all(isinstance(r, dict) and "step" in r for r in records):
             raise InputError(f"{path}: expected a JSON list of records with a 'step' each")
         histories[key] = records

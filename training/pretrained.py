@@ -77,4 +77,13 @@ def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_ar
         )
 
 
-__all__ = ["check_model_fits", "load_pretrained"]
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set (``1`` / ``true`` / ``yes`` / ``on``)."""
+    import os
+
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+__all__ = ["check_model_fits", "hub_offline", "load_pretrained"]

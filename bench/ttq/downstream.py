@@ -8,6 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from training.arguments import as_flags
+
 from .common import SCRIPT, Job, child_env, log, median_or_none, run_jobs
 from .reference import reference_model
 
@@ -71,33 +73,19 @@ def finetune_argv(model_dir: Path, task: str, seed: int, run_dir: Path, args) ->
         else None
     )
     return [
-        "--model_name_or_path",
-        str(model_dir),
-        "--task_name",
-        task,
-        "--glue_dir",
-        args.glue_dir,
-        "--output_dir",
-        str(run_dir),
+        *as_flags(model_name_or_path=model_dir, task_name=task, glue_dir=args.glue_dir, output_dir=run_dir),
         "--overwrite_output_dir",
-        "--learning_rate",
-        str(args.finetune_learning_rate),
-        "--num_train_epochs",
-        str(args.finetune_epochs),
-        "--per_device_train_batch_size",
-        str(FINETUNE["per_device_train_batch_size"]),
-        "--warmup_ratio",
-        str(FINETUNE["warmup_ratio"]),
-        "--weight_decay",
-        str(FINETUNE["weight_decay"]),
-        "--max_seq_length",
-        str(args.max_seq_length),
-        "--seed",
-        str(seed),
-        "--mixed_precision",
-        "no",
-        "--report_to",
-        "none",
+        *as_flags(
+            learning_rate=args.finetune_learning_rate,
+            num_train_epochs=args.finetune_epochs,
+            per_device_train_batch_size=FINETUNE["per_device_train_batch_size"],
+            warmup_ratio=FINETUNE["warmup_ratio"],
+            weight_decay=FINETUNE["weight_decay"],
+            max_seq_length=args.max_seq_length,
+            seed=seed,
+            mixed_precision="no",
+            report_to="none",
+        ),
         *(["--max_train_samples", str(cap)] if cap is not None else []),
     ]
 

@@ -31,21 +31,22 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
 
-def features(version_2: bool = False):
-    """The ``datasets.Features`` of the squad / squad_v2 metric modules (the hub modules' input format).
-
-    predictions: ``{"id", "prediction_text"}`` (+ ``"no_answer_probability"`` for v2); references:
+def metric_info(description: str, citation: str, inputs: str, version_2: bool):
+    """The ``evaluate.MetricInfo`` of the squad / squad_v2 metric modules, with the hub modules' input format:
+    predictions ``{"id", "prediction_text"}`` (+ ``"no_answer_probability"`` for v2); references
     ``{"id", "answers": {"text": [...], "answer_start": [...]}}``.
     """
     import datasets
+    import evaluate
 
     prediction = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
     if version_2:
         prediction["no_answer_probability"] = datasets.Value("float64")
     answers = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
-    return datasets.Features(
+    features = datasets.Features(
         {"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}}
     )
+    return evaluate.MetricInfo(description=description, citation=citation, inputs_description=inputs, features=features)
 
 
 def normalize_answer(text: str) -> str:

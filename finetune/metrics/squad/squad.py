@@ -7,7 +7,7 @@ normalisation: lower case, no punctuation, no articles, single spaces; max over 
 
 import evaluate
 
-from finetune.metrics.squad_scoring import features, squad_v1_scores
+from finetune.metrics.squad_scoring import metric_info, squad_v1_scores
 
 _CITATION = """\
 @inproceedings{rajpurkar2016squad,
@@ -35,12 +35,7 @@ class Squad(evaluate.Metric):
     """SQuAD v1.1 exact match and F1."""
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=features(version_2=False),
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, version_2=False)
 
     def _compute(self, predictions, references):
         preds = {p["id"]: p["prediction_text"] for p in predictions}

@@ -10,7 +10,7 @@ probabilities or the null odds of the QA post-processing (``null_odds.json``).
 
 import evaluate
 
-from finetune.metrics.squad_scoring import features, squad_v2_scores
+from finetune.metrics.squad_scoring import metric_info, squad_v2_scores
 
 _CITATION = """\
 @inproceedings{rajpurkar2018know,
@@ -40,12 +40,7 @@ class SquadV2(evaluate.Metric):
     """SQuAD v2.0 scores."""
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=features(version_2=True),
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, version_2=True)
 
     def _compute(self, predictions, references, no_answer_threshold=1.0):
         preds = {p["id"]: p["prediction_text"] for p in predictions}
