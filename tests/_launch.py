@@ -26,17 +26,28 @@ def load_module(path: Path, name: str):
     return module
 
 
+#: Settings of every test subprocess: no dataset downloads, offline wandb, quiet tokenizers, one thread (2 processes
+#: share 2 cores).
+QUIET = {"HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
 def subprocess_env() -> dict:
     """The test process's environment, offline, quiet and single-threaded (2 processes share 2 cores)."""
-    env = dict(os.environ)
+    return {**os.environ, **QUIET, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def hub_env(
+    url: str, home: Path, *, offline: bool = False, strip: tuple[str, ...] = ("HF_", "HUGGING"), **settings: str
+) -> dict[str, str]:
+    """The environment of a client process of the test hub at ``url``: this process's without the variables whose
+    names start with ``strip``, ``HF_ENDPOINT=url``, ``HF_HOME=home``, Xet off, hub and transformers online (offline
+    where ``offline``); then ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(strip)}
+    flag = "1" if offline else "0"
     env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        WANDB_MODE="offline",
-        TOKENIZERS_PARALLELISM="false",
-        OMP_NUM_THREADS="1",
+        HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE=flag, TRANSFORMERS_OFFLINE=flag
     )
+    env.update(settings)
     return env
 
 
