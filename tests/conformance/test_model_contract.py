@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _tiny import micro_elmo_kwargs
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -224,21 +225,7 @@ BASELINE_ROWS = {
 }
 
 # ---- the ELMo-style family --------------------------------------------------------------------------------------
-ELMO_TINY = dict(
-    vocab_size=40,
-    char_embedding_dim=4,
-    cnn_filters=[[1, 4], [2, 4]],
-    num_highway_layers=1,
-    projection_dim=8,
-    cell_size=16,
-    num_layers=2,
-    dropout=0.0,
-    task_hidden_size=4,
-    classifier_hidden_size=8,
-    classifier_dropout=0.0,
-    num_labels=3,
-    freeze_backbone=False,
-)
+ELMO_TINY = micro_elmo_kwargs(40, num_labels=3, freeze_backbone=False)
 
 
 def elmo_config(**overrides):

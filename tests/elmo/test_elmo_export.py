@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from _tiny import micro_elmo_kwargs
 from torch import nn
 
 from modeling.elmo import (
@@ -26,20 +27,7 @@ from modeling.export import TOLERANCE, main
 from training.errors import run_cli
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
-TINY = dict(
-    vocab_size=60,
-    char_embedding_dim=4,
-    cnn_filters=[[1, 4], [2, 8]],
-    num_highway_layers=1,
-    projection_dim=8,
-    cell_size=16,
-    num_layers=2,
-    dropout=0.0,
-    task_hidden_size=4,
-    classifier_hidden_size=8,
-    classifier_dropout=0.0,
-    num_labels=3,
-)
+TINY = micro_elmo_kwargs(60, cnn_filters=[[1, 4], [2, 8]], num_labels=3)
 
 
 def _config(**overrides) -> SesameElmoConfig:
