@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 
-def tiny_bert_kwargs(vocab_size: int, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra) -> dict:
+def tiny_bert_kwargs(
+    vocab_size: int | None, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra
+) -> dict:
     """``SesameBertConfig`` / ``BertConfig`` keyword arguments of a BERT ``layers`` deep and ``width`` wide (heads of 8,
-    feed-forward twice the width) over ``vocab_size`` words and ``max_position_embeddings`` positions; ``extra``
-    added."""
+    feed-forward twice the width) over ``vocab_size`` words (no ``vocab_size`` where ``None``) and
+    ``max_position_embeddings`` positions; ``extra`` added."""
+    vocab = {} if vocab_size is None else {"vocab_size": vocab_size}
     return dict(
-        vocab_size=vocab_size,
+        **vocab,
         hidden_size=width,
         num_hidden_layers=layers,
         num_attention_heads=width // 8,
