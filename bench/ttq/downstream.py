@@ -70,34 +70,14 @@ def finetune_argv(model_dir: Path, task: str, seed: int, run_dir: Path, args) ->
         if task in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
         else None
     )
+    protocol = dict(learning_rate=args.finetune_learning_rate, num_train_epochs=args.finetune_epochs)
+    protocol |= {k: FINETUNE[k] for k in ("per_device_train_batch_size", "warmup_ratio", "weight_decay")}
+    protocol |= dict(max_seq_length=args.max_seq_length, seed=seed, mixed_precision="no", report_to="none")
+    where = ["--model_name_or_path", str(model_dir), "--task_name", task, "--glue_dir", args.glue_dir]
     return [
-        "--model_name_or_path",
-        str(model_dir),
-        "--task_name",
-        task,
-        "--glue_dir",
-        args.glue_dir,
-        "--output_dir",
-        str(run_dir),
-        "--overwrite_output_dir",
-        "--learning_rate",
-        str(args.finetune_learning_rate),
-        "--num_train_epochs",
-        str(args.finetune_epochs),
-        "--per_device_train_batch_size",
-        str(FINETUNE["per_device_train_batch_size"]),
-        "--warmup_ratio",
-        str(FINETUNE["warmup_ratio"]),
-        "--weight_decay",
-        str(FINETUNE["weight_decay"]),
-        "--max_seq_length",
-        str(args.max_seq_length),
-        "--seed",
-        str(seed),
-        "--mixed_precision",
-        "no",
-        "--report_to",
-        "none",
+        *where,
+        *["--output_dir", str(run_dir), "--overwrite_output_dir"],
+        *(arg for name, value in protocol.items() for arg in (f"--{name}", str(value))),
         *(["--max_train_samples", str(cap)] if cap is not None else []),
     ]
 
