@@ -1,8 +1,22 @@
-"""What the MLM step benches share: a fixed random MLM batch and the device synchronisation around a timed step."""
+"""What the MLM step benches share: the transformers BERT they compare with, a fixed random MLM batch and the device
+synchronisation around a timed step."""
 
 from __future__ import annotations
 
 import torch
+
+
+def reference_bert_config(
+    vocab_size: int, width: int, layers: int, heads: int, ffn: int, seq_len: int, dropout: float, **extra
+):
+    """transformers' ``BertConfig`` of the benches' reference model: ``layers`` layers ``width`` wide with ``heads``
+    heads and a feed-forward of ``ffn``, over ``vocab_size`` words, positions for ``max(512, seq_len)`` tokens,
+    ``dropout`` on the hidden states and the attention probabilities; ``extra`` added."""
+    from transformers import BertConfig
+
+    shape = dict(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ffn)
+    drop = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return BertConfig(vocab_size=vocab_size, **shape, max_position_embeddings=max(512, seq_len), **drop, **extra)
 
 
 def make_batch(

@@ -20,8 +20,8 @@ import statistics
 import time
 
 import torch
-from _mlm_common import make_batch, sync  # bench/ is the script's folder
-from transformers import BertConfig, BertForMaskedLM
+from _mlm_common import make_batch, reference_bert_config, sync  # bench/ is the script's folder
+from transformers import BertForMaskedLM
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM
 from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
@@ -29,16 +29,8 @@ from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
 
 def make_models(args):
     torch.manual_seed(0)
-    hf_config = BertConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=4 * args.hidden_size,
-        max_position_embeddings=max(512, args.seq_len),
-        hidden_dropout_prob=args.dropout,
-        attention_probs_dropout_prob=args.dropout,
-    )
+    shape = (args.hidden_size, args.layers, args.heads, 4 * args.hidden_size)
+    hf_config = reference_bert_config(args.vocab_size, *shape, args.seq_len, args.dropout)
     hf = BertForMaskedLM(hf_config)
     config = sesame_config_from_bert(hf_config)
     models = {"transformers": hf}

@@ -181,7 +181,6 @@ def seq_length(flags: list[str]) -> int:
 
 def prepare_data(args, out: Path) -> dict:
     """The word vocabulary and one prepared dataset per block length (recipes' and the held-out one), cached."""
-    py = sys.executable
     sources = [(str(Path(f).resolve()), ttq.common.file_sha256(f)) for f in [*args.train_file, args.validation_file]]
     tok = ttq.common.cached(
         out / "tokenizer",
@@ -199,22 +198,7 @@ def prepare_data(args, out: Path) -> dict:
     )
     prepared = {}
     for length in sorted({args.heldout_seq_length, *(seq_length(f) for f in args.recipe_table.values())}):
-        command = [
-            py,
-            "-m",
-            "pretrain.prepare",
-            "--model_type",
-            "elmo",
-            "--train_file",
-            *args.train_file,
-            "--validation_file",
-            args.validation_file,
-            "--tokenizer_name",
-            str(tok),
-            "--max_seq_length",
-            str(length),
-            "--output_dir",
-        ]
+        command = ttq.data.prepare_command(args, tok, length, "--model_type", "elmo")
         folder = ttq.common.cached(
             out / f"prepared-L{length}",
             {"sources": sources, "length": length, "tokenizer": ttq.common.file_sha256(tok / "vocab.txt")},

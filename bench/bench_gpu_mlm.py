@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _mlm_common import make_batch, sync  # noqa: E402  (bench/ is the script's folder)
+from _mlm_common import make_batch, reference_bert_config, sync  # noqa: E402  (bench/ is the script's folder)
 
 from training.optim import create_optimizer  # noqa: E402
 
@@ -88,7 +88,7 @@ def parse_args(argv=None):
 
 def make_models(args, device):
     """(transformers BertForMaskedLM (sdpa), SesameBertForMaskedLM with the same weights), in training mode."""
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     import modeling
     from modeling import SesameBertForMaskedLM
@@ -96,17 +96,8 @@ def make_models(args, device):
 
     preset = modeling.get_preset_config(args.config_name)
     torch.manual_seed(0)
-    hf_config = BertConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=preset.hidden_size,
-        num_hidden_layers=preset.num_hidden_layers,
-        num_attention_heads=preset.num_attention_heads,
-        intermediate_size=preset.intermediate_size,
-        max_position_embeddings=max(512, args.seq_len),
-        hidden_dropout_prob=args.dropout,
-        attention_probs_dropout_prob=args.dropout,
-        attn_implementation="sdpa",
-    )
+    shape = (preset.hidden_size, preset.num_hidden_layers, preset.num_attention_heads, preset.intermediate_size)
+    hf_config = reference_bert_config(args.vocab_size, *shape, args.seq_len, args.dropout, attn_implementation="sdpa")
     hf = BertForMaskedLM(hf_config)
     sesame = SesameBertForMaskedLM(sesame_config_from_bert(hf_config))
     sesame.config.sparse_prediction = True

@@ -29,12 +29,10 @@ collate) move to DataLoader workers on CUDA (``--dataloader_num_workers auto``),
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import _script_env  # noqa: F401  (offline, the project root on sys.path; bench/ is the script's folder)
 
@@ -248,9 +246,7 @@ def main(argv=None):
         f"of a {args.gpu_step_ms:g} ms GPU step)"
     )
     print(f"  in the main process with workers:    {total_workers:.2f} ms ({total_workers / args.gpu_step_ms:.1%})")
-    if args.output:
-        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return _script_env.write_report(args.output, report)
 
 
 if __name__ == "__main__":

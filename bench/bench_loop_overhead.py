@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import _script_env  # noqa: F401  (offline, the project root on sys.path; bench/ is the script's folder)
 
@@ -210,9 +208,7 @@ def main(argv=None):
     print(f"  bare step loop   {med['bare']:10.0f} tokens/s   {[round(x) for x in results['bare']]}")
     print(f"  pretrain loop    {med['loop']:10.0f} tokens/s   {[round(x) for x in results['loop']]}")
     print(f"  ratio loop/bare  {ratio:.3f}")
-    if args.output:
-        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return _script_env.write_report(args.output, report)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ Each is warmed up, then timed for ``--steps`` steps; the median per-step tokens/
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -105,7 +104,8 @@ def bench_sesame(args, tokenizer, docs):
 
 def _hf_loop(args, tokenizer, dataset, padding_fraction):
     import torch
-    from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, get_scheduler
+    from transformers import BertConfig, BertForMaskedLM, get_scheduler
+    from ttq.reference import mlm_loader  # bench/ is the script's folder
 
     torch.manual_seed(0)
     config = BertConfig(
@@ -117,14 +117,7 @@ def _hf_loop(args, tokenizer, dataset, padding_fraction):
         max_position_embeddings=512,
     )
     model = BertForMaskedLM(config).train()
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=args.batch_size,
-        shuffle=True,
-        collate_fn=collator,
-        generator=torch.Generator().manual_seed(0),
-    )
+    _, loader = mlm_loader(tokenizer, dataset, args.batch_size, seed=0)
     no_decay = ["bias", "LayerNorm.weight"]
     groups = [
         {
@@ -219,9 +212,7 @@ def main(argv=None):
         )
         print(f"ratio sesame / hf-group-texts:   {results['ratio_vs_group_texts']:.2f}x")
     results["load_average_1min_end"] = os.getloadavg()[0]
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
-    return results
+    return _script_env.write_report(args.output, results)
 
 
 if __name__ == "__main__":

@@ -26,17 +26,28 @@ def load_module(path: Path, name: str):
     return module
 
 
+#: Settings of every test subprocess: no dataset downloads, offline wandb, quiet tokenizers, one thread (2 processes
+#: share 2 cores).
+QUIET = {"HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
 def subprocess_env() -> dict:
     """The test process's environment, offline, quiet and single-threaded (2 processes share 2 cores)."""
-    env = dict(os.environ)
+    return {**os.environ, **QUIET, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def hub_env(
+    url: str, home: Path, *, offline: bool = False, strip: tuple[str, ...] = ("HF_", "HUGGING"), **settings: str
+) -> dict[str, str]:
+    """The environment of a client process of the test hub at ``url``: this process's without the variables whose
+    names start with ``strip``, ``HF_ENDPOINT=url``, ``HF_HOME=home``, Xet off, hub and transformers online (offline
+    where ``offline``); then ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(strip)}
+    flag = "1" if offline else "0"
     env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        WANDB_MODE="offline",
-        TOKENIZERS_PARALLELISM="false",
-        OMP_NUM_THREADS="1",
+        HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE=flag, TRANSFORMERS_OFFLINE=flag
     )
+    env.update(settings)
     return env
 
 
@@ -47,6 +58,23 @@ def pretrain_command(processes: int) -> list[str]:
         return [sys.executable, "-m", "pretrain"]
     assert processes == 2, "configs/cpu-2proc.yaml starts 2 processes"
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
+
+
+def run_pretrain(processes: int, args: list[str], timeout: float = 300) -> None:
+    """Run :func:`pretrain_command` ``processes`` with ``args`` in the repository with :func:`subprocess_env`; fail
+    the test with the end of its stderr unless it exits 0 within ``timeout`` seconds."""
+    run_ok(pretrain_command(processes) + args, ROOT, subprocess_env(), timeout)
+
+
+def start_pretrain(processes: int, args: list[str], text: bool = False):
+    """Start :func:`pretrain_command` ``processes`` with ``args`` in the repository with :func:`subprocess_env`, in a
+    session of its own (its process group can be signalled), stdout discarded, stderr piped (``str`` where ``text``,
+    else ``bytes``). Returns the ``subprocess.Popen``."""
+    import subprocess
+
+    cmd, env = pretrain_command(processes) + args, subprocess_env()
+    pipes = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=text)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, **pipes)
 
 
 def asset_args(
@@ -74,24 +102,36 @@ def asset_args(
     ]
 
 
+def checkpoint_args(steps: int | None, every: int) -> list[str]:
+    """Arguments of a run of ``steps`` optimizer steps (no ``--max_train_steps`` where ``None``) with a checkpoint
+    every ``every`` steps, all kept, and a log line every step (for ``pretrain`` and ``finetune``)."""
+    length = [] if steps is None else ["--max_train_steps", str(steps)]
+    return [*length, *f"--checkpointing_steps {every} --checkpoints_total_limit 0 --logging_steps 1".split()]
+
+
 def tiny_run_args(assets: Path, out: Path, *extra: str) -> list[str]:
     """``pretrain`` arguments of a 40-step bert-tiny run on the reliability assets (``train.txt``, ``valid.txt``,
     ``wordpiece/``), a checkpoint every 4 steps, all kept."""
-    schedule = "--max_train_steps 40 --checkpointing_steps 4 --checkpoints_total_limit 0 --logging_steps 1"
-    return asset_args(assets, out, *schedule.split(), "--learning_rate", "2e-3", "--num_warmup_steps", "2", *extra)
+    schedule = [*checkpoint_args(40, 4), "--learning_rate", "2e-3", "--num_warmup_steps", "2"]
+    return asset_args(assets, out, *schedule, *extra)
 
 
 def corpus_args(
-    corpus_dir: Path, out: Path, *extra: str, tokenizer: Path | str | None = None, config: str | None = "bert-tiny"
+    corpus_dir: Path,
+    out: Path,
+    *extra: str,
+    tokenizer: Path | str | None = None,
+    config: str | None = "bert-tiny",
+    valid: str = "valid.txt.gz",
 ) -> list[str]:
-    """``pretrain`` arguments of a run on the pretrain tests' corpus (``train.txt``, ``valid.txt.gz``) into ``out``,
-    with ``--tokenizer_name tokenizer`` where given, ``--config_name config`` (none where ``None``), sequences of 32 and
+    """``pretrain`` arguments of a run on the pretrain tests' corpus (``train.txt``, ``valid``) into ``out``, with
+    ``--tokenizer_name tokenizer`` where given, ``--config_name config`` (none where ``None``), sequences of 32 and
     batches of 8; then ``extra``."""
     return [
         "--train_file",
         str(corpus_dir / "train.txt"),
         "--validation_file",
-        str(corpus_dir / "valid.txt.gz"),
+        str(corpus_dir / valid),
         *(["--tokenizer_name", str(tokenizer)] if tokenizer is not None else []),
         "--output_dir",
         str(out),
@@ -160,11 +200,20 @@ sys.meta_path.insert(0, Block())
 """
 
 
+def run_ok(cmd: list[str], cwd: Path, env: dict, timeout: float = 300):
+    """Run ``cmd`` in ``cwd`` with ``env`` (text output captured); fail the test with the last 3000 characters of its
+    stderr unless it exits 0 within ``timeout`` seconds. Returns the ``subprocess.CompletedProcess``."""
+    import subprocess
+
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def run_remote_code_script(script: str, tmp_path: Path, *args: str) -> dict:
     """Run ``script`` (which blocks the project's packages and loads with ``trust_remote_code``) in a fresh
     interpreter, with its own module cache, offline; return the JSON its last stdout line prints."""
     import json
-    import subprocess
 
     env = {
         **os.environ,
@@ -172,8 +221,5 @@ def run_remote_code_script(script: str, tmp_path: Path, *args: str) -> dict:
         "HF_HUB_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok([sys.executable, "-c", script, *args], tmp_path, env, timeout=120)
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 
-def tiny_bert_kwargs(vocab_size: int, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra) -> dict:
+def tiny_bert_kwargs(
+    vocab_size: int | None, max_position_embeddings: int, width: int = 32, layers: int = 2, **extra
+) -> dict:
     """``SesameBertConfig`` / ``BertConfig`` keyword arguments of a BERT ``layers`` deep and ``width`` wide (heads of 8,
-    feed-forward twice the width) over ``vocab_size`` words and ``max_position_embeddings`` positions; ``extra``
-    added."""
+    feed-forward twice the width) over ``vocab_size`` words (no ``vocab_size`` where ``None``) and
+    ``max_position_embeddings`` positions; ``extra`` added."""
+    vocab = {} if vocab_size is None else {"vocab_size": vocab_size}
     return dict(
-        vocab_size=vocab_size,
+        **vocab,
         hidden_size=width,
         num_hidden_layers=layers,
         num_attention_heads=width // 8,
@@ -40,3 +43,18 @@ def tiny_elmo_kwargs(vocab_size: int, **extra) -> dict:
         ),
         **extra,
     }
+
+
+def micro_bilm_kwargs(**extra) -> dict:
+    """``SesameElmoConfig`` keyword arguments of the smallest BiLM the tests build (no ``vocab_size``): 2 layers,
+    cell 16, projection 8, character embeddings of 4 through filters of widths 1 and 2 (4 each) and one highway
+    layer, no dropout; ``extra`` added or overriding."""
+    chars = dict(char_embedding_dim=4, cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1)
+    return {**chars, **dict(projection_dim=8, cell_size=16, num_layers=2, dropout=0.0), **extra}
+
+
+def micro_elmo_kwargs(vocab_size: int, **extra) -> dict:
+    """:func:`micro_bilm_kwargs` over ``vocab_size`` words with a task BiLSTM of 4 and a classifier of 8, without
+    dropout; ``extra`` added or overriding."""
+    task = dict(task_hidden_size=4, classifier_hidden_size=8, classifier_dropout=0.0)
+    return {"vocab_size": vocab_size, **micro_bilm_kwargs(), **task, **extra}

@@ -16,10 +16,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # process starve the others (a tiny-model step went from 0.81 s to 0.07 s with this).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import gzip
 from pathlib import Path
 
 import pytest
+from _helpers import write_corpus
 
 TINY_TEXT = [
     "The Senate adjourned after a long debate on the budget.",
@@ -29,17 +29,6 @@ TINY_TEXT = [
     "Congress shall make no law respecting an establishment of religion.",
     "A quick brown fox jumps over the lazy dog near the river bank.",
 ]
-
-
-def write_corpus(path: Path, documents: list[list[str]], gz: bool | None = None) -> Path:
-    """Write documents (lists of paragraph lines) separated by blank lines, as the corpus files are."""
-    text = "\n\n".join("\n".join(doc) for doc in documents) + "\n"
-    if gz if gz is not None else path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture

@@ -17,6 +17,15 @@ from .recipes import data_variant, variant_flags
 HELDOUT_FILE, HELDOUT_INFO = "heldout.safetensors", "heldout.json"
 
 
+def prepare_command(args, tok: Path, length: int, *flags: str) -> list[str]:
+    """The ``python -m pretrain.prepare`` command of ``args.train_file`` (and ``args.validation_file``) tokenized by
+    ``tok`` into blocks of ``length`` tokens, then ``flags``; it ends with ``--output_dir``, whose folder the caller
+    adds."""
+    files = ["--train_file", *args.train_file, "--validation_file", args.validation_file]
+    blocks = ["--tokenizer_name", str(tok), "--max_seq_length", str(length)]
+    return [sys.executable, "-m", "pretrain.prepare", *files, *blocks, *flags, "--output_dir"]
+
+
 def tokenizer_command(model_type: str, files: list[str], vocab_size: int, folder: Path) -> list[str]:
     """The ``python -m tokenizer train`` command (this interpreter) that trains ``model_type``'s tokenizer on the text
     ``files`` with ``vocab_size`` entries into ``folder``; an argv list."""
@@ -43,7 +52,6 @@ def prepare_shared_data(args, out: Path) -> dict:
         "train": [(str(Path(f).resolve()), file_sha256(f)) for f in args.train_file],
         "validation": (str(Path(args.validation_file).resolve()), file_sha256(args.validation_file)),
     }
-    py = sys.executable
     workers = args.preprocessing_num_workers
     tok_stamp = {"train": sources["train"], "vocab_size": args.vocab_size}
     tok = cached(
@@ -68,22 +76,7 @@ def prepare_shared_data(args, out: Path) -> dict:
     workers_flags = ["--preprocessing_num_workers", str(workers)] if workers > 1 else []
     for name in sorted({"prepared", *(data_variant(f) for f in args.recipe_table.values())}):
         extra = variant_flags(name)
-        command = [
-            py,
-            "-m",
-            "pretrain.prepare",
-            "--train_file",
-            *args.train_file,
-            "--validation_file",
-            args.validation_file,
-            "--tokenizer_name",
-            str(tok),
-            "--max_seq_length",
-            str(args.max_seq_length),
-            *extra,
-            *workers_flags,
-            "--output_dir",
-        ]
+        command = prepare_command(args, tok, args.max_seq_length, *extra, *workers_flags)
         folder = cached(
             out / name,
             {**prep_stamp, "flags": extra + workers_flags},

@@ -8,8 +8,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from training.arguments import as_flags
-
 from .common import SCRIPT, Job, child_env, log, median_or_none, run_jobs
 from .reference import reference_model
 
@@ -67,25 +65,20 @@ def make_random_inits(args, out: Path, data: dict) -> dict[str, Path]:
 
 def finetune_argv(model_dir: Path, task: str, seed: int, run_dir: Path, args) -> list[str]:
     """The ``finetune.glue`` arguments of the fixed protocol (see the package docstring, item 8)."""
+    from training.arguments import as_flags  # not at import: the reference's process must not import the project
+
     cap = (
         min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None)
         if task in FINETUNE_MAX_TRAIN_SAMPLES or args.max_train_samples is not None
         else None
     )
+    protocol = dict(learning_rate=args.finetune_learning_rate, num_train_epochs=args.finetune_epochs)
+    protocol |= {k: FINETUNE[k] for k in ("per_device_train_batch_size", "warmup_ratio", "weight_decay")}
+    protocol |= dict(max_seq_length=args.max_seq_length, seed=seed, mixed_precision="no", report_to="none")
     return [
         *as_flags(model_name_or_path=model_dir, task_name=task, glue_dir=args.glue_dir, output_dir=run_dir),
         "--overwrite_output_dir",
-        *as_flags(
-            learning_rate=args.finetune_learning_rate,
-            num_train_epochs=args.finetune_epochs,
-            per_device_train_batch_size=FINETUNE["per_device_train_batch_size"],
-            warmup_ratio=FINETUNE["warmup_ratio"],
-            weight_decay=FINETUNE["weight_decay"],
-            max_seq_length=args.max_seq_length,
-            seed=seed,
-            mixed_precision="no",
-            report_to="none",
-        ),
+        *as_flags(**protocol),
         *(["--max_train_samples", str(cap)] if cap is not None else []),
     ]
 

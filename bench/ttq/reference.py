@@ -122,6 +122,20 @@ def _wait_for_start_file(start_file: str | None) -> float:
     return time.perf_counter() - waited
 
 
+def mlm_loader(tokenizer, blocks, batch_size: int, seed: int):
+    """run_mlm's data path: ``DataCollatorForLanguageModeling`` (15% masked, BERT's 80/10/10) over ``blocks`` in
+    shuffled batches of ``batch_size`` (the order drawn from ``seed``; the last batch kept). Returns (collator,
+    DataLoader)."""
+    import torch
+    from transformers import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    order = torch.Generator().manual_seed(seed)
+    return collator, torch.utils.data.DataLoader(
+        blocks, batch_size=batch_size, shuffle=True, collate_fn=collator, generator=order, drop_last=False
+    )
+
+
 def reference_optimizer(model, args):
     """The reference's AdamW: ``TrainingArguments``' ``adamw_torch_fused`` (betas (0.9, 0.999), eps 1e-8,
     ``args.learning_rate``, ``args.weight_decay``)."""
@@ -220,7 +234,7 @@ def _setup(args) -> dict:
     epoch by a generator seeded with ``--seed``) and ``autocast``."""
     import torch
     from datasets import load_from_disk
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+    from transformers import AutoTokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -234,15 +248,7 @@ def _setup(args) -> dict:
         heldout = load_file(args.heldout)
     torch.manual_seed(args.seed)
     model = reference_model(args.model_shape, tokenizer).to(device).train()
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    loader = torch.utils.data.DataLoader(
-        blocks,
-        batch_size=args.batch_size,
-        shuffle=True,
-        collate_fn=collator,
-        generator=torch.Generator().manual_seed(args.seed),
-        drop_last=False,
-    )
+    collator, loader = mlm_loader(tokenizer, blocks, args.batch_size, args.seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
     return dict(
         device=device,

@@ -11,20 +11,9 @@ def tiny_baseline_config(encoder_type: str = "cbow", **overrides):
     """A SesameBaselineConfig small enough for a CPU test."""
     from modeling.baselines import SesameBaselineConfig
 
-    kwargs = dict(
-        vocab_size=60,
-        embedding_dim=8,
-        encoder_type=encoder_type,
-        ngram_buckets=97,
-        cnn_num_filters=4,
-        rnn_hidden_size=6,
-        rnn_num_layers=2,
-        treelstm_hidden_size=5,
-        classifier_hidden_size=0,
-        num_labels=3,
-    )
-    kwargs.update(overrides)
-    return SesameBaselineConfig(**kwargs)
+    encoders = dict(ngram_buckets=97, cnn_num_filters=4, rnn_hidden_size=6, rnn_num_layers=2, treelstm_hidden_size=5)
+    kwargs = dict(vocab_size=60, embedding_dim=8, encoder_type=encoder_type, **encoders, classifier_hidden_size=0)
+    return SesameBaselineConfig(**{**kwargs, "num_labels": 3, **overrides})
 
 
 @pytest.fixture

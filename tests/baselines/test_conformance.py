@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers import assert_rows_classified_alone
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, modeling_baseline
 from modeling.baselines.modeling_baseline import pack_words
@@ -97,13 +98,7 @@ def test_mixed_batch_classifies_each_row_as_what_it_is(tiny, encoder_type):
     """A single sentence in a batch of pairs gets the logits it gets alone (on main: the pair classifier with an empty
     second sentence)."""
     model = SesameBaselineForSequenceClassification(tiny(encoder_type, classifier_hidden_size=5)).eval()
-    batch = _pairs()
-    with torch.no_grad():
-        mixed = model(**batch).logits
-        alone = model(**{k: v[:1] for k, v in batch.items() if k != "token_type_ids"}).logits
-        pairs = model(**{k: v[1:] for k, v in batch.items()}).logits
-    torch.testing.assert_close(mixed[:1], alone, rtol=0, atol=1e-6)
-    torch.testing.assert_close(mixed[1:], pairs, rtol=0, atol=1e-6)
+    assert_rows_classified_alone(model, _pairs())
 
 
 @pytest.mark.parametrize("encoder_type", ENCODERS)

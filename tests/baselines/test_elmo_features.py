@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 from _launch import BLOCK_PROJECT_IMPORTS, run_remote_code_script
+from _tiny import micro_bilm_kwargs
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel
 
@@ -17,16 +18,7 @@ SINGLES = ["The whale rose from the sea.", "It rained."]
 PAIRS = (["The whale rose from the sea.", "It rained."], ["A dog near the river bank.", "The city was wet."])
 
 #: A tiny SesameElmo BiLM (projection 6: ELMo features of width 12).
-TINY_BILM = dict(
-    char_embedding_dim=4,
-    cnn_filters=[[1, 4], [2, 8]],
-    num_highway_layers=1,
-    projection_dim=6,
-    cell_size=10,
-    num_layers=2,
-    dropout=0.0,
-    softmax="full",
-)
+TINY_BILM = micro_bilm_kwargs(cnn_filters=[[1, 4], [2, 8]], projection_dim=6, cell_size=10, softmax="full")
 
 
 @pytest.fixture

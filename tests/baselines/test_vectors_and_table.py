@@ -10,21 +10,15 @@ import torch
 
 pytest.importorskip("gensim")
 
+#: fastText vectors of 8 dimensions and 211 n-gram buckets, 2 epochs over the words seen twice or more, seed 1.
+TINY_VECTORS = dict(vector_size=8, epochs=2, min_count=2, bucket=211, seed=1)
+
 
 @pytest.fixture
 def vectors(tiny_corpus, word_tokenizer, tmp_path):
     from tokenizer.vectors import train_word_vectors
 
-    train_word_vectors(
-        [tiny_corpus],
-        tmp_path / "wordtok",
-        tmp_path / "vectors",
-        vector_size=8,
-        epochs=2,
-        min_count=2,
-        bucket=211,
-        seed=1,
-    )
+    train_word_vectors([tiny_corpus], tmp_path / "wordtok", tmp_path / "vectors", **TINY_VECTORS)
     return tmp_path / "vectors"
 
 
@@ -33,16 +27,7 @@ def test_vectors_are_deterministic_and_cover_the_tokenizer(vectors, tiny_corpus,
 
     from tokenizer.vectors import train_word_vectors
 
-    info = train_word_vectors(
-        [tiny_corpus],
-        tmp_path / "wordtok",
-        tmp_path / "again",
-        vector_size=8,
-        epochs=2,
-        min_count=2,
-        bucket=211,
-        seed=1,
-    )
+    info = train_word_vectors([tiny_corpus], tmp_path / "wordtok", tmp_path / "again", **TINY_VECTORS)
     a, b = load_file(vectors / "word_vectors.safetensors"), load_file(tmp_path / "again" / "word_vectors.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     words = (vectors / "vocab.txt").read_text().splitlines()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import run_reference_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_time_to_quality.py"
@@ -575,14 +576,6 @@ def test_reference_blocks_the_same_for_every_worker_count(tokenizer, tmp_path):
     assert len(one) == expected and all(len(b) == 16 for b in one["input_ids"])
 
 
-def _run_reference_in_process(argv: list[str]) -> dict:
-    """reference_main in this process (faster than a child), its import blocker removed afterwards."""
-    try:
-        return ttq.reference.reference_main(argv)
-    finally:
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq.reference._ProjectImportBlocker)]
-
-
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_path, precision):
     """The reference scores its live model at its save steps (no checkpoint written or loaded): the same number as
@@ -602,11 +595,11 @@ def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_pat
     common = ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape"]
     common += ["bert-tiny", "--learning_rate", "3e-3", "--max_train_steps", "4", "--batch_size", "4"]
     common += ["--mixed_precision", precision, "--save_steps", "2", "4"]
-    scored = _run_reference_in_process(
+    scored = run_reference_in_process(
         [*common, "--heldout", str(tmp_path / "heldout.safetensors"), "--save_checkpoints", "--output_dir"]
         + [str(tmp_path / "scored")]
     )
-    plain = _run_reference_in_process([*common, "--output_dir", str(tmp_path / "plain")])
+    plain = run_reference_in_process([*common, "--output_dir", str(tmp_path / "plain")])
     assert plain["scores"] == {} and sorted(scored["scores"]) == ["2", "4"]
     for step in (2, 4):  # the old path: the saved checkpoint, built again and scored (on the CPU)
         old = ttq.scoring.heldout_loss(
@@ -623,7 +616,7 @@ def test_reference_scores_in_process_as_its_checkpoints_score(tokenizer, tmp_pat
                 ttq.scoring.load_mlm(tmp_path / "plain" / "checkpoints" / f"step_{step}"), heldout
             )
             assert scored["scores"][str(step)] == old
-    again = _run_reference_in_process(
+    again = run_reference_in_process(
         [*common, "--heldout", str(tmp_path / "heldout.safetensors"), "--output_dir", str(tmp_path / "nockpt")]
     )
     assert sorted(again["scores"]) == ["2", "4"] and not (tmp_path / "nockpt" / "checkpoints").exists()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import run_reference_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_time_to_quality.py"
@@ -108,14 +109,6 @@ def test_time_budget_commands(tmp_path):
     assert cmd[cmd.index("--save_steps") + 1 : cmd.index("--weight_decay")] == ["5", "10", "15", "20", "25", "30"]
 
 
-def _run_reference_in_process(argv: list[str]) -> dict:
-    """reference_main in this process (faster than a child), its import blocker removed afterwards."""
-    try:
-        return ttq.reference.reference_main(argv)
-    finally:
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq.reference._ProjectImportBlocker)]
-
-
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_reference_sizes_its_schedule_in_its_process(tokenizer, tmp_path, precision, seeded_single_thread):
     """--time_budget_s: the probe (on a copy of the model) gives max(1, floor(budget / seconds per step)) steps, and
@@ -138,7 +131,7 @@ def test_reference_sizes_its_schedule_in_its_process(tokenizer, tmp_path, precis
     common = ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape"]
     common += ["bert-tiny", "--learning_rate", "3e-3", "--batch_size", "4", "--mixed_precision", precision]
     common += ["--heldout", str(tmp_path / "heldout.safetensors")]
-    sized = _run_reference_in_process(
+    sized = run_reference_in_process(
         [*common, "--time_budget_s", "0.4", "--probe_steps", "4", "--probe_warmup", "1", "--save_points", "3"]
         + ["--output_dir", str(tmp_path / "sized")]
     )
@@ -148,7 +141,7 @@ def test_reference_sizes_its_schedule_in_its_process(tokenizer, tmp_path, precis
     assert (budget["probe_steps"], budget["probe_warmup"], budget["time_budget_s"]) == (4, 1, 0.4)
     saves = ttq.runs.save_steps(steps, 3)
     assert sorted(int(k) for k in sized["scores"]) == saves
-    given = _run_reference_in_process(
+    given = run_reference_in_process(
         [*common, "--max_train_steps", str(steps), "--save_steps", *map(str, saves), "--output_dir"]
         + [str(tmp_path / "given")]
     )

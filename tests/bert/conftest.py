@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_bert_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 
@@ -42,13 +43,8 @@ def make_tokenizer():
     return BertTokenizer(vocab=vocab)
 
 
-TINY = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
+#: The tiny config of the SesameBert tests, without ``vocab_size``.
+TINY = tiny_bert_kwargs(None, 64)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _helpers import assert_documents_alone
 from transformers import (
     AttentionInterface,
     AutoModel,
@@ -192,12 +193,7 @@ def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementat
             assert len(masks) == tiny_kwargs["num_hidden_layers"]
             assert all(isinstance(m, modeling_sesame_bert.BlockMask) for m in masks)
         assert packed.isfinite().all()  # padding rows too (they are never an empty softmax row)
-        for row, lengths in enumerate(splits):
-            start = 0
-            for n in lengths:
-                alone = model(batch["input_ids"][row : row + 1, start : start + n]).last_hidden_state[0]
-                torch.testing.assert_close(packed[row, start : start + n], alone, rtol=0, atol=1e-5)
-                start += n
+        assert_documents_alone(model, batch["input_ids"], packed, splits, atol=1e-5)
         # without position_ids the same row attends across documents: the test above can fail
         unmasked = model(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         assert (unmasked[0, DOCS[0] :] - packed[0, DOCS[0] :]).abs().max() > 1e-2

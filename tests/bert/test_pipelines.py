@@ -38,15 +38,18 @@ def test_fill_mask(tiny_kwargs, tokenizer):
     assert all(abs(a["score"] - s) < 1e-5 for a, s in zip(answers, top.values.tolist()))
 
 
-def test_text_classification_pairs(tiny_kwargs, tokenizer, pairs):
+def _labelled(cls, tiny_kwargs: dict, labels: list[str]):
+    """A tiny SesameBert ``cls`` (initialised after seed 0, in eval mode) whose head predicts ``labels``, ids in their
+    order."""
     torch.manual_seed(0)
-    config = SesameBertConfig(
-        **tiny_kwargs,
-        num_labels=3,
-        id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
-        label2id={"entailment": 0, "neutral": 1, "contradiction": 2},
-    )
-    model = SesameBertForSequenceClassification(config).eval()
+    ids = dict(enumerate(labels))
+    return cls(
+        SesameBertConfig(**tiny_kwargs, num_labels=len(labels), id2label=ids, label2id={v: k for k, v in ids.items()})
+    ).eval()
+
+
+def test_text_classification_pairs(tiny_kwargs, tokenizer, pairs):
+    model = _labelled(SesameBertForSequenceClassification, tiny_kwargs, ["entailment", "neutral", "contradiction"])
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
     for a, b in pairs:
         scores = {d["label"]: d["score"] for d in classify({"text": a, "text_pair": b})}
@@ -54,7 +57,7 @@ def test_text_classification_pairs(tiny_kwargs, tokenizer, pairs):
         assert enc["token_type_ids"].max() == 1  # a real pair reaches the model
         with torch.no_grad():
             probs = model(**enc).logits.softmax(-1)[0]
-        for i, label in config.id2label.items():
+        for i, label in model.config.id2label.items():
             assert abs(scores[label] - probs[i].item()) < 1e-5
 
 
@@ -77,14 +80,7 @@ def test_question_answering(tiny_kwargs, tokenizer):
 
 
 def test_token_classification(tiny_kwargs, tokenizer):
-    torch.manual_seed(0)
-    config = SesameBertConfig(
-        **tiny_kwargs,
-        num_labels=3,
-        id2label={0: "O", 1: "B-LOC", 2: "I-LOC"},
-        label2id={"O": 0, "B-LOC": 1, "I-LOC": 2},
-    )
-    model = SesameBertForTokenClassification(config).eval()
+    model = _labelled(SesameBertForTokenClassification, tiny_kwargs, ["O", "B-LOC", "I-LOC"])
     tag = pipeline("token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
     text = "he lives in paris"
     entities = tag(text)
@@ -93,7 +89,7 @@ def test_token_classification(tiny_kwargs, tokenizer):
         probs = model(**enc).logits.softmax(-1)[0, 1:-1]  # without [CLS] / [SEP]
     assert [e["word"] for e in entities] == text.split()
     for e, p in zip(entities, probs):
-        assert e["entity"] == config.id2label[int(p.argmax())] and abs(e["score"] - p.max().item()) < 1e-5
+        assert e["entity"] == model.config.id2label[int(p.argmax())] and abs(e["score"] - p.max().item()) < 1e-5
 
 
 def test_feature_extraction(tiny_kwargs, tokenizer, sentences):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import torch
+from _launch import run_ok
 
 from modeling import SesameBertConfig, SesameBertForPreTraining
 
@@ -75,15 +75,7 @@ def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
     env.update(HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     child = tmp_path / "child.py"
     child.write_text(CHILD)
-    result = subprocess.run(
-        [sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_ok([sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")], tmp_path, env, timeout=120)
     got = torch.load(tmp_path / "out.pt")
 
     assert got["project_loaded"] == []

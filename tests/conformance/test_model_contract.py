@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _tiny import micro_elmo_kwargs, tiny_bert_kwargs
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -79,17 +80,7 @@ class Row:
 
 
 # ---- the SesameBert family ----------------------------------------------------------------------------------------
-BERT_TINY = dict(
-    vocab_size=40,
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
-    max_position_embeddings=32,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    num_labels=3,
-)
+BERT_TINY = tiny_bert_kwargs(40, 32, width=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
 
 
 def bert_config(**overrides):
@@ -110,6 +101,11 @@ def bert_batch() -> dict:
         attention_mask=attention_mask,
         token_type_ids=token_type_ids * attention_mask,
     )
+
+
+def _class_labels(b):
+    """Class labels of the 3-row batches (3 classes)."""
+    return dict(labels=torch.tensor([0, 2, 1]))
 
 
 def _mlm_labels(b):
@@ -137,9 +133,7 @@ BERT_ROWS = {
         "prediction_logits",
         lambda b: dict(labels=_mlm_labels(b), next_sentence_label=torch.tensor([0, 1, 0])),
     ),
-    "bert-classification": _bert_row(
-        modeling.SesameBertForSequenceClassification, "logits", lambda b: dict(labels=torch.tensor([0, 2, 1]))
-    ),
+    "bert-classification": _bert_row(modeling.SesameBertForSequenceClassification, "logits", _class_labels),
     "bert-qa": _bert_row(
         modeling.SesameBertForQuestionAnswering,
         "start_logits",
@@ -190,55 +184,30 @@ def _baseline_widths(model):
     return [model.config.embedding_dim, model.base_model.encoder.output_size]
 
 
+def _baseline_row(cls, output, labels, batch=baseline_batch):
+    unsupported = dict(_BASELINE_UNSUPPORTED)
+    return Row(
+        cls,
+        baseline_config,
+        batch,
+        labels,
+        output,
+        num_layers=1,
+        unsupported=unsupported,
+        hidden_widths=_baseline_widths,
+    )
+
+
 BASELINE_ROWS = {
-    "baseline-model": Row(
-        SesameBaselineModel,
-        baseline_config,
-        baseline_batch,
-        lambda b: {},
-        "pooler_output",
-        num_layers=1,
-        unsupported=dict(_BASELINE_UNSUPPORTED),
-        hidden_widths=_baseline_widths,
-    ),
-    "baseline-classification": Row(
-        SesameBaselineForSequenceClassification,
-        baseline_config,
-        baseline_batch,
-        lambda b: dict(labels=torch.tensor([0, 2, 1])),
-        "logits",
-        num_layers=1,
-        unsupported=dict(_BASELINE_UNSUPPORTED),
-        hidden_widths=_baseline_widths,
-    ),
-    "baseline-classification-pair": Row(
-        SesameBaselineForSequenceClassification,
-        baseline_config,
-        bert_batch,
-        lambda b: dict(labels=torch.tensor([0, 2, 1])),
-        "logits",
-        num_layers=1,
-        unsupported=dict(_BASELINE_UNSUPPORTED),
-        hidden_widths=_baseline_widths,
+    "baseline-model": _baseline_row(SesameBaselineModel, "pooler_output", lambda b: {}),
+    "baseline-classification": _baseline_row(SesameBaselineForSequenceClassification, "logits", _class_labels),
+    "baseline-classification-pair": _baseline_row(
+        SesameBaselineForSequenceClassification, "logits", _class_labels, batch=bert_batch
     ),
 }
 
 # ---- the ELMo-style family --------------------------------------------------------------------------------------
-ELMO_TINY = dict(
-    vocab_size=40,
-    char_embedding_dim=4,
-    cnn_filters=[[1, 4], [2, 4]],
-    num_highway_layers=1,
-    projection_dim=8,
-    cell_size=16,
-    num_layers=2,
-    dropout=0.0,
-    task_hidden_size=4,
-    classifier_hidden_size=8,
-    classifier_dropout=0.0,
-    num_labels=3,
-    freeze_backbone=False,
-)
+ELMO_TINY = micro_elmo_kwargs(40, num_labels=3, freeze_backbone=False)
 
 
 def elmo_config(**overrides):
@@ -286,13 +255,11 @@ def _elmo_row(cls, output, labels, batch=elmo_batch, **unsupported):
 ELMO_ROWS = {
     "elmo-model": _elmo_row(modeling.SesameElmoModel, "last_hidden_state", lambda b: {}),
     "elmo-bilm": _elmo_row(modeling.SesameElmoForBidirectionalLM, "loss", lambda b: {}),
-    "elmo-classification": _elmo_row(
-        modeling.SesameElmoForSequenceClassification, "logits", lambda b: dict(labels=torch.tensor([0, 2, 1]))
-    ),
+    "elmo-classification": _elmo_row(modeling.SesameElmoForSequenceClassification, "logits", _class_labels),
     "elmo-classification-pair": _elmo_row(
         modeling.SesameElmoForSequenceClassification,
         "logits",
-        lambda b: dict(labels=torch.tensor([0, 2, 1])),
+        _class_labels,
         batch=elmo_pair_batch,
     ),
     "elmo-qa": _elmo_row(

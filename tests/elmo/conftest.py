@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_elmo_kwargs
 
 
 @pytest.fixture
@@ -21,21 +22,9 @@ def elmo_tokenizer(tiny_corpus: Path, tmp_path: Path):
     return train_elmo_tokenizer([tiny_corpus], vocab_size=200, output_dir=tmp_path / "tok")
 
 
-#: The tiny SesameElmo settings of the tests (without ``vocab_size``).
-TINY_KWARGS = dict(
-    char_embedding_dim=8,
-    cnn_filters=[[1, 8], [2, 8], [3, 16]],
-    num_highway_layers=2,
-    projection_dim=16,
-    cell_size=32,
-    num_layers=2,
-    dropout=0.0,
-    task_hidden_size=8,
-    classifier_hidden_size=16,
-    classifier_dropout=0.0,
-    num_sampled=16,
-    cnn_pool_filters=4,
-)
+#: The tiny SesameElmo settings of the tests (``vocab_size`` 100): ``_tiny``'s, with two highway layers, a task BiLSTM
+#: of 8 and no classifier dropout.
+TINY_KWARGS = tiny_elmo_kwargs(100, num_highway_layers=2, task_hidden_size=8, classifier_dropout=0.0)
 
 
 def tiny_config(vocab_size: int = 100, **overrides):

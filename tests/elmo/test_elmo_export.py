@@ -9,6 +9,8 @@ import json
 
 import pytest
 import torch
+from _helpers import assert_rows_classified_alone
+from _tiny import micro_elmo_kwargs
 from torch import nn
 
 from modeling.elmo import (
@@ -26,20 +28,7 @@ from modeling.export import TOLERANCE, main
 from training.errors import run_cli
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
-TINY = dict(
-    vocab_size=60,
-    char_embedding_dim=4,
-    cnn_filters=[[1, 4], [2, 8]],
-    num_highway_layers=1,
-    projection_dim=8,
-    cell_size=16,
-    num_layers=2,
-    dropout=0.0,
-    task_hidden_size=4,
-    classifier_hidden_size=8,
-    classifier_dropout=0.0,
-    num_labels=3,
-)
+TINY = micro_elmo_kwargs(60, cnn_filters=[[1, 4], [2, 8]], num_labels=3)
 
 
 def _config(**overrides) -> SesameElmoConfig:
@@ -169,13 +158,7 @@ def test_mixed_batch_classifies_each_row_as_what_it_is():
     the whole batch took the pair path: the single sentence went through the pair classifier with an empty v)."""
     model = SesameElmoForSequenceClassification(_config()).eval()
     _scale_mix(model)
-    batch = _batch(3, 10, seed=4)  # row 0 single, rows 1 and 2 pairs
-    with torch.no_grad():
-        mixed = model(**batch).logits
-        single = model(**{k: v[:1] for k, v in batch.items() if k != "token_type_ids"}).logits
-        pairs = model(**{k: v[1:] for k, v in batch.items()}).logits
-    torch.testing.assert_close(mixed[:1], single, rtol=0, atol=1e-6)
-    torch.testing.assert_close(mixed[1:], pairs, rtol=0, atol=1e-6)
+    assert_rows_classified_alone(model, _batch(3, 10, seed=4))  # row 0 single, rows 1 and 2 pairs
 
 
 @pytest.mark.parametrize("kind", ["lstm-projection", "lstm", "gru", "bidirectional-reverse"])

@@ -35,6 +35,15 @@ def glue_args(model: Path | str, out: Path | str, *flags: str, tail: list[str] =
     return ["--model_name_or_path", str(model), *flags, "--output_dir", str(out), *tail]
 
 
+#: Train, evaluate and predict.
+ALL_SPLITS = ["--do_train", "--do_eval", "--do_predict"]
+
+
+def task_args(model: Path | str, out: Path | str, glue_dir: Path, task: str, *flags: str) -> list[str]:
+    """:func:`glue_args` of GLUE task ``task`` read from ``glue_dir``, then ``flags``."""
+    return glue_args(model, out, "--task_name", task, "--glue_dir", str(glue_dir), *flags)
+
+
 def _run(args: list[str]) -> dict:
     assert glue.main(args) == 0
     out = Path(args[args.index("--output_dir") + 1])
@@ -47,21 +56,7 @@ def _config(out: Path) -> dict:
 
 def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "sst2"
-    results = _run(
-        glue_args(
-            tiny_bert,
-            out,
-            "--task_name",
-            "sst2",
-            "--glue_dir",
-            str(glue_dir),
-            "--max_train_steps",
-            "3",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-        )
-    )
+    results = _run(task_args(tiny_bert, out, glue_dir, "sst2", "--max_train_steps", "3", *ALL_SPLITS))
     assert results["global_step"] == 3 and results["train_loss"] > 0
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
     config = _config(out)
@@ -81,21 +76,7 @@ def test_single_sentence_task_from_glue_dir(tiny_bert, glue_dir, tmp_path):
 
 def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "mnli"
-    results = _run(
-        glue_args(
-            tiny_bert,
-            out,
-            "--task_name",
-            "mnli",
-            "--glue_dir",
-            str(glue_dir),
-            "--max_train_steps",
-            "2",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-        )
-    )
+    results = _run(task_args(tiny_bert, out, glue_dir, "mnli", "--max_train_steps", "2", *ALL_SPLITS))
     for key in ("eval_accuracy", "eval_matched_accuracy", "eval_mismatched_accuracy", "eval_mismatched_loss"):
         assert key in results
     assert results["eval_accuracy"] == results["eval_matched_accuracy"]
@@ -106,21 +87,7 @@ def test_pair_task_and_3_class_task_mnli(tiny_bert, glue_dir, tmp_path):
 
 def test_regression_task(tiny_bert, glue_dir, tmp_path):
     out = tmp_path / "stsb"
-    results = _run(
-        glue_args(
-            tiny_bert,
-            out,
-            "--task_name",
-            "stsb",
-            "--glue_dir",
-            str(glue_dir),
-            "--max_train_steps",
-            "2",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-        )
-    )
+    results = _run(task_args(tiny_bert, out, glue_dir, "stsb", "--max_train_steps", "2", *ALL_SPLITS))
     assert {"eval_pearson", "eval_spearmanr", "eval_loss"} <= set(results)
     config = _config(out)
     assert config["num_labels"] == 1 if "num_labels" in config else len(config["id2label"]) == 1

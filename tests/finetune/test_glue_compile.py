@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from _launch import checkpoint_args
 
 import modeling  # noqa: F401  (registers the Auto classes)
 from finetune import glue
@@ -30,14 +31,7 @@ def _args(tiny_bert, glue_dir, out, *extra):
         "2",
         "--learning_rate",
         "1e-3",
-        "--logging_steps",
-        "1",
-        "--max_train_steps",
-        "4",
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "0",
+        *checkpoint_args(4, 2),
         "--torch_compile",
         "true",
         *extra,

@@ -13,8 +13,16 @@ import pytest
 from _launch import CPU_2PROC, ROOT, subprocess_env
 
 from finetune import glue
-from tests.finetune.test_glue import COMMON, NLI, _write_nli, glue_args
+from tests.finetune.test_glue import COMMON, NLI, _write_nli, glue_args, task_args
 from training.errors import run_cli
+
+#: The NLI files' columns, then ``COMMON``.
+NLI_TAIL = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
+
+
+def _nli_args(model: Path | str, out: Path, train: Path, *flags: str) -> list[str]:
+    """:func:`glue_args` of a run on the NLI rows in ``train`` (also its validation file), then ``flags``."""
+    return glue_args(model, out, "--train_file", str(train), "--validation_file", str(train), *flags, tail=NLI_TAIL)
 
 
 def _results(out: Path) -> dict:
@@ -67,23 +75,7 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     test = tmp_path / "test.tsv"
     test.write_text("index\tpremise\thypothesis\n7\tthe cat sat .\ta cat sat .\n9\tthe dog .\tit was bad .\n")
     out = tmp_path / "trained"
-    keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
-    assert (
-        glue.main(
-            glue_args(
-                tiny_bert,
-                out,
-                "--train_file",
-                str(train),
-                "--validation_file",
-                str(train),
-                "--max_train_steps",
-                "3",
-                tail=keys,
-            )
-        )
-        == 0
-    )
+    assert glue.main(_nli_args(tiny_bert, out, train, "--max_train_steps", "3")) == 0
     again = tmp_path / "again"
     assert (
         glue.main(
@@ -96,7 +88,7 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
                 str(test),
                 "--do_eval",
                 "--do_predict",
-                tail=keys,
+                tail=NLI_TAIL,
             )
         )
         == 0
@@ -105,24 +97,14 @@ def test_custom_files_eval_and_predict_use_the_fine_tuned_heads_labels(tiny_bert
     rows = _predictions(again / "predictions_test.tsv")
     assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == ["7", "9"]
     assert {r[1] for r in rows[1:]} <= {"contradiction", "entailment", "neutral"}
-    assert glue.main(glue_args(out, tmp_path / "dev3", "--validation_file", str(dev), "--do_eval", tail=keys)) == 0
+    assert glue.main(glue_args(out, tmp_path / "dev3", "--validation_file", str(dev), "--do_eval", tail=NLI_TAIL)) == 0
     # switches that ask for a split that is not there
-    assert (
-        run_cli(
-            glue.main,
-            glue_args(out, tmp_path / "x", "--validation_file", str(train), "--do_predict", tail=keys),
-        )
-        == 2
-    )
-    assert "--do_predict" in capsys.readouterr().err
-    assert (
-        run_cli(
-            glue.main,
-            glue_args(out, tmp_path / "y", "--test_file", str(test), "--do_train", tail=keys),
-        )
-        == 2
-    )
-    assert "training a custom task needs --train_file" in capsys.readouterr().err
+    for name, flags, message in [
+        ("x", ["--validation_file", str(train), "--do_predict"], "--do_predict"),
+        ("y", ["--test_file", str(test), "--do_train"], "training a custom task needs --train_file"),
+    ]:
+        assert run_cli(glue.main, glue_args(out, tmp_path / name, *flags, tail=NLI_TAIL)) == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
@@ -130,13 +112,11 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
     out = tmp_path / "best"
     assert (
         glue.main(
-            glue_args(
+            task_args(
                 tiny_bert,
                 out,
-                "--task_name",
+                glue_dir,
                 "sst2",
-                "--glue_dir",
-                str(glue_dir),
                 "--max_train_steps",
                 "4",
                 "--eval_steps",
@@ -155,7 +135,7 @@ def test_load_best_model_at_end_through_the_command_line(tiny_bert, glue_dir, tm
     assert results["eval_loss"] == best["eval_loss"]
     # the saved model is the best step's: evaluating it again gives the best step's loss
     again = tmp_path / "again"
-    assert glue.main(glue_args(out, again, "--task_name", "sst2", "--glue_dir", str(glue_dir), "--do_eval")) == 0
+    assert glue.main(task_args(out, again, glue_dir, "sst2", "--do_eval")) == 0
     assert _results(again)["eval_loss"] == pytest.approx(best["eval_loss"], rel=1e-6)
 
 
@@ -174,27 +154,8 @@ def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
         "index\tpremise\thypothesis\n" + "".join(f"{10 + i}\t{p}\t{h}\n" for i, (p, h, _) in enumerate(NLI[:5]))
     )
     out = tmp_path / "trained"
-    keys = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]
-    assert (
-        glue.main(
-            glue_args(
-                tiny_bert,
-                out,
-                "--train_file",
-                str(train),
-                "--validation_file",
-                str(train),
-                "--test_file",
-                str(test),
-                "--max_train_steps",
-                "3",
-                "--do_train",
-                "--do_predict",
-                tail=keys,
-            )
-        )
-        == 0
-    )
+    flags = ["--test_file", str(test), "--max_train_steps", "3", "--do_train", "--do_predict"]
+    assert glue.main(_nli_args(tiny_bert, out, train, *flags)) == 0
     two = tmp_path / "two"
     command = [
         sys.executable,
@@ -218,7 +179,7 @@ def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
         "--do_eval",
         "--per_device_eval_batch_size",
         "2",
-        *keys,
+        *NLI_TAIL,
     ]
     proc = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -226,5 +187,5 @@ def test_two_processes_predict_each_example_once(tiny_bert, tmp_path):
     assert [r[0] for r in rows[1:]] == ["10", "11", "12", "13", "14"]  # each example once, in order
     assert rows == _predictions(out / "predictions_test.tsv")
     one = tmp_path / "one"
-    assert glue.main(glue_args(out, one, "--validation_file", str(train), "--do_eval", tail=keys)) == 0
+    assert glue.main(glue_args(out, one, "--validation_file", str(train), "--do_eval", tail=NLI_TAIL)) == 0
     assert _results(two)["eval_accuracy"] == _results(one)["eval_accuracy"]

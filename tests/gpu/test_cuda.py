@@ -26,15 +26,6 @@ def cuda() -> torch.device:
     return torch.device("cuda")
 
 
-@pytest.fixture
-def no_tf32():
-    """float32 really in float32 (no TF32 tensor-core rounding) for the comparisons at 1e-5."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def _model(family: str, case: str):
     from modeling import SesameBertConfig
     from modeling.elmo import SesameElmoConfig

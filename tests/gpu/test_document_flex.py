@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from _helpers import assert_documents_alone
 from precision.conftest import BERT_TINY  # tests/ is on sys.path (pyproject's pythonpath)
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertModel
@@ -19,14 +20,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
-
-@pytest.fixture
-def no_tf32():
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _packed(vocab_size: int, rows: int = 4, length: int = 64, seed: int = 0):
@@ -70,12 +63,7 @@ def test_packed_documents_on_cuda_take_flex_and_equal_separate_passes(monkeypatc
     with torch.no_grad():
         packed = model(**batch).last_hidden_state
         assert len(seen) == model.config.num_hidden_layers and all(isinstance(m, msb.BlockMask) for m in seen)
-        for row, lengths in enumerate(splits):
-            start = 0
-            for n in lengths:
-                alone = model(batch["input_ids"][row : row + 1, start : start + n]).last_hidden_state[0]
-                torch.testing.assert_close(packed[row, start : start + n], alone, rtol=0, atol=1e-4)
-                start += n
+        assert_documents_alone(model, batch["input_ids"], packed, splits, atol=1e-4)
 
 
 def test_flex_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf32):

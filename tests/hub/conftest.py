@@ -8,14 +8,13 @@ So every client call runs in a fresh ``python`` subprocess whose environment poi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from _launch import load_module
+from _launch import hub_env, load_module
 
 _HERE = Path(__file__).resolve().parent
 hub_server = load_module(_HERE / "hub_server.py", "sesame_tests_hub_server")
@@ -26,6 +25,16 @@ WRITE_TOKEN = "hf_alice_write_0123456789"
 READ_TOKEN = "hf_alice_read_0123456789"
 OTHER_TOKEN = "hf_bob_write_0123456789"
 TOKENS = {WRITE_TOKEN: ("alice", "write"), READ_TOKEN: ("alice", "read"), OTHER_TOKEN: ("bob", "write")}
+#: A hub client process's settings beyond :func:`_launch.hub_env`'s: quiet, no telemetry or update checks, a short
+#: ETag timeout.
+_CLIENT_SETTINGS = {
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+    "HF_HUB_ETAG_TIMEOUT": "5",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONWARNINGS": "ignore",
+}
 
 
 class Hub:
@@ -45,20 +54,7 @@ class Hub:
 
     def env(self, hf_home: Path, token: str | None = None, offline: bool = False, xet: bool = False) -> dict[str, str]:
         """Environment of a client process: this server, a given ``HF_HOME``, optional ``HF_TOKEN``."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-        env.update(
-            HF_ENDPOINT=self.url,
-            HF_HOME=str(hf_home),
-            HF_HUB_DISABLE_XET="1",
-            HF_HUB_OFFLINE="1" if offline else "0",
-            TRANSFORMERS_OFFLINE="1" if offline else "0",
-            HF_HUB_DISABLE_TELEMETRY="1",
-            HF_HUB_DISABLE_PROGRESS_BARS="1",
-            HF_HUB_DISABLE_UPDATE_CHECK="1",
-            HF_HUB_ETAG_TIMEOUT="5",
-            TOKENIZERS_PARALLELISM="false",
-            PYTHONWARNINGS="ignore",
-        )
+        env = hub_env(self.url, hf_home, offline=offline, **_CLIENT_SETTINGS)
         if token is not None:
             env["HF_TOKEN"] = token
         if xet:  # let the client try Xet storage, which this server does not offer

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _launch import corpus_args
 
 pytestmark = pytest.mark.slow  # each command imports torch + transformers in a subprocess on 2 busy cores
 
@@ -28,6 +29,8 @@ WORDS = (
     "quick brown fox jumps over lazy dog near river bank"
 ).split()
 TEXT = "the whale rose from the sea and the sailors shouted"
+#: ``finetune.glue`` from the model the tests push to ``alice/cli-bert``.
+GLUE_ON_CLI_BERT = ["finetune.glue", "--model_name_or_path", "alice/cli-bert"]
 
 BLOCK = """
 import sys
@@ -73,34 +76,9 @@ def _command(hub, args: list[str], home: Path, cwd: Path, token: str | None = No
 
 
 def _pretrain(hub, root: Path, out: Path, *extra: str, token: str | None = None) -> None:
-    proc = _command(
-        hub,
-        [
-            "pretrain",
-            "--train_file",
-            str(root / "train.txt"),
-            "--validation_file",
-            str(root / "valid.txt"),
-            "--output_dir",
-            str(out),
-            "--vocab_size",
-            "200",
-            "--max_seq_length",
-            "32",
-            "--per_device_train_batch_size",
-            "8",
-            "--max_train_steps",
-            "3",
-            "--eval_steps",
-            "3",
-            "--num_warmup_steps",
-            "1",
-            *extra,
-        ],
-        root / "push_home",
-        root,
-        token,
-    )
+    schedule = "--vocab_size 200 --max_train_steps 3 --eval_steps 3 --num_warmup_steps 1".split()
+    args = corpus_args(root, out, *schedule, *extra, config=None, valid="valid.txt")
+    proc = _command(hub, ["pretrain", *args], root / "push_home", root, token)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -202,9 +180,7 @@ def test_refused_tokens_and_missing_revision_exit_2_before_training(module_hub, 
     proc = _command(
         hub,
         [
-            "finetune.glue",
-            "--model_name_or_path",
-            "alice/cli-bert",
+            *GLUE_ON_CLI_BERT,
             "--revision",
             "no-such-branch",
             "--train_file",
@@ -229,9 +205,7 @@ def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, run
     proc = _command(
         hub,
         [
-            "finetune.glue",
-            "--model_name_or_path",
-            "alice/cli-bert",
+            *GLUE_ON_CLI_BERT,
             "--config_name",
             "alice/cli-bert",
             "--tokenizer_name",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import corpus_args, pretrain_command
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow  # three short pretraining runs in subprocesses
@@ -36,24 +36,8 @@ def _documents(n: int, seed: int) -> str:
 def _pretrain(hub, root: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = hub.env(root / "home")
     env.update(HF_DATASETS_OFFLINE="1", WANDB_MODE="offline", OMP_NUM_THREADS="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pretrain",
-        "--train_file",
-        str(root / "train.txt"),
-        "--validation_file",
-        str(root / "valid.txt"),
-        "--output_dir",
-        str(out),
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--num_warmup_steps",
-        "1",
-        *extra,
-    ]
+    args = corpus_args(root, out, "--num_warmup_steps", "1", *extra, config=None, valid="valid.txt")
+    cmd = [*pretrain_command(1), *args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 

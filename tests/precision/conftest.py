@@ -47,17 +47,24 @@ def _seed_and_threads(seeded_single_thread):
     """Every test here: seed 0, one torch thread (tests/conftest.py)."""
 
 
+def _maker(config_class, kwargs: dict):
+    """``make(cls, **config overrides)`` -> a model of class ``cls`` with a ``config_class`` of ``kwargs`` and the
+    overrides, initialised after seed 0, in training mode."""
+
+    def make(cls, **overrides):
+        torch.manual_seed(0)
+        return cls(config_class(**{**kwargs, **overrides})).train()
+
+    return make
+
+
 # Helpers as fixtures, for the test modules of this folder (tests/gpu imports the constants above directly).
 @pytest.fixture
 def make_bert():
     """``make_bert(cls, **config overrides)`` -> a tiny SesameBert model of class ``cls`` in training mode."""
     from modeling import SesameBertConfig
 
-    def make(cls, **overrides):
-        torch.manual_seed(0)
-        return cls(SesameBertConfig(**{**BERT_TINY, **overrides})).train()
-
-    return make
+    return _maker(SesameBertConfig, BERT_TINY)
 
 
 @pytest.fixture
@@ -65,11 +72,7 @@ def make_elmo():
     """``make_elmo(cls, **config overrides)`` -> a tiny SesameElmo model of class ``cls`` in training mode."""
     from modeling.elmo import SesameElmoConfig
 
-    def make(cls, **overrides):
-        torch.manual_seed(0)
-        return cls(SesameElmoConfig(**{**ELMO_TINY, **overrides})).train()
-
-    return make
+    return _maker(SesameElmoConfig, ELMO_TINY)
 
 
 @pytest.fixture

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import random
 from pathlib import Path
 
 import pytest
+from _helpers import write_corpus
 
 WORDS = (
     "the senate adjourned after a long debate on budget it rained in afternoon and streets of city were wet "
@@ -14,17 +14,6 @@ WORDS = (
     "congress shall make no law respecting an establishment religion quick brown fox jumps over lazy dog near river "
     "bank unbelievable extraordinary representatives constitutional"
 ).split()
-
-
-def write_corpus(path: Path, documents: list[list[str]]) -> Path:
-    """Documents (lists of lines) separated by blank lines, gzipped when the name ends in .gz."""
-    text = "\n\n".join("\n".join(doc) for doc in documents) + "\n"
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
 
 
 def random_documents(

@@ -45,14 +45,9 @@ def test_bert_mlm_end_to_end(corpus_dir, tmp_path, fresh_state):
         == 0
     )
     results = json.loads((out / "all_results.json").read_text())
-    for key in (
-        "train_loss",
-        "eval_loss",
-        "perplexity",
-        "train_runtime_s",
-        "train_tokens_per_second",
-        "train_samples_per_second",
-    ):
+    for (
+        key
+    ) in "train_loss eval_loss perplexity train_runtime_s train_tokens_per_second train_samples_per_second".split():
         assert isinstance(results[key], float), key
     assert results["perplexity"] == pytest.approx(2.718281828 ** results["eval_loss"], rel=1e-9)
     history = json.loads((out / "eval_history.json").read_text())

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from _launch import checkpoint_args
 from _launch import corpus_args as _run_args
 from datasets import Dataset, DatasetDict
 
@@ -262,20 +263,7 @@ def test_same_command_twice_and_resume_are_exact_with_document_masking(
     its step-2 checkpoint ends with bitwise the weights of the uninterrupted run (dropout on)."""
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
-    common = [
-        "--tokenizer_name",
-        str(tok),
-        "--max_train_steps",
-        "4",
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "0",
-        "--learning_rate",
-        "2e-3",
-        "--logging_steps",
-        "1",
-    ]
+    common = ["--tokenizer_name", str(tok), *checkpoint_args(4, 2), "--learning_rate", "2e-3"]
     a, b, resumed = tmp_path / "a", tmp_path / "b", tmp_path / "resumed"
     for out in (a, b):
         assert run_cli(main, _run_args(corpus_dir, out, *common)) == 0

@@ -8,36 +8,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from _launch import ROOT, asset_args, write_tiny_corpus
-from _launch import pretrain_command as _command
-from _launch import subprocess_env as _env
+from _launch import asset_args, start_pretrain, write_tiny_corpus
+from _launch import run_pretrain as _run
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
-def _run(processes: int, args: list[str], timeout: int = 300) -> None:
-    proc = subprocess.run(
-        _command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 def _run_and_kill(processes: int, args: list[str], out: Path, kill_after_checkpoint: int, timeout: int = 300) -> None:
     """Start the run and SIGKILL its whole process group once ``step_<kill_after_checkpoint>`` exists."""
-    proc = subprocess.Popen(
-        _command(processes) + args,
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = start_pretrain(processes, args)
     target = out / "checkpoints" / f"step_{kill_after_checkpoint}"
     deadline = time.time() + timeout
     try:

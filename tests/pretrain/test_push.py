@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from _launch import corpus_args, load_module
+from _launch import QUIET, corpus_args, hub_env, load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_alice_write_0123456789"
@@ -28,18 +27,7 @@ def hub_url():
 
 
 def test_pretrain_pushes_the_model_without_checkpoints(hub_url, corpus_dir, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(
-        HF_ENDPOINT=hub_url,
-        HF_HOME=str(tmp_path / "hf"),
-        HF_HUB_DISABLE_XET="1",
-        HF_HUB_OFFLINE="0",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="0",
-        TOKENIZERS_PARALLELISM="false",
-        WANDB_MODE="offline",
-        OMP_NUM_THREADS="1",
-    )
+    env = hub_env(hub_url, tmp_path / "hf", **QUIET)
     out = tmp_path / "run"
     push = ["--push_to_hub", "--hub_model_id", "alice/tiny-mlm", "--hub_token", TOKEN]
     cmd = [

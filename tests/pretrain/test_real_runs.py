@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _launch import checkpoint_args, prepare_args
 from _launch import corpus_args as _data
-from _launch import prepare_args
 
 from pretrain.cli import build_parser, main
 from training.errors import run_cli
@@ -185,22 +185,8 @@ def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_
     import torch
     from safetensors.torch import load_file
 
-    common = [
-        "--tokenizer_name",
-        tok_dir,
-        "--config_name",
-        str(nodrop_config),
-        "--max_train_steps",
-        "6",
-        "--checkpointing_steps",
-        "3",
-        "--checkpoints_total_limit",
-        "0",
-        "--learning_rate",
-        "2e-3",
-        "--logging_steps",
-        "1",
-    ]
+    model = ["--tokenizer_name", tok_dir, "--config_name", str(nodrop_config)]
+    common = [*model, *checkpoint_args(6, 3), "--learning_rate", "2e-3"]
     full = tmp_path / "full"
     assert run_cli(main, _data(corpus_dir, full, *common)) == 0
     # resume the step-3 checkpoint as 4 blocks x 2 accumulation steps (global batch 8, as before)
@@ -240,7 +226,7 @@ def test_resume_with_the_same_global_batch_in_another_split_continues_and_other_
             _data(
                 corpus_dir,
                 changed,
-                *common[:-6],
+                *model,
                 "--max_train_steps",
                 "9",
                 "--checkpointing_steps",
@@ -421,23 +407,9 @@ def test_help_shows_one_real_default_per_flag_and_report_to_takes_lists():
 def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(
     corpus_dir, tok_dir, nodrop_config, tmp_path, fresh_state, capsys
 ):
-    common = [
-        "--tokenizer_name",
-        tok_dir,
-        "--config_name",
-        str(nodrop_config),
-        "--streaming",
-        "--logging_steps",
-        "1",
-        "--checkpointing_steps",
-        "3",
-        "--checkpoints_total_limit",
-        "0",
-        "--learning_rate",
-        "2e-3",
-        "--max_train_steps",
-        "6",
-    ]
+    model = ["--tokenizer_name", tok_dir, "--config_name", str(nodrop_config), "--learning_rate", "2e-3"]
+    unbounded = [*model, "--streaming", *checkpoint_args(None, 3)]  # no --max_train_steps
+    common = [*unbounded, "--max_train_steps", "6"]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     assert run_cli(main, _data(corpus_dir, full, *common)) == 0
     resumed.mkdir()
@@ -463,12 +435,12 @@ def test_streaming_run_resumes_at_its_saved_position_and_wraps_epochs(
     # a stream longer than the data wraps around: a new epoch starts at the end of the text
     many = tmp_path / "many"
     steps = math.ceil(len(blocks) / 8) + 2
-    assert run_cli(main, _data(corpus_dir, many, *common[:-2], "--max_train_steps", str(steps))) == 0
+    assert run_cli(main, _data(corpus_dir, many, *unbounded, "--max_train_steps", str(steps))) == 0
     results = json.loads((many / "all_results.json").read_text())
     assert results["global_step"] == steps and results["epoch"] == 1.0
     # without --max_train_steps or a tokenizer, a stream is refused
     capsys.readouterr()
-    assert run_cli(main, _data(corpus_dir, tmp_path / "nosteps", *common[:-2])) == 2
+    assert run_cli(main, _data(corpus_dir, tmp_path / "nosteps", *unbounded)) == 2
     lines = _error_lines(capsys)
     assert len(lines) == 1 and "expected --max_train_steps" in lines[0]
     assert run_cli(main, _data(corpus_dir, tmp_path / "notok", "--streaming", "--max_train_steps", "2")) == 2

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import corpus_args, prepare_args
+from _helpers import one_step_config
+from _launch import checkpoint_args, corpus_args, prepare_args
 
 from pretrain.cli import main
 from training.errors import run_cli
@@ -88,18 +89,7 @@ def test_rtd_run_saves_the_discriminator_and_the_generator_with_their_metrics(
 def test_rtd_resumes_bitwise(corpus_dir, tok_dir, tmp_path, fresh_state):
     """Stopped at step 3 and resumed: the same batches, masks, samples and dropout, so bitwise the same weights
     (same command -> same weights: tests/pretrain/test_real_runs.py, parametrised over the objective)."""
-    common = [
-        "--tokenizer_name",
-        tok_dir,
-        "--max_train_steps",
-        "6",
-        "--checkpointing_steps",
-        "3",
-        "--checkpoints_total_limit",
-        "0",
-        "--logging_steps",
-        "1",
-    ]
+    common = ["--tokenizer_name", tok_dir, *checkpoint_args(6, 3)]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     assert run_cli(main, _args(corpus_dir, full, *common)) == 0
     resumed.mkdir()
@@ -198,7 +188,6 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
     lambda (sum of discriminator BCE) / (real tokens of both), computed by hand from the model's two terms."""
     from modeling import SesameBertForReplacedTokenDetection, SesameBertRTDConfig
     from pretrain.objectives import rtd_loss, rtd_weight
-    from training.config import TrainingConfig
     from training.loop import Trainer, make_accelerator
 
     torch.manual_seed(0)
@@ -233,15 +222,7 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
         def __getitem__(self, i):
             return i
 
-    config = TrainingConfig(
-        output_dir=str(tmp_path / "run"),
-        learning_rate=0.5,
-        max_train_steps=1,
-        gradient_accumulation_steps=2,
-        max_grad_norm=0.0,
-        lr_scheduler_type="constant",
-        logging_steps=1,
-    )
+    config = one_step_config(tmp_path / "run", lr=0.5, accumulation=2)
     loader = torch.utils.data.DataLoader(Batches(), batch_size=1, collate_fn=lambda i: batches[i[0]])
     trainer = Trainer(
         make_accelerator(config),

@@ -141,19 +141,6 @@ def hub_server():
 
 def hub_client_env(url: str, home: Path) -> dict[str, str]:
     """The environment of a subprocess that talks to the test hub at ``url`` (no other HF/wandb settings)."""
-    import os
+    from _launch import QUIET, hub_env
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "WANDB"))}
-    env.update(
-        HF_ENDPOINT=url,
-        HF_HOME=str(home),
-        HF_HUB_DISABLE_XET="1",
-        HF_HUB_OFFLINE="0",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="0",
-        TOKENIZERS_PARALLELISM="false",
-        WANDB_MODE="offline",
-        WANDB_SILENT="true",
-        OMP_NUM_THREADS="1",
-    )
-    return env
+    return hub_env(url, home, strip=("HF_", "HUGGING", "WANDB"), **QUIET, WANDB_SILENT="true")

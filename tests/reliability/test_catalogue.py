@@ -129,6 +129,15 @@ def glue(tmp, a, *extra, train=None, valid=None):
     ]
 
 
+#: A good JSON-lines record of a single-sentence task, and one of label 0.
+OK_JSON, BAD_LABEL_JSON = '{"sentence": "ok", "label": 1}\n', '{"sentence": "bad", "label": 0}\n'
+
+
+def glue_jsonl(tmp, a, name: str, train: str, valid: str = OK_JSON):
+    """:func:`glue` arguments of JSON-lines files: ``name`` holding ``train``, ``v.jsonl`` holding ``valid``."""
+    return glue(tmp, a, train=_write(tmp / name, train), valid=_write(tmp / "v.jsonl", valid))
+
+
 def squad(tmp, a, *extra, train=None):
     train = train or _squad(tmp / "train.json")
     return [
@@ -230,18 +239,6 @@ CASES = [
         "pretrain",
         lambda t, a: pre(t, a, "--validation_file", str(t / "nope-valid.txt")),
         r"--validation_file.*nope-valid\.txt",
-    ),
-    (
-        "pretrain: batch size 0",
-        "pretrain",
-        lambda t, a: pre(t, a, "--per_device_train_batch_size", "0"),
-        r"--per_device_train_batch_size 0: expected an integer >= 1",
-    ),
-    (
-        "pretrain: negative learning rate",
-        "pretrain",
-        lambda t, a: pre(t, a, "--learning_rate=-1e-3"),
-        r"--learning_rate -0\.001: expected a positive",
     ),
     (
         "pretrain: gradient accumulation 0",
@@ -353,12 +350,7 @@ CASES = [
     (
         "glue: malformed json",
         "glue",
-        lambda t, a: glue(
-            t,
-            a,
-            train=_write(t / "bad.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": \n'),
-            valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n'),
-        ),
+        lambda t, a: glue_jsonl(t, a, "bad.jsonl", OK_JSON + '{"sentence": \n'),
         r"bad\.jsonl: malformed JSON on line 2",
     ),
     (
@@ -408,18 +400,6 @@ CASES = [
         "glue",
         lambda t, a: glue(t, a, "--tokenizer_name", str(a / "wordpiece-big")),
         r"--tokenizer_name .*wordpiece-big.*vocab",
-    ),
-    (
-        "glue: batch size 0",
-        "glue",
-        lambda t, a: glue(t, a, "--per_device_train_batch_size", "0"),
-        r"--per_device_train_batch_size 0: expected an integer >= 1",
-    ),
-    (
-        "glue: negative learning rate",
-        "glue",
-        lambda t, a: glue(t, a, "--learning_rate=-2e-5"),
-        r"--learning_rate -2e-05: expected a positive",
     ),
     (
         "glue: glue_dir missing",
@@ -508,12 +488,7 @@ CASES = [
     (
         "glue: JSON record without the label key",
         "glue",
-        lambda t, a: glue(
-            t,
-            a,
-            train=_write(t / "nokey.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "no key"}\n'),
-            valid=_write(t / "v.jsonl", '{"sentence": "ok", "label": 1}\n{"sentence": "bad", "label": 0}\n'),
-        ),
+        lambda t, a: glue_jsonl(t, a, "nokey.jsonl", OK_JSON + '{"sentence": "no key"}\n', OK_JSON + BAD_LABEL_JSON),
         r"nokey\.jsonl.*label",
     ),
     (
@@ -535,6 +510,24 @@ CASES = [
         r"bad\.json\.gz",
     ),
 ]
+
+
+def _training_refusals(command: str, build, rate: str, shown: str) -> list[tuple]:
+    """The refusals of a training command's optimizer settings: a batch size of 0; a negative learning rate
+    (``--learning_rate=rate``, named back as ``shown``, a regular expression)."""
+    batch = r"--per_device_train_batch_size 0: expected an integer >= 1"
+    return [
+        (f"{command}: batch size 0", command, lambda t, a: build(t, a, "--per_device_train_batch_size", "0"), batch),
+        (
+            f"{command}: negative learning rate",
+            command,
+            lambda t, a: build(t, a, f"--learning_rate={rate}"),
+            rf"--learning_rate {shown}: expected a positive",
+        ),
+    ]
+
+
+CASES += _training_refusals("pretrain", pre, "-1e-3", r"-0\.001") + _training_refusals("glue", glue, "-2e-5", r"-2e-05")
 
 
 def _main(command):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _launch import ROOT
+from _launch import ROOT, run_ok
 from _launch import asset_args as _args
 from _launch import subprocess_env as _env
 
@@ -138,15 +138,7 @@ def test_the_readme_main_command_prints_no_num_processes_warning_on_a_fresh_mach
     words = _readme_main_command() if command == "readme" else ["accelerate", "launch", "pretrain"]
     assert words[:2] == ["accelerate", "launch"] and words[-1] == "pretrain"
     env = {**_env(), "HF_HOME": str(tmp_path / "hf_home")}  # no accelerate default config
-    result = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", *words[2:], "--help"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_ok([sys.executable, "-m", "accelerate.commands.launch", *words[2:], "--help"], ROOT, env)
     assert "--train_file" in result.stdout  # pretrain's own help: the worker ran
     output = result.stdout + result.stderr
     if command == "readme":

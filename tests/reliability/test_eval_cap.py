@@ -29,56 +29,21 @@ def default_eval_blocks(plan, train_blocks: int, num_processes: int) -> int | No
     return plan_run(plan, None, None, {}, train_blocks, accelerator).eval_examples
 
 
+def _sized(tmp_path, length: str, eval_steps: str, *extra: str):
+    """:func:`_plan` of batches of 16 sequences of ``length`` tokens, evaluated every ``eval_steps``; ``extra``
+    first."""
+    sizes = ["--per_device_train_batch_size", "16", "--max_seq_length", length, "--eval_steps", eval_steps]
+    return _plan(tmp_path, *extra, *sizes)
+
+
 def test_default_evaluation_set_is_capped_by_the_planned_training(tmp_path):
-    short = _plan(
-        tmp_path,
-        "--model_type",
-        "elmo",
-        "--max_train_steps",
-        "20",
-        "--per_device_train_batch_size",
-        "16",
-        "--max_seq_length",
-        "32",
-        "--eval_steps",
-        "0.1",
-    )
+    short = _sized(tmp_path, "32", "0.1", "--model_type", "elmo", "--max_train_steps", "20")
     assert default_eval_blocks(short, 100_000, 1) == 128  # 10% of 320 trained blocks over 11 evaluations: the floor
-    long = _plan(
-        tmp_path,
-        "--max_train_steps",
-        "100000",
-        "--per_device_train_batch_size",
-        "16",
-        "--max_seq_length",
-        "32",
-        "--eval_steps",
-        "50000",
-    )
+    long = _sized(tmp_path, "32", "50000", "--max_train_steps", "100000")
     assert default_eval_blocks(long, 10**7, 1) == 1_000_000 // 32  # the token cap of one evaluation
-    medium = _plan(
-        tmp_path,
-        "--max_train_steps",
-        "1000",
-        "--per_device_train_batch_size",
-        "16",
-        "--max_seq_length",
-        "128",
-        "--eval_steps",
-        "250",
-    )
+    medium = _sized(tmp_path, "128", "250", "--max_train_steps", "1000")
     assert default_eval_blocks(medium, 10**6, 2) == int(0.1 * 1000 * 16 * 2 / 5)  # 5 evaluations, 2 processes
-    budget = _plan(
-        tmp_path,
-        "--max_train_tokens",
-        "10240",
-        "--per_device_train_batch_size",
-        "16",
-        "--max_seq_length",
-        "32",
-        "--eval_steps",
-        "0.1",
-    )  # 20 steps of 512 tokens, as `short`
+    budget = _sized(tmp_path, "32", "0.1", "--max_train_tokens", "10240")  # 20 steps of 512 tokens, as `short`
     assert default_eval_blocks(budget, 100_000, 1) == 128
     given = _plan(tmp_path, "--max_train_steps", "20", "--max_eval_samples", "7")
     assert default_eval_blocks(given, 1000, 1) is None  # the user's choice stands

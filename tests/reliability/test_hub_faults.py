@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from _launch import ROOT
+from _launch import ROOT, pretrain_command
 from reliability.conftest import hub_client_env
 
 TOKEN = "hf_alice_write_push_later_0123"
@@ -19,30 +19,10 @@ pytestmark = pytest.mark.slow
 def test_hub_unreachable_at_the_final_push_keeps_the_model_and_says_how_to_push_it(assets, tmp_path, hub_server):
     server = hub_server({TOKEN: ("alice", "write")})
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pretrain",
-        "--train_file",
-        str(assets / "train.txt"),
-        "--tokenizer_name",
-        str(assets / "wordpiece"),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "300",
-        "--checkpointing_steps",
-        "2",
-        "--output_dir",
-        str(out),
-        "--push_to_hub",
-        "--hub_model_id",
-        "alice/later",
-    ]
+    cmd = [*pretrain_command(1), "--train_file", str(assets / "train.txt"), "--output_dir", str(out)]
+    cmd += ["--tokenizer_name", str(assets / "wordpiece"), "--config_name", "bert-tiny", "--max_seq_length", "32"]
+    cmd += "--per_device_train_batch_size 4 --max_train_steps 300 --checkpointing_steps 2".split()
+    cmd += ["--push_to_hub", "--hub_model_id", "alice/later"]
     env = {**hub_client_env(server.url, tmp_path / "hf"), "HF_TOKEN": TOKEN}
     run = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

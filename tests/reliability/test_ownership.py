@@ -125,25 +125,9 @@ def test_squad_refuses_the_folder_of_another_run(assets, tmp_path, capsys, fresh
     data = tmp_path / "train.json"
     data.write_text(json.dumps(doc))
     out = tmp_path / "out"
-    argv = [
-        "--model_name_or_path",
-        str(assets / "tiny-model"),
-        "--train_file",
-        str(data),
-        "--max_seq_length",
-        "48",
-        "--max_query_length",
-        "16",
-        "--doc_stride",
-        "16",
-        "--per_device_train_batch_size",
-        "2",
-        "--max_train_steps",
-        "1",
-        "--do_train",
-        "--output_dir",
-        str(out),
-    ]
+    argv = ["--model_name_or_path", str(assets / "tiny-model"), "--train_file", str(data), "--output_dir", str(out)]
+    argv += "--max_seq_length 48 --max_query_length 16 --doc_stride 16 --per_device_train_batch_size 2".split()
+    argv += ["--max_train_steps", "1", "--do_train"]
     assert run_cli(main, argv) == 0
     capsys.readouterr()
     _reset()

@@ -9,37 +9,22 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from _launch import ROOT
-from _launch import pretrain_command as _command
-from _launch import subprocess_env as _env
+from _launch import run_pretrain as _run
+from _launch import start_pretrain
 from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
-def _run(processes: int, args: list[str]) -> None:
-    proc = subprocess.run(_command(processes) + args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 def _start_and_signal(processes: int, args: list[str], out: Path, sig: int, delay: float, twice: bool = False):
     """Start the run; once ``step_4`` exists wait ``delay`` s and send ``sig`` (to the process group for the
     launcher, as a scheduler / terminal does; to the process itself with 1 process). Return (rc, stderr)."""
-    proc = subprocess.Popen(
-        _command(processes) + args,
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_pretrain(processes, args, text=True)
     first = out / "checkpoints" / "step_4"
     deadline = time.time() + 300
     try:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _launch import ROOT
+from _launch import ROOT, pretrain_command
 from reliability.conftest import hub_client_env
 
 #: A token the test hub accepts for alice (written into every place a leak would show).
@@ -98,34 +98,10 @@ def test_planted_token_is_in_no_file_of_the_run_the_trackers_or_the_hub_repo(tmp
     )
     server = hub_server({TOKEN: ("alice", "write")})
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pretrain",
-        "--train_file",
-        str(assets / "train.txt"),
-        "--config_name",
-        "bert-tiny",
-        "--vocab_size",
-        "200",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--max_train_steps",
-        "3",
-        "--checkpointing_steps",
-        "2",
-        "--output_dir",
-        str(out),
-        "--report_to",
-        "all",
-        "--push_to_hub",
-        "--hub_model_id",
-        "alice/planted",
-        "--hub_token",
-        TOKEN,
-    ]
+    cmd = [*pretrain_command(1), "--train_file", str(assets / "train.txt"), "--output_dir", str(out)]
+    cmd += "--config_name bert-tiny --vocab_size 200 --max_seq_length 32 --per_device_train_batch_size 8".split()
+    cmd += "--max_train_steps 3 --checkpointing_steps 2 --report_to all".split()
+    cmd += ["--push_to_hub", "--hub_model_id", "alice/planted", "--hub_token", TOKEN]
     proc = subprocess.run(
         cmd, cwd=ROOT, env=hub_client_env(server.url, tmp_path / "hf"), capture_output=True, text=True, timeout=300
     )

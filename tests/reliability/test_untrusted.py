@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from _launch import ROOT
+from _launch import ROOT, pretrain_command
 from _launch import subprocess_env as _env
 
 
@@ -32,19 +31,9 @@ def test_pretrain_refuses_a_tokenizer_folder_with_its_own_code_even_with_yes_on_
     env = {**_env(), "HF_MODULES_CACHE": str(tmp_path / "modules")}
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pretrain",
-            "--train_file",
-            str(assets / "train.txt"),
-            "--tokenizer_name",
-            str(tok),
-            "--config_name",
-            "bert-tiny",
-            "--max_train_steps",
-            "1",
-            "--output_dir",
-            str(tmp_path / "out"),
+            *pretrain_command(1),
+            *["--train_file", str(assets / "train.txt"), "--tokenizer_name", str(tok), "--config_name", "bert-tiny"],
+            *["--max_train_steps", "1", "--output_dir", str(tmp_path / "out")],
         ],
         cwd=ROOT,
         env=env,

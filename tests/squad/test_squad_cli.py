@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _launch import run_ok
 from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
@@ -180,6 +181,11 @@ def squad_args(model: Path | str, out: Path | str, *flags: str, tail: list[str] 
     return ["--model_name_or_path", str(model), *flags, "--output_dir", str(out), *tail]
 
 
+def train_args(model: Path | str, out: Path | str, data: Path, *flags: str) -> list[str]:
+    """:func:`squad_args` of a run trained and evaluated on the questions in ``data``, then ``flags``."""
+    return squad_args(model, out, "--train_file", str(data), "--validation_file", str(data), *flags)
+
+
 def _json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -187,13 +193,10 @@ def _json(path: Path):
 def test_v1_sesame_bert_overfits_to_em_100_and_reloads_with_auto_classes(tiny_sesame_bert, squad_file, tmp_path):
     out = tmp_path / "v1"
     results = _run(
-        squad_args(
+        train_args(
             tiny_sesame_bert,
             out,
-            "--train_file",
-            str(squad_file),
-            "--validation_file",
-            str(squad_file),
+            squad_file,
             "--learning_rate",
             "3e-3",
             "--max_train_steps",
@@ -309,20 +312,7 @@ def test_v2_null_threshold_decides_the_empty_answer(tiny_sesame_bert, tmp_path):
 
 def test_transformers_bert_baseline_and_eval_only(tiny_hf_bert, squad_file, tmp_path):
     out = tmp_path / "hf"
-    results = _run(
-        squad_args(
-            tiny_hf_bert,
-            out,
-            "--train_file",
-            str(squad_file),
-            "--validation_file",
-            str(squad_file),
-            "--max_train_steps",
-            "2",
-            "--learning_rate",
-            "1e-3",
-        )
-    )
+    results = _run(train_args(tiny_hf_bert, out, squad_file, "--max_train_steps", "2", "--learning_rate", "1e-3"))
     assert results["global_step"] == 2 and 0.0 <= results["eval_f1"] <= 100.0
     assert _json(out / "config.json")["architectures"] == ["BertForQuestionAnswering"]
     predictions = _json(out / "predictions.json")
@@ -553,13 +543,10 @@ def test_push_to_hub_pushes_the_saved_run_with_a_question_answering_card(
     monkeypatch.setattr(training.hub.HubPusher, "push", push)
     out = tmp_path / "pushed"
     _run(
-        squad_args(
+        train_args(
             tiny_sesame_bert,
             out,
-            "--train_file",
-            str(squad_file),
-            "--validation_file",
-            str(squad_file),
+            squad_file,
             "--max_train_steps",
             "1",
             "--push_to_hub",
@@ -602,7 +589,7 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
                 "finetune.squad",
             ]
         )
-        proc = subprocess.run(
+        run_ok(
             [
                 *launch,
                 "--model_name_or_path",
@@ -616,13 +603,9 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
                 "--per_device_eval_batch_size",
                 "2",
             ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            ROOT,
+            env,
         )
-        assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = (_json(outs[p] / "nbest_predictions.json") for p in (1, 2))
     assert list(one) == list(two) and set(one) == {r[0] for r in rows}
     for qid in one:
@@ -653,13 +636,10 @@ def test_sigterm_checkpoints_exits_143_and_the_run_resumes(tiny_sesame_bert, squ
 
     monkeypatch.setattr(loop.Trainer, "__init__", init_with_signal)
     out = tmp_path / "preempted"
-    args = squad_args(
+    args = train_args(
         tiny_sesame_bert,
         out,
-        "--train_file",
-        str(squad_file),
-        "--validation_file",
-        str(squad_file),
+        squad_file,
         "--learning_rate",
         "1e-3",
         "--max_train_steps",

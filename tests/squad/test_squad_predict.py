@@ -5,7 +5,6 @@ prediction writing every question once."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
     squad_args,
     squad_document,
     tiny_sesame_bert,
+    train_args,
     wordpiece_dir,
     write_json,
 )
@@ -177,25 +177,8 @@ def test_training_or_evaluating_on_questions_without_answers_is_one_error_line(t
 def test_training_writes_curves_and_keeps_the_best_model(tiny_sesame_bert, tmp_path):
     data = write_json(tmp_path / "train.json", squad_document(QUESTIONS))
     out = tmp_path / "best"
-    results = _run(
-        squad_args(
-            tiny_sesame_bert,
-            out,
-            "--train_file",
-            str(data),
-            "--validation_file",
-            str(data),
-            "--max_train_steps",
-            "6",
-            "--eval_steps",
-            "2",
-            "--learning_rate",
-            "1e-3",
-            "--load_best_model_at_end",
-            "--metric_for_best_model",
-            "f1",
-        )
-    )
+    best = "--max_train_steps 6 --eval_steps 2 --learning_rate 1e-3 --load_best_model_at_end --metric_for_best_model f1"
+    results = _run(train_args(tiny_sesame_bert, out, data, *best.split()))
     history = [e for e in _json(out / "eval_history.json") if e["step"] > 0]
     best = max(history, key=lambda e: e["eval_f1"])  # the first of equal maxima, as the loop keeps
     assert results["best_step"] == best["step"] and results["eval_f1"] == best["eval_f1"]
@@ -229,7 +212,7 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
         )
         == 0
     )
-    from tests._launch import subprocess_env
+    from tests._launch import run_ok, subprocess_env
     from tests.finetune.test_glue_workflows import _free_port
 
     two = tmp_path / "two"
@@ -244,27 +227,10 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
         "-m",
         "finetune.squad",
     ]
-    proc = subprocess.run(
-        [
-            *launch,
-            "--model_name_or_path",
-            str(trained),
-            "--test_file",
-            str(test),
-            "--do_predict",
-            "--output_dir",
-            str(two),
-            *WINDOW,
-            "--per_device_eval_batch_size",
-            "2",
-        ],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    args = squad_args(
+        trained, two, "--test_file", str(test), "--do_predict", tail=[*WINDOW, "--per_device_eval_batch_size", "2"]
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_ok([*launch, *args], ROOT, subprocess_env())
     predictions, reference = _json(two / "predictions.json"), _json(one / "predictions.json")
     assert sorted(predictions) == sorted(r[0] for r in rows) and list(predictions) == list(reference)
     assert predictions == reference
@@ -280,21 +246,7 @@ def test_prediction_files_are_readable_by_others_under_umask_022(trained, tmp_pa
     before = os.umask(0o022)
     try:
         out = tmp_path / "predicted"
-        assert (
-            squad.main(
-                [
-                    "--model_name_or_path",
-                    str(trained),
-                    "--test_file",
-                    str(test),
-                    "--do_predict",
-                    "--output_dir",
-                    str(out),
-                ]
-                + WINDOW
-            )
-            == 0
-        )
+        assert squad.main(squad_args(trained, out, "--test_file", str(test), "--do_predict", tail=WINDOW)) == 0
     finally:
         os.umask(before)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}

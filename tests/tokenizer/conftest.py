@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
+from _helpers import write_text
 
 SENTENCES = [
     "After a long debate on the budget, the Senate adjourned until Monday.",
@@ -29,13 +29,7 @@ SENTENCES = [
 
 def write_lines(path: Path, lines: list[str]) -> Path:
     """Write ``lines`` (one paragraph each) as UTF-8 text, gzip-compressed when the name ends in ``.gz``."""
-    text = "\n".join(lines) + "\n"
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(path, "\n".join(lines) + "\n")
 
 
 def corpus_lines(repeat: int = 8) -> list[str]:

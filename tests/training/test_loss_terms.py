@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers import one_step_config
 from torch import nn
 
 from training.config import TrainingConfig
@@ -51,15 +52,7 @@ def _collate(rows):
 
 def test_each_term_is_normalised_by_its_own_items_over_the_step(tmp_path, fresh_state):
     data = Rows()
-    config = TrainingConfig(
-        output_dir=str(tmp_path / "run"),
-        learning_rate=0.1,
-        max_train_steps=1,
-        gradient_accumulation_steps=4,
-        max_grad_norm=0.0,
-        lr_scheduler_type="constant",
-        logging_steps=1,
-    )
+    config = one_step_config(tmp_path / "run", lr=0.1, accumulation=4)
     from training.loop import make_accelerator
 
     acc = make_accelerator(config)

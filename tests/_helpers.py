@@ -1,0 +1,77 @@
+"""Small helpers shared by the test folders (importable as ``_helpers``: ``pyproject.toml`` puts ``tests/`` on
+``sys.path``)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+
+def write_text(path: Path, text: str, gz: bool | None = None) -> Path:
+    """Write ``text`` to ``path`` as UTF-8, gzip-compressed where ``gz`` (default: where the name ends in ``.gz``).
+    Returns ``path``."""
+    if gz if gz is not None else path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_corpus(path: Path, documents: list[list[str]], gz: bool | None = None) -> Path:
+    """Write documents (lists of paragraph lines) separated by blank lines, as the corpus files are, with
+    :func:`write_text`."""
+    return write_text(path, "\n\n".join("\n".join(doc) for doc in documents) + "\n", gz)
+
+
+def one_step_config(output_dir: Path, lr: float, accumulation: int):
+    """The ``TrainingConfig`` of a step checked by hand: one optimizer step over ``accumulation`` micro-batches at the
+    constant learning rate ``lr``, no gradient clipping, logged, into ``output_dir``."""
+    from training.config import TrainingConfig
+
+    fixed = dict(max_train_steps=1, max_grad_norm=0.0, lr_scheduler_type="constant", logging_steps=1)
+    return TrainingConfig(
+        output_dir=str(output_dir), learning_rate=lr, gradient_accumulation_steps=accumulation, **fixed
+    )
+
+
+def assert_documents_alone(model, input_ids, packed, splits: list[list[int]], atol: float) -> None:
+    """Each document of packed rows gets the hidden states of its own forward pass: ``packed`` (rows, length,
+    hidden) are the packed batch's last hidden states, ``input_ids`` (rows, length) its ids, ``splits[row]`` the
+    lengths of row ``row``'s documents in order; each document run alone through ``model`` must match within
+    ``atol`` (rtol 0). Call under ``torch.no_grad()``."""
+    import torch
+
+    for row, lengths in enumerate(splits):
+        start = 0
+        for n in lengths:
+            alone = model(input_ids[row : row + 1, start : start + n]).last_hidden_state[0]
+            torch.testing.assert_close(packed[row, start : start + n], alone, rtol=0, atol=atol)
+            start += n
+
+
+def run_reference_in_process(argv: list[str]) -> dict:
+    """The time-to-quality bench's ``ttq.reference.reference_main(argv)`` in this process (faster than a child), its
+    import blocker removed afterwards (``bench/`` must be on ``sys.path``, as the bench tests put it)."""
+    import sys
+
+    import ttq.reference
+
+    try:
+        return ttq.reference.reference_main(argv)
+    finally:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ttq.reference._ProjectImportBlocker)]
+
+
+def assert_rows_classified_alone(model, batch: dict) -> None:
+    """A batch whose row 0 is a single sentence and whose other rows are pairs (``batch``: the model's inputs, each
+    (rows, ...)): row 0 gets the logits of row 0 alone (without ``token_type_ids``), the other rows those of the pairs
+    alone, within 1e-6 (rtol 0)."""
+    import torch
+
+    with torch.no_grad():
+        mixed = model(**batch).logits
+        single = model(**{k: v[:1] for k, v in batch.items() if k != "token_type_ids"}).logits
+        pairs = model(**{k: v[1:] for k, v in batch.items()}).logits
+    torch.testing.assert_close(mixed[:1], single, rtol=0, atol=1e-6)
+    torch.testing.assert_close(mixed[1:], pairs, rtol=0, atol=1e-6)
