@@ -114,6 +114,20 @@ def load_tokenizer(args):
     return tokenizer
 
 
+def make_models(base, kinds):
+    """One BiLM per softmax kind, all with the same ELMo weights (the first model's), and an Adam optimizer each:
+    ``({kind: model}, {kind: optimizer})``."""
+    models, opts = {}, {}
+    reference = None
+    for kind in kinds:
+        model = SesameElmoForBidirectionalLM(copy.deepcopy(base).__class__(**{**base.to_dict(), "softmax": kind}))
+        if reference is None:
+            reference = model.elmo.state_dict()
+        model.elmo.load_state_dict(reference)
+        models[kind], opts[kind] = model.train(), torch.optim.Adam(model.parameters(), lr=1e-3)
+    return models, opts
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -125,14 +139,7 @@ def main(argv=None) -> int:
     base = modeling.get_preset_config(
         args.config_name, vocab_size=vocab, num_sampled=args.num_sampled, fused_cpu_lstm=not args.native_lstm
     )
-    models, opts = {}, {}
-    reference = None
-    for kind in args.kinds:
-        model = SesameElmoForBidirectionalLM(copy.deepcopy(base).__class__(**{**base.to_dict(), "softmax": kind}))
-        if reference is None:
-            reference = model.elmo.state_dict()
-        model.elmo.load_state_dict(reference)
-        models[kind], opts[kind] = model.train(), torch.optim.Adam(model.parameters(), lr=1e-3)
+    models, opts = make_models(base, args.kinds)
 
     def train_step(kind: str, batch) -> float:
         model, opt = models[kind], opts[kind]
