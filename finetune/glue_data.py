@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import inspect
 import json
 import math
 import os
@@ -424,7 +423,7 @@ def load_glue_dir(glue_dir: str | os.PathLike, task: GlueTask) -> datasets.Datas
             )
         table = read_table(path, spec.column_names)
         splits[split] = normalize_split(
-            table, f"{path} ({split})", spec, task.label_names, task.is_regression, task.name, True
+            table, f"{path} ({split})", spec, task.label_names, task.is_regression, task.name, allow_class_ids=True
         )
     return datasets.DatasetDict(splits)
 
@@ -519,7 +518,7 @@ def load_custom_files(
         index = next((c for c in _INDEX_COLUMNS if c in tables[split]), None)
         spec = GlueFile(str(path), sentence1_key, sentence2_key, label_key if has_label else None, index)
         splits[split] = normalize_split(
-            tables[split], f"{path} ({split})", spec, names, regression, name, task is not None
+            tables[split], f"{path} ({split})", spec, names, regression, name, allow_class_ids=task is not None
         )
     return datasets.DatasetDict(splits)
 
@@ -564,14 +563,20 @@ def load_glue_data(
     task_name: str | None = None,
     *,
     glue_dir: str | os.PathLike | None = None,
+    train_file: str | os.PathLike | None = None,
+    validation_file: str | os.PathLike | None = None,
+    test_file: str | os.PathLike | None = None,
+    sentence1_key: str | None = None,
+    sentence2_key: str | None = None,
+    label_key: str = "label",
+    label_names: Sequence[str] | None = None,
+    is_regression: bool | None = None,
     cache_dir: str | None = None,
-    **custom: Any,
 ) -> datasets.DatasetDict:
     """Load a GLUE task or a custom classification / regression task (see the module docstring).
 
-    Source: ``glue_dir`` if given, else the files if any is given (``custom``: the keyword arguments of
-    :func:`load_custom_files`: ``train_file`` / ``validation_file`` / ``test_file``, ``sentence1_key`` /
-    ``sentence2_key`` / ``label_key``, ``label_names``, ``is_regression``), else the hub (needs ``task_name``).
+    Source: ``glue_dir`` if given, else the files if any is given (the other keywords as
+    :func:`load_custom_files`'s), else the hub (needs ``task_name``).
 
     Returns:
         ``DatasetDict`` of splits with columns ``sentence1``, [``sentence2``], ``label``, ``idx``. Label names:
@@ -579,16 +584,24 @@ def load_glue_data(
 
     Raises:
         InputError: unknown task (valid ones listed), no source, or any bad file.
-        TypeError: a keyword :func:`load_custom_files` does not take.
     """
     task = get_task(task_name) if task_name else None
-    inspect.signature(load_custom_files).bind(task=task, **custom)  # TypeError for a keyword it does not take
     if glue_dir is not None:
         if task is None:
             raise InputError("--glue_dir needs --task_name (one of the GLUE tasks)")
         return load_glue_dir(glue_dir, task)
-    if any(custom.get(name) for name in ("train_file", "validation_file", "test_file")):
-        return load_custom_files(task=task, **custom)
+    if train_file or validation_file or test_file:
+        return load_custom_files(
+            train_file,
+            validation_file,
+            test_file,
+            task=task,
+            sentence1_key=sentence1_key,
+            sentence2_key=sentence2_key,
+            label_key=label_key,
+            label_names=label_names,
+            is_regression=is_regression,
+        )
     if task is None:
         raise InputError(
             "no data given: pass --task_name (GLUE, from the hub or --glue_dir) or "

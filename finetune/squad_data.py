@@ -230,16 +230,27 @@ def parse_squad_articles(
     return examples, report
 
 
-def load_squad_file(path: str | os.PathLike, **options: bool) -> tuple[datasets.Dataset, SquadFileReport]:
+def load_squad_file(
+    path: str | os.PathLike,
+    *,
+    version_2_with_negative: bool = True,
+    skip_misaligned_answers: bool = False,
+    require_answers: bool = True,
+) -> tuple[datasets.Dataset, SquadFileReport]:
     """Load a SQuAD-format ``.json`` / ``.json.gz`` file into a ``datasets.Dataset`` of flat examples.
 
-    Args / Raises: as :func:`parse_squad_articles` (``options``: its keyword flags ``version_2_with_negative``,
-    ``skip_misaligned_answers``, ``require_answers``, with its defaults; plus :func:`read_squad_json`'s file errors).
+    Args / Raises: as :func:`parse_squad_articles` (plus :func:`read_squad_json`'s file errors).
 
     Returns:
         (dataset with :data:`SQUAD_FEATURES`, report of what was read and dropped).
     """
-    examples, report = parse_squad_articles(read_squad_json(path), path, **options)
+    examples, report = parse_squad_articles(
+        read_squad_json(path),
+        path,
+        version_2_with_negative=version_2_with_negative,
+        skip_misaligned_answers=skip_misaligned_answers,
+        require_answers=require_answers,
+    )
     return datasets.Dataset.from_list(examples, features=SQUAD_FEATURES), report
 
 
