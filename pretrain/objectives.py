@@ -349,30 +349,22 @@ def _word_tokenizer_problem(tokenizer) -> str | None:
     )
 
 
-def _defaults(config: str, vocab: int, length: int, batch: int, decay: float, schedule: str, **more) -> dict:
-    """A family's settings of a run (``config_name``, ``vocab_size``, ``max_seq_length``, batch size, weight decay,
-    learning-rate schedule and ``more``): the flags they fill in where not given."""
-    return dict(
-        config_name=config,
-        vocab_size=vocab,
-        max_seq_length=length,
-        per_device_train_batch_size=batch,
-        weight_decay=decay,
-        lr_scheduler_type=schedule,
-        **more,
-    )
-
-
-def _demo(lr: float, warmup_steps: int, steps: int, eval_steps: int) -> dict:
-    """The demo job's optimisation settings: learning rate, warmup steps, steps, evaluation interval (steps)."""
-    return dict(learning_rate=lr, num_warmup_steps=warmup_steps, max_train_steps=steps, eval_steps=eval_steps)
-
+#: What each family's runs share, on the user's data and in the demo job; each ``Family`` adds the rest.
+_BERT_RUN = dict(max_seq_length=128, per_device_train_batch_size=32, weight_decay=0.01, lr_scheduler_type="linear")
+_ELMO_RUN = dict(config_name="elmo-small", max_seq_length=32, per_device_train_batch_size=16, weight_decay=0.0)
 
 BERT = Family(
     spec=BERT_SPEC,
-    data_defaults=_defaults("bert-base", 30000, 128, 32, 0.01, "linear", warmup_ratio=0.06, mlm_probability=0.15),
-    demo_defaults=_defaults(
-        "bert-tiny", 8000, 128, 32, 0.01, "linear", **_demo(1e-3, 30, 300, 100), mlm_probability=0.15
+    data_defaults=dict(_BERT_RUN, config_name="bert-base", vocab_size=30000, warmup_ratio=0.06, mlm_probability=0.15),
+    demo_defaults=dict(
+        _BERT_RUN,
+        config_name="bert-tiny",
+        vocab_size=8000,
+        mlm_probability=0.15,
+        learning_rate=1e-3,
+        num_warmup_steps=30,
+        max_train_steps=300,
+        eval_steps=100,
     ),
     learning_rate=_bert_learning_rate,
     learning_rate_help="BERT-like post-LN: 2e-3 x 128 / hidden size, at least 1e-4 (measured at bert-tiny; "
@@ -383,8 +375,16 @@ BERT = Family(
 )
 ELMO = Family(
     spec=ELMO_SPEC,
-    data_defaults=_defaults("elmo-small", 30000, 32, 16, 0.0, "warmup_stable_decay_1sqrt", warmup_ratio=0.06),
-    demo_defaults=_defaults("elmo-small", 8000, 32, 16, 0.0, "linear", **_demo(2e-3, 20, 200, 50)),
+    data_defaults=dict(_ELMO_RUN, vocab_size=30000, warmup_ratio=0.06, lr_scheduler_type="warmup_stable_decay_1sqrt"),
+    demo_defaults=dict(
+        _ELMO_RUN,
+        vocab_size=8000,
+        lr_scheduler_type="linear",
+        learning_rate=2e-3,
+        num_warmup_steps=20,
+        max_train_steps=200,
+        eval_steps=50,
+    ),
     learning_rate=_elmo_learning_rate,
     learning_rate_help="2e-3 for ELMo-style (measured)",
     tokenize=tokenize_elmo,
