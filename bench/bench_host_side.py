@@ -12,8 +12,10 @@ bert-base vocabulary; median of ``--repeats`` repetitions, ms per step):
 * ``mask``: the model's attention mask for packed documents, host side only (built for two rows on the CPU, so that
   Python and the dispatcher are timed, not arithmetic, which runs on the GPU on CUDA): ``document_ids`` and the
   dense (B, 1, T, T) SDPA mask as transformers' ``create_bidirectional_mask`` builds it (``vmap``; the path before
-  issue 30), as ``document_dense_mask`` builds it (broadcasting), and the FlexAttention ``BlockMask`` of
-  ``document_block_mask`` (the path on CUDA);
+  issue 30), as ``document_dense_mask`` builds it (broadcasting), the FlexAttention ``BlockMask`` of
+  ``document_block_mask`` (the path on CUDA without attention dropout) and the sequences of ``document_sequences``
+  (the path on CUDA in training with attention dropout, the default recipe's; on CUDA it also waits once for the
+  device, which a CPU cannot time);
 * ``loop``: ``training.loop.Trainer``'s own per-step work (loss normalisation, statistics, clipping, the optimizer
   call, the logging every ``--logging_steps``), timed as the Trainer's step with a one-parameter model on
   pre-collated batches.
@@ -97,7 +99,12 @@ def time_data(args) -> dict[str, float]:
     import torch
     from datasets import Dataset
 
-    from modeling.bert.modeling_sesame_bert import document_block_mask, document_ids, document_mask_function
+    from modeling.bert.modeling_sesame_bert import (
+        document_block_mask,
+        document_ids,
+        document_mask_function,
+        document_sequences,
+    )
     from pretrain.collators import MLMCollator, _pad, mask_tokens
     from pretrain.data import IndexedDataset
     from training.data import EpochShuffleSampler
@@ -152,6 +159,7 @@ def time_data(args) -> dict[str, float]:
         "mask.transformers_vmap": _median_ms(transformers_mask, args.repeats),
         "mask.dense_sdpa": _median_ms(lambda: document_dense_mask(document_ids(position_ids)), args.repeats),
         "mask.flex_block_mask": _median_ms(lambda: document_block_mask(document_ids(position_ids)), args.repeats),
+        "mask.varlen_sequences": _median_ms(lambda: document_sequences(document_ids(position_ids)), args.repeats),
         "_batch": batch,
     }
 
@@ -221,7 +229,8 @@ def main(argv=None):
     data = time_data(args)
     batch = data.pop("_batch")
     loop = time_loop(args, batch)
-    main_process = {"read": data["read"], "collate": data["collate"], "mask (CUDA path)": data["mask.flex_block_mask"]}
+    # the default recipe trains with attention dropout: the CUDA path builds the varlen sequences
+    main_process = {"read": data["read"], "collate": data["collate"], "mask (CUDA path)": data["mask.varlen_sequences"]}
     main_process["loop"] = loop
     total_no_workers = sum(main_process.values())
     total_workers = main_process["mask (CUDA path)"] + loop

@@ -245,6 +245,73 @@ def document_flex_attention(
     return context.transpose(1, 2), None
 
 
+@dataclass(frozen=True)
+class DocumentSequences:
+    """The packed documents of a batch as the sequences of its flattened (B * T) tokens, for
+    :func:`document_varlen_attention` (built by :func:`document_sequences`).
+
+    Args:
+        offsets: (S + 1,) long, the start of every sequence in the flattened tokens, then B * T.
+        max_length: the longest sequence (tokens).
+    """
+
+    offsets: torch.Tensor
+    max_length: int
+
+
+def document_sequences(documents: torch.Tensor, keep: torch.Tensor | None = None) -> DocumentSequences:
+    """Every document (and every run of padding) of every row as one sequence of the flattened (B * T) tokens: the
+    sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. Reads the device once (the number of
+    sequences and the longest are shapes of the kernel's inputs).
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+    """
+    varlen = flash_varlen_kwargs(documents, keep)
+    return DocumentSequences(varlen["cu_seq_lens_q"].long(), varlen["max_length_q"])
+
+
+def document_varlen_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: DocumentSequences,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """SDPA on unpadded documents, in transformers' kernel signature: the tokens of the batch become a nested tensor
+    of jagged layout (``torch.nested.nested_tensor_from_jagged``), one sequence per document, and
+    ``F.scaled_dot_product_attention`` runs its varlen kernels on it (FlashAttention-2's or the memory-efficient
+    one on CUDA, with dropout on the probabilities; the math kernel elsewhere). No (B, 1, T, T) mask is built, and
+    no score across documents is computed. SDPA layers run it for packed documents on CUDA while attention dropout
+    is in effect (:func:`packed_documents_kernel`), where FlexAttention, which has no dropout, cannot serve.
+
+    Args:
+        query, key, value: (B, A, T, D) float, one dtype.
+        attention_mask: the sequences of the flattened tokens (:func:`document_sequences`).
+        scaling: multiplier of the scores, ``D ** -0.5``.
+        dropout: dropout probability on the attention probabilities.
+
+    Returns:
+        ``(context (B, T, A, D), None)``.
+    """
+    batch, heads, length, dim = query.shape
+
+    def jagged(x):  # (B, A, T, D) -> nested (S, A, j, D)
+        tokens = x.transpose(1, 2).reshape(batch * length, heads, dim).contiguous()  # the math kernel needs it
+        return torch.nested.nested_tensor_from_jagged(
+            tokens, attention_mask.offsets, min_seqlen=1, max_seqlen=attention_mask.max_length
+        ).transpose(1, 2)
+
+    context = F.scaled_dot_product_attention(
+        jagged(query), jagged(key), jagged(value), dropout_p=dropout, scale=scaling
+    )
+    return context.transpose(1, 2).values().view(batch, length, heads, dim), None
+
+
 class SesameBertSelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
 
@@ -257,7 +324,8 @@ class SesameBertSelfAttention(nn.Module):
     ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
     flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
     kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
-    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`.
+    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`;
+    given :class:`DocumentSequences` (the same while attention dropout is in effect), :func:`document_varlen_attention`.
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
@@ -281,6 +349,8 @@ class SesameBertSelfAttention(nn.Module):
             implementation = "eager"
         if implementation == "sdpa" and isinstance(attention_mask, BlockMask):
             attention: Callable = document_flex_attention
+        elif implementation == "sdpa" and isinstance(attention_mask, DocumentSequences):
+            attention = document_varlen_attention
         else:
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         context, probs = attention(
@@ -501,17 +571,22 @@ def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = 
 
 
 def packed_documents_kernel(config, device: torch.device, training: bool, output_attentions: bool = False) -> str:
-    """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``: "sdpa" on
-    CUDA becomes ``"document_flex"`` (:func:`document_flex_attention` with :func:`document_block_mask`: no dense
-    per-batch mask) unless attention dropout is in effect (``training`` and ``attention_probs_dropout_prob > 0``:
-    flex has no dropout on the probabilities, so SDPA keeps its dense mask) or the probabilities are asked for
-    (``output_attentions``: the eager kernel). Every other case (the CPU, another implementation) is returned as
-    it is."""
+    """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``. Neither
+    builds a dense per-batch mask: "sdpa" on CUDA becomes
+
+    - ``"document_flex"`` (:func:`document_flex_attention` on :func:`document_block_mask`) when no attention dropout
+      is in effect (evaluation, or ``attention_probs_dropout_prob`` 0);
+    - ``"document_varlen"`` (:func:`document_varlen_attention` on :func:`document_sequences`: SDPA's varlen kernels
+      on unpadded documents) in training with attention dropout, which flex does not have.
+
+    Asked for the probabilities (``output_attentions``) SDPA runs the eager kernel, on the dense mask. Every other
+    case (the CPU, another implementation) is returned as it is."""
     implementation = config._attn_implementation
-    dropout = training and config.attention_probs_dropout_prob > 0
-    if implementation == "sdpa" and device.type == "cuda" and not dropout and not output_attentions:
-        return "document_flex"
-    return implementation
+    if implementation != "sdpa" or device.type != "cuda" or output_attentions:
+        return implementation
+    if training and config.attention_probs_dropout_prob > 0:
+        return "document_varlen"
+    return "document_flex"
 
 
 def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -618,23 +693,24 @@ class SesameBertModel(SesameBertPreTrainedModel):
     **Masks.** Without ``attention_mask`` and ``position_ids`` no mask reaches attention (the fast path: SDPA may take
     its unmasked flash kernel; packed pretraining blocks leave the mask out, :class:`pretrain.collators.MLMCollator`
     does). A given ``attention_mask`` is always used, all ones or not: nothing in ``forward`` reads tensor values to
-    decide (no host synchronisation, and ``torch.export`` / ``torch.compile(fullgraph=True)`` trace one graph).
+    decide (no host synchronisation, and ``torch.export`` / ``torch.compile(fullgraph=True)`` trace one graph; the
+    varlen paths of packed documents below are the exception).
 
-    **Packed documents.** ``position_ids`` that restart at 0 at the first token of every document of a packed row
-    (e.g. ``[0 1 2 3 0 1 2 0 1]`` for documents of 4, 3 and 2 tokens; a document starts where
-    ``position_ids[t] != position_ids[t-1] + 1``) make every token attend only to the tokens of its own document (and
-    not to padding, when ``attention_mask`` is also given); the position embeddings use them, so positions restart per
-    document too. Each document is then encoded exactly as if it were alone in its row. The mask is
-    :func:`document_dense_mask` for eager / SDPA (block-diagonal, boolean), ``create_bidirectional_mask`` with
-    :func:`document_mask_function` for flex (a ``BlockMask``); flash_attention_* runs the varlen kernel on
-    :func:`flash_varlen_kwargs` instead (which reads the device). On CUDA, "sdpa" with packed documents runs
-    FlexAttention on :func:`document_block_mask` instead of a dense (B, 1, T, T) mask whenever no attention dropout
-    is in effect (:func:`packed_documents_kernel`). Other implementations need a mask function registered with
-    transformers' ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special tokens: where
-    ``[CLS]`` and ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls``
-    pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling
-    span every document of the row. A ``[SEP]`` whose position continues the document before it belongs to that
-    document.
+    **Packed documents.** ``position_ids`` that restart at 0 at the first token of every document of a packed row (e.g.
+    ``[0 1 2 3 0 1 2 0 1]`` for documents of 4, 3 and 2 tokens; a document starts where ``position_ids[t] !=
+    position_ids[t-1] + 1``) make every token attend only to the tokens of its own document (and not to padding, when
+    ``attention_mask`` is also given); the position embeddings use them, so positions restart per document too. Each
+    document is then encoded exactly as if it were alone in its row. The mask is :func:`document_dense_mask` for eager /
+    SDPA (block-diagonal, boolean), ``create_bidirectional_mask`` with :func:`document_mask_function` for flex (a
+    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
+    device). On CUDA, "sdpa" with packed documents runs FlexAttention on :func:`document_block_mask` instead of a dense
+    (B, 1, T, T) mask whenever no attention dropout is in effect, and SDPA's varlen kernels on the unpadded documents
+    (:func:`document_varlen_attention`, which reads the device once per forward) in training with attention dropout
+    (:func:`packed_documents_kernel`). Other implementations need a mask function registered with transformers'
+    ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special tokens: where ``[CLS]`` and
+    ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a
+    packed row (and NSP) summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every
+    document of the row. A ``[SEP]`` whose position continues the document before it belongs to that document.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -678,7 +754,7 @@ class SesameBertModel(SesameBertPreTrainedModel):
     def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
         """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
         ``None``, and the varlen arguments are added to ``kernel_kwargs``; for SDPA with packed documents on CUDA, a
-        ``BlockMask`` (:func:`packed_documents_kernel`)."""
+        ``BlockMask`` or :class:`DocumentSequences` (:func:`packed_documents_kernel`)."""
         if position_ids is None:
             if attention_mask is None:
                 return None
@@ -688,6 +764,8 @@ class SesameBertModel(SesameBertPreTrainedModel):
         implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
         if implementation == "document_flex":
             return document_block_mask(documents, keep)
+        if implementation == "document_varlen":
+            return document_sequences(documents, keep)
         if implementation.startswith("flash_attention"):
             kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
             return None

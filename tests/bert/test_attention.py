@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import assert_documents_alone
+from _helpers import assert_documents_alone, assert_same_gradients
 from transformers import (
     AttentionInterface,
     AutoModel,
@@ -168,30 +168,44 @@ def test_document_ids_follow_transformers_packed_convention():
     assert torch.equal(document_ids(position_ids), find_packed_sequence_indices(position_ids))
 
 
-@pytest.mark.parametrize("implementation", ["eager", "sdpa", "document_flex"])
+CUDA_PATHS = {  # the kernels SDPA takes for packed documents on CUDA, and the mask type each gets
+    "document_flex": ("document_flex_attention", modeling_sesame_bert.BlockMask),
+    "document_varlen": ("document_varlen_attention", modeling_sesame_bert.DocumentSequences),
+}
+
+
+def _force_cuda_path(monkeypatch, path: str) -> list:
+    """Make SDPA take the CUDA path ``path`` (a key of :data:`CUDA_PATHS`) on the CPU; returns the list that
+    records the mask every call of its kernel gets."""
+    name, _ = CUDA_PATHS[path]
+    kernel, masks = getattr(modeling_sesame_bert, name), []
+    monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: path)
+
+    def recording(m, q, k, v, mask, **kw):
+        masks.append(mask)
+        return kernel(m, q, k, v, mask, **kw)
+
+    monkeypatch.setattr(modeling_sesame_bert, name, recording)
+    return masks
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", *CUDA_PATHS])
 @pytest.mark.parametrize("pad", [0, 3])
 def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementation, pad, monkeypatch):
     """(a) each document of a packed row gets the hidden states of a forward pass of that document alone.
-    ``document_flex``: the path SDPA takes on CUDA (FlexAttention on a BlockMask), forced here on the CPU (flex's
-    unfused reference implementation; the CUDA kernel: tests/gpu/test_cuda.py)."""
+    ``document_flex`` / ``document_varlen``: the paths SDPA takes on CUDA (FlexAttention on a BlockMask; SDPA on
+    unpadded documents, a nested jagged tensor), forced here on the CPU (flex's unfused reference implementation,
+    SDPA's math kernel; the CUDA kernels: tests/gpu/test_document_flex.py)."""
     torch.manual_seed(0)
     model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT, classifier_pooling="mean")).eval()
-    model.set_attn_implementation("sdpa" if implementation == "document_flex" else implementation)
-    masks = []
-    if implementation == "document_flex":
-        monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
-        flex = modeling_sesame_bert.document_flex_attention
-        monkeypatch.setattr(
-            modeling_sesame_bert,
-            "document_flex_attention",
-            lambda m, q, k, v, mask, **kw: (masks.append(mask), flex(m, q, k, v, mask, **kw))[1],
-        )
+    model.set_attn_implementation("sdpa" if implementation in CUDA_PATHS else implementation)
+    masks = _force_cuda_path(monkeypatch, implementation) if implementation in CUDA_PATHS else []
     batch, splits = _packed(model.config.vocab_size, pad)
     with torch.no_grad():
         packed = model(**batch).last_hidden_state
-        if implementation == "document_flex":  # every layer ran flex on the BlockMask
+        if implementation in CUDA_PATHS:  # every layer ran the path's kernel on its mask
             assert len(masks) == tiny_kwargs["num_hidden_layers"]
-            assert all(isinstance(m, modeling_sesame_bert.BlockMask) for m in masks)
+            assert all(isinstance(m, CUDA_PATHS[implementation][1]) for m in masks)
         assert packed.isfinite().all()  # padding rows too (they are never an empty softmax row)
         assert_documents_alone(model, batch["input_ids"], packed, splits, atol=1e-5)
         # without position_ids the same row attends across documents: the test above can fail
@@ -200,15 +214,18 @@ def test_packed_documents_equal_separate_forward_passes(tiny_kwargs, implementat
 
 
 def test_packed_documents_kernel_choice(tiny_kwargs):
-    """SDPA with packed documents takes FlexAttention on CUDA only, and not when attention dropout is in effect or
-    the probabilities are asked for; other implementations and the CPU keep theirs."""
+    """SDPA with packed documents takes FlexAttention on CUDA, SDPA on unpadded documents there while attention
+    dropout is in effect, and neither when the probabilities are asked for; other implementations and the CPU keep
+    theirs."""
     choose = modeling_sesame_bert.packed_documents_kernel
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     config = SesameBertConfig(**tiny_kwargs)  # attention dropout 0.1
     config._attn_implementation = "sdpa"
     assert choose(config, cuda, False) == "document_flex"  # evaluation: no dropout
-    assert choose(config, cuda, True) == "sdpa"  # training with attention dropout 0.1: SDPA's dense mask
+    assert choose(config, cuda, True) == "document_varlen"  # training with attention dropout 0.1
     assert choose(config, cuda, False, True) == "sdpa"  # output_attentions: the eager kernel
+    assert choose(config, cuda, True, True) == "sdpa"
+    assert choose(config, cpu, True) == "sdpa"
     assert choose(config, cpu, False) == "sdpa"
     config.attention_probs_dropout_prob = 0.0
     assert choose(config, cuda, True) == "document_flex"
@@ -283,6 +300,63 @@ def test_document_masks_equal_transformers_mask_and_blocks_cover_it(tiny_kwargs,
     assert full.any(), "blocks within one long document are full (the check can fail)"
 
 
+def test_document_sequences_are_the_documents_and_padding_runs():
+    """The varlen path's sequences: every document of every row of the flattened batch, padding apart from the
+    real tokens (hand-computed; position ids 0 0 make each padding token a document of its own), and the longest."""
+    position_ids = torch.tensor([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 0]])
+    keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    sequences = modeling_sesame_bert.document_sequences(document_ids(position_ids), keep)
+    assert sequences.offsets.tolist() == [0, 3, 5, 6, 10, 11, 12] and sequences.offsets.dtype == torch.long
+    assert sequences.max_length == 4
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_varlen_training_step_matches_the_dense_sdpa_mask(tiny_kwargs, monkeypatch, autocast):
+    """Training without attention dropout: the varlen path's loss and every gradient equal SDPA's dense-mask path
+    (float32: elementwise; bf16 autocast: within 2% of each gradient's norm)."""
+    import copy
+
+    varlen = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
+    dense = copy.deepcopy(varlen)
+    batch, _ = _packed(varlen.config.vocab_size, pad=3)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    labels[:, 1::2] = -100
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        dense_loss = dense(**batch, labels=labels).loss
+        masks = _force_cuda_path(monkeypatch, "document_varlen")
+        varlen_loss = varlen(**batch, labels=labels).loss
+    assert len(masks) == tiny_kwargs["num_hidden_layers"]
+    dense_loss.backward()
+    varlen_loss.backward()
+    assert_same_gradients(varlen, dense, varlen_loss, dense_loss, autocast)
+
+
+def test_varlen_attention_dropout_stays_within_documents(tiny_kwargs, monkeypatch):
+    """Training with attention dropout on the varlen path: dropout is applied (another seed gives other hidden
+    states, and they differ from evaluation's), and a document's hidden states do not depend on the tokens of the
+    other documents of its row under the same seed (the dropout draws depend on the shapes only)."""
+    config = SesameBertConfig(**tiny_kwargs, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    model = SesameBertModel(config).train()
+    batch, splits = _packed(config.vocab_size)
+    other = dict(batch, input_ids=batch["input_ids"].clone())
+    first = splits[0][0]
+    other["input_ids"][0, first:] = torch.randint(5, config.vocab_size, other["input_ids"][0, first:].shape)
+    masks = _force_cuda_path(monkeypatch, "document_varlen")
+
+    def hidden(inputs, seed):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return model(**inputs).last_hidden_state
+
+    reference = hidden(batch, 1)
+    assert len(masks) == tiny_kwargs["num_hidden_layers"]
+    torch.testing.assert_close(hidden(other, 1)[0, :first], reference[0, :first], rtol=0, atol=1e-6)
+    assert (hidden(other, 1)[0, first:] - reference[0, first:]).abs().max() > 1e-2  # the check can fail
+    assert (hidden(batch, 2) - reference).abs().max() > 1e-2
+    model.eval()
+    assert (hidden(batch, 1) - reference).abs().max() > 1e-2
+
+
 @pytest.mark.slow
 def test_compiled_model_traces_the_flex_document_path(tiny_kwargs, monkeypatch):
     """``torch.compile`` of the whole model with the CUDA path forced on the CPU (forward; ~70 s): the BlockMask is
@@ -296,6 +370,26 @@ def test_compiled_model_traces_the_flex_document_path(tiny_kwargs, monkeypatch):
         monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
         compiled = torch.compile(model)(**batch).last_hidden_state
     torch.testing.assert_close(compiled[keep], dense[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_model_runs_the_varlen_document_path(tiny_kwargs, monkeypatch):
+    """``torch.compile`` of the whole model with the CUDA training path forced on the CPU (forward and backward;
+    ~40 s): the varlen sequences are read from the device (a graph break), SDPA runs on the nested tensors inside
+    the compiled graph, and the loss and gradients equal the eager dense SDPA path."""
+    import copy
+
+    model = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
+    eager = copy.deepcopy(model)
+    batch, _ = _packed(model.config.vocab_size, pad=3)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    dense_loss = eager(**batch, labels=labels).loss
+    dense_loss.backward()
+    masks = _force_cuda_path(monkeypatch, "document_varlen")
+    loss = torch.compile(model)(**batch, labels=labels).loss
+    loss.backward()
+    assert masks, "the varlen path ran"
+    assert_same_gradients(model, eager, loss, dense_loss, low_precision=False)
 
 
 def test_attention_never_crosses_a_document_boundary(tiny_kwargs):

@@ -1,7 +1,9 @@
 """Packed documents on CUDA (``python -m pytest -m gpu``; skipped without a GPU): SDPA takes FlexAttention on a
 ``BlockMask`` (no dense per-batch mask) and each document still gets the hidden states of its own forward pass; the
-backward matches SDPA's dense-mask path; bf16 autocast and ``torch.compile`` of the whole model work on it; attention
-dropout in training keeps the dense SDPA mask."""
+backward matches SDPA's dense-mask path; bf16 autocast and ``torch.compile`` of the whole model work on it. With
+attention dropout in training SDPA runs on the unpadded documents (a nested jagged tensor, its varlen kernels): the
+same loss and gradients as the dense mask without dropout, eager and compiled, and no dropout draw that depends on
+another document."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from _helpers import assert_documents_alone
+from _helpers import assert_documents_alone, assert_same_gradients
 from precision.conftest import BERT_TINY  # tests/ is on sys.path (pyproject's pythonpath)
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertModel
@@ -43,13 +45,12 @@ def _packed(vocab_size: int, rows: int = 4, length: int = 64, seed: int = 0):
     return dict(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids), splits
 
 
-def _recording(monkeypatch):
-    """Record the mask every :func:`document_flex_attention` call gets."""
-    seen, flex = [], msb.document_flex_attention
+def _recording(monkeypatch, kernel: str = "document_flex_attention"):
+    """Record the mask every call of ``kernel`` (:func:`document_flex_attention` or
+    :func:`document_varlen_attention`) gets."""
+    seen, original = [], getattr(msb, kernel)
     monkeypatch.setattr(
-        msb,
-        "document_flex_attention",
-        lambda m, q, k, v, mask, **kw: (seen.append(mask), flex(m, q, k, v, mask, **kw))[1],
+        msb, kernel, lambda m, q, k, v, mask, **kw: (seen.append(mask), original(m, q, k, v, mask, **kw))[1]
     )
     return seen
 
@@ -64,24 +65,6 @@ def test_packed_documents_on_cuda_take_flex_and_equal_separate_passes(monkeypatc
         packed = model(**batch).last_hidden_state
         assert len(seen) == model.config.num_hidden_layers and all(isinstance(m, msb.BlockMask) for m in seen)
         assert_documents_alone(model, batch["input_ids"], packed, splits, atol=1e-4)
-
-
-def test_flex_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf32):
-    """Training without attention dropout: the flex path's loss and gradients equal SDPA's dense-mask path."""
-    torch.manual_seed(0)
-    flex_model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().train()
-    dense_model = copy.deepcopy(flex_model)
-    batch, _ = _packed(flex_model.config.vocab_size)
-    batch = {k: v.cuda() for k, v in batch.items()}
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    labels[:, 1::2] = -100
-    seen = _recording(monkeypatch)
-    flex_model(**batch, labels=labels).loss.backward()
-    assert seen, "the flex path ran"
-    monkeypatch.setattr(msb, "packed_documents_kernel", lambda config, *args: config._attn_implementation)
-    dense_model(**batch, labels=labels).loss.backward()
-    for (name, a), b in zip(flex_model.named_parameters(), dense_model.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_flex_under_bf16_autocast_and_torch_compile(monkeypatch):
@@ -104,12 +87,67 @@ def test_flex_under_bf16_autocast_and_torch_compile(monkeypatch):
         torch.testing.assert_close(flex_compiled[keep], dense[keep], rtol=0, atol=5e-2)
 
 
-def test_attention_dropout_in_training_keeps_the_dense_mask(monkeypatch):
-    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY)).cuda().train()  # attention dropout 0.1
+def test_attention_dropout_in_training_takes_the_varlen_path(monkeypatch):
+    """The default config (attention dropout 0.1) in training under bf16 autocast: every layer runs SDPA on the
+    unpadded documents; the loss is finite and every parameter gets a gradient."""
+    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY)).cuda().train()
     batch, _ = _packed(model.config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
-    seen = _recording(monkeypatch)
+    flex, varlen = _recording(monkeypatch), _recording(monkeypatch, "document_varlen_attention")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(**batch, labels=batch["input_ids"]).loss
     loss.backward()
-    assert not seen and torch.isfinite(loss)
+    assert not flex and len(varlen) == model.config.num_hidden_layers
+    assert all(isinstance(m, msb.DocumentSequences) for m in varlen)
+    assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "path, autocast, compiled",
+    [("document_flex", False, False), ("document_varlen", False, False), ("document_varlen", True, False)]
+    + [("document_varlen", True, True)],
+)
+def test_document_paths_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf32, path, autocast, compiled):
+    """Training without attention dropout on each CUDA path, forced (varlen: float32 runs SDPA's memory-efficient
+    kernel, bf16 its flash kernel), eager and ``torch.compile``-d: the loss and gradients equal SDPA's dense-mask
+    path (float32: elementwise; bf16 autocast: within 2% of each gradient's norm)."""
+    torch.manual_seed(0)
+    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().train()
+    dense_model = copy.deepcopy(model)
+    batch, _ = _packed(model.config.vocab_size)
+    batch = {k: v.cuda() for k, v in batch.items()}
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    labels[:, 1::2] = -100
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with monkeypatch.context() as m:
+            m.setattr(msb, "packed_documents_kernel", lambda config, *args: config._attn_implementation)
+            dense = dense_model(**batch, labels=labels).loss
+        seen = _recording(monkeypatch, f"{path}_attention")
+        monkeypatch.setattr(msb, "packed_documents_kernel", lambda *args: path)
+        loss = (torch.compile(model) if compiled else model)(**batch, labels=labels).loss
+    dense.backward()
+    loss.backward()
+    assert seen, f"the {path} path ran"
+    assert_same_gradients(model, dense_model, loss, dense, autocast)
+
+
+def test_varlen_dropout_draws_stay_within_documents():
+    """Attention dropout 0.5 in training under bf16 autocast: the same seed gives a document the same hidden states
+    whatever the other documents of its row hold, another seed other ones."""
+    config = SesameBertConfig(**BERT_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    model = SesameBertModel(config).cuda().train()
+    batch, splits = _packed(config.vocab_size)
+    batch = {k: v.cuda() for k, v in batch.items()}
+    other = dict(batch, input_ids=batch["input_ids"].clone())
+    first = splits[0][0]
+    other["input_ids"][0, first:] = torch.randint(5, config.vocab_size, other["input_ids"][0, first:].shape).cuda()
+
+    def hidden(inputs, seed):
+        torch.manual_seed(seed)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            return model(**inputs).last_hidden_state.float()
+
+    reference = hidden(batch, 1)
+    torch.testing.assert_close(hidden(other, 1)[0, :first], reference[0, :first], rtol=0, atol=0)
+    assert (hidden(other, 1)[0, first:] - reference[0, first:]).abs().max() > 1e-2
+    assert (hidden(batch, 2) - reference).abs().max() > 1e-2
