@@ -284,8 +284,9 @@ def document_varlen_attention(
 ) -> tuple[torch.Tensor, None]:
     """SDPA on unpadded documents, in transformers' kernel signature: the tokens of the batch become a nested tensor
     of jagged layout (``torch.nested.nested_tensor_from_jagged``), one sequence per document, and
-    ``F.scaled_dot_product_attention`` runs its varlen kernels on it (FlashAttention-2's or the memory-efficient
-    one on CUDA, with dropout on the probabilities; the math kernel elsewhere). No (B, 1, T, T) mask is built, and
+    ``F.scaled_dot_product_attention`` runs its varlen kernels on it (FlashAttention-2's, Dao 2023, "FlashAttention-2:
+    Faster Attention with Better Parallelism and Work Partitioning", or the memory-efficient one on CUDA, with dropout
+    on the probabilities; the math kernel elsewhere). No (B, 1, T, T) mask is built, and
     no score across documents is computed. SDPA layers run it for packed documents on CUDA while attention dropout
     is in effect (:func:`packed_documents_kernel`), where FlexAttention, which has no dropout, cannot serve.
 
