@@ -260,9 +260,10 @@ class DocumentSequences:
 
 
 def document_sequences(documents: torch.Tensor, keep: torch.Tensor | None = None) -> DocumentSequences:
-    """Every document (and every run of padding) of every row as one sequence of the flattened (B * T) tokens: the
-    sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. Reads the device once (the number of
-    sequences and the longest are shapes of the kernel's inputs).
+    """Every document of every row as one sequence of the flattened (B * T) tokens, padding apart from the real
+    tokens: the sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. Waits for the device
+    once: it reads the number of sequences and then the longest, two reads in a row, because both are shapes of the
+    kernel's inputs.
 
     Args:
         documents: (B, T) long document ids (:func:`document_ids`).
