@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The acceptance figures of issue 30 on one GPU, in one script (about 8 minutes on an H100; bench/README: Benchmarks):
 #
+#   0. first, python -m pytest -m gpu (the CUDA tests): a failing CUDA path stops the script before the benches.
 #   1. bench/bench_gpu_mlm.py: the model's own step (SesameBert eager and compiled; bert-base S128 B256 bf16, the
 #      recipe's 30% masking) -- the reference of the ratios;
 #   2. pretrain on a prepared corpus at the same shape with the default recipe: document masking on, off, and on
 #      with --torch_compile; tokens/s of the loop = the median of trainer_log.json's per-interval tokens_per_second
 #      after the first interval (compilation and warm-up fall there; all_results.json's session average is printed
 #      too), then the ratios loop / bench and on / off;
-#   3. python -m pytest -m gpu (the CUDA tests).
 #
 # Usage (from the repository root, environment active):
 #   bash bench/gpu_check.sh DATA_DIR [OUT_DIR]        # DATA_DIR: *.txt.gz files (e.g. /work/shared/data/corpus)
@@ -40,6 +40,11 @@ VALID_ARGS=()
 [[ -n "$VALID" ]] && VALID_ARGS=(--validation_file "$VALID")
 
 step() { echo "== $(date +%T) $*"; }
+
+if [[ $SMOKE == 0 ]]; then  # first: if the device's torch rejects a CUDA path, stop after seconds, not minutes
+    step "pytest -m gpu"
+    python -m pytest -q -m gpu -x 2>&1 | tail -n 15
+fi
 
 step "bench_gpu_mlm (SesameBert eager and compiled, mlm_probability 0.3)"
 python bench/bench_gpu_mlm.py "${BENCH_ARGS[@]}" --mlm_probability 0.3 --output "$OUT/bench_gpu_mlm.json" | tail -n 8
@@ -97,8 +102,4 @@ summary = {
 print(json.dumps(summary, indent=2))
 EOF
 
-if [[ $SMOKE == 0 ]]; then
-    step "pytest -m gpu"
-    python -m pytest -q -m gpu -x 2>&1 | tail -n 15
-fi
 step "done"
