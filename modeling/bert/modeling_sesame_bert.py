@@ -299,6 +299,11 @@ def document_varlen_attention(
 
     Returns:
         ``(context (B, T, A, D), None)``.
+
+    Raises:
+        RuntimeError: from SDPA, when none of its enabled kernels takes jagged inputs of this dtype and head size
+            (e.g. the math kernel disabled with ``torch.nn.attention.sdpa_kernel`` and flash and memory-efficient
+            refusing them).
     """
     batch, heads, length, dim = query.shape
 
