@@ -91,3 +91,31 @@ def assert_rows_classified_alone(model, batch: dict) -> None:
         pairs = model(**{k: v[1:] for k, v in batch.items()}).logits
     torch.testing.assert_close(mixed[:1], single, rtol=0, atol=1e-6)
     torch.testing.assert_close(mixed[1:], pairs, rtol=0, atol=1e-6)
+
+
+def compile_without_inductor(monkeypatch) -> None:
+    """``torch.compile`` with dynamo's ``eager`` backend for this test: the model is still wrapped in an
+    ``OptimizedModule`` (whose state dict keys start with ``_orig_mod.``), without inductor's minutes of codegen."""
+    import functools
+
+    import torch
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+
+
+def assert_saved_as_trained(output_dir: Path, checkpoint: Path, model_class) -> None:
+    """``output_dir/model.safetensors`` holds the module's own keys (none from ``torch.compile``'s wrapper), loads
+    with ``from_pretrained`` without a missing or unexpected key, and the loaded weights equal the trained module's
+    (those of the run's last checkpoint, which accelerate saves from the eager module)."""
+    import torch
+    from safetensors.torch import load_file
+
+    saved = load_file(output_dir / "model.safetensors")
+    assert not [k for k in saved if "_orig_mod" in k], sorted(saved)[:3]
+    model, info = model_class.from_pretrained(output_dir, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    trained = load_file(checkpoint / "model.safetensors")
+    loaded = model.state_dict()
+    assert trained.keys() <= loaded.keys()
+    for key, value in trained.items():
+        assert torch.equal(loaded[key], value), key

@@ -302,7 +302,7 @@ class Run:
                 parts.train_dataloader,
                 self.training,
                 run_config=self.settings,
-                eval_fn=(lambda trainer: evaluate(trainer.model)) if evaluate else None,
+                eval_fn=(lambda trainer: evaluate(trainer.eager_model)) if evaluate else None,
                 on_save=on_save,
                 run_id=self.run_id,
                 data_fingerprint=parts.data_fingerprint,
@@ -315,8 +315,8 @@ class Run:
                 return status
             result.update(parts.extra_results)
             if parts.reevaluate_best and evaluate and result.get("best_step") not in (None, result["global_step"]):
-                evaluate(trainer.model)  # the side products (prediction files) of the best model, loaded at the end
-            prepared, model = trainer.model, trainer.unwrapped_model
+                evaluate(trainer.eager_model)  # the side products (prediction files) of the best model, loaded last
+            prepared, model = trainer.eager_model, trainer.unwrapped_model  # eager: the module's own keys
         else:
             prepared, model = acc.prepare(parts.model), None
             parts.model = None

@@ -546,7 +546,7 @@ def every_save_hook(
         return None
 
     def on_save(trainer, step: int) -> None:
-        state_dict = trainer.accelerator.get_state_dict(trainer.model)
+        state_dict = trainer.accelerator.get_state_dict(trainer.eager_model)  # not the compiled wrapper's keys
         if trainer.accelerator.is_main_process:
             pusher.push_checkpoint(output_dir, step, trainer.unwrapped_model, tokenizer, state_dict, model_card)
 

@@ -236,6 +236,16 @@ class Trainer:
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
 
+    @property
+    def eager_model(self) -> torch.nn.Module:
+        """The prepared model without ``torch.compile``'s wrapper (``--torch_compile``; DDP / FSDP wrappers kept):
+        ``accelerator.get_state_dict`` of it has the module's own keys (the compiled wrapper's start with
+        ``_orig_mod.``, which ``from_pretrained`` would not find), and evaluation runs it, so that the compiled graph
+        keeps the one (static) shape of the training batches."""
+        from accelerate.utils import is_compiled_module
+
+        return self.model._orig_mod if is_compiled_module(self.model) else self.model
+
     # -- training ----------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Train to ``max_train_steps``: each optimizer step takes G micro-batches, updates the weights (or skips a

@@ -7,6 +7,8 @@ import json
 import shutil
 
 import pytest
+import torch
+from _helpers import assert_saved_as_trained, compile_without_inductor
 from _launch import checkpoint_args
 
 import modeling  # noqa: F401  (registers the Auto classes)
@@ -36,6 +38,21 @@ def _args(tiny_bert, glue_dir, out, *extra):
         "true",
         *extra,
     ]
+
+
+def test_compiled_glue_run_saves_the_trained_model(tiny_bert, glue_dir, tmp_path, monkeypatch):
+    """``finetune.glue --torch_compile``: the saved classifier has the model's own keys and loads with the trained
+    weights, which differ from the initial ones."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification
+
+    compile_without_inductor(monkeypatch)
+    out = tmp_path / "compiled"
+    assert glue.main(_args(tiny_bert, glue_dir, out)) == 0
+    assert_saved_as_trained(out, out / "checkpoints" / "step_4", AutoModelForSequenceClassification)
+    initial, trained = load_file(tiny_bert / "model.safetensors"), load_file(out / "model.safetensors")
+    shared = [k for k in trained if k.split(".", 1)[-1] in initial]  # the encoder's weights (base prefix removed)
+    assert shared and any(not torch.equal(initial[k.split(".", 1)[-1]], trained[k]) for k in shared)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+from _helpers import assert_saved_as_trained, compile_without_inductor
 from _launch import corpus_args
 from datasets import Dataset
 
@@ -106,6 +107,19 @@ def test_workers_train_and_resume_bitwise_like_the_main_process(corpus_dir, bert
     assert (resumed / "model.safetensors").read_bytes() == weights
     logs = [json.loads((d / "trainer_log.json").read_text()) for d in (main_process, resumed)]
     assert [r["train_loss"] for r in logs[1]] == [r["train_loss"] for r in logs[0]]
+
+
+def test_compiled_run_saves_the_trained_model(corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch):
+    """``--torch_compile``: the saved ``model.safetensors`` has the model's own keys (not the compiled wrapper's
+    ``_orig_mod.`` ones) and ``from_pretrained`` gives the trained weights; the run evaluated and trained compiled."""
+    from modeling import SesameBertForMaskedLM
+
+    compile_without_inductor(monkeypatch)
+    tok, out = tmp_path / "tok", tmp_path / "compiled"
+    bert_tokenizer.save_pretrained(tok)
+    assert run_cli(main, _args(corpus_dir, tok, out, "--max_train_steps", "2", "--torch_compile", "true")) == 0
+    assert json.loads((out / "run_config.json").read_text())["torch_compile"] is True
+    assert_saved_as_trained(out, out / "checkpoints" / "step_2", SesameBertForMaskedLM)
 
 
 @pytest.mark.slow
