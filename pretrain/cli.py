@@ -313,14 +313,15 @@ def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):
     """The training loader: the blocks shuffled by ``(seed, epoch)`` (:func:`training.data.make_train_dataloader`),
     or a stream read in order (``--streaming``), with ``--dataloader_num_workers`` resolved for ``device_type``."""
     from pretrain import data
+    from pretrain.collators import PackedSequences
     from training.data import make_stream_dataloader, make_train_dataloader, resolve_num_workers
 
     batch, streaming = plan.training.per_device_train_batch_size, plan.corpus.streaming
     workers = resolve_num_workers(plan.data.dataloader_num_workers, device_type, streaming)
     if streaming:
         return make_stream_dataloader(data.StreamedBlocks(train_blocks), batch, collator, num_workers=workers)
-    return make_train_dataloader(
-        data.IndexedDataset(train_blocks), batch, collator, plan.training.seed, num_workers=workers
+    return make_train_dataloader(  # the packed documents' sequences computed in the workers, not read from the GPU
+        data.IndexedDataset(train_blocks), batch, PackedSequences(collator), plan.training.seed, num_workers=workers
     )
 
 

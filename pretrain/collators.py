@@ -178,6 +178,40 @@ class MLMCollator:
         return batch
 
 
+class PackedSequences:
+    """A collator's batches with FlashAttention's varlen arguments of their packed documents, computed on the host
+    (in the DataLoader workers, ahead of the step), as transformers' ``DataCollatorWithFlattening(
+    return_flash_attn_kwargs=True)`` gives them: a batch with ``position_ids`` (document masking) also carries
+    ``cu_seq_lens_q`` / ``cu_seq_lens_k`` ((S + 1,) int32: the start of every document and every run of padding in
+    the flattened (B * T) tokens, then B * T) and ``max_length_q`` / ``max_length_k`` (int, the longest), from
+    :func:`modeling.bert.modeling_sesame_bert.flash_varlen_kwargs`. The model's varlen paths then read nothing back
+    from the device. Batches without ``position_ids`` pass unchanged.
+
+    For a map-style training loader only: a stream dispatched by accelerate is concatenated and sliced along the
+    batch dimension, which the (S + 1,) offsets do not have.
+
+    Args:
+        collator: the wrapped collator (:class:`MLMCollator` or :class:`RTDCollator`).
+    """
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def set_epoch(self, epoch: int) -> None:
+        """The wrapped collator's :meth:`MLMCollator.set_epoch` (the training loop calls this)."""
+        if hasattr(self.collator, "set_epoch"):
+            self.collator.set_epoch(epoch)
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        from modeling.bert.modeling_sesame_bert import document_ids, flash_varlen_kwargs
+
+        batch = self.collator(examples)
+        if "position_ids" in batch:
+            keep = batch["attention_mask"].bool() if "attention_mask" in batch else None
+            batch.update(flash_varlen_kwargs(document_ids(batch["position_ids"]), keep))
+        return batch
+
+
 class RTDCollator:
     """MLM batches for replaced-token detection (ELECTRA): :class:`MLMCollator`'s batch (the generator's input and
     labels, masked by its rules) plus ``sampling_uniforms`` (B, T) float32 in [0, 1), the uniform numbers with which

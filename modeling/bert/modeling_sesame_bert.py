@@ -245,32 +245,43 @@ def document_flex_attention(
     return context.transpose(1, 2), None
 
 
+#: The packed-sequence arguments of transformers' flash varlen kernels (``DataCollatorWithFlattening(
+#: return_flash_attn_kwargs=True)``; :func:`flash_varlen_kwargs`): given with a batch, the model uses them as they are.
+PACKED_SEQUENCE_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
 @dataclass(frozen=True)
 class DocumentSequences:
     """The packed documents of a batch as the sequences of its flattened (B * T) tokens, for
-    :func:`document_varlen_attention` (built by :func:`document_sequences`).
+    :func:`document_varlen_attention` (built by :func:`document_sequences`, or from the collator's
+    :data:`PACKED_SEQUENCE_KEYS`).
 
     Args:
-        offsets: (S + 1,) long, the start of every sequence in the flattened tokens, then B * T.
+        cu_seqlens: (S + 1,) int32, the start of every sequence in the flattened tokens, then B * T (FlashAttention's
+            ``cu_seqlens``).
         max_length: the longest sequence (tokens).
     """
 
-    offsets: torch.Tensor
+    cu_seqlens: torch.Tensor
     max_length: int
 
 
-def document_sequences(documents: torch.Tensor, keep: torch.Tensor | None = None) -> DocumentSequences:
+def document_sequences(
+    documents: torch.Tensor, keep: torch.Tensor | None = None, given: dict | None = None
+) -> DocumentSequences:
     """Every document of every row as one sequence of the flattened (B * T) tokens, padding apart from the real
-    tokens: the sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. Waits for the device
-    once: it reads the number of sequences and then the longest, two reads in a row, because both are shapes of the
-    kernel's inputs.
+    tokens: the sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. With ``given`` (the
+    batch's :data:`PACKED_SEQUENCE_KEYS`, computed on the host by the collator) they are taken as they are and
+    nothing is read from the device; otherwise this waits for the device once (two reads in a row: the number of
+    sequences, then the longest, both shapes of the kernel's inputs).
 
     Args:
         documents: (B, T) long document ids (:func:`document_ids`).
         keep: (B, T) bool, False at padding, or ``None``.
+        given: ``{"cu_seq_lens_q": (S + 1,) int32, "max_length_q": int, ...}`` or ``None``.
     """
-    varlen = flash_varlen_kwargs(documents, keep)
-    return DocumentSequences(varlen["cu_seq_lens_q"].long(), varlen["max_length_q"])
+    varlen = given if given else flash_varlen_kwargs(documents, keep)
+    return DocumentSequences(varlen["cu_seq_lens_q"], int(varlen["max_length_q"]))
 
 
 def document_varlen_attention(
@@ -283,13 +294,17 @@ def document_varlen_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA on unpadded documents, in transformers' kernel signature: the tokens of the batch become a nested tensor
-    of jagged layout (``torch.nested.nested_tensor_from_jagged``), one sequence per document, and
-    ``F.scaled_dot_product_attention`` runs its varlen kernels on it (FlashAttention-2's, Dao 2023, "FlashAttention-2:
-    Faster Attention with Better Parallelism and Work Partitioning", or the memory-efficient one on CUDA, with dropout
-    on the probabilities; the math kernel elsewhere). No (B, 1, T, T) mask is built, and
-    no score across documents is computed. SDPA layers run it for packed documents on CUDA while attention dropout
-    is in effect (:func:`packed_documents_kernel`), where FlexAttention, which has no dropout, cannot serve.
+    """Attention within each packed document, on the unpadded documents, in transformers' kernel signature; no
+    (B, 1, T, T) mask is built and no score across documents is computed. SDPA layers run it for packed documents
+    on CUDA while attention dropout is in effect (:func:`packed_documents_kernel`), where FlexAttention, which has
+    no dropout, cannot serve.
+
+    - CUDA, float16 / bfloat16: FlashAttention-2's varlen kernel (Dao 2023, "FlashAttention-2: Faster Attention with
+      Better Parallelism and Work Partitioning"; ``torch.ops.aten._flash_attention_forward`` with ``cu_seqlens``),
+      called directly on (B * T, A, D) views of the projections (no copy), with dropout on the probabilities.
+    - Otherwise (float32, the CPU): ``F.scaled_dot_product_attention`` on a nested tensor of jagged layout
+      (``torch.nested.nested_tensor_from_jagged``), one sequence per document (on CUDA its memory-efficient varlen
+      kernel, elsewhere the math kernel).
 
     Args:
         query, key, value: (B, A, T, D) float, one dtype.
@@ -301,16 +316,29 @@ def document_varlen_attention(
         ``(context (B, T, A, D), None)``.
 
     Raises:
-        RuntimeError: from SDPA, when none of its enabled kernels takes jagged inputs of this dtype and head size
-            (e.g. the math kernel disabled with ``torch.nn.attention.sdpa_kernel`` and flash and memory-efficient
-            refusing them).
+        RuntimeError: from the kernel, when none of SDPA's enabled kernels takes jagged inputs of this dtype and head
+            size (e.g. the math kernel disabled with ``torch.nn.attention.sdpa_kernel`` and flash and
+            memory-efficient refusing them), or when the flash kernel refuses the head size (> 256).
     """
     batch, heads, length, dim = query.shape
+    sequences = attention_mask
+    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
+
+        def tokens(x):  # (B, A, T, D) -> (B * T, A, D): a view of the projection's output
+            return x.transpose(1, 2).reshape(batch * length, heads, dim)
+
+        cu, longest = sequences.cu_seqlens, sequences.max_length
+        context = torch.ops.aten._flash_attention_forward(
+            tokens(query), tokens(key), tokens(value), cu, cu, longest, longest, dropout, False, False, scale=scaling
+        )[0]
+        return context.view(batch, length, heads, dim), None
+
+    offsets = sequences.cu_seqlens.long()  # nested tensors index with int64
 
     def jagged(x):  # (B, A, T, D) -> nested (S, A, j, D)
-        tokens = x.transpose(1, 2).reshape(batch * length, heads, dim).contiguous()  # the math kernel needs it
+        flat = x.transpose(1, 2).reshape(batch * length, heads, dim).contiguous()  # the math kernel needs it
         return torch.nested.nested_tensor_from_jagged(
-            tokens, attention_mask.offsets, min_seqlen=1, max_seqlen=attention_mask.max_length
+            flat, offsets, min_seqlen=1, max_seqlen=sequences.max_length
         ).transpose(1, 2)
 
     context = F.scaled_dot_product_attention(
@@ -709,15 +737,18 @@ class SesameBertModel(SesameBertPreTrainedModel):
     ``attention_mask`` is also given); the position embeddings use them, so positions restart per document too. Each
     document is then encoded exactly as if it were alone in its row. The mask is :func:`document_dense_mask` for eager /
     SDPA (block-diagonal, boolean), ``create_bidirectional_mask`` with :func:`document_mask_function` for flex (a
-    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead (which reads the
-    device). On CUDA, "sdpa" with packed documents runs FlexAttention on :func:`document_block_mask` instead of a dense
-    (B, 1, T, T) mask whenever no attention dropout is in effect, and SDPA's varlen kernels on the unpadded documents
-    (:func:`document_varlen_attention`, which reads the device once per forward) in training with attention dropout
-    (:func:`packed_documents_kernel`). Other implementations need a mask function registered with transformers'
-    ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special tokens: where ``[CLS]`` and
-    ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document, so the ``cls`` pooler of a
-    packed row (and NSP) summarises its first document only; ``mean`` / ``max`` / ``attention`` pooling span every
-    document of the row. A ``[SEP]`` whose position continues the document before it belongs to that document.
+    ``BlockMask``); flash_attention_* runs the varlen kernel on :func:`flash_varlen_kwargs` instead. On CUDA, "sdpa"
+    with packed documents runs FlexAttention on :func:`document_block_mask` instead of a dense (B, 1, T, T) mask
+    whenever no attention dropout is in effect, and varlen kernels on the unpadded documents
+    (:func:`document_varlen_attention`: FlashAttention's in bf16 / fp16) in training with attention dropout
+    (:func:`packed_documents_kernel`). The varlen paths take the sequences from the batch's
+    :data:`PACKED_SEQUENCE_KEYS` (``pretrain``'s collator computes them on the host, in its workers); without them
+    they compute them, which reads the device once per forward. Other implementations need a mask function
+    registered with transformers' ``AttentionMaskInterface`` (``ValueError`` otherwise). The model adds no special
+    tokens: where ``[CLS]`` and ``[SEP]`` go is the data pipeline's choice. A ``[CLS]`` sees only its own document,
+    so the ``cls`` pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` /
+    ``attention`` pooling span every document of the row. A ``[SEP]`` whose position continues the document before it
+    belongs to that document.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -761,20 +792,23 @@ class SesameBertModel(SesameBertPreTrainedModel):
     def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
         """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
         ``None``, and the varlen arguments are added to ``kernel_kwargs``; for SDPA with packed documents on CUDA, a
-        ``BlockMask`` or :class:`DocumentSequences` (:func:`packed_documents_kernel`)."""
+        ``BlockMask`` or :class:`DocumentSequences` (:func:`packed_documents_kernel`). The batch's
+        :data:`PACKED_SEQUENCE_KEYS` (the collator's, computed on the host) are taken out of ``kernel_kwargs`` and
+        used by the varlen paths instead of reading the sequences from the device."""
         if position_ids is None:
             if attention_mask is None:
                 return None
             return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
+        given = {key: kernel_kwargs.pop(key) for key in PACKED_SEQUENCE_KEYS if key in kernel_kwargs}
         documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
         keep = None if attention_mask is None else attention_mask.bool()
         implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
         if implementation == "document_flex":
             return document_block_mask(documents, keep)
         if implementation == "document_varlen":
-            return document_sequences(documents, keep)
+            return document_sequences(documents, keep, given)
         if implementation.startswith("flash_attention"):
-            kernel_kwargs.update(flash_varlen_kwargs(documents, keep))
+            kernel_kwargs.update(given or flash_varlen_kwargs(documents, keep))
             return None
         if implementation in ("sdpa", "eager"):
             return document_dense_mask(documents, keep)

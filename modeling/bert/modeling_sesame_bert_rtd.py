@@ -37,6 +37,7 @@ from .modeling_sesame_bert import (
     ACTIVATIONS,
     AUTO_MAP,
     IGNORE_INDEX,
+    PACKED_SEQUENCE_KEYS,
     SesameBertEmbeddings,
     SesameBertForMaskedLM,
     SesameBertHeadModel,
@@ -310,8 +311,9 @@ class SesameBertForReplacedTokenDetection(SesameBertPreTrainedModel):
                 "replaced-token detection needs input_ids and MLM labels (B, T): the original token at "
                 "the masked positions, -100 elsewhere"
             )
+        packed = {key: kwargs[key] for key in PACKED_SEQUENCE_KEYS if key in kwargs}  # the collator's sequences
         generated = self.generator(
-            input_ids, attention_mask, token_type_ids, position_ids, labels=labels, return_dict=True
+            input_ids, attention_mask, token_type_ids, position_ids, labels=labels, return_dict=True, **packed
         )
         masked = labels != IGNORE_INDEX
         gen_logits = generated.logits if generated.logits.dim() == 2 else generated.logits[masked]  # (N, V)

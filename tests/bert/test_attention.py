@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _helpers import assert_documents_alone, assert_same_gradients
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (
     AttentionInterface,
     AutoModel,
@@ -306,8 +307,65 @@ def test_document_sequences_are_the_documents_and_padding_runs():
     position_ids = torch.tensor([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 0]])
     keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     sequences = modeling_sesame_bert.document_sequences(document_ids(position_ids), keep)
-    assert sequences.offsets.tolist() == [0, 3, 5, 6, 10, 11, 12] and sequences.offsets.dtype == torch.long
+    assert sequences.cu_seqlens.tolist() == [0, 3, 5, 6, 10, 11, 12] and sequences.cu_seqlens.dtype == torch.int32
     assert sequences.max_length == 4
+
+
+class DeviceReads(TorchDispatchMode):
+    """Counts the operations that read a tensor's values back to the host (``nonzero``, ``.item()`` / ``int()`` /
+    ``bool()``: ``_local_scalar_dense``), except while :attr:`paused` (inside the attention kernel itself)."""
+
+    READS = (torch.ops.aten.nonzero.default, torch.ops.aten._local_scalar_dense.default)
+
+    def __init__(self):
+        super().__init__()
+        self.reads, self.paused = [], False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.READS and not self.paused:
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_collated_sequences_need_no_device_read(tiny_kwargs, monkeypatch, autocast):
+    """The batch's packed sequences, as ``pretrain``'s collator computes them on the host
+    (:class:`pretrain.collators.PackedSequences`): a packed-document forward and backward on the varlen path (forced on
+    the CPU) reads nothing back from the device outside the attention kernel (the CPU's nested-tensor SDPA reads its
+    offsets; CUDA's flash kernel does not: tests/gpu), and gives the dense-mask path's hidden states; without them
+    the path reads the sequences (the count can fail)."""
+    from pretrain.collators import PackedSequences
+
+    model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
+    batch, _ = _packed(model.config.vocab_size, pad=3)
+    collated = PackedSequences(lambda examples: dict(batch))(None)
+    assert collated["cu_seq_lens_q"].dtype == torch.int32 and isinstance(collated["max_length_q"], int)
+    keep = batch["attention_mask"].bool()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        dense = model(**batch).last_hidden_state
+    masks = _force_cuda_path(monkeypatch, "document_varlen")
+    counter, kernel = DeviceReads(), modeling_sesame_bert.document_varlen_attention
+
+    def paused_kernel(*args, **kwargs):
+        counter.paused = True
+        try:
+            return kernel(*args, **kwargs)
+        finally:
+            counter.paused = False
+
+    monkeypatch.setattr(modeling_sesame_bert, "document_varlen_attention", paused_kernel)
+    reads = {}
+    for name, inputs in (("collated", collated), ("position_ids only", batch)):
+        counter.reads.clear()
+        with counter, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            hidden = model(**inputs).last_hidden_state
+            hidden[keep].float().square().sum().backward()
+        reads[name] = list(counter.reads)
+        tolerance = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(hidden[keep].float(), dense[keep].float(), **tolerance)
+    assert len(masks) == 2 * tiny_kwargs["num_hidden_layers"]
+    assert reads["collated"] == [], reads["collated"]
+    assert reads["position_ids only"], "without them the path reads the sequences from the device"
 
 
 @pytest.mark.parametrize("autocast", [False, True])

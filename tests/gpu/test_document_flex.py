@@ -13,6 +13,7 @@ import pytest
 import torch
 from _helpers import assert_documents_alone, assert_same_gradients
 from precision.conftest import BERT_TINY  # tests/ is on sys.path (pyproject's pythonpath)
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertModel
 from modeling.bert import modeling_sesame_bert as msb
@@ -151,3 +152,82 @@ def test_varlen_dropout_draws_stay_within_documents():
     torch.testing.assert_close(hidden(other, 1)[0, :first], reference[0, :first], rtol=0, atol=0)
     assert (hidden(other, 1)[0, first:] - reference[0, first:]).abs().max() > 1e-2
     assert (hidden(batch, 2) - reference).abs().max() > 1e-2
+
+
+class _Operators(TorchDispatchMode):
+    """Counts the operators that run, by name (``_flash_attention_forward`` ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _collated(vocab_size: int) -> dict:
+    """A packed batch with the sequences ``pretrain``'s collator computes on the host, on CUDA."""
+    from pretrain.collators import PackedSequences
+
+    batch, _ = _packed(vocab_size)
+    collated = PackedSequences(lambda examples: dict(batch))(None)
+    return {k: v.cuda() if torch.is_tensor(v) else v for k, v in collated.items()}
+
+
+def test_bf16_varlen_path_runs_flash_varlen_and_reads_nothing_back():
+    """Training with attention dropout under bf16 autocast, the collator's sequences given: every layer runs
+    FlashAttention's varlen kernel forward and backward (``aten._flash_attention_forward`` / ``_backward``), not
+    SDPA's nested-tensor dispatch, and the forward and backward read nothing back from the device (sync debug mode
+    "error" raises on any device-to-host read)."""
+    model = SesameBertModel(SesameBertConfig(**BERT_TINY)).cuda().train()  # attention dropout 0.1
+    batch = _collated(model.config.vocab_size)
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # first call: allocations, kernel loading
+        model(**batch).last_hidden_state.float().square().mean().backward()
+    torch.cuda.synchronize()
+    operators = _Operators()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with operators, torch.autocast("cuda", dtype=torch.bfloat16):
+            model(**batch).last_hidden_state.float().square().mean().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    layers = model.config.num_hidden_layers
+    assert operators.counts.get("_flash_attention_forward") == layers, operators.counts
+    assert operators.counts.get("_flash_attention_backward") == layers, operators.counts
+    assert not any("nested" in name or "efficient" in name for name in operators.counts), operators.counts
+
+
+def test_float32_varlen_path_takes_the_memory_efficient_kernel():
+    """float32 (no autocast) on the varlen path: SDPA on nested tensors runs with only its memory-efficient kernel
+    enabled (it would raise if that kernel refused the inputs), forward and backward, and the real tokens get the
+    dense-mask path's hidden states."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = SesameBertModel(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().train()
+    batch = _collated(model.config.vocab_size)
+    keep = batch["attention_mask"].bool()
+    with torch.no_grad():
+        model.eval()
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(msb, "packed_documents_kernel", lambda config, *args: config._attn_implementation)
+            dense = model(**batch).last_hidden_state
+        model.train()
+    with pytest.MonkeyPatch.context() as m, sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        m.setattr(msb, "packed_documents_kernel", lambda *args: "document_varlen")
+        hidden = model(**batch).last_hidden_state
+        hidden[keep].square().mean().backward()
+    torch.testing.assert_close(hidden[keep], dense[keep], rtol=1e-4, atol=1e-4)
+
+
+def test_unpacked_bf16_blocks_take_the_flash_kernel():
+    """Masking off (full blocks, no mask) in bf16: SDPA's flash kernel alone serves the forward and backward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY)).cuda().train()
+    ids = torch.randint(5, model.config.vocab_size, (4, 64), device="cuda")
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss)
