@@ -65,7 +65,10 @@ def time_optimizer_steps(
     """Mean seconds of an optimizer step after ``warmup`` untimed ones (``steps`` in all), measured on a copy.
 
     Each step takes ``config.gradient_accumulation_steps`` micro-batches of ``dataloader``'s dataset and collator
-    (read in order by a loader of its own; re-read from the start when it ends), runs forward and backward under
+    (read in order by a loader of its own with the run's workers, prefetch and pinned memory, copied to the device
+    without waiting as the run's are; re-read from the start when it ends; with workers, the steps until they have
+    handed over the batches they collated ahead (:func:`workers_fill_steps`) are added to ``warmup`` and ``steps``,
+    so the timed steps wait for the workers as the run's do), runs forward and backward under
     ``accelerator.autocast()`` with the loop's item-weighted loss, clips to ``config.max_grad_norm`` and steps an
     AdamW built as the loop builds it; a step is timed from fetching its batches to the end of the update (the
     device synchronised), as the loop times its steps. With several processes every process measures its own copy
@@ -91,12 +94,17 @@ def time_optimizer_steps(
         raise InputError(f"time budget probe: {steps} steps with {warmup} not timed; expected more steps than that")
     loss_fn, weight_fn = loss_fn or default_loss_fn, weight_fn or default_weight_fn
     device = accelerator.device
-    probe = DataLoader(
+    probe = DataLoader(  # the run's loader as it runs: its workers (and their prefetch) and pinned memory
         dataloader.dataset,
         batch_size=dataloader.batch_size,
         collate_fn=dataloader.collate_fn,
+        num_workers=dataloader.num_workers,
+        prefetch_factor=dataloader.prefetch_factor,
+        pin_memory=dataloader.pin_memory,
         generator=torch.Generator(),
     )
+    warmup += workers_fill_steps(probe, config.gradient_accumulation_steps)
+    steps += workers_fill_steps(probe, config.gradient_accumulation_steps)
     with preserved_rng_states():
         twin = copy.deepcopy(model).to(device).train()
         if config.gradient_checkpointing:
@@ -108,7 +116,7 @@ def time_optimizer_steps(
         for step in range(steps):
             started = clock() if step >= warmup else 0.0
             group, batches = _next_group(probe, batches, config.gradient_accumulation_steps)
-            _probe_step(accelerator, forward, twin, optimizer, group, config, loss_fn, weight_fn)
+            _probe_step(accelerator, forward, twin, optimizer, group, config, loss_fn, weight_fn, probe.pin_memory)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if step >= warmup:
@@ -119,6 +127,19 @@ def time_optimizer_steps(
     if accelerator.num_processes > 1:
         mean = accelerator.reduce(mean, reduction="mean")
     return float(mean)
+
+
+def workers_fill_steps(loader: DataLoader, accumulation: int) -> int:
+    """Optimizer steps until ``loader``'s workers have handed over the batches they collated ahead before the first
+    step (``num_workers x prefetch_factor``; 0 without workers): only after them does a step wait for the workers as
+    long as it does for the rest of the run, so a probe leaves them untimed.
+
+    Args:
+        loader: a DataLoader; ``accumulation``: micro-batches per optimizer step.
+    """
+    if not loader.num_workers:
+        return 0
+    return -(-loader.num_workers * (loader.prefetch_factor or 2) // accumulation)
 
 
 def _next_group(probe: DataLoader, batches, size: int) -> tuple[list, Any]:
@@ -136,12 +157,18 @@ def _next_group(probe: DataLoader, batches, size: int) -> tuple[list, Any]:
     return group, batches
 
 
-def _probe_step(accelerator, forward, model, optimizer, group: list, config: TrainingConfig, loss_fn, weight_fn):
+def _probe_step(
+    accelerator, forward, model, optimizer, group: list, config: TrainingConfig, loss_fn, weight_fn, pinned=False
+):
     """One optimizer step of the probe, weighted as :class:`training.loop.Trainer` weights it: each micro-batch's
     loss times its share of the step's items. ``weight_fn`` gives a count per batch (0-d) or one per loss term ((K,),
-    e.g. rtd's masked and real tokens, with ``loss_fn`` giving the (K,) terms); the shares are taken per term."""
+    e.g. rtd's masked and real tokens, with ``loss_fn`` giving the (K,) terms); the shares are taken per term.
+    Batches from pinned memory (``pinned``) go to the device without waiting, as the run's accelerator sends them."""
     device = accelerator.device
-    group = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in group]
+    group = [
+        {k: v.to(device, non_blocking=pinned) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+        for b in group
+    ]
     weights = [torch.as_tensor(weight_fn(b), dtype=torch.float64, device=device) for b in group]
     total = torch.stack(weights).sum(0).clamp_min(1e-12)
     for batch, weight in zip(group, weights):
@@ -154,4 +181,11 @@ def _probe_step(accelerator, forward, model, optimizer, group: list, config: Tra
     optimizer.zero_grad(set_to_none=True)
 
 
-__all__ = ["clock", "preserved_rng_states", "steps_for_time", "steps_for_tokens", "time_optimizer_steps"]
+__all__ = [
+    "clock",
+    "preserved_rng_states",
+    "steps_for_time",
+    "steps_for_tokens",
+    "time_optimizer_steps",
+    "workers_fill_steps",
+]
