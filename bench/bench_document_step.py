@@ -126,7 +126,9 @@ def encoder_loss(model, batch, args, device):
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     with autocast(args, device):
         hidden = model(**inputs).last_hidden_state
-    directions = torch.randn(hidden.shape, generator=torch.Generator().manual_seed(0)).to(device)
+    directions = torch.randn(  # made on the device: a copy from the host would wait for it
+        hidden.shape, generator=torch.Generator(device).manual_seed(0), device=device
+    )
     if "attention_mask" in batch:  # the real tokens only (padding's outputs are meaningless, and differ by path)
         directions = directions * batch["attention_mask"][..., None]
     return (hidden.float() * directions).mean()
@@ -184,7 +186,10 @@ def prove(args, device) -> dict:
             encoder_loss(dropping, on, args, device).backward()
             result["no_device_read"] = True if device.type == "cuda" else "not checked (no device on the CPU)"
         except RuntimeError as err:
-            result["no_device_read"] = f"failed: {err}"
+            import traceback
+
+            where = [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_tb(err.__traceback__)[-4:]]
+            result["no_device_read"] = f"failed: {err} at {' <- '.join(reversed(where))}"
         finally:
             if device.type == "cuda":
                 torch.cuda.set_sync_debug_mode(0)

@@ -23,6 +23,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+#: The tiny BERT with heads of 32 dimensions: FlexAttention's CUDA kernels need at least 16 (the CPU tests' 8 fail).
+CUDA_TINY = dict(BERT_TINY, hidden_size=64, num_attention_heads=2, intermediate_size=128)
 
 
 def _packed(vocab_size: int, rows: int = 4, length: int = 64, seed: int = 0):
@@ -58,7 +60,7 @@ def _recording(monkeypatch, kernel: str = "document_flex_attention"):
 
 def test_packed_documents_on_cuda_take_flex_and_equal_separate_passes(monkeypatch, no_tf32):
     torch.manual_seed(0)
-    model = SesameBertModel(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().eval()
+    model = SesameBertModel(SesameBertConfig(**CUDA_TINY, **NO_DROPOUT)).cuda().eval()
     batch, splits = _packed(model.config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
     seen = _recording(monkeypatch)
@@ -72,7 +74,7 @@ def test_flex_under_bf16_autocast_and_torch_compile(monkeypatch):
     """bf16 autocast, eager model and compiled model (the flex call traced into the model's graph): the packed
     hidden states agree with the dense SDPA path within bf16 rounding; a second batch shape compiles without error."""
     torch.manual_seed(0)
-    model = SesameBertModel(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().eval()
+    model = SesameBertModel(SesameBertConfig(**CUDA_TINY, **NO_DROPOUT)).cuda().eval()
     compiled = torch.compile(model)
     for rows in (4, 3):
         batch, _ = _packed(model.config.vocab_size, rows=rows)
@@ -91,7 +93,7 @@ def test_flex_under_bf16_autocast_and_torch_compile(monkeypatch):
 def test_attention_dropout_in_training_takes_the_varlen_path(monkeypatch):
     """The default config (attention dropout 0.1) in training under bf16 autocast: every layer runs SDPA on the
     unpadded documents; the loss is finite and every parameter gets a gradient."""
-    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY)).cuda().train()
+    model = SesameBertForMaskedLM(SesameBertConfig(**CUDA_TINY)).cuda().train()
     batch, _ = _packed(model.config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
     flex, varlen = _recording(monkeypatch), _recording(monkeypatch, "document_varlen_attention")
@@ -113,7 +115,7 @@ def test_document_paths_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf3
     kernel, bf16 its flash kernel), eager and ``torch.compile``-d: the loss and gradients equal SDPA's dense-mask
     path (float32: elementwise; bf16 autocast: within 2% of each gradient's norm)."""
     torch.manual_seed(0)
-    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().train()
+    model = SesameBertForMaskedLM(SesameBertConfig(**CUDA_TINY, **NO_DROPOUT)).cuda().train()
     dense_model = copy.deepcopy(model)
     batch, _ = _packed(model.config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
@@ -135,7 +137,7 @@ def test_document_paths_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf3
 def test_varlen_dropout_draws_stay_within_documents():
     """Attention dropout 0.5 in training under bf16 autocast: the same seed gives a document the same hidden states
     whatever the other documents of its row hold, another seed other ones."""
-    config = SesameBertConfig(**BERT_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    config = SesameBertConfig(**CUDA_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
     model = SesameBertModel(config).cuda().train()
     batch, splits = _packed(config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
@@ -181,7 +183,7 @@ def test_bf16_varlen_path_runs_flash_varlen_and_reads_nothing_back():
     FlashAttention's varlen kernel forward and backward (``aten._flash_attention_forward`` / ``_backward``), not
     SDPA's nested-tensor dispatch, and the forward and backward read nothing back from the device (sync debug mode
     "error" raises on any device-to-host read)."""
-    model = SesameBertModel(SesameBertConfig(**BERT_TINY)).cuda().train()  # attention dropout 0.1
+    model = SesameBertModel(SesameBertConfig(**CUDA_TINY)).cuda().train()  # attention dropout 0.1
     batch = _collated(model.config.vocab_size)
     with torch.autocast("cuda", dtype=torch.bfloat16):  # first call: allocations, kernel loading
         model(**batch).last_hidden_state.float().square().mean().backward()
@@ -205,7 +207,7 @@ def test_float32_varlen_path_takes_the_memory_efficient_kernel():
     dense-mask path's hidden states."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    model = SesameBertModel(SesameBertConfig(**BERT_TINY, **NO_DROPOUT)).cuda().train()
+    model = SesameBertModel(SesameBertConfig(**CUDA_TINY, **NO_DROPOUT)).cuda().train()
     batch = _collated(model.config.vocab_size)
     keep = batch["attention_mask"].bool()
     with torch.no_grad():
@@ -225,7 +227,7 @@ def test_unpacked_bf16_blocks_take_the_flash_kernel():
     """Masking off (full blocks, no mask) in bf16: SDPA's flash kernel alone serves the forward and backward."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    model = SesameBertForMaskedLM(SesameBertConfig(**BERT_TINY)).cuda().train()
+    model = SesameBertForMaskedLM(SesameBertConfig(**CUDA_TINY)).cuda().train()
     ids = torch.randint(5, model.config.vocab_size, (4, 64), device="cuda")
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(input_ids=ids, labels=ids).loss
