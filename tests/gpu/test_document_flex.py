@@ -13,7 +13,6 @@ import pytest
 import torch
 from _helpers import assert_documents_alone, assert_same_gradients
 from precision.conftest import BERT_TINY  # tests/ is on sys.path (pyproject's pythonpath)
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertModel
 from modeling.bert import modeling_sesame_bert as msb
@@ -156,17 +155,17 @@ def test_varlen_dropout_draws_stay_within_documents():
     assert (hidden(batch, 2) - reference).abs().max() > 1e-2
 
 
-class _Operators(TorchDispatchMode):
-    """Counts the operators that run, by name (``_flash_attention_forward`` ...)."""
+def _operators():
+    """The bench's :class:`OperatorLog` (counts the operators that run, by name), loaded by path."""
+    import sys
+    from pathlib import Path
 
-    def __init__(self):
-        super().__init__()
-        self.counts: dict[str, int] = {}
+    from _launch import load_module
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+    folder = Path(__file__).resolve().parents[2] / "bench"
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))  # the script imports its neighbour _script_env
+    return load_module(folder / "bench_document_step.py", "document_step").OperatorLog()
 
 
 def _collated(vocab_size: int) -> dict:
@@ -188,7 +187,7 @@ def test_bf16_varlen_path_runs_flash_varlen_and_reads_nothing_back():
     with torch.autocast("cuda", dtype=torch.bfloat16):  # first call: allocations, kernel loading
         model(**batch).last_hidden_state.float().square().mean().backward()
     torch.cuda.synchronize()
-    operators = _Operators()
+    operators = _operators()
     torch.cuda.set_sync_debug_mode("error")
     try:
         with operators, torch.autocast("cuda", dtype=torch.bfloat16):
