@@ -64,7 +64,8 @@ def run_once(args, prepared: Path, workers: int, folder: Path) -> dict:
     cmd = [sys.executable, "-m", "pretrain", "--prepared_dataset", str(prepared), "--config_name", args.config_name]
     cmd += ["--per_device_train_batch_size", str(args.batch_size), "--time_budget", str(args.time_budget)]
     cmd += ["--dataloader_num_workers", str(workers), "--mixed_precision", args.mixed_precision]
-    cmd += ["--max_eval_samples", "32", "--checkpointing_steps", "0", "--output_dir", str(folder), *args.extra]
+    cmd += ["--max_eval_samples", "32", "--eval_steps", "1000000", "--checkpointing_steps", "1000000"]
+    cmd += ["--checkpoints_total_limit", "1", "--output_dir", str(folder), *args.extra]
     subprocess.run(cmd, check=True, env=_env(args), stdout=subprocess.DEVNULL)
     config = json.loads((folder / "run_config.json").read_text())
     results = json.loads((folder / "all_results.json").read_text())

@@ -210,7 +210,9 @@ def test_every_save_hook_gathers_on_every_rank_and_pushes_on_the_main_one():
 
     hook = every_save_hook(Pusher("alice/m", strategy="every_save"), "out", tokenizer="tok", model_card=card)
     for rank in (0, 1):
-        acc = SimpleNamespace(is_main_process=rank == 0, get_state_dict=lambda m, r=rank: gathers.append(r) or {"w": r})
-        hook(SimpleNamespace(accelerator=acc, model="wrapped", unwrapped_model="model"), 4)
-    assert gathers == [0, 1]
+        acc = SimpleNamespace(
+            is_main_process=rank == 0, get_state_dict=lambda m, r=rank: gathers.append((r, m)) or {"w": r}
+        )
+        hook(SimpleNamespace(accelerator=acc, eager_model="wrapped", unwrapped_model="model"), 4)
+    assert gathers == [(0, "wrapped"), (1, "wrapped")], "the prepared eager module's state (not a compiled wrapper's)"
     assert pushes == [("out", 4, "model", "tok", {"w": 0}, True)]
