@@ -118,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_for_everyone=accelerator.wait_for_everyone,
         )
         train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
+        check_predictable(plan, tokenizer, train_blocks, valid_blocks)
         set_seed(training.seed)
         model = build_model(plan, tokenizer)
         return run.execute(pretraining_parts(plan, model, tokenizer, train_blocks, valid_blocks, accelerator))
@@ -275,6 +276,11 @@ def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, acceler
         batch = plan.training.per_device_eval_batch_size
         step = objective.eval_step or lm_eval_step
         sums = evaluate_sums(accelerator, prepared_model, valid_data, eval_collator, batch, step, objective.eval_keys)
+        if not sums.get("count", 1):  # never a loss over 0 tokens (check_predictable refuses most such sets first)
+            raise InputError(
+                f"{held_out_source(plan)}: the evaluation masked no token in its {len(valid_data)} validation "
+                "block(s), so it has no loss to report; expected more held-out text (or a larger --max_eval_samples)"
+            )
         return objective.metrics(sums)
 
     return evaluate
@@ -419,6 +425,61 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
             "--streaming: no validation block; expected a validation split, --validation_file, or more text"
         )
     return blocks["train"], validation
+
+
+def held_out_source(plan: PretrainPlan) -> str:
+    """Where the validation blocks come from, as the user named it: ``--validation_file F``, ``--prepared_dataset
+    P (its validation split)``, ``--dataset_name D (...)`` or ``--train_file F ... (the N% held out ...)``."""
+    corpus = plan.corpus
+    if plan.data.prepared_dataset:
+        return f"--prepared_dataset {plan.data.prepared_dataset} (its validation split)"
+    if corpus.validation_file:
+        return f"--validation_file {corpus.validation_file}"
+    if corpus.dataset_name:
+        return f"--dataset_name {corpus.dataset_name} (its validation split or the part held out)"
+    files = " ".join(corpus.train_file or ["(the bundled corpus)"])
+    return f"--train_file {files} (the {corpus.validation_split_percentage}% held out for validation)"
+
+
+def _has_predictable_token(blocks, tokenizer) -> bool:
+    """Whether any block of ``blocks`` (a ``datasets.Dataset`` with ``input_ids``) holds a token the objectives can
+    predict: one that is not a special token (masking and the BiLM's targets skip those). Stops at the first one."""
+    import numpy as np
+
+    special = np.asarray(sorted(set(tokenizer.all_special_ids)), dtype=np.int64)
+    for batch in blocks.iter(batch_size=1024):
+        for ids in batch["input_ids"]:
+            if (~np.isin(np.asarray(ids, dtype=np.int64), special)).any():
+                return True
+    return False
+
+
+def check_predictable(plan: PretrainPlan, tokenizer, train_blocks, valid_blocks) -> None:
+    """Refuse, before step 0, held-out or training text with nothing to predict (every token special, e.g. lines
+    of ``[MASK] [SEP]``): it would report ``eval_loss`` 0 and perplexity 1 over ``eval_tokens=0`` (issue 43). A
+    streamed training corpus is not read ahead; its held-out blocks are checked.
+
+    Raises:
+        InputError: naming the validation source (:func:`held_out_source`) or ``--train_file``.
+    """
+    expected = "expected text with words beyond the special tokens (" + " ".join(tokenizer.all_special_tokens) + ")"
+    if not _has_predictable_token(valid_blocks, tokenizer):
+        raise InputError(
+            f"{held_out_source(plan)}: no token to predict in its {len(valid_blocks)} validation block(s): every "
+            f"token is a special token, so the held-out loss would be over 0 tokens; {expected}"
+        )
+    if not plan.corpus.streaming and not _has_predictable_token(train_blocks, tokenizer):
+        source = (
+            f"--prepared_dataset {plan.data.prepared_dataset}"
+            if plan.data.prepared_dataset
+            else f"--train_file {' '.join(plan.corpus.train_file or ['(the bundled corpus)'])}"
+            if not plan.corpus.dataset_name
+            else f"--dataset_name {plan.corpus.dataset_name}"
+        )
+        raise InputError(
+            f"{source}: no token to predict in its {len(train_blocks)} training block(s): every token is a special "
+            f"token, so there is nothing to learn; {expected}"
+        )
 
 
 def _limit(plan: PretrainPlan, train, validation):

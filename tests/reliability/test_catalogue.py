@@ -240,6 +240,21 @@ CASES = [
         lambda t, a: pre(t, a, "--validation_file", str(t / "nope-valid.txt")),
         r"--validation_file.*nope-valid\.txt",
     ),
+    # issue 43: text with nothing to predict (only special tokens) gave eval_loss 0, perplexity 1 and exit 0
+    (
+        "pretrain: validation file of special tokens only",
+        "pretrain",
+        lambda t, a: pre(
+            t, a, "--validation_file", str(_write(t / "specials.txt", "[MASK] [SEP]\n\n[CLS] [PAD]\n" * 40))
+        ),
+        r"^error: --validation_file .*specials\.txt: no token to predict in its \d+ validation block",
+    ),
+    (
+        "pretrain: training file of special tokens only",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_write(t / "specials.txt", "[MASK] [SEP]\n\n[UNK] [MASK]\n" * 400))),
+        r"^error: --train_file .*specials\.txt: no token to predict in its \d+ training block",
+    ),
     (
         "pretrain: gradient accumulation 0",
         "pretrain",
