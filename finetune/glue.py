@@ -460,7 +460,8 @@ def glue_parts(
         for n, split in enumerate(data.eval_splits):
             out = predict_split(model, split)
             scores = _split_scores(out, data.regression, inverse, metric, to_task_ids)
-            if not data.regression:
+            # not at the step-0 evaluation of a training run (no update yet: a fresh head says nothing of the rate)
+            if not data.regression and not (modes.do_train and not optimizer_stepped(accelerator)):
                 warn_if_one_class(split, out["logits"].argmax(-1), out["labels"], label_of, learning_rate)
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
@@ -507,6 +508,12 @@ def glue_next_step(output_dir: str, data_args: GlueDataArguments, modes: RunMode
             f'{output_dir if modes.do_train else "MODEL"} --text "..." --output_dir {output_dir}-explain'
         )
     return None
+
+
+def optimizer_stepped(accelerator) -> bool:
+    """Whether an optimizer prepared by ``accelerator`` has taken a step (its state, e.g. AdamW's moments, is created
+    by the first one): False at the evaluation before training (step 0) and when nothing is trained."""
+    return any(len(optimizer.state) > 0 for optimizer in getattr(accelerator, "_optimizers", ()))
 
 
 def warn_if_one_class(

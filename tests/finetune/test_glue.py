@@ -357,3 +357,19 @@ def test_load_report_is_one_line_and_predict_only_ends_with_the_files_not_braces
     wrote = [m for m in messages if m.startswith(f"wrote {tmp_path / 'p'}:")]
     assert wrote == [f"wrote {tmp_path / 'p'}: no evaluation; files: SST-2.tsv, all_results.json, run_config.json"]
     assert not messages[-1].endswith("{}")
+
+
+def test_the_one_class_warning_is_not_given_at_the_step_0_evaluation(tiny_bert, glue_dir, tmp_path, monkeypatch):
+    """Issue 43: the evaluation before training (the start of the validation curve) has had no update, so "learned
+    nothing; try a higher --learning_rate" would be wrong there; the evaluations after updates keep the check."""
+    steps = []
+
+    def record(split, predictions, labels, label_of, learning_rate):
+        steps.append(split)
+        return False
+
+    monkeypatch.setattr(glue, "warn_if_one_class", record)
+    out = tmp_path / "sst2"
+    _run(task_args(tiny_bert, out, glue_dir, "sst2", "--max_train_steps", "2", "--eval_steps", "1"))
+    # evaluations at steps 0 (before any update), 1 and 2: the check runs at the last two only (three before)
+    assert steps == ["validation", "validation"], steps
