@@ -232,6 +232,8 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         log_unigram_plateau(unigram)
 
     def check_result(result) -> None:
+        """Warn about a model still on the unigram plateau; its ``next:`` line then says to train on, not to
+        fine-tune (``parts.next_step`` is read after this, for the final lines)."""
         from training.unigram import plateau_message
 
         message = (
@@ -239,8 +241,13 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         )
         if message:
             logger.warning("%s", message)
+            parts.next_step = (
+                "train it longer before fine-tuning (it is still on the unigram plateau): the same command with more "
+                "--max_train_steps / --num_train_epochs / --max_train_tokens, or continue from it with "
+                f"--model_name_or_path {training.output_dir} --output_dir {training.output_dir}-more"
+            )
 
-    return RunParts(
+    parts = RunParts(
         model=model,
         tokenizer=tokenizer,
         train_dataloader=loader,
@@ -260,6 +267,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             "--train_file F --validation_file F instead of --task_name/--glue_dir)"
         ),
     )
+    return parts
 
 
 def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, accelerator):
@@ -287,19 +295,27 @@ def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, acceler
 
 
 def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, accelerator):
-    """For the objectives that flag the unigram plateau (a prepared or in-memory corpus, not a stream): counts the
-    training tokens (:func:`training.unigram.training_token_counts`, on every process: the same blocks give the same
-    counts), starts a fresh model's output bias at their log frequencies (``--output_bias_init unigram``,
-    :func:`init_output_bias`) and returns the counts (None: no plateau check), for the held-out unigram loss."""
-    if not plan.objective.unigram_plateau or plan.corpus.streaming:
+    """For the objectives that flag the unigram plateau: counts the training tokens
+    (:func:`training.unigram.training_token_counts`; a stream, ``--streaming``: its first
+    :data:`~training.unigram.MAX_STREAMED_COUNTED_TOKENS` tokens, :func:`~training.unigram.streamed_token_counts`; on
+    every process: the same blocks give the same counts), starts a fresh model's output bias at their log frequencies
+    (``--output_bias_init unigram``, :func:`init_output_bias`) and returns the counts (None: no plateau check), for the
+    held-out unigram loss."""
+    if not plan.objective.unigram_plateau:
         return None
-    from training.unigram import training_token_counts
+    from training.unigram import streamed_token_counts, training_token_counts
 
-    counts = training_token_counts(train_blocks, tokenizer)
+    streaming = plan.corpus.streaming
+    counts = (
+        streamed_token_counts(train_blocks, tokenizer) if streaming else training_token_counts(train_blocks, tokenizer)
+    )
     if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
         init_output_bias(model, counts)
         if accelerator.is_main_process:
-            logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
+            source = f"the first {int(counts.sum())} streamed" if streaming else "the"
+            logger.info(
+                "output bias: log unigram frequencies of %s training tokens (--output_bias_init unigram)", source
+            )
     return counts
 
 

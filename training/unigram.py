@@ -73,6 +73,26 @@ def training_token_counts(train_blocks, tokenizer, max_tokens: int = MAX_COUNTED
     return sum(token_counts(b["input_ids"], len(tokenizer), special) for b in sample.iter(batch_size=4096))
 
 
+#: Training tokens counted at most from the start of a stream (``--streaming``; read again by the training loader).
+MAX_STREAMED_COUNTED_TOKENS = 1_000_000
+
+
+def streamed_token_counts(stream, tokenizer, max_tokens: int = MAX_STREAMED_COUNTED_TOKENS) -> np.ndarray | None:
+    """Counts ``(len(tokenizer),)`` int64 of the non-special tokens of the first blocks of ``stream`` (an iterable of
+    ``{"input_ids": [...]}`` blocks, e.g. a ``datasets.IterableDataset``; read through ``take`` when it has one, so
+    the stream itself is not advanced), up to ``max_tokens`` tokens; None when the stream gives no block."""
+    special = set(tokenizer.all_special_ids)
+    counts, seen = np.zeros(len(tokenizer), dtype=np.int64), 0
+    blocks = stream.take(max_tokens) if hasattr(stream, "take") else stream  # at most one block per token
+    for block in blocks:
+        ids = block["input_ids"]
+        counts += token_counts([ids], len(tokenizer), special)
+        seen += len(ids)
+        if seen >= max_tokens:
+            break
+    return counts if seen else None
+
+
 def heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, max_tokens: int = MAX_COUNTED_TOKENS, counts=None):
     """The unigram loss of the held-out blocks' non-special tokens under the training blocks' frequencies.
 
