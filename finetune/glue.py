@@ -53,6 +53,7 @@ from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
+from training.threads import chosen as chosen_threads
 
 logger = logging.getLogger("finetune.glue")
 
@@ -590,7 +591,7 @@ def _describe_run(
     learning rate with where it came from (``plan``: the :class:`training.plan.RunPlan`, ``training``: the loop
     settings)."""
     logger.info(
-        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)",
+        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)%s",
         task.name if task else "custom task",
         len(tokenized["train"][1]),
         data.eval_splits or "nothing",
@@ -598,6 +599,7 @@ def _describe_run(
         plan.max_train_steps,
         training.learning_rate,
         learning_rate_source,
+        f"; {threads.describe()}" if (threads := chosen_threads()) else "",
     )
 
 

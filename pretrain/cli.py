@@ -546,7 +546,7 @@ def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, v
     logger.info(
         "run plan: %d optimizer steps = %s (%s); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning "
-        "rate %g (%s); evaluation %s, checkpoints %s",
+        "rate %g (%s); evaluation %s, checkpoints %s%s",
         run_plan.max_train_steps,
         data,
         validation,
@@ -561,9 +561,19 @@ def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, v
         plan.learning_rate_source,
         _interval(run_plan.eval_steps),
         _interval(run_plan.checkpointing_steps),
+        threads_clause(),
     )
     if not plan.demo and plan.model.model_name_or_path is None:
         warn_few_tokens(run_plan.tokens_per_step * run_plan.max_train_steps, n_params)
+
+
+def threads_clause() -> str:
+    """``"; 2 CPU threads per process (...)"`` for a plan line (:mod:`training.threads`), or ``""`` before the
+    accelerator chose them."""
+    from training.threads import chosen
+
+    choice = chosen()
+    return f"; {choice.describe()}" if choice else ""
 
 
 def log_unigram_plateau(unigram: float | None) -> None:
