@@ -163,12 +163,22 @@ def backbone_plateau_message(model_name_or_path: str | os.PathLike) -> str | Non
     """For a fine-tuning script: a warning when a local model folder was pretrained by ``pretrain`` and ended on the
     unigram plateau (its ``all_results.json`` has ``eval_loss`` and ``unigram_loss``, the first not
     :data:`PLATEAU_MARGIN` below the second); None otherwise (a hub id, a folder without those results, a model off
-    the plateau, an unreadable file)."""
+    the plateau, an unreadable file). Also a warning when its pretraining reported its held-out loss over 0 tokens
+    (``eval_tokens`` 0: text with nothing to predict, refused since issue 43), whose perplexity 1 means nothing."""
     path = Path(model_name_or_path) / "all_results.json"
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(results, dict) and results.get("eval_tokens") == 0:
+        return (
+            f"{model_name_or_path} reported its pretraining's held-out loss over 0 tokens (eval_tokens 0 in "
+            f"{path}: every held-out token was a special token), so its eval_loss {results.get('eval_loss')} and "
+            f"perplexity {results.get('perplexity')} say nothing about it; pretrain it again on text with words"
+        )
+    try:
         eval_loss, unigram = float(results["eval_loss"]), float(results["unigram_loss"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     if plateau_message(eval_loss, unigram) is None:
         return None

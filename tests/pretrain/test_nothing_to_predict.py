@@ -22,3 +22,16 @@ def test_an_evaluation_that_masked_nothing_is_refused_not_reported_as_perplexity
         evaluate(None)
     sums["count"], sums["nll_sum"] = 4.0, 8.0
     assert evaluate(None)["eval_loss"] == pytest.approx(2.0)
+
+
+def test_fine_tuning_warns_about_a_model_whose_pretraining_evaluated_0_tokens(tmp_path):
+    import json
+
+    from training.unigram import backbone_plateau_message
+
+    (tmp_path / "all_results.json").write_text(json.dumps({"eval_loss": 0.0, "perplexity": 1.0, "eval_tokens": 0}))
+    message = backbone_plateau_message(tmp_path)
+    assert message.startswith(f"{tmp_path} reported its pretraining's held-out loss over 0 tokens")
+    assert "perplexity 1.0 say nothing" in message
+    (tmp_path / "all_results.json").write_text(json.dumps({"eval_loss": 2.0, "eval_tokens": 10, "unigram_loss": 7}))
+    assert backbone_plateau_message(tmp_path) is None
