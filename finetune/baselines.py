@@ -231,35 +231,57 @@ def load_bilm(spec: str, tokenizer, seed: int = 42):
         seed: the random initialisation's seed.
 
     Raises:
-        InputError: the folder is missing or not a SesameElmo model, the preset is unknown, or the BiLM was trained
-            on text cased otherwise than the word tokenizer writes it.
+        InputError: the folder is missing or not a SesameElmo model, the preset is unknown, its config or weights
+            cannot be read (a truncated or damaged ``model.safetensors``), its character vocabulary
+            (``char_vocab_size``) is smaller than the word tokenizer's character ids need, or the BiLM was trained on
+            text cased otherwise than the word tokenizer writes it.
     """
-    import torch
     from transformers import AutoConfig, AutoModel
 
     import modeling
     from modeling.elmo import SesameElmoModel
+    from training.logs import from_pretrained_quietly
+    from training.pretrained import load_pretrained
 
     random = spec.startswith("random:")
     source = spec.removeprefix("random:")
+    expected = "a SesameElmo model folder (pretrain --model_type elmo output) or random:<folder or ELMo preset>"
     if random and source in modeling.PRESETS:
         config = modeling.get_preset_config(source, vocab_size=len(tokenizer))
     elif not (Path(source) / "config.json").is_file():
-        raise InputError(
-            f"--elmo {spec}: no config.json in {source}; expected a SesameElmo model folder (pretrain --model_type elmo"
-            " output) or random:<folder or ELMo preset>"
-        )
+        raise InputError(f"--elmo {spec}: no config.json in {source}; expected {expected}")
     else:
-        config = AutoConfig.from_pretrained(source)
+        config = load_pretrained(
+            AutoConfig.from_pretrained, source, "--elmo", expected, failure="cannot read its config"
+        )
     if config.model_type != "sesame-elmo":
         raise InputError(
             f"--elmo {spec}: model_type {config.model_type!r}; expected a SesameElmo ('sesame-elmo') model"
         )
+    _check_char_vocab(spec, config)
     if random:
+        import torch
+
         torch.manual_seed(seed)
         return SesameElmoModel(config).eval()
     _check_casing(spec, Path(source), tokenizer)
-    return AutoModel.from_pretrained(source).eval()
+    # AutoModel: the encoder of whatever head was saved; the pretraining softmax it leaves out is expected, so
+    # transformers' LOAD REPORT (which lists it as UNEXPECTED) is not shown.
+    load = from_pretrained_quietly(AutoModel.from_pretrained, logger)
+    return load_pretrained(load, source, "--elmo", expected, failure="cannot load the weights").eval()
+
+
+def _check_char_vocab(spec: str, config) -> None:
+    """Refuse a BiLM whose character embedding has fewer rows than the ELMo character ids the word tokenizer writes
+    (:data:`modeling.elmo.tokenization_elmo.CHAR_VOCAB_SIZE`): every cell would end in an ``IndexError``."""
+    from modeling.elmo.tokenization_elmo import CHAR_VOCAB_SIZE
+
+    size = getattr(config, "char_vocab_size", None)
+    if not isinstance(size, int) or size < CHAR_VOCAB_SIZE:
+        raise InputError(
+            f"--elmo {spec}: char_vocab_size {size} in its config, but the word tokenizer writes ELMo character ids "
+            f"0..{CHAR_VOCAB_SIZE - 1}; expected a BiLM with char_vocab_size >= {CHAR_VOCAB_SIZE}"
+        )
 
 
 def _check_casing(spec: str, folder: Path, tokenizer) -> None:
@@ -267,6 +289,11 @@ def _check_casing(spec: str, folder: Path, tokenizer) -> None:
     baselines' word tokenizer: the BiLM would read character ids of words it never saw in that form."""
     saved = folder / "tokenizer_config.json"
     if not saved.is_file():
+        logger.warning(
+            "--elmo %s: no tokenizer_config.json there, so whether its BiLM was trained on text cased as the word "
+            "tokenizer writes it cannot be checked; save the BiLM's tokenizer in the folder to have it checked",
+            spec,
+        )
         return
     trained = json.loads(saved.read_text(encoding="utf-8")).get("lowercase")
     ours = getattr(tokenizer, "lowercase", None)
@@ -392,6 +419,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     if args.elmo and not any(b in BASELINES for b in args.backbones):
         raise InputError(f"--elmo: adds rows to the classic backbones ({', '.join(BASELINES)}); none is in --backbones")
+    if args.elmo_rows_only and not args.elmo:
+        raise InputError("--elmo_rows_only: runs only the +elmo rows, but no --elmo is given; expected --elmo SPEC ...")
+    if args.elmo:  # every --elmo SPEC is checked (config, character vocabulary, casing, weights) before any write
+        from transformers import AutoTokenizer
+
+        from training.pretrained import load_pretrained
+
+        words = load_pretrained(
+            AutoTokenizer.from_pretrained,
+            args.embeddings or args.tokenizer_name,
+            "--embeddings" if args.embeddings else "--tokenizer_name",
+            "a word tokenizer folder (python -m tokenizer train --model_type elmo)",
+        )
+        for spec in args.elmo:
+            load_bilm(spec, words, args.seed)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     extra_rows = elmo_rows(args.backbones, args.elmo)
@@ -434,7 +476,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 key = (task_name, name, seed)
                 records = [r for r in records if (r["task"], r["backbone"], r.get("seed")) != key] + [record]
                 write_results(out, records)
-    return 0
+    return _final_line(out, records)
+
+
+def _final_line(out: Path, records: list[dict]) -> int:
+    """Print the run's last line and return the exit status: 0 and ``results: <out>/results.md (N cells)`` on stdout
+    when every cell of this invocation succeeded (none ran: the table as it was); else 1 and one ``error:`` line on
+    stderr naming ``results.md``, each failed cell (task / row / seed) and where its log is."""
+    failed = [r for r in records if "error" in r]
+    if not failed:
+        print(f"results: {out / 'results.md'} ({len(records)} cell run(s) of this invocation, none failed)")
+        return 0
+    cells = "; ".join(
+        f"{r['task']} / {r['backbone']}"
+        + (f" / seed {r['seed']}" if r.get("seed") is not None else "")
+        + f" ({r['error']})"
+        for r in failed
+    )
+    print(
+        f"error: {len(failed)} of {len(records)} cell(s) failed: {cells}; they read 'failed' in {out / 'results.md'}, "
+        f"each run's output is in {out / 'runs'}/<task>-<row>.log; expected every cell to train",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _finished_runs(out: Path) -> dict[tuple[str, str, int | None], list[str]]:
@@ -452,10 +516,11 @@ def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, en
         ``train_runtime_s`` and every ``eval_*`` figure, or the ``error`` (the run's last stderr line)."""
     logger.info("%s / %s: %s", task_name, name, " ".join(cmd))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    run_dir.with_name(run_dir.name + ".log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    returncode, stderr_tail = _run_with_progress(
+        cmd, env, run_dir.with_name(run_dir.name + ".log"), f"{task_name} / {name}"
+    )
+    wall = time.perf_counter() - start
     record = {
         "task": task_name,
         "backbone": name,
@@ -463,8 +528,8 @@ def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, en
         "command": cmd[1:],
         "wall_s": round(wall, 1),
     }
-    if proc.returncode != 0:
-        record["error"] = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    if returncode != 0:
+        record["error"] = stderr_tail or f"exit status {returncode}"
         logger.warning("%s / %s failed: %s", task_name, name, record["error"])
         return record
     res = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
@@ -475,6 +540,47 @@ def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, en
     )
     logger.info("%s / %s: %s = %.4f (%.0f s)", task_name, name, task.main_metric, record["value"], wall)
     return record
+
+
+#: Seconds between two progress lines while a cell trains (:func:`_run_with_progress`).
+PROGRESS_EVERY_S = 60.0
+
+
+def _run_with_progress(cmd: list[str], env: dict, log: Path, cell: str) -> tuple[int, str]:
+    """Run ``cmd``, its stdout and stderr written to ``log`` as they come, and log a progress line every
+    :data:`PROGRESS_EVERY_S` seconds while it runs (the cell, the minutes so far, the child's last stderr line, e.g.
+    its progress line).
+
+    Returns:
+        ``(exit status, the child's last non-empty stderr line or "")``.
+    """
+    import threading
+
+    last = [""]
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+        lock = threading.Lock()
+
+        def pump() -> None:
+            for line in proc.stderr:
+                with lock:
+                    out.write(line)
+                    out.flush()
+                if line.strip():
+                    last[0] = line.strip()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        start = time.perf_counter()
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                minutes = (time.perf_counter() - start) / 60
+                logger.info("%s: training, %.1f min so far; last line: %s", cell, minutes, last[0] or "(none yet)")
+        reader.join()
+    return proc.returncode, last[0]
 
 
 def _init_baselines(

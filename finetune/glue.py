@@ -53,6 +53,7 @@ from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
+from training.threads import chosen as chosen_threads
 
 logger = logging.getLogger("finetune.glue")
 
@@ -460,7 +461,8 @@ def glue_parts(
         for n, split in enumerate(data.eval_splits):
             out = predict_split(model, split)
             scores = _split_scores(out, data.regression, inverse, metric, to_task_ids)
-            if not data.regression:
+            # not at the step-0 evaluation of a training run (no update yet: a fresh head says nothing of the rate)
+            if not data.regression and not (modes.do_train and not optimizer_stepped(accelerator)):
                 warn_if_one_class(split, out["logits"].argmax(-1), out["labels"], label_of, learning_rate)
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
@@ -507,6 +509,12 @@ def glue_next_step(output_dir: str, data_args: GlueDataArguments, modes: RunMode
             f'{output_dir if modes.do_train else "MODEL"} --text "..." --output_dir {output_dir}-explain'
         )
     return None
+
+
+def optimizer_stepped(accelerator) -> bool:
+    """Whether an optimizer prepared by ``accelerator`` has taken a step (its state, e.g. AdamW's moments, is created
+    by the first one): False at the evaluation before training (step 0) and when nothing is trained."""
+    return any(len(optimizer.state) > 0 for optimizer in getattr(accelerator, "_optimizers", ()))
 
 
 def warn_if_one_class(
@@ -583,7 +591,7 @@ def _describe_run(
     learning rate with where it came from (``plan``: the :class:`training.plan.RunPlan`, ``training``: the loop
     settings)."""
     logger.info(
-        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)",
+        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)%s",
         task.name if task else "custom task",
         len(tokenized["train"][1]),
         data.eval_splits or "nothing",
@@ -591,6 +599,7 @@ def _describe_run(
         plan.max_train_steps,
         training.learning_rate,
         learning_rate_source,
+        f"; {threads.describe()}" if (threads := chosen_threads()) else "",
     )
 
 

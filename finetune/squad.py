@@ -72,6 +72,7 @@ from training.arguments import build_parser as parser_of
 from training.driver import RunModes
 from training.errors import InputError, run_cli
 from training.hub import HubArguments
+from training.threads import chosen as chosen_threads
 
 logger = logging.getLogger("finetune.squad")
 
@@ -488,13 +489,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if accelerator.is_main_process:
                 logger.info(
                     "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps; "
-                    "learning rate %g (%s)",
+                    "learning rate %g (%s)%s",
                     len(examples["train"]),
                     len(features["train"]),
                     len(examples["validation"]) if modes.do_eval else "no",
                     parts.plan.max_train_steps,
                     training.learning_rate,
                     lr_source,
+                    f"; {threads.describe()}" if (threads := chosen_threads()) else "",
                 )
         return run.execute(parts)
 

@@ -118,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_for_everyone=accelerator.wait_for_everyone,
         )
         train_blocks, valid_blocks = load_blocks(plan, tokenizer, accelerator)
+        check_predictable(plan, tokenizer, train_blocks, valid_blocks)
         set_seed(training.seed)
         model = build_model(plan, tokenizer)
         return run.execute(pretraining_parts(plan, model, tokenizer, train_blocks, valid_blocks, accelerator))
@@ -231,6 +232,8 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         log_unigram_plateau(unigram)
 
     def check_result(result) -> None:
+        """Warn about a model still on the unigram plateau; its ``next:`` line then says to train on, not to
+        fine-tune (``parts.next_step`` is read after this, for the final lines)."""
         from training.unigram import plateau_message
 
         message = (
@@ -238,8 +241,13 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
         )
         if message:
             logger.warning("%s", message)
+            parts.next_step = (
+                "train it longer before fine-tuning (it is still on the unigram plateau): the same command with more "
+                "--max_train_steps / --num_train_epochs / --max_train_tokens, or continue from it with "
+                f"--model_name_or_path {training.output_dir} --output_dir {training.output_dir}-more"
+            )
 
-    return RunParts(
+    parts = RunParts(
         model=model,
         tokenizer=tokenizer,
         train_dataloader=loader,
@@ -259,6 +267,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
             "--train_file F --validation_file F instead of --task_name/--glue_dir)"
         ),
     )
+    return parts
 
 
 def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, accelerator):
@@ -275,25 +284,38 @@ def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, acceler
         batch = plan.training.per_device_eval_batch_size
         step = objective.eval_step or lm_eval_step
         sums = evaluate_sums(accelerator, prepared_model, valid_data, eval_collator, batch, step, objective.eval_keys)
+        if not sums.get("count", 1):  # never a loss over 0 tokens (check_predictable refuses most such sets first)
+            raise InputError(
+                f"{held_out_source(plan)}: the evaluation masked no token in its {len(valid_data)} validation "
+                "block(s), so it has no loss to report; expected more held-out text (or a larger --max_eval_samples)"
+            )
         return objective.metrics(sums)
 
     return evaluate
 
 
 def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, accelerator):
-    """For the objectives that flag the unigram plateau (a prepared or in-memory corpus, not a stream): counts the
-    training tokens (:func:`training.unigram.training_token_counts`, on every process: the same blocks give the same
-    counts), starts a fresh model's output bias at their log frequencies (``--output_bias_init unigram``,
-    :func:`init_output_bias`) and returns the counts (None: no plateau check), for the held-out unigram loss."""
-    if not plan.objective.unigram_plateau or plan.corpus.streaming:
+    """For the objectives that flag the unigram plateau: counts the training tokens
+    (:func:`training.unigram.training_token_counts`; a stream, ``--streaming``: its first
+    :data:`~training.unigram.MAX_STREAMED_COUNTED_TOKENS` tokens, :func:`~training.unigram.streamed_token_counts`; on
+    every process: the same blocks give the same counts), starts a fresh model's output bias at their log frequencies
+    (``--output_bias_init unigram``, :func:`init_output_bias`) and returns the counts (None: no plateau check), for the
+    held-out unigram loss."""
+    if not plan.objective.unigram_plateau:
         return None
-    from training.unigram import training_token_counts
+    from training.unigram import streamed_token_counts, training_token_counts
 
-    counts = training_token_counts(train_blocks, tokenizer)
+    streaming = plan.corpus.streaming
+    counts = (
+        streamed_token_counts(train_blocks, tokenizer) if streaming else training_token_counts(train_blocks, tokenizer)
+    )
     if plan.model.output_bias_init == "unigram" and plan.model.model_name_or_path is None and counts is not None:
         init_output_bias(model, counts)
         if accelerator.is_main_process:
-            logger.info("output bias: log unigram frequencies of the training tokens (--output_bias_init unigram)")
+            source = f"the first {int(counts.sum())} streamed" if streaming else "the"
+            logger.info(
+                "output bias: log unigram frequencies of %s training tokens (--output_bias_init unigram)", source
+            )
     return counts
 
 
@@ -422,6 +444,61 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
     return blocks["train"], validation
 
 
+def held_out_source(plan: PretrainPlan) -> str:
+    """Where the validation blocks come from, as the user named it: ``--validation_file F``, ``--prepared_dataset
+    P (its validation split)``, ``--dataset_name D (...)`` or ``--train_file F ... (the N% held out ...)``."""
+    corpus = plan.corpus
+    if plan.data.prepared_dataset:
+        return f"--prepared_dataset {plan.data.prepared_dataset} (its validation split)"
+    if corpus.validation_file:
+        return f"--validation_file {corpus.validation_file}"
+    if corpus.dataset_name:
+        return f"--dataset_name {corpus.dataset_name} (its validation split or the part held out)"
+    files = " ".join(corpus.train_file or ["(the bundled corpus)"])
+    return f"--train_file {files} (the {corpus.validation_split_percentage}% held out for validation)"
+
+
+def _has_predictable_token(blocks, tokenizer) -> bool:
+    """Whether any block of ``blocks`` (a ``datasets.Dataset`` with ``input_ids``) holds a token the objectives can
+    predict: one that is not a special token (masking and the BiLM's targets skip those). Stops at the first one."""
+    import numpy as np
+
+    special = np.asarray(sorted(set(tokenizer.all_special_ids)), dtype=np.int64)
+    for batch in blocks.iter(batch_size=1024):
+        for ids in batch["input_ids"]:
+            if (~np.isin(np.asarray(ids, dtype=np.int64), special)).any():
+                return True
+    return False
+
+
+def check_predictable(plan: PretrainPlan, tokenizer, train_blocks, valid_blocks) -> None:
+    """Refuse, before step 0, held-out or training text with nothing to predict (every token special, e.g. lines
+    of ``[MASK] [SEP]``): it would report ``eval_loss`` 0 and perplexity 1 over ``eval_tokens=0`` (issue 43). A
+    streamed training corpus is not read ahead; its held-out blocks are checked.
+
+    Raises:
+        InputError: naming the validation source (:func:`held_out_source`) or ``--train_file``.
+    """
+    expected = "expected text with words beyond the special tokens (" + " ".join(tokenizer.all_special_tokens) + ")"
+    if not _has_predictable_token(valid_blocks, tokenizer):
+        raise InputError(
+            f"{held_out_source(plan)}: no token to predict in its {len(valid_blocks)} validation block(s): every "
+            f"token is a special token, so the held-out loss would be over 0 tokens; {expected}"
+        )
+    if not plan.corpus.streaming and not _has_predictable_token(train_blocks, tokenizer):
+        source = (
+            f"--prepared_dataset {plan.data.prepared_dataset}"
+            if plan.data.prepared_dataset
+            else f"--train_file {' '.join(plan.corpus.train_file or ['(the bundled corpus)'])}"
+            if not plan.corpus.dataset_name
+            else f"--dataset_name {plan.corpus.dataset_name}"
+        )
+        raise InputError(
+            f"{source}: no token to predict in its {len(train_blocks)} training block(s): every token is a special "
+            f"token, so there is nothing to learn; {expected}"
+        )
+
+
 def _limit(plan: PretrainPlan, train, validation):
     limits = plan.data
     if limits.max_train_samples is not None:
@@ -470,7 +547,7 @@ def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, v
     logger.info(
         "run plan: %d optimizer steps = %s (%s); global batch %d sequences = "
         "%d tokens (%d processes x %d per device x %d accumulation), %.4g tokens in all; warmup %d steps; learning "
-        "rate %g (%s); evaluation %s, checkpoints %s",
+        "rate %g (%s); evaluation %s, checkpoints %s%s",
         run_plan.max_train_steps,
         data,
         validation,
@@ -485,9 +562,19 @@ def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, v
         plan.learning_rate_source,
         _interval(run_plan.eval_steps),
         _interval(run_plan.checkpointing_steps),
+        threads_clause(),
     )
     if not plan.demo and plan.model.model_name_or_path is None:
         warn_few_tokens(run_plan.tokens_per_step * run_plan.max_train_steps, n_params)
+
+
+def threads_clause() -> str:
+    """``"; 2 CPU threads per process (...)"`` for a plan line (:mod:`training.threads`), or ``""`` before the
+    accelerator chose them."""
+    from training.threads import chosen
+
+    choice = chosen()
+    return f"; {choice.describe()}" if choice else ""
 
 
 def log_unigram_plateau(unigram: float | None) -> None:

@@ -64,7 +64,12 @@ def seeded_single_thread():
     import torch
 
     torch.manual_seed(0)
-    threads = torch.get_num_threads()
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"  # a run in the test keeps it (training.threads: the user's choice wins)
     yield
     torch.set_num_threads(threads)
+    if omp is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = omp

@@ -6,7 +6,10 @@ al., 2016) as the ``tokenizers`` library implements it:
 
 * normalizer ``BertNormalizer``: clean text (drop control characters, map whitespace to spaces), put
   spaces around CJK ideographs, lowercase and strip accents when ``lowercase`` (the "uncased" model);
-* pre-tokenizer ``BertPreTokenizer``: split on whitespace and punctuation;
+* pre-tokenizer ``BertPreTokenizer``: split on whitespace and punctuation; while training, a word longer than
+  :data:`MAX_INPUT_CHARS_PER_WORD` characters is dropped before the trainer counts it (BERT's
+  ``max_input_chars_per_word``: encoding turns such a word into one ``[UNK]``, so no piece may be learnt from it,
+  and the trainer's merges cost time quadratic in a word's length);
 * model ``WordPiece`` with the ``##`` continuation prefix, greedy longest-match-first; a word with a
   character outside the vocabulary becomes ``[UNK]``;
 * decoder ``WordPiece`` (joins ``##`` pieces and cleans up the spaces before punctuation);
@@ -25,6 +28,8 @@ rebuilds exactly this pipeline from ``vocab`` + ``do_lower_case`` when loaded wi
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,6 +41,11 @@ from training.files import atomic_output_dir
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 #: Continuation prefix of word pieces inside a word.
 CONTINUING_SUBWORD_PREFIX = "##"
+#: Longest word (in characters) the trainer counts, and WordPiece encodes as pieces rather than one ``[UNK]``: the
+#: ``max_input_chars_per_word`` of BERT's tokenizer and of ``tokenizers.models.WordPiece``.
+MAX_INPUT_CHARS_PER_WORD = 100
+#: Seconds between two plain progress lines on stderr while a training pass reads the corpus (none before).
+PROGRESS_EVERY_S = 10.0
 #: Longest input a BERT-like model of this project takes by default (position embeddings), in tokens.
 DEFAULT_MODEL_MAX_LENGTH = 512
 
@@ -66,7 +76,9 @@ def train_wordpiece_tokenizer(
             ``[UNK]``), as BERT's vocabulary builders do; ``None`` keeps every character.
         model_max_length: the longest sequence (in tokens) the tokenizer prepares for, e.g. for
             ``truncation=True``.
-        show_progress: show the trainer's progress bar (on stderr).
+        show_progress: show the trainer's progress bar (on stderr); without it, a pass over the corpus that lasts
+            longer than :data:`PROGRESS_EVERY_S` seconds prints a plain line on stderr every that many seconds (the
+            pass, megabytes of text read, seconds).
         batch_size: lines per batch handed to ``train_from_iterator``.
 
     Returns:
@@ -78,7 +90,8 @@ def train_wordpiece_tokenizer(
     Raises:
         InputError: a corpus file is missing, empty, not gzip though named ``.gz``, or not UTF-8 (see
             :mod:`tokenizer.corpus`); ``vocab_size`` leaves no room beyond the special tokens, or is smaller
-            than the special tokens plus the corpus alphabet (the message gives the size needed);
+            than the special tokens plus the corpus alphabet (the message gives the size needed); the corpus holds no
+            word of at most :data:`MAX_INPUT_CHARS_PER_WORD` characters (checked after the first pass);
             ``min_frequency < 1``; ``output_dir`` is an existing file.
     """
     _check_arguments(vocab_size, min_frequency, output_dir)
@@ -124,10 +137,10 @@ def _train_vocabulary(
     the canonical order of :mod:`tokenizer.canonical`.
 
     Raises:
-        InputError: ``vocab_size`` smaller than the special tokens plus the corpus alphabet.
+        InputError: ``vocab_size`` smaller than the special tokens plus the corpus alphabet; no word within the bound.
     """
     # Imported here: refused input is reported without loading them, and `import tokenizer` stays light.
-    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
 
     from tokenizer.canonical import canonical_token_order, count_token_ids
@@ -137,10 +150,17 @@ def _train_vocabulary(
     backend.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
     )
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # BERT's pre-tokenizer, then words longer than BERT's max_input_chars_per_word are removed: encoding makes each
+    # one [UNK], and the trainer would spend minutes on one (30 MB of one letter: over 5 minutes, issue 43).
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.BertPreTokenizer(),
+            pre_tokenizers.Split(Regex(rf"\S{{{MAX_INPUT_CHARS_PER_WORD + 1},}}"), behavior="removed"),
+        ]
+    )
     backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
 
-    def train(vocab: int, specials: list[str]) -> None:
+    def train(vocab: int, specials: list[str], name: str) -> None:
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab,
             min_frequency=min_frequency,
@@ -149,19 +169,26 @@ def _train_vocabulary(
             continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
             show_progress=show_progress,
         )
-        backend.train_from_iterator(iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file"), trainer)
+        batches = iter_text_batches(paths, batch_size=batch_size, arg_name="--train_file")
+        backend.train_from_iterator(batches if show_progress else _with_progress_lines(batches, name), trainer)
 
     # Reproducibility: the trainer numbers the continuation forms of the alphabet ("##a") in hash-map order as it
     # meets them, and breaks ties between equally frequent merges by those numbers, so two trainings can learn
     # different pieces (huggingface/tokenizers#1794). A first pass (no merges) finds the alphabet; the second
     # registers its continuation forms up front, in sorted order, so every tie is broken the same way.
-    train(len(SPECIAL_TOKENS) + 1, list(SPECIAL_TOKENS))
+    train(len(SPECIAL_TOKENS) + 1, list(SPECIAL_TOKENS), "alphabet")
+    if len(backend.get_vocab()) <= len(SPECIAL_TOKENS):  # every word was longer than the bound: nothing to learn
+        raise InputError(
+            f"--train_file {' '.join(map(str, paths))}: no word of at most {MAX_INPUT_CHARS_PER_WORD} characters "
+            f"(BERT's max_input_chars_per_word; a longer word encodes as one [UNK]), so no word piece can be learnt; "
+            "expected text of words separated by whitespace or punctuation"
+        )
     continuation = sorted(
         t
         for t in backend.get_vocab()
         if t.startswith(CONTINUING_SUBWORD_PREFIX) and len(t) > len(CONTINUING_SUBWORD_PREFIX)
     )
-    train(vocab_size, list(SPECIAL_TOKENS) + continuation)
+    train(vocab_size, list(SPECIAL_TOKENS) + continuation, "vocabulary")
 
     vocab = backend.get_vocab()
     if len(vocab) > vocab_size:
@@ -171,7 +198,34 @@ def _train_vocabulary(
             f"continuation forms) already need {len(vocab)}; expected --vocab_size >= {len(vocab)}"
         )
     # Canonical ids: specials, then by decreasing count on the corpus, ties by string (tokenizer.canonical).
-    counter = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
-    counter.normalizer, counter.pre_tokenizer = backend.normalizer, backend.pre_tokenizer  # no added tokens
+    counter = Tokenizer(
+        WordPiece(
+            vocab,
+            unk_token="[UNK]",
+            continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
+            max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+        )
+    )
+    # As the saved tokenizer encodes (no added tokens): a word beyond the bound counts as one [UNK].
+    counter.normalizer, counter.pre_tokenizer = backend.normalizer, pre_tokenizers.BertPreTokenizer()
     counts = count_token_ids(counter, paths, len(vocab), batch_size=batch_size)
     return {t: i for i, t in enumerate(canonical_token_order(vocab, counts, SPECIAL_TOKENS))}
+
+
+def _with_progress_lines(batches: Iterable[list[str]], name: str, every_s: float | None = None):
+    """Yield ``batches`` unchanged; every ``every_s`` seconds (default :data:`PROGRESS_EVERY_S`) print one plain line
+    on stderr: the pass ``name``, the megabytes of text (characters / 1e6) read so far and the seconds elapsed."""
+    every_s = PROGRESS_EVERY_S if every_s is None else every_s
+    start = last = time.monotonic()
+    chars = 0
+    for batch in batches:
+        chars += sum(map(len, batch))
+        now = time.monotonic()
+        if now - last >= every_s:
+            print(
+                f"tokenizer training, {name} pass: {chars / 1e6:.1f} MB of text read in {now - start:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            last = now
+        yield batch

@@ -42,7 +42,8 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
     per process and restored from checkpoints). ``non_blocking=True``: batches go to the GPU from pinned memory
     (:func:`training.data.make_train_dataloader` pins on CUDA) without waiting for the GPU's queue. CPU /
     multi-process / mixed precision come from ``accelerate launch`` (config file or flags); ``mixed_precision``
-    (default ``config.mixed_precision``) overrides.
+    (default ``config.mixed_precision``) overrides. The process's CPU threads are set by
+    :func:`training.threads.configure_cpu_threads` (a launcher's ``OMP_NUM_THREADS=1`` default replaced).
     """
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
@@ -60,6 +61,9 @@ def make_accelerator(config: TrainingConfig, mixed_precision: str | None = None)
         dataloader_config=DataLoaderConfiguration(non_blocking=True),
     )
     set_seed(config.seed)
+    from training.threads import configure_cpu_threads
+
+    configure_cpu_threads()  # the CPUs this process may use over the local processes, unless the user chose
     return accelerator
 
 

@@ -58,16 +58,24 @@ def load_pretrained(
 
 
 def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_arg: str = "--tokenizer_name") -> None:
-    """Refuse a tokenizer with more tokens than the model's embeddings, or blocks longer than its positions.
+    """Refuse a tokenizer with more tokens than the model's embeddings, character ids beyond the model's character
+    vocabulary (a tokenizer with a ``char_vocab_size``, e.g. ELMo's, and a config ``char_vocab_size`` smaller than it),
+    or blocks longer than its positions.
 
     Raises:
-        InputError: one line naming the argument, the sizes found and the size expected.
+        InputError: one line naming the argument (or the config field), the sizes found and the size expected.
     """
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise InputError(
             f"{tokenizer_arg}: {len(tokenizer)} tokens but the model's vocab_size is {vocab_size}; "
             f"expected the tokenizer the model was trained with (at most {vocab_size} tokens)"
+        )
+    chars, needed = getattr(config, "char_vocab_size", None), getattr(tokenizer, "char_vocab_size", None)
+    if isinstance(chars, int) and isinstance(needed, int) and chars < needed:
+        raise InputError(
+            f"the model config's char_vocab_size {chars}: {tokenizer_arg} writes character ids 0..{needed - 1}; "
+            f"expected char_vocab_size >= {needed} (the ELMo default is {needed})"
         )
     max_pos = getattr(config, "max_position_embeddings", None)
     if max_seq_length is not None and max_pos is not None and max_seq_length > max_pos:

@@ -73,6 +73,26 @@ def training_token_counts(train_blocks, tokenizer, max_tokens: int = MAX_COUNTED
     return sum(token_counts(b["input_ids"], len(tokenizer), special) for b in sample.iter(batch_size=4096))
 
 
+#: Training tokens counted at most from the start of a stream (``--streaming``; read again by the training loader).
+MAX_STREAMED_COUNTED_TOKENS = 1_000_000
+
+
+def streamed_token_counts(stream, tokenizer, max_tokens: int = MAX_STREAMED_COUNTED_TOKENS) -> np.ndarray | None:
+    """Counts ``(len(tokenizer),)`` int64 of the non-special tokens of the first blocks of ``stream`` (an iterable of
+    ``{"input_ids": [...]}`` blocks, e.g. a ``datasets.IterableDataset``; read through ``take`` when it has one, so
+    the stream itself is not advanced), up to ``max_tokens`` tokens; None when the stream gives no block."""
+    special = set(tokenizer.all_special_ids)
+    counts, seen = np.zeros(len(tokenizer), dtype=np.int64), 0
+    blocks = stream.take(max_tokens) if hasattr(stream, "take") else stream  # at most one block per token
+    for block in blocks:
+        ids = block["input_ids"]
+        counts += token_counts([ids], len(tokenizer), special)
+        seen += len(ids)
+        if seen >= max_tokens:
+            break
+    return counts if seen else None
+
+
 def heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, max_tokens: int = MAX_COUNTED_TOKENS, counts=None):
     """The unigram loss of the held-out blocks' non-special tokens under the training blocks' frequencies.
 
@@ -143,12 +163,22 @@ def backbone_plateau_message(model_name_or_path: str | os.PathLike) -> str | Non
     """For a fine-tuning script: a warning when a local model folder was pretrained by ``pretrain`` and ended on the
     unigram plateau (its ``all_results.json`` has ``eval_loss`` and ``unigram_loss``, the first not
     :data:`PLATEAU_MARGIN` below the second); None otherwise (a hub id, a folder without those results, a model off
-    the plateau, an unreadable file)."""
+    the plateau, an unreadable file). Also a warning when its pretraining reported its held-out loss over 0 tokens
+    (``eval_tokens`` 0: text with nothing to predict, refused since issue 43), whose perplexity 1 means nothing."""
     path = Path(model_name_or_path) / "all_results.json"
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(results, dict) and results.get("eval_tokens") == 0:
+        return (
+            f"{model_name_or_path} reported its pretraining's held-out loss over 0 tokens (eval_tokens 0 in "
+            f"{path}: every held-out token was a special token), so its eval_loss {results.get('eval_loss')} and "
+            f"perplexity {results.get('perplexity')} say nothing about it; pretrain it again on text with words"
+        )
+    try:
         eval_loss, unigram = float(results["eval_loss"]), float(results["unigram_loss"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     if plateau_message(eval_loss, unigram) is None:
         return None

@@ -96,11 +96,18 @@ class SesameBertConfig(PretrainedConfig):
         return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     def validate_architecture(self):
-        """Check the shape and the string-valued choices (``@strict`` validator); raises ``ValueError``."""
+        """Check the shape, the dropout probabilities and the string-valued choices (``@strict`` validator); raises
+        ``ValueError``."""
         for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}={value!r}; expected a positive integer")
+        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, field)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
+            ):
+                raise ValueError(f"{field}={value!r}; expected a probability in [0, 1)")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "

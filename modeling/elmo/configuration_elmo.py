@@ -50,6 +50,22 @@ def check_choices(config: PretrainedConfig) -> None:
             raise ValueError(f"{type(config).__name__}.{field}={getattr(config, field)!r}; expected one of {allowed}")
 
 
+def check_probabilities(config: PretrainedConfig) -> None:
+    """Check every dropout field annotated on ``type(config)`` itself (a name ending in ``dropout`` or
+    ``dropout_prob``; ``None`` allowed): ``torch.nn.Dropout`` takes a probability, and a value off it used to fail
+    only when the model was built, as a traceback.
+
+    Raises:
+        ValueError: ``"<Class>.<field>=<value>; expected a probability in [0, 1)"`` for the first field off it.
+    """
+    for field in inspect.get_annotations(type(config)):
+        value = getattr(config, field, None)
+        if not field.endswith(("dropout", "dropout_prob")) or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{type(config).__name__}.{field}={value!r}; expected a probability in [0, 1)")
+
+
 @strict
 class SesameElmoConfig(PretrainedConfig):
     r"""Configuration of :class:`SesameElmoModel` and its heads: a ``@strict`` dataclass (huggingface_hub), as
@@ -169,6 +185,7 @@ class SesameElmoConfig(PretrainedConfig):
         """
         super().validate_architecture()
         check_choices(self)
+        check_probabilities(self)
         if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
         if self.num_layers < 1:

@@ -179,6 +179,8 @@ class SesameElmoTokenizer(PreTrainedTokenizer):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "char_ids", "token_type_ids", "attention_mask"]
     padding_side = "right"
+    #: The character ids it writes are 0 .. char_vocab_size - 1: a model's ``char_vocab_size`` must be at least this.
+    char_vocab_size = CHAR_VOCAB_SIZE
 
     def __init__(
         self,

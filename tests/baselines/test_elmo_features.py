@@ -270,7 +270,7 @@ def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(
     def no_run(*a, **k):
         raise AssertionError(f"a cell ran again: {a}")
 
-    monkeypatch.setattr(baselines.subprocess, "run", no_run)
+    monkeypatch.setattr(baselines.subprocess, "Popen", no_run)
     assert main([*args, "--seeds", "1", "2", "--resume"]) == 0
     assert json.loads((out / "results.json").read_text())["runs"] == runs
 

@@ -4,6 +4,8 @@ and its refusals of bad input before training."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -357,3 +359,25 @@ def test_load_report_is_one_line_and_predict_only_ends_with_the_files_not_braces
     wrote = [m for m in messages if m.startswith(f"wrote {tmp_path / 'p'}:")]
     assert wrote == [f"wrote {tmp_path / 'p'}: no evaluation; files: SST-2.tsv, all_results.json, run_config.json"]
     assert not messages[-1].endswith("{}")
+
+
+def test_the_one_class_warning_is_not_given_at_the_step_0_evaluation(
+    tiny_bert, glue_dir, tmp_path, monkeypatch, caplog
+):
+    """Issue 43: the evaluation before training (the start of the validation curve) has had no update, so "learned
+    nothing; try a higher --learning_rate" would be wrong there; the evaluations after updates keep the check."""
+    steps = []
+
+    def record(split, predictions, labels, label_of, learning_rate):
+        steps.append(split)
+        return False
+
+    monkeypatch.setattr(glue, "warn_if_one_class", record)
+    out = tmp_path / "sst2"
+    with caplog.at_level(logging.INFO):
+        _run(task_args(tiny_bert, out, glue_dir, "sst2", "--max_train_steps", "2", "--eval_steps", "1"))
+    # issue 43 item 1: the plan line says how many CPU threads the process uses
+    (plan,) = [r.getMessage() for r in caplog.records if "optimizer steps; learning rate" in r.getMessage()]
+    assert re.search(r"; \d+ CPU threads? per process \(", plan), plan
+    # evaluations at steps 0 (before any update), 1 and 2: the check runs at the last two only (three before)
+    assert steps == ["validation", "validation"], steps

@@ -121,7 +121,8 @@ def test_with_data_and_no_step_flags_the_run_is_one_epoch_and_the_plan_says_so(
     history = json.loads((out / "eval_history.json").read_text())
     every = math.ceil(int(steps) / 10)
     assert [h["step"] for h in history] == sorted({0, *range(every, int(steps), every), int(steps)})
-    assert plan.endswith(f"evaluation every {every} steps, checkpoints every {every} steps"), plan
+    assert f"evaluation every {every} steps, checkpoints every {every} steps; " in plan, plan
+    assert re.search(r"; \d+ CPU threads? per process \([^)]+\)$", plan), plan  # issue 43: the threads, last
 
 
 def test_continued_pretraining_keeps_the_model_tokenizer_and_refuses_another(

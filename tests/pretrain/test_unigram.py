@@ -88,6 +88,9 @@ def test_pretrain_logs_records_and_warns_on_the_plateau(corpus_dir, bert_tokeniz
     assert f"unigram plateau: held-out loss {expected:.3f}" in caplog.text
     assert "the model has not left the unigram plateau" in caplog.text
     assert results["eval_loss"] > expected - PLATEAU_MARGIN
+    # issue 43: the last line says to train on, not to fine-tune a model on the plateau
+    last = [r.getMessage() for r in caplog.records][-1]
+    assert last.startswith("next: train it longer before fine-tuning") and "finetune.glue" not in last, last
 
 
 def test_fine_tuning_warns_about_a_backbone_on_the_plateau(tmp_path):
@@ -142,3 +145,36 @@ def test_a_fresh_model_starts_on_the_unigram_plateau(init, corpus_dir, bert_toke
         assert start == pytest.approx(unigram, abs=0.15)
     else:
         assert start > unigram + 0.5 and start == pytest.approx(math.log(len(bert_tokenizer)), abs=0.3)
+
+
+def test_streaming_starts_the_output_bias_from_the_first_streamed_tokens(
+    corpus_dir, bert_tokenizer, tmp_path, fresh_state
+):
+    """Issue 43: with ``--streaming``, ``--output_bias_init unigram`` (the default) used to be ignored without a word
+    (BERT's zero bias, no plateau check); now the counts come from the stream's first tokens, so the model starts
+    on the plateau and the run records the unigram loss as without streaming."""
+    tok, out = tmp_path / "tok", tmp_path / "run"
+    bert_tokenizer.save_pretrained(tok)
+    argv = ["--train_file", str(corpus_dir / "train.txt"), "--validation_file", str(corpus_dir / "valid.txt.gz")]
+    argv += ["--tokenizer_name", str(tok), "--config_name", "bert-tiny", "--max_seq_length", "32", "--seed", "3"]
+    argv += ["--per_device_train_batch_size", "8", "--max_train_steps", "1", "--output_dir", str(out)]
+    argv += ["--mlm_probability", "0.5", "--streaming"]
+    assert run_cli(main, argv) == 0
+    unigram = json.loads((out / "all_results.json").read_text())["unigram_loss"]
+    assert _step0_loss(out) == pytest.approx(unigram, abs=0.15)
+
+
+def test_streamed_token_counts_stop_at_the_cap_and_leave_the_stream_at_its_start(bert_tokenizer):
+    from datasets import IterableDataset
+
+    from training.unigram import streamed_token_counts
+
+    ids = [i for i in range(len(bert_tokenizer)) if i not in bert_tokenizer.all_special_ids][:2]
+    cls, sep = bert_tokenizer.cls_token_id, bert_tokenizer.sep_token_id
+    stream = IterableDataset.from_generator(
+        lambda: ({"input_ids": [cls, ids[i % 2], ids[i % 2], sep]} for i in range(50))
+    )
+    counts = streamed_token_counts(stream, bert_tokenizer, max_tokens=8)  # two blocks of 4 tokens
+    assert counts[ids[0]] == 2 and counts[ids[1]] == 2 and counts.sum() == 4  # specials not counted
+    assert next(iter(stream))["input_ids"][1] == ids[0]
+    assert streamed_token_counts(IterableDataset.from_generator(lambda: iter(())), bert_tokenizer) is None

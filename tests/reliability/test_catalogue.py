@@ -103,6 +103,33 @@ def weights_only(tmp, model_dir):
     return str(out)
 
 
+def _config(tmp: Path, config) -> Path:
+    """``config`` (a ``PretrainedConfig``) saved as ``tmp/cfg/config.json``; returns the folder."""
+    config.save_pretrained(tmp / "cfg")
+    return tmp / "cfg"
+
+
+def _bad_dropout_config(tmp: Path) -> Path:
+    """bert-tiny with ``hidden_dropout_prob: 2.0`` (the config class refuses it, so it is written as JSON)."""
+    import modeling
+
+    config = modeling.get_preset_config("bert-tiny", max_position_embeddings=64).to_dict()
+    _write(tmp / "cfg" / "config.json", json.dumps({**config, "hidden_dropout_prob": 2.0}))
+    return tmp / "cfg"
+
+
+def _elmo_small_chars(tmp: Path, a: Path) -> list[str]:
+    """pretrain --model_type elmo with an ELMo word tokenizer and a micro BiLM config of char_vocab_size 100."""
+    from _tiny import micro_bilm_kwargs
+
+    from modeling.elmo import SesameElmoConfig
+    from tokenizer.elmo_training import train_elmo_tokenizer
+
+    train_elmo_tokenizer([a / "train.txt"], vocab_size=80, output_dir=tmp / "elmotok")
+    cfg = _config(tmp, SesameElmoConfig(vocab_size=80, char_vocab_size=100, **micro_bilm_kwargs()))
+    return pre(tmp, a, "--model_type", "elmo", "--tokenizer_name", str(tmp / "elmotok"), "--config_name", str(cfg))
+
+
 def pre(tmp, a, *extra):
     return asset_args(a, tmp / "out", "--max_train_steps", "2", *extra)
 
@@ -239,6 +266,34 @@ CASES = [
         "pretrain",
         lambda t, a: pre(t, a, "--validation_file", str(t / "nope-valid.txt")),
         r"--validation_file.*nope-valid\.txt",
+    ),
+    # issue 43: text with nothing to predict (only special tokens) gave eval_loss 0, perplexity 1 and exit 0
+    (
+        "pretrain: validation file of special tokens only",
+        "pretrain",
+        lambda t, a: pre(
+            t, a, "--validation_file", str(_write(t / "specials.txt", "[MASK] [SEP]\n\n[CLS] [PAD]\n" * 40))
+        ),
+        r"^error: --validation_file .*specials\.txt: no token to predict in its \d+ validation block",
+    ),
+    (
+        "pretrain: training file of special tokens only",
+        "pretrain",
+        lambda t, a: pre(t, a, "--train_file", str(_write(t / "specials.txt", "[MASK] [SEP]\n\n[UNK] [MASK]\n" * 400))),
+        r"^error: --train_file .*specials\.txt: no token to predict in its \d+ training block",
+    ),
+    (
+        "pretrain: hidden_dropout_prob 2.0 in the config",
+        "pretrain",
+        lambda t, a: pre(t, a, "--config_name", str(_bad_dropout_config(t))),
+        r"^error: --config_name .*cfg.*hidden_dropout_prob=2\.0; expected a probability in \[0, 1\)",
+    ),
+    (
+        "pretrain: elmo config whose char_vocab_size does not fit the tokenizer",
+        "pretrain",
+        _elmo_small_chars,
+        r"^error: the model config's char_vocab_size 100: --tokenizer_name .*elmotok writes character ids 0\.\.261; "
+        r"expected char_vocab_size >= 262",
     ),
     (
         "pretrain: gradient accumulation 0",

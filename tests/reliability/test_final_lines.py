@@ -34,9 +34,13 @@ def test_pretraining_ends_with_perplexity_files_and_next_command_and_a_card_name
     wrote = [m for m in messages if m.startswith(f"wrote {out}:")]
     assert len(wrote) == 1 and "perplexity" in wrote[0] and "model.safetensors" in wrote[0], wrote
     assert "eval_tokens" not in wrote[0]
-    assert messages[-1].startswith(
-        "next: fine-tune it on a task: python -m finetune.glue --model_name_or_path " + str(out)
-    )
+    if any("has not left the unigram plateau" in m for m in messages):  # 2 steps: usually still on it (issue 43)
+        assert messages[-1].startswith("next: train it longer before fine-tuning (it is still on the unigram plateau)")
+        assert f"--model_name_or_path {out} --output_dir {out}-more" in messages[-1]
+    else:
+        assert messages[-1].startswith(
+            "next: fine-tune it on a task: python -m finetune.glue --model_name_or_path " + str(out)
+        )
     assert (out / "README.md").read_text().split("\n# ", 1)[1].startswith("my-news-bert\n")
 
 

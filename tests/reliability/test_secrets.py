@@ -57,11 +57,11 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
     (model / "config.json").write_text(json.dumps({"model_type": "sesame-bert"}))
     calls = []
 
-    def fake_run(cmd, **kwargs):
-        calls.append((cmd, kwargs.get("env") or {}))
-        return subprocess.CompletedProcess(cmd, 1, "", "error: stopped by the test\n")
+    def fake_run(cmd, env, log, cell):
+        calls.append((cmd, env or {}))
+        return 1, "error: stopped by the test"
 
-    monkeypatch.setattr(baselines.subprocess, "run", fake_run)
+    monkeypatch.setattr(baselines, "_run_with_progress", fake_run)
     out = tmp_path / "table"
     caplog.set_level("INFO")
     assert (
@@ -82,7 +82,7 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
                 TOKEN,
             ]
         )
-        == 0
+        == 1  # the (stopped) cell failed
     )
     ((cmd, env),) = calls
     assert TOKEN not in " ".join(cmd) and "--max_train_samples" in cmd and env["HF_TOKEN"] == TOKEN
