@@ -77,6 +77,8 @@ HEAD_RENAMES = {
     "EuroBertForMaskedLM": (("lm_head.", "cls.decoder."),),
     "EuroBertForSequenceClassification": (("dense.", "bert.pooler.dense."),),
 }
+#: Special-token ids carried over both ways (as plain config attributes on the SesameBert side).
+TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
 POOLINGS = {"modernbert": {"cls": "cls", "mean": "mean"}, "eurobert": {"bos": "cls", "mean": "mean"}}
 
 
@@ -134,6 +136,7 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
         num_labels=config.num_labels,
         id2label=config.id2label,
         label2id=config.label2id,
+        **{k: getattr(config, k) for k in TOKEN_FIELDS if getattr(config, k, None) is not None},
     )
     if family == "modernbert":
         if config.classifier_activation not in HIDDEN_ACTS:
@@ -214,6 +217,7 @@ def transformers_config(config: SesameBertConfig, family: str):
         num_labels=c.num_labels,
         id2label=c.id2label,
         label2id=c.label2id,
+        **{k: getattr(c, k) for k in TOKEN_FIELDS if getattr(c, k, None) is not None},
     )
     pooling = {v: k for k, v in POOLINGS[family].items()}.get(c.classifier_pooling)
     if pooling is None:

@@ -167,3 +167,36 @@ def test_converted_config_fields():
     euro = sesame_config(transformers.EuroBertConfig(**CONFIGS["eurobert", "wide"], **TOKENS), pooled=False)
     assert (euro.key_value_heads, euro.attention_head_dim, euro.hidden_act) == (3, 16, "geglu")
     assert euro.norm_type == "rmsnorm" and not euro.embedding_norm
+
+
+@pytest.mark.parametrize("family,head", [("modernbert", "ForMaskedLM"), ("eurobert", "ForSequenceClassification")])
+def test_cli_converts_both_ways(tmp_path, tokenizer, capsys, family, head):
+    """``python -m modeling.bert.convert --source DIR`` reads a transformers folder; ``--to FAMILY`` writes it back."""
+    import json
+
+    from modeling.bert import convert
+    from training.errors import run_cli
+
+    kwargs = dict(CONFIGS[family, "small"], **TOKENS, vocab_size=len(tokenizer), num_labels=3)
+    if family == "eurobert":
+        kwargs["classifier_pooling"] = "mean"
+    config = getattr(transformers, f"{PREFIX[family]}Config")(**kwargs)
+    reference = _perturb(getattr(transformers, f"{PREFIX[family]}{head}")(config))
+    reference.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+
+    assert run_cli(convert.main, ["--source", str(tmp_path / "source"), "--output_dir", str(tmp_path / "ours")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["converted_to"] == f"SesameBert{head}" and max(report["max_abs_diff"].values()) <= TOLERANCE
+    assert (tmp_path / "ours" / "attention_sesame_bert.py").is_file()  # the remote code carries the new module
+    argv = ["--source", str(tmp_path / "ours"), "--to", family, "--output_dir", str(tmp_path / "back")]
+    assert run_cli(convert.main, argv) == 0
+    back = getattr(transformers, f"{PREFIX[family]}{head}").from_pretrained(tmp_path / "back")
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in reference.state_dict().items())
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == family
+
+    # a SesameBert folder is not a --source without --to, and a transformers folder is not one with it
+    argv = ["--source", str(tmp_path / "source"), "--to", family, "--output_dir", str(tmp_path / "never")]
+    assert run_cli(convert.main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --source") and "expected sesame-bert" in err, err
