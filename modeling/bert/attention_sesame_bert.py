@@ -248,7 +248,8 @@ def sliding_window_mask(
     Returns:
         For "eager", "sdpa" and "document_varlen" (which has no window: the sliding layers run SDPA on the dense mask,
         in training with attention dropout only) a boolean (B|1, 1, T, T) mask (True = may attend); for
-        "document_flex" a ``BlockMask`` (:func:`torch.nn.attention.flex_attention.create_block_mask`); for
+        "document_flex" and "flex_attention" a ``BlockMask`` (``flex_attention.create_block_mask``; a padding token
+        is a document of its own, as in ``document_block_mask``); for
         flash_attention_* ``None`` (the layer passes the window to the kernel); for other implementations
         ``create_bidirectional_mask`` with the window (and the documents) as ``and_mask_function``.
     """
@@ -265,8 +266,8 @@ def sliding_window_mask(
             allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
         return allowed
     half = config.local_attention // 2
-    if implementation == "document_flex":
-        ids = documents
+    if implementation in ("document_flex", "flex_attention"):
+        ids = torch.zeros(batch, length, dtype=torch.long, device=device) if documents is None else documents
         if keep is not None:  # every padding token is a document of its own (as document_block_mask)
             starts = torch.diff(ids, prepend=ids[:, :1] - 1, dim=-1) != 0
             ids = (starts | ~keep).cumsum(-1)

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 from training.errors import InputError, add_debug_argument, first_line, run_cli
 from training.files import share_like_umask
@@ -301,8 +302,8 @@ def _convert_modern(source: str, output_dir: Path, family: str | None, to: str |
         raise InputError(f"--to {to}: expected one of {', '.join(convert_modern.FAMILIES)}")
     try:
         config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"--source {source}: cannot read a config ({err.__class__.__name__}: {err})") from err
+    except (OSError, ValueError, StrictDataclassError) as err:  # the last: a field the config's validators refuse
+        raise InputError(f"--source {source}: cannot read a config ({type(err).__name__}: {first_line(err)})") from err
     architecture = (getattr(config, "architectures", None) or ["?"])[0]
     classes = bert.__dict__ if to is not None else convert_modern.CLASSES
     if architecture not in classes:

@@ -23,8 +23,9 @@ is not of the target's layout).
 from __future__ import annotations
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
-from training.errors import InputError
+from training.errors import InputError, first_line
 
 from . import modeling_sesame_bert as sesame
 from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, SesameBertConfig
@@ -138,6 +139,15 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
         label2id=config.label2id,
         **{k: getattr(config, k) for k in TOKEN_FIELDS if getattr(config, k, None) is not None},
     )
+    try:
+        return _sesame_config(config, family, common, where)
+    except (ValueError, StrictDataclassError) as err:  # the SesameBertConfig validators: a field it cannot take
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"{where}: {first_line(err)}") from err
+
+
+def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertConfig:
     if family == "modernbert":
         if config.classifier_activation not in HIDDEN_ACTS:
             raise InputError(
