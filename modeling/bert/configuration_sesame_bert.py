@@ -211,6 +211,11 @@ class SesameBertConfig(PretrainedConfig):
             value = getattr(self, field)
             if value is not None and not value > 1:
                 raise ValueError(f"{field}={value!r}; expected a rotary base > 1")
+        if self.head_layout == "eurobert" and self.embedding_width != self.hidden_size:
+            raise ValueError(
+                f"head_layout='eurobert' puts the MLM decoder on the hidden states (width {self.hidden_size}); "
+                f"expected no embedding_size (got {self.embedding_size})"
+            )
         if self.layer_types is not None and self.global_attn_every_n_layers is not None:
             raise ValueError("layer_types and global_attn_every_n_layers are both set; expected one of them")
         types = self.attention_types()
