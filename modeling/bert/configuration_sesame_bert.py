@@ -45,7 +45,8 @@ class SesameBertConfig(PretrainedConfig):
         hidden_dropout_prob (float): dropout on embeddings and on each residual branch (training only).
         attention_probs_dropout_prob (float): dropout on the attention probabilities (training only).
         max_position_embeddings (int): longest sequence (tokens) the position embeddings cover.
-        type_vocab_size (int): number of segment (token type) ids; 2 for sentence pairs / NSP.
+        type_vocab_size (int): number of segment (token type) ids; 2 for sentence pairs / NSP; 0: no segment
+            embeddings (``token_type_ids`` are ignored; ModernBERT, EuroBERT).
         initializer_range (float): std of the normal initialisation of linear and embedding weights (BERT init:
             N(0, initializer_range), LayerNorm weight 1 / bias 0, all biases 0).
         layer_norm_eps (float): epsilon of every normalisation layer.

@@ -3,7 +3,10 @@
 Architecture: BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers") with the
 component choices of Cramming (Geiping & Goldstein 2023, ``crammed_bert.py``) picked by config strings through
 the small tables below: activation, normalisation (LayerNorm / RMSNorm), its position (post-LN as BERT or pre-LN),
-position embeddings (learned or sinusoidal), pooling for classification (cls / mean / max / attention).
+position embeddings (learned or sinusoidal), pooling for classification (cls / mean / max / attention); and the
+modern encoder's (ModernBERT, EuroBERT): rotary embeddings, GLU feed-forward layers, bias switches, local
+(sliding-window) attention, grouped-query attention, their head layouts (``configuration_sesame_bert``). Rotary
+embeddings, sliding-window masks, the eager kernel and the dense document masks live in ``attention_sesame_bert``.
 
 Self-attention goes through transformers' attention interface: ``config._attn_implementation`` picks the kernel
 from ``ALL_ATTENTION_FUNCTIONS`` ("eager", "sdpa" (the default), "flex_attention", "flash_attention_2" where
