@@ -1,0 +1,43 @@
+"""``pretrain --config_name modernbert-tiny`` (issue 41): a ModernBERT-class SesameBert (rope, GeGLU, local layers in
+a window shorter than the blocks, packed documents) trains, a resumed run ends bitwise where the uninterrupted one
+does, and the folder loads with the Auto classes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import torch
+from _launch import checkpoint_args
+from _launch import corpus_args as _run_args
+
+from pretrain.cli import main
+from training.errors import run_cli
+
+
+def test_modernbert_tiny_trains_resumes_bitwise_and_loads(corpus_dir, bert_tokenizer, tmp_path, fresh_state):
+    from transformers import AutoModelForMaskedLM
+
+    import modeling  # noqa: F401  (registers the Auto classes)
+
+    tok, preset = tmp_path / "tok", tmp_path / "preset"
+    bert_tokenizer.save_pretrained(tok)
+    # the preset with a 16-token window, so that on 32-token blocks the local layers do not see whole blocks
+    modeling.get_preset_config("modernbert-tiny", local_attention=16).save_pretrained(preset)
+    common = ["--tokenizer_name", str(tok), *checkpoint_args(4, 2), "--learning_rate", "2e-3"]
+    a, resumed = tmp_path / "a", tmp_path / "resumed"
+    assert run_cli(main, _run_args(corpus_dir, a, *common, config=str(preset))) == 0
+    config = json.loads((a / "config.json").read_text())
+    assert config["position_embedding_type"] == "rope" and config["hidden_act"] == "geglu"
+    assert config["local_attention"] == 16 and config["global_attn_every_n_layers"] == 3
+    resumed.mkdir()
+    shutil.copytree(a / "checkpoints" / "step_2", resumed / "checkpoints" / "step_2")
+    argv = _run_args(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest", config=str(preset))
+    assert run_cli(main, argv) == 0
+    assert (a / "model.safetensors").read_bytes() == (resumed / "model.safetensors").read_bytes()
+
+    model = AutoModelForMaskedLM.from_pretrained(a).eval()
+    assert type(model).__name__ == "SesameBertForMaskedLM"
+    batch = bert_tokenizer(["the senate adjourned after a long debate"], return_tensors="pt")
+    with torch.no_grad():
+        assert model(input_ids=batch["input_ids"]).logits.isfinite().all()
