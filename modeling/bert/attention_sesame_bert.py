@@ -250,14 +250,17 @@ def sliding_window_mask(
         in training with attention dropout only) a boolean (B|1, 1, T, T) mask (True = may attend); for
         "document_flex" and "flex_attention" a ``BlockMask`` (``flex_attention.create_block_mask``; a padding token
         is a document of its own, as in ``document_block_mask``); for
-        flash_attention_* ``None`` (the layer passes the window to the kernel); for other implementations
+        flash_attention_* the full layers' mask (the layer passes the window to the kernel as ``sliding_window``;
+        ``None`` with packed documents, whose varlen arguments the kernel gets); for other implementations
         ``create_bidirectional_mask`` with the window (and the documents) as ``and_mask_function``.
     """
     batch, length = embeddings.shape[:2]
     device = embeddings.device
     keep = None if attention_mask is None else attention_mask.bool()
-    if implementation.startswith("flash_attention"):
-        return None
+    if implementation.startswith("flash_attention"):  # the window goes to the kernel; the padding, as for full layers
+        if documents is not None or attention_mask is None:  # (packed documents: the varlen arguments)
+            return None
+        return create_bidirectional_mask(config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
     if implementation in ("eager", "sdpa", "document_varlen"):
         allowed = sliding_window_band(length, config.local_attention, device)[None, None]
         if documents is not None:

@@ -172,3 +172,25 @@ def test_document_masking_and_sliding_window_combine(path, monkeypatch):
             reach[row, [t for t in document if abs(t - column) <= half]] = True
             assert moved[reach].min() > 1e-4, (row, column)  # the window sees the change ...
             assert moved[~reach & real].max() <= 1e-6, (row, column)  # ... and nothing else does
+
+
+def test_flash_local_layers_get_the_padding_and_the_window():
+    """flash_attention_* (not installed here): a local layer passes ``sliding_window = local_attention // 2 + 1`` to
+    the kernel (transformers' flash wrapper makes it ``window_size = local_attention // 2`` each side, as ModernBERT)
+    and gets the padding mask the full layers get; with packed documents it gets none (the varlen arguments)."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from modeling.bert.attention_sesame_bert import sliding_window_mask
+
+    config = SesameBertConfig(**MODERN, num_hidden_layers=2, global_attn_every_n_layers=2)
+    model = SesameBertModel(config)
+    assert [layer.attn.sliding_window for layer in model.encoder.layer] == [None, 3]
+    config._attn_implementation = "flash_attention_2"
+    embeddings = torch.zeros(2, 8, config.hidden_size)
+    attention_mask = torch.ones(2, 8, dtype=torch.long)
+    attention_mask[1, 5:] = 0
+    full = create_bidirectional_mask(config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
+    local = sliding_window_mask(config, embeddings, attention_mask, None, "flash_attention_2")
+    assert torch.equal(local, full) and not local[1, 5:].any()
+    documents = torch.zeros(2, 8, dtype=torch.long)
+    assert sliding_window_mask(config, embeddings, attention_mask, documents, "flash_attention_2") is None
