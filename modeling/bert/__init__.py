@@ -105,14 +105,13 @@ def _modernbert(layers: int, hidden: int, heads: int, intermediate: int, window:
 
 #: ModernBERT-class presets: ``modernbert-base`` has ModernBERT-base's sizes (22 layers, H 768, 12 heads, GeGLU
 #: intermediate 1152, window 128); ``-mini`` and ``-tiny`` keep its ratios (intermediate 1.5H) at bert-mini's and
-#: bert-tiny's widths, with a 64-token window so that local attention acts on 128-token blocks.
-PRESETS.update(
-    {
-        "modernbert-tiny": (SesameBertConfig, _modernbert(3, 128, 2, 192, 64)),
-        "modernbert-mini": (SesameBertConfig, _modernbert(6, 256, 4, 384, 64)),
-        "modernbert-base": (SesameBertConfig, _modernbert(22, 768, 12, 1152, 128)),
-    }
-)
+#: bert-tiny's widths, with a 64-token window so that local attention acts on 128-token blocks. With :data:`PRESETS`
+#: in the BERT model spec (``SPEC.presets``, what ``--config_name`` accepts).
+MODERN_PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
+    "modernbert-tiny": (SesameBertConfig, _modernbert(3, 128, 2, 192, 64)),
+    "modernbert-mini": (SesameBertConfig, _modernbert(6, 256, 4, 384, 64)),
+    "modernbert-base": (SesameBertConfig, _modernbert(22, 768, 12, 1152, 128)),
+}
 
 
 def _bert_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -131,7 +130,7 @@ SPEC = ModelSpec(
     name="bert",
     model_type=SesameBertConfig.model_type,
     description="BERT-like Transformer encoder",
-    presets=PRESETS,
+    presets={**PRESETS, **MODERN_PRESETS},
     main_input="input_ids",
     export_inputs=("input_ids", "attention_mask", "token_type_ids"),
     export_sample=_bert_sample,
