@@ -21,7 +21,7 @@ CHOICES = {
     "position_embedding_type": ("learned", "sinusoidal", "absolute", "rope"),
     "norm_position": ("post", "pre"),
     "norm_type": ("layernorm", "rmsnorm"),
-    "classifier_pooling": ("cls", "mean", "max", "attention"),
+    "classifier_pooling": ("cls", "mean", "max", "attention", "late"),
     "hidden_act": (*HIDDEN_ACTS, *GLU_ACTS),
     "classifier_activation": HIDDEN_ACTS,
     "head_layout": ("bert", "modernbert", "eurobert"),
@@ -63,7 +63,9 @@ class SesameBertConfig(PretrainedConfig):
         classifier_pooling (str): how the pooler summarises the sequence into one vector before its dense + tanh
             layer (used by NSP and sequence classification): ``"cls"`` (the first token, as BERT; so converted
             checkpoints' pooler is reused), ``"mean"`` / ``"max"`` (over non-padding tokens), or ``"attention"``
-            (alpha = softmax_i(w^T h_i) over non-padding tokens, pooled = sum_i alpha_i h_i).
+            (alpha = softmax_i(w^T h_i) over non-padding tokens, pooled = sum_i alpha_i h_i), or ``"late"`` (EuroBERT's:
+            the dense layer and its activation run on every token, then the mean over non-padding tokens; as the
+            classifier is affine, its logits are EuroBERT's mean of per-token logits).
         sparse_prediction (bool): in training mode with MLM labels, run the MLM head (transform + decoder) only at
             the positions whose label is not -100 (Cramming, Geiping & Goldstein 2023; academic-budget-bert). The
             loss is unchanged; ``logits`` then holds only those rows. Eval mode always returns full logits.
@@ -132,7 +134,7 @@ class SesameBertConfig(PretrainedConfig):
     position_embedding_type: Literal["learned", "sinusoidal", "absolute"] = "learned"
     norm_position: Literal["post", "pre"] = "post"
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
-    classifier_pooling: Literal["cls", "mean", "max", "attention"] = "cls"
+    classifier_pooling: Literal["cls", "mean", "max", "attention", "late"] = "cls"
     sparse_prediction: bool = True
     embedding_size: int | None = None
     rope_theta: float | int = 10000.0

@@ -9,14 +9,15 @@ SesameBert configs (``configuration_sesame_bert``'s modern fields):
   (``head_layout="modernbert"``). No segment embeddings (``type_vocab_size=0``).
 * EuroBERT: the Llama block (pre-LN RMSNorm, SwiGLU, RoPE, grouped-query attention, ``head_dim``), no embedding norm,
   a final norm; its heads (``head_layout="eurobert"``): the MLM decoder on the hidden states, ``act(dense(pool(h)))``
-  for sequence classification (``"bos"`` and ``"mean"`` pooling; ``"late"`` is refused), a linear tagger.
+  for sequence classification (``"bos"`` and ``"mean"`` pooling; ``"late"``: ``classifier_pooling="late"``), a linear
+  tagger.
 
 :func:`to_sesame` / :func:`from_sesame` map a model of either family to the SesameBert class with the same head and
 back (:data:`CLASSES`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
 SesameBert's ``qkv`` and ``fc1``), so the two compute the same function (``tests/bert/test_convert_modern.py``).
 
 Errors: :class:`training.errors.InputError` for configs that have no counterpart on the other side (a rope scaling
-type other than ``"default"``, an activation without a GLU, EuroBERT's ``"late"`` pooling, a SesameBert config that
+type other than ``"default"``, an activation without a GLU, a pooling the other side lacks, a SesameBert config that
 is not of the target's layout).
 """
 
@@ -80,7 +81,7 @@ HEAD_RENAMES = {
 }
 #: Special-token ids carried over both ways (as plain config attributes on the SesameBert side).
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
-POOLINGS = {"modernbert": {"cls": "cls", "mean": "mean"}, "eurobert": {"bos": "cls", "mean": "mean"}}
+POOLINGS = {"modernbert": {"cls": "cls", "mean": "mean"}, "eurobert": {"bos": "cls", "mean": "mean", "late": "late"}}
 
 
 def _rope_theta(parameters: dict | None, where: str) -> float:
@@ -102,8 +103,8 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
     Args:
         config: the transformers config.
         where: names the config in error messages.
-        pooled: whether the model pools (sequence classification): else a pooling SesameBert lacks (EuroBERT's default
-            ``"late"``) is read as ``"cls"``, as it is never used.
+        pooled: whether the model pools (sequence classification): else an unknown pooling is read as ``"cls"``, as it
+            is never used.
 
     Raises:
         InputError: another family, a rope scaling type, an activation without a GLU, a pooling SesameBert lacks.

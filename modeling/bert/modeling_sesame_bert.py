@@ -455,6 +455,8 @@ class SesameBertPooler(nn.Module):
             self.attention = nn.Linear(config.hidden_size, 1, bias=False)  # w of alpha = softmax(w^T h_i)
 
     def forward(self, h, keep):
+        if self.pooling == "late":  # EuroBERT's: the transform on every token, then the mean
+            return _pool_mean(self, self.transform(h), keep)
         return self.transform(POOLINGS[self.pooling](self, h, keep))
 
     def transform(self, x):

@@ -77,7 +77,8 @@ CASES = [
     (family, size, head, pooling)
     for family, size in CONFIGS
     for head in HEADS
-    for pooling in (("cls", "mean") if head == "ForSequenceClassification" else (None,))
+    for pooling in (("cls", "mean", "late") if head == "ForSequenceClassification" else (None,))
+    if not (family == "modernbert" and pooling == "late")  # EuroBERT's only
     if not (family == "eurobert" and head == "ForQuestionAnswering")  # EuroBERT has no QA head in transformers
 ]
 
