@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 from _launch import checkpoint_args
 from _launch import corpus_args as _run_args
@@ -41,3 +42,31 @@ def test_modernbert_tiny_trains_resumes_bitwise_and_loads(corpus_dir, bert_token
     batch = bert_tokenizer(["the senate adjourned after a long debate"], return_tensors="pt")
     with torch.no_grad():
         assert model(input_ids=batch["input_ids"]).logits.isfinite().all()
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(local_attention=63), "local_attention=63"),
+        (dict(local_attention=16384), "max_position_embeddings (8192)"),
+        (dict(num_key_value_heads=3), "multiple of num_key_value_heads"),
+        (dict(head_dim=65), "even head dimension"),
+        (dict(hidden_act="reglu"), "hidden_act='reglu'"),
+    ],
+)
+def test_bad_modern_configs_are_refused_with_one_line(
+    corpus_dir, bert_tokenizer, tmp_path, fresh_state, capsys, fields, message
+):
+    """``pretrain --config_name DIR`` with a config.json the config's validators refuse: exit 2, one ``error:`` line
+    that names the field, nothing written."""
+    import modeling
+
+    tok, bad, out = tmp_path / "tok", tmp_path / "bad", tmp_path / "out"
+    bert_tokenizer.save_pretrained(tok)
+    bad.mkdir()
+    settings = modeling.get_preset_config("modernbert-tiny").to_dict()
+    (bad / "config.json").write_text(json.dumps({**settings, **fields}))
+    assert run_cli(main, _run_args(corpus_dir, out, "--tokenizer_name", str(tok), config=str(bad))) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and message in lines[0] and "--config_name" in lines[0], lines
+    assert not (out / "model.safetensors").exists()
