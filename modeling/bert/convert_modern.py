@@ -302,7 +302,8 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
     """Where every parameter of a transformers ModernBERT / EuroBERT state dict (of the class ``class_name``) lives in
     SesameBert's: name -> ``(SesameBert name, first row, end row)``. EuroBERT's q, k, v projections are the row blocks
     of ``attn.qkv`` and its gate, up projections those of ``ffn.fc1`` (the gate first: it goes through the
-    activation), in that order; every other parameter is a whole tensor. Rotary buffers are left out."""
+    activation), in that order; every other parameter is a whole tensor. Rotary buffers are left out. The names of a
+    bare encoder (``*Model``) are those of ``SesameBertModel`` (no ``bert.`` prefix)."""
     family, base = _family(class_name), class_name.endswith("Model")
     out, rows = {}, {}
     for key, value in state.items():
@@ -314,7 +315,7 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
                 name = "encoder.final_norm." + name[len(FINAL_NORMS[family]) :]
             for old, new in RENAMES[family]:
                 name = name.replace(old, new)
-            name = "bert." + name.replace("layers.", "encoder.layer.", 1)
+            name = ("" if base else "bert.") + name.replace("layers.", "encoder.layer.", 1)
         else:
             name = key
             for old, new in HEAD_RENAMES.get(class_name, ()):
@@ -342,7 +343,11 @@ def to_sesame(model):
     parts: dict[str, list] = {}
     for key, (target, _, _) in key_map(state, name).items():
         parts.setdefault(target, []).append(state[key])
-    ours.load_state_dict({k: torch.cat(v) if len(v) > 1 else v[0] for k, v in parts.items()}, strict=_strict(ours))
+    result = ours.load_state_dict({k: torch.cat(v) if len(v) > 1 else v[0] for k, v in parts.items()}, strict=False)
+    # every SesameBert parameter comes from the source, but a bare encoder's pooler (it has no counterpart)
+    missing = [k for k in result.missing_keys if not (name.endswith("Model") and k.startswith("pooler."))]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{name}: missing {missing}, unexpected {result.unexpected_keys}")
     return ours
 
 
@@ -368,11 +373,6 @@ def from_sesame(model, family: str):
     if missing:
         raise RuntimeError(f"{name}: parameters without a SesameBert counterpart: {sorted(missing)}")
     return theirs
-
-
-def _strict(model) -> bool:
-    """Whether every SesameBert parameter comes from the source: not for a bare encoder (its pooler is new)."""
-    return type(model).__name__ != "SesameBertModel"
 
 
 __all__ = ["CLASSES", "FAMILIES", "from_sesame", "key_map", "sesame_config", "to_sesame", "transformers_config"]
