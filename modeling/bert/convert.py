@@ -314,9 +314,15 @@ def _convert_modern(source: str, output_dir: Path, family: str | None, to: str |
         source_model = load(source, trust_remote_code=False).eval()
     except Exception as err:  # noqa: BLE001  (missing, truncated or corrupt weights)
         raise InputError(f"--source {source}: no readable weights: {type(err).__name__}: {first_line(err)}") from err
-    model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
     arg_name = "--tokenizer_name" if tokenizer_name else "--source"
     tokenizer = _load_tokenizer(tokenizer_name or source, arg_name, config.vocab_size)
+    if to:  # the special tokens the target's config names, from the tokenizer where the SesameBert config has none
+        special = dict(bos_token_id="cls_token_id", eos_token_id="sep_token_id", cls_token_id="cls_token_id")
+        special.update(sep_token_id="sep_token_id", mask_token_id="mask_token_id")
+        for field, attribute in special.items():
+            if getattr(source_model.config, field, None) is None and getattr(tokenizer, attribute, None) is not None:
+                setattr(source_model.config, field, getattr(tokenizer, attribute))
+    model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
     batch = tokenizer(*SAMPLE, return_tensors="pt")
     batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
     with torch.no_grad():
