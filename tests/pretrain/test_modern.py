@@ -40,8 +40,19 @@ def test_modernbert_tiny_trains_resumes_bitwise_and_loads(corpus_dir, bert_token
     model = AutoModelForMaskedLM.from_pretrained(a).eval()
     assert type(model).__name__ == "SesameBertForMaskedLM"
     batch = bert_tokenizer(["the senate adjourned after a long debate"], return_tensors="pt")
+    # the trained folder in transformers' ModernBERT format (python -m modeling.bert.convert --to modernbert)
+    from transformers import ModernBertForMaskedLM
+
+    from modeling.bert import convert
+
+    argv = ["--source", str(a), "--to", "modernbert", "--output_dir", str(tmp_path / "modernbert")]
+    assert run_cli(convert.main, argv) == 0
+    reference = ModernBertForMaskedLM.from_pretrained(tmp_path / "modernbert").eval()
+    assert reference.config.cls_token_id == bert_tokenizer.cls_token_id  # from the tokenizer, not ModernBERT's
     with torch.no_grad():
-        assert model(input_ids=batch["input_ids"]).logits.isfinite().all()
+        logits = model(input_ids=batch["input_ids"]).logits
+        assert logits.isfinite().all()
+        assert (reference(input_ids=batch["input_ids"]).logits - logits).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize(
