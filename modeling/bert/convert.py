@@ -1,10 +1,10 @@
 """Convert a Hugging Face BERT, ModernBERT or EuroBERT checkpoint (and its tokenizer) into a SesameBert model
-directory, or a SesameBert directory back into ModernBERT / EuroBERT.
+directory, or a SesameBert directory back into BERT / ModernBERT / EuroBERT.
 
     python -m modeling.bert.convert --source HF_BERT_DIR|REPO --output_dir D [--overwrite_output_dir] [--seed 0]
         [--tokenizer_name T]
     python -m modeling.bert.convert --source MODERNBERT_OR_EUROBERT_DIR --output_dir D
-    python -m modeling.bert.convert --source SESAME_DIR --to modernbert|eurobert --output_dir D
+    python -m modeling.bert.convert --source SESAME_DIR --to bert|modernbert|eurobert --output_dir D
 
 A ``modernbert`` / ``eurobert`` source (``config.json``'s ``model_type``) becomes the SesameBert class with the same
 head (``convert_modern.CLASSES``); ``--to`` writes the transformers class with the SesameBert folder's head, in
@@ -278,6 +278,92 @@ def _save(output_dir: Path, model, tokenizer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: What ``--to`` writes: transformers' BERT, ModernBERT or EuroBERT format.
+TARGETS = ("bert", *convert_modern.FAMILIES)
+#: SesameBert class -> the transformers BERT class with the same head (``--to bert``).
+BERT_CLASSES = {
+    "SesameBertModel": "BertModel",
+    "SesameBertForMaskedLM": "BertForMaskedLM",
+    "SesameBertForPreTraining": "BertForPreTraining",
+    "SesameBertForSequenceClassification": "BertForSequenceClassification",
+    "SesameBertForQuestionAnswering": "BertForQuestionAnswering",
+    "SesameBertForTokenClassification": "BertForTokenClassification",
+}
+#: The SesameBert fields (and their values) of the BERT layout: a config with another value has no BERT counterpart.
+BERT_LAYOUT = dict(
+    norm_position="post",
+    norm_type="layernorm",
+    classifier_pooling="cls",
+    embedding_size=None,
+    num_key_value_heads=None,
+    head_dim=None,
+    attention_bias=True,
+    mlp_bias=True,
+    norm_bias=True,
+    decoder_bias=True,
+    classifier_bias=True,
+    embedding_norm=True,
+    head_layout="bert",
+    layer_types=None,
+    global_attn_every_n_layers=None,
+)
+
+
+def bert_config_from_sesame(config: SesameBertConfig):
+    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (:data:`BERT_LAYOUT`, learned
+    positions, one of ``HIDDEN_ACTS``, segment embeddings); the inverse of :func:`sesame_config_from_bert`.
+
+    Raises:
+        InputError: a field whose value BERT cannot express (named).
+    """
+    from transformers import BertConfig
+
+    wrong = {f: getattr(config, f) for f, v in BERT_LAYOUT.items() if getattr(config, f) != v}
+    if config.position_embedding_type not in ("learned", "absolute"):
+        wrong["position_embedding_type"] = config.position_embedding_type
+    if config.hidden_act not in HIDDEN_ACTS or config.type_vocab_size < 1:
+        wrong.update(hidden_act=config.hidden_act, type_vocab_size=config.type_vocab_size)
+    if wrong:
+        field, value = next(iter(wrong.items()))
+        raise InputError(f"a SesameBert config with {field}={value!r} has no BERT counterpart (--to bert)")
+    labels = dict(num_labels=config.num_labels, id2label=config.id2label, label2id=config.label2id)
+    return BertConfig(**{name: getattr(config, name) for name in COPIED_FIELDS}, **labels)
+
+
+def to_bert(model):
+    """The transformers BERT model (:data:`BERT_CLASSES`, eval mode) with the same head and function as a SesameBert
+    ``model`` of the BERT layout: ``attn.qkv`` is split into query, key and value (rows in that order), the other
+    parameters renamed back (:data:`RENAMES`).
+
+    Raises:
+        InputError: a class or a config without a BERT counterpart.
+    """
+    import transformers
+
+    name = BERT_CLASSES.get(type(model).__name__)
+    if name is None:
+        raise InputError(f"{type(model).__name__}: has no BERT counterpart; expected one of {', '.join(BERT_CLASSES)}")
+    config = bert_config_from_sesame(model.config)
+    if name == "BertForQuestionAnswering":
+        config.num_labels = 2  # transformers' span head has num_labels outputs
+    theirs = getattr(transformers, name)(config).eval()
+    ours, hidden, state = model.state_dict(), model.config.hidden_size, {}
+    for key in theirs.state_dict():
+        part = next((i for i, n in enumerate(("query", "key", "value")) if f".attention.self.{n}." in key), None)
+        target = key.replace("cls.predictions.bias", "cls.predictions.decoder.bias")
+        if part is not None:
+            target = target.replace(f"attention.self.{('query', 'key', 'value')[part]}.", "attn.qkv.")
+        for old, new in RENAMES:
+            target = target.replace(old, new)
+        if target in ours:
+            state[key] = ours[target] if part is None else ours[target][part * hidden : (part + 1) * hidden]
+    missing = [k for k in theirs.state_dict() if k not in state and not k.endswith(("position_ids", "token_type_ids"))]
+    if missing:
+        raise RuntimeError(f"{name}: parameters without a SesameBert counterpart: {missing}")
+    theirs.load_state_dict(state, strict=False)
+    return theirs
+
+
 def _model_type(source: str) -> str | None:
     """``model_type`` of a local source folder's ``config.json`` (``None`` for a hub repo id or an unreadable file:
     the BERT path then reports what is wrong)."""
@@ -298,8 +384,8 @@ def _convert_modern(source: str, output_dir: Path, family: str | None, to: str |
     expected = "sesame-bert" if to is not None else "one of bert, " + ", ".join(convert_modern.FAMILIES)
     if (to is not None) != (family == "sesame-bert"):
         raise InputError(f"--source {source}: model_type={family!r}; expected {expected}")
-    if to is not None and to not in convert_modern.FAMILIES:
-        raise InputError(f"--to {to}: expected one of {', '.join(convert_modern.FAMILIES)}")
+    if to is not None and to not in TARGETS:
+        raise InputError(f"--to {to}: expected one of {', '.join(TARGETS)}")
     try:
         config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, StrictDataclassError) as err:  # the last: a field the config's validators refuse
@@ -322,13 +408,16 @@ def _convert_modern(source: str, output_dir: Path, family: str | None, to: str |
         for field, attribute in special.items():
             if getattr(source_model.config, field, None) is None and getattr(tokenizer, attribute, None) is not None:
                 setattr(source_model.config, field, getattr(tokenizer, attribute))
-    model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
+    if to == "bert":
+        model = to_bert(source_model)
+    else:
+        model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
     batch = tokenizer(*SAMPLE, return_tensors="pt")
     batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
     with torch.no_grad():
         ref, new = source_model(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True)
     diff = {"last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item()}
-    for name in ("logits", "start_logits", "end_logits"):
+    for name in ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits"):
         if getattr(ref, name, None) is not None:
             diff[name] = (getattr(ref, name) - getattr(new, name)).abs().max().item()
     if max(diff.values()) > 1e-3:
@@ -369,7 +458,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--to",
-        choices=convert_modern.FAMILIES,
+        choices=TARGETS,
         default=None,
         help="write a SesameBert --source in this transformers format instead",
     )
