@@ -194,3 +194,31 @@ def test_flash_local_layers_get_the_padding_and_the_window():
     assert torch.equal(local, full) and not local[1, 5:].any()
     documents = torch.zeros(2, 8, dtype=torch.long)
     assert sliding_window_mask(config, embeddings, attention_mask, documents, "flash_attention_2") is None
+
+
+def test_peft_lora_on_a_modern_config():
+    """LoRA on ``qkv`` (grouped-query: A + 2K heads of rows), ``out``, ``fc1`` (a GLU's 2 x intermediate) and ``fc2``
+    of a modern classifier: it starts as the base model, trains only the adapters, and merges into the same function."""
+    peft = pytest.importorskip("peft", reason="peft is not installed (not a dependency: pip install peft)")
+    config = SesameBertConfig(**MODERN, num_hidden_layers=2, global_attn_every_n_layers=2, head_layout="modernbert")
+    base = modeling.SesameBertForSequenceClassification(config).eval()
+    batch, _ = _packed_batch(config.vocab_size)
+    batch.pop("position_ids")
+    with torch.no_grad():
+        before = base(**batch).logits
+    targets = ["qkv", "out", "fc1", "fc2"]
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=targets, task_type="SEQ_CLS"))
+    with torch.no_grad():
+        torch.testing.assert_close(lora(**batch).logits, before, rtol=0, atol=0)
+    lora.train()
+    optimizer = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=5e-2)
+    for _ in range(3):
+        optimizer.zero_grad()
+        lora(**batch, labels=torch.tensor([0, 1])).loss.backward()
+        optimizer.step()
+    lora.eval()
+    with torch.no_grad():
+        adapted = lora(**batch).logits
+        merged = lora.merge_and_unload()
+        torch.testing.assert_close(merged(**batch).logits, adapted, rtol=0, atol=1e-5)
+    assert not torch.allclose(adapted, before)
