@@ -18,7 +18,7 @@ from .elmo import *  # noqa: F401,F403  (re-export the ELMo-style classes)
 from .spec import ModelSpec
 
 #: Preset name -> (config class, keyword arguments). Each subpackage owns its presets.
-PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.PRESETS, **elmo.PRESETS, **baselines.PRESETS}
+PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.SPEC.presets, **elmo.PRESETS, **baselines.PRESETS}
 #: ``--model_type`` -> the family's :class:`modeling.spec.ModelSpec`.
 SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (bert.SPEC, elmo.SPEC)}
 

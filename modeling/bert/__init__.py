@@ -71,6 +71,49 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
 }
 
 
+def _modernbert(layers: int, hidden: int, heads: int, intermediate: int, window: int) -> dict:
+    """ModernBERT's architecture (Warner et al. 2024, transformers' ``ModernBertConfig`` defaults): pre-LN without
+    biases (the MLM decoder keeps its bias), embedding norm, the identity as layer 0's attention norm, GeGLU, RoPE
+    (global base 160,000, local 10,000), global attention every third layer and local attention in a window of
+    ``window`` tokens otherwise, 8,192 positions, no segment embeddings, no dropout, its prediction head."""
+    return dict(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        hidden_act="geglu",
+        position_embedding_type="rope",
+        rope_theta=160_000.0,
+        local_rope_theta=10_000.0,
+        global_attn_every_n_layers=3,
+        local_attention=window,
+        max_position_embeddings=8192,
+        type_vocab_size=0,
+        norm_position="pre",
+        layer_norm_eps=1e-5,
+        first_layer_attention_norm=False,
+        attention_bias=False,
+        mlp_bias=False,
+        norm_bias=False,
+        classifier_bias=False,
+        head_layout="modernbert",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        classifier_dropout=0.0,
+    )
+
+
+#: ModernBERT-class presets: ``modernbert-base`` has ModernBERT-base's sizes (22 layers, H 768, 12 heads, GeGLU
+#: intermediate 1152, window 128); ``-mini`` and ``-tiny`` keep its ratios (intermediate 1.5H) at bert-mini's and
+#: bert-tiny's widths, with a 64-token window so that local attention acts on 128-token blocks. With :data:`PRESETS`
+#: in the BERT model spec (``SPEC.presets``, what ``--config_name`` accepts).
+MODERN_PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
+    "modernbert-tiny": (SesameBertConfig, _modernbert(3, 128, 2, 192, 64)),
+    "modernbert-mini": (SesameBertConfig, _modernbert(6, 256, 4, 384, 64)),
+    "modernbert-base": (SesameBertConfig, _modernbert(22, 768, 12, 1152, 128)),
+}
+
+
 def _bert_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
     input_ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, (batch, length), generator=generator)
     attention_mask = torch.ones_like(input_ids)
@@ -87,7 +130,7 @@ SPEC = ModelSpec(
     name="bert",
     model_type=SesameBertConfig.model_type,
     description="BERT-like Transformer encoder",
-    presets=PRESETS,
+    presets={**PRESETS, **MODERN_PRESETS},
     main_input="input_ids",
     export_inputs=("input_ids", "attention_mask", "token_type_ids"),
     export_sample=_bert_sample,

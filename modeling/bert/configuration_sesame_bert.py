@@ -13,12 +13,18 @@ from transformers import PretrainedConfig
 
 #: The names accepted by the string-valued fields (the tables live in ``modeling_sesame_bert.py``).
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
+#: Gated linear units (Shazeer 2020, "GLU Variants Improve Transformer", eq. 5-6): name -> the activation of the gate.
+GLU_ACTS = {"geglu": "gelu", "swiglu": "silu"}
+#: The attention of a layer (``layer_types``): every token (global), or the tokens within ``local_attention / 2``.
+LAYER_TYPES = ("full_attention", "sliding_attention")
 CHOICES = {
-    "position_embedding_type": ("learned", "sinusoidal", "absolute"),
+    "position_embedding_type": ("learned", "sinusoidal", "absolute", "rope"),
     "norm_position": ("post", "pre"),
     "norm_type": ("layernorm", "rmsnorm"),
-    "classifier_pooling": ("cls", "mean", "max", "attention"),
-    "hidden_act": HIDDEN_ACTS,
+    "classifier_pooling": ("cls", "mean", "max", "attention", "late"),
+    "hidden_act": (*HIDDEN_ACTS, *GLU_ACTS),
+    "classifier_activation": HIDDEN_ACTS,
+    "head_layout": ("bert", "modernbert", "eurobert"),
 }
 
 
@@ -39,7 +45,8 @@ class SesameBertConfig(PretrainedConfig):
         hidden_dropout_prob (float): dropout on embeddings and on each residual branch (training only).
         attention_probs_dropout_prob (float): dropout on the attention probabilities (training only).
         max_position_embeddings (int): longest sequence (tokens) the position embeddings cover.
-        type_vocab_size (int): number of segment (token type) ids; 2 for sentence pairs / NSP.
+        type_vocab_size (int): number of segment (token type) ids; 2 for sentence pairs / NSP; 0: no segment
+            embeddings (``token_type_ids`` are ignored; ModernBERT, EuroBERT).
         initializer_range (float): std of the normal initialisation of linear and embedding weights (BERT init:
             N(0, initializer_range), LayerNorm weight 1 / bias 0, all biases 0).
         layer_norm_eps (float): epsilon of every normalisation layer.
@@ -56,7 +63,9 @@ class SesameBertConfig(PretrainedConfig):
         classifier_pooling (str): how the pooler summarises the sequence into one vector before its dense + tanh
             layer (used by NSP and sequence classification): ``"cls"`` (the first token, as BERT; so converted
             checkpoints' pooler is reused), ``"mean"`` / ``"max"`` (over non-padding tokens), or ``"attention"``
-            (alpha = softmax_i(w^T h_i) over non-padding tokens, pooled = sum_i alpha_i h_i).
+            (alpha = softmax_i(w^T h_i) over non-padding tokens, pooled = sum_i alpha_i h_i), or ``"late"`` (EuroBERT's:
+            the dense layer and its activation run on every token, then the mean over non-padding tokens; as the
+            classifier is affine, its logits are EuroBERT's mean of per-token logits).
         sparse_prediction (bool): in training mode with MLM labels, run the MLM head (transform + decoder) only at
             the positions whose label is not -100 (Cramming, Geiping & Goldstein 2023; academic-budget-bert). The
             loss is unchanged; ``logits`` then holds only those rows. Eval mode always returns full logits.
@@ -64,6 +73,45 @@ class SesameBertConfig(PretrainedConfig):
             differs from ``hidden_size``; a linear ``embeddings_project`` (E -> H) then follows them and the MLM
             head maps back (H -> E) before its decoder, as ``ElectraConfig.embedding_size`` (Clark et al. 2020):
             a narrow ELECTRA generator shares the discriminator's wider embeddings this way. ``None``: E = H.
+
+    The modern encoder (ModernBERT, Warner et al. 2024, "Smarter, Better, Faster, Longer"; EuroBERT, Boizard et al.
+    2025; names as transformers' ``ModernBertConfig`` / ``EuroBertConfig``). Every default keeps the BERT layout:
+
+        position_embedding_type ``"rope"``: rotary position embeddings (Su et al. 2021, "RoFormer", eq. 34) on the
+            queries and keys of every layer, no position table; positions restart per packed document.
+        rope_theta (float): the base of the rotary frequencies of ``"full_attention"`` layers,
+            theta_i = rope_theta^(-2i/D) (RoFormer eq. 15; ModernBERT's global base 160,000).
+        local_rope_theta (float | None): the base of ``"sliding_attention"`` layers (ModernBERT: 10,000); ``None``:
+            ``rope_theta``.
+        hidden_act ``"geglu"`` / ``"swiglu"``: a gated feed-forward layer (Shazeer 2020, eq. 5-6):
+            ``fc2(act(a) * b)`` with ``[a; b] = fc1(x)``, so ``fc1`` gives 2 x ``intermediate_size`` (as both
+            references); the gate's activation is GELU / SiLU (:data:`GLU_ACTS`).
+        attention_bias (bool): biases of the attention's ``qkv`` and ``out`` projections.
+        mlp_bias (bool): biases of the feed-forward layer's ``fc1`` and ``fc2``.
+        norm_bias (bool): the bias (beta) of every LayerNorm (RMSNorm has none).
+        decoder_bias (bool): the bias of the MLM decoder (the output projection onto the vocabulary).
+        classifier_bias (bool): the bias of the dense layer of the heads (MLM transform, pooler / prediction head).
+        layer_types (list[str] | None): per layer ``"full_attention"`` or ``"sliding_attention"`` (local attention
+            within a window of ``local_attention`` tokens). ``None``: from ``global_attn_every_n_layers``.
+        global_attn_every_n_layers (int | None): layer i is ``"full_attention"`` when i % n == 0, else
+            ``"sliding_attention"`` (ModernBERT: 3). ``None`` (and no ``layer_types``): every layer is global.
+        local_attention (int): the window of ``"sliding_attention"`` layers in tokens, ModernBERT's meaning: a token
+            attends to the tokens at most ``local_attention // 2`` positions away (either side); even, at most
+            ``max_position_embeddings``.
+        num_key_value_heads (int | None): heads of the keys and values (grouped-query attention, Ainslie et al. 2023,
+            "GQA"): each serves ``num_attention_heads / num_key_value_heads`` query heads. ``None``: one per query
+            head (multi-head attention).
+        head_dim (int | None): width D of every head; ``None``: ``hidden_size // num_attention_heads``.
+        embedding_norm (bool): the norm after the embeddings (BERT, ModernBERT); False: none (EuroBERT, Llama).
+        first_layer_attention_norm (bool): with pre-LN, the norm before the attention of layer 0; False: the identity
+            (ModernBERT: the embedding norm already normalised its input).
+        head_layout (str): the heads on top of the encoder: ``"bert"`` (the MLM transform uses ``hidden_act``, the
+            pooler is ``tanh(dense(pool(h)))``, tagging and QA read the hidden states), ``"modernbert"`` (a prediction
+            head ``norm(act(dense(x)))`` with ``classifier_activation`` in the MLM head, after pooling, and before the
+            tagging and QA classifiers), ``"eurobert"`` (the MLM decoder reads the hidden states, the pooler is
+            ``act(dense(pool(h)))``, tagging and QA read the hidden states).
+        classifier_activation (str): the activation of the ``"modernbert"`` / ``"eurobert"`` heads (one of
+            ``HIDDEN_ACTS``).
     """
 
     model_type = "sesame-bert"
@@ -86,9 +134,43 @@ class SesameBertConfig(PretrainedConfig):
     position_embedding_type: Literal["learned", "sinusoidal", "absolute"] = "learned"
     norm_position: Literal["post", "pre"] = "post"
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
-    classifier_pooling: Literal["cls", "mean", "max", "attention"] = "cls"
+    classifier_pooling: Literal["cls", "mean", "max", "attention", "late"] = "cls"
     sparse_prediction: bool = True
     embedding_size: int | None = None
+    rope_theta: float | int = 10000.0
+    local_rope_theta: float | int | None = None
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+    decoder_bias: bool = True
+    classifier_bias: bool = True
+    layer_types: list[str] | None = None
+    global_attn_every_n_layers: int | None = None
+    local_attention: int = 128
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    embedding_norm: bool = True
+    first_layer_attention_norm: bool = True
+    head_layout: Literal["bert", "modernbert", "eurobert"] = "bert"
+    classifier_activation: str = "gelu"
+
+    @property
+    def attention_head_dim(self) -> int:
+        """D: ``head_dim``, or ``hidden_size // num_attention_heads`` when it is ``None``."""
+        return self.hidden_size // self.num_attention_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def key_value_heads(self) -> int:
+        """The heads of keys and values: ``num_key_value_heads``, or ``num_attention_heads`` when it is ``None``."""
+        return self.num_attention_heads if self.num_key_value_heads is None else self.num_key_value_heads
+
+    def attention_types(self) -> list[str]:
+        """The attention of every layer, ``"full_attention"`` or ``"sliding_attention"`` (see ``layer_types`` and
+        ``global_attn_every_n_layers``)."""
+        if self.layer_types is not None:
+            return list(self.layer_types)
+        n = self.global_attn_every_n_layers
+        return [LAYER_TYPES[bool(n and i % n)] for i in range(self.num_hidden_layers)]
 
     @property
     def embedding_width(self) -> int:
@@ -108,7 +190,7 @@ class SesameBertConfig(PretrainedConfig):
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
             ):
                 raise ValueError(f"{field}={value!r}; expected a probability in [0, 1)")
-        if self.hidden_size % self.num_attention_heads != 0:
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
                 f"({self.num_attention_heads})"
@@ -120,6 +202,47 @@ class SesameBertConfig(PretrainedConfig):
             raise ValueError(f"sinusoidal position embeddings need an even embedding width, got {self.embedding_width}")
         if self.embedding_size is not None and self.embedding_size < 1:
             raise ValueError(f"embedding_size={self.embedding_size}; expected a positive integer or None")
+        self._validate_modern()
+
+    def _validate_modern(self):
+        """The checks of the modern-encoder fields (rotary, GQA, local attention); raises ``ValueError``."""
+        for field in ("num_key_value_heads", "head_dim", "global_attn_every_n_layers"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{field}={value!r}; expected a positive integer or None")
+        if self.num_attention_heads % self.key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_key_value_heads "
+                f"({self.key_value_heads})"
+            )
+        if self.position_embedding_type == "rope" and self.attention_head_dim % 2:
+            raise ValueError(f"rotary position embeddings need an even head dimension, got {self.attention_head_dim}")
+        for field in ("rope_theta", "local_rope_theta"):
+            value = getattr(self, field)
+            if value is not None and not value > 1:
+                raise ValueError(f"{field}={value!r}; expected a rotary base > 1")
+        if self.head_layout == "eurobert" and self.embedding_width != self.hidden_size:
+            raise ValueError(
+                f"head_layout='eurobert' puts the MLM decoder on the hidden states (width {self.hidden_size}); "
+                f"expected no embedding_size (got {self.embedding_size})"
+            )
+        if self.layer_types is not None and self.global_attn_every_n_layers is not None:
+            raise ValueError("layer_types and global_attn_every_n_layers are both set; expected one of them")
+        types = self.attention_types()
+        if len(types) != self.num_hidden_layers or any(t not in LAYER_TYPES for t in types):
+            raise ValueError(
+                f"layer_types={self.layer_types!r}; expected {self.num_hidden_layers} entries, each one of "
+                f"{', '.join(LAYER_TYPES)}"
+            )
+        if "sliding_attention" in types and not (
+            isinstance(self.local_attention, int)
+            and 2 <= self.local_attention <= self.max_position_embeddings
+            and self.local_attention % 2 == 0
+        ):
+            raise ValueError(
+                f"local_attention={self.local_attention!r}; expected an even window of tokens between 2 and "
+                f"max_position_embeddings ({self.max_position_embeddings})"
+            )
 
 
 #: The fields :class:`SesameBertRTDConfig` adds to the discriminator's :class:`SesameBertConfig` fields.

@@ -1,7 +1,15 @@
-"""Convert a Hugging Face BERT checkpoint (and its tokenizer) into a SesameBert model directory.
+"""Convert a Hugging Face BERT, ModernBERT or EuroBERT checkpoint (and its tokenizer) into a SesameBert model
+directory, or a SesameBert directory back into BERT / ModernBERT / EuroBERT.
 
     python -m modeling.bert.convert --source HF_BERT_DIR|REPO --output_dir D [--overwrite_output_dir] [--seed 0]
         [--tokenizer_name T]
+    python -m modeling.bert.convert --source MODERNBERT_OR_EUROBERT_DIR --output_dir D
+    python -m modeling.bert.convert --source SESAME_DIR --to bert|modernbert|eurobert --output_dir D
+
+A ``modernbert`` / ``eurobert`` source (``config.json``'s ``model_type``) becomes the SesameBert class with the same
+head (``convert_modern.CLASSES``); ``--to`` writes the transformers class with the SesameBert folder's head, in
+transformers' format (``config.json``, ``model.safetensors``, the tokenizer). Both check the two models on a sample
+pair.
 
 The source may hold a ``BertModel``, ``BertForMaskedLM`` or ``BertForPreTraining`` checkpoint (safetensors or
 PyTorch, sharded or not; with or without the ``bert.`` prefix), read through transformers'
@@ -27,10 +35,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
-from training.errors import InputError, add_debug_argument, run_cli
+from training.errors import InputError, add_debug_argument, first_line, run_cli
 from training.files import share_like_umask
 
+from . import convert_modern
 from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
 from .modeling_sesame_bert import SesameBertForPreTraining
 
@@ -194,9 +204,11 @@ def convert(
     overwrite: bool = False,
     seed: int = 0,
     tokenizer_name: str | None = None,
+    to: str | None = None,
 ) -> dict:
-    """Convert ``source`` (a BERT directory or hub repo id) into a SesameBert directory at ``output_dir``, with the
-    source's tokenizer (or ``tokenizer_name``'s; a source folder without tokenizer files is refused without it).
+    """Convert ``source`` (a BERT, ModernBERT or EuroBERT directory or hub repo id) into a SesameBert directory at
+    ``output_dir``, with the source's tokenizer (or ``tokenizer_name``'s; a source folder without tokenizer files is
+    refused without it); with ``to`` (``"modernbert"`` / ``"eurobert"``), a SesameBert directory into that format.
 
     Returns the report: ``architecture`` (what the source held), ``initialized`` (heads that were missing and
     are newly initialised), ``max_abs_diff`` (largest |difference| of last hidden state, MLM logits and NSP
@@ -208,6 +220,9 @@ def convert(
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
         raise InputError(f"--output_dir {output_dir}: exists and is not empty; pass --overwrite_output_dir")
     torch.manual_seed(seed)
+    family = _model_type(source)
+    if to is not None or family in convert_modern.FAMILIES:
+        return _convert_modern(source, output_dir, family, to, tokenizer_name)
     hf_model, missing, tokenizer = _load_source(source, tokenizer_name)
     config = sesame_config_from_bert(hf_model.config)
     initialized = sorted({name for key in missing for prefix, name in HEADS.items() if key.startswith(prefix)})
@@ -232,6 +247,19 @@ def convert(
     if max(diff.values()) > 1e-3:
         raise RuntimeError(f"converted model disagrees with the source: {diff}")
 
+    _save(output_dir, model, tokenizer)
+    return {
+        "source": str(source),
+        "output_dir": str(output_dir),
+        "architecture": architectures[0],
+        "initialized": initialized,
+        "max_abs_diff": diff,
+    }
+
+
+def _save(output_dir: Path, model, tokenizer) -> None:
+    """Write ``model`` and ``tokenizer`` (``save_pretrained``) to ``output_dir`` atomically (a temporary sibling folder
+    renamed into place; an existing folder is replaced)."""
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
@@ -248,11 +276,159 @@ def convert(
             os.replace(tmp, output_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: What ``--to`` writes: transformers' BERT, ModernBERT or EuroBERT format.
+TARGETS = ("bert", *convert_modern.FAMILIES)
+#: SesameBert class -> the transformers BERT class with the same head (``--to bert``).
+BERT_CLASSES = {
+    "SesameBertModel": "BertModel",
+    "SesameBertForMaskedLM": "BertForMaskedLM",
+    "SesameBertForPreTraining": "BertForPreTraining",
+    "SesameBertForSequenceClassification": "BertForSequenceClassification",
+    "SesameBertForQuestionAnswering": "BertForQuestionAnswering",
+    "SesameBertForTokenClassification": "BertForTokenClassification",
+}
+#: The SesameBert fields (and their values) of the BERT layout: a config with another value has no BERT counterpart.
+BERT_LAYOUT = dict(
+    norm_position="post",
+    norm_type="layernorm",
+    classifier_pooling="cls",
+    embedding_size=None,
+    num_key_value_heads=None,
+    head_dim=None,
+    attention_bias=True,
+    mlp_bias=True,
+    norm_bias=True,
+    decoder_bias=True,
+    classifier_bias=True,
+    embedding_norm=True,
+    head_layout="bert",
+    layer_types=None,
+    global_attn_every_n_layers=None,
+)
+
+
+def bert_config_from_sesame(config: SesameBertConfig):
+    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (:data:`BERT_LAYOUT`, learned
+    positions, one of ``HIDDEN_ACTS``, segment embeddings); the inverse of :func:`sesame_config_from_bert`.
+
+    Raises:
+        InputError: a field whose value BERT cannot express (named).
+    """
+    from transformers import BertConfig
+
+    wrong = {f: getattr(config, f) for f, v in BERT_LAYOUT.items() if getattr(config, f) != v}
+    if config.position_embedding_type not in ("learned", "absolute"):
+        wrong["position_embedding_type"] = config.position_embedding_type
+    if config.hidden_act not in HIDDEN_ACTS or config.type_vocab_size < 1:
+        wrong.update(hidden_act=config.hidden_act, type_vocab_size=config.type_vocab_size)
+    if wrong:
+        field, value = next(iter(wrong.items()))
+        raise InputError(f"a SesameBert config with {field}={value!r} has no BERT counterpart (--to bert)")
+    labels = dict(num_labels=config.num_labels, id2label=config.id2label, label2id=config.label2id)
+    return BertConfig(**{name: getattr(config, name) for name in COPIED_FIELDS}, **labels)
+
+
+def to_bert(model):
+    """The transformers BERT model (:data:`BERT_CLASSES`, eval mode) with the same head and function as a SesameBert
+    ``model`` of the BERT layout: ``attn.qkv`` is split into query, key and value (rows in that order), the other
+    parameters renamed back (:data:`RENAMES`).
+
+    Raises:
+        InputError: a class or a config without a BERT counterpart.
+    """
+    import transformers
+
+    name = BERT_CLASSES.get(type(model).__name__)
+    if name is None:
+        raise InputError(f"{type(model).__name__}: has no BERT counterpart; expected one of {', '.join(BERT_CLASSES)}")
+    config = bert_config_from_sesame(model.config)
+    if name == "BertForQuestionAnswering":
+        config.num_labels = 2  # transformers' span head has num_labels outputs
+    theirs = getattr(transformers, name)(config).eval()
+    ours, hidden, state = model.state_dict(), model.config.hidden_size, {}
+    for key in theirs.state_dict():
+        part = next((i for i, n in enumerate(("query", "key", "value")) if f".attention.self.{n}." in key), None)
+        target = key.replace("cls.predictions.bias", "cls.predictions.decoder.bias")
+        if part is not None:
+            target = target.replace(f"attention.self.{('query', 'key', 'value')[part]}.", "attn.qkv.")
+        for old, new in RENAMES:
+            target = target.replace(old, new)
+        if target in ours:
+            state[key] = ours[target] if part is None else ours[target][part * hidden : (part + 1) * hidden]
+    missing = [k for k in theirs.state_dict() if k not in state and not k.endswith(("position_ids", "token_type_ids"))]
+    if missing:
+        raise RuntimeError(f"{name}: parameters without a SesameBert counterpart: {missing}")
+    theirs.load_state_dict(state, strict=False)
+    return theirs
+
+
+def _model_type(source: str) -> str | None:
+    """``model_type`` of a local source folder's ``config.json`` (``None`` for a hub repo id or an unreadable file:
+    the BERT path then reports what is wrong)."""
+    path = Path(source) / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _convert_modern(source: str, output_dir: Path, family: str | None, to: str | None, tokenizer_name: str | None):
+    """ModernBERT / EuroBERT ``source`` -> SesameBert (``to`` ``None``), or SesameBert ``source`` -> ``to``; the
+    converted model is checked on the sample pair and written with the tokenizer (:func:`_save`)."""
+    import transformers
+
+    from .. import bert
+
+    expected = "sesame-bert" if to is not None else "one of bert, " + ", ".join(convert_modern.FAMILIES)
+    if (to is not None) != (family == "sesame-bert"):
+        raise InputError(f"--source {source}: model_type={family!r}; expected {expected}")
+    if to is not None and to not in TARGETS:
+        raise InputError(f"--to {to}: expected one of {', '.join(TARGETS)}")
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError, StrictDataclassError) as err:  # the last: a field the config's validators refuse
+        raise InputError(f"--source {source}: cannot read a config ({type(err).__name__}: {first_line(err)})") from err
+    architecture = (getattr(config, "architectures", None) or ["?"])[0]
+    classes = bert.__dict__ if to is not None else convert_modern.CLASSES
+    if architecture not in classes:
+        names = sorted(set(convert_modern.CLASSES.values()) if to is not None else convert_modern.CLASSES)
+        raise InputError(f"--source {source}: architectures={[architecture]}; expected one of {', '.join(names)}")
+    load = getattr(bert if to is not None else transformers, architecture).from_pretrained
+    try:
+        source_model = load(source, trust_remote_code=False).eval()
+    except Exception as err:  # noqa: BLE001  (missing, truncated or corrupt weights)
+        raise InputError(f"--source {source}: no readable weights: {type(err).__name__}: {first_line(err)}") from err
+    arg_name = "--tokenizer_name" if tokenizer_name else "--source"
+    tokenizer = _load_tokenizer(tokenizer_name or source, arg_name, config.vocab_size)
+    if to:  # the special tokens the target's config names, from the tokenizer where the SesameBert config has none
+        special = dict(bos_token_id="cls_token_id", eos_token_id="sep_token_id", cls_token_id="cls_token_id")
+        special.update(sep_token_id="sep_token_id", mask_token_id="mask_token_id")
+        for field, attribute in special.items():
+            if getattr(source_model.config, field, None) is None and getattr(tokenizer, attribute, None) is not None:
+                setattr(source_model.config, field, getattr(tokenizer, attribute))
+    if to == "bert":
+        model = to_bert(source_model)
+    else:
+        model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
+    batch = tokenizer(*SAMPLE, return_tensors="pt")
+    batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        ref, new = source_model(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True)
+    diff = {"last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item()}
+    for name in ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits"):
+        if getattr(ref, name, None) is not None:
+            diff[name] = (getattr(ref, name) - getattr(new, name)).abs().max().item()
+    if max(diff.values()) > 1e-3:
+        raise RuntimeError(f"converted model disagrees with the source: {diff}")
+    _save(output_dir, model, tokenizer)
     return {
         "source": str(source),
         "output_dir": str(output_dir),
-        "architecture": architectures[0],
-        "initialized": initialized,
+        "architecture": architecture,
+        "converted_to": type(model).__name__,
+        "initialized": ["pooler"] if architecture.endswith("BertModel") and to is None else [],
         "max_abs_diff": diff,
     }
 
@@ -277,7 +453,15 @@ def main(argv=None) -> int:
         prog="python -m modeling.bert.convert",
         description="Convert a Hugging Face BERT checkpoint and its tokenizer into a SesameBert directory.",
     )
-    parser.add_argument("--source", required=True, help="BERT model directory or hub repo id")
+    parser.add_argument(
+        "--source", required=True, help="BERT, ModernBERT or EuroBERT directory or hub repo id (SesameBert with --to)"
+    )
+    parser.add_argument(
+        "--to",
+        choices=TARGETS,
+        default=None,
+        help="write a SesameBert --source in this transformers format instead",
+    )
     parser.add_argument("--output_dir", required=True, help="where to write the SesameBert directory")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="replace a non-empty --output_dir")
     parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation of missing heads")
@@ -294,6 +478,7 @@ def main(argv=None) -> int:
         overwrite=args.overwrite_output_dir,
         seed=args.seed,
         tokenizer_name=args.tokenizer_name,
+        to=args.to,
     )
     if report["initialized"]:
         print(f"initialised (not in the source): {', '.join(report['initialized'])}", file=sys.stderr)

@@ -3,7 +3,10 @@
 Architecture: BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers") with the
 component choices of Cramming (Geiping & Goldstein 2023, ``crammed_bert.py``) picked by config strings through
 the small tables below: activation, normalisation (LayerNorm / RMSNorm), its position (post-LN as BERT or pre-LN),
-position embeddings (learned or sinusoidal), pooling for classification (cls / mean / max / attention).
+position embeddings (learned or sinusoidal), pooling for classification (cls / mean / max / attention); and the
+modern encoder's (ModernBERT, EuroBERT): rotary embeddings, GLU feed-forward layers, bias switches, local
+(sliding-window) attention, grouped-query attention, their head layouts (``configuration_sesame_bert``). Rotary
+embeddings, sliding-window masks, the eager kernel and the dense document masks live in ``attention_sesame_bert``.
 
 Self-attention goes through transformers' attention interface: ``config._attn_implementation`` picks the kernel
 from ``ALL_ATTENTION_FUNCTIONS`` ("eager", "sdpa" (the default), "flex_attention", "flash_attention_2" where
@@ -46,40 +49,21 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_sesame_bert import SesameBertConfig
+from .attention_sesame_bert import (
+    SinusoidalPositionEmbedding,
+    apply_rotary,
+    document_dense_mask,
+    document_ids,
+    document_mask_function,
+    eager_attention_forward,
+    repeat_kv,
+    rotary_embeddings,
+    sinusoidal_table,
+    sliding_window_mask,
+)
+from .configuration_sesame_bert import GLU_ACTS, SesameBertConfig
 
 IGNORE_INDEX = -100  # label of positions that are not predicted (MLM) / not scored (tagging)
-
-
-def sinusoidal_table(num_positions: int, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Fixed position encodings of Vaswani et al. 2017 (sec. 3.5): a (num_positions, dim) tensor of ``dtype``.
-
-    ``p[i, 2j] = sin(i / 10000^(2j/dim))`` and ``p[i, 2j+1] = cos(i / 10000^(2j/dim))``; ``dim`` must be even.
-    Computed in float64 and rounded once to ``dtype`` (default: ``torch.get_default_dtype()``, which
-    ``from_pretrained(dtype=...)`` / ``from_config(dtype=...)`` set while they build the model).
-    """
-    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
-    inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    table = torch.zeros(num_positions, dim, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)
-    return table.to(torch.get_default_dtype() if dtype is None else dtype)
-
-
-class SinusoidalPositionEmbedding(nn.Module):
-    """Fixed sinusoidal position embedding: ``forward(position_ids (B|1, T) long) -> (B|1, T, dim)``.
-
-    The table is a non-persistent floating buffer (not saved, not trained), recomputed at initialisation in the
-    buffer's own dtype; it follows the model's dtype (``from_pretrained(dtype=...)``, ``from_config(dtype=...)``,
-    ``.to(dtype)``, ``.half()``), so the embedding sum stays in the weights' dtype.
-    """
-
-    def __init__(self, num_positions: int, dim: int):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
-
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(position_ids, self.table)
 
 
 # ---- component tables (config string -> constructor) ----------------------------------------------------------
@@ -92,16 +76,48 @@ ACTIVATIONS = {
     "swish": nn.SiLU,
     "tanh": nn.Tanh,
 }
-NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+
+
+class GatedLinearUnit(nn.Module):
+    """GLU variants (Shazeer 2020, "GLU Variants Improve Transformer", eq. 5-6): ``act(a) * b`` with ``[a; b] = x``
+    split in halves on the last axis, (..., 2I) -> (..., I); GEGLU with GELU, SwiGLU with SiLU."""
+
+    def __init__(self, act: nn.Module):
+        super().__init__()
+        self.act = act
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=-1)
+        return self.act(a) * b
+
+
+ACTIVATIONS.update({name: lambda gate=gate: GatedLinearUnit(ACTIVATIONS[gate]()) for name, gate in GLU_ACTS.items()})
+NORMS = {  # (width, eps, bias) -> module
+    "layernorm": lambda w, eps, bias: nn.LayerNorm(w, eps=eps, bias=bias),
+    "rmsnorm": lambda w, eps, bias: nn.RMSNorm(w, eps=eps),
+}
 POSITION_EMBEDDINGS = {  # (config, width) -> module
     "learned": lambda c, w: nn.Embedding(c.max_position_embeddings, w),
     "absolute": lambda c, w: nn.Embedding(c.max_position_embeddings, w),  # old BertConfig name
     "sinusoidal": lambda c, w: SinusoidalPositionEmbedding(c.max_position_embeddings, w),
+    "rope": lambda c, w: None,  # rotary: applied to the queries and keys of every layer
 }
+#: head_layout -> (the activation of the pooler / prediction head, of the MLM transform (None: classifier_activation,
+#: "hidden_act": hidden_act's, its gate's for a GLU), a norm after the pooler's, the prediction head before the tagging
+#: and QA classifiers, the MLM transform before the decoder)
+HEAD_LAYOUTS = {"bert": ("tanh", "hidden_act", False, False, True), "modernbert": (None, None, True, True, True)}
+HEAD_LAYOUTS["eurobert"] = (None, None, False, False, False)
+
+
+def _head_act(config: SesameBertConfig, name: str | None) -> nn.Module:
+    """The activation ``name`` of a :data:`HEAD_LAYOUTS` entry."""
+    hidden = GLU_ACTS.get(config.hidden_act, config.hidden_act)
+    return ACTIVATIONS[{None: config.classifier_activation, "hidden_act": hidden}.get(name, name)]()
 
 
 def _norm(config: SesameBertConfig, width: int | None = None) -> nn.Module:
-    return NORMS[config.norm_type](config.hidden_size if width is None else width, eps=config.layer_norm_eps)
+    width = config.hidden_size if width is None else width
+    return NORMS[config.norm_type](width, config.layer_norm_eps, config.norm_bias)
 
 
 def _keep_mask(attention_mask: torch.Tensor | None, shape: torch.Size, device) -> torch.Tensor:
@@ -145,8 +161,8 @@ class SesameBertEmbeddings(nn.Module):
         width = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config, width)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
-        self.norm = _norm(config, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
+        self.norm = _norm(config, width) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
@@ -156,46 +172,11 @@ class SesameBertEmbeddings(nn.Module):
             position_ids = torch.arange(length, device=embeddings.device).unsqueeze(0)
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=embeddings.device)
-        embeddings = embeddings + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        if self.position_embeddings is not None:
+            embeddings = embeddings + self.position_embeddings(position_ids)
         return self.dropout(self.norm(embeddings))
-
-
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention written out (Vaswani et al. 2017, eq. 1), transformers' "eager" signature.
-
-    ``softmax(q k^T * scaling + mask) v`` with dropout on the probabilities (``dropout`` > 0 only in training).
-
-    Args:
-        module: the calling attention module (its ``training`` flag switches dropout).
-        query, key, value: (B, A, T, D) float.
-        attention_mask: ``None`` (attend everywhere), an additive float mask broadcastable to (B, A, T, T) (0 = attend,
-            the dtype's minimum = masked; transformers' ``eager_mask``) or a boolean one (True = attend;
-            ``sdpa_mask``), so that this kernel also serves "sdpa" layers asked for ``output_attentions``.
-        scaling: multiplier of the scores, ``D ** -0.5``.
-        dropout: dropout probability on the attention probabilities.
-
-    Returns:
-        ``(context (B, T, A, D), probabilities (B, A, T, T))``; the probabilities before dropout, in the scores' dtype
-        (float32 under autocast when the mask is float32, as the mask addition promotes them).
-    """
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    weights = scores.softmax(-1)
-    context = torch.matmul(F.dropout(weights, dropout, module.training), value)
-    return context.transpose(1, 2), weights
 
 
 _compiled_flex_attention: Callable | None = None  # torch.compile(flex_attention), built once per process
@@ -361,24 +342,38 @@ class SesameBertSelfAttention(nn.Module):
     kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
     ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`;
     given :class:`DocumentSequences` (the same while attention dropout is in effect), :func:`document_varlen_attention`.
+
+    Modern options: with ``num_key_value_heads`` K < A, ``qkv`` gives A queries and K keys and values (H -> (A + 2K) D,
+    grouped-query attention; each key/value head is repeated for its A / K query heads before the kernel); with
+    ``position_embeddings`` ``(cos, sin)`` the queries and keys are rotated (RoPE); a ``"sliding_attention"`` layer
+    (``attention_type``) passes ``sliding_window = local_attention // 2 + 1`` to the kernel (flash reads it, as for
+    ModernBERT; the other kernels get the window in their mask).
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
 
-    def __init__(self, config: SesameBertConfig):
+    def __init__(self, config: SesameBertConfig, attention_type: str = "full_attention"):
         super().__init__()
         self.config = config
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.key_value_heads
+        self.head_dim = config.attention_head_dim
         self.scaling = self.head_dim**-0.5
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
-        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        width, bias = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim, config.attention_bias
+        self.qkv = nn.Linear(config.hidden_size, width, bias=bias)
+        self.out = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.sliding_window = config.local_attention // 2 + 1 if attention_type == "sliding_attention" else None
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
-        batch, length, hidden = hidden_states.shape
-        qkv = self.qkv(hidden_states).view(batch, length, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, position_embeddings=None, **kwargs):
+        batch, length = hidden_states.shape[:2]
+        qkv = self.qkv(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        q, k, v = qkv.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=1)
+        if position_embeddings is not None:
+            q, k = apply_rotary(q, k, *position_embeddings)
+        groups = self.num_heads // self.num_kv_heads
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+        if self.sliding_window is not None:
+            kwargs["sliding_window"] = self.sliding_window
         implementation = self.config._attn_implementation
         if output_attentions and implementation == "sdpa":
             implementation = "eager"
@@ -399,7 +394,7 @@ class SesameBertSelfAttention(nn.Module):
             output_attentions=output_attentions,
             **kwargs,
         )
-        return self.out(context.reshape(batch, length, hidden)), probs
+        return self.out(context.reshape(batch, length, -1)), probs
 
 
 class SesameBertLayer(GradientCheckpointingLayer):
@@ -410,17 +405,20 @@ class SesameBertLayer(GradientCheckpointingLayer):
     (transformers' ``apply_chunking_to_forward``: the same values with less peak memory; T must be a multiple of it).
     """
 
-    def __init__(self, config: SesameBertConfig):
+    def __init__(self, config: SesameBertConfig, layer_idx: int = 0):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.chunk_size_feed_forward = config.chunk_size_feed_forward
-        self.attn = SesameBertSelfAttention(config)
-        self.norm1 = _norm(config)
+        self.attention_type = config.attention_types()[layer_idx]
+        self.attn = SesameBertSelfAttention(config, self.attention_type)
+        identity = self.pre_norm and layer_idx == 0 and not config.first_layer_attention_norm
+        self.norm1 = nn.Identity() if identity else _norm(config)
+        gates = 2 if config.hidden_act in GLU_ACTS else 1  # a GLU's fc1 gives the activated half and the gate
         self.ffn = nn.Sequential(
             OrderedDict(
-                fc1=nn.Linear(config.hidden_size, config.intermediate_size),
+                fc1=nn.Linear(config.hidden_size, gates * config.intermediate_size, bias=config.mlp_bias),
                 act=ACTIVATIONS[config.hidden_act](),
-                fc2=nn.Linear(config.intermediate_size, config.hidden_size),
+                fc2=nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias),
             )
         )
         self.norm2 = _norm(config)
@@ -454,12 +452,17 @@ class SesameBertEncoder(nn.Module):
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
-        self.layer = nn.ModuleList([SesameBertLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layer = nn.ModuleList([SesameBertLayer(config, i) for i in range(config.num_hidden_layers)])
         self.final_norm = _norm(config) if config.norm_position == "pre" else nn.Identity()
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, **kwargs):
+        """``attention_mask``: one mask for every layer, or a dict layer type -> mask; ``position_embeddings``: a
+        dict layer type -> rotary ``(cos, sin)`` (:func:`rotary_embeddings`), or ``None``."""
         for layer in self.layer:
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+            kind = layer.attention_type
+            mask = attention_mask.get(kind) if isinstance(attention_mask, dict) else attention_mask
+            rotary = (position_embeddings or {}).get(kind)
+            hidden_states = layer(hidden_states, mask, **({"position_embeddings": rotary} if rotary else {}), **kwargs)
         return self.final_norm(hidden_states)
 
 
@@ -472,12 +475,21 @@ class SesameBertPooler(nn.Module):
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         self.pooling = config.classifier_pooling
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        act, _, norm = HEAD_LAYOUTS[config.head_layout][:3]
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = _head_act(config, act)
+        self.norm = _norm(config) if norm else nn.Identity()
         if self.pooling == "attention":
             self.attention = nn.Linear(config.hidden_size, 1, bias=False)  # w of alpha = softmax(w^T h_i)
 
     def forward(self, h, keep):
-        return torch.tanh(self.dense(POOLINGS[self.pooling](self, h, keep)))
+        if self.pooling == "late":  # EuroBERT's: the transform on every token, then the mean
+            return _pool_mean(self, self.transform(h), keep)
+        return self.transform(POOLINGS[self.pooling](self, h, keep))
+
+    def transform(self, x):
+        """The prediction head without pooling, ``norm(act(dense(x)))``: (..., H) -> (..., H)."""
+        return self.norm(self.act(self.dense(x)))
 
 
 class SesameBertMLMHead(nn.Module):
@@ -490,10 +502,11 @@ class SesameBertMLMHead(nn.Module):
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         width = config.embedding_width
-        self.dense = nn.Linear(config.hidden_size, width)
-        self.act = ACTIVATIONS[config.hidden_act]()
-        self.norm = _norm(config, width)
-        self.decoder = nn.Linear(width, config.vocab_size)
+        _, act, _, _, transform = HEAD_LAYOUTS[config.head_layout]
+        self.dense = nn.Linear(config.hidden_size, width, bias=config.classifier_bias) if transform else nn.Identity()
+        self.act = _head_act(config, act) if transform else nn.Identity()
+        self.norm = _norm(config, width) if transform else nn.Identity()
+        self.decoder = nn.Linear(width, config.vocab_size, bias=config.decoder_bias)
 
     def forward(self, h):
         return self.decoder(self.norm(self.act(self.dense(h))))
@@ -570,41 +583,6 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
-def document_ids(position_ids: torch.Tensor) -> torch.Tensor:
-    """The packed document of every token, from position ids that restart at 0 per document.
-
-    A document starts where ``position_ids[b, t] != position_ids[b, t - 1] + 1`` (and at ``t = 0``): transformers'
-    packed-sequence convention (``DataCollatorWithFlattening``, ``masking_utils.find_packed_sequence_indices``), here
-    without that function's data-dependent shortcut, so no host synchronisation and nothing for export to guard on.
-
-    Args:
-        position_ids: (B, T) integer positions.
-
-    Returns:
-        (B, T) long: 0 for the first document of each row, then 1, 2, ... (e.g. positions ``[0 1 2 0 1 0]`` give
-        ``[0 0 0 1 1 2]``).
-    """
-    return (torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1) != 1).cumsum(-1)
-
-
-def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = None) -> Callable:
-    """A ``masking_utils`` mask function (``(batch_idx, head_idx, q_idx, kv_idx) -> bool``, True = may attend) that
-    keeps attention within a document: ``documents[b, q] == documents[b, kv]``.
-
-    Args:
-        documents: (B, T) long document ids (:func:`document_ids`).
-        keep: (B, T) bool, False at padding, or ``None``. A padding query may attend to every key, so that no row of the
-            mask is empty (the padding *keys* are masked by ``create_bidirectional_mask`` itself); padding outputs are
-            meaningless either way, and an empty row would make some kernels return NaN there.
-    """
-
-    def same_document(batch_idx, head_idx, q_idx, kv_idx):
-        same = documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
-        return same if keep is None else same | ~keep[batch_idx, q_idx]
-
-    return same_document
-
-
 def packed_documents_kernel(config, device: torch.device, training: bool, output_attentions: bool = False) -> str:
     """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``. Neither
     builds a dense per-batch mask: "sdpa" on CUDA becomes
@@ -622,23 +600,6 @@ def packed_documents_kernel(config, device: torch.device, training: bool, output
     if training and config.attention_probs_dropout_prob > 0:
         return "document_varlen"
     return "document_flex"
-
-
-def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """The boolean (B, 1, T, T) mask of packed documents for SDPA and the eager kernel (True = may attend): query
-    ``q`` attends to key ``kv`` of its own document that is not padding; a padding query attends to every real key.
-    The mask ``create_bidirectional_mask`` builds with :func:`document_mask_function`, by broadcasting (a few
-    element-wise ops, no ``vmap``: about 0.1 ms of host time instead of ~15 ms at B256 T128,
-    ``bench/bench_host_side.py``).
-
-    Args:
-        documents: (B, T) long document ids (:func:`document_ids`).
-        keep: (B, T) bool, False at padding, or ``None``.
-    """
-    allowed = documents[:, None, :, None] == documents[:, None, None, :]
-    if keep is not None:
-        allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
-    return allowed
 
 
 def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None, block: int = 128) -> BlockMask:
@@ -783,11 +744,25 @@ class SesameBertModel(SesameBertPreTrainedModel):
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         mask = self._attention_mask(x, attention_mask, position_ids, kwargs, output_attentions)
-        last = self.encoder(x, mask, output_attentions=output_attentions, **kwargs)
+        if "sliding_attention" in self.config.attention_types():
+            window = self._window_mask(x, attention_mask, position_ids, output_attentions)
+            mask = {"full_attention": mask, "sliding_attention": window}
+        positions = torch.arange(x.shape[1], device=x.device)[None] if position_ids is None else position_ids
+        rotary = rotary_embeddings(self.config, positions, x.dtype)
+        last = self.encoder(x, mask, position_embeddings=rotary, output_attentions=output_attentions, **kwargs)
         pooled = None
         if self.pooler is not None:
             pooled = self.pooler(last, _keep_mask(attention_mask, last.shape[:2], last.device))
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
+
+    def _window_mask(self, embeddings, attention_mask, position_ids, output_attentions=False):
+        """The mask of the ``"sliding_attention"`` layers (:func:`sliding_window_mask`), within the packed documents of
+        ``position_ids`` when given, for the kernel that runs the full-attention layers."""
+        if position_ids is None:
+            return sliding_window_mask(self.config, embeddings, attention_mask, None, self.config._attn_implementation)
+        documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
+        implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
+        return sliding_window_mask(self.config, embeddings, attention_mask, documents, implementation)
 
     def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
         """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
@@ -973,6 +948,12 @@ def _add_classifier(model, config):
     model.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
 
+def _prediction_head(config) -> nn.Module:
+    """The prediction head of the tagging and QA heads (:data:`HEAD_LAYOUTS`): a :class:`SesameBertPooler` whose
+    ``transform`` runs on every token (``"modernbert"``), or ``None``."""
+    return SesameBertPooler(config) if HEAD_LAYOUTS[config.head_layout][3] else None
+
+
 class SesameBertForSequenceClassification(SesameBertHeadModel):
     """Encoder + pooler + dropout + linear classifier, for single sentences and sentence pairs (GLUE).
 
@@ -1011,6 +992,7 @@ class SesameBertForQuestionAnswering(SesameBertHeadModel):
     def __init__(self, config: SesameBertConfig):
         super().__init__(config)
         self.bert = SesameBertModel(config, add_pooling_layer=False)
+        self.head = _prediction_head(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -1027,7 +1009,8 @@ class SesameBertForQuestionAnswering(SesameBertHeadModel):
         **kwargs,
     ):
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        h = outputs.last_hidden_state
+        start_logits, end_logits = self.qa_outputs(h if self.head is None else self.head.transform(h)).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
             length = start_logits.size(1)  # positions outside the sequence are ignored, as transformers does
@@ -1052,11 +1035,13 @@ class SesameBertForTokenClassification(SesameBertHeadModel):
     def __init__(self, config: SesameBertConfig):
         super().__init__(config)
         self.bert = SesameBertModel(config, add_pooling_layer=False)
+        self.head = _prediction_head(config)
         _add_classifier(self, config)
         self.post_init()
 
     def _head(self, outputs, labels, attention_mask):
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        h = outputs.last_hidden_state
+        logits = self.classifier(self.dropout(h if self.head is None else self.head.transform(h)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)

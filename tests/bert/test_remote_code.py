@@ -87,3 +87,43 @@ def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
     assert torch.equal(got["logits"], expected.prediction_logits)
     assert torch.equal(got["hidden"], hidden)
     assert got["tokens"] == tokenizer("the cat sat")["input_ids"]
+
+
+def test_remote_code_round_trip_of_a_modern_config(tiny_kwargs, tokenizer, make_batch, tmp_path):
+    """A ModernBERT-class SesameBert (rope, GeGLU, local layers, GQA, modernbert heads) loads without the package:
+    the attention module (``attention_sesame_bert.py``) travels with the model code."""
+    torch.manual_seed(0)
+    modern = dict(
+        tiny_kwargs,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_act="geglu",
+        position_embedding_type="rope",
+        global_attn_every_n_layers=2,
+        local_attention=4,
+        type_vocab_size=0,
+        norm_position="pre",
+        first_layer_attention_norm=False,
+        attention_bias=False,
+        mlp_bias=False,
+        norm_bias=False,
+        head_layout="modernbert",
+    )
+    model = SesameBertForPreTraining(SesameBertConfig(**modern)).eval()
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    assert (model_dir / "attention_sesame_bert.py").is_file()
+    batch = make_batch(model.config.vocab_size)
+    torch.save(batch, tmp_path / "batch.pt")
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    run_ok([sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")], tmp_path, env, timeout=120)
+    got = torch.load(tmp_path / "out.pt")
+    assert got["project_loaded"] == [] and got["tied"] is True
+    with torch.no_grad():
+        assert torch.equal(got["logits"], model(**batch).prediction_logits)
+        assert torch.equal(got["hidden"], model.bert(**batch).last_hidden_state)

@@ -1,0 +1,310 @@
+"""Attention parts of SesameBert that do not depend on the model classes: position encodings (sinusoidal table,
+rotary embeddings), the eager kernel, grouped-query attention and the masks of local (sliding-window) attention.
+
+Shapes: B = batch, T = sequence length (tokens), A = query heads, K = key/value heads, D = head dimension.
+
+This file is copied next to the weights by ``save_pretrained`` with ``modeling_sesame_bert.py`` (``auto_map`` +
+remote code): it imports only torch, transformers and, relatively, ``configuration_sesame_bert``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask
+from transformers.masking_utils import and_masks, create_bidirectional_mask
+
+from .configuration_sesame_bert import SesameBertConfig
+
+
+# ---- position encodings --------------------------------------------------------------------------------------------
+def sinusoidal_table(num_positions: int, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Fixed position encodings of Vaswani et al. 2017 (sec. 3.5): a (num_positions, dim) tensor of ``dtype``.
+
+    ``p[i, 2j] = sin(i / 10000^(2j/dim))`` and ``p[i, 2j+1] = cos(i / 10000^(2j/dim))``; ``dim`` must be even.
+    Computed in float64 and rounded once to ``dtype`` (default: ``torch.get_default_dtype()``, which
+    ``from_pretrained(dtype=...)`` / ``from_config(dtype=...)`` set while they build the model).
+    """
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table.to(torch.get_default_dtype() if dtype is None else dtype)
+
+
+class SinusoidalPositionEmbedding(nn.Module):
+    """Fixed sinusoidal position embedding: ``forward(position_ids (B|1, T) long) -> (B|1, T, dim)``.
+
+    The table is a non-persistent floating buffer (not saved, not trained), recomputed at initialisation in the
+    buffer's own dtype; it follows the model's dtype (``from_pretrained(dtype=...)``, ``from_config(dtype=...)``,
+    ``.to(dtype)``, ``.half()``), so the embedding sum stays in the weights' dtype.
+    """
+
+    def __init__(self, num_positions: int, dim: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(position_ids, self.table)
+
+
+def rotary_cos_sin(
+    position_ids: torch.Tensor, dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cosines and sines of rotary position embeddings (RoPE; Su et al. 2021, "RoFormer: Enhanced Transformer
+    with Rotary Position Embedding", eq. 15 and 34) in the half-split layout of GPT-NeoX / Llama / ModernBERT: the
+    frequency theta_i = ``theta`` ^ (-2i / ``dim``) pairs dimension i with i + dim/2.
+
+    Computed in float32 from the positions on every call (no buffer: nothing to save, initialise or move); rounded
+    once to ``dtype``.
+
+    Args:
+        position_ids: (B|1, T) integer positions (restarting per packed document).
+        dim: the head dimension D (even).
+        theta: the rotary base (``rope_theta`` or ``local_rope_theta``).
+        dtype: the dtype of the queries and keys.
+
+    Returns:
+        ``(cos, sin)``, each (B|1, T, D) of ``dtype``.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float, device=position_ids.device) / dim))
+    freqs = position_ids[..., None].float() * inv_freq
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotary_embeddings(config: SesameBertConfig, position_ids: torch.Tensor, dtype: torch.dtype) -> dict:
+    """The rotary ``(cos, sin)`` of every layer type of ``config`` (``"full_attention"`` with ``rope_theta``,
+    ``"sliding_attention"`` with ``local_rope_theta``), or ``{}`` unless ``position_embedding_type`` is ``"rope"``.
+
+    Args:
+        config: the model's config.
+        position_ids: (B|1, T) integer positions.
+        dtype: the dtype of the queries and keys.
+    """
+    if config.position_embedding_type != "rope":
+        return {}
+    thetas = {"full_attention": config.rope_theta, "sliding_attention": config.local_rope_theta or config.rope_theta}
+    dim = config.attention_head_dim
+    return {kind: rotary_cos_sin(position_ids, dim, thetas[kind], dtype) for kind in set(config.attention_types())}
+
+
+def apply_rotary(
+    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate queries and keys by their positions (RoPE, Su et al. 2021, eq. 34): ``x * cos + rotate_half(x) * sin``
+    with ``rotate_half([x1; x2]) = [-x2; x1]``, computed in float32 and rounded back to the input dtype.
+
+    Args:
+        query: (B, A, T, D); key: (B, K, T, D); cos, sin: (B|1, T, D) from :func:`rotary_cos_sin`.
+
+    Returns:
+        The rotated ``(query, key)``, shapes and dtypes as given.
+    """
+    cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
+
+    def rotate(x):
+        x = x.float()
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    return rotate(query).to(query.dtype), rotate(key).to(key.dtype)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Grouped-query attention (Ainslie et al. 2023, "GQA"): every key/value head serves ``groups`` consecutive query
+    heads. (B, K, T, D) -> (B, K * groups, T, D); returned as it is when ``groups`` is 1."""
+    if groups == 1:
+        return x
+    batch, heads, length, dim = x.shape
+    return x[:, :, None].expand(batch, heads, groups, length, dim).reshape(batch, heads * groups, length, dim)
+
+
+# ---- the eager kernel ----------------------------------------------------------------------------------------------
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention written out (Vaswani et al. 2017, eq. 1), transformers' "eager" signature.
+
+    ``softmax(q k^T * scaling + mask) v`` with dropout on the probabilities (``dropout`` > 0 only in training).
+
+    Args:
+        module: the calling attention module (its ``training`` flag switches dropout).
+        query, key, value: (B, A, T, D) float.
+        attention_mask: ``None`` (attend everywhere), an additive float mask broadcastable to (B, A, T, T) (0 = attend,
+            the dtype's minimum = masked; transformers' ``eager_mask``) or a boolean one (True = attend;
+            ``sdpa_mask``), so that this kernel also serves "sdpa" layers asked for ``output_attentions``.
+        scaling: multiplier of the scores, ``D ** -0.5``.
+        dropout: dropout probability on the attention probabilities.
+
+    Returns:
+        ``(context (B, T, A, D), probabilities (B, A, T, T))``; the probabilities before dropout, in the scores' dtype
+        (float32 under autocast when the mask is float32, as the mask addition promotes them).
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = scores.softmax(-1)
+    context = torch.matmul(F.dropout(weights, dropout, module.training), value)
+    return context.transpose(1, 2), weights
+
+
+# ---- packed documents ---------------------------------------------------------------------------------------------
+def document_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """The packed document of every token, from position ids that restart at 0 per document.
+
+    A document starts where ``position_ids[b, t] != position_ids[b, t - 1] + 1`` (and at ``t = 0``): transformers'
+    packed-sequence convention (``DataCollatorWithFlattening``, ``masking_utils.find_packed_sequence_indices``), here
+    without that function's data-dependent shortcut, so no host synchronisation and nothing for export to guard on.
+
+    Args:
+        position_ids: (B, T) integer positions.
+
+    Returns:
+        (B, T) long: 0 for the first document of each row, then 1, 2, ... (e.g. positions ``[0 1 2 0 1 0]`` give
+        ``[0 0 0 1 1 2]``).
+    """
+    return (torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+
+
+def document_mask_function(documents: torch.Tensor, keep: torch.Tensor | None = None) -> Callable:
+    """A ``masking_utils`` mask function (``(batch_idx, head_idx, q_idx, kv_idx) -> bool``, True = may attend) that
+    keeps attention within a document: ``documents[b, q] == documents[b, kv]``.
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``. A padding query may attend to every key, so that no row of the
+            mask is empty (the padding *keys* are masked by ``create_bidirectional_mask`` itself); padding outputs are
+            meaningless either way, and an empty row would make some kernels return NaN there.
+    """
+
+    def same_document(batch_idx, head_idx, q_idx, kv_idx):
+        same = documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
+        return same if keep is None else same | ~keep[batch_idx, q_idx]
+
+    return same_document
+
+
+def document_dense_mask(documents: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The boolean (B, 1, T, T) mask of packed documents for SDPA and the eager kernel (True = may attend): query
+    ``q`` attends to key ``kv`` of its own document that is not padding; a padding query attends to every real key.
+    The mask ``create_bidirectional_mask`` builds with :func:`document_mask_function`, by broadcasting (a few
+    element-wise ops, no ``vmap``: about 0.1 ms of host time instead of ~15 ms at B256 T128,
+    ``bench/bench_host_side.py``).
+
+    Args:
+        documents: (B, T) long document ids (:func:`document_ids`).
+        keep: (B, T) bool, False at padding, or ``None``.
+    """
+    allowed = documents[:, None, :, None] == documents[:, None, None, :]
+    if keep is not None:
+        allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
+    return allowed
+
+
+# ---- local (sliding-window) attention ------------------------------------------------------------------------------
+def sliding_window_band(length: int, window: int, device=None) -> torch.Tensor:
+    """The (T, T) boolean band of local attention, ModernBERT's meaning of the window: query ``q`` may attend to key
+    ``kv`` when ``|q - kv| <= window // 2`` (``window`` tokens in all, half on each side; transformers'
+    ``sliding_window_bidirectional_overlay`` with ``config.sliding_window = local_attention // 2``)."""
+    position = torch.arange(length, device=device)
+    return (position[:, None] - position[None, :]).abs() <= window // 2
+
+
+def sliding_window_mask(
+    config: SesameBertConfig,
+    embeddings: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    documents: torch.Tensor | None,
+    implementation: str,
+):
+    """The mask of the ``"sliding_attention"`` layers: a token attends to the tokens within ``config.local_attention
+    // 2`` positions (:func:`sliding_window_band`) that are real (``attention_mask``) and, for packed documents
+    (``documents``), of its own document. A padding query attends to every real key, as with the document masks, so
+    that no row is empty.
+
+    Args:
+        config: the model's config (``local_attention``; ``_attn_implementation`` for registered mask functions).
+        embeddings: (B, T, H), for the shape, device and dtype.
+        attention_mask: (B, T), 1 = token, 0 = padding, or ``None``.
+        documents: (B, T) long document ids (``document_ids`` of the position ids), or ``None`` (one document).
+        implementation: the kernel that runs the full-attention layers (``packed_documents_kernel``'s answer with
+            packed documents, else ``config._attn_implementation``).
+
+    Returns:
+        For "eager", "sdpa" and "document_varlen" (which has no window: the sliding layers run SDPA on the dense mask,
+        in training with attention dropout only) a boolean (B|1, 1, T, T) mask (True = may attend); for
+        "document_flex" and "flex_attention" a ``BlockMask`` (``flex_attention.create_block_mask``; a padding token
+        is a document of its own, as in ``document_block_mask``); for
+        flash_attention_* the full layers' mask (the layer passes the window to the kernel as ``sliding_window``;
+        ``None`` with packed documents, whose varlen arguments the kernel gets); for other implementations
+        ``create_bidirectional_mask`` with the window (and the documents) as ``and_mask_function``.
+    """
+    batch, length = embeddings.shape[:2]
+    device = embeddings.device
+    keep = None if attention_mask is None else attention_mask.bool()
+    if implementation.startswith("flash_attention"):  # the window goes to the kernel; the padding, as for full layers
+        if documents is not None or attention_mask is None:  # (packed documents: the varlen arguments)
+            return None
+        return create_bidirectional_mask(config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
+    if implementation in ("eager", "sdpa", "document_varlen"):
+        allowed = sliding_window_band(length, config.local_attention, device)[None, None]
+        if documents is not None:
+            allowed = allowed & (documents[:, None, :, None] == documents[:, None, None, :])
+        if keep is not None:
+            allowed = (allowed | ~keep[:, None, :, None]) & keep[:, None, None, :]
+        return allowed
+    half = config.local_attention // 2
+    if implementation in ("document_flex", "flex_attention"):
+        ids = torch.zeros(batch, length, dtype=torch.long, device=device) if documents is None else documents
+        if keep is not None:  # every padding token is a document of its own (as document_block_mask)
+            starts = torch.diff(ids, prepend=ids[:, :1] - 1, dim=-1) != 0
+            ids = (starts | ~keep).cumsum(-1)
+
+        def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+            return (ids[batch_idx, q_idx] == ids[batch_idx, kv_idx]) & ((q_idx - kv_idx).abs() <= half)
+
+        return create_block_mask(mask_mod, batch, None, length, length, device=device)
+    functions: list[Callable] = [lambda b, h, q, kv: (q - kv).abs() <= half]
+    if documents is not None:
+        functions.append(lambda b, h, q, kv: documents[b, q] == documents[b, kv])
+    window = and_masks(*functions)
+    if keep is not None:
+        inner = window
+
+        def window(b, h, q, kv):  # noqa: F811  (a padding query attends to every real key)
+            return inner(b, h, q, kv) | ~keep[b, q]
+
+    return create_bidirectional_mask(
+        config, embeddings, attention_mask, and_mask_function=window, allow_is_bidirectional_skip=False
+    )
+
+
+__all__ = [
+    "SinusoidalPositionEmbedding",
+    "apply_rotary",
+    "document_dense_mask",
+    "document_ids",
+    "document_mask_function",
+    "eager_attention_forward",
+    "repeat_kv",
+    "rotary_cos_sin",
+    "rotary_embeddings",
+    "sinusoidal_table",
+    "sliding_window_band",
+    "sliding_window_mask",
+]
