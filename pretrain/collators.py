@@ -184,7 +184,7 @@ class PackedSequences:
     return_flash_attn_kwargs=True)`` gives them: a batch with ``position_ids`` (document masking) also carries
     ``cu_seq_lens_q`` / ``cu_seq_lens_k`` ((S + 1,) int32: the start of every document and every run of padding in
     the flattened (B * T) tokens, then B * T) and ``max_length_q`` / ``max_length_k`` (int, the longest), from
-    :func:`modeling.bert.modeling_sesame_bert.flash_varlen_kwargs`. The model's varlen paths then read nothing back
+    :func:`modeling.bert.attention_sesame_bert.flash_varlen_kwargs`. The model's varlen paths then read nothing back
     from the device. Batches without ``position_ids`` pass unchanged.
 
     For a map-style training loader only: a stream dispatched by accelerate is concatenated and sliced along the
@@ -203,7 +203,7 @@ class PackedSequences:
             self.collator.set_epoch(epoch)
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
-        from modeling.bert.modeling_sesame_bert import document_ids, flash_varlen_kwargs
+        from modeling.bert.attention_sesame_bert import document_ids, flash_varlen_kwargs
 
         batch = self.collator(examples)
         if "position_ids" in batch:

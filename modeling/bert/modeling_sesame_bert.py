@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
@@ -50,12 +50,20 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention_sesame_bert import (
+    PACKED_SEQUENCE_KEYS,
+    DocumentSequences,
     SinusoidalPositionEmbedding,
     apply_rotary,
+    document_block_mask,
     document_dense_mask,
+    document_flex_attention,
     document_ids,
     document_mask_function,
+    document_sequences,
+    document_varlen_attention,
     eager_attention_forward,
+    flash_varlen_kwargs,
+    packed_documents_kernel,
     repeat_kv,
     rotary_embeddings,
     sinusoidal_table,
@@ -177,155 +185,6 @@ class SesameBertEmbeddings(nn.Module):
         if self.position_embeddings is not None:
             embeddings = embeddings + self.position_embeddings(position_ids)
         return self.dropout(self.norm(embeddings))
-
-
-_compiled_flex_attention: Callable | None = None  # torch.compile(flex_attention), built once per process
-
-
-def document_flex_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: BlockMask,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """FlexAttention (torch.nn.attention.flex_attention; Dong et al. 2024, "Flex Attention: A Programming Model for
-    Generating Optimized Attention Kernels") with the :class:`~torch.nn.attention.flex_attention.BlockMask` of packed
-    documents (:func:`document_block_mask`), in transformers' kernel signature. SDPA layers run it for packed
-    documents on CUDA when no attention dropout is in effect (:func:`packed_documents_kernel`): no dense (B, 1, T, T)
-    mask is built, and the fused kernel skips the blocks of other documents.
-
-    On CUDA the kernel is ``torch.compile(flex_attention)``, compiled once per process (and per new shape) and
-    reused by every layer and step; inside an already compiled model (``--torch_compile``) flex_attention is traced
-    into that graph. Elsewhere the unfused reference implementation runs (CPU: tests only).
-
-    Args:
-        query, key, value: (B, A, T, D) float, one dtype.
-        attention_mask: a BlockMask for (B, 1 or A, T, T).
-        scaling: multiplier of the scores, ``D ** -0.5``.
-        dropout: must be 0 (flex has no dropout on the probabilities).
-
-    Returns:
-        ``(context (B, T, A, D), None)``.
-
-    Raises:
-        ValueError: ``dropout > 0``.
-    """
-    global _compiled_flex_attention
-    if dropout > 0:
-        raise ValueError(f"document_flex_attention: dropout {dropout} on the attention probabilities; expected 0")
-    kernel = flex_attention
-    if query.device.type == "cuda" and not torch.compiler.is_compiling():
-        if _compiled_flex_attention is None:
-            _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
-        kernel = _compiled_flex_attention
-    context = kernel(query, key, value, block_mask=attention_mask, scale=scaling)
-    return context.transpose(1, 2), None
-
-
-#: The packed-sequence arguments of transformers' flash varlen kernels (``DataCollatorWithFlattening(
-#: return_flash_attn_kwargs=True)``; :func:`flash_varlen_kwargs`): given with a batch, the model uses them as they are.
-PACKED_SEQUENCE_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
-
-
-@dataclass(frozen=True)
-class DocumentSequences:
-    """The packed documents of a batch as the sequences of its flattened (B * T) tokens, for
-    :func:`document_varlen_attention` (built by :func:`document_sequences`, or from the collator's
-    :data:`PACKED_SEQUENCE_KEYS`).
-
-    Args:
-        cu_seqlens: (S + 1,) int32, the start of every sequence in the flattened tokens, then B * T (FlashAttention's
-            ``cu_seqlens``).
-        max_length: the longest sequence (tokens).
-    """
-
-    cu_seqlens: torch.Tensor
-    max_length: int
-
-
-def document_sequences(
-    documents: torch.Tensor, keep: torch.Tensor | None = None, given: dict | None = None
-) -> DocumentSequences:
-    """Every document of every row as one sequence of the flattened (B * T) tokens, padding apart from the real
-    tokens: the sequences of :func:`flash_varlen_kwargs`, as a :class:`DocumentSequences`. With ``given`` (the
-    batch's :data:`PACKED_SEQUENCE_KEYS`, computed on the host by the collator) they are taken as they are and
-    nothing is read from the device; otherwise this waits for the device once (two reads in a row: the number of
-    sequences, then the longest, both shapes of the kernel's inputs).
-
-    Args:
-        documents: (B, T) long document ids (:func:`document_ids`).
-        keep: (B, T) bool, False at padding, or ``None``.
-        given: ``{"cu_seq_lens_q": (S + 1,) int32, "max_length_q": int, ...}`` or ``None``.
-    """
-    varlen = given if given else flash_varlen_kwargs(documents, keep)
-    return DocumentSequences(varlen["cu_seq_lens_q"], int(varlen["max_length_q"]))
-
-
-def document_varlen_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: DocumentSequences,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """Attention within each packed document, on the unpadded documents, in transformers' kernel signature; no
-    (B, 1, T, T) mask is built and no score across documents is computed. SDPA layers run it for packed documents
-    on CUDA while attention dropout is in effect (:func:`packed_documents_kernel`), where FlexAttention, which has
-    no dropout, cannot serve.
-
-    - CUDA, float16 / bfloat16: FlashAttention-2's varlen kernel (Dao 2023, "FlashAttention-2: Faster Attention with
-      Better Parallelism and Work Partitioning"; ``torch.ops.aten._flash_attention_forward`` with ``cu_seqlens``),
-      called directly on (B * T, A, D) views of the projections (no copy), with dropout on the probabilities.
-    - Otherwise (float32, the CPU): ``F.scaled_dot_product_attention`` on a nested tensor of jagged layout
-      (``torch.nested.nested_tensor_from_jagged``), one sequence per document (on CUDA its memory-efficient varlen
-      kernel, elsewhere the math kernel).
-
-    Args:
-        query, key, value: (B, A, T, D) float, one dtype.
-        attention_mask: the sequences of the flattened tokens (:func:`document_sequences`).
-        scaling: multiplier of the scores, ``D ** -0.5``.
-        dropout: dropout probability on the attention probabilities.
-
-    Returns:
-        ``(context (B, T, A, D), None)``.
-
-    Raises:
-        RuntimeError: from the kernel, when none of SDPA's enabled kernels takes jagged inputs of this dtype and head
-            size (e.g. the math kernel disabled with ``torch.nn.attention.sdpa_kernel`` and flash and
-            memory-efficient refusing them), or when the flash kernel refuses the head size (> 256).
-    """
-    batch, heads, length, dim = query.shape
-    sequences = attention_mask
-    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
-
-        def tokens(x):  # (B, A, T, D) -> (B * T, A, D): a view of the projection's output
-            return x.transpose(1, 2).reshape(batch * length, heads, dim)
-
-        cu, longest = sequences.cu_seqlens, sequences.max_length
-        context = torch.ops.aten._flash_attention_forward(
-            tokens(query), tokens(key), tokens(value), cu, cu, longest, longest, dropout, False, False, scale=scaling
-        )[0]
-        return context.view(batch, length, heads, dim), None
-
-    offsets = sequences.cu_seqlens.long()  # nested tensors index with int64
-
-    def jagged(x):  # (B, A, T, D) -> nested (S, A, j, D)
-        flat = x.transpose(1, 2).reshape(batch * length, heads, dim).contiguous()  # the math kernel needs it
-        return torch.nested.nested_tensor_from_jagged(
-            flat, offsets, min_seqlen=1, max_seqlen=sequences.max_length
-        ).transpose(1, 2)
-
-    context = F.scaled_dot_product_attention(
-        jagged(query), jagged(key), jagged(value), dropout_p=dropout, scale=scaling
-    )
-    return context.transpose(1, 2).values().view(batch, length, heads, dim), None
 
 
 class SesameBertSelfAttention(nn.Module):
@@ -581,94 +440,6 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         if self._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
         return super().save_pretrained(save_directory, *args, **kwargs)
-
-
-def packed_documents_kernel(config, device: torch.device, training: bool, output_attentions: bool = False) -> str:
-    """The kernel that runs packed documents (``position_ids`` given) for ``config._attn_implementation``. Neither
-    builds a dense per-batch mask: "sdpa" on CUDA becomes
-
-    - ``"document_flex"`` (:func:`document_flex_attention` on :func:`document_block_mask`) when no attention dropout
-      is in effect (evaluation, or ``attention_probs_dropout_prob`` 0);
-    - ``"document_varlen"`` (:func:`document_varlen_attention` on :func:`document_sequences`: SDPA's varlen kernels
-      on unpadded documents) in training with attention dropout, which flex does not have.
-
-    Asked for the probabilities (``output_attentions``) SDPA runs the eager kernel, on the dense mask. Every other
-    case (the CPU, another implementation) is returned as it is."""
-    implementation = config._attn_implementation
-    if implementation != "sdpa" or device.type != "cuda" or output_attentions:
-        return implementation
-    if training and config.attention_probs_dropout_prob > 0:
-        return "document_varlen"
-    return "document_flex"
-
-
-def document_block_mask(documents: torch.Tensor, keep: torch.Tensor | None = None, block: int = 128) -> BlockMask:
-    """The FlexAttention ``BlockMask`` of packed documents: a real query attends to the real keys of its document, as
-    with :func:`document_dense_mask`; a padding token is a document of its own (a padding query attends to itself
-    only: its output is meaningless either way, and the row is not empty). The kernel evaluates the mask from one
-    (B, T) tensor of document ids on the fly (so that inductor's CPU template compiles it too); the block structure
-    is computed from those ids directly (no dense mask, no ``vmap``, no host synchronisation).
-
-    A (query block, key block) pair of ``block`` x ``block`` tokens is visited when the ranges of document ids of the
-    two blocks overlap (the ids rise by 0 or 1 per token, so overlapping ranges share a document): a superset of the
-    blocks with an allowed pair, so the mask is exact. A visited pair is *full* (the kernel skips the mask function
-    there) when both blocks are complete and lie within one and the same document; the others are partial. At
-    T <= ``block`` there is one block per row, full when the row is a single unpadded document of ``block`` tokens.
-
-    Args:
-        documents: (B, T) long document ids (:func:`document_ids`).
-        keep: (B, T) bool, False at padding, or ``None``.
-        block: the kernel's block size (tokens).
-
-    Returns:
-        A BlockMask for (B, 1, T, T).
-    """
-    batch, length = documents.shape
-    if keep is not None:  # every padding token starts a document of its own
-        starts = torch.diff(documents, prepend=documents[:, :1] - 1, dim=-1) != 0
-        documents = (starts | ~keep).cumsum(-1)
-
-    def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
-        return documents[batch_idx, q_idx] == documents[batch_idx, kv_idx]
-
-    n = -(-length // block)
-    ranges = F.pad(documents, (0, n * block - length), value=-1).view(batch, n, block)  # the tail: id -1
-    first, last = ranges[..., 0], ranges.amax(-1)  # (B, n): first and last document id of each block
-    visit = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])  # (B, q, kv)
-    whole = (first == last) & (torch.arange(n, device=documents.device) < length // block)  # one document, no tail
-    full = whole[:, :, None] & whole[:, None, :] & (first[:, :, None] == first[:, None, :])
-    partial = visit & ~full
-
-    def ordered(blocks):  # (B, q, kv) bool -> counts (B, 1, q) int32, indices (B, 1, q, kv) int32 (visited first)
-        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True)
-        return blocks.sum(-1, dtype=torch.int32)[:, None], order.to(torch.int32)[:, None]
-
-    return BlockMask.from_kv_blocks(
-        *ordered(partial), *ordered(full), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(length, length)
-    )
-
-
-def flash_varlen_kwargs(documents: torch.Tensor, keep: torch.Tensor | None = None) -> dict:
-    """FlashAttention's varlen arguments for packed documents: every document (and every run of padding) of every
-    row becomes one sequence of the flattened (B * T) batch, so attention stays within it.
-
-    Args:
-        documents: (B, T) long document ids (:func:`document_ids`).
-        keep: (B, T) bool, False at padding, or ``None``.
-
-    Returns:
-        ``cu_seq_lens_q`` / ``cu_seq_lens_k``: (S + 1,) int32 cumulative sequence starts over the flattened tokens;
-        ``max_length_q`` / ``max_length_k``: int, the longest sequence. Reads the device (``nonzero``, ``max``): the
-        varlen kernels need these on the host.
-    """
-    starts = torch.ones_like(documents, dtype=torch.bool)
-    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
-    if keep is not None:
-        starts[:, 1:] |= keep[:, 1:] != keep[:, :-1]
-    first = starts.reshape(-1).nonzero().squeeze(1)
-    cu = torch.cat([first, first.new_full((1,), starts.numel())]).to(torch.int32)
-    longest = int((cu[1:] - cu[:-1]).max())
-    return dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
 
 
 class SesameBertModel(SesameBertPreTrainedModel):
