@@ -197,6 +197,10 @@ def _refuse(config: SesameBertConfig, family: str, expected: dict) -> None:
             )
 
 
+#: The rotary scaling of every converted config: none (transformers' ``rope_type`` "default").
+ROPE = {"rope_type": "default"}
+
+
 def transformers_config(config: SesameBertConfig, family: str):
     """The transformers ``ModernBertConfig`` (``family="modernbert"``) or ``EuroBertConfig`` of a SesameBert config
     of that layout (as :func:`sesame_config` writes it).
@@ -204,12 +208,9 @@ def transformers_config(config: SesameBertConfig, family: str):
     Raises:
         InputError: an unknown family, or a config with a field that the family cannot express (named).
     """
-    from transformers import EuroBertConfig, ModernBertConfig
-
     if family not in FAMILIES:
         raise InputError(f"--to {family}: expected one of bert, {', '.join(FAMILIES)}")
     c = config
-    rope = {"rope_type": "default"}
     shared = dict(position_embedding_type="rope", norm_position="pre", type_vocab_size=0, head_layout=family)
     shared.update(embedding_size=None, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
     common = dict(
@@ -236,41 +237,55 @@ def transformers_config(config: SesameBertConfig, family: str):
             f"a SesameBert config with classifier_pooling={c.classifier_pooling!r} has no {family} counterpart; "
             f"expected one of {', '.join(POOLINGS[family].values())}"
         )
-    if family == "modernbert":
-        _refuse(
-            c,
-            family,
-            dict(
-                shared,
-                norm_type="layernorm",
-                embedding_norm=True,
-                first_layer_attention_norm=False,
-                key_value_heads=c.num_attention_heads,
-                attention_head_dim=c.hidden_size // c.num_attention_heads,
-            ),
-        )
-        return ModernBertConfig(
-            **common,
-            hidden_activation=GLU_ACTS[c.hidden_act],
-            mlp_dropout=c.hidden_dropout_prob,
-            classifier_dropout=c.classifier_dropout or 0.0,
-            norm_eps=c.layer_norm_eps,
-            norm_bias=c.norm_bias,
-            decoder_bias=c.decoder_bias,
-            classifier_bias=c.classifier_bias,
-            classifier_activation=c.classifier_activation,
-            classifier_pooling=pooling,
-            layer_types=c.attention_types(),
-            local_attention=c.local_attention,
-            rope_parameters={
-                "full_attention": dict(rope, rope_theta=c.rope_theta),
-                "sliding_attention": dict(rope, rope_theta=c.local_rope_theta or c.rope_theta),
-            },
-            sparse_prediction=c.sparse_prediction,
-        )
+    build = _modernbert_config if family == "modernbert" else _eurobert_config
+    return build(c, common, shared, pooling)
+
+
+def _modernbert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: str):
+    """transformers' ``ModernBertConfig`` of ``c`` (:func:`transformers_config`); ``common`` holds the fields both
+    families share, ``shared`` the layout every converted config has (refused otherwise, :func:`_refuse`)."""
+    from transformers import ModernBertConfig
+
     _refuse(
         c,
-        family,
+        "modernbert",
+        dict(
+            shared,
+            norm_type="layernorm",
+            embedding_norm=True,
+            first_layer_attention_norm=False,
+            key_value_heads=c.num_attention_heads,
+            attention_head_dim=c.hidden_size // c.num_attention_heads,
+        ),
+    )
+    return ModernBertConfig(
+        **common,
+        hidden_activation=GLU_ACTS[c.hidden_act],
+        mlp_dropout=c.hidden_dropout_prob,
+        classifier_dropout=c.classifier_dropout or 0.0,
+        norm_eps=c.layer_norm_eps,
+        norm_bias=c.norm_bias,
+        decoder_bias=c.decoder_bias,
+        classifier_bias=c.classifier_bias,
+        classifier_activation=c.classifier_activation,
+        classifier_pooling=pooling,
+        layer_types=c.attention_types(),
+        local_attention=c.local_attention,
+        rope_parameters={
+            "full_attention": dict(ROPE, rope_theta=c.rope_theta),
+            "sliding_attention": dict(ROPE, rope_theta=c.local_rope_theta or c.rope_theta),
+        },
+        sparse_prediction=c.sparse_prediction,
+    )
+
+
+def _eurobert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: str):
+    """transformers' ``EuroBertConfig`` of ``c`` (:func:`transformers_config`; see :func:`_modernbert_config`)."""
+    from transformers import EuroBertConfig
+
+    _refuse(
+        c,
+        "eurobert",
         dict(
             shared,
             norm_type="rmsnorm",
@@ -289,7 +304,7 @@ def transformers_config(config: SesameBertConfig, family: str):
         rms_norm_eps=c.layer_norm_eps,
         num_key_value_heads=c.key_value_heads,
         head_dim=c.attention_head_dim,
-        rope_parameters=dict(rope, rope_theta=c.rope_theta),
+        rope_parameters=dict(ROPE, rope_theta=c.rope_theta),
         classifier_pooling=pooling,
     )
 
