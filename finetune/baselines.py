@@ -383,32 +383,23 @@ def backbone_name(backbone: str) -> str:
     return backbone if backbone in BASELINES else Path(backbone).name
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from training.arguments import split_secrets
+def check_inputs(args: BaselinesArguments) -> dict:
+    """Every argument and ``--elmo`` folder of ``python -m finetune.baselines`` checked before anything is written.
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # a --hub_token for the children goes to them through the environment (HF_TOKEN), never on a command line,
-    # in results.json or in the log
-    extra, secrets = split_secrets(argv[argv.index("--") + 1 :] if "--" in argv else [])
-    child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if secrets.get("hub_token"):
-        child_env["HF_TOKEN"] = secrets["hub_token"]
-    (args,) = parse_arguments(
-        [BaselinesArguments],
-        argv[: argv.index("--")] if "--" in argv else argv,
-        prog="python -m finetune.baselines",
-        description=DESCRIPTION,
-    )
-    from training.logs import setup_logging
+    Returns:
+        ``{task name: task}`` of ``--tasks``.
 
-    setup_logging()
+    Raises:
+        InputError: a missing ``--glue_dir`` / ``--embeddings`` / ``--tokenizer_name`` folder, baselines without a word
+            tokenizer, ``--elmo`` without a classic backbone, ``--elmo_rows_only`` without ``--elmo``, or an
+            ``--elmo`` BiLM that cannot be loaded for these words (:func:`load_bilm`).
+    """
     from finetune.tasks import get_task
 
     tasks = {name: get_task(name) for name in args.tasks}
     glue_dir = Path(args.glue_dir)
     if not glue_dir.is_dir():
         raise InputError(f"--glue_dir {glue_dir}: not a folder; expected the GLUE data folder")
-    recipes = {b: recipe_for(b) for b in args.backbones}
     if any(b in BASELINES for b in args.backbones) and not (args.embeddings or args.tokenizer_name):
         raise InputError("the baselines need a word tokenizer: pass --embeddings (vectors folder) or --tokenizer_name")
     for flag in ("embeddings", "tokenizer_name"):
@@ -434,6 +425,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for spec in args.elmo:
             load_bilm(spec, words, args.seed)
+    return tasks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from training.arguments import split_secrets
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # a --hub_token for the children goes to them through the environment (HF_TOKEN), never on a command line,
+    # in results.json or in the log
+    extra, secrets = split_secrets(argv[argv.index("--") + 1 :] if "--" in argv else [])
+    child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if secrets.get("hub_token"):
+        child_env["HF_TOKEN"] = secrets["hub_token"]
+    (args,) = parse_arguments(
+        [BaselinesArguments],
+        argv[: argv.index("--")] if "--" in argv else argv,
+        prog="python -m finetune.baselines",
+        description=DESCRIPTION,
+    )
+    from training.logs import setup_logging
+
+    setup_logging()
+    tasks = check_inputs(args)
+    recipes = {b: recipe_for(b) for b in args.backbones}
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     extra_rows = elmo_rows(args.backbones, args.elmo)
