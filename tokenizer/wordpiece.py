@@ -124,6 +124,28 @@ def _check_arguments(vocab_size, min_frequency, output_dir) -> None:
         raise InputError(f"--output_dir {output_dir}: is an existing file; expected a directory (new or existing)")
 
 
+def _bounded_backend(lowercase: bool):
+    """The WordPiece ``tokenizers.Tokenizer`` that training fits: BERT's normalizer (as ``BertTokenizer(do_lower_case=
+    lowercase)`` builds it when reloading) and pre-tokenizer, then words longer than BERT's ``max_input_chars_per_word``
+    (:data:`MAX_INPUT_CHARS_PER_WORD`) removed: encoding makes each one [UNK], and the trainer would spend minutes on
+    one (30 MB of one letter: over 5 minutes, issue 43)."""
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+
+    backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.BertPreTokenizer(),
+            pre_tokenizers.Split(Regex(rf"\S{{{MAX_INPUT_CHARS_PER_WORD + 1},}}"), behavior="removed"),
+        ]
+    )
+    backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    return backend
+
+
 def _train_vocabulary(
     paths,
     vocab_size: int,
@@ -140,25 +162,12 @@ def _train_vocabulary(
         InputError: ``vocab_size`` smaller than the special tokens plus the corpus alphabet; no word within the bound.
     """
     # Imported here: refused input is reported without loading them, and `import tokenizer` stays light.
-    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
 
     from tokenizer.canonical import canonical_token_order, count_token_ids
 
-    backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
-    # The same normalizer as transformers.BertTokenizer(do_lower_case=lowercase) builds when reloading.
-    backend.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
-    )
-    # BERT's pre-tokenizer, then words longer than BERT's max_input_chars_per_word are removed: encoding makes each
-    # one [UNK], and the trainer would spend minutes on one (30 MB of one letter: over 5 minutes, issue 43).
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.BertPreTokenizer(),
-            pre_tokenizers.Split(Regex(rf"\S{{{MAX_INPUT_CHARS_PER_WORD + 1},}}"), behavior="removed"),
-        ]
-    )
-    backend.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    backend = _bounded_backend(lowercase)
 
     def train(vocab: int, specials: list[str], name: str) -> None:
         trainer = trainers.WordPieceTrainer(
