@@ -49,9 +49,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import modeling  # noqa: E402
+from core.errors import InputError, add_debug_argument, run_cli  # noqa: E402
 from modeling.elmo import SesameElmoForBidirectionalLM  # noqa: E402
 from tokenizer.corpus import iter_text_lines  # noqa: E402
-from training.errors import InputError, add_debug_argument, run_cli  # noqa: E402
 
 
 def make_batches(tokenizer, files, seq_len: int, batch_size: int, num_batches: int, max_lines: int):

@@ -187,8 +187,9 @@ def time_loop(args, batch) -> float:
     """ms per optimizer step of ``Trainer`` with a one-parameter model on pre-collated copies of ``batch``."""
     import torch
 
+    from training.accelerator import make_accelerator
     from training.config import TrainingConfig
-    from training.loop import Trainer, make_accelerator
+    from training.loop import Trainer
 
     class Batches(torch.utils.data.Dataset):
         def __len__(self):

@@ -79,8 +79,8 @@ def _setup(args):
     import modeling
     from pretrain.collators import MLMCollator
     from pretrain.data import IndexedDataset
+    from training.accelerator import make_accelerator
     from training.config import TrainingConfig
-    from training.loop import make_accelerator
 
     n_blocks = args.batch_size * (args.warmup + args.steps) + args.batch_size
     g = torch.Generator().manual_seed(0)

@@ -66,9 +66,10 @@ def bench_sesame(args, tokenizer, docs):
     import modeling
     from pretrain import data
     from pretrain.collators import MLMCollator
+    from training.accelerator import make_accelerator
     from training.config import TrainingConfig
     from training.data import make_train_dataloader
-    from training.loop import Trainer, make_accelerator
+    from training.loop import Trainer
 
     tokenized = data.tokenize_bert(DatasetDict({"train": docs}), tokenizer)
     blocks = data.pack_blocks(tokenized, args.seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id)["train"]

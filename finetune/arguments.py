@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from training.arguments import arg, with_defaults
+from core.arguments import arg, with_defaults
+from core.errors import InputError
 from training.config import TrainingConfig
-from training.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

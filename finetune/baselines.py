@@ -48,8 +48,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.arguments import arg, as_flags, parse_arguments
-from training.errors import InputError, run_cli
+from core.arguments import arg, as_flags, parse_arguments
+from core.errors import InputError, run_cli
 
 logger = logging.getLogger("finetune.baselines")
 
@@ -170,8 +170,8 @@ def init_baseline_model(
     from transformers import AutoTokenizer
 
     import modeling
+    from core.files import atomic_output_dir
     from modeling.baselines import SesameBaselineModel, load_word_vectors
-    from training.files import atomic_output_dir
 
     if backbone not in BASELINES:
         raise InputError(
@@ -239,8 +239,8 @@ def load_bilm(spec: str, tokenizer, seed: int = 42):
     from transformers import AutoConfig, AutoModel
 
     import modeling
+    from core.logs import from_pretrained_quietly
     from modeling.elmo import SesameElmoModel
-    from training.logs import from_pretrained_quietly
     from training.pretrained import load_pretrained
 
     random = spec.startswith("random:")
@@ -429,7 +429,7 @@ def check_inputs(args: BaselinesArguments) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.arguments import split_secrets
+    from core.arguments import split_secrets
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # a --hub_token for the children goes to them through the environment (HF_TOKEN), never on a command line,
@@ -444,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m finetune.baselines",
         description=DESCRIPTION,
     )
-    from training.logs import setup_logging
+    from core.logs import setup_logging
 
     setup_logging()
     tasks = check_inputs(args)

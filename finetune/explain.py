@@ -49,8 +49,8 @@ from typing import Any
 
 import torch
 
-from training.arguments import arg
-from training.errors import InputError, run_cli
+from core.arguments import arg
+from core.errors import InputError, run_cli
 
 logger = logging.getLogger("finetune.explain")
 
@@ -449,7 +449,7 @@ def plot_explanations(explanations: Sequence[dict[str, Any]]):
 
 def write_outputs(explanations: Sequence[dict[str, Any]], output_dir: str | os.PathLike) -> dict[str, Path]:
     """``explanations.json``, ``explanations.html`` and ``explanations.png`` in ``output_dir``, atomically."""
-    from training.files import atomic_output_dir
+    from core.files import atomic_output_dir
 
     with atomic_output_dir(output_dir) as tmp:
         (tmp / "explanations.json").write_text(
@@ -508,10 +508,10 @@ def check_trained_head(loading_info: dict, source: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.arguments import parse_arguments
+    from core.arguments import parse_arguments
+    from core.logs import setup_logging
     from training.checkpoint import check_output_dir
-    from training.driver import load_pretrained
-    from training.logs import setup_logging
+    from training.pretrained import load_pretrained
 
     (args,) = parse_arguments(
         [ExplainArguments],

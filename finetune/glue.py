@@ -39,6 +39,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from core.arguments import arg, parse_arguments, with_defaults
+from core.arguments import build_parser as parser_of
+from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
@@ -48,10 +51,7 @@ from finetune.arguments import (
     warn_if_same_file,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
-from training.arguments import arg, parse_arguments, with_defaults
-from training.arguments import build_parser as parser_of
 from training.driver import RunModes
-from training.errors import InputError, run_cli
 from training.hub import HubArguments
 from training.threads import chosen as chosen_threads
 
@@ -192,8 +192,8 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from training.driver import check_model_fits, load_pretrained
-    from training.logs import from_pretrained_quietly
+    from core.logs import from_pretrained_quietly
+    from training.pretrained import check_model_fits, load_pretrained
     from training.unigram import backbone_plateau_message
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
@@ -346,8 +346,9 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.driver import Run, run_config
-    from training.logs import setup_logging
+    from core.arguments import run_config
+    from core.logs import setup_logging
+    from training.driver import Run
     from training.plan import make_plan
 
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
@@ -654,7 +655,7 @@ def write_custom_predictions(
     output_dir: str | os.PathLike, split: str, idx: Sequence[int], preds: np.ndarray, label_names: list[str]
 ) -> Path:
     """``predictions_<split>.tsv`` (``index\\tprediction``: label names, or scores for regression), atomically."""
-    from training.files import write_text_atomic
+    from core.files import write_text_atomic
 
     rows = [f"{int(i)}\t{label_names[int(p)] if label_names else f'{float(p):.6g}'}" for i, p in zip(idx, preds)]
     return write_text_atomic(

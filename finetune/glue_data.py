@@ -24,7 +24,7 @@ Sources:
   regression.
 * the hub dataset ``nyu-mll/glue`` (network or the local ``datasets`` cache).
 
-Every refused input raises :class:`training.errors.InputError` before any training starts: unknown task,
+Every refused input raises :class:`core.errors.InputError` before any training starts: unknown task,
 missing columns (named, with the columns found), labels outside the label set (a few shown, with the file),
 an empty split, string labels for a regression task, an undecodable or malformed file.
 """
@@ -44,8 +44,8 @@ from typing import Any
 
 import datasets
 
+from core.errors import InputError
 from finetune.tasks import GlueFile, GlueTask, get_task
-from training.errors import InputError
 from training.pretrained import hub_offline
 
 #: File formats accepted for ``--train_file`` / ``--validation_file`` / ``--test_file``.
@@ -639,6 +639,6 @@ def write_submission(
     out.mkdir(parents=True, exist_ok=True)
     target = out / task.submission[split]
     lines = ["index\tprediction"] + [f"{int(i)}\t{task.format_prediction(p)}" for i, p in zip(idx, predictions)]
-    from training.files import write_text_atomic
+    from core.files import write_text_atomic
 
     return write_text_atomic(target, "\n".join(lines) + "\n")

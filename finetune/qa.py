@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import InputError
+from core.errors import InputError
 
 #: A no-answer score larger than any real logit difference, for examples without a single valid span.
 NO_VALID_SPAN_ODDS = 1e9
@@ -450,7 +450,7 @@ def _nbest_entries(
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    from training.files import open_atomic
+    from core.files import open_atomic
 
     with open_atomic(path) as f:
         json.dump(data, f, indent=2, ensure_ascii=False)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.errors import InputError, add_debug_argument, run_cli
+from core.errors import InputError, add_debug_argument, run_cli
 
 #: Paragraph lengths (characters) used as contexts: long enough for several sentences, short enough for one window.
 CONTEXT_CHARS = (300, 1200)

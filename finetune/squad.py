@@ -59,6 +59,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from core.arguments import arg, parse_arguments, with_defaults
+from core.arguments import build_parser as parser_of
+from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
@@ -67,10 +70,7 @@ from finetune.arguments import (
     resolve_learning_rate,
     warn_if_same_file,
 )
-from training.arguments import arg, parse_arguments, with_defaults
-from training.arguments import build_parser as parser_of
 from training.driver import RunModes
-from training.errors import InputError, run_cli
 from training.hub import HubArguments
 from training.threads import chosen as chosen_threads
 
@@ -286,7 +286,7 @@ def load_tokenizer(model_args: FinetuneModelArguments, data: SquadDataArguments)
         InputError: a config or tokenizer that cannot be loaded; windows that leave no room for the context.
     """
     from finetune.qa import check_window_arguments
-    from training.driver import check_model_fits
+    from training.pretrained import check_model_fits
 
     source = model_args.model_name_or_path
     config, tokenizer = model_args.load_config(), model_args.load_tokenizer()
@@ -304,14 +304,14 @@ def load_model(model_args: FinetuneModelArguments, pretrained_config):
     """
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
-    from training.driver import load_pretrained
+    from training.pretrained import load_pretrained
 
     hub = model_args.hub_kwargs()
     overrides: dict[str, Any] = {}
     if hasattr(pretrained_config, "freeze_backbone"):
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub, **overrides)
-    from training.logs import from_pretrained_quietly
+    from core.logs import from_pretrained_quietly
     from training.unigram import backbone_plateau_message
 
     plateau = backbone_plateau_message(model_args.model_name_or_path)
@@ -433,8 +433,9 @@ def make_eval_fn(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.driver import Run, run_config
-    from training.logs import setup_logging
+    from core.arguments import run_config
+    from core.logs import setup_logging
+    from training.driver import Run
 
     model_args, data, parsed_modes, post, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION

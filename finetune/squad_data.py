@@ -9,7 +9,7 @@ in the hub format of ``rajpurkar/squad``::
      "answers": {"text": [str, ...], "answer_start": [int, ...]}}     # empty lists: unanswerable (v2)
 
 ``answer_start`` is a character offset into ``context``. Every example is checked before training starts;
-refused input raises :class:`training.errors.InputError` naming the question id: malformed or undecodable JSON,
+refused input raises :class:`core.errors.InputError` naming the question id: malformed or undecodable JSON,
 missing keys, an empty context or question, an ``answer_start`` whose span is not the answer text (or, with
 ``skip_misaligned_answers=True``, the answer is dropped and counted), an unanswerable question in v1 data,
 duplicate ids. Files to predict (``require_answers=False``) may leave ``answers`` out.
@@ -34,7 +34,7 @@ from typing import Any
 
 import datasets
 
-from training.errors import InputError
+from core.errors import InputError
 from training.pretrained import hub_offline
 
 logger = logging.getLogger(__name__)
@@ -391,7 +391,7 @@ def write_squad_json(examples: Iterable[dict[str, Any]], path: str | os.PathLike
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    from training.files import open_atomic
+    from core.files import open_atomic
 
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     with open_atomic(path, "wt", opener=opener) as f:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.errors import InputError
+from core.errors import InputError
 
 # Column names of the files written by GLUE's download script (used by several tasks below).
 _COLA_COLUMNS = ("source", "label", "label_notes", "sentence")

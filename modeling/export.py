@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-from training.errors import InputError, add_debug_argument, first_line, run_cli
-from training.files import file_mode
+from core.errors import InputError, add_debug_argument, first_line, run_cli
+from core.files import file_mode
 
 #: --task -> (Auto class name in transformers, output fields exported in this order; absent fields are skipped).
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {

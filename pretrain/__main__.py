@@ -9,8 +9,8 @@ if not __package__:  # run as a path (``python pretrain``): import the package, 
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, os.path.dirname(_here))
 
+from core.errors import run_cli  # noqa: E402
 from pretrain.cli import main  # noqa: E402
-from training.errors import run_cli  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

@@ -20,10 +20,10 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from core.arguments import arg, run_config, with_defaults
+from core.errors import InputError
 from pretrain.objectives import DEFAULT_FAMILY, FAMILIES, OBJECTIVES, Objective, get_objective
-from training.arguments import arg, run_config, with_defaults
 from training.config import TrainingConfig
-from training.errors import InputError
 from training.hub import HubArguments
 
 #: Fraction of a run with data between two evaluations / checkpoints, when not given.

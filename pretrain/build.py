@@ -7,10 +7,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from core.errors import InputError, check_local_path, first_line
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainPlan
 from pretrain.objectives import Family
 from tokenizer import train_tokenizer as train_spec_tokenizer
-from training.errors import InputError, check_local_path, first_line
 from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger("pretrain")

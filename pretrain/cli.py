@@ -17,6 +17,8 @@ import math
 import os
 from collections.abc import Sequence
 
+from core.arguments import parse_arguments
+from core.errors import InputError
 from pretrain.arguments import (
     BudgetArguments,
     CorpusArguments,
@@ -28,8 +30,6 @@ from pretrain.arguments import (
     TrainDataArguments,
     resolve,
 )
-from training.arguments import parse_arguments
-from training.errors import InputError
 from training.hub import HubArguments
 
 logger = logging.getLogger("pretrain")
@@ -57,7 +57,7 @@ ARGUMENTS = (
 
 def build_parser():
     """The ``HfArgumentParser`` of ``pretrain`` (for ``--help`` and tests)."""
-    from training.arguments import build_parser as parser_of
+    from core.arguments import build_parser as parser_of
 
     return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
@@ -86,10 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
+    from core.files import check_output_dir_reuse
+    from core.logs import setup_logging
     from pretrain.build import build_model, get_tokenizer, load_model_config
     from training.driver import Run
-    from training.files import check_output_dir_reuse
-    from training.logs import setup_logging
 
     plan = parse(argv)
     setup_logging()
@@ -179,6 +179,7 @@ def time_budget_steps(plan: PretrainPlan, model, loader, loop_kwargs, accelerato
     the checkpoint a resumed run continues), how they were found)``."""
     from training import budget as budgets
     from training.checkpoint import read_state, resolve_checkpoint
+    from training.plan import steps_for_time
 
     training, minutes = plan.training, plan.budget.time_budget
     checkpoint = resolve_checkpoint(training.resume_from_checkpoint, os.path.join(training.output_dir, "checkpoints"))
@@ -192,7 +193,7 @@ def time_budget_steps(plan: PretrainPlan, model, loader, loop_kwargs, accelerato
         f"--time_budget {minutes:g} minutes / {seconds:.4g} s per optimizer step (timed over "
         f"{BUDGET_PROBE_STEPS - BUDGET_PROBE_WARMUP} steps on a copy of the model)"
     )
-    return budgets.steps_for_time(minutes, seconds), seconds, how
+    return steps_for_time(minutes, seconds), seconds, how
 
 
 def check_data_files(corpus: CorpusArguments) -> None:

@@ -109,7 +109,7 @@ class MLMCollator:
         seed: int = 42,
         salt: int = 0,
     ):
-        from training.errors import InputError
+        from core.errors import InputError
 
         if not 0 < mlm_probability < 1:
             raise InputError(f"--mlm_probability {mlm_probability}: expected a number in (0, 1)")

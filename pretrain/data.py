@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.errors import InputError
+from core.errors import InputError
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 DEFAULT_TRAIN_FILES = [str(CORPUS_DIR / "train.txt.gz")]

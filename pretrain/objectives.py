@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core.errors import InputError
 from modeling.bert import SPEC as BERT_SPEC
 from modeling.bert import SesameBertConfig, SesameBertRTDConfig
 from modeling.elmo import SPEC as ELMO_SPEC
 from modeling.spec import ModelSpec
 from pretrain.collators import BiLMCollator, MLMCollator, RTDCollator
 from pretrain.data import make_nsp_pairs, pack_blocks, tokenize_bert, tokenize_elmo
-from training.errors import InputError
 
 if TYPE_CHECKING:
     from pretrain.arguments import CorpusArguments, MaskingArguments

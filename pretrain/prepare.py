@@ -33,6 +33,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from core.arguments import arg, parse_arguments
+from core.errors import InputError
+from core.files import file_sha256
 from pretrain.arguments import (
     DOCUMENT_BOUNDARIES_KEY,
     CorpusArguments,
@@ -42,9 +45,6 @@ from pretrain.arguments import (
     resolve_inputs,
 )
 from pretrain.objectives import OBJECTIVES
-from training.arguments import arg, parse_arguments
-from training.errors import InputError
-from training.files import file_sha256
 
 logger = logging.getLogger("pretrain.prepare")
 
@@ -88,9 +88,9 @@ def prepare(
         InputError: bad input (files, tokenizer, sizes) or an existing non-empty ``--output_dir`` without
             ``--overwrite_output_dir``.
     """
+    from core.files import atomic_output_dir, check_output_dir_reuse
     from pretrain import data
     from pretrain.build import get_tokenizer
-    from training.files import atomic_output_dir, check_output_dir_reuse
 
     demo = corpus.demo
     objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo)
@@ -280,7 +280,7 @@ def verify_prepared(path: str | os.PathLike, manifest: Mapping[str, Any], conten
                 "again)"
             )
     if stamps != verified:
-        from training.files import write_text_atomic
+        from core.files import write_text_atomic
 
         with contextlib.suppress(OSError):  # a read-only folder: hashed again next time
             write_text_atomic(path / VERIFIED, json.dumps(stamps) + "\n")
@@ -387,7 +387,7 @@ def load_prepared(path: str | os.PathLike, verify: bool = False) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.logs import setup_logging
+    from core.logs import setup_logging
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model, corpus, objective, output = parse_arguments(
@@ -404,6 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     import sys
 
-    from training.errors import run_cli
+    from core.errors import run_cli
 
     sys.exit(run_cli(main))

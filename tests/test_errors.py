@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.errors import EXIT_INPUT_ERROR, InputError, run_cli
+from core.errors import EXIT_INPUT_ERROR, InputError, run_cli
 
 
 def _refuse(argv):

@@ -6,7 +6,7 @@
 * :mod:`tokenizer.elmo_training` -- the word vocabulary of the ELMo-style models; the word + character
   tokenizer itself lives beside its model, in :mod:`modeling.elmo.tokenization_elmo`.
 * :mod:`tokenizer.corpus` -- streaming reading of ``.txt`` / ``.txt.gz`` corpora, shared with ``pretrain``
-  (output folders are written atomically with :func:`training.files.atomic_output_dir`).
+  (output folders are written atomically with :func:`core.files.atomic_output_dir`).
 
 Command line: ``python -m tokenizer train --model_type {bert,elmo} --train_file F [F ...] --vocab_size N
 --output_dir D``. Importing this package is light: ``tokenizers`` / ``transformers`` are imported only

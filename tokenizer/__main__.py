@@ -19,10 +19,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from core.arguments import HelpFormatter, arg
+from core.errors import add_debug_argument, run_cli
 from modeling import SPECS
 from tokenizer import train_tokenizer
-from training.arguments import HelpFormatter, arg
-from training.errors import add_debug_argument, run_cli
 
 
 @dataclasses.dataclass(frozen=True)

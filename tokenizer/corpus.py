@@ -5,7 +5,7 @@ ELMo-style models) and by ``pretrain``. A corpus is one or more UTF-8 text files
 one paragraph (or sentence) per line, documents separated by blank lines. Files are read line by line
 through a fixed-size buffer, so a corpus larger than memory can be used; only one line is held at a time.
 
-Every refusal raises :class:`training.errors.InputError` with a message that names the argument, the file
+Every refusal raises :class:`core.errors.InputError` with a message that names the argument, the file
 and what was expected.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Union
 
-from training.errors import InputError
+from core.errors import InputError
 
 logger = logging.getLogger(__name__)
 

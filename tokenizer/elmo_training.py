@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, trainers
 
+from core.errors import InputError
+from core.files import atomic_output_dir
 from modeling.elmo.tokenization_elmo import (
     SPECIAL_TOKENS,
     UNK_TOKEN,
@@ -24,8 +26,6 @@ from modeling.elmo.tokenization_elmo import (
     build_normalizer,
     build_pre_tokenizer,
 )
-from training.errors import InputError
-from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines
 

@@ -28,9 +28,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from core.errors import InputError
+from core.files import atomic_output_dir
 from modeling.baselines.vectors import VECTORS_CONFIG, VECTORS_FILE  # files written next to the tokenizer
-from training.errors import InputError
-from training.files import atomic_output_dir
 
 from .corpus import check_text_files, iter_text_lines
 

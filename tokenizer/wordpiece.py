@@ -33,9 +33,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from core.errors import InputError
+from core.files import atomic_output_dir
 from tokenizer.corpus import check_text_files, iter_text_batches
-from training.errors import InputError
-from training.files import atomic_output_dir
 
 #: Special tokens in id order: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

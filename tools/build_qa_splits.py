@@ -22,8 +22,8 @@ import random
 import sys
 from pathlib import Path
 
+from core.errors import InputError, add_debug_argument, run_cli
 from finetune.squad_data import load_squad_file, make_unanswerable, write_squad_json
-from training.errors import InputError, add_debug_argument, run_cli
 
 #: Questions sampled from each source file for the training mix, besides the new_wiki training articles.
 TRAIN_MIX = {

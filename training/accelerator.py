@@ -1,6 +1,6 @@
 """The accelerator set-up of the shared loop (:class:`training.loop.Trainer`): :func:`make_accelerator` (trackers,
 project folder, gloo on the loopback interface, CPU when no accelerator device is present) and
-:func:`enable_gradient_checkpointing`. Moved here from :mod:`training.loop`, which re-exports the public names."""
+:func:`enable_gradient_checkpointing`, and :func:`finish` at the end of a run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from core.errors import InputError
 from training.config import TrainingConfig
-from training.errors import InputError
 from training.optim import optimizer_from_config
 from training.trackers import log_with, prepare_environment
 

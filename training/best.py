@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from core.errors import InputError
 from training.config import TrainingConfig, best_metric_name, greater_is_better
-from training.errors import InputError
 from training.state import TrainerState
 
 

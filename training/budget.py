@@ -23,10 +23,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from core.errors import InputError
 from training.config import TrainingConfig
-from training.errors import InputError
 from training.optim import optimizer_from_config
-from training.plan import steps_for_time, steps_for_tokens
 
 #: The clock of :func:`time_optimizer_steps` (seconds; tests replace it with a fake one).
 clock: Callable[[], float] = time.perf_counter
@@ -184,8 +183,6 @@ def _probe_step(
 __all__ = [
     "clock",
     "preserved_rng_states",
-    "steps_for_time",
-    "steps_for_tokens",
     "time_optimizer_steps",
     "workers_fill_steps",
 ]

@@ -35,8 +35,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.errors import InputError, first_line
-from training.files import file_sha256, share_like_umask, storage_failure
+from core.errors import InputError, first_line
+from core.files import file_sha256, share_like_umask, storage_failure
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ def save_checkpoint(
     checkpoints of the run are kept, plus the protected ones.
 
     Raises:
-        CheckpointWriteError: writing failed with a storage error (:func:`training.files.storage_failure`: disk full,
+        CheckpointWriteError: writing failed with a storage error (:func:`core.files.storage_failure`: disk full,
             no permission, also as safetensors / torch.save report them); the temporary folder is removed and the
             existing checkpoints are left as they were. Other errors propagate (after the temporary folder is
             removed).

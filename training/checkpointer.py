@@ -1,7 +1,7 @@
 """The loop's checkpointer (:class:`Checkpointer`, held by :class:`training.loop.Trainer`): write a checkpoint and
 rotate the old ones, find and check the checkpoint to resume from and load it, load the best model at the end.
 The files and their manifest are :mod:`training.checkpoint`'s; the resume checks are :func:`check_resume_geometry`,
-:func:`check_resume_settings` and :func:`check_pickles`. Moved here from :mod:`training.loop`. What it guarantees:
+:func:`check_resume_settings` and :func:`check_pickles`. What it guarantees:
 
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps (a fraction below 1: of the run) and at the end,
   ``<output_dir>/checkpoints/step_N/`` written atomically with a size + SHA-256 manifest
@@ -30,10 +30,10 @@ import pickle
 from collections.abc import Mapping
 from typing import Any
 
+from core.errors import InputError, first_line
 from training import checkpoint as ckpt
 from training.config import TrainingConfig, best_metric_name
 from training.data import data_change
-from training.errors import InputError, first_line
 from training.state import TrainerState
 
 #: the loop's logger: these lines are the loop's, and keep its name in the log

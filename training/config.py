@@ -1,9 +1,9 @@
 """The training loop's settings: :class:`TrainingConfig`, the one declaration of the loop's command-line flags.
 
-The same frozen dataclass is the loop's configuration and, parsed with :func:`training.arguments.parse_arguments`,
+The same frozen dataclass is the loop's configuration and, parsed with :func:`core.arguments.parse_arguments`,
 the ``training loop`` group of every training command (names and meanings of transformers' ``TrainingArguments``
 and the Hugging Face example scripts). A command that needs other defaults derives a subclass with
-:func:`training.arguments.with_defaults`; fields it defaults to ``None`` are resolved later (e.g. pretraining's
+:func:`core.arguments.with_defaults`; fields it defaults to ``None`` are resolved later (e.g. pretraining's
 learning rate by model family) into a plain :class:`TrainingConfig`, whose construction checks every value.
 """
 
@@ -13,8 +13,8 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Literal
 
-from training.arguments import arg
-from training.errors import InputError
+from core.arguments import arg
+from core.errors import InputError
 from training.optim import OPTIMIZERS, SCHEDULERS
 
 
@@ -28,7 +28,7 @@ class TrainingConfig:
     """
 
     _argument_group_name: ClassVar[str] = "training loop"
-    #: Fields whose ``None`` means "resolved later" by the command (see :func:`training.arguments.with_defaults`).
+    #: Fields whose ``None`` means "resolved later" by the command (see :func:`core.arguments.with_defaults`).
     _resolved_later: ClassVar[frozenset[str]] = frozenset()
 
     output_dir: str = arg(help="run folder (model, checkpoints/, runs/, wandb/, all_results.json)")

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from training.errors import InputError
+from core.errors import InputError
 
 
 def fingerprint_sources(files: Sequence[str | os.PathLike] = (), **settings: Any) -> list[dict[str, Any]]:

@@ -12,9 +12,7 @@ does the rest, in this order::
                                            # save atomically, finish, push; returns the exit status
 
 Also here: the run files (``all_results.json``, ``eval_history.json``, ``trainer_log.json``, ``curves.png``) and the
-run-mode rule of ``--do_train`` / ``--do_eval`` / ``--do_predict``; re-exported for the commands: the one loader
-wrapper (:func:`training.pretrained.load_pretrained`: every ``from_pretrained`` of a user path or repo id, one
-``error:`` line when it fails), the model-fits check and :func:`training.arguments.run_config`.
+run-mode rule of ``--do_train`` / ``--do_eval`` / ``--do_predict``.
 """
 
 from __future__ import annotations
@@ -30,19 +28,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from training.arguments import SECRET_FLAGS, arg, run_config
+from core.arguments import arg
+from core.errors import InputError, first_line
+from core.files import atomic_output_dir, write_text_atomic
+from core.logs import setup_logging
 from training.config import TrainingConfig
-from training.errors import InputError, first_line
-from training.files import atomic_output_dir, write_text_atomic
 from training.hub import HubArguments, HubPusher, every_save_hook
-from training.logs import setup_logging
 from training.plan import RunPlan
-from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger(__name__)
 
-#: Arguments never written to trackers, model cards or run files (:data:`training.arguments.SECRET_FLAGS`).
-SECRET_ARGUMENTS = SECRET_FLAGS
 #: ``all_results.json`` keys of every training run (besides the ``eval_*`` metrics and a command's own keys).
 RESULT_KEYS = (
     "train_loss",
@@ -255,8 +250,8 @@ class Run:
             InputError: bad hub flags or token; another run holds the output folder; the folder holds another
                 run and neither ``--resume_from_checkpoint`` nor ``--overwrite_output_dir`` is given.
         """
+        from training.accelerator import make_accelerator
         from training.hub import validate_hub_arguments
-        from training.loop import make_accelerator
         from training.ownership import claim_output_dir, read_run_id
         from training.signals import stop_with_launcher
 
@@ -286,7 +281,8 @@ class Run:
     def execute(self, parts: RunParts) -> int:
         """Train (or evaluate), predict, save the outputs atomically, finish, push. Returns the exit status:
         0, or 143 / 130 after SIGTERM / SIGINT (checkpoint written), 1 after a non-finite loss."""
-        from training.loop import Trainer, finish
+        from training.accelerator import finish
+        from training.loop import Trainer
         from training.signals import signals_deferred, train_until_stopped
 
         acc = self.accelerator
@@ -414,14 +410,10 @@ class Run:
 
 __all__ = [
     "RESULT_KEYS",
-    "SECRET_ARGUMENTS",
     "Run",
     "RunModes",
     "RunParts",
-    "check_model_fits",
     "final_lines",
     "flat_results",
-    "load_pretrained",
-    "run_config",
     "write_run_files",
 ]

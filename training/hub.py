@@ -26,7 +26,7 @@ never at a half-pushed model; the error says which commit the remote keeps. Re-r
 LFS objects already uploaded are not sent again. (``upload_folder`` is not used on purpose: with ``hf_xet``
 installed it may split a folder over several commits.)
 
-Errors for refused input raise :class:`training.errors.InputError` naming the repo / revision and what to do:
+Errors for refused input raise :class:`core.errors.InputError` naming the repo / revision and what to do:
 no token, an invalid token, a token without write access, a missing repo or revision, a revision that is a
 tag or a commit (not a branch), an interrupted push.
 """
@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from training.arguments import arg
-from training.errors import InputError, first_line
+from core.arguments import arg
+from core.errors import InputError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -609,6 +609,6 @@ __all__ = [
 if __name__ == "__main__":
     import sys
 
-    from training.errors import run_cli
+    from core.errors import run_cli
 
     sys.exit(run_cli(main))

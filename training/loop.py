@@ -3,7 +3,8 @@
 Usage (a command builds the model, datasets and collators; the loop does the rest; :mod:`training.driver` wraps
 this for the commands)::
 
-    from training.loop import Trainer, make_accelerator, finish
+    from training.accelerator import finish, make_accelerator
+    from training.loop import Trainer
 
     accelerator = make_accelerator(config)                # config: training.config.TrainingConfig
     trainer = Trainer(accelerator, model, train_dataloader, config, eval_fn=my_eval)  # prepares everything
@@ -38,8 +39,9 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
   computed and logged). An optimizer step whose loss (on any process) or gradient norm is NaN/inf is not applied:
   weights, Adam moments and Adam's step count stay as they were; the step, its batches and the learning-rate
   schedule still count. ``skip_nonfinite_steps`` N tolerates N such steps (a warning each); one more stops every
-  process with :class:`NonFiniteLossError` naming the step and its micro-batches, before any later checkpoint is
-  written (the last one is left as it was). With an fp16 GradScaler, inf gradients are the scaler's to skip.
+  process with :class:`core.errors.NonFiniteLossError` naming the step and its micro-batches, before any later
+  checkpoint is written (the last one is left as it was). With an fp16 GradScaler, inf gradients are the
+  scaler's to skip.
 * **Host reads.** The step's statistics are one packed tensor on the device, all-reduced once per step; the host
   reads the pending steps' tensors back in one copy only at logging, evaluation and checkpoint steps and at the
   end (:mod:`training.stats`). That needs an optimizer that skips a non-finite update on the device: torch's fused
@@ -88,13 +90,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from core.errors import InputError, TrainingStopped
 from training.accelerator import (
     as_device_scalar,
     device_skip_supported,
-    enable_gradient_checkpointing,
-    finish,
     inner_optimizer,
-    make_accelerator,
     prepare,
     reduce_sum,
     replica_difference,
@@ -103,7 +103,6 @@ from training.best import should_stop_early, update_best
 from training.checkpointer import Checkpointer
 from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
-from training.errors import InputError, NonFiniteLossError, TrainingStopped
 from training.evaluation import EvaluationInterrupted, stop_when
 from training.optim import create_scheduler
 from training.plan import RunPlan, make_plan
@@ -602,14 +601,4 @@ class Trainer:
         return metrics
 
 
-__all__ = [
-    "NonFiniteLossError",
-    "Trainer",
-    "TrainingStopped",
-    "default_loss_fn",
-    "default_tokens_fn",
-    "default_weight_fn",
-    "enable_gradient_checkpointing",
-    "finish",
-    "make_accelerator",
-]
+__all__ = ["Trainer"]

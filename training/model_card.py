@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.errors import InputError
-from training.files import read_json
+from core.errors import InputError
+from core.files import read_json
 
 #: Auto class that loads the model for each pipeline task.
 AUTO_CLASS_BY_TASK = {
@@ -363,7 +363,7 @@ def card_for_run(
 ) -> str:
     """:func:`render_model_card` filled from a finished run: ``config.json`` and ``all_results.json`` in
     ``output_dir``, hyperparameters and training data from the run's resolved ``settings`` (the flat dict of its
-    typed arguments, :func:`training.arguments.run_config`).
+    typed arguments, :func:`core.arguments.run_config`).
 
     ``model_type`` comes from ``config.json``; the preset from ``config_name`` when it is not a path; the
     training data from ``train_file`` / ``dataset_name`` (``dataset_config_name``) or the sources in the

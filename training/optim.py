@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from training.errors import InputError
+from core.errors import InputError
 
 #: ``--lr_scheduler_type`` values and the transformers schedule each maps to.
 SCHEDULERS = {

@@ -16,13 +16,13 @@ Every training run (``pretrain``, ``finetune.glue``, ``finetune.squad``; ``finet
   ``trainer_state.json``; rotation, ``latest`` and resume only consider checkpoints of the folder's run
   (:func:`training.checkpoint.checkpoint_dirs`), so a folder never mixes two runs' checkpoints unnoticed.
 * **A folder of another run** is refused unless resuming it or ``--overwrite_output_dir``
-  (:func:`training.files.check_output_dir_reuse`); with ``--overwrite_output_dir`` the old run's checkpoints are
+  (:func:`core.files.check_output_dir_reuse`); with ``--overwrite_output_dir`` the old run's checkpoints are
   deleted before anything is written, so that the new run's checkpoints can never be rotated away by older ones.
 * **Temporary folders of killed runs** (``checkpoints/.tmp-*``, the ``.<name>.tmp-*`` folders of atomic writes
   next to the output folder and inside it, ``.hub-staging``) are removed at the next start, under the lock.
 
 The hidden files are never pushed to a hub (``training.hub`` ignores ``.*``) and do not make a folder
-"non-empty" for :func:`training.files.check_output_dir_reuse`.
+"non-empty" for :func:`core.files.check_output_dir_reuse`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import socket
 import uuid
 from pathlib import Path
 
-from training.errors import InputError
-from training.files import BOOKKEEPING_FILES, pid_alive
+from core.errors import InputError
+from core.files import BOOKKEEPING_FILES, pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -208,8 +208,8 @@ def claim_output_dir(
         InputError: another run holds the folder; the folder holds another run and neither ``resuming`` nor
             ``overwrite`` is set; the folder cannot be created or locked.
     """
+    from core.files import check_output_dir_reuse
     from training.checkpoint import checkpoint_dirs, read_state
-    from training.files import check_output_dir_reuse
 
     out = Path(output_dir)
     created = not out.exists()
@@ -232,7 +232,7 @@ def claim_output_dir(
             shutil.rmtree(out / "checkpoints")
         ownership.run_id = run_id or uuid.uuid4().hex
         if run_id is None or read_run_id(out) != run_id:
-            from training.files import write_text_atomic
+            from core.files import write_text_atomic
 
             record = {
                 "run_id": ownership.run_id,

@@ -12,8 +12,8 @@ import math
 from fractions import Fraction
 from typing import Any
 
+from core.errors import InputError
 from training.config import TrainingConfig
-from training.errors import InputError
 
 #: The evaluation cap of :func:`make_plan` (``cap_eval``): all evaluations of the run together cover at most this
 #: share of the examples it trains on, one evaluation at most :data:`MAX_EVAL_TOKENS` tokens, and never fewer than

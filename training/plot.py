@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.errors import InputError, run_cli
-from training.files import read_json
+from core.errors import InputError, run_cli
+from core.files import read_json
 
 #: Files of a run folder read by :func:`load_run`.
 LOG_FILE, EVAL_FILE = "trainer_log.json", "eval_history.json"
@@ -171,7 +171,7 @@ def write_curves(run_dir_or_histories, path: str | os.PathLike):
     fig = plot_curves(runs)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from training.files import open_atomic
+    from core.files import open_atomic
 
     with open_atomic(path, "wb") as f:
         fig.savefig(f, dpi=DPI, format="png")

@@ -1,14 +1,13 @@
 """Loading what a user names (a folder or a hub repo id) with one error line, and checking that the tokenizer fits
 the model: :func:`load_pretrained`, :func:`check_model_fits`. Used by the commands and their builders
-(``pretrain.build``, ``finetune``); moved here from :mod:`training.driver` (which re-exports both), so that the
-builders need not import the run driver."""
+(``pretrain.build``, ``finetune``), which need not import the run driver for them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from training.errors import InputError, check_local_path, first_line
+from core.errors import InputError, check_local_path, first_line
 
 
 def load_pretrained(

@@ -1,7 +1,7 @@
 """The loop's progress arithmetic (:class:`training.loop.Trainer`): the time still needed to finish a run
 (:func:`remaining_events`, :func:`estimate_finish`, :class:`TimeEstimate`), durations as text
 (:func:`format_duration`), the held-out loss jump warning (:func:`loss_jump`) and what a session measured
-(:class:`Session`). Moved here from :mod:`training.loop`, which re-exports the public names."""
+(:class:`Session`)."""
 
 from __future__ import annotations
 

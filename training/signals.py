@@ -4,7 +4,7 @@ A scheduler (SLURM, Kubernetes, a spot-instance reclaim) sends SIGTERM before it
 SIGINT. Inside :func:`stop_on_signals` the first such signal only calls :meth:`training.loop.Trainer.request_stop`:
 the loop finishes the optimizer step in progress, all processes agree on the stop at the same step (the flag
 is all-reduced with the step's statistics), every process writes its part of ``checkpoints/step_N`` and
-``Trainer.train`` raises :class:`training.loop.TrainingStopped`. The command then exits with
+``Trainer.train`` raises :class:`core.errors.TrainingStopped`. The command then exits with
 :func:`exit_code` (``128 + signal number``: 143 for SIGTERM, 130 for SIGINT, the shell convention) after one
 ``error:`` line saying how to resume (``--resume_from_checkpoint latest``).
 
@@ -82,7 +82,7 @@ def stop_on_signals(trainer, finishing: str | None = None) -> Iterator[SignalSto
 
     Yields:
         The :class:`SignalStopper`; its ``exit_code`` is the status to exit with after
-        :class:`training.loop.TrainingStopped`.
+        :class:`core.errors.TrainingStopped`.
     """
     import threading
 
@@ -153,7 +153,7 @@ def train_until_stopped(trainer, on_stop: Callable[[], None]) -> tuple[dict | No
         is and how to resume, has been printed to stderr by the main process (every process stops at the same
         step).
     """
-    from training.errors import NonFiniteLossError, TrainingStopped
+    from core.errors import NonFiniteLossError, TrainingStopped
 
     with stop_on_signals(trainer) as stopper:
         try:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from training.errors import NonFiniteLossError
+from core.errors import NonFiniteLossError
 from training.state import TrainerState
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import netrc
 import os
 from pathlib import Path
 
-from training.errors import InputError
+from core.errors import InputError
 
 REPORT_TO_CHOICES = ("none", "tensorboard", "wandb", "all")
 

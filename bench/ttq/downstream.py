@@ -65,7 +65,7 @@ def make_random_inits(args, out: Path, data: dict) -> dict[str, Path]:
 
 def finetune_argv(model_dir: Path, task: str, seed: int, run_dir: Path, args) -> list[str]:
     """The ``finetune.glue`` arguments of the fixed protocol (see the package docstring, item 8)."""
-    from training.arguments import as_flags  # not at import: the reference's process must not import the project
+    from core.arguments import as_flags  # not at import: the reference's process must not import the project
 
     cap = (
         min(x for x in (FINETUNE_MAX_TRAIN_SAMPLES.get(task), args.max_train_samples) if x is not None)
@@ -96,7 +96,7 @@ STOPPED_BY_SIGNAL = (143, 130)
 def run_finetunes_in_process(jobs: list[dict]) -> dict[str, int]:
     """Run ``finetune.glue``'s ``main`` in this process for each job (``{"name", "argv", "log"}``) in turn, each with
     a fresh accelerate state and its output (file descriptors 1 and 2) in its own ``log`` file, as its own process
-    would; returns ``{name: exit status}`` (``training.errors.run_cli``'s: 0, 2 for refused input; 1 for any other
+    would; returns ``{name: exit status}`` (``core.errors.run_cli``'s: 0, 2 for refused input; 1 for any other
     exception, its traceback in the log). A fine-tune stopped by SIGTERM / SIGINT (143 / 130: its checkpoint
     written) ends the loop: the later jobs are not run and have no status. The same metrics as a ``python -m
     finetune.glue`` process of the same arguments (tested): the run seeds everything it draws from."""
@@ -105,8 +105,8 @@ def run_finetunes_in_process(jobs: list[dict]) -> dict[str, int]:
 
     from accelerate.state import AcceleratorState, GradientState
 
+    from core.errors import run_cli
     from finetune import glue
-    from training.errors import run_cli
 
     status = {}
     for job in jobs:

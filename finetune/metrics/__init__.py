@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.errors import InputError
+from core.errors import InputError
 
 #: Folder holding the metric modules (works from an installed package as from a checkout).
 METRICS_DIR = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ and reported. The output is ``SesameBertForPreTraining.save_pretrained`` output 
 ``model.safetensors``, the model code) plus the source's tokenizer, written atomically. After conversion both
 models run on a sample sentence pair and the largest differences are reported (they are ~1e-6 in fp32).
 
-Errors: :class:`training.errors.InputError` (exit status 2 under the CLI) for a missing source, a source without a
+Errors: :class:`core.errors.InputError` (exit status 2 under the CLI) for a missing source, a source without a
 BERT config or without readable weights (missing, truncated), without tokenizer files and no ``--tokenizer_name``,
 an unsupported BERT variant, or a non-empty output directory.
 """
@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from training.errors import InputError, add_debug_argument, first_line, run_cli
-from training.files import share_like_umask
+from core.errors import InputError, add_debug_argument, first_line, run_cli
+from core.files import share_like_umask
 
 from . import convert_modern
 from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig

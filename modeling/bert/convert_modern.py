@@ -16,7 +16,7 @@ SesameBert configs (``configuration_sesame_bert``'s modern fields):
 back (:data:`CLASSES`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
 SesameBert's ``qkv`` and ``fc1``), so the two compute the same function (``tests/bert/test_convert_modern.py``).
 
-Errors: :class:`training.errors.InputError` for configs that have no counterpart on the other side (a rope scaling
+Errors: :class:`core.errors.InputError` for configs that have no counterpart on the other side (a rope scaling
 type other than ``"default"``, an activation without a GLU, a pooling the other side lacks, a SesameBert config that
 is not of the target's layout).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from training.errors import InputError, first_line
+from core.errors import InputError, first_line
 
 from . import modeling_sesame_bert as sesame
 from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, SesameBertConfig

@@ -31,8 +31,8 @@ def folders(tmp_path, word_tokenizer, make_glue_dir):
 
 
 def _refused(argv, capsys) -> str:
+    from core.errors import run_cli
     from finetune.baselines import main
-    from training.errors import run_cli
 
     assert run_cli(main, argv) == 2
     err = capsys.readouterr().err

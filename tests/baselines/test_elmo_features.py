@@ -276,9 +276,9 @@ def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(
 
 
 def test_a_bilm_cased_otherwise_than_the_word_tokenizer_is_refused(tmp_path, word_tokenizer, bilm, tiny_corpus):
+    from core.errors import InputError
     from finetune.baselines import init_baseline_model
     from tokenizer.elmo_training import train_elmo_tokenizer
-    from training.errors import InputError
 
     word_tokenizer.save_pretrained(tmp_path / "wordtok")
     bilm.save_pretrained(tmp_path / "elmo")

@@ -65,9 +65,9 @@ def test_embeddings_from_vectors_give_gensims_word_vectors(vectors, tiny, encode
 
 
 def test_vectors_cli_refuses_a_wordpiece_tokenizer(tiny_corpus, tmp_path, capsys):
+    from core.errors import run_cli
     from tokenizer.__main__ import main
     from tokenizer.wordpiece import train_wordpiece_tokenizer
-    from training.errors import run_cli
 
     train_wordpiece_tokenizer([tiny_corpus], vocab_size=120, output_dir=tmp_path / "wp")
     status = run_cli(
@@ -90,10 +90,10 @@ def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_stat
     """finetune.glue on a pair task (MRPC) with a fresh baseline folder: trains, evaluates, saves a loadable head."""
     from transformers import AutoModelForSequenceClassification
 
+    from core.errors import run_cli
     from finetune.baselines import init_baseline_model
     from finetune.glue import main
     from modeling.baselines import SesameBaselineForSequenceClassification
-    from training.errors import run_cli
 
     model_dir = init_baseline_model("rnn", tmp_path / "rnn", embeddings=str(vectors), rnn_hidden_size=8)
     out = tmp_path / "run"
@@ -170,8 +170,8 @@ def test_baselines_table_cli(word_tokenizer, tmp_path, make_glue_dir):
 
 
 def test_baselines_cli_refuses_an_unknown_backbone_and_a_missing_tokenizer(tmp_path, capsys, make_glue_dir):
+    from core.errors import run_cli
     from finetune.baselines import main
-    from training.errors import run_cli
 
     glue = make_glue_dir(tmp_path / "glue")
     common = ["--glue_dir", str(glue), "--tasks", "sst2", "--output_dir", str(tmp_path / "t")]

@@ -175,10 +175,10 @@ def test_pretrain_with_the_bench_time_budget_flags(tmp_path, fresh_state, monkey
     the probe where the bench reads it (:func:`ttq.runs.budget_record`)."""
     from _launch import corpus_args
 
+    from core.errors import run_cli
     from pretrain.cli import main
     from tokenizer.wordpiece import train_wordpiece_tokenizer
     from training import budget as budgets
-    from training.errors import run_cli
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

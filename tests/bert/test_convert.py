@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from transformers import BertForPreTraining, BertModel
 
+from core.errors import run_cli
 from modeling import SesameBertForPreTraining, SesameBertModel
 from modeling.bert.convert import convert, convert_state_dict, main
-from training.errors import run_cli
 
 
 def _max_diff(a, b):

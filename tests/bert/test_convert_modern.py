@@ -179,8 +179,8 @@ def test_cli_converts_both_ways(tmp_path, tokenizer, capsys, family, head):
     """``python -m modeling.bert.convert --source DIR`` reads a transformers folder; ``--to FAMILY`` writes it back."""
     import json
 
+    from core.errors import run_cli
     from modeling.bert import convert
-    from training.errors import run_cli
 
     kwargs = dict(CONFIGS[family, "small"], **TOKENS, vocab_size=len(tokenizer), num_labels=3)
     if family == "eurobert":

@@ -10,8 +10,8 @@ import torch
 import transformers
 
 import modeling
+from core.errors import run_cli
 from modeling.bert.convert import BERT_CLASSES, convert_state_dict, main, to_bert
-from training.errors import run_cli
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

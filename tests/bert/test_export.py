@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from core.errors import run_cli
 from modeling import (
     SesameBertConfig,
     SesameBertForQuestionAnswering,
@@ -16,7 +17,6 @@ from modeling import (
     SesameBertModel,
 )
 from modeling.export import TOLERANCE, main
-from training.errors import run_cli
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 HEADS = {

@@ -13,10 +13,10 @@ import transformers
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import modeling
+from core.errors import run_cli
 from modeling import SesameBertConfig, SesameBertModel
 from modeling.bert import modeling_sesame_bert
 from modeling.bert.convert_modern import transformers_config
-from training.errors import run_cli
 
 MODERN = dict(
     vocab_size=40,

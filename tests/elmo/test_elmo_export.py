@@ -13,6 +13,7 @@ from _helpers import assert_rows_classified_alone
 from _tiny import micro_elmo_kwargs
 from torch import nn
 
+from core.errors import run_cli
 from modeling.elmo import (
     SPEC,
     SesameElmoConfig,
@@ -25,7 +26,6 @@ from modeling.elmo import (
 )
 from modeling.elmo.lstm_elmo import recurrence
 from modeling.export import TOLERANCE, main
-from training.errors import run_cli
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
 TINY = micro_elmo_kwargs(60, cnn_filters=[[1, 4], [2, 8]], num_labels=3)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import InputError
 from modeling.elmo.tokenization_elmo import SesameElmoTokenizer, word_to_char_ids
-from training.errors import InputError
 
 
 def _row(*head):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
+from core.errors import InputError, run_cli
 from finetune import explain as ex
-from training.errors import InputError, run_cli
 
 FILLERS = (
     "the a cat dog sat on mat it was warm film movie story he said man is playing flute plane and of to in".split()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import InputError
 from finetune import explain as ex
-from training.errors import InputError
 
 
 def test_layer0_runs_a_model_from_its_input_embeddings_whatever_the_family():

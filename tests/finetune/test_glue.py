@@ -13,9 +13,9 @@ import torch
 from _tiny import tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
+from core.errors import InputError, run_cli
 from finetune import glue
 from training.data import LengthGroupedSampler
-from training.errors import InputError, run_cli
 
 COMMON = [
     "--max_seq_length",

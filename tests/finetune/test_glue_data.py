@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
 from finetune.glue_data import label_names_of, load_glue_data, write_submission
 from finetune.tasks import GLUE_TASKS, TASK_NAMES, get_task
-from training.errors import InputError
 
 #: Rows (without header) of each file of the fixture GLUE directory (tests/finetune/conftest.py).
 FIXTURE_ROWS = {

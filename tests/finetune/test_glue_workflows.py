@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from _launch import CPU_2PROC, ROOT, subprocess_env
 
+from core.errors import run_cli
 from finetune import glue
 from tests.finetune.test_glue import COMMON, NLI, _write_nli, glue_args, task_args
-from training.errors import run_cli
 
 #: The NLI files' columns, then ``COMMON``.
 NLI_TAIL = ["--sentence1_key", "premise", "--sentence2_key", "hypothesis", *COMMON]

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
+from core.errors import InputError
 from finetune.metrics import METRIC_NAMES, load_metric, metric_path
 from finetune.metrics.squad_scoring import normalize_answer, squad_v2_scores
-from training.errors import InputError
 
 
 @pytest.fixture

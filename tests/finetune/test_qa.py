@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from transformers import BertTokenizer
 
+from core.errors import InputError
 from finetune.qa import (
     NO_VALID_SPAN_ODDS,
     answer_token_span,
@@ -20,7 +21,6 @@ from finetune.qa import (
     prepare_validation_features,
     write_predictions,
 )
-from training.errors import InputError
 
 WORDS = [
     "the",

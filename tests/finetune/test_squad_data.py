@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
 from finetune.squad_data import load_squad_data, load_squad_file, make_unanswerable, write_squad_json
-from training.errors import InputError
 
 CTX1 = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a region in France."
 CTX2 = "Computational complexity theory classifies computational problems according to their inherent difficulty."

@@ -118,8 +118,8 @@ def test_cudnn_lstm_matches_the_fused_cpu_kernel(cuda, no_tf32):
 
 
 def test_30_pretraining_steps_on_cuda_in_bf16(tiny_corpus, tmp_path, fresh_state):
+    from core.errors import run_cli
     from pretrain.cli import main
-    from training.errors import run_cli
 
     allocated = torch.cuda.memory_allocated()  # tensors of earlier tests may still be alive
     torch.cuda.reset_peak_memory_stats()

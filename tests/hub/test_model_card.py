@@ -8,8 +8,8 @@ import pytest
 from _tiny import tiny_bert_kwargs
 from huggingface_hub import ModelCard
 
+from core.errors import InputError
 from modeling import SPECS
-from training.errors import InputError
 from training.model_card import render_model_card, results_from_dir
 
 

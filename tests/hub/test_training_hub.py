@@ -7,8 +7,8 @@ import hashlib
 import pytest
 from huggingface_hub import ModelCard
 
-from training.arguments import parse_arguments
-from training.errors import InputError
+from core.arguments import parse_arguments
+from core.errors import InputError
 from training.hub import HubArguments, default_repo_id, validate_hub_arguments
 from training.model_card import render_model_card
 
@@ -46,8 +46,8 @@ def test_push_files_branches_strategy_and_errors(hub, tmp_path):
         f"""
         import argparse, json
         from huggingface_hub import HfApi
-        from training.errors import InputError
-        from training.arguments import parse_arguments
+        from core.errors import InputError
+        from core.arguments import parse_arguments
         from training.hub import HubArguments, HubPusher, push_output_dir, validate_hub_arguments
         W, R, BOB = {hub.write_token!r}, {hub.read_token!r}, {hub.other_token!r}
         res = {{}}
@@ -171,7 +171,7 @@ def test_push_without_xet_support_says_how_to_fix(hub, tmp_path):
     out = hub.run(
         """
         import json
-        from training.errors import InputError
+        from core.errors import InputError
         from training.hub import push_output_dir
         try:
             push_output_dir("run", "alice/m")

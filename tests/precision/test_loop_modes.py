@@ -41,9 +41,10 @@ def _collate(examples):
 def _train(make_bert, tmp_path, name, data, steps, G=1, batch_size=1, mixed_precision=None, **config):
     from accelerate.state import AcceleratorState, GradientState
 
+    from training.accelerator import make_accelerator
     from training.config import TrainingConfig
     from training.data import make_train_dataloader
-    from training.loop import Trainer, make_accelerator
+    from training.loop import Trainer
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()

@@ -12,9 +12,10 @@ import pytest
 import torch
 from _launch import corpus_args
 
+from core.errors import InputError, run_cli
 from pretrain.cli import main, parse
 from training import budget as budgets
-from training.errors import InputError, run_cli
+from training.plan import steps_for_time, steps_for_tokens
 
 
 def _args(corpus_dir, tok, out, *extra):
@@ -45,11 +46,11 @@ def _budget_line(caplog) -> str:
 
 
 def test_token_budget_to_steps_by_hand(corpus_dir, tok, tmp_path, fresh_state, caplog):
-    assert budgets.steps_for_tokens(1000, 256) == 4  # 3 steps are 768 tokens: one more
-    assert budgets.steps_for_tokens(1024, 256) == 4 and budgets.steps_for_tokens(1025, 256) == 5
-    assert budgets.steps_for_time(1.0, 0.5) == 120 and budgets.steps_for_time(0.001, 7.0) == 1
+    assert steps_for_tokens(1000, 256) == 4  # 3 steps are 768 tokens: one more
+    assert steps_for_tokens(1024, 256) == 4 and steps_for_tokens(1025, 256) == 5
+    assert steps_for_time(1.0, 0.5) == 120 and steps_for_time(0.001, 7.0) == 1
     with pytest.raises(InputError, match="--max_train_tokens 0"):
-        budgets.steps_for_tokens(0, 256)
+        steps_for_tokens(0, 256)
     # a run: 8 blocks x 32 tokens x 2 accumulation = 512 tokens per optimizer step; 1,100 tokens -> 3 steps
     out = tmp_path / "tokens"
     with caplog.at_level(logging.INFO, logger="pretrain"):

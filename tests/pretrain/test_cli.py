@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from _launch import corpus_args
 
+from core.errors import run_cli
 from pretrain.cli import build_parser, main, parse
 from pretrain.objectives import OBJECTIVES
-from training.errors import run_cli
 
 
 def _args(corpus_dir: Path, out: Path, *extra: str) -> list[str]:

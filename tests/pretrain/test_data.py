@@ -6,9 +6,9 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict
 
+from core.errors import InputError
 from pretrain import data
 from pretrain.collators import BiLMCollator, MLMCollator
-from training.errors import InputError
 
 
 def _tokenized(bert_tokenizer, docs):

@@ -13,10 +13,10 @@ from _launch import checkpoint_args
 from _launch import corpus_args as _run_args
 from datasets import Dataset, DatasetDict
 
+from core.errors import run_cli
 from pretrain import data
 from pretrain.cli import main
 from pretrain.collators import MLMCollator
-from training.errors import run_cli
 
 
 def _tokenized(tokenizer, docs):
@@ -179,8 +179,8 @@ def test_no_token_attends_across_a_boundary(bert_tokenizer, packed, attn):
 
 # -- the flag, prepared datasets and runs ---------------------------------------------------------------------------
 def test_the_flag_resolves_per_objective_and_refuses_what_cannot_be():
+    from core.errors import InputError
     from pretrain.cli import parse
-    from training.errors import InputError
 
     assert parse(["--train_file", "x.txt"]).corpus.document_masking is True, "on by default for mlm"
     assert parse([]).corpus.document_masking is True, "the demo job too"

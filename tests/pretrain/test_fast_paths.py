@@ -14,11 +14,11 @@ from _helpers import assert_saved_as_trained, compile_without_inductor
 from _launch import corpus_args
 from datasets import Dataset
 
+from core.errors import InputError, run_cli
 from pretrain import data
 from pretrain.cli import main, parse
 from pretrain.collators import MLMCollator
 from training.data import make_train_dataloader, resolve_num_workers
-from training.errors import InputError, run_cli
 
 
 def test_dataloader_num_workers_auto_and_refused_values(monkeypatch):

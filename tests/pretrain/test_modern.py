@@ -12,8 +12,8 @@ import torch
 from _launch import checkpoint_args
 from _launch import corpus_args as _run_args
 
+from core.errors import run_cli
 from pretrain.cli import main
-from training.errors import run_cli
 
 
 def test_modernbert_tiny_trains_resumes_bitwise_and_loads(corpus_dir, bert_tokenizer, tmp_path, fresh_state):

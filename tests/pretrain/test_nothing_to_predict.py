@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.errors import InputError
+from core.errors import InputError
 
 
 def test_an_evaluation_that_masked_nothing_is_refused_not_reported_as_perplexity_1(tmp_path, monkeypatch):

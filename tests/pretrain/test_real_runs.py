@@ -17,8 +17,8 @@ import pytest
 from _launch import checkpoint_args, prepare_args
 from _launch import corpus_args as _data
 
+from core.errors import run_cli
 from pretrain.cli import build_parser, main
-from training.errors import run_cli
 
 
 def _sha(path: Path) -> str:

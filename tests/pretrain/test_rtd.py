@@ -16,8 +16,8 @@ import torch
 from _helpers import one_step_config
 from _launch import checkpoint_args, corpus_args, prepare_args
 
+from core.errors import run_cli
 from pretrain.cli import main
-from training.errors import run_cli
 
 
 def _sha(path: Path) -> str:
@@ -188,7 +188,8 @@ def test_rtd_step_normalises_each_term_by_its_items_over_the_micro_batches(tmp_p
     lambda (sum of discriminator BCE) / (real tokens of both), computed by hand from the model's two terms."""
     from modeling import SesameBertForReplacedTokenDetection, SesameBertRTDConfig
     from pretrain.objectives import rtd_loss, rtd_weight
-    from training.loop import Trainer, make_accelerator
+    from training.accelerator import make_accelerator
+    from training.loop import Trainer
 
     torch.manual_seed(0)
     model = SesameBertForReplacedTokenDetection(

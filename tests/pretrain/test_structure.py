@@ -11,8 +11,8 @@ import pytest
 import torch
 from _launch import corpus_args
 
+from core.errors import InputError, run_cli
 from pretrain.cli import main, parse
-from training.errors import InputError, run_cli
 
 
 def _data_args(corpus_dir, out, *extra: str) -> list[str]:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
+from core.errors import run_cli
 from pretrain.cli import main
-from training.errors import run_cli
 from training.unigram import (
     PLATEAU_MARGIN,
     heldout_unigram_loss,

@@ -83,9 +83,10 @@ def toy_run():
     ``trainer_kwargs`` (``run_id``, ``eval_fn``, ...), in a fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
 
+    from training.accelerator import make_accelerator
     from training.config import TrainingConfig
     from training.data import make_train_dataloader
-    from training.loop import Trainer, make_accelerator
+    from training.loop import Trainer
     from training.optim import create_optimizer
 
     def run(

@@ -1,6 +1,6 @@
 """The bad-input catalogue: every command refuses bad input with exit status 2, exactly one ``error:`` line
 naming the thing and what was expected, no traceback, and nothing partial written (``--output_dir`` absent
-or unchanged). In-process through ``training.errors.run_cli`` (fast); a few cases also as real subprocesses to
+or unchanged). In-process through ``core.errors.run_cli`` (fast); a few cases also as real subprocesses to
 prove the exit status.
 
 Commands: ``python -m tokenizer train``, ``pretrain``, ``finetune.glue``, ``finetune.squad`` (through its CLI)
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from _launch import asset_args
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -666,8 +666,8 @@ def clean_env_reset():
 
 
 def test_debug_shows_the_traceback(assets, tmp_path, clean_env):
+    from core.errors import InputError
     from tokenizer.__main__ import main
-    from training.errors import InputError
 
     with pytest.raises(InputError, match="nope.txt"):
         run_cli(main, tok(tmp_path, assets, "--train_file", str(tmp_path / "nope.txt"), "--debug"))
@@ -696,8 +696,8 @@ def test_real_exit_status_in_a_subprocess(name, module, build, assets, tmp_path)
 
 def test_ctrl_c_while_training_a_tokenizer_writes_nothing(assets, tmp_path, monkeypatch, capsys):
     import tokenizer.wordpiece
+    from core.files import atomic_output_dir
     from tokenizer.__main__ import main
-    from training.files import atomic_output_dir
 
     def interrupted(files, vocab_size, output_dir, **kwargs):
         with atomic_output_dir(output_dir) as tmp:

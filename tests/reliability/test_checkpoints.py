@@ -14,8 +14,8 @@ import signal
 import pytest
 import torch
 
+from core.errors import InputError
 from training import checkpoint as ckpt
-from training.errors import InputError
 
 
 def _truncate(path):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from _launch import asset_args
 
+from core.errors import run_cli
 from training import checkpoint as ckpt
-from training.errors import run_cli
 
 
 def _args(assets: Path, out: Path, *extra: str) -> list[str]:
@@ -118,7 +118,7 @@ def test_real_disk_full_errors_of_safetensors_torch_and_tokenizers_are_recognise
     import torch
     from safetensors.torch import save_file
 
-    from training.files import storage_failure
+    from core.files import storage_failure
 
     disk = small_disk(1)
     _fill(disk)

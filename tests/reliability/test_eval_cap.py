@@ -11,7 +11,7 @@ import types
 
 from reliability.conftest import WORDS
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 
 def _plan(tmp_path, *extra: str):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from reliability.conftest import _collate, _toy_data  # noqa: F401  (the toy data of toy_run)
 
-from training.errors import TrainingStopped
+from core.errors import TrainingStopped
 
 
 def _eval_fn(batches_seen: list[int], stop_at: tuple[int, int] | None):

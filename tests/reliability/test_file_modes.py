@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _launch import tiny_run_args
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def _modes(root: Path) -> dict[str, int]:
 
 
 def test_open_atomic_gives_the_umask_mode_and_leaves_nothing_on_failure(umask, tmp_path):
-    from training.files import open_atomic, write_text_atomic
+    from core.files import open_atomic, write_text_atomic
 
     for mask in (0o022, 0o077, 0o002):
         umask(mask)

@@ -8,8 +8,8 @@ import logging
 
 from _launch import tiny_run_args
 
+from core.errors import run_cli
 from training.driver import final_lines
-from training.errors import run_cli
 
 
 def test_final_lines_put_perplexity_first_leave_counts_out_and_say_the_next_command():

@@ -8,7 +8,7 @@ import signal
 
 from _launch import tiny_run_args
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 
 def test_sigterm_during_the_final_save_completes_it_then_exits_143(assets, tmp_path, monkeypatch, capsys, fresh_state):

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from training.errors import InputError, first_line
+from core.errors import InputError, first_line
 
 
 def test_a_fifo_or_a_device_as_train_file_is_refused_before_reading(tmp_path):
@@ -79,7 +79,7 @@ def test_a_corrupt_deflate_stream_in_a_tsv_gz_is_reported_as_corrupt_gzip_not_as
 
 
 def test_prepare_into_a_non_empty_folder_does_not_suggest_resuming(tmp_path):
-    from training.files import check_output_dir_reuse
+    from core.files import check_output_dir_reuse
 
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x").write_text("x")
@@ -109,8 +109,8 @@ def test_output_dir_equal_to_the_model_is_refused_and_train_equal_validation_war
 
 
 def test_glue_refuses_output_dir_equal_to_the_model_with_overwrite(tmp_path, capsys):
+    from core.errors import run_cli
     from finetune import glue
-    from training.errors import run_cli
 
     model = tmp_path / "model"
     model.mkdir()

@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
+from core.errors import InputError, NonFiniteLossError
 from training import checkpoint as ckpt
 from training.config import TrainingConfig
-from training.errors import InputError, NonFiniteLossError
 
 
 def _nan_at(calls_with_nan):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _launch import asset_args as _pre
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -225,7 +225,7 @@ def test_temporary_folders_of_killed_runs_are_removed_at_the_next_start(assets, 
 
 
 def test_atomic_writes_remove_the_temporary_folders_of_dead_processes_only(tmp_path):
-    from training.files import atomic_output_dir
+    from core.files import atomic_output_dir
 
     host = socket.gethostname()
     dead = tmp_path / f".tok.tmp-{host}-{2**22 + 12345}-abc"  # beyond the default pid_max: no such process

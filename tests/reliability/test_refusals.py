@@ -12,7 +12,7 @@ import pytest
 import torch
 from _tiny import tiny_bert_kwargs
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _launch import asset_args
 
-from training.errors import run_cli
+from core.errors import run_cli
 
 
 def _reset():

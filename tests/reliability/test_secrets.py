@@ -26,7 +26,7 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
 
 
 def test_split_secrets_removes_every_spelling_and_returns_the_values():
-    from training.arguments import split_secrets
+    from core.arguments import split_secrets
 
     argv = ["--a", "1", "--hub_token", "t1", "--b", "--hub-token=t2", "--hub_token=t3", "x"]
     kept, found = split_secrets(argv)
@@ -35,7 +35,7 @@ def test_split_secrets_removes_every_spelling_and_returns_the_values():
 
 
 def test_parsing_removes_the_token_from_sys_argv_before_any_tracker_starts(monkeypatch):
-    from training.arguments import parse_arguments
+    from core.arguments import parse_arguments
     from training.hub import HubArguments
 
     monkeypatch.setattr(sys, "argv", ["pretrain", "--hub_token", TOKEN, "--hub_model_id", "alice/x"])

@@ -48,7 +48,7 @@ def test_pretrain_refuses_a_tokenizer_folder_with_its_own_code_even_with_yes_on_
 
 
 def test_push_refuses_symbolic_links_naming_them_before_contacting_the_hub(tmp_path):
-    from training.errors import InputError
+    from core.errors import InputError
     from training.hub import push_output_dir
 
     private = tmp_path / "private"

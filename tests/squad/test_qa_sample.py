@@ -9,9 +9,9 @@ import random
 
 import pytest
 
+from core.errors import InputError, run_cli
 from finetune.qa_sample import bundled_corpus, main, make_sample
 from finetune.squad_data import load_squad_file
-from training.errors import InputError, run_cli
 
 NAMES = ["Elinor", "Marianne", "Edward", "Norland", "London", "Barton"]
 

@@ -18,8 +18,8 @@ from _launch import run_ok
 from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
+from core.errors import run_cli
 from finetune import squad
-from training.errors import run_cli
 
 #: (id, title, context, question, answer) -- the answer occurs once in the context (checked by squad_data).
 QUESTIONS = [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.errors import InputError, run_cli
 from finetune import squad
 from finetune.squad_data import load_squad_file
 from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
@@ -28,7 +29,6 @@ from tests.squad.test_squad_cli import (  # noqa: F401  (fixtures)
     wordpiece_dir,
     write_json,
 )
-from training.errors import InputError, run_cli
 
 
 def _without_answers(document: dict) -> dict:

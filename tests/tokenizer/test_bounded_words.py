@@ -10,8 +10,8 @@ import time
 import pytest
 
 import tokenizer.wordpiece as wordpiece
+from core.errors import InputError
 from tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, SPECIAL_TOKENS, train_wordpiece_tokenizer
-from training.errors import InputError
 
 #: One word of 1 MiB (the corpus reader's longest piece): unbounded, the trainer spent over 20 s on it.
 LONG_WORD = "a" * (1 << 20)
@@ -50,8 +50,8 @@ def test_a_corpus_of_one_long_word_is_refused_after_one_pass(tmp_path, monkeypat
 
 
 def test_the_cli_refuses_it_with_one_line_and_exit_2(tmp_path, capsys):
+    from core.errors import run_cli
     from tokenizer.__main__ import main
-    from training.errors import run_cli
 
     corpus = tmp_path / "one_word.txt.gz"
     with gzip.open(corpus, "wt", encoding="utf-8") as f:

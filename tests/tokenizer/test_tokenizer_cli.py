@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import run_cli
 from tokenizer.__main__ import main
-from training.errors import run_cli
 
 
 def train_args(files, out, vocab_size=200, *extra):

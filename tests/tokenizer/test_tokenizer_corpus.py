@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
+from core.files import atomic_output_dir
 from tokenizer.corpus import check_text_files, iter_text_batches, iter_text_lines
-from training.errors import InputError
-from training.files import atomic_output_dir
 
 
 def _write(path: Path, data: bytes, gz: bool = False) -> Path:

@@ -8,8 +8,8 @@ import unicodedata
 
 import pytest
 
+from core.errors import InputError
 from tokenizer.wordpiece import SPECIAL_TOKENS, train_wordpiece_tokenizer
-from training.errors import InputError
 
 
 def uncased(text: str) -> str:

@@ -50,7 +50,7 @@ def toy():
     def accelerator(config):
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
-        from training.loop import make_accelerator
+        from training.accelerator import make_accelerator
 
         return make_accelerator(config)
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from _tiny import tiny_bert_kwargs
 
+from core.errors import InputError, TrainingStopped
 from training import checkpoint as ckpt
 from training.config import TrainingConfig, greater_is_better
 from training.data import make_train_dataloader
-from training.errors import InputError
-from training.loop import Trainer, TrainingStopped
+from training.loop import Trainer
 
 #: A validation curve the test controls: eval_accuracy by optimizer step; it peaks at step 4.
 CURVE = {2: 0.50, 4: 0.90, 6: 0.60, 8: 0.70, 10: 0.65, 12: 0.80}
@@ -167,7 +167,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_sesame_bert(tmp_pa
         torch.manual_seed(1)
         model = SesameBertForSequenceClassification(config)
         if checkpointing:
-            from training.loop import enable_gradient_checkpointing
+            from training.accelerator import enable_gradient_checkpointing
 
             enable_gradient_checkpointing(model)
         calls = []

@@ -17,9 +17,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from training.accelerator import make_accelerator
 from training.config import TrainingConfig
 from training.data import make_train_dataloader
-from training.loop import Trainer, make_accelerator
+from training.loop import Trainer
 from training.optim import create_optimizer
 
 READS = {

@@ -10,11 +10,11 @@ import os
 import pytest
 import torch
 
+from core.errors import InputError, NonFiniteLossError, TrainingStopped
 from training import checkpoint as ckpt
 from training.config import TrainingConfig
 from training.data import make_train_dataloader
-from training.errors import InputError
-from training.loop import NonFiniteLossError, Trainer, TrainingStopped
+from training.loop import Trainer
 from training.optim import create_optimizer, create_scheduler, no_decay_parameter_names, optimizer_from_config
 
 

@@ -53,7 +53,7 @@ def _collate(rows):
 def test_each_term_is_normalised_by_its_own_items_over_the_step(tmp_path, fresh_state):
     data = Rows()
     config = one_step_config(tmp_path / "run", lr=0.1, accumulation=4)
-    from training.loop import make_accelerator
+    from training.accelerator import make_accelerator
 
     acc = make_accelerator(config)
     model = TwoTerms()
@@ -89,7 +89,7 @@ def test_each_term_is_normalised_by_its_own_items_over_the_step(tmp_path, fresh_
 
 def test_counts_and_terms_of_different_shapes_are_refused(tmp_path, fresh_state):
     config = TrainingConfig(output_dir=str(tmp_path / "run"), learning_rate=0.1, max_train_steps=1, logging_steps=1)
-    from training.loop import make_accelerator
+    from training.accelerator import make_accelerator
 
     acc = make_accelerator(config)
     model = TwoTerms()

@@ -3,9 +3,9 @@
 import pytest
 from accelerate.data_loader import prepare_data_loader
 
+from core.errors import InputError
 from training.config import TrainingConfig
 from training.data import LengthGroupedSampler, make_train_dataloader
-from training.errors import InputError
 from training.plan import make_plan
 
 

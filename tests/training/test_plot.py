@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError, run_cli
 from training import plot
-from training.errors import InputError, run_cli
 
 
 def _write_run(folder: Path, *, elmo: bool = False, shift: float = 0.0) -> tuple[list[dict], list[dict]]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
 
-from training.errors import InputError, first_line
+from core.errors import InputError, first_line
 
 PathLike = Union[str, "os.PathLike[str]"]
 

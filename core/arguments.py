@@ -168,7 +168,7 @@ def _admits_none(kind: Any) -> bool:
 def build_parser(types: Iterable[type], *, prog: str, description: str, debug: bool = True):
     """The command's parser: transformers' ``HfArgumentParser`` over ``types`` (one argument group per dataclass
     that names ``_argument_group_name``) with :class:`HelpFormatter`, plus ``--debug`` (full tracebacks for
-    refused input, read by :func:`training.errors.run_cli`)."""
+    refused input, read by :func:`core.errors.run_cli`)."""
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(list(types), prog=prog, description=description, formatter_class=HelpFormatter)
@@ -186,7 +186,7 @@ def parse_arguments(types: Sequence[type], argv: Sequence[str] | None, *, prog: 
 
     Raises:
         SystemExit: ``--help`` (status 0) or a usage error (status 2).
-        training.errors.InputError: a value refused by a dataclass's ``__post_init__``.
+        core.errors.InputError: a value refused by a dataclass's ``__post_init__``.
     """
     parser = build_parser(types, prog=prog, description=description)
     *parsed, remaining = parser.parse_args_into_dataclasses(
