@@ -26,13 +26,12 @@ from ..elmo.tokenization_elmo import SesameElmoTokenizer
 for _module in (configuration_elmo, lstm_elmo, modeling_elmo):
     sys.modules.setdefault(f"{__name__}.{_module.__name__.rsplit('.', 1)[-1]}", _module)
 from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig  # noqa: E402 (after the binding above)
+from .encoders_baseline import BinaryTreeLSTMCell, parse_binary_tree  # noqa: E402
 from .modeling_baseline import (  # noqa: E402
-    BinaryTreeLSTMCell,
     SesameBaselineForSequenceClassification,
     SesameBaselineModel,
     SesameBaselinePreTrainedModel,
     ngram_bucket_ids,
-    parse_binary_tree,
 )
 from .vectors import load_word_vectors  # noqa: E402
 

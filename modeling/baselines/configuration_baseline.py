@@ -1,6 +1,6 @@
 """Configuration of the classic sentence-encoder baselines (``model_type = "sesame-baseline"``).
 
-One config for five encoders chosen by ``encoder_type`` (a small table in ``modeling_baseline.py``, no class
+One config for five encoders chosen by ``encoder_type`` (a small table in ``encoders_baseline.py``, no class
 hierarchy): bag of embeddings (CBoW), fastText with hashed character n-grams, Kim's CNN, a (bi)LSTM/GRU and a
 binary Tree-LSTM. Imports only transformers / huggingface_hub and the standard library (remote code).
 """
@@ -49,7 +49,7 @@ class SesameBaselineConfig(PretrainedConfig):
     Encoder (``encoder_type``: "cbow" | "fasttext" | "cnn" | "rnn" | "treelstm"):
 
     Args:
-        encoder_type (`str`, "cbow"): which sentence encoder (see ``modeling_baseline``).
+        encoder_type (`str`, "cbow"): which sentence encoder (see ``encoders_baseline``).
         ngram_min_n (`int`, 3), ngram_max_n (`int`, 6): fastText character n-gram lengths (Bojanowski et al.
             2017: 3..6), over ``<word>``.
         ngram_buckets (`int`, 100000): hash buckets of the n-gram embeddings (fastText: 2,000,000; smaller
@@ -66,7 +66,7 @@ class SesameBaselineConfig(PretrainedConfig):
         treelstm_hidden_size (`int`, 150): state size of the binary Tree-LSTM (Tai et al. 2015).
         tree_source (`str`, "latent"): "latent" -- trees composed bottom-up by a straight-through
             Gumbel-softmax choice of the adjacent pair to merge (Choi et al. 2018); "given" -- the trees
-            passed as ``tree_merges`` (see :func:`~modeling.baselines.modeling_baseline.parse_binary_tree`);
+            passed as ``tree_merges`` (see :func:`~modeling.baselines.encoders_baseline.parse_binary_tree`);
             "auto" -- given when ``tree_merges`` is passed, latent otherwise.
         gumbel_temperature (`float`, 1.0): temperature of the Gumbel-softmax in training.
 

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, parse_binary_tree
-from modeling.baselines.modeling_baseline import BinaryTreeLSTMCell, chars_to_word, fnv1a_32, ngram_bucket_ids
+from modeling.baselines.encoders_baseline import BinaryTreeLSTMCell
+from modeling.baselines.modeling_baseline import chars_to_word, fnv1a_32, ngram_bucket_ids
 from modeling.elmo.tokenization_elmo import word_to_char_ids
 
 
