@@ -8,7 +8,8 @@ dataset's manifest) to a :class:`PretrainPlan` of new frozen values:
 * the demo job (no ``--train_file`` / ``--dataset_name`` / ``--prepared_dataset``) takes the family's
   ``demo_defaults`` (bert-tiny, 300 steps, ...);
 * a run on the user's data takes the family's ``data_defaults``, one epoch unless ``--max_train_steps``, warmup
-  6%, and evaluation + checkpoints every 10% of the run (``eval_steps = 0.1``, a fraction the loop resolves);
+  6%, and evaluation + checkpoints every 10% of the run (``eval_steps = 0.1``, a fraction the run plan resolves:
+  :func:`training.plan.make_plan`);
 * the learning rate follows the family's rule for the model config (:meth:`PretrainPlan.with_model_config`).
 """
 
@@ -419,7 +420,7 @@ def resolve(
 ) -> PretrainPlan:
     """The run plan of the parsed arguments (a pure function; the learning rate is resolved later, once the model
     config is known: :meth:`PretrainPlan.with_model_config`; a budget once the accelerator and the data are:
-    :func:`pretrain.cli.resolve_budget`).
+    :func:`pretrain.cli.plan_run`).
 
     Args:
         manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).

@@ -41,7 +41,7 @@ logger = logging.getLogger("training.loop")
 
 
 class Checkpointer:
-    """``<output_dir>/checkpoints/step_N`` of one run (see the module docstring of :mod:`training.loop`).
+    """``<output_dir>/checkpoints/step_N`` of one run (what it guarantees: this module's docstring).
 
     Args:
         accelerator: the prepared run's ``Accelerator`` (its ``save_state`` / ``load_state`` write and read the
