@@ -29,8 +29,9 @@ from typing import Any
 #: Flags whose values are secrets: never written to a file, a log, a tracker or a child's command line.
 SECRET_FLAGS = ("hub_token",)
 
-#: Metadata keys of :func:`arg` that ``HfArgumentParser`` passes on to ``add_argument``.
-_ARGPARSE_KEYS = ("help", "choices", "metavar", "nargs", "aliases", "action")
+#: Metadata keys of :func:`arg` that ``HfArgumentParser`` passes on to ``add_argument`` (``positional``: the parser of
+#: :func:`build_parser` makes the field a positional argument, ``RUN [RUN ...]``, instead of a ``--flag``).
+_ARGPARSE_KEYS = ("help", "choices", "metavar", "nargs", "aliases", "action", "positional")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -94,7 +95,8 @@ def arg(
 ) -> Any:
     """A dataclass field that is a command-line flag: ``default`` and the ``--help`` text (plus ``choices``,
     ``metavar``, ``nargs``, ``aliases``, ``action`` passed to ``add_argument``; ``action="extend"`` on a list field
-    takes the values of repeated flags); a help of ``argparse.SUPPRESS`` hides it.
+    takes the values of repeated flags; ``positional=True``: an argument without a flag); a help of
+    ``argparse.SUPPRESS`` hides it.
 
     Raises:
         TypeError: an ``argparse_kwargs`` key that is not one of :data:`_ARGPARSE_KEYS`.
@@ -165,13 +167,26 @@ def _admits_none(kind: Any) -> bool:
     return kind is Any or (typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in kind.__args__)
 
 
-def build_parser(types: Iterable[type], *, prog: str, description: str, debug: bool = True):
-    """The command's parser: transformers' ``HfArgumentParser`` over ``types`` (one argument group per dataclass
-    that names ``_argument_group_name``) with :class:`HelpFormatter`, plus ``--debug`` (full tracebacks for
-    refused input, read by :func:`core.errors.run_cli`)."""
+def parser_class() -> type:
+    """transformers' ``HfArgumentParser``, and a field of :func:`arg` with ``positional=True`` as a positional
+    argument."""
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(list(types), prog=prog, description=description, formatter_class=HelpFormatter)
+    class ArgumentParser(HfArgumentParser):
+        @staticmethod
+        def _parse_dataclass_field(parser, field: dataclasses.Field) -> None:
+            if not field.metadata.get("positional"):
+                return HfArgumentParser._parse_dataclass_field(parser, field)
+            parser.add_argument(field.name, **{k: v for k, v in field.metadata.items() if k != "positional"})
+
+    return ArgumentParser
+
+
+def build_parser(types: Iterable[type], *, prog: str, description: str, debug: bool = True):
+    """The command's parser: :func:`parser_class` over ``types`` (one argument group per dataclass that names
+    ``_argument_group_name``) with :class:`HelpFormatter`, plus ``--debug`` (full tracebacks for refused input, read
+    by :func:`core.errors.run_cli`)."""
+    parser = parser_class()(list(types), prog=prog, description=description, formatter_class=HelpFormatter)
     if debug:
         parser.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
     return parser

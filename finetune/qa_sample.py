@@ -13,7 +13,7 @@ Deterministic for the same ``--seed``.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import gzip
 import importlib.util
 import random
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.errors import InputError, add_debug_argument, run_cli
+from core.arguments import arg, parse_arguments
+from core.errors import InputError, run_cli
 
 #: Paragraph lengths (characters) used as contexts: long enough for several sentences, short enough for one window.
 CONTEXT_CHARS = (300, 1200)
@@ -90,14 +91,19 @@ def make_sample(corpus: Path, train_questions: int, eval_questions: int, seed: i
     return {"train": examples[:train_questions], "dev": examples[train_questions:]}
 
 
+@dataclasses.dataclass(frozen=True)
+class SampleArguments:
+    """``python -m finetune.qa_sample``: the output folder, the question counts and the seed."""
+
+    output_dir: str = arg(help="folder for train.json and dev.json")
+    train_questions: int = arg(2000, "training questions (default: 2000)")
+    eval_questions: int = arg(200, "evaluation questions (default: 200)")
+    seed: int = arg(0, "paragraph and word choice (default: 0)")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m finetune.qa_sample", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output_dir", required=True, help="folder for train.json and dev.json")
-    parser.add_argument("--train_questions", type=int, default=2000, help="training questions (default: 2000)")
-    parser.add_argument("--eval_questions", type=int, default=200, help="evaluation questions (default: 200)")
-    parser.add_argument("--seed", type=int, default=0, help="paragraph and word choice (default: 0)")
-    add_debug_argument(parser)
-    args = parser.parse_args(argv)
+    description = __doc__.split("\n\n")[0]
+    (args,) = parse_arguments([SampleArguments], argv, prog="python -m finetune.qa_sample", description=description)
     if args.train_questions < 1 or args.eval_questions < 1:
         raise InputError("--train_questions / --eval_questions: expected at least 1 each")
     from finetune.squad_data import write_squad_json

@@ -24,7 +24,7 @@ folder.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from core.errors import InputError, add_debug_argument, first_line, run_cli
+from core.arguments import arg, parse_arguments
+from core.errors import InputError, first_line, run_cli
 from core.files import file_mode
 
 #: --task -> (Auto class name in transformers, output fields exported in this order; absent fields are skipped).
@@ -209,22 +210,20 @@ def check_onnx(model, path: Path, family, fields: tuple[str, ...]) -> dict[str, 
     return diff
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportArguments:
+    """``python -m modeling.export``: the model folder, the ONNX file, the head and the opset."""
+
+    model_name_or_path: str = arg(help="a save_pretrained model folder")
+    output: str = arg(help="the .onnx file to write")
+    task: str = arg("auto", f"which head to export: auto (from config.json's architectures), {', '.join(TASKS)}")
+    opset: int | None = arg(None, "ONNX opset version (default: the exporter's)")
+    no_check: bool = arg(False, "do not compare onnxruntime with PyTorch")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m modeling.export",
-        description="Export a saved sesame-lm model to ONNX (dynamic batch and sequence length).",
-    )
-    parser.add_argument("--model_name_or_path", required=True, help="a save_pretrained model folder")
-    parser.add_argument("--output", required=True, help="the .onnx file to write")
-    parser.add_argument(
-        "--task",
-        default="auto",
-        help=f"which head to export: auto (from config.json's architectures), {', '.join(TASKS)}",
-    )
-    parser.add_argument("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's)")
-    parser.add_argument("--no_check", action="store_true", help="do not compare onnxruntime with PyTorch")
-    add_debug_argument(parser)
-    args = parser.parse_args(argv)
+    description = "Export a saved sesame-lm model to ONNX (dynamic batch and sequence length)."
+    (args,) = parse_arguments([ExportArguments], argv, prog="python -m modeling.export", description=description)
     report = export_onnx(args.model_name_or_path, args.output, args.task, args.opset, check=not args.no_check)
     print(json.dumps(report, indent=2))
     return 0

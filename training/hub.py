@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from core.arguments import arg
-from core.errors import InputError, first_line
+from core.arguments import HelpFormatter, arg, parser_class, split_secrets, with_defaults
+from core.errors import InputError, add_debug_argument, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -553,38 +553,47 @@ def every_save_hook(
     return on_save
 
 
+@dataclasses.dataclass(frozen=True)
+class PushArguments:
+    """``python -m training.hub push``: the folder and the commit's title; the repo is :class:`HubArguments`'."""
+
+    output_dir: str = arg(help="the run's --output_dir", positional=True)
+    commit_message: str = arg("Upload model", "the commit's title")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m training.hub push OUTPUT_DIR --hub_model_id REPO [--hub_revision BRANCH] [--hub_private_repo]``:
+    """``python -m training.hub push OUTPUT_DIR [--hub_model_id REPO] [--hub_revision BRANCH] [--hub_private_repo]``:
     push a saved output folder (its ``README.md`` as the model card) as one commit, e.g. after a final push that
-    failed. The token comes from ``HF_TOKEN`` or ``hf auth login``.
+    failed. The token comes from ``--hub_token``, ``HF_TOKEN`` or ``hf auth login``.
 
     Raises:
         InputError: as :func:`validate_hub_arguments` and :func:`push_output_dir`.
     """
     import argparse
+    import sys
 
+    # the repo flags are HubArguments' (push_to_hub and hub_strategy do not apply to one push: hidden)
+    repo = with_defaults(HubArguments, help=dict.fromkeys(("push_to_hub", "hub_strategy"), argparse.SUPPRESS))
     parser = argparse.ArgumentParser(prog="python -m training.hub", description="Push a saved model folder to a hub.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class())
     push = commands.add_parser(
         "push",
+        dataclass_types=[PushArguments, repo],
+        formatter_class=HelpFormatter,
         help="push OUTPUT_DIR (model, tokenizer, README.md, all_results.json) as one "
         "commit; never checkpoints or pickles",
     )
-    push.add_argument("output_dir", help="the run's --output_dir")
-    push.add_argument("--hub_model_id", required=True, help="repo id 'namespace/name' (or 'name': the token's user)")
-    push.add_argument("--hub_revision", default=None, help="branch (default: main)")
-    push.add_argument("--hub_private_repo", action="store_true", help="create the repo as private")
-    push.add_argument("--commit_message", default="Upload model", help="the commit's title")
-    push.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
-    args = parser.parse_args(argv)
-    given = {name: getattr(args, name) for name in ("hub_model_id", "hub_revision", "hub_private_repo")}
-    hub = validate_hub_arguments(HubArguments(push_to_hub=True, **given), args.output_dir)
+    add_debug_argument(push)
+    namespace = parser.parse_args(argv)
+    sys.argv[:] = split_secrets(sys.argv)[0]
+    args, given = ({f.name: getattr(namespace, f.name) for f in dataclasses.fields(t)} for t in (PushArguments, repo))
+    hub = validate_hub_arguments(HubArguments(**{**given, "push_to_hub": True}), args["output_dir"])
     url = push_output_dir(
-        args.output_dir,
+        args["output_dir"],
         hub.hub_model_id,
         private=hub.hub_private_repo,
         revision=hub.hub_revision,
-        commit_message=args.commit_message,
+        commit_message=args["commit_message"],
     )
     print(url)
     return 0
@@ -596,6 +605,7 @@ __all__ = [
     "STAGING_DIR",
     "HubArguments",
     "HubPusher",
+    "PushArguments",
     "default_repo_id",
     "every_save_hook",
     "hub_errors",

@@ -15,7 +15,7 @@ is ``(PANEL_SIZE[0] * DPI * min(n, 3), PANEL_SIZE[1] * DPI * ceil(n / 3))`` pixe
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.arguments import arg, parse_arguments
 from core.errors import InputError, run_cli
 from core.files import read_json
 
@@ -178,13 +179,19 @@ def write_curves(run_dir_or_histories, path: str | os.PathLike):
     return fig
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.plot", description="Plot (and overlay) the training curves of run folders."
+@dataclasses.dataclass(frozen=True)
+class PlotArguments:
+    """``python -m training.plot RUN [RUN ...] --output F.png``."""
+
+    output: str = arg(help="PNG file to write")
+    runs: list[str] = arg(
+        help="run folder (with trainer_log.json / eval_history.json)", nargs="+", metavar="RUN", positional=True
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder (with trainer_log.json / eval_history.json)")
-    parser.add_argument("--output", required=True, help="PNG file to write")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    description = "Plot (and overlay) the training curves of run folders."
+    (args,) = parse_arguments([PlotArguments], argv, prog="python -m training.plot", description=description)
     for run in args.runs:
         if not Path(run).is_dir():
             raise InputError(f"{run}: not a folder; expected a run folder (--output_dir of a training run)")

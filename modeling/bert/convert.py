@@ -26,7 +26,7 @@ an unsupported BERT variant, or a non-empty output directory.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from core.errors import InputError, add_debug_argument, first_line, run_cli
+from core.arguments import arg, parse_arguments
+from core.errors import InputError, first_line, run_cli
 from core.files import share_like_umask
 
 from . import convert_modern
@@ -448,30 +449,23 @@ def drop_tokenizer_auto_map(folder: Path) -> bool:
     return True
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvertArguments:
+    """``python -m modeling.bert.convert``: the source, the target format and the output folder."""
+
+    source: str = arg(help="BERT, ModernBERT or EuroBERT directory or hub repo id (SesameBert with --to)")
+    to: str | None = arg(None, "write a SesameBert --source in this transformers format instead", choices=TARGETS)
+    output_dir: str = arg(help="where to write the SesameBert directory")
+    overwrite_output_dir: bool = arg(False, "replace a non-empty --output_dir")
+    seed: int = arg(0, "seed for the initialisation of missing heads")
+    tokenizer_name: str | None = arg(
+        None, "tokenizer folder or repo id (default: the source's; required when the source has no tokenizer files)"
+    )
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m modeling.bert.convert",
-        description="Convert a Hugging Face BERT checkpoint and its tokenizer into a SesameBert directory.",
-    )
-    parser.add_argument(
-        "--source", required=True, help="BERT, ModernBERT or EuroBERT directory or hub repo id (SesameBert with --to)"
-    )
-    parser.add_argument(
-        "--to",
-        choices=TARGETS,
-        default=None,
-        help="write a SesameBert --source in this transformers format instead",
-    )
-    parser.add_argument("--output_dir", required=True, help="where to write the SesameBert directory")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="replace a non-empty --output_dir")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation of missing heads")
-    parser.add_argument(
-        "--tokenizer_name",
-        default=None,
-        help="tokenizer folder or repo id (default: the source's; required when the source has no tokenizer files)",
-    )
-    add_debug_argument(parser)
-    args = parser.parse_args(argv)
+    description = "Convert a Hugging Face BERT checkpoint and its tokenizer into a SesameBert directory."
+    (args,) = parse_arguments([ConvertArguments], argv, prog="python -m modeling.bert.convert", description=description)
     report = convert(
         args.source,
         args.output_dir,
