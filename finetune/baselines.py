@@ -219,11 +219,11 @@ def bilm_config_dict(config) -> dict:
     return {k: v for k, v in config.to_dict().items() if k not in drop}
 
 
-def load_bilm(spec: str, tokenizer, seed: int = 42):
+def load_bilm(elmo_source: str, tokenizer, seed: int = 42):
     """The ELMo BiLM (:class:`~modeling.elmo.SesameElmoModel`, eval mode) of an ``--elmo`` SPEC.
 
     Args:
-        spec: a SesameElmo folder (any head saved by ``pretrain --model_type elmo`` or ``save_pretrained``: its
+        elmo_source: a SesameElmo folder (any head saved by ``pretrain --model_type elmo`` or ``save_pretrained``: its
             encoder weights), or ``"random:<folder or preset>"``: a BiLM of that folder's (or preset's, e.g.
             ``elmo-small``) shape with the ELMo family's own random initialisation (seeded by ``seed``).
         tokenizer: the baselines' word tokenizer: its character ids feed the BiLM, so its lower-casing must match
@@ -243,35 +243,35 @@ def load_bilm(spec: str, tokenizer, seed: int = 42):
     from modeling.elmo import SesameElmoModel
     from training.pretrained import load_pretrained
 
-    random = spec.startswith("random:")
-    source = spec.removeprefix("random:")
+    random = elmo_source.startswith("random:")
+    source = elmo_source.removeprefix("random:")
     expected = "a SesameElmo model folder (pretrain --model_type elmo output) or random:<folder or ELMo preset>"
     if random and source in modeling.PRESETS:
         config = modeling.get_preset_config(source, vocab_size=len(tokenizer))
     elif not (Path(source) / "config.json").is_file():
-        raise InputError(f"--elmo {spec}: no config.json in {source}; expected {expected}")
+        raise InputError(f"--elmo {elmo_source}: no config.json in {source}; expected {expected}")
     else:
         config = load_pretrained(
             AutoConfig.from_pretrained, source, "--elmo", expected, failure="cannot read its config"
         )
     if config.model_type != "sesame-elmo":
         raise InputError(
-            f"--elmo {spec}: model_type {config.model_type!r}; expected a SesameElmo ('sesame-elmo') model"
+            f"--elmo {elmo_source}: model_type {config.model_type!r}; expected a SesameElmo ('sesame-elmo') model"
         )
-    _check_char_vocab(spec, config)
+    _check_char_vocab(elmo_source, config)
     if random:
         import torch
 
         torch.manual_seed(seed)
         return SesameElmoModel(config).eval()
-    _check_casing(spec, Path(source), tokenizer)
+    _check_casing(elmo_source, Path(source), tokenizer)
     # AutoModel: the encoder of whatever head was saved; the pretraining softmax it leaves out is expected, so
     # transformers' LOAD REPORT (which lists it as UNEXPECTED) is not shown.
     load = from_pretrained_quietly(AutoModel.from_pretrained, logger)
     return load_pretrained(load, source, "--elmo", expected, failure="cannot load the weights").eval()
 
 
-def _check_char_vocab(spec: str, config) -> None:
+def _check_char_vocab(elmo_source: str, config) -> None:
     """Refuse a BiLM whose character embedding has fewer rows than the ELMo character ids the word tokenizer writes
     (:data:`modeling.elmo.tokenization_elmo.CHAR_VOCAB_SIZE`): every cell would end in an ``IndexError``."""
     from modeling.elmo.tokenization_elmo import CHAR_VOCAB_SIZE
@@ -279,12 +279,12 @@ def _check_char_vocab(spec: str, config) -> None:
     size = getattr(config, "char_vocab_size", None)
     if not isinstance(size, int) or size < CHAR_VOCAB_SIZE:
         raise InputError(
-            f"--elmo {spec}: char_vocab_size {size} in its config, but the word tokenizer writes ELMo character ids "
-            f"0..{CHAR_VOCAB_SIZE - 1}; expected a BiLM with char_vocab_size >= {CHAR_VOCAB_SIZE}"
+            f"--elmo {elmo_source}: char_vocab_size {size} in its config, but the word tokenizer writes ELMo "
+            f"character ids 0..{CHAR_VOCAB_SIZE - 1}; expected a BiLM with char_vocab_size >= {CHAR_VOCAB_SIZE}"
         )
 
 
-def _check_casing(spec: str, folder: Path, tokenizer) -> None:
+def _check_casing(elmo_source: str, folder: Path, tokenizer) -> None:
     """Refuse a BiLM whose own tokenizer (``tokenizer_config.json`` in ``folder``) cases text otherwise than the
     baselines' word tokenizer: the BiLM would read character ids of words it never saw in that form."""
     saved = folder / "tokenizer_config.json"
@@ -292,17 +292,17 @@ def _check_casing(spec: str, folder: Path, tokenizer) -> None:
         logger.warning(
             "--elmo %s: no tokenizer_config.json there, so whether its BiLM was trained on text cased as the word "
             "tokenizer writes it cannot be checked; save the BiLM's tokenizer in the folder to have it checked",
-            spec,
+            elmo_source,
         )
         return
     trained = json.loads(saved.read_text(encoding="utf-8")).get("lowercase")
     ours = getattr(tokenizer, "lowercase", None)
     if trained is not None and ours is not None and bool(trained) != bool(ours):
         raise InputError(
-            f"--elmo {spec}: its BiLM was trained on {'lower-cased' if trained else 'cased'} text, but the baselines' "
-            f"word tokenizer {'lower-cases' if ours else 'keeps the case'}; the character ids would differ from the "
-            "BiLM's training. Pretrain the BiLM with a tokenizer of the same casing (python -m tokenizer train "
-            "--model_type elmo [--lowercase]) or use such a word tokenizer for the baselines"
+            f"--elmo {elmo_source}: its BiLM was trained on {'lower-cased' if trained else 'cased'} text, but the "
+            f"baselines' word tokenizer {'lower-cases' if ours else 'keeps the case'}; the character ids would differ "
+            "from the BiLM's training. Pretrain the BiLM with a tokenizer of the same casing (python -m tokenizer "
+            "train --model_type elmo [--lowercase]) or use such a word tokenizer for the baselines"
         )
 
 
@@ -317,10 +317,10 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
     pretrained = [s for s in specs if not s.startswith("random:")]
     randoms = [s for s in specs if s.startswith("random:")]
 
-    def suffix(spec: str) -> str:
-        if spec.startswith("random:"):
-            return "elmo-random" if len(randoms) == 1 else f"elmo-random-{Path(spec[7:]).name}"
-        return SPEC.name if len(pretrained) == 1 else Path(spec).name
+    def suffix(elmo_source: str) -> str:
+        if elmo_source.startswith("random:"):
+            return "elmo-random" if len(randoms) == 1 else f"elmo-random-{Path(elmo_source[7:]).name}"
+        return SPEC.name if len(pretrained) == 1 else Path(elmo_source).name
 
     return {f"{b}+{suffix(s)}": (b, s) for b in backbones if b in BASELINES for s in specs}
 
@@ -423,8 +423,8 @@ def check_inputs(args: BaselinesArguments) -> dict:
             "--embeddings" if args.embeddings else "--tokenizer_name",
             "a word tokenizer folder (python -m tokenizer train --model_type elmo)",
         )
-        for spec in args.elmo:
-            load_bilm(spec, words, args.seed)
+        for elmo_source in args.elmo:
+            load_bilm(elmo_source, words, args.seed)
     return tasks
 
 
@@ -465,7 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             classic = b if b in BASELINES else None
             if not (args.elmo_rows_only and classic):
                 rows.append((backbone_name(b), b, base_dir / "models" / b if classic else Path(b), classic))
-            rows += [(r, spec, base_dir / "models" / r, base) for r, (base, spec) in extra_rows.items() if base == b]
+            rows += [
+                (r, elmo_source, base_dir / "models" / r, base)
+                for r, (base, elmo_source) in extra_rows.items()
+                if base == b
+            ]
         for task_name, task in tasks.items():
             for name, source, model_dir, base in rows:
                 run_dir = (out / "runs" if len(seeds) == 1 else out / "runs" / f"seed-{seed}") / f"{task_name}-{name}"
@@ -614,21 +618,21 @@ def _init_baselines(
     models = models or out / "models"
     tree_source = {}
     todo = [(b, b, None) for b in args.backbones if b in BASELINES and not args.elmo_rows_only]
-    todo += [(row, b, spec) for row, (b, spec) in extra_rows.items()]
+    todo += [(row, b, elmo_source) for row, (b, elmo_source) in extra_rows.items()]
     common = dict(
         embeddings=args.embeddings, tokenizer_name=args.tokenizer_name, embedding_dim=args.embedding_dim, seed=args.seed
     )
-    for row, b, spec in todo:
+    for row, b, elmo_source in todo:
         settings = {"backbone": b, **common}
-        if spec is not None:
-            weights = Path(spec) / "model.safetensors"
+        if elmo_source is not None:
+            weights = Path(elmo_source) / "model.safetensors"
             stat = weights.stat() if weights.is_file() else None
-            settings.update(elmo=spec, elmo_weights=[stat.st_size, stat.st_mtime_ns] if stat else None)
+            settings.update(elmo=elmo_source, elmo_weights=[stat.st_size, stat.st_mtime_ns] if stat else None)
         marker = models / row / "init.json"
         if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == settings:
             logger.info("%s: reusing %s (initialised with the same settings)", row, marker.parent)
         else:
-            init_baseline_model(b, models / row, elmo=spec, **common)
+            init_baseline_model(b, models / row, elmo=elmo_source, **common)
             marker.write_text(json.dumps(settings) + "\n", encoding="utf-8")
         if b == "treelstm":  # GLUE files carry no parse trees: the Tree-LSTM composes latent trees
             tree_source[b] = "latent (Gumbel-softmax, Choi et al. 2018): the GLUE files have no tree column"

@@ -510,7 +510,7 @@ def check_trained_head(loading_info: dict, source: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from core.arguments import parse_arguments
     from core.logs import setup_logging
-    from training.checkpoint import check_output_dir
+    from training.checkpoint_files import check_output_dir
     from training.pretrained import load_pretrained
 
     (args,) = parse_arguments(

@@ -22,7 +22,7 @@ class ModelSpec:
     """A model family: its ``--model_type`` ``name``, config ``model_type``, ``description`` (model card), ``presets``
     (``--config_name``), ``main_input`` (the per-token tokenizer output lengths are counted on), ``export_inputs``
     and ``export_sample`` (``(config, batch, length, generator) -> {input: int64 tensor}``, last row padded),
-    ``train_tokenizer`` (``"module:function"`` of ``(files, vocab_size, output_dir, **options)``) and
+    ``tokenizer_trainer`` (``"module:function"`` of ``(files, vocab_size, output_dir, **options)``) and
     ``finetune_recipe`` (``finetune.glue`` settings of the baselines table over its default recipe; its
     ``learning_rate`` is the default when ``frozen_backbone``: fine-tuned with the backbone frozen)."""
 
@@ -33,6 +33,6 @@ class ModelSpec:
     main_input: str
     export_inputs: tuple[str, ...]
     export_sample: Callable[..., dict]
-    train_tokenizer: str
+    tokenizer_trainer: str
     finetune_recipe: Mapping[str, Any]
     frozen_backbone: bool = False

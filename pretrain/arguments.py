@@ -1,16 +1,17 @@
-"""The typed arguments of ``pretrain`` and ``pretrain.prepare``, and their resolution into a run plan.
+"""The typed arguments of ``pretrain`` and ``pretrain.prepare``, and their resolution into one
+:class:`PretrainArguments` (the step counts are :class:`training.plan.RunPlan`'s, made later).
 
 One frozen dataclass per concern (model, objective, masking, corpus, training data, output of ``prepare``; the loop's
 :class:`training.config.TrainingConfig` and :class:`training.hub.HubArguments`), parsed once. The defaults that
 depend on the data are then filled by :func:`resolve`, a pure function from the parsed values (and a prepared
-dataset's manifest) to a :class:`PretrainPlan` of new frozen values:
+dataset's manifest) to a :class:`PretrainArguments` of new frozen values:
 
 * the demo job (no ``--train_file`` / ``--dataset_name`` / ``--prepared_dataset``) takes the family's
   ``demo_defaults`` (bert-tiny, 300 steps, ...);
 * a run on the user's data takes the family's ``data_defaults``, one epoch unless ``--max_train_steps``, warmup
   6%, and evaluation + checkpoints every 10% of the run (``eval_steps = 0.1``, a fraction the run plan resolves:
   :func:`training.plan.make_plan`);
-* the learning rate follows the family's rule for the model config (:meth:`PretrainPlan.with_model_config`).
+* the learning rate follows the family's rule for the model config (:meth:`PretrainArguments.with_model_config`).
 """
 
 from __future__ import annotations
@@ -252,8 +253,8 @@ PretrainTrainingArguments = with_defaults(
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainPlan:
-    """A resolved pretraining run: every data-dependent default filled (see the module docstring)."""
+class PretrainArguments:
+    """The resolved arguments of a pretraining run: every data-dependent default filled (see the module docstring)."""
 
     model: ModelArguments
     objective: Objective
@@ -274,7 +275,7 @@ class PretrainPlan:
     def family(self):
         return self.objective.family
 
-    def with_model_config(self, config) -> PretrainPlan:
+    def with_model_config(self, config) -> PretrainArguments:
         """The plan with the family's learning rate for ``config`` where ``--learning_rate`` was not given."""
         if self.training.learning_rate is not None:
             training, source = self.training.resolved(), "--learning_rate"
@@ -417,10 +418,10 @@ def resolve(
     hub: HubArguments,
     manifest: Mapping[str, Any] | None = None,
     budget: BudgetArguments | None = None,
-) -> PretrainPlan:
-    """The run plan of the parsed arguments (a pure function; the learning rate is resolved later, once the model
-    config is known: :meth:`PretrainPlan.with_model_config`; a budget once the accelerator and the data are:
-    :func:`pretrain.cli.plan_run`).
+) -> PretrainArguments:
+    """The resolved arguments of the parsed ones (a pure function; the learning rate is resolved later, once the model
+    config is known: :meth:`PretrainArguments.with_model_config`; a budget once the accelerator and the data are:
+    :func:`pretrain.cli.make_run_plan`).
 
     Args:
         manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).
@@ -442,7 +443,7 @@ def resolve(
         defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
     training = _fill(training, defaults)  # its construction checks the values
     masking = _fill(masking, defaults)
-    return PretrainPlan(model, objective, objective_args, masking, corpus, data, training, hub, budget=budget)
+    return PretrainArguments(model, objective, objective_args, masking, corpus, data, training, hub, budget=budget)
 
 
 __all__ = [
@@ -452,7 +453,7 @@ __all__ = [
     "MaskingArguments",
     "ModelArguments",
     "ObjectiveArguments",
-    "PretrainPlan",
+    "PretrainArguments",
     "PretrainTrainingArguments",
     "TrainDataArguments",
     "check_budget",

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import InputError, check_local_path, first_line
-from pretrain.arguments import CorpusArguments, ModelArguments, PretrainPlan
+from pretrain.arguments import CorpusArguments, ModelArguments, PretrainArguments
 from pretrain.objectives import Family
-from tokenizer import train_tokenizer as train_spec_tokenizer
+from tokenizer import train_tokenizer  # the family's trainer
 from training.pretrained import check_model_fits, load_pretrained
 
 logger = logging.getLogger("pretrain")
@@ -169,7 +169,7 @@ def get_tokenizer(
     if is_main_process:
         if tok_dir.exists():  # --overwrite_output_dir: the earlier run's tokenizer is not reused
             shutil.rmtree(tok_dir)
-        train_tokenizer(family, corpus, model.vocab_size, tok_dir)
+        train_run_tokenizer(family, corpus, model.vocab_size, tok_dir)
     wait_for_everyone()
     tok = load_tokenizer(str(tok_dir), "--output_dir")
     if is_main_process and len(tok) < model.vocab_size:
@@ -183,7 +183,7 @@ def get_tokenizer(
     return tok
 
 
-def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:
+def train_run_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:
     """Train the family's tokenizer on the training text (the bundled corpus for the demo) into ``tok_dir``."""
     files = corpus.train_file
     tmp_corpus = None
@@ -203,13 +203,13 @@ def train_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, to
         files = DEFAULT_TRAIN_FILES
     logger.info("training a %s tokenizer (vocab %d) on %s", family.name, vocab_size, ", ".join(map(str, files)))
     try:
-        train_spec_tokenizer(family.spec, files, vocab_size, tok_dir, corpus.max_seq_length)
+        train_tokenizer(family.spec, files, vocab_size, tok_dir, corpus.max_seq_length)
     finally:
         if tmp_corpus is not None:
             tmp_corpus.unlink(missing_ok=True)
 
 
-def load_model_config(plan: PretrainPlan, **overrides):
+def load_model_config(plan: PretrainArguments, **overrides):
     """The config of the model to pretrain: ``--model_name_or_path``'s, a preset's, or ``--config_name``'s (a path
     or a hub repo id), with ``overrides``; checked to belong to the objective's family.
 
@@ -261,7 +261,7 @@ def _from_model_path(load, model: ModelArguments, **kwargs):
     )
 
 
-def build_model(plan: PretrainPlan, tokenizer):
+def build_model(plan: PretrainArguments, tokenizer):
     """A fresh model from the preset/config (vocabulary and positions sized for the tokenizer and blocks), or
     ``--model_name_or_path`` weights; checked to fit the tokenizer and ``--max_seq_length``.
 
@@ -305,5 +305,5 @@ __all__ = [
     "load_model_config",
     "load_tokenizer",
     "tokenizer_hash",
-    "train_tokenizer",
+    "train_run_tokenizer",
 ]

@@ -3,7 +3,7 @@
 With no data argument: the embedded demo job -- a WordPiece tokenizer (8k) trained on the corpus bundled in
 ``pretrain/corpus/``, a bert-tiny-sized SesameBert (L2/H128), documents packed into 128-token blocks, MLM, 300 steps;
 a few minutes on a laptop CPU; writes ``outputs/pretrain-bert``. The demo's settings apply to the demo only: with
-``--train_file`` / ``--dataset_name`` / ``--prepared_dataset`` the run plan follows the data
+``--train_file`` / ``--dataset_name`` / ``--prepared_dataset`` the resolved arguments follow the data
 (:func:`pretrain.arguments.resolve`).
 
 What differs between families and objectives (MLM, MLM+NSP, BiLM) is read from one table, :mod:`pretrain.objectives`;
@@ -25,7 +25,7 @@ from pretrain.arguments import (
     MaskingArguments,
     ModelArguments,
     ObjectiveArguments,
-    PretrainPlan,
+    PretrainArguments,
     PretrainTrainingArguments,
     TrainDataArguments,
     resolve,
@@ -62,8 +62,8 @@ def build_parser():
     return parser_of(ARGUMENTS, prog=PROG, description=DESCRIPTION)
 
 
-def parse(argv: Sequence[str] | None = None) -> PretrainPlan:
-    """Parse ``argv`` and resolve the run plan (a prepared dataset's manifest is read and checked here).
+def parse(argv: Sequence[str] | None = None) -> PretrainArguments:
+    """Parse ``argv`` and resolve the arguments (a prepared dataset's manifest is read and checked here).
 
     Raises:
         InputError: refused values; a prepared dataset that does not fit the run.
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP = 10, 2
 
 
-def plan_run(plan: PretrainPlan, model, loader, loop_kwargs, train_blocks: int | None, accelerator):
+def make_run_plan(plan: PretrainArguments, model, loader, loop_kwargs, train_blocks: int | None, accelerator):
     """The :class:`training.plan.RunPlan` of the run (:func:`training.plan.make_plan`), made once, with a compute
     budget converted into steps and logged (main process) with the flag that repeats the run exactly, and the
     evaluation capped (``eval_examples``) on the user's data without ``--max_eval_samples``.
@@ -174,11 +174,13 @@ def plan_run(plan: PretrainPlan, model, loader, loop_kwargs, train_blocks: int |
     return run_plan
 
 
-def time_budget_steps(plan: PretrainPlan, model, loader, loop_kwargs, accelerator) -> tuple[int, float | None, str]:
-    """``--time_budget`` in optimizer steps (see :func:`plan_run`): ``(steps, seconds per step (None: read from
+def time_budget_steps(
+    plan: PretrainArguments, model, loader, loop_kwargs, accelerator
+) -> tuple[int, float | None, str]:
+    """``--time_budget`` in optimizer steps (see :func:`make_run_plan`): ``(steps, seconds per step (None: read from
     the checkpoint a resumed run continues), how they were found)``."""
     from training import budget as budgets
-    from training.checkpoint import read_state, resolve_checkpoint
+    from training.checkpoint_files import read_state, resolve_checkpoint
     from training.plan import steps_for_time
 
     training, minutes = plan.training, plan.budget.time_budget
@@ -206,8 +208,8 @@ def check_data_files(corpus: CorpusArguments) -> None:
             check_text_files([corpus.validation_file], "--validation_file")
 
 
-def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_blocks, accelerator):
-    """The :class:`training.driver.RunParts` of a pretraining run, with its plan made once (:func:`plan_run`) and
+def pretraining_parts(plan: PretrainArguments, model, tokenizer, train_blocks, valid_blocks, accelerator):
+    """The :class:`training.driver.RunParts` of a pretraining run, with its plan made once (:func:`make_run_plan`) and
     logged on the main process (:func:`log_plan`): the training loader (shuffled blocks, or a stream), the held-out
     perplexity evaluation on the plan's ``eval_examples`` first validation blocks (:func:`held_out_evaluation`), the
     objective's loss, item count and extra output files, and the unigram plateau check (:func:`unigram_start`)."""
@@ -219,7 +221,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
     counted = None if plan.corpus.streaming else len(train_blocks)
-    run_plan = plan_run(plan, model, loader, loop_kwargs, counted, accelerator)
+    run_plan = make_run_plan(plan, model, loader, loop_kwargs, counted, accelerator)
     available = len(valid_blocks)
     if run_plan.eval_examples is not None and run_plan.eval_examples < available:
         valid_blocks = valid_blocks.select(range(run_plan.eval_examples))
@@ -271,7 +273,7 @@ def pretraining_parts(plan: PretrainPlan, model, tokenizer, train_blocks, valid_
     return parts
 
 
-def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, accelerator):
+def held_out_evaluation(plan: PretrainArguments, valid_blocks, eval_collator, accelerator):
     """``evaluate(prepared model) -> {eval_* metric: value}``: the objective's held-out metrics (perplexity) over
     ``valid_blocks`` from summed losses and counts (:func:`training.evaluation.evaluate_sums`, exact across
     processes)."""
@@ -295,7 +297,7 @@ def held_out_evaluation(plan: PretrainPlan, valid_blocks, eval_collator, acceler
     return evaluate
 
 
-def unigram_start(plan: PretrainPlan, model, tokenizer, train_blocks, accelerator):
+def unigram_start(plan: PretrainArguments, model, tokenizer, train_blocks, accelerator):
     """For the objectives that flag the unigram plateau: counts the training tokens
     (:func:`training.unigram.training_token_counts`; a stream, ``--streaming``: its first
     :data:`~training.unigram.MAX_STREAMED_COUNTED_TOKENS` tokens, :func:`~training.unigram.streamed_token_counts`; on
@@ -332,7 +334,7 @@ def init_output_bias(model, counts) -> None:
         bias.copy_(torch.as_tensor(log_unigram_bias(counts, bias.numel()), dtype=bias.dtype))
 
 
-def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):
+def train_loader(plan: PretrainArguments, train_blocks, collator, device_type: str):
     """The training loader: the blocks shuffled by ``(seed, epoch)`` (:func:`training.data.make_train_dataloader`),
     or a stream read in order (``--streaming``), with ``--dataloader_num_workers`` resolved for ``device_type``."""
     from pretrain import data
@@ -348,7 +350,7 @@ def train_loader(plan: PretrainPlan, train_blocks, collator, device_type: str):
     )
 
 
-def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
+def data_fingerprint(plan: PretrainArguments, tokenizer, train_blocks) -> list[dict]:
     """What the training blocks are made of, for the resume check (:func:`training.data.fingerprint_sources`): the
     training files by size and SHA-256 (a prepared dataset: its manifest's hashes of the sources and shards; a hub
     dataset: its name and ``datasets`` fingerprint), the tokenizer's hash and the settings that cut the blocks."""
@@ -359,12 +361,12 @@ def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
     from pretrain.build import tokenizer_hash
     from training.data import fingerprint_sources
 
-    corpus, limits = plan.corpus, plan.data
+    corpus, train_data = plan.corpus, plan.data
     files, settings = [], {}
-    if limits.prepared_dataset:
+    if train_data.prepared_dataset:
         from pretrain.prepare import read_manifest
 
-        manifest = read_manifest(limits.prepared_dataset)
+        manifest = read_manifest(train_data.prepared_dataset)
         train = {
             "sources": manifest["sources"]["train"],
             "shards": {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith("train/")},
@@ -385,11 +387,11 @@ def data_fingerprint(plan: PretrainPlan, tokenizer, train_blocks) -> list[dict]:
         document_masking=corpus.document_masking,
         packing_batch_size=corpus.packing_batch_size,
         validation_split_percentage=None if corpus.validation_file else corpus.validation_split_percentage,
-        max_train_samples=limits.max_train_samples,
+        max_train_samples=train_data.max_train_samples,
     )
 
 
-def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
+def load_blocks(plan: PretrainArguments, tokenizer, accelerator):
     """The training and validation blocks: memory-mapped from ``--prepared_dataset``, a stream (``--streaming``),
     or raw text -> tokens -> packed blocks (or NSP pairs) on the main process first (the others then read its
     ``datasets`` cache, whose fingerprints are deterministic); cut to ``--max_*_samples``.
@@ -415,7 +417,7 @@ def load_blocks(plan: PretrainPlan, tokenizer, accelerator):
     return _limit(plan, blocks["train"], blocks["validation"])
 
 
-def stream_blocks(plan: PretrainPlan, tokenizer):
+def stream_blocks(plan: PretrainArguments, tokenizer):
     """``--streaming``: the training blocks as a ``datasets.IterableDataset`` (tokenized and packed while read), and
     the validation blocks read once into memory (``max_eval_samples`` at most).
 
@@ -445,7 +447,7 @@ def stream_blocks(plan: PretrainPlan, tokenizer):
     return blocks["train"], validation
 
 
-def held_out_source(plan: PretrainPlan) -> str:
+def held_out_source(plan: PretrainArguments) -> str:
     """Where the validation blocks come from, as the user named it: ``--validation_file F``, ``--prepared_dataset
     P (its validation split)``, ``--dataset_name D (...)`` or ``--train_file F ... (the N% held out ...)``."""
     corpus = plan.corpus
@@ -472,7 +474,7 @@ def _has_predictable_token(blocks, tokenizer) -> bool:
     return False
 
 
-def check_predictable(plan: PretrainPlan, tokenizer, train_blocks, valid_blocks) -> None:
+def check_predictable(plan: PretrainArguments, tokenizer, train_blocks, valid_blocks) -> None:
     """Refuse, before step 0, held-out or training text with nothing to predict (every token special, e.g. lines
     of ``[MASK] [SEP]``): it would report ``eval_loss`` 0 and perplexity 1 over ``eval_tokens=0`` (issue 43). A
     streamed training corpus is not read ahead; its held-out blocks are checked.
@@ -500,12 +502,12 @@ def check_predictable(plan: PretrainPlan, tokenizer, train_blocks, valid_blocks)
         )
 
 
-def _limit(plan: PretrainPlan, train, validation):
-    limits = plan.data
-    if limits.max_train_samples is not None:
-        train = train.select(range(min(limits.max_train_samples, len(train))))
-    if limits.max_eval_samples is not None:
-        validation = validation.select(range(min(limits.max_eval_samples, len(validation))))
+def _limit(plan: PretrainArguments, train, validation):
+    train_data = plan.data
+    if train_data.max_train_samples is not None:
+        train = train.select(range(min(train_data.max_train_samples, len(train))))
+    if train_data.max_eval_samples is not None:
+        validation = validation.select(range(min(train_data.max_eval_samples, len(validation))))
     if len(train) == 0:
         raise InputError("--train_file: no training block after tokenisation; expected more text")
     if len(validation) == 0:
@@ -518,7 +520,7 @@ def _interval(steps: int | None) -> str:
     return f"every {steps} steps" if steps else "at the end"
 
 
-def log_plan(plan: PretrainPlan, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int):
+def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int):
     """Log (main process) the model's size, the run plan (:class:`training.plan.RunPlan`: global batch in sequences
     and tokens, steps, epochs, warmup, total tokens, the validation blocks (of ``available``, when the plan's
     evaluation cap chose fewer), evaluation/checkpoint intervals and the learning rate with its source) and a warning
@@ -629,7 +631,7 @@ __all__ = [
     "parse",
     "pretraining_parts",
     "train_loader",
-    "plan_run",
+    "make_run_plan",
     "time_budget_steps",
     "unigram_start",
     "warn_few_tokens",

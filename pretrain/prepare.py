@@ -41,7 +41,7 @@ from pretrain.arguments import (
     CorpusArguments,
     ModelArguments,
     ObjectiveArguments,
-    PretrainPlan,
+    PretrainArguments,
     resolve_inputs,
 )
 from pretrain.objectives import OBJECTIVES
@@ -313,7 +313,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
-def check_manifest(plan: PretrainPlan, manifest: Mapping[str, Any]) -> None:
+def check_manifest(plan: PretrainArguments, manifest: Mapping[str, Any]) -> None:
     """Refuse a ``--prepared_dataset`` that does not fit the run: given with other data arguments, prepared for
     another objective or block length. (The tokenizer is checked by hash in :func:`pretrain.build.get_tokenizer`.)
 

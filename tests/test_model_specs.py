@@ -57,7 +57,7 @@ def test_the_tokenizer_command_and_trainer_read_the_spec(tiny_corpus, tmp_path):
     pieces = train_tokenizer(SPECS["bert"], [tiny_corpus], 60, tmp_path / "p", 600, show_progress=False)
     assert type(words).__name__ == "SesameElmoTokenizer" and pieces.model_max_length == 600
     assert train_tokenizer(SPECS["bert"], [tiny_corpus], 60, tmp_path / "q", 128).model_max_length == 512
-    other = dataclasses.replace(SPECS["bert"], train_tokenizer=SPECS["elmo"].train_tokenizer)
+    other = dataclasses.replace(SPECS["bert"], tokenizer_trainer=SPECS["elmo"].tokenizer_trainer)
     assert type(train_tokenizer(other, [tiny_corpus], 60, tmp_path / "o")).__name__ == "SesameElmoTokenizer"
 
 

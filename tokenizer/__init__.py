@@ -38,7 +38,7 @@ def train_tokenizer(spec, files, vocab_size: int, output_dir, max_seq_length: in
     ``max_seq_length``). Returns the tokenizer; raises as the trainer."""
     from modeling.spec import resolve
 
-    trainer = resolve(spec.train_tokenizer)
+    trainer = resolve(spec.tokenizer_trainer)
     options = {**options, "model_max_length": max(max_seq_length, 512)}
     known = inspect.signature(trainer).parameters
     return trainer(files, vocab_size, output_dir, **{k: v for k, v in options.items() if k in known})

@@ -4,7 +4,7 @@
     python -m tokenizer train --model_type bert --train_file corpus.txt.gz [more.txt ...] \\
         --vocab_size 16000 --output_dir out/tok [--no-lowercase] [--min_frequency 2]
 
-``--model_type`` names the family whose trainer runs (:attr:`modeling.spec.ModelSpec.train_tokenizer`: WordPiece for
+``--model_type`` names the family whose trainer runs (:attr:`modeling.spec.ModelSpec.tokenizer_trainer`: WordPiece for
 bert, the word + character tokenizer for elmo). Either way ``AutoTokenizer.from_pretrained(output_dir)``
 loads the result. Refused input (missing / empty / non-UTF-8 file, too small ``--vocab_size``, an
 ``--output_dir`` that is a file) gives one ``error:`` line and exit status 2; nothing is written then.

@@ -1,13 +1,13 @@
 """The loop's checkpointer (:class:`Checkpointer`, held by :class:`training.loop.Trainer`): write a checkpoint and
 rotate the old ones, find and check the checkpoint to resume from and load it, load the best model at the end.
-The files and their manifest are :mod:`training.checkpoint`'s; the resume checks are :func:`check_resume_geometry`,
-:func:`check_resume_settings` and :func:`check_pickles`. What it guarantees:
+The files and their manifest are :mod:`training.checkpoint_files`'s; the resume checks are
+:func:`check_resume_geometry`, :func:`check_resume_settings` and :func:`check_pickles`. What it guarantees:
 
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps (a fraction below 1: of the run) and at the end,
   ``<output_dir>/checkpoints/step_N/`` written atomically with a size + SHA-256 manifest
-  (:mod:`training.checkpoint`), the last ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as
+  (:mod:`training.checkpoint_files`), the last ``checkpoints_total_limit`` kept; the learning-rate schedule is stored as
   JSON in ``trainer_state.json`` (nothing is unpickled on resume). ``latest`` skips damaged checkpoints; a failed
-  save (disk full) raises :class:`training.checkpoint.CheckpointWriteError` and leaves the previous checkpoints
+  save (disk full) raises :class:`training.checkpoint_files.CheckpointWriteError` and leaves the previous checkpoints
   intact.
 * **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
   rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import InputError, first_line
-from training import checkpoint as ckpt
+from training import checkpoint_files as ckpt
 from training.config import TrainingConfig, best_metric_name
 from training.data import data_change
 from training.state import TrainerState
@@ -60,7 +60,8 @@ class Checkpointer:
         checkpoint is kept by the rotation. Returns the checkpoint's path.
 
         Raises:
-            training.checkpoint.CheckpointWriteError: the write failed (e.g. disk full); earlier checkpoints intact.
+            training.checkpoint_files.CheckpointWriteError: the write failed (e.g. disk full); earlier checkpoints
+                intact.
         """
         saved = dict(state.state_dict(), lr_scheduler=scheduler.state_dict())
         best = state.best_step

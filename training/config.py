@@ -151,7 +151,7 @@ class TrainingConfig:
             )
         if self.metric_for_best_model is not None and not self.metric_for_best_model.strip():
             raise InputError("--metric_for_best_model '': expected a metric name such as eval_loss or eval_accuracy")
-        from training.checkpoint import check_checkpoint_path, check_output_dir
+        from training.checkpoint_files import check_checkpoint_path, check_output_dir
         from training.trackers import log_with
 
         log_with(self.report_to)  # validates

@@ -15,7 +15,7 @@ this for the commands)::
 The loop is in parts: settings (:mod:`training.config`), samplers and dataloaders (:mod:`training.data`), the
 state a checkpoint records (:mod:`training.state`), the device-side step statistics and their one host read
 (:mod:`training.stats`), best model and early stopping (:mod:`training.best`), evaluation helpers
-(:mod:`training.evaluation`) and checkpoints (:mod:`training.checkpoint`). What it guarantees:
+(:mod:`training.evaluation`) and checkpoints (:mod:`training.checkpoint_files`). What it guarantees:
 
 * **Optimizer steps.** One optimizer step consumes ``gradient_accumulation_steps`` (G) micro-batches per
   process (fewer at the end of an epoch). The learning-rate schedule is stepped by the loop exactly once per

@@ -14,7 +14,7 @@ Every training run (``pretrain``, ``finetune.glue``, ``finetune.squad``; ``finet
 * **Run id** ``<output_dir>/.sesame-run.json`` (``run_id``, ``created``, ``host``, ``pid``): a new id for a new
   run, the folder's id when resuming (``--resume_from_checkpoint``). Each checkpoint records it in its
   ``trainer_state.json``; rotation, ``latest`` and resume only consider checkpoints of the folder's run
-  (:func:`training.checkpoint.checkpoint_dirs`), so a folder never mixes two runs' checkpoints unnoticed.
+  (:func:`training.checkpoint_files.checkpoint_dirs`), so a folder never mixes two runs' checkpoints unnoticed.
 * **A folder of another run** is refused unless resuming it or ``--overwrite_output_dir``
   (:func:`core.files.check_output_dir_reuse`); with ``--overwrite_output_dir`` the old run's checkpoints are
   deleted before anything is written, so that the new run's checkpoints can never be rotated away by older ones.
@@ -209,7 +209,7 @@ def claim_output_dir(
             ``overwrite`` is set; the folder cannot be created or locked.
     """
     from core.files import check_output_dir_reuse
-    from training.checkpoint import checkpoint_dirs, read_state
+    from training.checkpoint_files import checkpoint_dirs, read_state
 
     out = Path(output_dir)
     created = not out.exists()

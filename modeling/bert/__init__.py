@@ -134,7 +134,7 @@ SPEC = ModelSpec(
     main_input="input_ids",
     export_inputs=("input_ids", "attention_mask", "token_type_ids"),
     export_sample=_bert_sample,
-    train_tokenizer="tokenizer.wordpiece:train_wordpiece_tokenizer",
+    tokenizer_trainer="tokenizer.wordpiece:train_wordpiece_tokenizer",
     finetune_recipe=dict(learning_rate=1e-4, weight_decay=0.01),
 )
 

@@ -102,7 +102,7 @@ SPEC = ModelSpec(
     main_input="char_ids",
     export_inputs=("char_ids", "attention_mask", "token_type_ids"),
     export_sample=_elmo_sample,
-    train_tokenizer="tokenizer.elmo_training:train_elmo_tokenizer",
+    tokenizer_trainer="tokenizer.elmo_training:train_elmo_tokenizer",
     # the frozen BiLM's rate (ScalarMix + head trained): the ELMo recipe benchmark's fine-tunes
     finetune_recipe=dict(learning_rate=3e-3, weight_decay=0.0),
     frozen_backbone=True,

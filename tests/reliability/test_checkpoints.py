@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from core.errors import InputError
-from training import checkpoint as ckpt
+from training import checkpoint_files as ckpt
 
 
 def _truncate(path):
@@ -51,7 +51,7 @@ def test_latest_skips_a_damaged_checkpoint_and_resumes_from_the_one_before(toy_r
     name, damage_fn, phrase = DAMAGE[damage]
     damage_fn(out / "checkpoints" / "step_6" / name)
     assert ckpt.verify_checkpoint(out / "checkpoints" / "step_4") is None
-    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="training.checkpoint_files"):
         assert ckpt.resolve_checkpoint("latest", out / "checkpoints").name == "step_4"
     warning = [r.getMessage() for r in caplog.records if "skipping damaged checkpoint" in r.getMessage()]
     assert len(warning) == 1 and "step_6" in warning[0] and phrase in warning[0]

@@ -12,7 +12,7 @@ import pytest
 from _launch import asset_args
 
 from core.errors import run_cli
-from training import checkpoint as ckpt
+from training import checkpoint_files as ckpt
 
 
 def _args(assets: Path, out: Path, *extra: str) -> list[str]:

@@ -23,10 +23,10 @@ def _plan(tmp_path, *extra: str):
 
 def default_eval_blocks(plan, train_blocks: int, num_processes: int) -> int | None:
     """The run plan's evaluation cap, as ``pretrain`` makes the plan (no time budget: no model or loader needed)."""
-    from pretrain.cli import plan_run
+    from pretrain.cli import make_run_plan
 
     accelerator = types.SimpleNamespace(num_processes=num_processes, is_main_process=True)
-    return plan_run(plan, None, None, {}, train_blocks, accelerator).eval_examples
+    return make_run_plan(plan, None, None, {}, train_blocks, accelerator).eval_examples
 
 
 def _sized(tmp_path, length: str, eval_steps: str, *extra: str):

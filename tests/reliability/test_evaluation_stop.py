@@ -46,7 +46,7 @@ def test_a_stop_request_during_evaluation_checkpoints_at_once_and_the_resume_eva
         )
     assert "during the evaluation at optimizer step 3" in str(stopped.value)
     assert seen.count(3) == 2, "the evaluation stopped after the batch that asked, not at its end (10 batches)"
-    from training.checkpoint import read_state
+    from training.checkpoint_files import read_state
 
     assert read_state(tmp_path / "stopped" / "checkpoints" / "step_3")["eval_pending"] is True
     resumed_batches: list[int] = []

@@ -127,7 +127,7 @@ def test_a_truncated_checkpoint_with_a_rewritten_manifest_is_one_error_line(toy_
     InputError naming the checkpoint, not a SafetensorError traceback."""
     import json
 
-    from training import checkpoint as ckpt
+    from training import checkpoint_files as ckpt
 
     out = tmp_path / "run"
     toy_run(out, steps=8)

@@ -51,7 +51,7 @@ def test_overwrite_output_dir_deletes_the_old_runs_checkpoints_so_the_new_ones_s
         == 0
     )
     assert _steps(out) == [1, 2], "the new run's checkpoints, not the old run's higher steps"
-    from training import checkpoint as ckpt
+    from training import checkpoint_files as ckpt
     from training.ownership import read_run_id
 
     run_id = read_run_id(out)
@@ -139,7 +139,7 @@ def test_squad_refuses_the_folder_of_another_run(assets, tmp_path, capsys, fresh
 
 
 def test_latest_resume_and_rotation_leave_another_runs_checkpoints_alone(toy_run, tmp_path):
-    from training import checkpoint as ckpt
+    from training import checkpoint_files as ckpt
 
     toy_run(tmp_path / "b", 8, ckpt_steps=8, trainer_kwargs={"run_id": "run-b"})
     a = tmp_path / "a"

@@ -87,7 +87,7 @@ def test_two_processes_stop_at_the_same_step_with_a_consistent_checkpoint(assets
     assert "resume with --resume_from_checkpoint latest" in err, err[-3000:]
     last = _steps(out)[-1]
     ckpt = out / "checkpoints" / f"step_{last}"
-    from training.checkpoint import read_state, verify_checkpoint
+    from training.checkpoint_files import read_state, verify_checkpoint
 
     assert read_state(ckpt)["global_step"] == last and read_state(ckpt)["num_processes"] == 2
     assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()

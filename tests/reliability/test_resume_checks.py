@@ -127,7 +127,7 @@ def test_a_checkpoint_whose_pickle_is_blocked_is_refused_with_one_line_and_nothi
     assets, finished, tmp_path, capsys, name
 ):
     from pretrain.cli import main
-    from training.checkpoint import file_manifest
+    from training.checkpoint_files import file_manifest
 
     train, out = finished
     marker = tmp_path / "payload-ran"

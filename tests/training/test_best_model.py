@@ -7,7 +7,7 @@ import torch
 from _tiny import tiny_bert_kwargs
 
 from core.errors import InputError, TrainingStopped
-from training import checkpoint as ckpt
+from training import checkpoint_files as ckpt
 from training.config import TrainingConfig, greater_is_better
 from training.data import make_train_dataloader
 from training.loop import Trainer

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core.errors import InputError, NonFiniteLossError, TrainingStopped
-from training import checkpoint as ckpt
+from training import checkpoint_files as ckpt
 from training.config import TrainingConfig
 from training.data import make_train_dataloader
 from training.loop import Trainer
