@@ -29,8 +29,7 @@ from typing import Any
 #: Flags whose values are secrets: never written to a file, a log, a tracker or a child's command line.
 SECRET_FLAGS = ("hub_token",)
 
-#: Metadata keys of :func:`arg` that ``HfArgumentParser`` passes on to ``add_argument`` (``positional``: the parser of
-#: :func:`build_parser` makes the field a positional argument, ``RUN [RUN ...]``, instead of a ``--flag``).
+#: Metadata keys of :func:`arg` that ``HfArgumentParser`` passes on to ``add_argument`` (``positional``: no ``--flag``).
 _ARGPARSE_KEYS = ("help", "choices", "metavar", "nargs", "aliases", "action", "positional")
 
 
@@ -168,8 +167,7 @@ def _admits_none(kind: Any) -> bool:
 
 
 def parser_class() -> type:
-    """transformers' ``HfArgumentParser``, and a field of :func:`arg` with ``positional=True`` as a positional
-    argument."""
+    """transformers' ``HfArgumentParser``; a field of :func:`arg` with ``positional=True`` is a positional argument."""
     from transformers import HfArgumentParser
 
     class ArgumentParser(HfArgumentParser):
@@ -182,13 +180,12 @@ def parser_class() -> type:
     return ArgumentParser
 
 
-def build_parser(types: Iterable[type], *, prog: str, description: str, debug: bool = True):
+def build_parser(types: Iterable[type], *, prog: str, description: str):
     """The command's parser: :func:`parser_class` over ``types`` (one argument group per dataclass that names
     ``_argument_group_name``) with :class:`HelpFormatter`, plus ``--debug`` (full tracebacks for refused input, read
     by :func:`core.errors.run_cli`)."""
     parser = parser_class()(list(types), prog=prog, description=description, formatter_class=HelpFormatter)
-    if debug:
-        parser.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback for refused input")
     return parser
 
 

@@ -1,7 +1,5 @@
-"""The blocks a pretraining run trains and evaluates on, for ``pretrain``'s command (:mod:`pretrain.cli`): loaded
-from a prepared dataset, streamed, or tokenized and packed from text (:func:`load_blocks`), cut to ``--max_*_samples``,
-checked for a token to predict (:func:`check_predictable`), and fingerprinted for the resume check
-(:func:`data_fingerprint`)."""
+"""The blocks a pretraining run trains and evaluates on (:func:`load_blocks`), checked for a token to predict
+(:func:`check_predictable`) and fingerprinted for the resume check (:func:`data_fingerprint`)."""
 
 from __future__ import annotations
 

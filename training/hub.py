@@ -555,7 +555,8 @@ def every_save_hook(
 
 @dataclasses.dataclass(frozen=True)
 class PushArguments:
-    """``python -m training.hub push``: the folder and the commit's title; the repo is :class:`HubArguments`'."""
+    """``python -m training.hub push``: the folder and the commit's title; the repo flags are :class:`HubArguments`'
+    (its ``push_to_hub`` and ``hub_strategy`` hidden: they do not apply to one push)."""
 
     output_dir: str = arg(help="the run's --output_dir", positional=True)
     commit_message: str = arg("Upload model", "the commit's title")
@@ -572,7 +573,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
 
-    # the repo flags are HubArguments' (push_to_hub and hub_strategy do not apply to one push: hidden)
     repo = with_defaults(HubArguments, help=dict.fromkeys(("push_to_hub", "hub_strategy"), argparse.SUPPRESS))
     parser = argparse.ArgumentParser(prog="python -m training.hub", description="Push a saved model folder to a hub.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class())
@@ -588,14 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv[:] = split_secrets(sys.argv)[0]
     args, given = ({f.name: getattr(namespace, f.name) for f in dataclasses.fields(t)} for t in (PushArguments, repo))
     hub = validate_hub_arguments(HubArguments(**{**given, "push_to_hub": True}), args["output_dir"])
-    url = push_output_dir(
-        args["output_dir"],
-        hub.hub_model_id,
-        private=hub.hub_private_repo,
-        revision=hub.hub_revision,
-        commit_message=args["commit_message"],
-    )
-    print(url)
+    options = dict(private=hub.hub_private_repo, revision=hub.hub_revision, commit_message=args["commit_message"])
+    print(push_output_dir(args["output_dir"], hub.hub_model_id, **options))
     return 0
 
 

@@ -12,9 +12,9 @@
   Representations From Tree-Structured LSTM Networks", eq. 9-14: over a given binary tree (``tree_merges``)
   or over a latent tree composed bottom-up, each step merging the adjacent pair chosen by a
   straight-through Gumbel-softmax over the candidate parents' scores (Choi et al. 2018, "Learning to
-  Compose Task-Specific Tree Structures"). The root's hidden state is the sentence vector.
+  Compose Task-Specific Tree Structures"). The root's hidden state is the sentence vector. The tree parser
+  (:func:`parse_binary_tree`) reads a bracketed binary tree into its words and merges.
 
-The tree parser (:func:`parse_binary_tree`) reads a bracketed binary tree into its words and merges.
 Imports only torch and the sibling files ``configuration_baseline`` and ``modeling_elmo`` (remote code).
 """
 

@@ -1,13 +1,11 @@
-"""The classic sentence encoders that the GLUE paper (Wang et al. 2018) used as baselines, as one model family:
-the word vectors, the ELMo features and the models. The encoders themselves (``config.encoder_type``: bag of words,
-Kim-CNN, RNN, Tree-LSTM and the tree parser) are in ``encoders_baseline.py``.
+"""The classic sentence encoders that the GLUE paper (Wang et al. 2018) used as baselines, as one model family: the
+word vectors, the ELMo features and the models; the encoders are in ``encoders_baseline.py``.
 
-Word vectors (:class:`WordVectors`): the word embeddings, for ``"cbow"`` (continuous bag of words: the mean of the
-word embeddings) and ``"fasttext"`` -- fastText (Joulin et al. 2017, "Bag of Tricks for Efficient Text
-Classification") with the subword vectors of Bojanowski et al. (2017): a word's vector is the mean of its word
-embedding and the embeddings of its hashed character n-grams (``<word>``, lengths ``ngram_min_n..ngram_max_n``, FNV-1a
-hash modulo ``ngram_buckets``, exactly fastText's / gensim's ``ft_ngram_hashes``; a word outside the vocabulary gets
-the mean of its n-gram embeddings only); the sentence is the mean of the word vectors.
+Word vectors (:class:`WordVectors`): for ``"fasttext"`` (Joulin et al. 2017, "Bag of Tricks for Efficient Text
+Classification") the subword vectors of Bojanowski et al. (2017): a word's vector is the mean of its word embedding
+and the embeddings of its hashed character n-grams (``<word>``, lengths ``ngram_min_n..ngram_max_n``, FNV-1a hash
+modulo ``ngram_buckets``, exactly fastText's / gensim's ``ft_ngram_hashes``; a word outside the vocabulary gets the
+mean of its n-gram embeddings only).
 
 Input is the ELMo-style word tokenizer's output (``input_ids`` word ids, ``char_ids`` UTF-8 bytes per word,
 ``attention_mask``, ``token_type_ids`` 0/1 for pairs ``<S> a </S> <S> b </S>``). The ``<S>``/``</S>``
