@@ -285,7 +285,12 @@ class SesameElmoBiLMLayer(GradientCheckpointingLayer):
 
     Forward: ``hidden_states (B, T, 2P)`` float, the layer below (positional: the tensor the checkpoint recomputes
     from); keywords ``attention_mask (B, T)`` 0/1, ``positions`` (:func:`~.lstm_elmo.bilm_positions` of it),
-    ``forward_stack`` / ``backward_stack`` -> ``(B, T, 2P)``, ``[forward h; backward h]``, 0 at masked positions.
+    ``forward_stack`` / ``backward_stack`` -> ``(B, T, 2P)`` in the parameters' dtype, ``[forward h; backward h]``, 0
+    at masked positions.
+
+    Source: the layer convention of transformers' ``modeling_layers.GradientCheckpointingLayer`` (the flag and function
+    that ``PreTrainedModel._set_gradient_checkpointing`` sets on every such module; the layer's positional arguments
+    go through the checkpoint, its keywords are bound to the recomputed call).
     """
 
     def __init__(self, config: SesameElmoConfig, index: int):
