@@ -1,5 +1,7 @@
 """transformers' own model tests (``ModelTesterMixin`` of transformers' ``tests/test_modeling_common.py``) on both
-families: the SesameBert heads and the SesameElmo heads, each family one ``unittest`` class with a model tester.
+families: the SesameBert heads (in BERT's layout and in a ModernBERT-class config: rotary positions, GeGLU, no biases,
+pre-norm, a local layer, grouped-query attention) and the SesameElmo heads, each one ``unittest`` class with a model
+tester.
 
 transformers' pip package does not ship its tests, and this project copies no public code, so the mixin is imported
 from a transformers source tree named by ``TRANSFORMERS_TESTS_DIR`` (the folder that holds ``tests/``); without it
@@ -179,6 +181,44 @@ class SesameBertModelTester(_Tester):
         return self.get_config(), inputs
 
 
+class SesameModernBertModelTester(SesameBertModelTester):
+    """The same width as a ModernBERT-class SesameBert (issue 41): 2 layers (global, then local in a 4-token window:
+    the mixin wants at most 2 layers), rotary positions (global and local bases), GeGLU, no biases, pre-norm with the
+    embedding norm and the identity as layer 0's attention norm, grouped-query attention (4 query heads on 2 key/value
+    heads), ModernBERT's heads, no segment embeddings (so no ``token_type_ids``)."""
+
+    def get_config(self):
+        base = super().get_config()
+        sizes = ("vocab_size", "hidden_size", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+        return modeling.SesameBertConfig(
+            **{name: getattr(base, name) for name in sizes},
+            num_hidden_layers=self.num_hidden_layers,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            num_labels=3,
+            hidden_act="geglu",
+            position_embedding_type="rope",
+            rope_theta=160_000.0,
+            local_rope_theta=10_000.0,
+            global_attn_every_n_layers=2,
+            local_attention=4,
+            num_key_value_heads=2,
+            type_vocab_size=0,
+            norm_position="pre",
+            first_layer_attention_norm=False,
+            attention_bias=False,
+            mlp_bias=False,
+            norm_bias=False,
+            classifier_bias=False,
+            head_layout="modernbert",
+        )
+
+    def prepare_config_and_inputs_for_common(self):
+        config, inputs = super().prepare_config_and_inputs_for_common()
+        inputs.pop("token_type_ids")
+        return config, inputs
+
+
 class SesameElmoModelTester(_Tester):
     """A 2-layer BiLM (projection 8, cell 16) over character ids, word ids for the LM's targets, 3 labels."""
 
@@ -229,6 +269,12 @@ class SesameBertModelTest(_FamilyTest, unittest.TestCase):
         modeling.SesameBertForQuestionAnswering,
         modeling.SesameBertForTokenClassification,
     )
+
+
+class SesameModernBertModelTest(SesameBertModelTest):
+    """transformers' common model tests on the six SesameBert heads of a ModernBERT-class config."""
+
+    model_tester_class = SesameModernBertModelTester
 
 
 _CHARACTERS = (

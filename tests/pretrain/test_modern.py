@@ -97,9 +97,8 @@ def test_modernbert_tiny_fine_tunes_with_glue_and_squad(corpus_dir, bert_tokeniz
     ``finetune.glue`` (SST-2 layout, train + eval + predict) and ``finetune.squad``, keeping its architecture; the
     SQuAD fine-tune learns its four questions (exact match 100: the rotary, GeGLU, local-window backbone with the
     QA head trains, and post-processing maps its spans back to the text)."""
-    from finetune import glue, squad
-
     import modeling
+    from finetune import glue, squad
 
     tok, preset, pretrained = tmp_path / "tok", tmp_path / "preset", tmp_path / "pretrained"
     bert_tokenizer.save_pretrained(tok)
@@ -116,7 +115,8 @@ def test_modernbert_tiny_fine_tunes_with_glue_and_squad(corpus_dir, bert_tokeniz
     sst2 = tmp_path / "sst2"
     flags = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--max_train_steps", "3"]
     argv = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--glue_dir", str(tmp_path / "glue")]
-    assert run_cli(glue.main, [*argv, "--output_dir", str(sst2), *flags, "--do_train", "--do_eval", "--do_predict"]) == 0
+    splits = ["--do_train", "--do_eval", "--do_predict"]
+    assert run_cli(glue.main, [*argv, "--output_dir", str(sst2), *flags, *splits]) == 0
     results = json.loads((sst2 / "all_results.json").read_text())
     assert results["global_step"] == 3 and 0.0 <= results["eval_accuracy"] <= 1.0
     config = json.loads((sst2 / "config.json").read_text())
