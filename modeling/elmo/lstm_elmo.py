@@ -3,21 +3,23 @@
 * :class:`RecurrentLayer` -- one layer of one direction: ``nn.LSTM(cell_size, proj_size=projection_dim)`` (LSTM with
   a projection, Sak et al. 2014), or ``nn.GRU`` + a linear projection; :class:`DirectionalStack` -- the
   ``num_layers`` layers of one direction, with the dropout on each layer's input and the residual flag.
-* :func:`run_bilm_stacks` -- both directions layer by layer (residual from the second layer on); on CPU in
+* :func:`run_bilm_layer` -- one layer of both directions (residual from the second layer on); on CPU in
   :class:`BiLSTMProjectionFunction`, the forward and backward LSTMs of a layer stepped together with hand-written
   backpropagation through time (:func:`fused_lstm_applies` says when), else cuDNN / PyTorch's kernel, or
   :func:`recurrence`, the step-by-step loop (bilm-tf's cell and projection clipping; under ``torch.export`` a
-  ``scan`` whose length stays symbolic); optionally recomputing each layer in the backward pass (gradient
-  checkpointing).
+  ``scan`` whose length stays symbolic). The modeling file calls it from one ``GradientCheckpointingLayer`` per layer
+  (gradient checkpointing recomputes each layer in the backward pass).
 * :func:`token_slots` -- where each kept token goes when a row's tokens are packed to the left and read forwards or
-  backwards (static shapes: any mask layout, no host read); :func:`full_precision` -- how the LSTMs run under
-  autocast (float32, autocast off).
+  backwards (static shapes: any mask layout, no host read); :func:`bilm_positions` -- the four permutations a layer
+  reads; :func:`full_precision` -- how the LSTMs run under autocast (float32, autocast off).
 
 Saved folders carry this file: ``modeling_elmo.py`` imports it relatively, and transformers copies a model file's
 relative imports with it (``trust_remote_code``). Imports only torch and the sibling configuration file.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -245,8 +247,8 @@ class RecurrentLayer(nn.Module):
 
 class DirectionalStack(nn.Module):
     """The ``num_layers`` recurrent layers of one direction (each ``(B, T, P) -> (B, T, P)``), with the dropout
-    on each layer's input and the residual flag. A container: :func:`run_bilm_stacks` runs both directions' stacks
-    layer by layer (residual from the second layer on)."""
+    on each layer's input and the residual flag. A container: :func:`run_bilm_layer` runs layer ``j`` of both
+    directions' stacks at once (residual from the second layer on)."""
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__()
@@ -282,65 +284,80 @@ def permute_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.unsqueeze(-1).expand_as(x))
 
 
-def run_bilm_stacks(
+class BiLMPositions(NamedTuple):
+    """Where the tokens of a ``(B, T)`` mask go when each row's kept tokens are packed to the left
+    (:func:`bilm_positions`): four ``(B, T)`` long row permutations, computed once per batch and read by every layer.
+
+    Attributes:
+        forward_slots / backward_slots: position -> slot in the packed row read forwards / backwards
+            (:func:`token_slots`).
+        forward_order / backward_order: slot -> position, their inverses (:func:`inverse_permutation`).
+    """
+
+    forward_slots: torch.Tensor
+    backward_slots: torch.Tensor
+    forward_order: torch.Tensor
+    backward_order: torch.Tensor
+
+
+def bilm_positions(mask: torch.Tensor) -> BiLMPositions:
+    """The :class:`BiLMPositions` of a ``(B, T)`` 0/1 ``mask`` (any layout; static shapes, no host read)."""
+    slot_f, slot_b = token_slots(mask)
+    return BiLMPositions(slot_f, slot_b, inverse_permutation(slot_f), inverse_permutation(slot_b))
+
+
+def run_bilm_layer(
     config: SesameElmoConfig,
     forward_stack: DirectionalStack,
     backward_stack: DirectionalStack,
-    layer0: torch.Tensor,
+    index: int,
+    h: torch.Tensor,
     mask: torch.Tensor,
-    checkpoint=None,
-) -> list[torch.Tensor]:
-    """Run both directions' stacks on layer 0: dropout on each layer's input, residual from the second layer on.
+    positions: BiLMPositions,
+) -> torch.Tensor:
+    """Layer ``index`` of the BiLM, both directions: dropout on its input, the residual from the second layer on.
 
-    Each layer reads the previous layer's representation as returned (``[forward h; backward h]``, 0 at masked
-    positions), so every returned layer is in the graph of the layers above it. The kept tokens of each row are packed
-    to the left (:func:`token_slots`) and the backward stack reads them in reverse; masked positions never reach a kept
-    token's state. Each layer's two directions run in one :class:`BiLSTMProjectionFunction` call when
-    :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer` calls; under autocast in float32
-    (:func:`full_precision`).
+    It reads the layer below as returned (``[forward h; backward h]``, 0 at masked positions), so every layer is in the
+    graph of the layers above it. The kept tokens of each row are packed to the left (``positions``) and the backward
+    direction reads them in reverse; masked positions never reach a kept token's state. The two directions run in one
+    :class:`BiLSTMProjectionFunction` call when :func:`fused_lstm_applies`, else as two :class:`RecurrentLayer`
+    calls; under autocast in float32 (:func:`full_precision`). The modeling file runs it once per layer, each time in a
+    ``GradientCheckpointingLayer`` (``modeling_elmo.SesameElmoBiLMLayer``).
 
     Args:
         config: the model's config (``fused_cpu_lstm``, clipping, sizes).
-        forward_stack / backward_stack: the two directions' :class:`DirectionalStack`.
-        layer0: ``(B, T, 2P)`` float, ``[x; x]`` with ``x`` the token representations (0 at masked positions): the
-            forward stack reads its first half, the backward stack its second.
+        forward_stack / backward_stack: the two directions' :class:`DirectionalStack` (their ``index``-th layers, their
+            dropout and residual flag are used).
+        index: the layer, ``0 .. num_layers - 1``.
+        h: ``(B, T, 2P)`` float, the layer below: for ``index`` 0, ``[x; x]`` with ``x`` the token representations (0
+            at masked positions): the forward direction reads its first half, the backward direction its second.
         mask: ``(B, T)`` 0/1, the tokens (any layout).
-        checkpoint: ``None``, or ``checkpoint(function, *args)`` (transformers' ``_gradient_checkpointing_func``) to
-            recompute each layer in the backward pass instead of keeping its activations (gradient checkpointing).
+        positions: :func:`bilm_positions` of ``mask``.
 
     Returns:
-        ``num_layers`` tensors ``(B, T, 2P)``: ``[forward h; backward h]`` at each position (the forward half has read
-        the kept tokens up to it, the backward half those from it on), 0 at masked positions, in the parameters' dtype.
+        ``(B, T, 2P)``: ``[forward h; backward h]`` at each position (the forward half has read the kept tokens up to
+        it, the backward half those from it on), 0 at masked positions, in the parameters' dtype.
     """
     fwd, bwd = forward_stack, backward_stack
     p = config.projection_dim
-    slot_f, slot_b = token_slots(mask)
-    order_f, order_b = inverse_permutation(slot_f), inverse_permutation(slot_b)
-    keep = mask.unsqueeze(-1)
-
-    def layer(j: int, h: torch.Tensor) -> torch.Tensor:
-        xf, no_autocast = full_precision(permute_rows(h[..., :p], order_f), fwd)
-        xb = permute_rows(h[..., p:], order_b).to(xf.dtype)
-        with no_autocast:  # the LSTMs run in float32 under autocast (see modeling_elmo's module docstring)
-            lf, lb = fwd.layers[j], bwd.layers[j]
-            inputs = (fwd.dropout(xf), bwd.dropout(xb))
-            if fused_lstm_applies(config, xf):
-                rf, rb = lf.rnn, lb.rnn
-                of, ob = BiLSTMProjectionFunction.apply(
-                    torch.stack(inputs),
-                    torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
-                    torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
-                    torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
-                    torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
-                ).unbind(0)
-            else:
-                of, ob = lf(inputs[0]), lb(inputs[1])
-            if fwd.use_residual and j > 0:
-                of, ob = of + xf, ob + xb
-            return torch.cat([permute_rows(of, slot_f), permute_rows(ob, slot_b)], dim=-1) * keep.to(of.dtype)
-
-    hidden, h = [], layer0
-    for j in range(len(fwd.layers)):
-        h = layer(j, h) if checkpoint is None else checkpoint(layer, j, h)
-        hidden.append(h)
-    return hidden
+    slot_f, slot_b, order_f, order_b = positions
+    xf, no_autocast = full_precision(permute_rows(h[..., :p], order_f), fwd)
+    xb = permute_rows(h[..., p:], order_b).to(xf.dtype)
+    with no_autocast:  # the LSTMs run in float32 under autocast (see modeling_elmo's module docstring)
+        lf, lb = fwd.layers[index], bwd.layers[index]
+        inputs = (fwd.dropout(xf), bwd.dropout(xb))
+        if fused_lstm_applies(config, xf):
+            rf, rb = lf.rnn, lb.rnn
+            of, ob = BiLSTMProjectionFunction.apply(
+                torch.stack(inputs),
+                torch.stack([rf.weight_ih_l0, rb.weight_ih_l0]),
+                torch.stack([rf.weight_hh_l0, rb.weight_hh_l0]),
+                torch.stack([rf.bias_ih_l0 + rf.bias_hh_l0, rb.bias_ih_l0 + rb.bias_hh_l0]),
+                torch.stack([rf.weight_hr_l0, rb.weight_hr_l0]),
+            ).unbind(0)
+        else:
+            of, ob = lf(inputs[0]), lb(inputs[1])
+        if fwd.use_residual and index > 0:
+            of, ob = of + xf, ob + xb
+        keep = mask.unsqueeze(-1)
+        return torch.cat([permute_rows(of, slot_f), permute_rows(ob, slot_b)], dim=-1) * keep.to(of.dtype)

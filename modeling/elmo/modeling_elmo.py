@@ -70,6 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
@@ -79,12 +80,14 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import SesameElmoConfig
 from .lstm_elmo import (
+    BiLMPositions,
     DirectionalStack,
+    bilm_positions,
     full_precision,
     inverse_permutation,
     permute_rows,
     recurrence,
-    run_bilm_stacks,
+    run_bilm_layer,
     token_slots,
 )
 
@@ -269,6 +272,46 @@ class SesameElmoPreTrainedModel(_OutputFlags, PreTrainedModel):
             init.ones_(module.gamma)
 
 
+class SesameElmoBiLMLayer(GradientCheckpointingLayer):
+    """Layer ``index`` of the BiLM, both directions (:func:`~.lstm_elmo.run_bilm_layer`), as transformers'
+    ``GradientCheckpointingLayer``: ``model.gradient_checkpointing_enable()`` / ``activation_checkpointing_enable()``
+    set its ``gradient_checkpointing`` flag and its ``_gradient_checkpointing_func`` (``torch.utils.checkpoint``,
+    reentrant or not as ``gradient_checkpointing_kwargs`` say), and in training mode with gradients on the layer is then
+    recomputed in the backward pass instead of keeping its activations (the two LSTMs, dropout masks replayed).
+
+    It has no parameters of its own: the weights are the ``index``-th :class:`~.lstm_elmo.RecurrentLayer` of each
+    :class:`~.lstm_elmo.DirectionalStack`, passed at each call, so the state dict keeps its keys
+    (``forward_stack.layers.{index}.rnn.*``, ``backward_stack.layers.{index}.rnn.*``).
+
+    Forward: ``hidden_states (B, T, 2P)`` float, the layer below (positional: the tensor the checkpoint recomputes
+    from); keywords ``attention_mask (B, T)`` 0/1, ``positions`` (:func:`~.lstm_elmo.bilm_positions` of it),
+    ``forward_stack`` / ``backward_stack`` -> ``(B, T, 2P)`` in the parameters' dtype, ``[forward h; backward h]``, 0
+    at masked positions.
+
+    Source: the layer convention of transformers' ``modeling_layers.GradientCheckpointingLayer`` (the flag and function
+    that ``PreTrainedModel._set_gradient_checkpointing`` sets on every such module; the layer's positional arguments
+    go through the checkpoint, its keywords are bound to the recomputed call).
+    """
+
+    def __init__(self, config: SesameElmoConfig, index: int):
+        super().__init__()
+        self.config = config
+        self.index = index
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor,
+        positions: BiLMPositions,
+        forward_stack: DirectionalStack,
+        backward_stack: DirectionalStack,
+    ) -> torch.Tensor:
+        return run_bilm_layer(
+            self.config, forward_stack, backward_stack, self.index, hidden_states, attention_mask, positions
+        )
+
+
 def _input_mask(
     char_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, attention_mask: torch.Tensor | None
 ) -> torch.Tensor:
@@ -307,20 +350,23 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         backward LSTM stacks read, and each LSTM layer reads the one below as returned: every hidden state is in the
         graph of those above it.
 
-    Gradient checkpointing (``model.gradient_checkpointing_enable()``): each LSTM layer (both directions) is recomputed
-    in the backward pass instead of keeping its activations; the gradients are the same (dropout masks replayed).
+    Gradient checkpointing (transformers' ``model.gradient_checkpointing_enable()`` /
+    ``activation_checkpointing_enable()`` and their ``_disable()``): each LSTM layer (both directions) is a
+    :class:`SesameElmoBiLMLayer`, transformers' ``GradientCheckpointingLayer``, recomputed in the backward pass instead
+    of keeping its activations; the gradients are the same (dropout masks replayed). Off (the default), the layers run
+    as plain calls.
 
     Raises:
         ValueError: none or both of ``char_ids`` and ``inputs_embeds``.
     """
-
-    gradient_checkpointing = False  # set by gradient_checkpointing_enable(): recompute each LSTM layer in backward
 
     def __init__(self, config: SesameElmoConfig):
         super().__init__(config)
         self.char_encoder = CharCNNEncoder(config)
         self.forward_stack = DirectionalStack(config)
         self.backward_stack = DirectionalStack(config)
+        # the units of gradient checkpointing (no parameters: the weights stay in the stacks)
+        self.layers = nn.ModuleList(SesameElmoBiLMLayer(config, j) for j in range(config.num_layers))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -345,12 +391,18 @@ class SesameElmoModel(SesameElmoPreTrainedModel):
         x = self.char_encoder(char_ids) if inputs_embeds is None else inputs_embeds
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         layer0 = torch.cat([x, x], dim=-1)  # the stacks read its halves: layer 0 as returned is in the graph
-        checkpoint = None
-        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            checkpoint = self._gradient_checkpointing_func
-        hidden = [layer0] + run_bilm_stacks(
-            self.config, self.forward_stack, self.backward_stack, layer0, attention_mask, checkpoint
-        )
+        positions = bilm_positions(attention_mask)
+        hidden = [layer0]
+        for layer in self.layers:  # each reads the one below as returned: every layer is in the graph of those above
+            hidden.append(
+                layer(
+                    hidden[-1],
+                    attention_mask=attention_mask,
+                    positions=positions,
+                    forward_stack=self.forward_stack,
+                    backward_stack=self.backward_stack,
+                )
+            )
         out = SesameElmoModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden), mask=attention_mask)
         return self._finish(out, return_dict)
 

@@ -6,12 +6,15 @@ family (the ELMo-style heads, more baselines) means adding rows; the checks stay
 
 save/load round trips, ``return_dict=False`` tuples, ``output_hidden_states`` / ``output_attentions`` (shapes,
 gradients, transformers' output capture), ``inputs_embeds``, resizing the token embeddings, tied weights through
-save/load, ``attn_implementation`` switching, low-precision loading, gradient checkpointing, ``torch.export`` and
-determinism. Everything is tiny and runs in seconds on a CPU.
+save/load, ``attn_implementation`` switching, low-precision loading, gradient checkpointing through transformers'
+enable / disable calls (and its ``GradientCheckpointingLayer`` convention), ``torch.export`` and determinism.
+Everything is tiny and runs in seconds on a CPU. ``test_transformers_common.py`` runs transformers' own common model
+tests on the SesameBert and SesameElmo heads (with a transformers source tree).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +23,7 @@ import torch
 from _tiny import micro_elmo_kwargs, tiny_bert_kwargs
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import modeling
@@ -38,6 +42,7 @@ ASPECTS = (
     "attn_implementation",
     "dtype",
     "gradient_checkpointing",
+    "checkpointing_layers",
     "export",
     "determinism",
 )
@@ -176,6 +181,8 @@ _BASELINE_UNSUPPORTED = {
     "False is honoured)",
     "tied": "no output embeddings",
     "attn_implementation": "no attention",
+    "checkpointing_layers": "one encoder, recomputed as a whole through the model's own gradient_checkpointing flag "
+    "(transformers' enable / disable set it), no repeated layer modules",
 }
 
 
@@ -481,8 +488,17 @@ def test_low_precision_loading(row, tmp_path, dtype):
     torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=5e-2)
 
 
+def _checkpointing_modules(model) -> list[torch.nn.Module]:
+    """The modules transformers' enable / disable calls switch: those with a ``gradient_checkpointing`` flag."""
+    return [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+
+
 @rows
-def test_gradient_checkpointing_gives_the_same_gradients(row):
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_gradient_checkpointing_gives_the_same_gradients(row, reentrant):
+    """transformers' ``gradient_checkpointing_enable`` / ``_disable``: switched on, the checkpoint function runs in the
+    forward pass and the gradients equal those without it; switched off again, nothing goes through it and the
+    gradients are bitwise the plain ones."""
     row.check("gradient_checkpointing")
     model, batch = row.make(), row.batch()
     model.train()
@@ -494,11 +510,43 @@ def test_gradient_checkpointing_gives_the_same_gradients(row):
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     plain = grads()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert not model.is_activation_checkpointing
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    assert model.is_activation_checkpointing
+    calls = []
+    for module in _checkpointing_modules(model):
+        checkpoint = module._gradient_checkpointing_func
+        module._gradient_checkpointing_func = lambda *a, _c=checkpoint, **k: calls.append(1) or _c(*a, **k)
     checkpointed = grads()
+    assert calls  # recomputed in the backward pass
     assert plain.keys() == checkpointed.keys() and plain
     for name in plain:
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-5, atol=1e-7, msg=name)
+    model.gradient_checkpointing_disable()
+    assert not model.is_activation_checkpointing
+    calls.clear()
+    again = grads()
+    assert calls == [] and all(torch.equal(again[name], plain[name]) for name in plain)
+
+
+@rows
+def test_checkpointing_layers_follow_the_transformers_convention(row):
+    """As transformers' ``test_gradient_checkpointing_enable_disable``: the repeated layers are
+    ``GradientCheckpointingLayer``s, and ``activation_checkpointing_enable`` / ``_disable`` set the flag of every
+    module that has one."""
+    row.check("checkpointing_layers")
+    model = row.make()
+    assert len([m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]) == row.num_layers
+    for enable, disable in (
+        (model.activation_checkpointing_enable, model.activation_checkpointing_disable),
+        (model.gradient_checkpointing_enable, model.gradient_checkpointing_disable),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # transformers 5.23 renamed them: the old names warn
+            enable()
+            assert all(m.gradient_checkpointing for m in _checkpointing_modules(model))
+            disable()
+            assert not any(m.gradient_checkpointing for m in _checkpointing_modules(model))
 
 
 @rows

@@ -224,3 +224,66 @@ def test_gradient_checkpointing_recomputes_each_layer_with_the_same_gradients(mo
     assert plain.keys() == checkpointed.keys() and len(plain) == len(list(model.parameters()))
     for name in plain:
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=1e-6, msg=name)
+
+
+#: the ways transformers turns gradient checkpointing on: its deprecated and its current name, its default
+#: (non-reentrant) and both ``use_reentrant`` values
+ENABLE = {
+    "gradient_checkpointing_enable": lambda m: m.gradient_checkpointing_enable(),
+    "non-reentrant": lambda m: m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}),
+    "reentrant": lambda m: m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True}),
+    "activation_checkpointing_enable": lambda m: m.activation_checkpointing_enable(),
+}
+
+
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_(en|dis)able` is deprecated:FutureWarning")
+@pytest.mark.parametrize("enable", list(ENABLE), ids=list(ENABLE))
+@pytest.mark.parametrize("cls", [SesameElmoForBidirectionalLM, SesameElmoForSequenceClassification])
+def test_gradient_checkpointing_through_transformers_layers(cls, enable):
+    """transformers' convention (issue 43): each BiLM layer is a ``GradientCheckpointingLayer`` that transformers'
+    enable / disable calls switch; switched on, each layer goes through the checkpoint function once per forward in
+    training mode (never in eval mode) and the float32 gradients equal those without it (dropout on, left and right
+    padding); switched off again, the gradients are bitwise those of the plain model (on main: no such layer, the
+    model's own flag)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    torch.manual_seed(0)
+    model = cls(_config(dropout=0.3, freeze_backbone=False, classifier_dropout=0.2)).train()
+    batch = {k: v for k, v in _batch(3, 9, seed=0, pairs=False).items() if k != "token_type_ids"}
+    batch["attention_mask"][0, :2] = 0  # left padding too
+    labels = dict(input_ids=torch.randint(4, 60, (3, 9))) if cls is SesameElmoForBidirectionalLM else {}
+    labels = labels or dict(labels=torch.tensor([0, 2, 1]))
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert len(layers) == model.config.num_layers and not model.is_activation_checkpointing
+
+    def gradients():
+        model.zero_grad()
+        torch.manual_seed(1)
+        model(**batch, **labels).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain = gradients()
+    ENABLE[enable](model)
+    assert model.is_activation_checkpointing and all(layer.gradient_checkpointing for layer in layers)
+    calls = []
+    for layer in layers:
+        checkpoint = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = lambda *a, _c=checkpoint, **k: calls.append(1) or _c(*a, **k)
+    with torch.no_grad():
+        model.eval()(**batch, **labels)
+    assert calls == []  # not in eval mode
+    model.train()
+    checkpointed = gradients()
+    assert len(calls) == len(layers)  # each layer went through torch.utils.checkpoint
+    assert plain.keys() == checkpointed.keys() and len(plain) == len(list(model.parameters()))
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-6, atol=1e-7, msg=name)
+    calls.clear()
+    if enable == "activation_checkpointing_enable":
+        model.activation_checkpointing_disable()
+    else:
+        model.gradient_checkpointing_disable()
+    assert not model.is_activation_checkpointing and not any(layer.gradient_checkpointing for layer in layers)
+    again = gradients()
+    assert calls == []
+    assert all(torch.equal(again[name], plain[name]) for name in plain)

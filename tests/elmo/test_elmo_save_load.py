@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 import torch
 from _launch import run_remote_code_script
 
@@ -78,3 +79,27 @@ def test_remote_code_round_trip_without_the_package(tmp_path, tiny, elmo_tokeniz
     assert got["ids"] == batch["input_ids"].tolist() and got["chars"] == batch["char_ids"].sum().item()
     assert abs(got["loss"] - ref.loss.item()) < 1e-5 and abs(got["fwd"] - ref.forward_loss.item()) < 1e-5
     assert got["cls"] == SesameElmoForSequenceClassification.__name__ and got["cls_logits"] == [2, 3]
+
+
+def test_other_num_labels_reinitialises_both_classifiers(tmp_path, tiny):
+    """transformers' ignore_mismatched_sizes on the sentence head, which has two num_labels classifiers (pairs and
+    single sentences): refused without it; with it both are re-initialised at the new size and every other parameter
+    is the saved one (the part of transformers' test_can_load_ignoring_mismatched_shapes that applies, see
+    tests/conformance/test_transformers_common.py)."""
+    torch.manual_seed(0)
+    model = SesameElmoForSequenceClassification(tiny(num_labels=3, freeze_backbone=False))
+    model.save_pretrained(tmp_path / "m")
+    with pytest.raises(RuntimeError):
+        SesameElmoForSequenceClassification.from_pretrained(tmp_path / "m", num_labels=5)
+    loaded = SesameElmoForSequenceClassification.from_pretrained(
+        tmp_path / "m", num_labels=5, ignore_mismatched_sizes=True
+    )
+    saved = dict(model.named_parameters())
+    last = {f"{head}.{len(getattr(model, head)) - 1}" for head in ("classifier", "pair_classifier")}
+    for name, param in loaded.named_parameters():
+        if name.rsplit(".", 1)[0] in last:
+            assert param.shape[0] == 5 and saved[name].shape[0] == 3, name
+        else:
+            assert torch.equal(param, saved[name]), name
+    chars = torch.randint(1, 262, (2, 4, 50))
+    assert loaded(char_ids=chars).logits.shape == (2, 5)

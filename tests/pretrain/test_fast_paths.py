@@ -109,15 +109,22 @@ def test_workers_train_and_resume_bitwise_like_the_main_process(corpus_dir, bert
     assert [r["train_loss"] for r in logs[1]] == [r["train_loss"] for r in logs[0]]
 
 
-def test_compiled_run_saves_the_trained_model(corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch):
+@pytest.mark.parametrize("preset", ["bert-tiny", "modernbert-tiny"])
+def test_compiled_run_saves_the_trained_model(corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch, preset):
     """``--torch_compile``: the saved ``model.safetensors`` has the model's own keys (not the compiled wrapper's
-    ``_orig_mod.`` ones) and ``from_pretrained`` gives the trained weights; the run evaluated and trained compiled."""
+    ``_orig_mod.`` ones) and ``from_pretrained`` gives the trained weights; the run evaluated and trained compiled.
+    Also for a ModernBERT-class config (rope, GeGLU, local layers in a 16-token window on 32-token blocks)."""
+    import modeling
     from modeling import SesameBertForMaskedLM
 
     compile_without_inductor(monkeypatch)
-    tok, out = tmp_path / "tok", tmp_path / "compiled"
+    tok, out, config = tmp_path / "tok", tmp_path / "compiled", tmp_path / "config"
     bert_tokenizer.save_pretrained(tok)
-    assert run_cli(main, _args(corpus_dir, tok, out, "--max_train_steps", "2", "--torch_compile", "true")) == 0
+    window = {"local_attention": 16} if "modern" in preset else {}
+    modeling.get_preset_config(preset, **window).save_pretrained(config)
+    compiled = ["--max_train_steps", "2", "--torch_compile", "true", "--config_name", str(config)]
+    argv = _args(corpus_dir, tok, out, *compiled)
+    assert run_cli(main, argv) == 0
     assert json.loads((out / "run_config.json").read_text())["torch_compile"] is True
     assert_saved_as_trained(out, out / "checkpoints" / "step_2", SesameBertForMaskedLM)
 

@@ -81,3 +81,70 @@ def test_bad_modern_configs_are_refused_with_one_line(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and message in lines[0] and "--config_name" in lines[0], lines
     assert not (out / "model.safetensors").exists()
+
+
+#: (id, context, question, answer): SQuAD v1.1 questions in the corpus' words; each answer occurs once.
+QUESTIONS = [
+    ("q1", "the whale rose from the sea and sailors lowered boats .", "what rose from the sea ?", "whale"),
+    ("q2", "the whale rose from the sea and sailors lowered boats .", "who lowered boats ?", "sailors"),
+    ("q3", "it rained in afternoon and streets of city were wet .", "when it rained ?", "afternoon"),
+    ("q4", "the senate adjourned after a long debate on budget .", "who adjourned ?", "senate"),
+]
+
+
+def test_modernbert_tiny_fine_tunes_with_glue_and_squad(corpus_dir, bert_tokenizer, tmp_path, fresh_state):
+    """The acceptance of issue 41: what ``pretrain --config_name modernbert-tiny`` saves fine-tunes with
+    ``finetune.glue`` (SST-2 layout, train + eval + predict) and ``finetune.squad``, keeping its architecture; the
+    SQuAD fine-tune learns its four questions (exact match 100: the rotary, GeGLU, local-window backbone with the
+    QA head trains, and post-processing maps its spans back to the text)."""
+    import modeling
+    from finetune import glue, squad
+
+    tok, preset, pretrained = tmp_path / "tok", tmp_path / "preset", tmp_path / "pretrained"
+    bert_tokenizer.save_pretrained(tok)
+    modeling.get_preset_config("modernbert-tiny", local_attention=16).save_pretrained(preset)
+    argv = _run_args(corpus_dir, pretrained, "--tokenizer_name", str(tok), "--max_train_steps", "2", config=str(preset))
+    assert run_cli(main, argv) == 0
+
+    sentences = sorted({q[1] for q in QUESTIONS})
+    (tmp_path / "glue" / "SST-2").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        rows = [f"{i}\t{s}" if split == "test" else f"{s}\t{i % 2}" for i, s in enumerate(sentences)]
+        head = "index\tsentence" if split == "test" else "sentence\tlabel"
+        (tmp_path / "glue" / "SST-2" / f"{split}.tsv").write_text("\n".join([head, *rows]) + "\n")
+    sst2 = tmp_path / "sst2"
+    flags = ["--max_seq_length", "32", "--per_device_train_batch_size", "2", "--max_train_steps", "3"]
+    argv = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--glue_dir", str(tmp_path / "glue")]
+    splits = ["--do_train", "--do_eval", "--do_predict"]
+    assert run_cli(glue.main, [*argv, "--output_dir", str(sst2), *flags, *splits]) == 0
+    results = json.loads((sst2 / "all_results.json").read_text())
+    assert results["global_step"] == 3 and 0.0 <= results["eval_accuracy"] <= 1.0
+    config = json.loads((sst2 / "config.json").read_text())
+    assert config["architectures"] == ["SesameBertForSequenceClassification"]
+    assert (config["position_embedding_type"], config["hidden_act"], config["local_attention"]) == ("rope", "geglu", 16)
+    assert len((sst2 / "SST-2.tsv").read_text().splitlines()) == 1 + len(sentences)
+
+    document = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": qid,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [{"id": qid, "question": q, "answers": [{"text": a, "answer_start": context.index(a)}]}],
+                    }
+                ],
+            }
+            for qid, context, q, a in QUESTIONS
+        ],
+    }
+    data, qa = tmp_path / "squad.json", tmp_path / "qa"
+    data.write_text(json.dumps(document))
+    argv = ["--model_name_or_path", str(pretrained), "--train_file", str(data), "--validation_file", str(data)]
+    window = ["--max_seq_length", "32", "--doc_stride", "8", "--max_query_length", "12"]
+    schedule = ["--learning_rate", "3e-3", "--max_train_steps", "40", "--num_warmup_steps", "4"]
+    assert run_cli(squad.main, [*argv, "--output_dir", str(qa), *window, *schedule]) == 0
+    predictions = json.loads((qa / "predictions.json").read_text())
+    assert predictions == {qid: a for qid, _, _, a in QUESTIONS}
+    assert json.loads((qa / "config.json").read_text())["architectures"] == ["SesameBertForQuestionAnswering"]
