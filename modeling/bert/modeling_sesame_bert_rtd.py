@@ -34,7 +34,6 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_sesame_bert import SesameBertConfig, SesameBertRTDConfig
 from .modeling_sesame_bert import (
-    ACTIVATIONS,
     AUTO_MAP,
     IGNORE_INDEX,
     PACKED_SEQUENCE_KEYS,
@@ -44,6 +43,7 @@ from .modeling_sesame_bert import (
     SesameBertModel,
     SesameBertPreTrainedModel,
     _extras,
+    _head_act,
     _norm,
 )
 
@@ -88,7 +88,8 @@ def replaced_token_loss(
 
 
 class SesameBertDiscriminatorHead(nn.Module):
-    """ELECTRA's discriminator head (``ElectraDiscriminatorPredictions``): ``dense_prediction(act(dense(h)))``.
+    """ELECTRA's discriminator head (``ElectraDiscriminatorPredictions``): ``dense_prediction(act(dense(h)))``, ``act``
+    the config's ``hidden_act`` (for a gated feed-forward layer, ``geglu`` / ``swiglu``, its gate's: GELU / SiLU).
 
     ``forward(h (B, T, H)) -> logits (B, T)``: the score that each token was replaced (> 0: replaced).
     """
@@ -96,7 +97,7 @@ class SesameBertDiscriminatorHead(nn.Module):
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACTIVATIONS[config.hidden_act]()
+        self.act = _head_act(config, "hidden_act")
         self.dense_prediction = nn.Linear(config.hidden_size, 1)
 
     def forward(self, h):

@@ -113,11 +113,26 @@ def test_discriminator_loss_covers_every_real_token_and_only_those(tiny_kwargs, 
     assert int(keep.sum()) > int((batch["labels"] != -100).sum())  # more than the masked tokens
 
 
-@pytest.mark.parametrize("lam", [50.0, 7.0])
-def test_loss_is_the_generator_mlm_loss_plus_lambda_times_the_discriminator_loss(tiny_kwargs, make_batch, lam):
+#: a ModernBERT-class layout (issue 41): GeGLU (the discriminator head then takes the gate's GELU), rotary
+#: positions, pre-norm without biases, a local layer in a 4-token window, ModernBERT's heads
+MODERN = dict(
+    hidden_act="geglu",
+    position_embedding_type="rope",
+    norm_position="pre",
+    attention_bias=False,
+    mlp_bias=False,
+    global_attn_every_n_layers=2,
+    local_attention=4,
+    head_layout="modernbert",
+)
+
+
+@pytest.mark.parametrize("lam, fields", [(50.0, {}), (7.0, {}), (7.0, MODERN)], ids=["50", "7", "7-modern"])
+def test_loss_is_the_generator_mlm_loss_plus_lambda_times_the_discriminator_loss(tiny_kwargs, make_batch, lam, fields):
     """Both terms recomputed independently: the generator's cross-entropy at the masked positions from its full
-    logits, the discriminator's BCE over the real tokens from its own forward on the corrupted input."""
-    model = _model(tiny_kwargs, discriminator_weight=lam).eval()
+    logits, the discriminator's BCE over the real tokens from its own forward on the corrupted input. For the
+    ModernBERT-class layout also the discriminator head by hand: ``dense_prediction(gelu(dense(h)))``."""
+    model = _model(tiny_kwargs, discriminator_weight=lam, **fields).eval()
     batch = _masked(make_batch(tiny_kwargs["vocab_size"]))
     with torch.no_grad():
         out = model(**batch)
@@ -133,6 +148,11 @@ def test_loss_is_the_generator_mlm_loss_plus_lambda_times_the_discriminator_loss
     torch.testing.assert_close(out.discriminator_loss, disc)
     torch.testing.assert_close(out.losses, torch.stack([gen, lam * disc]))
     torch.testing.assert_close(out.loss, gen + lam * disc)
+    if fields:
+        head = model.discriminator.discriminator_predictions
+        h = torch.randn(2, 3, tiny_kwargs["hidden_size"])
+        by_hand = F.linear(F.gelu(F.linear(h, head.dense.weight, head.dense.bias)), head.dense_prediction.weight)
+        torch.testing.assert_close(head(h), (by_hand + head.dense_prediction.bias).squeeze(-1))
 
 
 def _grads(model, loss) -> dict[str, torch.Tensor | None]:
