@@ -22,6 +22,17 @@ def tiny_bert_kwargs(
     )
 
 
+def modern_layout(**overrides) -> dict:
+    """The ModernBERT-class fields of the ``modernbert-*`` presets (issue 41: rotary positions with two bases, GeGLU, no
+    biases, pre-norm with the embedding norm and layer 0's identity attention norm, local layers, no segment
+    embeddings, no dropout, ModernBERT's heads), without their sizes and ``max_position_embeddings``; then
+    ``overrides`` (e.g. a window that fits tiny inputs)."""
+    from modeling.bert import MODERN_PRESETS
+
+    sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+    return {**{k: v for k, v in MODERN_PRESETS["modernbert-tiny"][1].items() if k not in sizes}, **overrides}
+
+
 def tiny_elmo_kwargs(vocab_size: int, **extra) -> dict:
     """``SesameElmoConfig`` keyword arguments of a 2-layer BiLM (cell 32, projection 16, three character filter
     widths, no dropout) with a task BiLSTM and classifier of 16 and a 16-word sampled softmax, over ``vocab_size``

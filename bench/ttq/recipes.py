@@ -15,8 +15,8 @@ from .common import flag_value
 RECIPES: dict[str, dict] = {
     "sesame-default": dict(
         flags=[],
-        note="the default for user data: no flags (post-LN preset: lr 2e-3 x 128 / "
-        "hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
+        note="the recipe for user data at the bench's --model_shape: no flags (a bert-* shape: BERT's post-LN layout, "
+        "lr 2e-3 x 128 / hidden size, 30% masking, warmup 6%, stable, 1 - sqrt decay over the "
         "last 20%, weight decay 0.01, float32, output bias at the log unigram frequencies)",
     ),
     "sesame-before-22": dict(

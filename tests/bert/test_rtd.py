@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _launch import BLOCK_PROJECT_IMPORTS, run_remote_code_script
+from _tiny import modern_layout
 
 from modeling import (
     SesameBertConfig,
@@ -24,7 +25,9 @@ SHARINGS = ("tied", "gdes", "none")
 
 
 def _config(tiny_kwargs, **fields) -> SesameBertRTDConfig:
-    return SesameBertRTDConfig(**tiny_kwargs, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **fields)
+    return SesameBertRTDConfig(
+        **{**tiny_kwargs, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, **fields}
+    )
 
 
 def _model(tiny_kwargs, seed: int = 0, **fields) -> SesameBertForReplacedTokenDetection:
@@ -113,18 +116,9 @@ def test_discriminator_loss_covers_every_real_token_and_only_those(tiny_kwargs, 
     assert int(keep.sum()) > int((batch["labels"] != -100).sum())  # more than the masked tokens
 
 
-#: a ModernBERT-class layout (issue 41): GeGLU (the discriminator head then takes the gate's GELU), rotary
-#: positions, pre-norm without biases, a local layer in a 4-token window, ModernBERT's heads
-MODERN = dict(
-    hidden_act="geglu",
-    position_embedding_type="rope",
-    norm_position="pre",
-    attention_bias=False,
-    mlp_bias=False,
-    global_attn_every_n_layers=2,
-    local_attention=4,
-    head_layout="modernbert",
-)
+#: the ModernBERT-class layout (issue 41): GeGLU (the discriminator head then takes the gate's GELU), rotary positions,
+#: pre-norm without biases, a local layer in a 4-token window, ModernBERT's heads; segment embeddings kept for the batch
+MODERN = modern_layout(global_attn_every_n_layers=2, local_attention=4, type_vocab_size=2)
 
 
 @pytest.mark.parametrize("lam, fields", [(50.0, {}), (7.0, {}), (7.0, MODERN)], ids=["50", "7", "7-modern"])

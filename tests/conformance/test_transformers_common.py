@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny import micro_elmo_kwargs
+from _tiny import micro_elmo_kwargs, modern_layout
 
 import modeling
 
@@ -190,27 +190,12 @@ class SesameModernBertModelTester(SesameBertModelTester):
     def get_config(self):
         base = super().get_config()
         sizes = ("vocab_size", "hidden_size", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+        window = dict(global_attn_every_n_layers=2, local_attention=4, num_key_value_heads=2)
         return modeling.SesameBertConfig(
             **{name: getattr(base, name) for name in sizes},
             num_hidden_layers=self.num_hidden_layers,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
             num_labels=3,
-            hidden_act="geglu",
-            position_embedding_type="rope",
-            rope_theta=160_000.0,
-            local_rope_theta=10_000.0,
-            global_attn_every_n_layers=2,
-            local_attention=4,
-            num_key_value_heads=2,
-            type_vocab_size=0,
-            norm_position="pre",
-            first_layer_attention_norm=False,
-            attention_bias=False,
-            mlp_bias=False,
-            norm_bias=False,
-            classifier_bias=False,
-            head_layout="modernbert",
+            **modern_layout(**window),
         )
 
     def prepare_config_and_inputs_for_common(self):
