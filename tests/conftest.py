@@ -15,6 +15,12 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine spinning threads of one
 # process starve the others (a tiny-model step went from 0.81 s to 0.07 s with this).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# pytest-xdist runs the suite in several worker processes ([tool.pytest.ini_options] addopts): the workers share the
+# cores, so each takes its share of them (training.threads keeps a user's OMP_NUM_THREADS, so runs started in-process
+# or as subprocesses of a worker keep it too). Set before torch is imported, which reads it once.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cpus // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 from pathlib import Path
 

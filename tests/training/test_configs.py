@@ -19,6 +19,14 @@ def test_cpu_two_process_config_starts_two_torchrun_processes():
     # training.loop.make_accelerator then asks for Accelerator(cpu=True) when no GPU is present
     assert config.distributed_type.value == "MULTI_GPU" and config.num_processes == 2 and not config.use_cpu
     assert config.mixed_precision == "no" and config.num_machines == 1
+    # one machine, a free port chosen at launch: two such runs (or two test workers) do not collide
+    assert config.main_process_ip == "127.0.0.1" and config.main_process_port == 0
+
+
+def test_fsdp_cpu_config_takes_a_free_port():
+    config = _load(ROOT / "configs" / "fsdp-cpu.yaml")
+    assert config.distributed_type.value == "FSDP" and config.num_processes == 2
+    assert config.main_process_ip == "127.0.0.1" and config.main_process_port == 0
 
 
 def test_default_multi_gpu_config_is_ddp_bf16():
