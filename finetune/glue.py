@@ -45,10 +45,9 @@ from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
-    check_output_is_not_the_model,
     finetune_training_arguments,
-    resolve_learning_rate,
-    warn_if_same_file,
+    resolve_training,
+    start_command,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.driver import RunModes
@@ -346,7 +345,6 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
 
 def main(argv: Sequence[str] | None = None) -> int:
     from core.arguments import run_config
-    from core.logs import setup_logging
     from training.driver import Run
 
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
@@ -354,17 +352,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
     task = check_arguments(data_args, modes, training)
-    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    setup_logging()
-    warn_if_same_file(data_args.train_file, data_args.validation_file, logger)
+    start_command(model_args, training, data_args.train_file, data_args.validation_file, logger)
     # Everything the user gave is checked before the model is loaded and training starts.
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
     backbone = model_args.load_config()
-    training, lr_source = resolve_learning_rate(training, backbone, "glue", model_args.unfreeze_backbone)
-    training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
+    training, lr_source = resolve_training(training, backbone, "glue", model_args.unfreeze_backbone, default)
     with Run(
         training,
         hub,

@@ -65,10 +65,9 @@ from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
-    check_output_is_not_the_model,
     finetune_training_arguments,
-    resolve_learning_rate,
-    warn_if_same_file,
+    resolve_training,
+    start_command,
 )
 from training.driver import RunModes
 from training.hub import HubArguments
@@ -433,7 +432,6 @@ def make_eval_fn(
 
 def main(argv: Sequence[str] | None = None) -> int:
     from core.arguments import run_config
-    from core.logs import setup_logging
     from training.driver import Run
 
     model_args, data, parsed_modes, post, training, hub = parse_arguments(
@@ -441,15 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
     check_arguments(data, modes, post, training)
-    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    setup_logging()
-    warn_if_same_file(data.train_file, data.validation_file, logger)
+    start_command(model_args, training, data.train_file, data.validation_file, logger)
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
-    training, lr_source = resolve_learning_rate(training, pretrained_config, "squad", model_args.unfreeze_backbone)
-    training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
+    training, lr_source = resolve_training(
+        training, pretrained_config, "squad", model_args.unfreeze_backbone, "eval_f1"
+    )
     with Run(
         training,
         hub,
