@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from _launch import run_ok
+from _tiny import modern_layout
 
 from modeling import SesameBertConfig, SesameBertForPreTraining
 
@@ -98,22 +99,8 @@ def test_remote_code_round_trip_of_a_modern_config(tiny_kwargs, tokenizer, make_
     """A ModernBERT-class SesameBert (rope, GeGLU, local layers, GQA, modernbert heads) loads without the package:
     the attention module (``attention_sesame_bert.py``) travels with the model code."""
     torch.manual_seed(0)
-    modern = dict(
-        tiny_kwargs,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_act="geglu",
-        position_embedding_type="rope",
-        global_attn_every_n_layers=2,
-        local_attention=4,
-        type_vocab_size=0,
-        norm_position="pre",
-        first_layer_attention_norm=False,
-        attention_bias=False,
-        mlp_bias=False,
-        norm_bias=False,
-        head_layout="modernbert",
-    )
+    layout = modern_layout(global_attn_every_n_layers=2, local_attention=4)  # the presets' layout, a tiny window
+    modern = dict(tiny_kwargs, num_attention_heads=4, num_key_value_heads=2, **layout)
     model = SesameBertForPreTraining(SesameBertConfig(**modern)).eval()
     got, batch = _load_in_child(model, tokenizer, make_batch, tmp_path)
     assert (tmp_path / "model" / "attention_sesame_bert.py").is_file()
