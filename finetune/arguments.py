@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import ClassVar
 
 from core.arguments import arg, with_defaults
@@ -74,8 +75,6 @@ def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | Non
     Raises:
         InputError: both name the same existing folder.
     """
-    import os
-
     if output_dir and os.path.isdir(model_name_or_path) and os.path.isdir(output_dir):
         if os.path.samefile(model_name_or_path, output_dir):
             raise InputError(
@@ -87,7 +86,6 @@ def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | Non
 def warn_if_same_file(train_file, validation_file, logger) -> bool:
     """Warn when the training and the validation file are the same file: the evaluation then measures
     memorisation, not generalisation. Returns whether it warned."""
-    import os
 
     def files(value) -> list[str]:
         values = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
@@ -163,15 +161,8 @@ def resolve_training(training, config, script: str, unfreeze_backbone: bool, met
 
 
 def start_command(model_args: FinetuneModelArguments, training, train_file, validation_file, logger) -> None:
-    """What a fine-tuning command does once its arguments are checked: refuse an ``--output_dir`` that is the model
-    (:func:`check_output_is_not_the_model`), keep tokenizers' own threads off, set up logging, and warn when the
-    training and the validation file are the same (:func:`warn_if_same_file`).
-
-    Raises:
-        InputError: the output folder is the model's.
-    """
-    import os
-
+    """What a fine-tuning command does once its arguments are checked: :func:`check_output_is_not_the_model` (raises
+    InputError), tokenizers' own threads off, logging set up, :func:`warn_if_same_file`."""
     from core.logs import setup_logging
 
     check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)

@@ -1,7 +1,5 @@
-"""The :class:`training.driver.RunParts` of a pretraining run, complete at construction: the training loader, the
-plan (:mod:`pretrain.run_plan`), the held-out evaluation, the objective's loss and outputs, and the unigram plateau
-(:class:`training.unigram.UnigramPlateau`: a fresh model's output bias, the plateau's log line, the end-of-run
-check)."""
+"""The :class:`training.driver.RunParts` of a pretraining run, complete when built: loader, plan, held-out evaluation,
+the objective's loss and outputs, the unigram plateau (:class:`training.unigram.UnigramPlateau`)."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ def pretraining_parts(plan: PretrainArguments, model, tokenizer, train_blocks, v
     """The :class:`training.driver.RunParts` of a pretraining run, with its plan made once (:func:`make_run_plan`) and
     logged on the main process (:func:`log_plan`): the training loader (shuffled blocks, or a stream), the held-out
     perplexity evaluation on the plan's ``eval_examples`` first validation blocks (:func:`held_out_evaluation`), the
-    objective's loss, item count and extra output files, and the unigram plateau (:func:`unigram_plateau`; its
-    held-out loss on the main process)."""
+    objective's loss, item count and extra output files, and the unigram plateau (:func:`unigram_plateau`)."""
     from training.driver import RunParts
 
     objective, training = plan.objective, plan.training
@@ -33,8 +30,7 @@ def pretraining_parts(plan: PretrainArguments, model, tokenizer, train_blocks, v
     available = len(valid_blocks)
     if run_plan.eval_examples is not None and run_plan.eval_examples < available:
         valid_blocks = valid_blocks.select(range(run_plan.eval_examples))
-    if plateau is not None:
-        plateau = plateau.with_heldout(valid_blocks, tokenizer) if accelerator.is_main_process else None
+    plateau = plateau.with_heldout(valid_blocks, tokenizer) if plateau and accelerator.is_main_process else None
     if accelerator.is_main_process:
         log_plan(plan, run_plan, model=model, train_blocks=counted, valid_blocks=len(valid_blocks), available=available)
         if plateau is not None and plateau.log_line():

@@ -93,13 +93,9 @@ def time_budget_steps(
 
 def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int):
     """Log (main process) the model's size, the run plan (:meth:`training.plan.RunPlan.summary`) with the data
-    phrase (epochs of training blocks, or a stream; the validation blocks, of ``available`` when the plan's
-    evaluation cap chose fewer) and a warning when the tokens are few for the model (:func:`warn_few_tokens`).
-
-    Args:
-        train_blocks: training blocks (None: a stream).
-        valid_blocks: the validation blocks evaluated.
-    """
+    phrase (epochs of ``train_blocks`` training blocks, None: a stream; the ``valid_blocks`` validation blocks
+    evaluated, of ``available`` when the plan's evaluation cap chose fewer) and a warning when the tokens are few
+    for the model (:func:`warn_few_tokens`)."""
     from training.plan import EVAL_SHARE
 
     n_params = sum(p.numel() for p in model.parameters())

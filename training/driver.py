@@ -33,7 +33,7 @@ from core.errors import InputError, first_line
 from core.files import atomic_output_dir, write_text_atomic
 from core.logs import setup_logging
 from training.config import TrainingConfig
-from training.hub import HubArguments, HubPusher, every_save_hook
+from training.hub import HubArguments, HubPusher, every_save_hook, validate_hub_arguments
 from training.plan import RunPlan
 
 logger = logging.getLogger(__name__)
@@ -117,8 +117,7 @@ class RunParts:
         predict: ``(prepared model) -> predictions`` on all processes, after training / evaluation.
         write_outputs: ``(temporary output folder, predictions) -> None`` on the main process: extra files.
         loop_kwargs: more :class:`training.loop.Trainer` arguments (``weight_fn``, ``loss_fn``, ...).
-        plan: the run plan of a training run (:func:`training.plan.make_plan`, built and logged by the command);
-            its settings are recorded with the run.
+        plan: the run plan of a training run (:func:`training.plan.make_plan`, built and logged by the command).
         extra_results: values added to the training result (and ``all_results.json`` when in ``result_keys``).
         result_keys: the command's own ``all_results.json`` keys besides :data:`RESULT_KEYS` and ``eval_*``.
         reevaluate_best: run ``evaluate`` again after training when the best model was loaded at the end (for
@@ -190,11 +189,10 @@ class Run:
 
     Args:
         training: the resolved loop settings.
-        hub: the hub flags (checked by :meth:`start` for training runs).
+        hub: the hub flags; a training run checks them and the token here, in seconds, not after hours.
         settings: the run's flat settings (:func:`core.arguments.run_config`), for trackers and the model card; a
-            training run's ``hub_model_id`` as resolved here, its plan's settings merged by :meth:`execute`.
-        do_train: train (else evaluate / predict with the model as it is; nothing is pushed). A training run checks
-            the hub flags and token here (fail in seconds, not after hours).
+            training run's ``hub_model_id`` resolved here, its plan's settings added by :meth:`execute`.
+        do_train: train (else evaluate / predict with the model as it is; nothing is pushed).
         card_task: the pipeline task of the model card (``fill-mask``, ``text-classification``, ...).
         card_overrides: more :func:`training.model_card.card_for_run` arguments.
         write_card: write the model card (``README.md``) into the output folder (else only into the push).
@@ -220,8 +218,6 @@ class Run:
         commit_message: str | None = None,
     ):
         if do_train:
-            from training.hub import validate_hub_arguments
-
             hub = validate_hub_arguments(hub, training.output_dir)
             settings = {**settings, "hub_model_id": hub.hub_model_id}
         self.training, self.hub, self.settings, self.do_train = training, hub, dict(settings), do_train
@@ -345,9 +341,8 @@ class Run:
             del prepared, model, state_dict
             finish(acc, *([trainer] if trainer else []))
             if pusher is not None and acc.is_main_process and stopper.signum is None:
-                self.push(
-                    pusher, result.get("global_step"), settings
-                )  # after the process group is gone: no rank waits on it
+                # after the process group is gone: no rank waits on it
+                self.push(pusher, result.get("global_step"), settings)
         if stopper.signum is not None:
             pushed = ""
             if pusher is not None:
@@ -364,8 +359,7 @@ class Run:
         return 0
 
     def push(self, pusher: HubPusher, step: int | None, settings: Mapping[str, Any]) -> None:
-        """The final push of the saved output folder (its model card: ``README.md`` there, or made now from
-        ``settings``).
+        """The final push of the saved output folder (its model card: ``README.md`` there, or made from ``settings``).
 
         Raises:
             InputError: the push failed (hub unreachable, refused, interrupted): the message says that the model

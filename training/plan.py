@@ -110,10 +110,9 @@ class RunPlan:
         return 2 + (self.max_train_steps - 1) // self.eval_steps if self.eval_steps else 1
 
     def summary(self, data: str, learning_rate: float, source: str) -> str:
-        """The plan's log line around ``data``, the command's phrase for what it trains on: the steps and the
-        learning rate with its ``source``; for fixed-length blocks (``tokens_per_step`` known) also the global batch,
-        the tokens, the warmup and the intervals; last the CPU threads per process (:mod:`training.threads`), once
-        the accelerator chose them."""
+        """The plan's log line around ``data``, the command's phrase for what it trains on: the steps, the learning
+        rate and its ``source``, for fixed-length blocks also the global batch, tokens, warmup and intervals, and the
+        CPU threads per process once the accelerator chose them (:mod:`training.threads`)."""
         threads = f"; {choice.describe()}" if (choice := chosen_threads()) else ""
         rate, steps = f"learning rate {learning_rate:g} ({source})", self.max_train_steps
         if self.tokens_per_step is None:

@@ -105,14 +105,12 @@ def heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, max_tokens: int 
         train_blocks / valid_blocks: ``datasets.Dataset`` with an ``input_ids`` column (packed blocks).
         tokenizer: gives the vocabulary size and the special ids.
         max_tokens: training tokens counted at most (evenly spaced blocks).
-        counts: the training counts when already made (:func:`training_token_counts`); ``train_blocks`` is then
-            not read.
+        counts: the training counts, when made already (``train_blocks`` is then not read).
 
     Returns:
         Nats, or None when either side has no non-special token.
     """
-    special = set(tokenizer.all_special_ids)
-    vocab = len(tokenizer)
+    special, vocab = set(tokenizer.all_special_ids), len(tokenizer)
     if counts is None:
         counts = training_token_counts(train_blocks, tokenizer, max_tokens)
     if counts is None or len(valid_blocks) == 0:
@@ -163,19 +161,16 @@ def plateau_message(eval_loss: float, unigram: float, margin: float = PLATEAU_MA
 
 @dataclasses.dataclass(frozen=True)
 class UnigramPlateau:
-    """The unigram plateau of one pretraining run, from plain values: the training token counts, counted once
-    (:meth:`count`), and the held-out unigram loss (:meth:`with_heldout`). It gives the output bias a fresh model
-    starts from, the log lines and the end-of-run message.
+    """The unigram plateau of one pretraining run, from plain values: the output bias a fresh model starts from, the
+    log lines and the end-of-run message.
 
     Attributes:
-        counts: ``(V,)`` int64, the training tokens per id (special ids 0).
-        special_ids: the tokenizer's special ids (no probability mass).
+        counts: ``(V,)`` int64, the training tokens per id (special ids 0), counted once (:meth:`count`).
         streamed: the counts are of the first tokens of a stream (``--streaming``).
-        heldout_loss: the held-out unigram loss in nats (None: not measured, or no non-special token).
+        heldout_loss: the held-out unigram loss in nats (:meth:`with_heldout`; None: not measured, or no token).
     """
 
     counts: np.ndarray
-    special_ids: frozenset[int]
     streamed: bool = False
     heldout_loss: float | None = None
 
@@ -184,7 +179,7 @@ class UnigramPlateau:
         """The counts of ``train_blocks`` (a stream: :func:`streamed_token_counts`, else
         :func:`training_token_counts`; the same blocks give the same counts on every process); None without a block."""
         counts = (streamed_token_counts if streamed else training_token_counts)(train_blocks, tokenizer)
-        return None if counts is None else cls(counts, frozenset(tokenizer.all_special_ids), streamed)
+        return None if counts is None else cls(counts, streamed)
 
     def with_heldout(self, valid_blocks, tokenizer) -> UnigramPlateau:
         """A copy with :attr:`heldout_loss` measured on ``valid_blocks`` (:func:`heldout_unigram_loss`)."""
