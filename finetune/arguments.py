@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import ClassVar
 
 from core.arguments import arg, with_defaults
@@ -60,7 +61,7 @@ class FinetuneModelArguments:
 def finetune_training_arguments(script: str, epochs: float, train_batch: int, eval_batch: int) -> type:
     """``<Script>TrainingArguments``: the loop's flags with a fine-tuning script's defaults (epochs, batch sizes per
     device; ``--output_dir`` checked by the script; ``--learning_rate`` resolved later by
-    :func:`resolve_learning_rate`, its help from :func:`learning_rate_help`)."""
+    :func:`resolve_training`, its help from :func:`learning_rate_help`)."""
     defaults = dict(output_dir=None, learning_rate=None, num_train_epochs=epochs)
     defaults.update(per_device_train_batch_size=train_batch, per_device_eval_batch_size=eval_batch)
     help = dict(learning_rate=learning_rate_help(script))
@@ -74,8 +75,6 @@ def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | Non
     Raises:
         InputError: both name the same existing folder.
     """
-    import os
-
     if output_dir and os.path.isdir(model_name_or_path) and os.path.isdir(output_dir):
         if os.path.samefile(model_name_or_path, output_dir):
             raise InputError(
@@ -87,7 +86,6 @@ def check_output_is_not_the_model(model_name_or_path: str, output_dir: str | Non
 def warn_if_same_file(train_file, validation_file, logger) -> bool:
     """Warn when the training and the validation file are the same file: the evaluation then measures
     memorisation, not generalisation. Returns whether it warned."""
-    import os
 
     def files(value) -> list[str]:
         values = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
@@ -151,13 +149,26 @@ def card_family(config) -> dict:
     return {"family": spec.description} if spec else {}
 
 
-def resolve_learning_rate(training, config, script: str, unfreeze_backbone: bool = False):
-    """``(training, source)``: ``training`` with :func:`default_learning_rate` filled in where ``--learning_rate``
-    was not given (``learning_rate`` None), source ``"--learning_rate"`` otherwise."""
-    if training.learning_rate is not None:
-        return training, "--learning_rate"
-    rate, source = default_learning_rate(config, script, unfreeze_backbone)
-    return training.resolved(learning_rate=rate), source
+def resolve_training(training, config, script: str, unfreeze_backbone: bool, metric: str):
+    """``(training, source)``: ``training`` with ``metric`` as ``--metric_for_best_model`` where none was given, and
+    with :func:`default_learning_rate` filled in where ``--learning_rate`` was not given (``learning_rate`` None),
+    source ``"--learning_rate"`` otherwise."""
+    source = "--learning_rate"
+    if training.learning_rate is None:
+        rate, source = default_learning_rate(config, script, unfreeze_backbone)
+        training = training.resolved(learning_rate=rate)
+    return training.resolved(metric_for_best_model=training.metric_for_best_model or metric), source
+
+
+def start_command(model_args: FinetuneModelArguments, training, train_file, validation_file, logger) -> None:
+    """What a fine-tuning command does once its arguments are checked: :func:`check_output_is_not_the_model` (raises
+    InputError), tokenizers' own threads off, logging set up, :func:`warn_if_same_file`."""
+    from core.logs import setup_logging
+
+    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    setup_logging()
+    warn_if_same_file(train_file, validation_file, logger)
 
 
 def learning_rate_help(script: str) -> str:
@@ -175,6 +186,7 @@ __all__ = [
     "default_learning_rate",
     "finetune_training_arguments",
     "learning_rate_help",
-    "resolve_learning_rate",
+    "resolve_training",
+    "start_command",
     "warn_if_same_file",
 ]

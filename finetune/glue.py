@@ -45,15 +45,13 @@ from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
-    check_output_is_not_the_model,
     finetune_training_arguments,
-    resolve_learning_rate,
-    warn_if_same_file,
+    resolve_training,
+    start_command,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
 from training.driver import RunModes
 from training.hub import HubArguments
-from training.threads import chosen as chosen_threads
 
 logger = logging.getLogger("finetune.glue")
 
@@ -347,26 +345,20 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
 
 def main(argv: Sequence[str] | None = None) -> int:
     from core.arguments import run_config
-    from core.logs import setup_logging
     from training.driver import Run
-    from training.plan import make_plan
 
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
     modes = parsed_modes.resolve(has_validation=True)  # none given: train, then evaluate what validation data there is
     task = check_arguments(data_args, modes, training)
-    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    setup_logging()
-    warn_if_same_file(data_args.train_file, data_args.validation_file, logger)
+    start_command(model_args, training, data_args.train_file, data_args.validation_file, logger)
     # Everything the user gave is checked before the model is loaded and training starts.
     data = load_data(model_args, data_args, modes, parsed_modes.explicit)
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
     backbone = model_args.load_config()
-    training, lr_source = resolve_learning_rate(training, backbone, "glue", model_args.unfreeze_backbone)
-    training = training.resolved(metric_for_best_model=training.metric_for_best_model or default)
+    training, lr_source = resolve_training(training, backbone, "glue", model_args.unfreeze_backbone, default)
     with Run(
         training,
         hub,
@@ -381,15 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         splits = [*(["train"] if modes.do_train else []), *data.eval_splits, *data.test_splits]
         tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
-        parts = glue_parts(accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes)
-        if modes.do_train:
-            parts.data_fingerprint = training_data_fingerprint(data_args, task, data)
-            parts.plan = make_plan(
-                training, train_examples=len(tokenized["train"][1]), num_processes=accelerator.num_processes
+        return run.execute(
+            glue_parts(
+                accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes, lr_source
             )
-            if accelerator.is_main_process:
-                _describe_run(parts.plan, training, task, tokenized, data, lr_source)
-        return run.execute(parts)
+        )
 
 
 def training_data_fingerprint(data_args: GlueDataArguments, task: GlueTask | None, data: GlueData) -> list[dict]:
@@ -424,12 +412,15 @@ def glue_parts(
     data_args: GlueDataArguments,
     training,
     modes: RunModes,
+    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a GLUE run: the length-grouped training loader, the evaluation of
     every validation split (the task's metric; MNLI's ``matched`` / ``mismatched`` prefixed), the predictions of
-    the test splits and their submission files."""
+    the test splits and their submission files; for training, the run plan (logged on the main process with the
+    task, examples, evaluation splits and labels, and the learning rate's source) and the data fingerprint."""
     from training.driver import RunParts
     from training.evaluation import gather_predictions
+    from training.plan import make_plan
 
     collator, loaders = _eval_loaders(
         accelerator, tokenizer, tokenized, [*data.eval_splits, *data.test_splits], training
@@ -479,7 +470,17 @@ def glue_parts(
     def write_outputs(folder: Path, predictions) -> None:
         _write_predictions(folder, predictions, tokenized, task, data.label_names)
 
-    train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training) if modes.do_train else None
+    train_loader = plan = fingerprint = None
+    if modes.do_train:
+        train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training)
+        fingerprint = training_data_fingerprint(data_args, task, data)
+        plan = make_plan(training, train_examples=len(tokenized["train"][1]), num_processes=accelerator.num_processes)
+        if accelerator.is_main_process:
+            described = (
+                f"{task.name if task else 'custom task'}: {len(tokenized['train'][1])} training examples, evaluation "
+                f"on {data.eval_splits or 'nothing'}, labels {data.label_names or 'regression'}"
+            )
+            logger.info("%s", plan.summary(described, learning_rate, learning_rate_source))
     return RunParts(
         next_step=glue_next_step(training.output_dir, data_args, modes, bool(data.test_splits)),
         model=model,
@@ -488,6 +489,8 @@ def glue_parts(
         evaluate=evaluate if data.eval_splits else None,
         predict=predict if data.test_splits else None,
         write_outputs=write_outputs,
+        plan=plan,
+        data_fingerprint=fingerprint,
     )
 
 
@@ -578,30 +581,6 @@ def _write_predictions(folder: Path, predictions, tokenized: dict, task: GlueTas
         else:
             path = write_custom_predictions(folder, split, idx, preds, label_names)
         logger.info("wrote %s", path.name)
-
-
-def _describe_run(
-    plan,
-    training,
-    task: GlueTask | None,
-    tokenized: dict,
-    data: GlueData,
-    learning_rate_source: str = "--learning_rate",
-) -> None:
-    """Log what the run trains on and evaluates: task, training examples, evaluation splits, labels, steps, and the
-    learning rate with where it came from (``plan``: the :class:`training.plan.RunPlan`, ``training``: the loop
-    settings)."""
-    logger.info(
-        "%s: %d training examples, evaluation on %s, labels %s; %d optimizer steps; learning rate %g (%s)%s",
-        task.name if task else "custom task",
-        len(tokenized["train"][1]),
-        data.eval_splits or "nothing",
-        data.label_names or "regression",
-        plan.max_train_steps,
-        training.learning_rate,
-        learning_rate_source,
-        f"; {threads.describe()}" if (threads := chosen_threads()) else "",
-    )
 
 
 def _eval_loaders(accelerator, tokenizer, tokenized: dict, splits: list[str], training):

@@ -65,14 +65,12 @@ from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
-    check_output_is_not_the_model,
     finetune_training_arguments,
-    resolve_learning_rate,
-    warn_if_same_file,
+    resolve_training,
+    start_command,
 )
 from training.driver import RunModes
 from training.hub import HubArguments
-from training.threads import chosen as chosen_threads
 
 logger = logging.getLogger("finetune.squad")
 
@@ -434,7 +432,6 @@ def make_eval_fn(
 
 def main(argv: Sequence[str] | None = None) -> int:
     from core.arguments import run_config
-    from core.logs import setup_logging
     from training.driver import Run
 
     model_args, data, parsed_modes, post, training, hub = parse_arguments(
@@ -442,15 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     modes = parsed_modes.resolve(has_validation=bool(data.validation_file or data.dataset_name))
     check_arguments(data, modes, post, training)
-    check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    setup_logging()
-    warn_if_same_file(data.train_file, data.validation_file, logger)
+    start_command(model_args, training, data.train_file, data.validation_file, logger)
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
-    training, lr_source = resolve_learning_rate(training, pretrained_config, "squad", model_args.unfreeze_backbone)
-    training = training.resolved(metric_for_best_model=training.metric_for_best_model or "eval_f1")
+    training, lr_source = resolve_training(
+        training, pretrained_config, "squad", model_args.unfreeze_backbone, "eval_f1"
+    )
     with Run(
         training,
         hub,
@@ -461,45 +456,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as run:
         accelerator = run.start()
         features = tokenize(examples, tokenizer, data, accelerator)
-        parts = squad_parts(
-            accelerator,
-            load_model(model_args, pretrained_config),
-            tokenizer,
-            examples,
-            features,
-            data,
-            post,
-            training,
-            modes,
+        return run.execute(  # the model loaded into the parts alone: the driver frees it when done with it
+            squad_parts(
+                accelerator,
+                load_model(model_args, pretrained_config),
+                *(tokenizer, examples, features, data, post, training, modes, lr_source),
+            )
         )
-        if modes.do_train:
-            from training.data import fingerprint_sources
-            from training.plan import make_plan
-
-            parts.data_fingerprint = fingerprint_sources(
-                data.train_file or [],
-                dataset=None if data.train_file else examples["train"]._fingerprint,
-                max_seq_length=data.max_seq_length,
-                doc_stride=data.doc_stride,
-                max_query_length=data.max_query_length,
-                max_train_samples=data.max_train_samples,
-            )
-            parts.plan = make_plan(
-                training, train_examples=len(features["train"]), num_processes=accelerator.num_processes
-            )
-            if accelerator.is_main_process:
-                logger.info(
-                    "%d training questions -> %d windows; evaluation on %s questions; %d optimizer steps; "
-                    "learning rate %g (%s)%s",
-                    len(examples["train"]),
-                    len(features["train"]),
-                    len(examples["validation"]) if modes.do_eval else "no",
-                    parts.plan.max_train_steps,
-                    training.learning_rate,
-                    lr_source,
-                    f"; {threads.describe()}" if (threads := chosen_threads()) else "",
-                )
-        return run.execute(parts)
 
 
 def squad_parts(
@@ -512,15 +475,19 @@ def squad_parts(
     post: PostProcessingArguments,
     training,
     modes: RunModes,
+    learning_rate_source: str = "--learning_rate",
 ):
     """The :class:`training.driver.RunParts` of a span-QA run: the training loader over windows, the evaluation
-    (n-best post-processing, the official metric), the test predictions and files."""
+    (n-best post-processing, the official metric), the test predictions and files; for training, the run plan
+    (logged on the main process with the questions, windows and evaluation questions, and the learning rate's
+    source) and the data fingerprint."""
     from transformers import DataCollatorWithPadding
 
     from finetune.metrics import load_metric
     from finetune.qa import write_predictions
-    from training.data import make_train_dataloader
+    from training.data import fingerprint_sources, make_train_dataloader
     from training.driver import RunParts
+    from training.plan import make_plan
 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
 
@@ -545,7 +512,7 @@ def squad_parts(
         if test_predictions is not None:
             write_predictions(folder, *test_predictions)
 
-    train_loader = extra = next_step = None
+    train_loader = extra = next_step = plan = fingerprint = None
     if modes.do_train:
         train_loader = make_train_dataloader(
             features["train"], training.per_device_train_batch_size, collator, training.seed
@@ -555,6 +522,21 @@ def squad_parts(
             f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
             f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
         )
+        fingerprint = fingerprint_sources(
+            data.train_file or [],
+            dataset=None if data.train_file else examples["train"]._fingerprint,
+            max_seq_length=data.max_seq_length,
+            doc_stride=data.doc_stride,
+            max_query_length=data.max_query_length,
+            max_train_samples=data.max_train_samples,
+        )
+        plan = make_plan(training, train_examples=len(features["train"]), num_processes=accelerator.num_processes)
+        if accelerator.is_main_process:
+            described = (
+                f"{len(examples['train'])} training questions -> {len(features['train'])} windows; evaluation on "
+                f"{len(examples['validation']) if modes.do_eval else 'no'} questions"
+            )
+            logger.info("%s", plan.summary(described, training.learning_rate, learning_rate_source))
 
     return RunParts(
         next_step=next_step,
@@ -567,6 +549,8 @@ def squad_parts(
         extra_results=extra or {},
         result_keys=("train_samples", "train_features"),
         reevaluate_best=True,
+        plan=plan,
+        data_fingerprint=fingerprint,
     )
 
 

@@ -421,7 +421,7 @@ def resolve(
 ) -> PretrainArguments:
     """The resolved arguments of the parsed ones (a pure function; the learning rate is resolved later, once the model
     config is known: :meth:`PretrainArguments.with_model_config`; a budget once the accelerator and the data are:
-    :func:`pretrain.cli.make_run_plan`).
+    :func:`pretrain.run_plan.make_run_plan`).
 
     Args:
         manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).

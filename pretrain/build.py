@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.errors import InputError, check_local_path, first_line
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainArguments
-from pretrain.objectives import Family
+from pretrain.objectives import FamilyPretraining
 from tokenizer import train_tokenizer  # the family's trainer
 from training.pretrained import check_model_fits, load_pretrained
 
@@ -99,7 +99,7 @@ def given_tokenizer(model: ModelArguments):
     return given if given is not None else saved
 
 
-def check_tokenizer_family(tokenizer, family: Family, where: str) -> None:
+def check_tokenizer_family(tokenizer, family: FamilyPretraining, where: str) -> None:
     """Refuse a tokenizer the family cannot use (a WordPiece tokenizer for ELMo-style pretraining, ...).
 
     Raises:
@@ -115,7 +115,7 @@ def check_tokenizer_family(tokenizer, family: Family, where: str) -> None:
 
 def get_tokenizer(
     model: ModelArguments,
-    family: Family,
+    family: FamilyPretraining,
     corpus: CorpusArguments,
     output_dir: str | Path,
     *,
@@ -183,7 +183,7 @@ def get_tokenizer(
     return tok
 
 
-def train_run_tokenizer(family: Family, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:
+def train_run_tokenizer(family: FamilyPretraining, corpus: CorpusArguments, vocab_size: int, tok_dir: Path) -> None:
     """Train the family's tokenizer on the training text (the bundled corpus for the demo) into ``tok_dir``."""
     files = corpus.train_file
     tmp_corpus = None

@@ -11,11 +11,11 @@ bilm       elmo         AutoModelForPreTraining     packed word blocks, char ids
 rtd        bert         AutoModelForPreTraining     the mlm blocks and masks; ELECTRA generator + discriminator
 =========  ===========  ==========================  =======================================================
 
-A :class:`Family` (``--model_type``) holds what pretraining adds to a model family's :class:`modeling.spec.ModelSpec`:
-the settings of a run on the user's data and of the demo job, the learning-rate rule with its source, the config
-types it accepts, and its tokenization. An :class:`Objective` (``--objective``; by default chosen by ``--model_type``
-and ``--nsp``) holds what one pretraining task adds: blocks, collators, the loss's item count, evaluation sums and
-metrics.
+A :class:`FamilyPretraining` (``--model_type``) holds what pretraining adds to a model family's
+:class:`modeling.spec.ModelSpec`: the settings of a run on the user's data and of the demo job, the learning-rate rule
+with its source, the config types it accepts, and its tokenization. An :class:`Objective` (``--objective``; by
+default chosen by ``--model_type`` and ``--nsp``) holds what one pretraining task adds: blocks, collators, the loss's
+item count, evaluation sums and metrics.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class Family:
-    """A model family that ``pretrain`` builds (see the module docstring)."""
+class FamilyPretraining:
+    """What ``pretrain`` adds to a model family's spec to build and train it (see the module docstring)."""
 
     spec: ModelSpec
     """The family's spec: ``--model_type`` value (``name``), presets, tokenizer trainer, ..."""
@@ -79,7 +79,7 @@ class Objective:
 
     name: str
     """``--objective`` value; recorded in prepared-dataset manifests and model cards (``+`` separates tasks)."""
-    family: Family
+    family: FamilyPretraining
     auto_class: str
     """Name of the transformers Auto class that builds and loads the model."""
     card_task: str
@@ -349,7 +349,7 @@ def _word_tokenizer_problem(tokenizer) -> str | None:
     )
 
 
-#: What each family's runs share, on the user's data and in the demo job; each ``Family`` adds the rest.
+#: What each family's runs share, on the user's data and in the demo job; its ``FamilyPretraining`` adds the rest.
 _BERT_RUN = dict(max_seq_length=128, per_device_train_batch_size=32, weight_decay=0.01, lr_scheduler_type="linear")
 _ELMO_RUN = dict(config_name="elmo-small", max_seq_length=32, per_device_train_batch_size=16, weight_decay=0.0)
 
@@ -359,7 +359,7 @@ _ELMO_RUN = dict(config_name="elmo-small", max_seq_length=32, per_device_train_b
 #: ModernBERT-base sizes.
 BERT_DATA_PRESET = "modernbert-base"
 
-BERT = Family(
+BERT = FamilyPretraining(
     spec=BERT_SPEC,
     data_defaults=dict(
         _BERT_RUN, config_name=BERT_DATA_PRESET, vocab_size=30000, warmup_ratio=0.06, mlm_probability=0.15
@@ -381,7 +381,7 @@ BERT = Family(
     tokenizer_problem=_subword_tokenizer_problem,
     any_config=True,
 )
-ELMO = Family(
+ELMO = FamilyPretraining(
     spec=ELMO_SPEC,
     data_defaults=dict(_ELMO_RUN, vocab_size=30000, warmup_ratio=0.06, lr_scheduler_type="warmup_stable_decay_1sqrt"),
     demo_defaults=dict(
@@ -399,8 +399,8 @@ ELMO = Family(
     tokenizer_problem=_word_tokenizer_problem,
     packing_problem="its LSTMs read each block as one sequence (document starts would need state resets)",
 )
-#: ``--model_type`` -> :class:`Family`.
-FAMILIES: dict[str, Family] = {family.name: family for family in (BERT, ELMO)}
+#: ``--model_type`` -> :class:`FamilyPretraining`.
+FAMILIES: dict[str, FamilyPretraining] = {family.name: family for family in (BERT, ELMO)}
 #: The family of a run without ``--model_type`` / ``--objective`` (and of the demo job).
 DEFAULT_FAMILY = BERT.name
 
@@ -495,7 +495,7 @@ __all__ = [
     "DEFAULT_FAMILY",
     "FAMILIES",
     "OBJECTIVES",
-    "Family",
+    "FamilyPretraining",
     "Objective",
     "bilm_eval_step",
     "bilm_weight",

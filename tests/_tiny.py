@@ -33,6 +33,18 @@ def modern_layout(**overrides) -> dict:
     return {**{k: v for k, v in MODERN_PRESETS["modernbert-tiny"][1].items() if k not in sizes}, **overrides}
 
 
+def padded_batch(vocab_size: int, shape: tuple[int, int], lengths: dict[int, int], seed: int) -> dict:
+    """``input_ids`` (random ids from 5 to ``vocab_size``, seeded by ``seed``) and ``attention_mask`` of ``shape``,
+    int64; row ``r`` of ``lengths`` padded (id 0, mask 0) after its ``lengths[r]`` first tokens."""
+    import torch
+
+    input_ids = torch.randint(5, vocab_size, shape, generator=torch.Generator().manual_seed(seed))
+    attention_mask = torch.ones_like(input_ids)
+    for row, length in lengths.items():
+        attention_mask[row, length:] = 0
+    return dict(input_ids=input_ids * attention_mask, attention_mask=attention_mask)
+
+
 def tiny_elmo_kwargs(vocab_size: int, **extra) -> dict:
     """``SesameElmoConfig`` keyword arguments of a 2-layer BiLM (cell 32, projection 16, three character filter
     widths, no dropout) with a task BiLSTM and classifier of 16 and a 16-word sampled softmax, over ``vocab_size``

@@ -33,7 +33,7 @@ from core.errors import InputError, first_line
 from core.files import atomic_output_dir, write_text_atomic
 from core.logs import setup_logging
 from training.config import TrainingConfig
-from training.hub import HubArguments, HubPusher, every_save_hook
+from training.hub import HubArguments, HubPusher, every_save_hook, validate_hub_arguments
 from training.plan import RunPlan
 
 logger = logging.getLogger(__name__)
@@ -105,10 +105,9 @@ def flat_results(result: Mapping[str, Any], keys: tuple[str, ...] = ()) -> dict[
     return flat
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunParts:
-    """What a command supplies to :meth:`Run.execute` (the driver drops its references as it goes, so that the
-    model is freed before the process group ends).
+    """What a command supplies to :meth:`Run.execute`, complete when built (frozen).
 
     Attributes:
         model: not yet prepared; trained in place, or evaluated as it is.
@@ -126,8 +125,9 @@ class RunParts:
         data_fingerprint: what the training data is made of (:func:`training.data.fingerprint_sources`); a resume
             with other data is refused.
         next_step: the command a user would run next on these outputs (logged last, after ``next: ``), or None.
-        check_result: ``(result) -> None`` on the main process after the outputs are saved, before the final lines:
-            warnings about what the run produced (``pretrain``: a model still on the unigram plateau).
+        check_result: ``(result) -> next step or None`` on the main process after the outputs are saved, before the
+            final lines: warnings about what the run produced (``pretrain``: a model still on the unigram plateau),
+            and the command to run next instead of ``next_step`` (None: ``next_step``).
     """
 
     model: Any
@@ -143,7 +143,7 @@ class RunParts:
     reevaluate_best: bool = False
     data_fingerprint: list[dict[str, Any]] | None = None
     next_step: str | None = None
-    check_result: Callable[[Mapping[str, Any]], None] | None = None
+    check_result: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 #: Result keys that are counts or bookkeeping, not metrics, left out of the final line.
@@ -189,8 +189,9 @@ class Run:
 
     Args:
         training: the resolved loop settings.
-        hub: the hub flags (checked by :meth:`start` for training runs).
-        settings: the run's flat settings (:func:`run_config`), for trackers and the model card.
+        hub: the hub flags; a training run checks them and the token here, in seconds, not after hours.
+        settings: the run's flat settings (:func:`core.arguments.run_config`), for trackers and the model card; a
+            training run's ``hub_model_id`` resolved here, its plan's settings added by :meth:`execute`.
         do_train: train (else evaluate / predict with the model as it is; nothing is pushed).
         card_task: the pipeline task of the model card (``fill-mask``, ``text-classification``, ...).
         card_overrides: more :func:`training.model_card.card_for_run` arguments.
@@ -199,6 +200,9 @@ class Run:
 
     Used as a context manager (``with Run(...) as run:``), it releases the output folder it claimed
     (:mod:`training.ownership`) when the block ends, however it ends.
+
+    Raises:
+        InputError: bad hub flags or token (training runs).
     """
 
     def __init__(
@@ -213,6 +217,9 @@ class Run:
         write_card: bool = False,
         commit_message: str | None = None,
     ):
+        if do_train:
+            hub = validate_hub_arguments(hub, training.output_dir)
+            settings = {**settings, "hub_model_id": hub.hub_model_id}
         self.training, self.hub, self.settings, self.do_train = training, hub, dict(settings), do_train
         self.card_task, self.card_overrides = card_task, dict(card_overrides or {})
         self.write_card, self.commit_message = write_card, commit_message
@@ -239,25 +246,21 @@ class Run:
         return self.training.output_dir
 
     def start(self):
-        """Check the hub flags and token (training runs: fail in seconds, not after hours), create the
-        accelerator, set up logging and, for a training run, claim the output folder
+        """Create the accelerator, set up logging and, for a training run, claim the output folder
         (:func:`training.ownership.claim_output_dir` on the main process: lock, run id, stale temporary folders
         removed, an earlier run's checkpoints deleted with ``--overwrite_output_dir``) and, under a launcher,
         ask for SIGTERM when the launcher dies (:func:`training.signals.stop_with_launcher`). Returns the
         accelerator.
 
         Raises:
-            InputError: bad hub flags or token; another run holds the output folder; the folder holds another
+            InputError: another run holds the output folder; the folder holds another
                 run and neither ``--resume_from_checkpoint`` nor ``--overwrite_output_dir`` is given.
         """
         from training.accelerator import make_accelerator
-        from training.hub import validate_hub_arguments
         from training.ownership import claim_output_dir, read_run_id
         from training.signals import stop_with_launcher
 
         if self.do_train:
-            self.hub = validate_hub_arguments(self.hub, self.output_dir)
-            self.settings["hub_model_id"] = self.hub.hub_model_id
             stop_with_launcher()
         self.accelerator = make_accelerator(self.training)
         setup_logging(self.accelerator.is_main_process)
@@ -272,11 +275,11 @@ class Run:
             self.run_id = self.ownership.run_id if self.ownership is not None else read_run_id(self.output_dir)
         return self.accelerator
 
-    def card(self, folder: str | os.PathLike) -> str:
-        """The model card of the model saved in ``folder``."""
+    def card(self, folder: str | os.PathLike, settings: Mapping[str, Any]) -> str:
+        """The model card of the model saved in ``folder``, trained with ``settings``."""
         from training.model_card import card_for_run
 
-        return card_for_run(folder, self.settings, task=self.card_task, **self.card_overrides)
+        return card_for_run(folder, settings, task=self.card_task, **self.card_overrides)
 
     def execute(self, parts: RunParts) -> int:
         """Train (or evaluate), predict, save the outputs atomically, finish, push. Returns the exit status:
@@ -287,17 +290,19 @@ class Run:
 
         acc = self.accelerator
         pusher = HubPusher.from_arguments(self.hub) if self.do_train else None
-        trainer = None
+        trainer, settings = None, self.settings
         if self.do_train:
-            self.settings.update(parts.plan.settings())  # trackers, run_config.json and the card: the resolved plan
+            settings = {**settings, **parts.plan.settings()}  # trackers, run_config.json and the card: the plan
             evaluate = parts.evaluate
-            on_save = every_save_hook(pusher, self.output_dir, parts.tokenizer, self.card)
+            on_save = every_save_hook(
+                pusher, self.output_dir, parts.tokenizer, lambda folder: self.card(folder, settings)
+            )
             trainer = Trainer(
                 acc,
                 parts.model,
                 parts.train_dataloader,
                 self.training,
-                run_config=self.settings,
+                run_config=settings,
                 eval_fn=(lambda trainer: evaluate(trainer.eager_model)) if evaluate else None,
                 on_save=on_save,
                 run_id=self.run_id,
@@ -305,7 +310,7 @@ class Run:
                 plan=parts.plan,
                 **parts.loop_kwargs,
             )
-            parts.model = parts.train_dataloader = None
+            parts = dataclasses.replace(parts, model=None, train_dataloader=None)  # the trainer holds them
             result, status = train_until_stopped(trainer, lambda: finish(acc, trainer))  # SIGTERM/SIGINT: 143/130
             if result is None:
                 return status
@@ -315,7 +320,7 @@ class Run:
             prepared, model = trainer.eager_model, trainer.unwrapped_model  # eager: the module's own keys
         else:
             prepared, model = acc.prepare(parts.model), None
-            parts.model = None
+            parts = dataclasses.replace(parts, model=None)
             result = parts.evaluate(prepared) if parts.evaluate else {}
         predictions = parts.predict(prepared) if parts.predict else None
         with signals_deferred("saving the outputs") as stopper:  # a signal now must not cut the save short
@@ -326,17 +331,18 @@ class Run:
                     parts.tokenizer,
                     result,
                     flat_results(result, parts.result_keys),
+                    settings,
                     state_dict,
                     lambda folder: parts.write_outputs(folder, predictions) if parts.write_outputs else None,
                 )
-                if parts.check_result is not None:
-                    parts.check_result(result)
-                for line in final_lines(self.output_dir, result, self.written, parts.next_step):
+                next_step = (parts.check_result(result) if parts.check_result else None) or parts.next_step
+                for line in final_lines(self.output_dir, result, self.written, next_step):
                     logger.info("%s", line)
             del prepared, model, state_dict
             finish(acc, *([trainer] if trainer else []))
             if pusher is not None and acc.is_main_process and stopper.signum is None:
-                self.push(pusher, result.get("global_step"))  # after the process group is gone: no rank waits on it
+                # after the process group is gone: no rank waits on it
+                self.push(pusher, result.get("global_step"), settings)
         if stopper.signum is not None:
             pushed = ""
             if pusher is not None:
@@ -352,8 +358,8 @@ class Run:
             return stopper.exit_code
         return 0
 
-    def push(self, pusher: HubPusher, step: int | None) -> None:
-        """The final push of the saved output folder (its model card: ``README.md`` there, or made now).
+    def push(self, pusher: HubPusher, step: int | None, settings: Mapping[str, Any]) -> None:
+        """The final push of the saved output folder (its model card: ``README.md`` there, or made from ``settings``).
 
         Raises:
             InputError: the push failed (hub unreachable, refused, interrupted): the message says that the model
@@ -361,7 +367,7 @@ class Run:
                 for it).
         """
         out = Path(self.output_dir)
-        card = (out / "README.md").read_text(encoding="utf-8") if self.write_card else self.card(out)
+        card = (out / "README.md").read_text(encoding="utf-8") if self.write_card else self.card(out, settings)
         try:
             url = pusher.push(out, step=step, model_card=card, commit_message=self.commit_message)
         except Exception as err:  # noqa: BLE001  (network, hub, refusal: the model is safe on disk either way)
@@ -382,13 +388,14 @@ class Run:
         tokenizer,
         result: Mapping[str, Any],
         results: Mapping[str, Any],
+        settings: Mapping[str, Any],
         state_dict=None,
         write_outputs: Callable[[Path], None] | None = None,
     ) -> None:
         """Into the output folder, atomically (a temporary folder moved in at the end): when trained (``model``
         given) the model + tokenizer (``save_pretrained``; ``state_dict`` from ``accelerator.get_state_dict``,
         the full weights under FSDP), the command's extra files, the run files (:func:`write_run_files`) and,
-        ``run_config.json`` (the run's settings, resolved; no secrets) and, with ``write_card``, the model card (a
+        ``run_config.json`` (``settings``, resolved; no secrets) and, with ``write_card``, the model card (a
         card that fails only logs a warning: the model is never lost over it)."""
         with atomic_output_dir(self.output_dir) as tmp:
             if model is not None:
@@ -397,12 +404,10 @@ class Run:
             if write_outputs is not None:
                 write_outputs(tmp)
             write_run_files(tmp, result, results, Path(self.output_dir).name)
-            (tmp / "run_config.json").write_text(
-                json.dumps(self.settings, indent=2, default=str) + "\n", encoding="utf-8"
-            )
+            (tmp / "run_config.json").write_text(json.dumps(settings, indent=2, default=str) + "\n", encoding="utf-8")
             if self.write_card and model is not None:
                 try:
-                    (tmp / "README.md").write_text(self.card(tmp), encoding="utf-8")
+                    (tmp / "README.md").write_text(self.card(tmp, settings), encoding="utf-8")
                 except (ImportError, InputError) as err:
                     logger.warning("no model card written: %s", err)
             self.written = sorted(p.name + ("/" if p.is_dir() else "") for p in tmp.iterdir())

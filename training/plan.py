@@ -14,6 +14,7 @@ from typing import Any
 
 from core.errors import InputError
 from training.config import TrainingConfig
+from training.threads import chosen as chosen_threads
 
 #: The evaluation cap of :func:`make_plan` (``cap_eval``): all evaluations of the run together cover at most this
 #: share of the examples it trains on, one evaluation at most :data:`MAX_EVAL_TOKENS` tokens, and never fewer than
@@ -62,6 +63,11 @@ def steps_for_time(minutes: float, seconds_per_step: float) -> int:
     return max(1, math.floor(60.0 * minutes / seconds_per_step))
 
 
+def _interval(steps: int | None) -> str:
+    """``every N steps`` for a periodic action, ``at the end`` for one done only when training ends."""
+    return f"every {steps} steps" if steps else "at the end"
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """The counts of one training run (see :func:`make_plan`).
@@ -102,6 +108,22 @@ class RunPlan:
     def evaluations(self) -> int:
         """Evaluations the run makes: at step 0, every ``eval_steps`` steps before the last, and at the end."""
         return 2 + (self.max_train_steps - 1) // self.eval_steps if self.eval_steps else 1
+
+    def summary(self, data: str, learning_rate: float, source: str) -> str:
+        """The plan's log line around ``data``, the command's phrase for what it trains on: the steps, the learning
+        rate and its ``source``, for fixed-length blocks also the global batch, tokens, warmup and intervals, and the
+        CPU threads per process once the accelerator chose them (:mod:`training.threads`)."""
+        threads = f"; {choice.describe()}" if (choice := chosen_threads()) else ""
+        rate, steps = f"learning rate {learning_rate:g} ({source})", self.max_train_steps
+        if self.tokens_per_step is None:
+            return f"{data}; {steps} optimizer steps; {rate}{threads}"
+        return (
+            f"run plan: {steps} optimizer steps = {data}; global batch {self.global_batch_size} sequences = "
+            f"{self.tokens_per_step} tokens ({self.num_processes} processes x {self.per_device_train_batch_size} per "
+            f"device x {self.gradient_accumulation_steps} accumulation), {self.tokens_per_step * steps:.4g} tokens in "
+            f"all; warmup {self.num_warmup_steps} steps; {rate}; evaluation {_interval(self.eval_steps)}, checkpoints "
+            f"{_interval(self.checkpointing_steps)}{threads}"
+        )
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings recorded with the run (trackers, ``run_config.json``, the card): the steps, the

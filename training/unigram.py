@@ -10,8 +10,10 @@ majority class at learning rates 1e-4 to 1e-3 where a random initialisation reac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -103,14 +105,12 @@ def heldout_unigram_loss(train_blocks, valid_blocks, tokenizer, max_tokens: int 
         train_blocks / valid_blocks: ``datasets.Dataset`` with an ``input_ids`` column (packed blocks).
         tokenizer: gives the vocabulary size and the special ids.
         max_tokens: training tokens counted at most (evenly spaced blocks).
-        counts: the training counts when already made (:func:`training_token_counts`); ``train_blocks`` is then
-            not read.
+        counts: the training counts, when made already (``train_blocks`` is then not read).
 
     Returns:
         Nats, or None when either side has no non-special token.
     """
-    special = set(tokenizer.all_special_ids)
-    vocab = len(tokenizer)
+    special, vocab = set(tokenizer.all_special_ids), len(tokenizer)
     if counts is None:
         counts = training_token_counts(train_blocks, tokenizer, max_tokens)
     if counts is None or len(valid_blocks) == 0:
@@ -159,6 +159,65 @@ def plateau_message(eval_loss: float, unigram: float, margin: float = PLATEAU_MA
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class UnigramPlateau:
+    """The unigram plateau of one pretraining run, from plain values: the output bias a fresh model starts from, the
+    log lines and the end-of-run message.
+
+    Attributes:
+        counts: ``(V,)`` int64, the training tokens per id (special ids 0), counted once (:meth:`count`).
+        streamed: the counts are of the first tokens of a stream (``--streaming``).
+        heldout_loss: the held-out unigram loss in nats (:meth:`with_heldout`; None: not measured, or no token).
+    """
+
+    counts: np.ndarray
+    streamed: bool = False
+    heldout_loss: float | None = None
+
+    @classmethod
+    def count(cls, train_blocks, tokenizer, streamed: bool) -> UnigramPlateau | None:
+        """The counts of ``train_blocks`` (a stream: :func:`streamed_token_counts`, else
+        :func:`training_token_counts`; the same blocks give the same counts on every process); None without a block."""
+        counts = (streamed_token_counts if streamed else training_token_counts)(train_blocks, tokenizer)
+        return None if counts is None else cls(counts, streamed)
+
+    def with_heldout(self, valid_blocks, tokenizer) -> UnigramPlateau:
+        """A copy with :attr:`heldout_loss` measured on ``valid_blocks`` (:func:`heldout_unigram_loss`)."""
+        return dataclasses.replace(
+            self, heldout_loss=heldout_unigram_loss(None, valid_blocks, tokenizer, counts=self.counts)
+        )
+
+    def output_bias(self, size: int) -> np.ndarray:
+        """The output-layer bias ``(size,)`` float64 of the log unigram frequencies (:func:`log_unigram_bias`)."""
+        return log_unigram_bias(self.counts, size)
+
+    def bias_line(self) -> str:
+        """The log line of a model whose output bias starts at :meth:`output_bias`."""
+        source = f"the first {int(self.counts.sum())} streamed" if self.streamed else "the"
+        return f"output bias: log unigram frequencies of {source} training tokens (--output_bias_init unigram)"
+
+    def log_line(self) -> str | None:
+        """The log line of the plateau a model must get below (None: not measured)."""
+        if self.heldout_loss is None:
+            return None
+        return (
+            f"unigram plateau: held-out loss {self.heldout_loss:.3f} from the training word frequencies alone "
+            f"(perplexity {math.exp(self.heldout_loss):.4g}); the model's held-out loss must get below it before its "
+            "encoder says anything about its input"
+        )
+
+    def results(self) -> dict[str, float]:
+        """``{"unigram_loss": nats}`` for ``all_results.json`` (empty: not measured)."""
+        return {} if self.heldout_loss is None else {"unigram_loss": self.heldout_loss}
+
+    def end_message(self, result) -> str | None:
+        """The warning for a run whose result's ``eval_loss`` is still on the plateau (:func:`plateau_message`);
+        None when it left it, or without a held-out loss on either side."""
+        if self.heldout_loss is None or "eval_loss" not in result:
+            return None
+        return plateau_message(result["eval_loss"], self.heldout_loss)
+
+
 def backbone_plateau_message(model_name_or_path: str | os.PathLike) -> str | None:
     """For a fine-tuning script: a warning when a local model folder was pretrained by ``pretrain`` and ended on the
     unigram plateau (its ``all_results.json`` has ``eval_loss`` and ``unigram_loss``, the first not
@@ -194,6 +253,7 @@ __all__ = [
     "MAX_COUNTED_TOKENS",
     "backbone_plateau_message",
     "PLATEAU_MARGIN",
+    "UnigramPlateau",
     "heldout_unigram_loss",
     "log_unigram_bias",
     "plateau_message",

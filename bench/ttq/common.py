@@ -27,7 +27,7 @@ SHAPES: dict[str, dict[str, int]] = {
 }
 
 
-#: Optimizer steps of ``pretrain --time_budget``'s in-process probe (``pretrain.cli.BUDGET_PROBE_STEPS``; tested).
+#: Optimizer steps of ``pretrain --time_budget``'s in-process probe (``pretrain.run_plan.BUDGET_PROBE_STEPS``; tested).
 PRETRAIN_PROBE_STEPS = 10
 
 

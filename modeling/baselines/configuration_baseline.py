@@ -12,7 +12,7 @@ from typing import Any, Literal
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
-from .configuration_elmo import check_choices, check_probabilities, finish_post_init
+from .configuration_elmo import check_fields, finish_post_init
 
 #: ``auto_map`` written into every saved config, so that any head loads any checkpoint with
 #: ``trust_remote_code=True`` (``save_pretrained`` alone would record only the saved class).
@@ -167,8 +167,7 @@ class SesameBaselineConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        check_choices(self)
-        check_probabilities(self)
+        check_fields(self)
         if self.embedding_mode == "multichannel" and self.encoder_type != "cnn":
             raise ValueError("SesameBaselineConfig.embedding_mode='multichannel' applies to encoder_type='cnn' only")
         if not 1 <= self.ngram_min_n <= self.ngram_max_n:

@@ -237,18 +237,7 @@ def convert(
 
     batch = tokenizer(*SAMPLE, return_tensors="pt", return_token_type_ids=True)
     batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-    with torch.no_grad():
-        ref = hf_model(**batch, output_hidden_states=True)
-        new = model(**batch, output_hidden_states=True)
-    diff = {
-        "last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item(),
-        "prediction_logits": (ref.prediction_logits - new.prediction_logits).abs().max().item(),
-        "seq_relationship_logits": (ref.seq_relationship_logits - new.seq_relationship_logits).abs().max().item(),
-    }
-    if max(diff.values()) > 1e-3:
-        raise RuntimeError(f"converted model disagrees with the source: {diff}")
-
-    _save(output_dir, model, tokenizer)
+    diff = _check_and_save(hf_model, model, batch, output_dir, tokenizer)
     return {
         "source": str(source),
         "output_dir": str(output_dir),
@@ -256,6 +245,25 @@ def convert(
         "initialized": initialized,
         "max_abs_diff": diff,
     }
+
+
+def _check_and_save(source_model, model, batch: dict, output_dir: Path, tokenizer) -> dict[str, float]:
+    """Run both models on ``batch`` and save ``model`` with ``tokenizer`` (:func:`_save`) when they agree. Returns
+    the largest absolute differences of the last hidden state and of every head output the source gives.
+
+    Raises:
+        RuntimeError: a difference above 1e-3.
+    """
+    with torch.no_grad():
+        ref, new = source_model(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True)
+    diff = {"last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item()}
+    for name in ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits"):
+        if getattr(ref, name, None) is not None:
+            diff[name] = (getattr(ref, name) - getattr(new, name)).abs().max().item()
+    if max(diff.values()) > 1e-3:
+        raise RuntimeError(f"converted model disagrees with the source: {diff}")
+    _save(output_dir, model, tokenizer)
+    return diff
 
 
 def _save(output_dir: Path, model, tokenizer) -> None:
@@ -415,15 +423,7 @@ def _convert_modern(source: str, output_dir: Path, family: str | None, to: str |
         model = convert_modern.from_sesame(source_model, to) if to else convert_modern.to_sesame(source_model)
     batch = tokenizer(*SAMPLE, return_tensors="pt")
     batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    with torch.no_grad():
-        ref, new = source_model(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True)
-    diff = {"last_hidden_state": (ref.hidden_states[-1] - new.hidden_states[-1]).abs().max().item()}
-    for name in ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits"):
-        if getattr(ref, name, None) is not None:
-            diff[name] = (getattr(ref, name) - getattr(new, name)).abs().max().item()
-    if max(diff.values()) > 1e-3:
-        raise RuntimeError(f"converted model disagrees with the source: {diff}")
-    _save(output_dir, model, tokenizer)
+    diff = _check_and_save(source_model, model, batch, output_dir, tokenizer)
     return {
         "source": str(source),
         "output_dir": str(output_dir),

@@ -38,27 +38,21 @@ def finish_post_init(config: PretrainedConfig, cls: type, kwargs: dict, auto_map
     config.validate_architecture()
 
 
-def check_choices(config: PretrainedConfig) -> None:
-    """Check every field annotated ``Literal[...]`` on ``type(config)`` itself.
+def check_fields(config: PretrainedConfig) -> None:
+    """Check the fields annotated on ``type(config)`` itself: each ``Literal[...]`` one against its choices, then each
+    dropout (a name ending in ``dropout`` or ``dropout_prob``; ``None`` allowed) against [0, 1): ``torch.nn.Dropout``
+    takes a probability, and a value off it used to fail only when the model was built, as a traceback.
 
     Raises:
-        ValueError: ``"<Class>.<field>=<value>; expected one of (<choices>)"`` for the first field off its choices.
+        ValueError: ``"<Class>.<field>=<value>; expected one of (<choices>)"`` for the first field off its choices,
+            else ``"<Class>.<field>=<value>; expected a probability in [0, 1)"`` for the first dropout off it.
     """
-    for field, annotation in inspect.get_annotations(type(config), eval_str=True).items():
+    annotations = inspect.get_annotations(type(config), eval_str=True)
+    for field, annotation in annotations.items():
         allowed = get_args(annotation) if get_origin(annotation) is Literal else ()
         if allowed and getattr(config, field) not in allowed:
             raise ValueError(f"{type(config).__name__}.{field}={getattr(config, field)!r}; expected one of {allowed}")
-
-
-def check_probabilities(config: PretrainedConfig) -> None:
-    """Check every dropout field annotated on ``type(config)`` itself (a name ending in ``dropout`` or
-    ``dropout_prob``; ``None`` allowed): ``torch.nn.Dropout`` takes a probability, and a value off it used to fail
-    only when the model was built, as a traceback.
-
-    Raises:
-        ValueError: ``"<Class>.<field>=<value>; expected a probability in [0, 1)"`` for the first field off it.
-    """
-    for field in inspect.get_annotations(type(config)):
+    for field in annotations:
         value = getattr(config, field, None)
         if not field.endswith(("dropout", "dropout_prob")) or value is None:
             continue
@@ -184,8 +178,7 @@ class SesameElmoConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        check_choices(self)
-        check_probabilities(self)
+        check_fields(self)
         if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
         if self.num_layers < 1:

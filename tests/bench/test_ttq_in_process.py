@@ -65,7 +65,7 @@ def test_checkpoint_fraction_resolves_to_the_bench_save_steps():
 def test_the_bench_probes_as_pretrain_does():
     """The reference's probe defaults to pretrain --time_budget's probe (10 optimizer steps, 2 not timed), and the
     plan counts pretrain's probe steps."""
-    from pretrain.cli import BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP
+    from pretrain.run_plan import BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP
 
     args = ttq.cli.parse_args([*BASE_ARGS, "--output_dir", "o", "--budget_minutes", "1"], cuda=False)
     assert (args.probe_steps, args.probe_warmup) == (BUDGET_PROBE_STEPS, BUDGET_PROBE_WARMUP)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from _tiny import padded_batch
 
 from modeling.bert.convert_modern import from_sesame, sesame_config, to_sesame
 
@@ -110,12 +111,7 @@ def _reference(family, size, head, pooling, implementation):
 
 def _batch(vocab_size):
     """(3, 40) with rows of 40, 23 and 9 real tokens: longer than every local window of :data:`CONFIGS`."""
-    g = torch.Generator().manual_seed(1)
-    input_ids = torch.randint(5, vocab_size, (3, 40), generator=g)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 23:] = 0
-    attention_mask[2, 9:] = 0
-    return dict(input_ids=input_ids.masked_fill(attention_mask == 0, 0), attention_mask=attention_mask)
+    return padded_batch(vocab_size, (3, 40), {1: 23, 2: 9}, seed=1)
 
 
 def _outputs(model, batch):

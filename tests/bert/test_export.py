@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from _tiny import padded_batch
 
 from core.errors import run_cli
 from modeling import (
@@ -39,13 +40,8 @@ def _model(tiny_kwargs, task):
 
 def _other_padded_batch(vocab_size):
     """A (5, 9) batch: another shape than make_batch's (3, 12), padding in two rows."""
-    g = torch.Generator().manual_seed(7)
-    input_ids = torch.randint(5, vocab_size, (5, 9), generator=g)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 6:] = 0
-    attention_mask[4, 2:] = 0
     return dict(
-        input_ids=input_ids * attention_mask, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+        padded_batch(vocab_size, (5, 9), {1: 6, 4: 2}, seed=7), token_type_ids=torch.zeros(5, 9, dtype=torch.long)
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from _launch import run_ok
+from _tiny import modern_layout
 
 from modeling import SesameBertConfig, SesameBertForPreTraining
 
@@ -55,28 +56,33 @@ CHILD = textwrap.dedent(
 ).replace("REPO", repr(REPO))
 
 
-def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
-    torch.manual_seed(0)
-    model = SesameBertForPreTraining(
-        SesameBertConfig(**tiny_kwargs, norm_position="pre", classifier_pooling="attention")
-    ).eval()
+def _load_in_child(model, tokenizer, make_batch, tmp_path):
+    """Save ``model`` and ``tokenizer`` into ``tmp_path/model``, run :data:`CHILD` on them and a batch from
+    ``make_batch``; returns what the child saved and the batch."""
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    files = {p.name for p in model_dir.iterdir()}
-    assert {"modeling_sesame_bert.py", "configuration_sesame_bert.py", "model.safetensors"} <= files
-    auto_map = json.loads((model_dir / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoModelForMaskedLM"] == "modeling_sesame_bert.SesameBertForMaskedLM"
-    assert auto_map["AutoConfig"] == "configuration_sesame_bert.SesameBertConfig"
     batch = make_batch(model.config.vocab_size)
     torch.save(batch, tmp_path / "batch.pt")
-
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     env.update(HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     child = tmp_path / "child.py"
     child.write_text(CHILD)
     run_ok([sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")], tmp_path, env, timeout=120)
-    got = torch.load(tmp_path / "out.pt")
+    return torch.load(tmp_path / "out.pt"), batch
+
+
+def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
+    torch.manual_seed(0)
+    model = SesameBertForPreTraining(
+        SesameBertConfig(**tiny_kwargs, norm_position="pre", classifier_pooling="attention")
+    ).eval()
+    got, batch = _load_in_child(model, tokenizer, make_batch, tmp_path)
+    files = {p.name for p in (tmp_path / "model").iterdir()}
+    assert {"modeling_sesame_bert.py", "configuration_sesame_bert.py", "model.safetensors"} <= files
+    auto_map = json.loads((tmp_path / "model" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForMaskedLM"] == "modeling_sesame_bert.SesameBertForMaskedLM"
+    assert auto_map["AutoConfig"] == "configuration_sesame_bert.SesameBertConfig"
 
     assert got["project_loaded"] == []
     assert all(c.startswith("transformers_modules.") for c in got["classes"]), got["classes"]
@@ -93,36 +99,11 @@ def test_remote_code_round_trip_of_a_modern_config(tiny_kwargs, tokenizer, make_
     """A ModernBERT-class SesameBert (rope, GeGLU, local layers, GQA, modernbert heads) loads without the package:
     the attention module (``attention_sesame_bert.py``) travels with the model code."""
     torch.manual_seed(0)
-    modern = dict(
-        tiny_kwargs,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_act="geglu",
-        position_embedding_type="rope",
-        global_attn_every_n_layers=2,
-        local_attention=4,
-        type_vocab_size=0,
-        norm_position="pre",
-        first_layer_attention_norm=False,
-        attention_bias=False,
-        mlp_bias=False,
-        norm_bias=False,
-        head_layout="modernbert",
-    )
+    layout = modern_layout(global_attn_every_n_layers=2, local_attention=4)  # the presets' layout, a tiny window
+    modern = dict(tiny_kwargs, num_attention_heads=4, num_key_value_heads=2, **layout)
     model = SesameBertForPreTraining(SesameBertConfig(**modern)).eval()
-    model_dir = tmp_path / "model"
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    assert (model_dir / "attention_sesame_bert.py").is_file()
-    batch = make_batch(model.config.vocab_size)
-    torch.save(batch, tmp_path / "batch.pt")
-
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    env.update(HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    child = tmp_path / "child.py"
-    child.write_text(CHILD)
-    run_ok([sys.executable, str(child), str(model_dir), str(tmp_path / "out.pt")], tmp_path, env, timeout=120)
-    got = torch.load(tmp_path / "out.pt")
+    got, batch = _load_in_child(model, tokenizer, make_batch, tmp_path)
+    assert (tmp_path / "model" / "attention_sesame_bert.py").is_file()
     assert got["project_loaded"] == [] and got["tied"] is True
     with torch.no_grad():
         assert torch.equal(got["logits"], model(**batch).prediction_logits)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-import torch
 from _tiny import tiny_elmo_kwargs
 
 
@@ -42,16 +40,6 @@ def tiny():
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
-    """Seed, and one intra-op thread: these models are tiny, and on a busy 2-core machine two OpenMP
-    threads spin against each other (measured 20x slower steps)."""
-    torch.manual_seed(0)
-    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-    torch.set_num_threads(1)
-    os.environ["OMP_NUM_THREADS"] = "1"  # a run in the test keeps it (training.threads: the user's choice wins)
-    yield
-    torch.set_num_threads(threads)
-    if omp is None:
-        os.environ.pop("OMP_NUM_THREADS", None)
-    else:
-        os.environ["OMP_NUM_THREADS"] = omp
+def _seed_and_threads(seeded_single_thread):
+    """Seed, and one intra-op thread (tests/conftest.py): these models are tiny, and on a busy 2-core machine two
+    OpenMP threads spin against each other (measured 20x slower steps)."""

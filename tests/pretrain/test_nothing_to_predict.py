@@ -12,7 +12,8 @@ def test_an_evaluation_that_masked_nothing_is_refused_not_reported_as_perplexity
     from datasets import Dataset
 
     import training.evaluation
-    from pretrain.cli import held_out_evaluation, parse
+    from pretrain.cli import parse
+    from pretrain.parts import held_out_evaluation
 
     plan = parse(["--validation_file", "valid.txt", "--output_dir", str(tmp_path / "out"), "--max_train_steps", "1"])
     sums = {"nll_sum": 0.0, "count": 0.0}

@@ -9,8 +9,9 @@ import logging
 import pytest
 
 from modeling import get_preset_config
-from pretrain.cli import MIN_TOKENS_PER_PARAMETER, parse, warn_few_tokens
+from pretrain.cli import parse
 from pretrain.objectives import FAMILIES
+from pretrain.run_plan import MIN_TOKENS_PER_PARAMETER, warn_few_tokens
 
 
 @pytest.mark.parametrize(
@@ -59,7 +60,7 @@ def test_learning_rate_resolved_into_the_plan():
 
 
 def test_too_few_tokens_warns_with_numbers(caplog):
-    caplog.set_level(logging.WARNING, logger="pretrain.cli")
+    caplog.set_level(logging.WARNING, logger="pretrain")
     n_params = 1_511_360  # bert-tiny with an 8k vocabulary
     assert warn_few_tokens(1_228_800, n_params)  # the demo's 300 steps x 4096 tokens: 0.81 per parameter
     assert "1.23e+06 training tokens for 1.51e+06 parameters (0.81 tokens per parameter" in caplog.text

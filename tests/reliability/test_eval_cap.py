@@ -23,7 +23,7 @@ def _plan(tmp_path, *extra: str):
 
 def default_eval_blocks(plan, train_blocks: int, num_processes: int) -> int | None:
     """The run plan's evaluation cap, as ``pretrain`` makes the plan (no time budget: no model or loader needed)."""
-    from pretrain.cli import make_run_plan
+    from pretrain.run_plan import make_run_plan
 
     accelerator = types.SimpleNamespace(num_processes=num_processes, is_main_process=True)
     return make_run_plan(plan, None, None, {}, train_blocks, accelerator).eval_examples
