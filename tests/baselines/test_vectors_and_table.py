@@ -128,7 +128,8 @@ def test_finetune_glue_trains_a_baseline_unchanged(vectors, tmp_path, fresh_stat
 
 @pytest.mark.slow
 def test_baselines_table_cli(word_tokenizer, tmp_path, make_glue_dir):
-    """python -m finetune.baselines on a miniature GLUE folder: results.json / .md / .png with one cell per run."""
+    """python -m finetune.baselines on a miniature GLUE folder: results.json / .md / .png with one cell per run (STS-B,
+    a regression, for two rows; SST-2 cells are the ELMo rows test's)."""
     from finetune.baselines import main
 
     out = tmp_path / "table"
@@ -138,7 +139,6 @@ def test_baselines_table_cli(word_tokenizer, tmp_path, make_glue_dir):
                 "--glue_dir",
                 str(make_glue_dir(tmp_path / "glue")),
                 "--tasks",
-                "sst2",
                 "stsb",
                 "--backbones",
                 "cbow",
@@ -156,12 +156,7 @@ def test_baselines_table_cli(word_tokenizer, tmp_path, make_glue_dir):
         == 0
     )
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert {(r["task"], r["backbone"]) for r in runs} == {
-        ("sst2", "cbow"),
-        ("sst2", "treelstm"),
-        ("stsb", "cbow"),
-        ("stsb", "treelstm"),
-    }
+    assert {(r["task"], r["backbone"]) for r in runs} == {("stsb", "cbow"), ("stsb", "treelstm")}
     assert all("error" not in r and r["value"] is not None for r in runs), runs
     assert [r["tree_source"] for r in runs if r["backbone"] == "treelstm"][0].startswith("latent")
     table = (out / "results.md").read_text()

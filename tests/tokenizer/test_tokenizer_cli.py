@@ -135,20 +135,26 @@ def test_failed_run_leaves_an_existing_tokenizer_untouched(tmp_path, corpus_file
     assert "bad.txt" in capsys.readouterr().err
 
 
-def test_module_entry_point_exit_status_and_debug(tmp_path):
-    """The real command line: exit 2 and one line without ``--debug``, the traceback with it."""
+def test_module_entry_point_exit_status_and_debug(tmp_path, monkeypatch, capsys):
+    """The real command line: exit 2 and one line without ``--debug``; with it the ``InputError`` itself (the
+    traceback); without arguments argparse's usage and exit 2. One process starts (the entry point); the other two
+    cases go through the same ``run_cli`` in this process."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("SESAME_DEBUG", None)
-    args = [sys.executable, "-m", "tokenizer", *train_args([tmp_path / "nope.txt"], tmp_path / "out")]
-    plain = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    args = train_args([tmp_path / "nope.txt"], tmp_path / "out")
+    plain = subprocess.run([sys.executable, "-m", "tokenizer", *args], capture_output=True, text=True, env=env)
     assert plain.returncode == 2 and plain.stdout == ""
     assert plain.stderr.strip().splitlines() == [
         f"error: --train_file {tmp_path / 'nope.txt'}: no such file; expected a .txt or .txt.gz file"
     ]
-    debug = subprocess.run([*args, "--debug"], capture_output=True, text=True, env=env, timeout=120)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr and "InputError" in debug.stderr
-    usage = subprocess.run([sys.executable, "-m", "tokenizer"], capture_output=True, text=True, env=env, timeout=120)
-    assert usage.returncode == 2 and "usage:" in usage.stderr
+    from core.errors import InputError
+
+    monkeypatch.delenv("SESAME_DEBUG", raising=False)
+    with pytest.raises(InputError, match="no such file"):
+        run_cli(main, [*args, "--debug"])
+    with pytest.raises(SystemExit) as usage:
+        run_cli(main, [])
+    assert usage.value.code == 2 and "usage:" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
