@@ -326,10 +326,10 @@ def elmo_rows(backbones: Sequence[str], specs: Sequence[str] | None) -> dict[str
 
 
 def recipe_for(backbone: str) -> tuple[str, dict]:
-    """``(recipe name, recipe)`` of a backbone: its own for a baseline, for a model folder its family's
-    (:attr:`modeling.spec.ModelSpec.finetune_recipe` over ``RECIPES["default"]``, named by ``model_type``), else
-    ``RECIPES["default"]``."""
-    from modeling import spec_for
+    """``(recipe name, recipe)`` of a backbone: its own for a baseline, and for a saved baseline folder its encoder's;
+    for another model folder its family's (:attr:`modeling.spec.ModelSpec.finetune_recipe` over ``RECIPES["default"]``,
+    named by ``model_type``), else ``RECIPES["default"]``."""
+    from modeling import baselines, spec_for
 
     if backbone in BASELINES:
         return backbone, RECIPES[backbone]
@@ -339,8 +339,10 @@ def recipe_for(backbone: str) -> tuple[str, dict]:
             f"--backbones {backbone}: not a baseline ({', '.join(BASELINES)}) and no config.json there; "
             "expected a model folder written by save_pretrained"
         )
-    model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
-    spec = spec_for(model_type)
+    saved = json.loads(config.read_text(encoding="utf-8"))
+    model_type, encoder = saved.get("model_type", ""), saved.get("encoder_type")
+    if (spec := spec_for(model_type)) is baselines.SPEC and encoder in BASELINES:
+        return encoder, RECIPES[encoder]
     return (model_type, {**RECIPES["default"], **spec.finetune_recipe}) if spec else ("default", RECIPES["default"])
 
 

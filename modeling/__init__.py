@@ -17,15 +17,17 @@ from .bert import *  # noqa: F401,F403  (re-export the BERT-like classes)
 from .elmo import *  # noqa: F401,F403  (re-export the ELMo-style classes)
 from .spec import ModelSpec
 
-#: Preset name -> (config class, keyword arguments). Each subpackage owns its presets.
-PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {**bert.SPEC.presets, **elmo.PRESETS, **baselines.PRESETS}
-#: ``--model_type`` -> the family's :class:`modeling.spec.ModelSpec`.
+#: ``--model_type`` -> the :class:`modeling.spec.ModelSpec` of a family that ``pretrain`` and ``tokenizer`` train.
 SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (bert.SPEC, elmo.SPEC)}
+#: Every family's spec by name: :data:`SPECS` and the baselines (fine-tuned, exported, named on cards; not pretrained).
+ALL_SPECS: dict[str, ModelSpec] = {**SPECS, baselines.SPEC.name: baselines.SPEC}
+#: Preset name -> (config class, keyword arguments). Each family's spec owns its presets.
+PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = dict(p for s in ALL_SPECS.values() for p in s.presets.items())
 
 
 def spec_for(model_type: str | None) -> ModelSpec | None:
-    """The spec of a config's ``model_type`` (``"sesame-bert"``, ...), or ``None`` for another model."""
-    return next((spec for spec in SPECS.values() if spec.model_type == model_type), None)
+    """The spec of a config's ``model_type`` (``"sesame-bert"``, ...; in :data:`ALL_SPECS`), or ``None``."""
+    return next((spec for spec in ALL_SPECS.values() if spec.model_type == model_type), None)
 
 
 def get_preset_config(name: str, **overrides) -> PretrainedConfig:
@@ -44,4 +46,5 @@ def get_preset_config(name: str, **overrides) -> PretrainedConfig:
     return config_class(**{**kwargs, **overrides})
 
 
-__all__ = ["PRESETS", "SPECS", "get_preset_config", "spec_for", *bert.__all__, *elmo.__all__, *baselines.__all__]
+__all__ = ["ALL_SPECS", "PRESETS", "SPECS", "get_preset_config", "spec_for"]
+__all__ += [*bert.__all__, *elmo.__all__, *baselines.__all__]

@@ -18,8 +18,8 @@ the graph always applies it.
 Unless ``--no_check``, onnxruntime (when installed) runs the exported file on a padded batch of another shape than
 the export example and the largest |difference| to PyTorch per output is printed in the JSON report; above 1e-4 the
 command fails (exit status 1). Refused input (exit status 2, one ``error:`` line): a missing folder or config, a
-model family without a :class:`modeling.spec.ModelSpec`, an unknown architecture or task, an ``--output`` that is a
-folder.
+model without a :class:`modeling.spec.ModelSpec` (or one its spec refuses), an unknown architecture or task, an
+``--output`` that is a folder.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def load_for_export(model_name_or_path: str, task: str = "auto"):
     """Load ``model_name_or_path`` for export: ``(model in eval mode, float32, task, its family's ModelSpec)``.
 
     Raises:
-        InputError: a missing folder or config.json, a family without a spec, an architecture without task.
+        InputError: a missing folder or config.json, no spec (or its refusal), an architecture without task.
     """
     import transformers
 
@@ -107,8 +107,10 @@ def load_for_export(model_name_or_path: str, task: str = "auto"):
         raise InputError(f"{where}: cannot read config.json ({first_line(err)})") from err
     family = modeling.spec_for(config.model_type)
     if family is None:
-        exportable = ", ".join(spec.model_type for spec in modeling.SPECS.values())
+        exportable = ", ".join(spec.model_type for spec in modeling.ALL_SPECS.values())
         raise InputError(f"{where}: model_type {config.model_type!r} cannot be exported yet; exportable: {exportable}")
+    if why := family.export_refusal(config):
+        raise InputError(f"{where}: {why}")
     task = _task_of(config, task, where)
     auto = getattr(transformers, TASKS[task][0])
     try:

@@ -13,11 +13,14 @@ Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) f
 
 import sys
 
+import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
 
 from .._auto import register_family
+from ..elmo import SPEC as ELMO_SPEC
 from ..elmo import configuration_elmo, lstm_elmo, modeling_elmo
-from ..elmo.tokenization_elmo import SesameElmoTokenizer
+from ..elmo.tokenization_elmo import BOS_CHAR, EOS_CHAR, SesameElmoTokenizer
+from ..spec import ModelSpec
 
 # modeling_baseline.py imports the ELMo family's modules as its siblings (``from .modeling_elmo import ...``), so that
 # ``save_pretrained`` copies them into every baseline folder and remote code finds them there (ELMo features,
@@ -53,6 +56,38 @@ AUTO_CLASSES = {
 }
 
 register_family(SesameBaselineConfig, AUTO_CLASSES, SesameElmoTokenizer)
+
+
+def _baseline_sample(config, batch: int, length: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The ELMo family's sample (the word tokenizer's ``char_ids``, ``attention_mask``, ``token_type_ids``) and its word
+    ids: ``<S>`` / ``</S>`` where their characters are, random words of the vocabulary between, ``<pad>`` at padding."""
+    sample = ELMO_SPEC.export_sample(config, batch, length, generator)
+    words = torch.randint(min(4, config.vocab_size - 1), config.vocab_size, (batch, length), generator=generator)
+    marker = sample["char_ids"][..., 1]
+    words = torch.where(marker == EOS_CHAR, config.eos_token_id, words)
+    words = torch.where(marker == BOS_CHAR, config.bos_token_id, words)
+    return dict(input_ids=words.masked_fill(sample["attention_mask"] == 0, config.pad_token_id), **sample)
+
+
+def _export_refusal(config) -> str | None:
+    """fastText hashes its n-grams in Python, the latent Tree-LSTM composes ``length - 1`` times: no dynamic graph."""
+    if config.encoder_type in ("fasttext", "treelstm"):
+        return f"encoder_type {config.encoder_type!r} does not export (only cbow, cnn and rnn baselines do)"
+
+
+#: Not in ``modeling.SPECS`` (not pretrained; the ELMo family's word tokenizer); recipes by encoder: finetune.baselines.
+SPEC = ModelSpec(
+    name="baselines",
+    model_type=SesameBaselineConfig.model_type,
+    description="classic sentence-encoder baseline",
+    presets=PRESETS,
+    main_input=SesameBaselinePreTrainedModel.main_input_name,
+    export_inputs=("input_ids", *ELMO_SPEC.export_inputs),  # the word ids, then the ELMo family's
+    export_sample=_baseline_sample,
+    tokenizer_trainer=ELMO_SPEC.tokenizer_trainer,
+    finetune_recipe={},
+    export_refusal=_export_refusal,
+)
 
 __all__ = [
     "ENCODER_TYPES",

@@ -43,7 +43,7 @@ from .modeling_elmo import (
     SesameElmoModel,
     SesameElmoPreTrainedModel,
 )
-from .tokenization_elmo import SesameElmoTokenizer
+from .tokenization_elmo import MAX_CHARS_PER_TOKEN, SesameElmoTokenizer
 
 #: The config defaults are bilm-tf's sizes (the module docstring gives both presets in full).
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
@@ -71,7 +71,7 @@ def _elmo_sample(config, batch: int, length: int, generator: torch.Generator) ->
     as ELMo character ids (begin of word 259, byte + 1, end of word 260, padding characters 261), ``<S>`` / ``</S>``
     around each sentence; every row but the first a pair ``<S> a </S> <S> b </S>`` (token types 0 / 1), the first a
     single sentence; the last row padded (masked tokens: all 0)."""
-    width = config.max_characters_per_token
+    width = getattr(config, "max_characters_per_token", MAX_CHARS_PER_TOKEN)  # a baseline's: the word tokenizer's
     char_ids = torch.full((batch, length, width), 261, dtype=torch.long)
     char_ids[:, :, 0] = 259
     n_bytes = torch.randint(1, 9, (batch, length), generator=generator)

@@ -4,12 +4,16 @@ graph), ``return_dict=False``, ``inputs_embeds``, gradient checkpointing, ``torc
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from _helpers import assert_rows_classified_alone
 
-from modeling.baselines import SesameBaselineForSequenceClassification, SesameBaselineModel, modeling_baseline
+from core.errors import run_cli
+from modeling.baselines import SPEC, SesameBaselineForSequenceClassification, SesameBaselineModel, modeling_baseline
 from modeling.baselines.modeling_baseline import pack_words
+from modeling.export import TOLERANCE, main
 
 ENCODERS = ["cbow", "fasttext", "cnn", "rnn", "treelstm"]
 
@@ -185,3 +189,40 @@ def test_graph_capture_schedule_equals_eager_mode(tiny, monkeypatch):
     torch.testing.assert_close(captured.logits, eager.logits, rtol=0, atol=1e-6)
     for a, b in zip(captured.hidden_states, eager.hidden_states):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+# the RNN's scan loops take ~25 s on 2 cores: marked slow
+@pytest.mark.parametrize("encoder_type", ["cbow", "cnn", pytest.param("rnn", marks=pytest.mark.slow)])
+def test_onnx_export_command_matches_pytorch_on_padded_batches(tiny, tmp_path, capsys, encoder_type):
+    """``python -m modeling.export`` on a saved classifier, its inputs those of the family's spec: onnxruntime equals
+    PyTorch within 1e-4 on padded batches of other shapes, pairs and single sentences (on main: refused, no spec)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install -e '.[test]')")
+    pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript")
+    SesameBaselineForSequenceClassification(tiny(encoder_type, classifier_hidden_size=5)).save_pretrained(
+        tmp_path / "m"
+    )
+    out = tmp_path / "model.onnx"
+    assert run_cli(main, ["--model_name_or_path", str(tmp_path / "m"), "--output", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"] == list(SPEC.export_inputs) and report["outputs"] == ["logits"]
+    assert max(report["max_abs_diff"].values()) <= TOLERANCE
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    model = SesameBaselineForSequenceClassification.from_pretrained(tmp_path / "m").eval()
+    for batch in (_pairs(), dict(_single(), token_type_ids=torch.zeros(3, 12, dtype=torch.long))):
+        (got,) = session.run(["logits"], {k: batch[k].numpy() for k in SPEC.export_inputs})
+        with torch.no_grad():
+            torch.testing.assert_close(torch.from_numpy(got), model(**batch).logits, rtol=0, atol=TOLERANCE)
+
+
+def test_onnx_export_command_refuses_fasttext_and_the_tree_lstm(tiny, tmp_path, capsys):
+    """One ``error:`` line each, before any export: fastText hashes its n-grams in Python, the latent Tree-LSTM composes
+    ``length - 1`` times (on main: every baseline refused, no spec)."""
+    for encoder_type in ("fasttext", "treelstm"):
+        SesameBaselineModel(tiny(encoder_type)).save_pretrained(tmp_path / encoder_type)
+        capsys.readouterr()
+        code = run_cli(
+            main, ["--model_name_or_path", str(tmp_path / encoder_type), "--output", str(tmp_path / "x.onnx")]
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and f"encoder_type {encoder_type!r} does not export" in err[0], err
+    assert not (tmp_path / "x.onnx").exists()

@@ -136,10 +136,10 @@ def test_onnx_export_command_matches_pytorch_on_a_padded_batch(tiny_kwargs, tmp_
 
 
 def test_onnx_export_command_refuses_bad_input(tiny_kwargs, tmp_path, capsys):
-    from modeling.baselines import SesameBaselineConfig, SesameBaselineModel
+    from transformers import BertConfig
 
-    baseline = tmp_path / "baseline"  # a family modeling.export does not take (fastText hashes characters in Python)
-    SesameBaselineModel(SesameBaselineConfig(vocab_size=30, embedding_dim=4)).save_pretrained(baseline)
+    other = tmp_path / "other"  # a model without a sesame-lm ModelSpec
+    BertConfig(**tiny_kwargs).save_pretrained(other)
     bert = tmp_path / "bert"
     SesameBertModel(SesameBertConfig(**tiny_kwargs)).save_pretrained(bert)
     (tmp_path / "folder.onnx").mkdir()
@@ -147,7 +147,10 @@ def test_onnx_export_command_refuses_bad_input(tiny_kwargs, tmp_path, capsys):
     cases = [
         ([str(tmp_path / "missing")], "no such folder"),
         ([str(tmp_path / "folder.onnx")], "no config.json"),
-        ([str(baseline)], "model_type 'sesame-baseline' cannot be exported yet"),
+        (
+            [str(other)],
+            "model_type 'bert' cannot be exported yet; exportable: sesame-bert, sesame-elmo, sesame-baseline",
+        ),
         ([str(bert), "--task", "summarization"], "--task summarization: unknown"),
     ]
     for args, message in cases:
