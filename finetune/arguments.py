@@ -190,3 +190,15 @@ __all__ = [
     "start_command",
     "warn_if_same_file",
 ]
+
+
+def logged_plan(accelerator, training, train_examples: int, data: str, learning_rate_source: str, logger):
+    """The fine-tuning run's :class:`training.plan.RunPlan` for ``train_examples`` (examples or windows) over the
+    accelerator's processes; its summary line (:meth:`RunPlan.summary` around ``data``, the command's phrase for what
+    it trains on) is logged on the main process."""
+    from training.plan import make_plan
+
+    plan = make_plan(training, train_examples=train_examples, num_processes=accelerator.num_processes)
+    if accelerator.is_main_process:
+        logger.info("%s", plan.summary(data, training.learning_rate, learning_rate_source))
+    return plan

@@ -46,6 +46,7 @@ from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
     finetune_training_arguments,
+    logged_plan,
     resolve_training,
     start_command,
 )
@@ -420,18 +421,14 @@ def glue_parts(
     task, examples, evaluation splits and labels, and the learning rate's source) and the data fingerprint."""
     from training.driver import RunParts
     from training.evaluation import gather_predictions
-    from training.plan import make_plan
 
     collator, loaders = _eval_loaders(
         accelerator, tokenizer, tokenized, [*data.eval_splits, *data.test_splits], training
     )
     metric = metric_for(task, data.regression)
     inverse = {m: t for t, m in mapping.items()} if mapping else None
-    learning_rate = training.learning_rate
 
-    def label_of(model_id: int):
-        task_id = inverse[model_id] if inverse else model_id
-        return data.label_names[task_id] if data.label_names and 0 <= task_id < len(data.label_names) else task_id
+    label_of = functools.partial(_label_of, inverse=inverse, label_names=data.label_names)
 
     def predict_split(model, split: str) -> dict[str, torch.Tensor]:
         def step(model, batch):
@@ -442,11 +439,7 @@ def glue_parts(
 
         return gather_predictions(accelerator, model, loaders[split], step)
 
-    def to_task_ids(logits: torch.Tensor) -> np.ndarray:
-        if data.regression:
-            return logits.squeeze(-1).numpy()
-        ids = logits.argmax(-1).numpy()
-        return np.array([inverse[i] for i in ids]) if inverse else ids
+    to_task_ids = functools.partial(_to_task_ids, regression=data.regression, inverse=inverse)
 
     def evaluate(model) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -455,7 +448,7 @@ def glue_parts(
             scores = _split_scores(out, data.regression, inverse, metric, to_task_ids)
             # not at the step-0 evaluation of a training run (no update yet: a fresh head says nothing of the rate)
             if not data.regression and not (modes.do_train and not optimizer_stepped(accelerator)):
-                warn_if_one_class(split, out["logits"].argmax(-1), out["labels"], label_of, learning_rate)
+                warn_if_one_class(split, out["logits"].argmax(-1), out["labels"], label_of, training.learning_rate)
             suffix = split.split("_", 1)[1] if "_" in split else ""
             for key, value in scores.items():
                 if n == 0:
@@ -467,20 +460,15 @@ def glue_parts(
     def predict(model) -> dict[str, np.ndarray]:
         return {split: to_task_ids(predict_split(model, split)["logits"]) for split in data.test_splits}
 
-    def write_outputs(folder: Path, predictions) -> None:
-        _write_predictions(folder, predictions, tokenized, task, data.label_names)
-
     train_loader = plan = fingerprint = None
     if modes.do_train:
         train_loader = train_dataloader(tokenized["train"][1], collator, data_args, training)
         fingerprint = training_data_fingerprint(data_args, task, data)
-        plan = make_plan(training, train_examples=len(tokenized["train"][1]), num_processes=accelerator.num_processes)
-        if accelerator.is_main_process:
-            described = (
-                f"{task.name if task else 'custom task'}: {len(tokenized['train'][1])} training examples, evaluation "
-                f"on {data.eval_splits or 'nothing'}, labels {data.label_names or 'regression'}"
-            )
-            logger.info("%s", plan.summary(described, learning_rate, learning_rate_source))
+        described = (
+            f"{task.name if task else 'custom task'}: {len(tokenized['train'][1])} training examples, evaluation "
+            f"on {data.eval_splits or 'nothing'}, labels {data.label_names or 'regression'}"
+        )
+        plan = logged_plan(accelerator, training, len(tokenized["train"][1]), described, learning_rate_source, logger)
     return RunParts(
         next_step=glue_next_step(training.output_dir, data_args, modes, bool(data.test_splits)),
         model=model,
@@ -488,7 +476,9 @@ def glue_parts(
         train_dataloader=train_loader,
         evaluate=evaluate if data.eval_splits else None,
         predict=predict if data.test_splits else None,
-        write_outputs=write_outputs,
+        write_outputs=functools.partial(
+            _write_predictions, tokenized=tokenized, task=task, label_names=data.label_names
+        ),
         plan=plan,
         data_fingerprint=fingerprint,
     )
@@ -568,6 +558,21 @@ def _split_scores(out: dict[str, torch.Tensor], regression: bool, inverse, metri
         loss = torch.nn.functional.cross_entropy(logits, labels.long())
         refs = np.array([inverse[i] for i in labels.tolist()]) if inverse else labels.numpy()
     return {"loss": float(loss), **metric.compute(predictions=to_task_ids(logits), references=refs)}
+
+
+def _label_of(model_id: int, inverse: dict | None, label_names):
+    """The task's label name of the model's label id ``model_id`` (the task id itself without a name for it)."""
+    task_id = inverse[model_id] if inverse else model_id
+    return label_names[task_id] if label_names and 0 <= task_id < len(label_names) else task_id
+
+
+def _to_task_ids(logits: torch.Tensor, regression: bool, inverse: dict | None) -> np.ndarray:
+    """The task's label ids (float scores for a regression) of float32 ``logits`` (N, num_labels) on the CPU:
+    argmax, then the model's ids mapped back to the task's (``inverse``: model id -> task id, None: the same)."""
+    if regression:
+        return logits.squeeze(-1).numpy()
+    ids = logits.argmax(-1).numpy()
+    return np.array([inverse[i] for i in ids]) if inverse else ids
 
 
 def _write_predictions(folder: Path, predictions, tokenized: dict, task: GlueTask | None, label_names) -> None:

@@ -66,6 +66,7 @@ from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
     finetune_training_arguments,
+    logged_plan,
     resolve_training,
     start_command,
 )
@@ -485,9 +486,8 @@ def squad_parts(
 
     from finetune.metrics import load_metric
     from finetune.qa import write_predictions
-    from training.data import fingerprint_sources, make_train_dataloader
+    from training.data import make_train_dataloader
     from training.driver import RunParts
-    from training.plan import make_plan
 
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
 
@@ -522,21 +522,12 @@ def squad_parts(
             f"answer questions with it: python -m finetune.squad --model_name_or_path {training.output_dir} "
             f"--test_file QUESTIONS.json --do_predict --output_dir {training.output_dir}-predict"
         )
-        fingerprint = fingerprint_sources(
-            data.train_file or [],
-            dataset=None if data.train_file else examples["train"]._fingerprint,
-            max_seq_length=data.max_seq_length,
-            doc_stride=data.doc_stride,
-            max_query_length=data.max_query_length,
-            max_train_samples=data.max_train_samples,
+        fingerprint = _training_fingerprint(data, examples["train"])
+        described = (
+            f"{len(examples['train'])} training questions -> {len(features['train'])} windows; evaluation on "
+            f"{len(examples['validation']) if modes.do_eval else 'no'} questions"
         )
-        plan = make_plan(training, train_examples=len(features["train"]), num_processes=accelerator.num_processes)
-        if accelerator.is_main_process:
-            described = (
-                f"{len(examples['train'])} training questions -> {len(features['train'])} windows; evaluation on "
-                f"{len(examples['validation']) if modes.do_eval else 'no'} questions"
-            )
-            logger.info("%s", plan.summary(described, training.learning_rate, learning_rate_source))
+        plan = logged_plan(accelerator, training, len(features["train"]), described, learning_rate_source, logger)
 
     return RunParts(
         next_step=next_step,
@@ -551,6 +542,21 @@ def squad_parts(
         reevaluate_best=True,
         plan=plan,
         data_fingerprint=fingerprint,
+    )
+
+
+def _training_fingerprint(data: SquadDataArguments, train_examples) -> list[dict]:
+    """The training data's fingerprint (:func:`training.data.fingerprint_sources`): the ``--train_file`` files (or the
+    hub dataset's own fingerprint) and the windowing settings that decide the training windows."""
+    from training.data import fingerprint_sources
+
+    return fingerprint_sources(
+        data.train_file or [],
+        dataset=None if data.train_file else train_examples._fingerprint,
+        max_seq_length=data.max_seq_length,
+        doc_stride=data.doc_stride,
+        max_query_length=data.max_query_length,
+        max_train_samples=data.max_train_samples,
     )
 
 
