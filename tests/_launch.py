@@ -163,6 +163,77 @@ def prepare_args(corpus_dir: Path, tokenizer: Path | str, out: Path, *extra: str
     ]
 
 
+#: The vocabulary of :func:`documents`.
+WORDS = (
+    "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats "
+    "it rained in afternoon and streets of city were wet"
+).split()
+
+
+def documents(n: int, seed: int = 0) -> list[str]:
+    """``n`` random documents of 2-6 sentences of 5-25 :data:`WORDS`, one sentence a line."""
+    import random
+
+    rng = random.Random(seed)
+    return [
+        "\n".join(
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))) + "." for _ in range(rng.randint(2, 6))
+        )
+        for _ in range(n)
+    ]
+
+
+def write_assets(root: Path) -> Path:
+    """The reliability and launch tests' files in ``root``: ``train.txt`` / ``valid.txt`` (72 / 8 documents), a
+    WordPiece tokenizer ``wordpiece/`` (vocabulary ~120) and a bigger one ``wordpiece-big/``, a bert-tiny config of
+    that vocabulary and 64 positions ``bert-tiny-config/``, and a saved tiny classifier ``tiny-model/`` (weights and
+    tokenizer)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    import modeling
+    from tokenizer.wordpiece import train_wordpiece_tokenizer
+
+    docs = documents(80)
+    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n", encoding="utf-8")
+    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n", encoding="utf-8")
+    tok = train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
+    config = modeling.get_preset_config("bert-tiny", vocab_size=len(tok), max_position_embeddings=64)
+    config.save_pretrained(root / "bert-tiny-config")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.save_pretrained(root / "tiny-model")
+    tok.save_pretrained(root / "tiny-model")
+    big = train_wordpiece_tokenizer([root / "train.txt"], 400, root / "wordpiece-big", min_frequency=1)
+    assert len(big) > len(tok), "a tokenizer with more tokens than the tiny model's vocabulary"
+    return root
+
+
+def reference_args(assets: Path, out: Path, *extra: str) -> list[str]:
+    """:func:`tiny_run_args` with whole-word masking: the run that the signal and launcher tests stop, kill and
+    resume, and compare with :class:`ReferenceRuns`."""
+    return tiny_run_args(assets, out, "--whole_word_mask", *extra)
+
+
+class ReferenceRuns:
+    """The uninterrupted :func:`reference_args` runs on ``assets``, with 1 process (``python -m pretrain``) and with
+    2 (``accelerate launch --config_file configs/cpu-2proc.yaml``), each made on first use into ``root``.
+
+    One set per test session (the ``reference_runs`` fixture); under pytest-xdist the modules that use it run on one
+    worker (``WORKER_GROUPS`` in tests/conftest.py), so each run is made once."""
+
+    def __init__(self, assets: Path, root: Path):
+        self.assets, self.root, self.made = assets, root, set()
+
+    def full(self, processes: int) -> Path:
+        """The output folder of the run with ``processes`` processes (40 steps, a checkpoint every 4, all kept)."""
+        out = self.root / f"full-{processes}"
+        if processes not in self.made:
+            run_pretrain(processes, reference_args(self.assets, out))
+            self.made.add(processes)
+        return out
+
+
 def write_tiny_corpus(root: Path) -> Path:
     """80 random documents over a 17-word vocabulary: ``root/train.txt`` (72) and ``root/valid.txt`` (8), a 120-piece
     WordPiece tokenizer in ``root/wordpiece`` and a dropout-free bert-tiny config in ``root/bert-nodrop``."""

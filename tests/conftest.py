@@ -26,6 +26,43 @@ from pathlib import Path
 
 import pytest
 from _helpers import write_corpus
+from _launch import ReferenceRuns, write_assets
+
+#: Test modules whose tests share module- or session-scoped runs, servers or corpora: under pytest-xdist each of these
+#: groups runs on one worker, in turn, so that what its tests share is made once (on two workers it would be made on
+#: each, and a test would wait for a run its neighbour makes at the same time). Other tests go one by one to the
+#: worker that is free. (xdist's own ``--dist loadgroup`` marks do not group with pytest 9.2: pytest-xdist#1386.)
+WORKER_GROUPS = {
+    "tests/finetune/test_explain.py": "explain",
+    "tests/hub/test_cli_hub.py": "hub-cli",
+    "tests/hub/test_every_save.py": "hub-every-save",
+    "tests/pretrain/test_distributed.py": "distributed",
+    "tests/squad/test_squad_predict.py": "squad-predict",
+    # the users of ``reference_runs``
+    "tests/pretrain/test_launch.py": "reference-runs",
+    "tests/reliability/test_launcher.py": "reference-runs",
+    "tests/reliability/test_preemption.py": "reference-runs",
+}
+
+
+def _group_of(nodeid: str) -> str:
+    """The work unit of a test: its module's group in ``WORKER_GROUPS``, else the test alone."""
+    return WORKER_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist load`` (the default of ``--numprocesses``) with the modules of ``WORKER_GROUPS`` kept together; the
+    groups, having the most tests, are handed out first (xdist's loadscope order). Other ``--dist`` modes as given."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedLoadScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return GroupedLoadScheduling(config, log)
+
 
 TINY_TEXT = [
     "The Senate adjourned after a long debate on the budget.",
@@ -79,3 +116,15 @@ def seeded_single_thread():
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory) -> Path:
+    """The reliability and launch tests' corpus, tokenizers, config and tiny model (:func:`_launch.write_assets`)."""
+    return write_assets(tmp_path_factory.mktemp("reliability"))
+
+
+@pytest.fixture(scope="session")
+def reference_runs(assets, tmp_path_factory) -> ReferenceRuns:
+    """The uninterrupted runs that the signal and launcher tests compare with (:class:`_launch.ReferenceRuns`)."""
+    return ReferenceRuns(assets, tmp_path_factory.mktemp("reference-runs"))

@@ -1,6 +1,9 @@
 """Distributed types as users start them, in subprocesses on 2 CPU processes (gloo): FSDP follows DDP, evaluation
 with an odd number of validation blocks neither hangs nor miscounts, 2 "machines" x 1 process on localhost equal
-1 machine x 2 processes, and a run resumed in another split of the same global batch continues where it stopped."""
+1 machine x 2 processes, and a run resumed in another split of the same global batch continues where it stopped.
+
+The uninterrupted runs that several tests compare against (1 process, and DDP with 2) are made once per module and
+objective (:class:`_Runs`; under pytest-xdist the module runs on one worker: ``WORKER_GROUPS`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +41,33 @@ def shared(tmp_path_factory):
     return write_tiny_corpus(tmp_path_factory.mktemp("dist"))
 
 
+class _Runs:
+    """The uninterrupted 20-step runs of an objective, each made on first use: ``one`` (1 process x 8 blocks, every
+    checkpoint kept) and ``ddp`` (2 processes x 4 blocks)."""
+
+    def __init__(self, shared: Path, root: Path):
+        self.shared, self.root, self.done = shared, root, {}
+
+    def _get(self, name: str, objective: str, command: list[str], *extra: str) -> Path:
+        out = self.root / f"{name}-{objective}"
+        if out not in self.done:
+            _run(command + _args(self.shared, out, *extra, "--objective", objective))
+            self.done[out] = True
+        return out
+
+    def one(self, objective: str) -> Path:
+        args = ("--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0")
+        return self._get("one", objective, _command(1), *args)
+
+    def ddp(self, objective: str) -> Path:
+        return self._get("ddp", objective, _command(2))
+
+
+@pytest.fixture(scope="module")
+def runs(shared, tmp_path_factory) -> _Runs:
+    return _Runs(shared, tmp_path_factory.mktemp("runs"))
+
+
 def _args(shared: Path, out: Path, *extra: str) -> list[str]:
     schedule = "--max_train_steps 20 --logging_steps 1 --eval_steps 10 --checkpointing_steps 10 --learning_rate 2e-3"
     return asset_args(
@@ -68,14 +98,11 @@ def _weights(out: Path, objective: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("objective", ["mlm", "rtd"])
-def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp_path, objective):
-    one, ddp, fsdp = tmp_path / "one", tmp_path / "ddp", tmp_path / "fsdp"
-    obj = ["--objective", objective]
-    _run(_command(1) + _args(shared, one, "--per_device_train_batch_size", "8", *obj))
-    _run(_command(2) + _args(shared, ddp, *obj))
+def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, runs, tmp_path, objective):
+    one, ddp, fsdp = runs.one(objective), runs.ddp(objective), tmp_path / "fsdp"
     _run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP_CPU), "pretrain"]
-        + _args(shared, fsdp, *obj),
+        + _args(shared, fsdp, "--objective", objective),
         timeout=600,
     )
     loss_one, loss_ddp, loss_fsdp = ([r["train_loss"] for r in _log(d)] for d in (one, ddp, fsdp))
@@ -85,7 +112,10 @@ def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp
     # batches), which accelerate's even_batches fills up differently for each split
     assert loss_ddp[:19] == pytest.approx(loss_one[:19], rel=1e-5)
     # 7 validation blocks over 2 processes (4 + 3): every block counted once, as with one process
-    hist = {d.name: json.loads((d / "eval_history.json").read_text()) for d in (one, ddp, fsdp)}
+    hist = {
+        name: json.loads((d / "eval_history.json").read_text())
+        for name, d in zip(("one", "ddp", "fsdp"), (one, ddp, fsdp))
+    }
     assert (
         [h["eval_tokens"] for h in hist["ddp"]]
         == [h["eval_tokens"] for h in hist["one"]]
@@ -106,9 +136,8 @@ def test_fsdp_follows_ddp_and_odd_validation_counts_every_block_once(shared, tmp
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
 
 
-def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, tmp_path):
-    single, multi = tmp_path / "single", tmp_path / "multi"
-    _run(_command(2) + _args(shared, single, "--max_train_steps", "8"))
+def test_two_machines_with_one_process_each_equal_one_machine_with_two(runs, shared, tmp_path):
+    single, multi = runs.ddp("mlm"), tmp_path / "multi"
     port = _free_port()
     launches = []
     for rank in (0, 1):
@@ -132,7 +161,7 @@ def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, t
             "--dynamo_backend",
             "no",
             "pretrain",
-        ] + _args(shared, multi, "--max_train_steps", "8")
+        ] + _args(shared, multi, "--objective", "mlm")
         launches.append(
             subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         )
@@ -151,20 +180,19 @@ def test_two_machines_with_one_process_each_equal_one_machine_with_two(shared, t
 
 
 @pytest.mark.parametrize("objective", ["mlm", "rtd"])
-def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(shared, tmp_path, objective):
-    # 154 training blocks: 19 full global batches of 8. The last, partial batch of an epoch is filled up differently
-    # by each split (accelerate's even_batches), so the comparison stays inside the epoch: 18 steps.
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    steps = ["--max_train_steps", "18", "--checkpoints_total_limit", "0", "--objective", objective]
-    _run(_command(1) + _args(shared, full, "--per_device_train_batch_size", "8", *steps))
+def test_one_process_checkpoint_resumed_by_two_processes_continues_the_run(shared, runs, tmp_path, objective):
+    # 154 training blocks: 19 full global batches of 8. The last, partial batch of an epoch (step 20) is filled up
+    # differently by each split (accelerate's even_batches), so the comparison stays inside the epoch: 19 steps.
+    full, resumed = runs.one(objective), tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(full / "checkpoints" / "step_10", resumed / "checkpoints" / "step_10")
-    _run(_command(2) + _args(shared, resumed, *steps, "--resume_from_checkpoint", "latest"))  # 2 processes x 4 blocks
+    steps = ["--checkpoints_total_limit", "0", "--objective", objective, "--resume_from_checkpoint", "latest"]
+    _run(_command(2) + _args(shared, resumed, *steps))  # 2 processes x 4 blocks
     log_full, log_resumed = _log(full), _log(resumed)
-    assert [r["step"] for r in log_resumed] == list(range(1, 19))  # steps 1-10 from the checkpoint
+    assert [r["step"] for r in log_resumed] == list(range(1, 21))  # steps 1-10 from the checkpoint
     assert log_resumed[:10] == log_full[:10]
-    assert [r["train_loss"] for r in log_resumed[10:]] == pytest.approx(
-        [r["train_loss"] for r in log_full[10:]], rel=1e-5
+    assert [r["train_loss"] for r in log_resumed[10:19]] == pytest.approx(
+        [r["train_loss"] for r in log_full[10:19]], rel=1e-5
     )
 
 

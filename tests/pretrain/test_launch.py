@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import asset_args, start_pretrain, write_tiny_corpus
+from _launch import asset_args, reference_args, start_pretrain, write_tiny_corpus
 from _launch import run_pretrain as _run
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -66,11 +66,11 @@ def _bert_args(shared: Path, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_bert_resume_after_sigkill_is_bitwise_equal(shared, tmp_path, processes):
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    _run(processes, _bert_args(shared, full))
-    _run_and_kill(processes, _bert_args(shared, killed), killed, kill_after_checkpoint=6)
-    _run(processes, _bert_args(shared, killed, "--resume_from_checkpoint", "latest"))
+def test_bert_resume_after_sigkill_is_bitwise_equal(assets, reference_runs, tmp_path, processes):
+    """Against the session's uninterrupted ``reference_runs`` (40 steps, a checkpoint every 4)."""
+    full, killed = reference_runs.full(processes), tmp_path / "killed"
+    _run_and_kill(processes, reference_args(assets, killed), killed, kill_after_checkpoint=8)
+    _run(processes, reference_args(assets, killed, "--resume_from_checkpoint", "latest"))
     a, b = _weights(full), _weights(killed)
     assert a.keys() == b.keys()
     for name in a:

@@ -1,53 +1,13 @@
-"""Fixtures of the reliability tests: a tiny corpus, tiny tokenizers and model configs, written in tmp paths."""
+"""Fixtures of the reliability tests: a toy regressor's training loop and the test hub. (Their corpus, tokenizers and
+model configs, ``assets``, are in tests/conftest.py, shared with the launch tests.)"""
 
 from __future__ import annotations
 
-import random
 import types
 from pathlib import Path
 
 import pytest
 import torch
-
-WORDS = (
-    "the senate adjourned after a long debate on budget whale rose from sea sailors shouted lowered boats "
-    "it rained in afternoon and streets of city were wet"
-).split()
-
-
-def documents(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [
-        "\n".join(
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))) + "." for _ in range(rng.randint(2, 6))
-        )
-        for _ in range(n)
-    ]
-
-
-@pytest.fixture(scope="session")
-def assets(tmp_path_factory) -> Path:
-    """``train.txt`` / ``valid.txt``, a WordPiece tokenizer ``wordpiece/`` (vocab ~120), a dropout-free
-    bert-tiny config ``bert-nodrop/`` and a saved tiny model ``tiny-model/`` (weights + tokenizer)."""
-    import modeling
-    from tokenizer.wordpiece import train_wordpiece_tokenizer
-
-    root = tmp_path_factory.mktemp("reliability")
-    docs = documents(80)
-    (root / "train.txt").write_text("\n\n".join(docs[:72]) + "\n", encoding="utf-8")
-    (root / "valid.txt").write_text("\n\n".join(docs[72:]) + "\n", encoding="utf-8")
-    tok = train_wordpiece_tokenizer([root / "train.txt"], 120, root / "wordpiece", min_frequency=1)
-    config = modeling.get_preset_config("bert-tiny", vocab_size=len(tok), max_position_embeddings=64)
-    config.save_pretrained(root / "bert-tiny-config")
-    from transformers import AutoModelForSequenceClassification
-
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_config(config)
-    model.save_pretrained(root / "tiny-model")
-    tok.save_pretrained(root / "tiny-model")
-    big = train_wordpiece_tokenizer([root / "train.txt"], 400, root / "wordpiece-big", min_frequency=1)
-    assert len(big) > len(tok), "a tokenizer with more tokens than the tiny model's vocabulary"
-    return root
 
 
 class ToyRegressor(torch.nn.Module):

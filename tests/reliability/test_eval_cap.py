@@ -9,7 +9,7 @@ import logging
 import random
 import types
 
-from reliability.conftest import WORDS
+from _launch import WORDS
 
 from core.errors import run_cli
 

@@ -2,7 +2,8 @@
 (Kubernetes, many schedulers): SIGTERM to the launcher alone reaches every worker (accelerate's single-process
 launcher does not forward it; the workers ask the kernel for SIGTERM when their launcher dies, ``PR_SET_PDEATHSIG``;
 torchrun forwards it), every worker writes its checkpoint and exits, no process of the run is left, and the resume
-is bitwise equal to an uninterrupted run."""
+is bitwise equal to an uninterrupted run (the session's ``reference_runs``, started without the launcher for 1
+process)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from _launch import CPU_2PROC, ROOT
+from _launch import reference_args as _args
 from _launch import subprocess_env as _env
-from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -66,10 +67,10 @@ def _run(processes: int, args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_sigterm_to_the_launcher_alone_checkpoints_every_worker_and_resumes_bitwise(assets, tmp_path, processes):
-    full, stopped = tmp_path / "full", tmp_path / "stopped"
-    proc = _run(processes, _args(assets, full))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_sigterm_to_the_launcher_alone_checkpoints_every_worker_and_resumes_bitwise(
+    assets, reference_runs, tmp_path, processes
+):
+    full, stopped = reference_runs.full(processes), tmp_path / "stopped"
     run = subprocess.Popen(
         _launch(processes) + _args(assets, stopped),
         cwd=ROOT,

@@ -1,7 +1,8 @@
 """Preemption, as a scheduler does it: SIGTERM to a running ``pretrain`` at a random step -> the step finishes,
 a checkpoint is written, the process exits 143 saying how to resume; the resumed run ends bitwise equal to an
 uninterrupted one. With 2 processes (``accelerate launch``, torchrun forwards the signal) every rank stops at
-the same step and the checkpoint is consistent. A second signal exits at once."""
+the same step, the checkpoint is consistent and the resume ends bitwise equal too. A second signal exits at once.
+The uninterrupted runs are the session's ``reference_runs``."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _launch import reference_args as _args
 from _launch import run_pretrain as _run
 from _launch import start_pretrain
-from _launch import tiny_run_args as _args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -49,9 +50,8 @@ def _steps(out: Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))
 
 
-def test_sigterm_at_a_random_step_then_resume_is_bitwise_equal(assets, tmp_path):
-    full, stopped = tmp_path / "full", tmp_path / "stopped"
-    _run(1, _args(assets, full))
+def test_sigterm_at_a_random_step_then_resume_is_bitwise_equal(assets, reference_runs, tmp_path):
+    full, stopped = reference_runs.full(1), tmp_path / "stopped"
     delay = random.Random().uniform(0.0, 0.5)
     rc, err = _start_and_signal(1, _args(assets, stopped), stopped, signal.SIGTERM, delay)
     assert rc == 143, err[-2000:]
@@ -80,7 +80,7 @@ def test_sigint_gives_130(assets, tmp_path):
     assert "resume with --resume_from_checkpoint latest" in err
 
 
-def test_two_processes_stop_at_the_same_step_with_a_consistent_checkpoint(assets, tmp_path):
+def test_two_processes_stop_at_the_same_step_with_a_consistent_checkpoint(assets, reference_runs, tmp_path):
     out = tmp_path / "two"
     rc, err = _start_and_signal(2, _args(assets, out), out, signal.SIGTERM, random.Random().uniform(0.0, 0.3))
     assert rc != 0, err[-2000:]
@@ -96,3 +96,6 @@ def test_two_processes_stop_at_the_same_step_with_a_consistent_checkpoint(assets
     _run(2, _args(assets, out, "--resume_from_checkpoint", "latest"))  # the same run (its schedule is 40 steps long)
     results = json.loads((out / "all_results.json").read_text())
     assert results["global_step"] == 40 and results["replica_max_abs_diff"] == 0.0
+    full = reference_runs.full(2)  # and it ends where the uninterrupted run ends, bitwise
+    assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
+    assert results["train_loss"] == json.loads((full / "all_results.json").read_text())["train_loss"]
