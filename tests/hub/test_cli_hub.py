@@ -148,52 +148,49 @@ def runs(module_hub, tmp_path_factory):
     return root
 
 
+#: ``run_cli(main, argv)`` of each command of ``CASES`` (``[module, argv]`` pairs, JSON) in one client process, as
+#: ``python -m module argv`` runs it: ``{"results": [[exit status, stderr], ...]}``.
+COMMANDS = """
+import contextlib, importlib, io, json
+from core.errors import run_cli
+results = []
+for module, argv in json.loads(CASES):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = run_cli(importlib.import_module(module).main, argv)
+    results.append([status, err.getvalue()])
+print(json.dumps({"results": results}))
+"""
+
+
 def test_refused_tokens_and_missing_revision_exit_2_before_training(module_hub, runs, tmp_path):
+    """Refused before anything is written, each with one ``error:`` line and exit status 2: no token, a token the
+    hub refuses, a read-only token; a ``--revision`` the backbone's repo does not have. (The four commands run in
+    one client process, ``run_cli`` as ``python -m`` calls it; the process exit status of a refused command is
+    tests/reliability/test_catalogue.py's.)"""
     hub = module_hub
     (tmp_path / "train.txt").write_text(_documents(4, 3))
-    for token, expected in ((None, "no token"), ("hf_wrong", "refused"), (hub.read_token, "read-only")):
-        out = tmp_path / f"out-{expected}"
-        proc = _command(
-            hub,
-            [
-                "pretrain",
-                "--train_file",
-                str(tmp_path / "train.txt"),
-                "--output_dir",
-                str(out),
-                "--push_to_hub",
-                "--hub_model_id",
-                "alice/refused",
-                *(["--hub_token", token] if token else []),
-            ],
-            tmp_path / "home",
-            tmp_path,
-        )  # no HF_TOKEN, fresh HF_HOME: no stored login either
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        assert len(errors) == 1 and "'alice/refused'" in errors[0] and expected in errors[0], errors
-        assert "Traceback" not in proc.stderr and not out.exists()  # refused before anything was written
-    assert "alice/refused" not in hub.server.state.repos
-    # a revision the repo does not have: one clear line, nothing written
     (tmp_path / "train.tsv").write_text("sentence\tlabel\nthe whale rose\tpos\nthe dog sat\tneg\n")
-    out = tmp_path / "clf"
-    proc = _command(
-        hub,
-        [
-            *GLUE_ON_CLI_BERT,
-            "--revision",
-            "no-such-branch",
-            "--train_file",
-            str(tmp_path / "train.tsv"),
-            "--output_dir",
-            str(out),
-        ],
-        tmp_path / "home",
-        tmp_path,
-    )
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
-    assert "alice/cli-bert" in errors[0] and "--revision no-such-branch" in errors[0] and not out.exists(), errors
+    cases, outs = [], []
+    for token, expected in ((None, "no token"), ("hf_wrong", "refused"), (hub.read_token, "read-only")):
+        outs.append((tmp_path / f"out-{expected}", expected, "'alice/refused'"))
+        push = ["--push_to_hub", "--hub_model_id", "alice/refused", *(["--hub_token", token] if token else [])]
+        cases.append(["pretrain.cli", ["--train_file", str(tmp_path / "train.txt"), "--output_dir", str(outs[-1][0])]])
+        cases[-1][1].extend(push)
+    # a revision the repo does not have: one clear line, nothing written
+    outs.append((tmp_path / "clf", "--revision no-such-branch", "alice/cli-bert"))
+    glue = [*GLUE_ON_CLI_BERT[1:], "--revision", "no-such-branch", "--train_file", str(tmp_path / "train.tsv")]
+    cases.append(["finetune.glue", [*glue, "--output_dir", str(outs[-1][0])]])
+    # no HF_TOKEN, fresh HF_HOME: no stored login either
+    code = f"CASES = {json.dumps(json.dumps(cases))}\n{COMMANDS}"
+    results = hub.run(code, tmp_path / "home", cwd=tmp_path, timeout=300)["results"]
+    assert len(results) == len(cases)
+    for (status, stderr), (out, expected, repo) in zip(results, outs):
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert status == 2, stderr[-3000:]
+        assert len(errors) == 1 and repo in errors[0] and expected in errors[0], errors
+        assert "Traceback" not in stderr and not out.exists()  # refused before anything was written
+    assert "alice/refused" not in hub.server.state.repos
 
 
 def test_glue_loads_backbone_by_revision_and_pushes_a_classifier(module_hub, runs, tmp_path):
