@@ -574,40 +574,19 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
             tiny_sesame_bert, model, "--train_file", str(data), "--max_train_steps", "3", "--learning_rate", "1e-3"
         )
     )
+    outs = {processes: tmp_path / f"eval{processes}" for processes in (1, 2)}
+    evaluate = ["--model_name_or_path", str(model), "--validation_file", str(data), "--do_eval", *WINDOW]
+    evaluate += ["--per_device_eval_batch_size", "2"]
+    assert squad.main([*evaluate, "--output_dir", str(outs[1])]) == 0  # one process: this one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    outs = {}
-    for processes in (1, 2):
-        outs[processes] = tmp_path / f"eval{processes}"
-        launch = (
-            [sys.executable, "-m", "finetune.squad"]
-            if processes == 1
-            else [
-                sys.executable,
-                "-m",
-                "accelerate.commands.launch",
-                "--config_file",
-                str(ROOT / "configs" / "cpu-2proc.yaml"),
-                "-m",
-                "finetune.squad",
-            ]
-        )
-        run_ok(
-            [
-                *launch,
-                "--model_name_or_path",
-                str(model),
-                "--validation_file",
-                str(data),
-                "--do_eval",
-                "--output_dir",
-                str(outs[processes]),
-                *WINDOW,
-                "--per_device_eval_batch_size",
-                "2",
-            ],
-            ROOT,
-            env,
-        )
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "cpu-2proc.yaml"),
+    ]
+    run_ok([*launch, "-m", "finetune.squad", *evaluate, "--output_dir", str(outs[2])], ROOT, env)
     one, two = (_json(outs[p] / "nbest_predictions.json") for p in (1, 2))
     assert list(one) == list(two) and set(one) == {r[0] for r in rows}
     for qid in one:
