@@ -66,6 +66,24 @@ def run_pretrain(processes: int, args: list[str], timeout: float = 300) -> None:
     run_ok(pretrain_command(processes) + args, ROOT, subprocess_env(), timeout)
 
 
+def run_pretrain_here(args: list[str]) -> None:
+    """Run ``pretrain`` with ``args`` in this process (``run_cli``, as ``python -m pretrain`` calls it), in a fresh
+    accelerate state (reset after it too); fail the test unless it exits 0. One process start fewer than
+    ``run_pretrain(1, args)``, for a 1-process reference run whose process boundary is not under test."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from core.errors import run_cli
+    from pretrain.cli import main
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    try:
+        assert run_cli(main, args) == 0
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+
+
 def start_pretrain(processes: int, args: list[str], text: bool = False):
     """Start :func:`pretrain_command` ``processes`` with ``args`` in the repository with :func:`subprocess_env`, in a
     session of its own (its process group can be signalled), stdout discarded, stderr piped (``str`` where ``text``,

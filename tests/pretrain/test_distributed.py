@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import ROOT, asset_args, write_tiny_corpus
+from _launch import ROOT, asset_args, run_pretrain_here, write_tiny_corpus
 from _launch import pretrain_command as _command
 from _launch import subprocess_env as _env
 
@@ -48,16 +48,21 @@ class _Runs:
     def __init__(self, shared: Path, root: Path):
         self.shared, self.root, self.done = shared, root, {}
 
-    def _get(self, name: str, objective: str, command: list[str], *extra: str) -> Path:
+    def _get(self, name: str, objective: str, command: list[str] | None, *extra: str) -> Path:
         out = self.root / f"{name}-{objective}"
         if out not in self.done:
-            _run(command + _args(self.shared, out, *extra, "--objective", objective))
+            args = _args(self.shared, out, *extra, "--objective", objective)
+            if command:
+                _run(command + args)
+            else:
+                run_pretrain_here(args)
             self.done[out] = True
         return out
 
     def one(self, objective: str) -> Path:
+        """In the test process (``run_pretrain_here``)."""
         args = ("--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0")
-        return self._get("one", objective, _command(1), *args)
+        return self._get("one", objective, None, *args)
 
     def ddp(self, objective: str) -> Path:
         return self._get("ddp", objective, _command(2))

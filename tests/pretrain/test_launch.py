@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import asset_args, reference_args, start_pretrain, write_tiny_corpus
+from _launch import asset_args, reference_args, run_pretrain_here, start_pretrain, write_tiny_corpus
 from _launch import run_pretrain as _run
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -129,7 +129,7 @@ def test_two_processes_with_accumulation_follow_one_process_with_the_same_global
         "--lr_scheduler_type",
         "linear",
     ]
-    _run(1, _bert_args(shared, one, "--per_device_train_batch_size", "8", *common))
+    run_pretrain_here(_bert_args(shared, one, "--per_device_train_batch_size", "8", *common))  # in this process
     # same global batch of 8 blocks: 2 processes x 2 blocks x 2 accumulation steps
     _run(
         2, _bert_args(shared, two, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", *common)
