@@ -12,6 +12,16 @@ from _tiny import tiny_bert_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from an empty dynamo cache, as a run in its own process does. Without it, torch 2.13's CPU
+    FlexAttention template compiled after another test's flex graphs in one process (test_attention's flex forward,
+    then test_modern_config's flex document + sliding-window case) generates C++ that uses undeclared variables
+    (``cur_kvSplitSize5``; CppCompileError), with a cold inductor cache, as in CI's fresh environment."""
+    torch._dynamo.reset()
+    yield
+
+
 #: English sentences written for these tests (movie-review style, like SST-2), with padding-length variety.
 SENTENCES = [
     "a warm, funny and quietly moving film about growing old.",
