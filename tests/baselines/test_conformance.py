@@ -199,7 +199,7 @@ def test_graph_capture_schedule_equals_eager_mode(tiny, monkeypatch):
 
 # a bag of words and the RNN's scan loops (the CNN, plain Conv1d layers on the same path, left out for time); the RNN
 # is a one-layer BiLSTM (each traced scan costs seconds; test_torch_export_with_dynamic_batch_and_length exports two
-# stacked layers) and still takes ~15 s on 2 cores: marked slow
+# stacked layers) and still takes ~20 s on 2 busy cores: marked slow
 @pytest.mark.parametrize("encoder_type", ["cbow", pytest.param("rnn", marks=pytest.mark.slow)])
 def test_onnx_export_command_matches_pytorch_on_padded_batches(tiny, tmp_path, capsys, encoder_type):
     """``python -m modeling.export`` on a saved classifier, its inputs those of the family's spec: onnxruntime equals

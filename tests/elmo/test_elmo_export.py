@@ -101,7 +101,7 @@ def test_torch_export_of_the_bilm_loss():
     assert nothing.loss == 0 and nothing.forward_num_tokens == 0
 
 
-# ~15 s on 2 cores: the classifier (2 BiLM layers) runs in the fast set, the base model (one) is marked slow
+# ~35 s on 2 cores: the classifier (2 BiLM layers) runs in the fast set, the base model (one, ~12 s) is marked slow
 @pytest.mark.parametrize(
     "cls,task,overrides",
     [
