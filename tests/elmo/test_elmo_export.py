@@ -29,6 +29,9 @@ from modeling.export import TOLERANCE, main
 
 #: tiny, no dropout; the classifier as fine-tuning builds it by default (frozen BiLM, ScalarMix, task BiLSTM)
 TINY = micro_elmo_kwargs(60, cnn_filters=[[1, 4], [2, 8]], num_labels=3)
+#: for the exports whose point is not the stacking: torch.export traces each LSTM direction of each layer (seconds
+#: apiece); test_torch_export_static_and_dynamic[SesameElmoModel-...] and the classifier's ONNX export keep 2 layers
+ONE_LAYER = dict(num_layers=1)
 
 
 def _config(**overrides) -> SesameElmoConfig:
@@ -47,7 +50,7 @@ def _batch(batch: int, length: int, seed: int, pairs: bool = True) -> dict:
 def _scale_mix(model) -> None:
     """ScalarMix away from its initial equal weights, so that a wrong layer would show."""
     with torch.no_grad():
-        model.scalar_mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.5]))
+        model.scalar_mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.5])[: model.config.num_layers + 1])
         model.scalar_mix.gamma.fill_(1.7)
 
 
@@ -56,12 +59,19 @@ DIMS = dict(char_ids=_AXES, attention_mask=_AXES, token_type_ids=_AXES)
 
 
 @pytest.mark.parametrize(
-    "cls,field", [(SesameElmoModel, "last_hidden_state"), (SesameElmoForSequenceClassification, "logits")]
+    "cls,field,overrides",
+    [
+        pytest.param(SesameElmoModel, "last_hidden_state", {}, id="SesameElmoModel-last_hidden_state"),
+        pytest.param(
+            SesameElmoForSequenceClassification, "logits", ONE_LAYER, id="SesameElmoForSequenceClassification-logits"
+        ),
+    ],
 )
-def test_torch_export_static_and_dynamic(cls, field):
+def test_torch_export_static_and_dynamic(cls, field, overrides):
     """Exported on a (2, 8) batch; the dynamic program runs other shapes, pairs and single sentences alike (on main:
-    GuardOnDataDependentSymNode at the mask check, the pair/single choice, the pair width, torch.unique)."""
-    model = cls(_config()).eval()
+    GuardOnDataDependentSymNode at the mask check, the pair/single choice, the pair width, torch.unique). The base
+    model with its 2 BiLM layers (the second reads the first, with the residual); the classifier with one."""
+    model = cls(_config(**overrides)).eval()
     if hasattr(model, "scalar_mix"):
         _scale_mix(model)
     example = _batch(2, 8, seed=0)
@@ -77,8 +87,9 @@ def test_torch_export_static_and_dynamic(cls, field):
 
 
 def test_torch_export_of_the_bilm_loss():
-    """The BiLM head in eval mode (full softmax) exports too: no branch on the number of predicted tokens."""
-    model = SesameElmoForBidirectionalLM(_config()).eval()
+    """The BiLM head in eval mode (full softmax) exports too: no branch on the number of predicted tokens (one BiLM
+    layer: the head is the point)."""
+    model = SesameElmoForBidirectionalLM(_config(**ONE_LAYER)).eval()
     batch = {k: v for k, v in _batch(3, 9, seed=0).items() if k != "token_type_ids"}
     batch["input_ids"] = torch.randint(4, 60, (3, 9)) * batch["attention_mask"]
     exported = torch.export.export(model, (), batch)
@@ -90,20 +101,25 @@ def test_torch_export_of_the_bilm_loss():
     assert nothing.loss == 0 and nothing.forward_num_tokens == 0
 
 
-# ~15 s on 2 cores: the classifier runs in the fast set, the base model is marked slow
+# ~35 s on 2 cores: the classifier (2 BiLM layers) runs in the fast set, the base model (one, ~12 s) is marked slow
 @pytest.mark.parametrize(
-    "cls,task",
+    "cls,task,overrides",
     [
-        (SesameElmoForSequenceClassification, "sequence-classification"),
-        pytest.param(SesameElmoModel, "base", marks=pytest.mark.slow),
+        pytest.param(
+            SesameElmoForSequenceClassification,
+            "sequence-classification",
+            {},
+            id="SesameElmoForSequenceClassification-sequence-classification",
+        ),
+        pytest.param(SesameElmoModel, "base", ONE_LAYER, marks=pytest.mark.slow, id="SesameElmoModel-base"),
     ],
 )
-def test_onnx_export_command_matches_pytorch_on_padded_batches(tmp_path, capsys, cls, task):
+def test_onnx_export_command_matches_pytorch_on_padded_batches(tmp_path, capsys, cls, task, overrides):
     """``python -m modeling.export`` on a saved frozen-ELMo classifier: inputs char_ids, attention_mask,
     token_type_ids; onnxruntime equals PyTorch within 1e-4 on padded batches of another shape (on main: refused)."""
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install -e '.[test]')")
     pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript")
-    model = cls(_config()).eval()
+    model = cls(_config(**overrides)).eval()
     if hasattr(model, "scalar_mix"):
         _scale_mix(model)
     model.save_pretrained(tmp_path / "m")
