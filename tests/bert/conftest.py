@@ -12,6 +12,7 @@ from _tiny import tiny_bert_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
 
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     """Each test compiles from an empty dynamo cache, as a run in its own process does. Without it, torch 2.13's CPU
