@@ -44,3 +44,19 @@ def test_bundled_corpus_is_well_formed_and_disjoint():
     assert sum(len(d.split()) for d in train) == 1_784_176
     assert all(d.strip() == d and d for d in train + validation), "documents are stripped and non-empty"
     assert not set(train) & set(validation), "validation documents must not occur in training"
+
+
+def test_worker_groups_name_existing_test_modules():
+    """Every module of tests/conftest.py's ``WORKER_GROUPS`` exists (a renamed one would silently leave its group and
+    make its shared runs once per worker again); a test of a grouped module is in its module's work unit, any other
+    test is a unit of its own."""
+    from _launch import load_module
+
+    conftest = load_module(ROOT / "tests" / "conftest.py", "sesame_tests_root_conftest")
+    assert conftest.WORKER_GROUPS
+    for module, group in conftest.WORKER_GROUPS.items():
+        assert (ROOT / module).is_file() and module.startswith("tests/") and module.endswith(".py"), module
+        assert conftest._group_of(f"{module}::test_anything[param]") == group
+    assert conftest._group_of("tests/test_project.py::test_x[1]") == "tests/test_project.py::test_x[1]"
+    users = [m for m, g in conftest.WORKER_GROUPS.items() if g == "reference-runs"]
+    assert all("reference_runs" in (ROOT / m).read_text() for m in users)  # the group is the fixture's users
