@@ -51,13 +51,19 @@ def hub_env(
     return env
 
 
+def launch_two_processes(*target: str) -> list[str]:
+    """``accelerate launch --config_file configs/cpu-2proc.yaml`` and then ``target``: more launcher options and the
+    script (``"pretrain"``, or ``"-m", "finetune.squad"``)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), *target]
+
+
 def pretrain_command(processes: int) -> list[str]:
     """``python -m pretrain`` for 1 process, ``accelerate launch --config_file configs/cpu-2proc.yaml pretrain``
     for 2."""
     if processes == 1:
         return [sys.executable, "-m", "pretrain"]
     assert processes == 2, "configs/cpu-2proc.yaml starts 2 processes"
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC), "pretrain"]
+    return launch_two_processes("pretrain")
 
 
 def run_pretrain(processes: int, args: list[str], timeout: float = 300) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import run_ok
+from _launch import launch_two_processes, run_ok
 from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
@@ -579,14 +579,7 @@ def test_two_process_evaluation_gathers_every_window_once(tiny_sesame_bert, tmp_
     evaluate += ["--per_device_eval_batch_size", "2"]
     assert squad.main([*evaluate, "--output_dir", str(outs[1])]) == 0  # one process: this one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    launch = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "configs" / "cpu-2proc.yaml"),
-    ]
-    run_ok([*launch, "-m", "finetune.squad", *evaluate, "--output_dir", str(outs[2])], ROOT, env)
+    run_ok([*launch_two_processes("-m", "finetune.squad"), *evaluate, "--output_dir", str(outs[2])], ROOT, env)
     one, two = (_json(outs[p] / "nbest_predictions.json") for p in (1, 2))
     assert list(one) == list(two) and set(one) == {r[0] for r in rows}
     for qid in one:

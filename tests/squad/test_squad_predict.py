@@ -5,7 +5,6 @@ prediction writing every question once."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -212,21 +211,11 @@ def test_two_process_prediction_writes_every_question_once(trained, tmp_path):
         )
         == 0
     )
-    from tests._launch import run_ok, subprocess_env
+    from tests._launch import launch_two_processes, run_ok, subprocess_env
     from tests.finetune.test_glue_workflows import _free_port
 
     two = tmp_path / "two"
-    launch = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "configs" / "cpu-2proc.yaml"),
-        "--main_process_port",
-        str(_free_port()),
-        "-m",
-        "finetune.squad",
-    ]
+    launch = launch_two_processes("--main_process_port", str(_free_port()), "-m", "finetune.squad")
     args = squad_args(
         trained, two, "--test_file", str(test), "--do_predict", tail=[*WINDOW, "--per_device_eval_batch_size", "2"]
     )
