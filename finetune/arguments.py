@@ -179,6 +179,31 @@ def learning_rate_help(script: str) -> str:
     )
 
 
+def logged_plan(accelerator, training, train_examples: int, data: str, learning_rate_source: str, logger):
+    """The fine-tuning run's plan, its summary line logged once (on the main process).
+
+    Args:
+        accelerator: the run's ``accelerate.Accelerator`` (its number of processes splits the examples).
+        training: the resolved ``training.config.TrainingConfig``.
+        train_examples: training examples (GLUE) or windows (SQuAD), before the split over processes.
+        data: the command's phrase for what it trains on, put in the summary (:meth:`RunPlan.summary`).
+        learning_rate_source: where the learning rate came from (the family's recipe, the command line).
+        logger: the command's ``logging.Logger``.
+
+    Returns:
+        The :class:`training.plan.RunPlan` of :func:`training.plan.make_plan`.
+
+    Raises:
+        InputError: from :func:`training.plan.make_plan` (training data that gives no batch on some process).
+    """
+    from training.plan import make_plan
+
+    plan = make_plan(training, train_examples=train_examples, num_processes=accelerator.num_processes)
+    if accelerator.is_main_process:
+        logger.info("%s", plan.summary(data, training.learning_rate, learning_rate_source))
+    return plan
+
+
 __all__ = [
     "FinetuneModelArguments",
     "card_family",
@@ -186,19 +211,8 @@ __all__ = [
     "default_learning_rate",
     "finetune_training_arguments",
     "learning_rate_help",
+    "logged_plan",
     "resolve_training",
     "start_command",
     "warn_if_same_file",
 ]
-
-
-def logged_plan(accelerator, training, train_examples: int, data: str, learning_rate_source: str, logger):
-    """The fine-tuning run's :class:`training.plan.RunPlan` for ``train_examples`` (examples or windows) over the
-    accelerator's processes; its summary line (:meth:`RunPlan.summary` around ``data``, the command's phrase for what
-    it trains on) is logged on the main process."""
-    from training.plan import make_plan
-
-    plan = make_plan(training, train_examples=train_examples, num_processes=accelerator.num_processes)
-    if accelerator.is_main_process:
-        logger.info("%s", plan.summary(data, training.learning_rate, learning_rate_source))
-    return plan

@@ -66,6 +66,15 @@ def assert_same_gradients(model, reference, loss, reference_loss, low_precision:
         assert (a.grad - b.grad).norm() <= 0.02 * b.grad.norm() + 1e-6, name
 
 
+def reset_accelerate_state() -> None:
+    """A fresh accelerate state (``AcceleratorState`` and ``GradientState``), as a new process has: before and after a
+    command run in the test process."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
 def run_reference_in_process(argv: list[str]) -> dict:
     """The time-to-quality bench's ``ttq.reference.reference_main(argv)`` in this process (faster than a child), its
     import blocker removed afterwards (``bench/`` must be on ``sys.path``, as the bench tests put it)."""

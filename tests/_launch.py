@@ -76,18 +76,16 @@ def run_pretrain_here(args: list[str]) -> None:
     """Run ``pretrain`` with ``args`` in this process (``run_cli``, as ``python -m pretrain`` calls it), in a fresh
     accelerate state (reset after it too); fail the test unless it exits 0. One process start fewer than
     ``run_pretrain(1, args)``, for a 1-process reference run whose process boundary is not under test."""
-    from accelerate.state import AcceleratorState, GradientState
+    from _helpers import reset_accelerate_state
 
     from core.errors import run_cli
     from pretrain.cli import main
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     try:
         assert run_cli(main, args) == 0
     finally:
-        AcceleratorState._reset_state(True)
-        GradientState._reset_state()
+        reset_accelerate_state()
 
 
 def start_pretrain(processes: int, args: list[str], text: bool = False):

@@ -25,7 +25,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 from pathlib import Path
 
 import pytest
-from _helpers import write_corpus
+from _helpers import reset_accelerate_state, write_corpus
 from _launch import ReferenceRuns, write_assets
 
 #: Test modules whose tests share module- or session-scoped runs, servers or corpora: under pytest-xdist each of these
@@ -91,13 +91,9 @@ def tiny_corpus_gz(tmp_path: Path) -> Path:
 @pytest.fixture
 def fresh_state():
     """A fresh accelerate state before and after the test, for CLIs run in-process (``run_cli(main, ...)``)."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 @pytest.fixture

@@ -43,29 +43,25 @@ def shared(tmp_path_factory):
 
 class _Runs:
     """The uninterrupted 20-step runs of an objective, each made on first use: ``one`` (1 process x 8 blocks, every
-    checkpoint kept) and ``ddp`` (2 processes x 4 blocks)."""
+    checkpoint kept; in the test process) and ``ddp`` (2 processes x 4 blocks)."""
 
     def __init__(self, shared: Path, root: Path):
-        self.shared, self.root, self.done = shared, root, {}
-
-    def _get(self, name: str, objective: str, command: list[str] | None, *extra: str) -> Path:
-        out = self.root / f"{name}-{objective}"
-        if out not in self.done:
-            args = _args(self.shared, out, *extra, "--objective", objective)
-            if command:
-                _run(command + args)
-            else:
-                run_pretrain_here(args)
-            self.done[out] = True
-        return out
+        self.shared, self.root, self.made = shared, root, set()
 
     def one(self, objective: str) -> Path:
-        """In the test process (``run_pretrain_here``)."""
-        args = ("--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0")
-        return self._get("one", objective, None, *args)
+        out = self.root / f"one-{objective}"
+        if out not in self.made:
+            extra = ("--per_device_train_batch_size", "8", "--checkpoints_total_limit", "0", "--objective", objective)
+            run_pretrain_here(_args(self.shared, out, *extra))
+            self.made.add(out)
+        return out
 
     def ddp(self, objective: str) -> Path:
-        return self._get("ddp", objective, _command(2))
+        out = self.root / f"ddp-{objective}"
+        if out not in self.made:
+            _run(_command(2) + _args(self.shared, out, "--objective", objective))
+            self.made.add(out)
+        return out
 
 
 @pytest.fixture(scope="module")
