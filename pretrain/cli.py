@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
-    from core.files import check_output_dir_reuse
+    from core.files import check_output_dir_reuse, check_sources_outside
     from core.logs import setup_logging
     from pretrain.build import build_model, get_tokenizer, load_model_config
     from pretrain.parts import pretraining_parts
@@ -92,6 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     training = plan.training
     check_output_dir_reuse(training.output_dir, training.overwrite_output_dir, bool(training.resume_from_checkpoint))
+    if training.overwrite_output_dir and not training.resume_from_checkpoint:  # it deletes checkpoints/, tokenizer/
+        sources = {
+            "--model_name_or_path": plan.model.model_name_or_path,
+            "--tokenizer_name": plan.model.tokenizer_name,
+            "--train_file": plan.corpus.train_file,
+            "--validation_file": plan.corpus.validation_file,
+            "--prepared_dataset": plan.data.prepared_dataset,
+        }
+        check_sources_outside(training.output_dir, sources, replaced=("checkpoints", "tokenizer"))
     check_data_files(plan.corpus)
     plan = plan.with_model_config(load_model_config(plan))
     with Run(
