@@ -38,6 +38,11 @@ class TrainingConfig:
     per_device_train_batch_size: int = arg(32, "micro-batch size per process")
     per_device_eval_batch_size: int = arg(64, "evaluation batch size per process")
     gradient_accumulation_steps: int = arg(1, "micro-batches per process per optimizer step")
+    batch_size_warmup_tokens: int | None = arg(
+        None,
+        "pretrain: batch-size warmup over the first N tokens: the global batch grows linearly in tokens from one "
+        "micro-batch per process to the full --gradient_accumulation_steps (ModernBERT's batch-size warmup)",
+    )
     learning_rate: float = arg(5e-4, "peak learning rate")
     weight_decay: float = arg(0.01, "AdamW weight decay, not on biases/norms")
     adam_beta1: float = arg(0.9, "AdamW beta1")
@@ -45,8 +50,15 @@ class TrainingConfig:
     adam_epsilon: float = arg(1e-8, "AdamW epsilon")
     optim: str = arg(
         "adamw_torch_fused",
-        "AdamW implementation: the fused kernel (where the device has it) or foreach",
+        "optimizer: torch's AdamW, fused kernel (where the device has it) or foreach; stable_adamw: torch-optimi's "
+        "StableAdamW (AdamW with per-tensor update clipping, ModernBERT's)",
         choices=list(OPTIMIZERS),
+    )
+    decoupled_weight_decay: bool = arg(
+        False,
+        "weight decay independent of the learning rate's size: each step multiplies the weights by 1 - (lr_t / peak "
+        "lr) x --weight_decay (Composer's DecoupledAdamW, optimi's decouple_lr; ModernBERT: 1e-5), not 1 - lr_t x "
+        "--weight_decay",
     )
     lr_scheduler_type: str = arg("linear", "learning-rate schedule", choices=list(SCHEDULERS))
     num_warmup_steps: int | None = arg(None, "optimizer steps of linear warmup (overrides --warmup_ratio)")
@@ -114,6 +126,7 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         for name, low in (
             ("gradient_accumulation_steps", 1),
+            ("batch_size_warmup_tokens", 1),
             ("max_train_steps", 1),
             ("num_warmup_steps", 0),
             ("skip_nonfinite_steps", 0),
@@ -195,9 +208,11 @@ def optimizer_settings(config: TrainingConfig, num_warmup_steps: int) -> dict[st
         "adam_beta2": config.adam_beta2,
         "adam_epsilon": config.adam_epsilon,
         "optim": config.optim,
+        "decoupled_weight_decay": config.decoupled_weight_decay,
         "lr_scheduler_type": config.lr_scheduler_type,
         "num_warmup_steps": num_warmup_steps,
         "num_decay_steps": config.num_decay_steps,
+        "batch_size_warmup_tokens": config.batch_size_warmup_tokens,
         "max_grad_norm": config.max_grad_norm,
     }
 

@@ -18,9 +18,11 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 (:mod:`training.evaluation`) and checkpoints (:mod:`training.checkpoint_files`). What it guarantees:
 
 * **Optimizer steps.** One optimizer step consumes ``gradient_accumulation_steps`` (G) micro-batches per
-  process (fewer at the end of an epoch). The learning-rate schedule is stepped by the loop exactly once per
-  optimizer step (skipped when a mixed-precision step is skipped), so after N optimizer steps the schedule has
-  taken N steps for any G and any number of processes P (see :mod:`training.optim`; accelerate#662).
+  process (fewer at the end of an epoch, and during a batch-size warmup: the plan's
+  :meth:`training.plan.RunPlan.micro_batches`, a function of the step number). The learning-rate schedule is
+  stepped by the loop exactly once per optimizer step (skipped when a mixed-precision step is skipped), so after N
+  optimizer steps the schedule has taken N steps for any G and any number of processes P (see
+  :mod:`training.optim`; accelerate#662).
 * **Exact loss normalisation.** Each micro-batch's loss is the model's mean over its predicted items (tokens
   for MLM/BiLM, examples for classification) and ``weight_fn(batch)`` counts those items. The loop sums the
   counts of the G micro-batches on all P processes (one all-reduce per step) and back-propagates
@@ -145,6 +147,10 @@ class Trainer:
             in checkpoints; a resume with other data is refused.
         plan: the run's counts (:func:`training.plan.make_plan`, from the command); default: the plan of
             ``config`` on the prepared loader.
+        batch_fn: ``(batch, step) -> batch``, applied to each micro-batch of optimizer step ``step`` (1-based) before
+            ``weight_fn`` and ``loss_fn`` (e.g. a masking-rate schedule); a pure function of its arguments keeps a
+            resume exact.
+        log_fn: ``step -> {name: value}``, more values logged at each logging step (e.g. the masking rate).
 
     Raises:
         InputError: the training data gives no batch; a ``plan`` of another number of batches than the loader's.
@@ -167,8 +173,11 @@ class Trainer:
         run_id: str | None = None,
         data_fingerprint: list[dict[str, Any]] | None = None,
         plan: RunPlan | None = None,
+        batch_fn: Callable[[dict, int], dict] | None = None,
+        log_fn: Callable[[int], Mapping[str, float]] | None = None,
     ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
+        self.batch_fn, self.log_fn = batch_fn, log_fn
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         self.collator = train_dataloader.collate_fn
         self.per_device_train_batch_size = int(train_dataloader.batch_size or 1)
@@ -315,7 +324,7 @@ class Trainer:
                 loader = self.accelerator.skip_first_batches(loader, self.state.batches_in_epoch)
             self._batches = iter(loader)
         self._step_started = time.perf_counter()
-        group = list(islice(self._batches, self.config.gradient_accumulation_steps))
+        group = list(islice(self._batches, self.plan.micro_batches(self.state.global_step + 1)))
         if not group:
             if self.plan.batches_per_process is None:
                 self.state.next_epoch()
@@ -327,6 +336,8 @@ class Trainer:
         """Forward and backward over ``group``, clipping, then the update (or its skip on a non-finite step) and the
         schedule step; the step's statistics are queued on the device."""
         acc = self.accelerator
+        if self.batch_fn is not None:
+            group = [self.batch_fn(b, self.state.global_step + 1) for b in group]
         loss_sum, nonfinite, total_weight, tokens, samples = self._forward_backward(group)
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm else float("inf")
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -456,6 +467,8 @@ class Trainer:
             "train_seconds": self._session.seconds,
             "train_tokens": self._session.tokens,
         }
+        if self.log_fn is not None:
+            record.update(self.log_fn(step))
         self.accelerator.log(record, step=step)
         self.state.log_history.append({"step": step, **record})
         if not self._estimate.logged and self.accelerator.is_main_process and step < self.plan.max_train_steps:
