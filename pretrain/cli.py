@@ -99,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--train_file": plan.corpus.train_file,
             "--validation_file": plan.corpus.validation_file,
             "--prepared_dataset": plan.data.prepared_dataset,
+            "--continue_from_checkpoint": training.continue_from_checkpoint,
         }
         check_sources_outside(training.output_dir, sources, replaced=("checkpoints", "tokenizer"))
     check_data_files(plan.corpus)

@@ -39,6 +39,18 @@ from training.state import TrainerState
 #: the loop's logger: these lines are the loop's, and keep its name in the log
 logger = logging.getLogger("training.loop")
 
+#: The optimizer settings a new phase (``--continue_from_checkpoint``) must share with the checkpoint: those its
+#: optimizer state depends on (the schedule is the phase's own).
+PHASE_SETTINGS = (
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "optim",
+    "decoupled_weight_decay",
+)
+
 
 class Checkpointer:
     """``<output_dir>/checkpoints/step_N`` of one run (what it guarantees: this module's docstring).
@@ -106,13 +118,7 @@ class Checkpointer:
         # after the load: another model is named first, not its default lr
         check_resume_settings(path, saved, state, warn=acc.is_main_process)
         state.load_resumed(saved)
-        # the position in the epoch is counted in examples, so that another split of the same global batch
-        # (processes x per-device batch x accumulation) continues with the very next examples
-        per_micro_batch = per_device_train_batch_size * acc.num_processes
-        saved_micro_batch = int(saved.get("per_device_train_batch_size", per_device_train_batch_size)) * int(
-            saved.get("num_processes", acc.num_processes)
-        )
-        state.batches_in_epoch = int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
+        state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
         if acc.is_main_process:
             logger.info(
                 "resumed from %s at step %d (epoch %d, %d micro-batches in)",
@@ -120,6 +126,54 @@ class Checkpointer:
                 state.global_step,
                 state.epoch,
                 state.batches_in_epoch,
+            )
+        return str(path)
+
+    def start_phase(self, state: TrainerState, scheduler, per_device_train_batch_size: int) -> str | None:
+        """Start a new phase from ``continue_from_checkpoint`` (None: nothing to do): the weights, optimizer state
+        and RNG states of that checkpoint of an earlier run, and its position in the data (epoch, micro-batches in,
+        counted in examples as on resume); this run's own steps (from 0), schedule and histories. The
+        optimizer's learning rate is set to this run's schedule at its step 0. So a decay phase of M steps from the
+        step-N checkpoint of a constant-after-warmup run takes the very steps, batches and learning rates of steps N
+        + 1 .. N + M of one warmup-stable-decay run.
+
+        Raises:
+            InputError: a damaged checkpoint, another global batch or training set, other training data, other
+                optimizer settings (learning rate, weight decay, betas, epsilon, ``--optim``), or one that does not fit
+                the model/optimizer.
+        """
+        spec, acc, flag = self.config.continue_from_checkpoint, self.accelerator, "--continue_from_checkpoint"
+        if not spec:
+            return None
+        path = ckpt.check_checkpoint_path(spec, flag)
+        damaged, incomplete = ckpt.checkpoint_problems(path)
+        if damaged or incomplete:
+            raise InputError(f"{flag} {spec}: damaged checkpoint ({damaged or incomplete}); expected an intact one")
+        saved = ckpt.read_state(path)
+        current = {
+            "num_processes": acc.num_processes,
+            "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
+            "per_device_train_batch_size": per_device_train_batch_size,
+            "max_train_steps": saved.get("max_train_steps"),  # a phase has its own steps
+            "num_train_examples": state.num_train_examples,
+        }
+        check_resume_geometry(path, saved, current, flag)
+        check_pickles(path, acc.process_index)
+        _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
+        for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr()):
+            group["lr"] = lr  # the loaded optimizer holds the earlier run's last rate
+        check_resume_settings(path, saved, state, warn=acc.is_main_process, keys=PHASE_SETTINGS, flag=flag)
+        state.epoch = int(saved.get("epoch", 0))
+        state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
+        if acc.is_main_process:
+            logger.info(
+                "a new phase from %s (step %s of the run that wrote it; epoch %d, %d micro-batches in): its weights, "
+                "optimizer and random states, then %d steps of this run's schedule",
+                path,
+                saved.get("global_step"),
+                state.epoch,
+                state.batches_in_epoch,
+                state.max_train_steps,
             )
         return str(path)
 
@@ -151,6 +205,17 @@ class Checkpointer:
             )
         record = next(e for e in reversed(state.eval_history) if e["step"] == best)
         return {k: v for k, v in record.items() if k != "step"}
+
+
+def _batches_in_epoch(saved: Mapping[str, Any], per_device_train_batch_size: int, num_processes: int) -> int:
+    """The micro-batches per process of this run consumed in the checkpoint's epoch (``saved``: its
+    ``trainer_state.json``). The position is counted in examples, so that another split of the same global batch
+    (processes x per-device batch x accumulation) continues with the very next examples."""
+    per_micro_batch = per_device_train_batch_size * num_processes
+    saved_micro_batch = int(saved.get("per_device_train_batch_size", per_device_train_batch_size)) * int(
+        saved.get("num_processes", num_processes)
+    )
+    return int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
 
 
 def _load(accelerator, path, saved: Mapping[str, Any], scheduler) -> None:
@@ -211,7 +276,14 @@ def check_pickles(path, process_index: int) -> None:
         ) from err
 
 
-def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, warn: bool = True) -> None:
+def check_resume_settings(
+    path,
+    saved: Mapping[str, Any],
+    state: TrainerState,
+    warn: bool = True,
+    keys: tuple[str, ...] | None = None,
+    flag: str = "--resume_from_checkpoint",
+) -> None:
     """Refuse a resume with other training data (by content) or other optimizer settings than the checkpoint's
     (its optimizer state and schedule would silently keep the old values); warn about another
     ``max_grad_norm`` (applied as given from here on) when ``warn`` (the main process).
@@ -219,6 +291,8 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
     Args:
         saved: the checkpoint's ``trainer_state.json``; ``state``: this run's (its ``data_fingerprint`` and
             ``optimizer_settings``).
+        keys: the optimizer settings compared (default: all; a new phase: :data:`PHASE_SETTINGS`, its schedule is
+            its own). ``flag``: the flag named in the error.
 
     Raises:
         InputError: one line naming what changed, the saved and the current value.
@@ -226,14 +300,14 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
     changed = data_change(saved.get("data_fingerprint"), state.data_fingerprint)
     if changed:
         raise InputError(
-            f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
+            f"{flag} {path}: the training data changed since the checkpoint "
             f"({changed}); expected the same files and settings (start a new run for other data)"
         )
     old, new = saved.get("optimizer_settings") or {}, state.optimizer_settings
-    differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm"]
+    differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm" and (keys is None or k in keys)]
     if differ:
         raise InputError(
-            f"--resume_from_checkpoint {path}: optimizer settings differ from the checkpoint's "
+            f"{flag} {path}: optimizer settings differ from the checkpoint's "
             f"({'; '.join(f'{k} {old[k]} -> {new[k]}' for k in differ)}): the checkpoint's optimizer state and "
             "schedule would keep its values; expected the same settings (to train on with others, start a new "
             "run from the saved model)"
@@ -247,7 +321,9 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
         )
 
 
-def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def check_resume_geometry(
+    path, saved: Mapping[str, Any], current: Mapping[str, Any], flag: str = "--resume_from_checkpoint"
+) -> None:
     """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
     number of optimizer steps or another training set size. Another split of the same global batch
     (processes, per-device batch, accumulation) is fine: the position is counted in examples.
@@ -256,6 +332,7 @@ def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, 
         saved: the checkpoint's ``trainer_state.json``.
         current: this run's ``num_processes``, ``gradient_accumulation_steps``, ``per_device_train_batch_size``,
             ``max_train_steps`` and ``num_train_examples`` (None: a stream).
+        flag: the flag named in the error.
 
     Raises:
         InputError: one line naming what changed, the saved and the current value.
@@ -281,10 +358,10 @@ def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, 
         changes.append(f"training examples {saved.get('num_train_examples')} -> {num_train_examples}")
     if changes:
         raise InputError(
-            f"--resume_from_checkpoint {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
+            f"{flag} {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
             "expected the same global batch, number of steps and training data (another split of the same "
             "global batch over processes, per-device batch and accumulation is fine)"
         )
 
 
-__all__ = ["Checkpointer", "check_pickles", "check_resume_geometry", "check_resume_settings"]
+__all__ = ["PHASE_SETTINGS", "Checkpointer", "check_pickles", "check_resume_geometry", "check_resume_settings"]

@@ -78,6 +78,13 @@ class TrainingConfig:
     resume_from_checkpoint: str | None = arg(
         None, "'latest' (newest in <output_dir>/checkpoints) or a checkpoint folder"
     )
+    continue_from_checkpoint: str | None = arg(
+        None,
+        "start a new phase from a checkpoint of an earlier run (e.g. a decay phase after a stable one): its weights, "
+        "optimizer state, random states and position in the training data, with this run's steps and schedule "
+        "(e.g. --lr_scheduler_type warmup_stable_decay_1sqrt --num_warmup_steps 0 --num_decay_steps M "
+        "--max_train_steps M); the same data, global batch and optimizer settings",
+    )
     ignore_checkpoint_integrity: bool = arg(
         False,
         "resume from a checkpoint without its file manifest or RNG state "
@@ -172,6 +179,8 @@ class TrainingConfig:
             check_output_dir(self.output_dir)
         if self.resume_from_checkpoint not in (None, "", "latest"):
             check_checkpoint_path(self.resume_from_checkpoint)
+        if self.continue_from_checkpoint:
+            check_checkpoint_path(self.continue_from_checkpoint, "--continue_from_checkpoint")
 
     def _is_set(self, name: str) -> bool:
         return getattr(self, name) is not None or name not in self._resolved_later

@@ -54,6 +54,9 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 * **Checkpoints and exact resume** (:mod:`training.checkpointer`). Every ``checkpointing_steps`` optimizer steps
   (a fraction below 1: of the run) and at the end, ``<output_dir>/checkpoints/step_N/``; ``resume_from_checkpoint``
   continues with the very batches and dropout masks of an uninterrupted run (what it needs: see there).
+  ``continue_from_checkpoint`` starts a new phase (its own steps and schedule) from another run's checkpoint with
+  the same continuity (:meth:`training.checkpointer.Checkpointer.start_phase`): no evaluation at its step 0 (the
+  earlier run's last evaluation is that point, and an evaluation draws a DataLoader seed from the global RNG).
 * **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
   finish the current optimizer step (with several processes: the steps up to the next logging step, where all
   processes read the combined flag), write its checkpoint and raise :class:`TrainingStopped`;
@@ -295,8 +298,10 @@ class Trainer:
             # checkpoint already, so they are not drawn twice
             with torch.random.fork_rng(devices=[]):
                 self.evaluate()
-        elif self.eval_fn is not None and self.plan.eval_steps and self.state.global_step == 0:
-            self.evaluate()  # the starting point of the validation curve
+        elif (
+            self.eval_fn is not None and self.plan.eval_steps and self.state.global_step == 0 and not self._phase_start
+        ):
+            self.evaluate()  # the starting point of the validation curve (a new phase's: the earlier run's last)
         # A progress bar redraws its line with carriage returns: in a file (not a terminal) log lines would be glued
         # onto it, so there the progress goes into plain log lines instead (:meth:`_log_progress`).
         self._bar_in_terminal = is_terminal(sys.stderr)
@@ -556,9 +561,14 @@ class Trainer:
         return path
 
     def _resume(self) -> None:
-        """Resume from ``resume_from_checkpoint`` when given (:meth:`Checkpointer.resume`)."""
+        """Resume from ``resume_from_checkpoint`` when given (:meth:`Checkpointer.resume`); else start a new phase
+        from ``continue_from_checkpoint`` when given (:meth:`Checkpointer.start_phase`)."""
+        self._phase_start = False
         path = self.checkpointer.resume(self.state, self.scheduler, self.per_device_train_batch_size)
-        if path is not None:
+        if path is None and self.config.continue_from_checkpoint:
+            self.checkpointer.start_phase(self.state, self.scheduler, self.per_device_train_batch_size)
+            self._phase_start = True
+        elif path is not None:
             self.last_checkpoint = path
 
     def request_stop(self) -> None:

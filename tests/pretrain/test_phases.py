@@ -66,16 +66,19 @@ def test_masking_rate_schedule_is_refused_for_the_bilm(corpus_dir, tmp_path):
         parse(corpus_args(corpus_dir, tmp_path / "o", "--mlm_probability_end", "1.5"))
 
 
+def _tokenizer_args(tokenizer, tmp_path) -> list[str]:
+    """``--tokenizer_name`` of ``tokenizer`` saved into ``tmp_path/tok``."""
+    tokenizer.save_pretrained(tmp_path / "tok")
+    return ["--tokenizer_name", str(tmp_path / "tok")]
+
+
 def test_phases_resume_mid_schedules_is_bitwise(corpus_dir, bert_tokenizer, tmp_path, fresh_state):
     """StableAdamW with decoupled weight decay, a batch-size warmup (micro-batches of 8 x 32 = 256 tokens, G = 3,
     1024 warmup tokens: steps of 1, 1, 2, then 3 micro-batches) and a masking rate 0.3 -> 0.1 over 6 steps: the run
     resumed from its step-2 checkpoint (inside both schedules) ends with bitwise the uninterrupted run's weights and
     log; the evaluation's rate stays fixed (the same eval_loss for the same weights), and the rate is logged."""
-    tok = tmp_path / "tok"
-    bert_tokenizer.save_pretrained(tok)
     common = [
-        "--tokenizer_name",
-        str(tok),
+        *_tokenizer_args(bert_tokenizer, tmp_path),
         *checkpoint_args(6, 2),
         "--learning_rate",
         "2e-3",
@@ -111,3 +114,43 @@ def test_phases_resume_mid_schedules_is_bitwise(corpus_dir, bert_tokenizer, tmp_
     assert [r["train_loss"] for r in log_r] == [r["train_loss"] for r in log]
     evals = [json.loads((d / "eval_history.json").read_text()) for d in (full, resumed)]
     assert evals[0] == evals[1]
+
+
+def test_stable_then_decay_phase_is_one_warmup_stable_decay_run(
+    corpus_dir, bert_tokenizer, tmp_path, fresh_state, capsys
+):
+    """Acceptance (issue 52): a stable run of 4 steps (linear warmup of 2, then constant) followed by a decay phase
+    of 2 steps from its step-4 checkpoint (--continue_from_checkpoint: weights, optimizer, random states, data
+    position) gives bitwise the model.safetensors of one run of 6 steps with the same warmup-stable-decay schedule
+    (1 - sqrt decay over the last 2 steps), and the same learning rates and losses step by step."""
+    tok = tmp_path / "tok"
+    bert_tokenizer.save_pretrained(tok)
+    common = [
+        "--tokenizer_name",
+        str(tok),
+        "--learning_rate",
+        "2e-3",
+        "--num_warmup_steps",
+        "2",
+        "--logging_steps",
+        "1",
+    ]
+    common += ["--eval_steps", "4"]  # one evaluation at step 4 in each (it draws a loader seed from the global RNG)
+    wsd = ["--lr_scheduler_type", "warmup_stable_decay_1sqrt", "--num_decay_steps", "2"]
+    single, stable, decay = tmp_path / "single", tmp_path / "stable", tmp_path / "decay"
+    assert run_cli(main, corpus_args(corpus_dir, single, *common, *wsd, "--max_train_steps", "6")) == 0
+    stable_args = ["--lr_scheduler_type", "constant_with_warmup", "--max_train_steps", "4"]
+    assert run_cli(main, corpus_args(corpus_dir, stable, *common, *stable_args)) == 0
+    phase = [*wsd, "--num_warmup_steps", "0", "--max_train_steps", "2"]
+    phase += ["--continue_from_checkpoint", str(stable / "checkpoints" / "step_4")]
+    assert run_cli(main, corpus_args(corpus_dir, decay, *common, *phase)) == 0
+    assert (decay / "model.safetensors").read_bytes() == (single / "model.safetensors").read_bytes()
+    logs = {d.name: json.loads((d / "trainer_log.json").read_text()) for d in (single, stable, decay)}
+    assert [r["learning_rate"] for r in logs["stable"] + logs["decay"]] == [r["learning_rate"] for r in logs["single"]]
+    assert [r["train_loss"] for r in logs["stable"] + logs["decay"]] == [r["train_loss"] for r in logs["single"]]
+    assert logs["decay"][0]["learning_rate"] < 2e-3, "the check can fail: the phase decays"
+    assert (stable / "model.safetensors").read_bytes() != (single / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert run_cli(main, corpus_args(corpus_dir, tmp_path / "other", *common, *phase, "--learning_rate", "1e-3")) == 2
+    error = capsys.readouterr().err
+    assert "--continue_from_checkpoint" in error and "optimizer settings differ" in error and "learning_rate" in error
