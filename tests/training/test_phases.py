@@ -217,3 +217,41 @@ def test_resume_refuses_another_batch_size_warmup(toy, tmp_path):
             warmup=8,
             resume=str(ckpt.checkpoint_dirs(tmp_path / "a" / "checkpoints")[-1][1]),
         )
+
+
+def _phase_run(toy, tmp_path, out, steps, schedule, **kw):
+    config = _config(
+        tmp_path,
+        out=out,
+        learning_rate=0.05,
+        max_train_steps=steps,
+        lr_scheduler_type=schedule,
+        checkpoints_total_limit=0,
+        logging_steps=1,
+        **kw,
+    )
+    acc = toy.accelerator(config)
+    trainer = Trainer(acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config)
+    return trainer, trainer.train()
+
+
+def test_decay_phase_resumed_inside_is_one_warmup_stable_decay_run(toy, tmp_path):
+    """Stable 6 steps (warmup 2, then constant) + a decay phase of 6 steps from its last checkpoint, the phase
+    stopped after its step 2 and resumed (--resume_from_checkpoint latest): bitwise the weights and learning rates of
+    one warmup-stable-decay run of 12 steps (1 - sqrt over the last 6; dropout on, epochs of 10 micro-batches)."""
+    wsd = "warmup_stable_decay_1sqrt"
+    single, one = _phase_run(toy, tmp_path, "single", 12, wsd, num_warmup_steps=2, num_decay_steps=6)
+    _, stable = _phase_run(toy, tmp_path, "stable", 6, "constant_with_warmup", num_warmup_steps=2)
+    start = str(tmp_path / "stable" / "checkpoints" / "step_6")
+    phase = dict(num_warmup_steps=0, num_decay_steps=6, continue_from_checkpoint=start, checkpointing_steps=2)
+    _phase_run(toy, tmp_path, "decay", 6, wsd, **phase)
+    for name in os.listdir(tmp_path / "decay" / "checkpoints"):  # keep step_2 only: as if stopped there
+        if name != "step_2":
+            shutil.rmtree(tmp_path / "decay" / "checkpoints" / name)
+    decay_trainer, decay = _phase_run(toy, tmp_path, "decay", 6, wsd, resume_from_checkpoint="latest", **phase)
+    for k, v in decay_trainer.unwrapped_model.state_dict().items():
+        assert torch.equal(v, single.unwrapped_model.state_dict()[k]), k
+    lrs = [r["learning_rate"] for r in stable["log_history"] + decay["log_history"]]
+    assert lrs == [r["learning_rate"] for r in one["log_history"]] and lrs[-1] == 0.0
+    _, fresh = _phase_run(toy, tmp_path, "fresh", 6, wsd, num_warmup_steps=0, num_decay_steps=6)
+    assert fresh["train_loss"] != decay["train_loss"], "the check can fail: the phase starts from the checkpoint"
