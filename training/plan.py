@@ -269,8 +269,9 @@ def make_plan(
     ``max_train_steps`` (a time budget converted into steps), else ``config.max_train_steps``, else
     ``num_train_epochs`` passes (rounded up, at least 1 step); warmup ``num_warmup_steps``, else ``warmup_ratio`` of
     the steps (rounded up); intervals by :func:`resolve_interval`. With ``config.batch_size_warmup_tokens`` (needs
-    ``max_seq_length``) the steps of a token budget or of epochs count the warmup's smaller steps
-    (:class:`BatchWarmup`): they take the same tokens as the warmup-free run.
+    ``max_seq_length``) the steps of a token budget, of epochs or of a time budget (``seconds_per_step`` given: its
+    ``max_train_steps`` are full steps) count the warmup's smaller steps (:class:`BatchWarmup`): they take the same
+    tokens (the same time) as the warmup-free run.
 
     Args:
         max_seq_length: tokens per block, for ``tokens_per_step`` (None: examples of varying length).
@@ -308,6 +309,9 @@ def make_plan(
         steps = steps_for_tokens(max_train_tokens, tokens_per_step)
         if warm is not None:
             steps = warm.steps_for(steps_for_tokens(max_train_tokens, warm.tokens_per_micro_batch))
+    elif warm is not None and max_train_steps and seconds_per_step is not None:
+        # a time budget's full steps: as many micro-batches (each about 1/G of a full step's time), fewer steps
+        steps = warm.steps_for(max_train_steps * accumulation)
     if num_epoch_batches is None and steps is None:  # a stream: no length until it ends
         raise InputError(
             "--max_train_steps: not given, but a streamed dataset has no length to count epochs "

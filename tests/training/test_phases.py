@@ -152,6 +152,11 @@ def test_plan_counts_the_tokens_of_the_warmup(tmp_path):
     line = plan.summary("data", 1e-3, "x")
     assert "batch-size warmup over the first 640 tokens: 4 -> 16 sequences" in line
     assert f"{sum(ks) * u:.4g} tokens in all" in line
+    timed = make_plan(
+        config, train_examples=1000, num_processes=2, max_seq_length=32, max_train_steps=10, seconds_per_step=1.0
+    )
+    # a time budget's 10 full steps: the fewest steps that take their 40 micro-batches
+    assert timed.micro_batches_in(timed.max_train_steps - 1) < 40 <= timed.micro_batches_in(timed.max_train_steps)
     plain = make_plan(config.resolved(batch_size_warmup_tokens=None), train_examples=1000, num_processes=2)
     assert plain.batch_warmup is None and plain.micro_batches(1) == 4
     with pytest.raises(InputError, match="fixed-length blocks"):
