@@ -100,7 +100,7 @@ from training.accelerator import (
     replica_difference,
 )
 from training.best import should_stop_early, update_best
-from training.checkpointer import Checkpointer
+from training.checkpointer import Checkpointer, model_architecture
 from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
 from training.evaluation import EvaluationInterrupted, stop_when
@@ -215,6 +215,7 @@ class Trainer:
             run_id=run_id,
             data_fingerprint=data_fingerprint,
             optimizer_settings=optimizer_settings(config, plan.num_warmup_steps),
+            model_config=model_architecture(model),
         )
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
         self.run_config = {
