@@ -210,23 +210,16 @@ def stream_held_out(stream, percentage: int, source: str) -> int:
     return held
 
 
-def _load_stream(
-    train_files,
-    validation_file,
-    dataset_name,
-    dataset_config_name,
-    text_column_name,
-    sample_by,
-    validation_split_percentage: int = 5,
-):
-    """The streaming branch of :func:`load_raw_datasets` (``IterableDatasetDict`` with ``train``/``validation``)."""
+def _load_stream(train_files, validation_file, dataset_name, config_name, text_column_name, sample_by, percentage=5):
+    """The streaming branch of :func:`load_raw_datasets` (``IterableDatasetDict`` with ``train``/``validation``;
+    ``percentage``: ``validation_split_percentage``)."""
     from datasets import IterableDatasetDict, load_dataset
 
     from tokenizer.corpus import check_text_files
 
     try:
         if dataset_name:
-            raw = load_dataset(dataset_name, dataset_config_name, streaming=True)
+            raw = load_dataset(dataset_name, config_name, streaming=True)
         else:
             files = {"train": [str(p) for p in check_text_files(train_files or DEFAULT_TRAIN_FILES, "--train_file")]}
             if validation_file:
@@ -249,7 +242,7 @@ def _load_stream(
     raw = raw.filter(lambda b: [bool(t and t.strip()) for t in b["text"]], batched=True)
     if "validation" not in raw:
         source = f"--dataset_name {dataset_name}" if dataset_name else f"--train_file {' '.join(files['train'])}"
-        held = stream_held_out(raw["train"], validation_split_percentage, source)
+        held = stream_held_out(raw["train"], percentage, source)
         raw = IterableDatasetDict({"train": raw["train"].skip(held), "validation": raw["train"].take(held)})
     return IterableDatasetDict({"train": raw["train"], "validation": raw["validation"]})
 

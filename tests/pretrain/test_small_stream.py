@@ -9,6 +9,7 @@ import json
 import logging
 
 import pytest
+from _launch import corpus_args
 
 from core.errors import InputError, run_cli
 from pretrain.cli import main
@@ -33,28 +34,16 @@ def test_a_stream_holds_out_200_documents_or_a_share_of_a_short_one(n, held):
 def test_a_stream_of_fewer_than_two_documents_is_refused(n):
     from pretrain.data import stream_held_out
 
-    with pytest.raises(InputError, match=rf"--streaming: --train_file t.txt holds {n} document\(s\).*--validation_file"):
+    refusal = rf"--streaming: --train_file t.txt holds {n} document\(s\).*--validation_file"
+    with pytest.raises(InputError, match=refusal):
         stream_held_out(_stream(n), 5, "--train_file t.txt")
 
 
-def _argv(train, tok, out) -> list[str]:
-    return [
-        "--train_file",
-        str(train),
-        "--streaming",
-        "--tokenizer_name",
-        str(tok),
-        "--config_name",
-        "bert-tiny",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "2",
-        "--output_dir",
-        str(out),
-    ]
+def _argv(corpus_dir, tok, out) -> list[str]:
+    """:func:`_launch.corpus_args` of a 2-step streamed run, without its ``--validation_file``."""
+    argv = corpus_args(corpus_dir, out, "--streaming", "--max_train_steps", "2", tokenizer=tok)
+    at = argv.index("--validation_file")
+    return argv[:at] + argv[at + 2 :]
 
 
 def test_streaming_a_file_of_60_documents_without_a_validation_file_trains(
@@ -65,14 +54,14 @@ def test_streaming_a_file_of_60_documents_without_a_validation_file_trains(
     documents = (corpus_dir / "train.txt").read_text().strip().split("\n\n")
     assert len(documents) <= 200
     with caplog.at_level(logging.INFO):
-        assert run_cli(main, _argv(corpus_dir / "train.txt", tok, tmp_path / "out")) == 0
+        assert run_cli(main, _argv(corpus_dir, tok, tmp_path / "out")) == 0
     assert any(f"holds {len(documents)} documents" in r.getMessage() for r in caplog.records)
     results = json.loads((tmp_path / "out" / "all_results.json").read_text())
     assert results["global_step"] == 2 and results["eval_tokens"] > 0, results
 
-    one = tmp_path / "one.txt"
-    one.write_text(documents[0] + "\n")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "train.txt").write_text(documents[0] + "\n")
     capsys.readouterr()
-    assert run_cli(main, _argv(one, tok, tmp_path / "out-one")) == 2
+    assert run_cli(main, _argv(tmp_path / "one", tok, tmp_path / "out-one")) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "holds 1 document(s), too few" in lines[0], lines
