@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.errors import InputError, check_local_path, first_line
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainArguments
-from pretrain.objectives import FamilyPretraining
+from pretrain.objectives import FAMILIES, FamilyPretraining
 from tokenizer import train_tokenizer  # the family's trainer
 from training.pretrained import check_model_fits, hub_offline, load_pretrained
 
@@ -253,8 +253,11 @@ def load_model_config(plan: PretrainArguments, **overrides):
         if local and not overrides:  # (build_model loads it again with the tokenizer's sizes: warned once)
             warn_unknown_fields(name, config)
     if not plan.family.accepts(config):
+        owner = next((f.name for f in FAMILIES.values() if f.accepts(config)), None)
+        hint = f" (or --model_type {owner})" if owner else ""
         raise InputError(
-            f"--config_name {name}: a {config.model_type} config; expected one for --model_type {plan.family.name}"
+            f"--config_name {name}: a {config.model_type} config; expected one for --model_type "
+            f"{plan.family.name}{hint}"
         )
     return config
 

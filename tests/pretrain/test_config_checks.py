@@ -143,3 +143,34 @@ def test_max_seq_length_beyond_the_positions_is_refused_before_a_tokenizer_is_tr
     (line,) = _errors(capsys)
     assert "--max_seq_length 128: exceeds the model's max_position_embeddings 64" in line
     assert trained == [] and not (out / "tokenizer").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("cell_size", -3, "cell_size=-3; expected a positive finite number"),
+        ("initializer_range", 0.0, "initializer_range=0.0; expected a positive finite number"),
+        ("cell_clip", math.inf, "cell_clip=inf"),
+        ("num_highway_layers", -1, "num_highway_layers=-1; expected a finite number >= 0"),
+    ],
+)
+def test_elmo_numeric_fields_are_validated(field, value, message):
+    """ELMo's config (and the baselines', which share :func:`check_fields`): a negative ``cell_size`` was a torch
+    traceback when the model was built."""
+    from modeling.elmo.configuration_elmo import SesameElmoConfig
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        SesameElmoConfig(**{field: value})
+    assert SesameElmoConfig(num_highway_layers=0).num_highway_layers == 0  # zero highway layers is a valid choice
+
+
+def test_another_familys_config_is_refused_naming_its_model_type(tmp_path, fresh_state, capsys):
+    """An ELMo config.json given to the BERT-like family (which otherwise takes any config its Auto class builds) was
+    a transformers traceback after the tokenizer had been trained."""
+    import modeling
+
+    modeling.get_preset_config("elmo-small").save_pretrained(tmp_path / "elmo")
+    argv = ["--config_name", str(tmp_path / "elmo"), "--output_dir", str(tmp_path / "out")]
+    assert run_cli(main, argv) == 2
+    (line,) = _errors(capsys)
+    assert "a sesame-elmo config; expected one for --model_type bert (or --model_type elmo)" in line, line
