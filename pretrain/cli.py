@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pretrain.build import build_model, get_tokenizer, load_model_config
     from pretrain.parts import pretraining_parts
     from training.driver import Run
+    from training.pretrained import check_sequence_length
 
     plan = parse(argv)
     setup_logging()
@@ -103,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         check_sources_outside(training.output_dir, sources, replaced=("checkpoints", "tokenizer"))
     check_data_files(plan.corpus)
-    plan = plan.with_model_config(load_model_config(plan))
+    config = load_model_config(plan)
+    check_sequence_length(config, plan.corpus.max_seq_length)  # before a tokenizer is trained for nothing
+    plan = plan.with_model_config(config)
     with Run(
         plan.training,
         plan.hub,

@@ -1,7 +1,8 @@
 """The loop's checkpointer (:class:`Checkpointer`, held by :class:`training.loop.Trainer`): write a checkpoint and
 rotate the old ones, find and check the checkpoint to resume from and load it, load the best model at the end.
 The files and their manifest are :mod:`training.checkpoint_files`'s; the resume checks are
-:func:`check_resume_geometry`, :func:`check_resume_settings` and :func:`check_pickles`. What it guarantees:
+:func:`check_resume_geometry`, :func:`check_resume_model`, :func:`check_resume_settings` and :func:`check_pickles`.
+What it guarantees:
 
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps (a fraction below 1: of the run) and at the end,
   ``<output_dir>/checkpoints/step_N/`` written atomically with a size + SHA-256 manifest
@@ -12,8 +13,9 @@ The files and their manifest are :mod:`training.checkpoint_files`'s; the resume 
 * **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
   rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
   states, the log and evaluation histories and the position in the data (it refuses another global batch, number
-  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is
-  set on the sampler and collator, and
+  of steps, training data by content, optimizer settings, or a model config that differs in any architecture field
+  -- dropout too, unless ``allow_dropout_change``; a changed ``max_grad_norm`` is warned about): the epoch is set on
+  the sampler and collator, and
   the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
   them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
   training data must be ordered by a sampler seeded from (seed, epoch) (e.g.
@@ -24,6 +26,7 @@ The files and their manifest are :mod:`training.checkpoint_files`'s; the resume 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -91,7 +94,8 @@ class Checkpointer:
 
     def resume(self, state: TrainerState, scheduler, per_device_train_batch_size: int) -> str | None:
         """Resume from ``resume_from_checkpoint`` (``latest`` or a path; None: nothing to do): check it against
-        the run (:func:`check_resume_geometry`, :func:`check_pickles`, :func:`check_resume_settings`), load the
+        the run (:func:`check_resume_geometry`, :func:`check_resume_model`, :func:`check_pickles`,
+        :func:`check_resume_settings`), load the
         weights, optimizer, RNG states and schedule, and restore ``state`` with the position in the epoch counted
         in examples. Returns the checkpoint's path, or None when there is none to resume from.
 
@@ -113,6 +117,9 @@ class Checkpointer:
             "num_train_examples": state.num_train_examples,
         }
         check_resume_geometry(path, saved, current)
+        check_resume_model(
+            path, saved.get("model_config"), state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process
+        )
         check_pickles(path, acc.process_index)
         _load(acc, path, saved, scheduler)
         # after the load: another model is named first, not its default lr
@@ -138,9 +145,9 @@ class Checkpointer:
         + 1 .. N + M of one warmup-stable-decay run.
 
         Raises:
-            InputError: a damaged checkpoint, another global batch or training set, other training data, other
-                optimizer settings (learning rate, weight decay, betas, epsilon, ``--optim``), or one that does not fit
-                the model/optimizer.
+            InputError: a damaged checkpoint, another global batch or training set, another model config
+                (:func:`check_resume_model`), other training data, other optimizer settings (learning rate, weight
+                decay, betas, epsilon, ``--optim``), or one that does not fit the model/optimizer.
         """
         spec, acc, flag = self.config.continue_from_checkpoint, self.accelerator, "--continue_from_checkpoint"
         if not spec:
@@ -158,6 +165,10 @@ class Checkpointer:
             "num_train_examples": state.num_train_examples,
         }
         check_resume_geometry(path, saved, current, flag)
+        allow_dropout = self.config.allow_dropout_change
+        check_resume_model(
+            path, saved.get("model_config"), state.model_config, allow_dropout, acc.is_main_process, flag
+        )
         check_pickles(path, acc.process_index)
         _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
         for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr()):
@@ -364,4 +375,112 @@ def check_resume_geometry(
         )
 
 
-__all__ = ["PHASE_SETTINGS", "Checkpointer", "check_pickles", "check_resume_geometry", "check_resume_settings"]
+#: ``PretrainedConfig.to_dict`` keys that do not describe the network a checkpoint's weights belong to: bookkeeping,
+#: output switches, the label names (their number is kept as ``num_labels``) and the loss choice that transformers
+#: fills in at the first forward (``problem_type``). Keys starting with ``_`` are left out too.
+NOT_ARCHITECTURE = frozenset(
+    {
+        "transformers_version",
+        "architectures",
+        "auto_map",
+        "dtype",
+        "torch_dtype",
+        "output_hidden_states",
+        "output_attentions",
+        "return_dict",
+        "use_cache",
+        "chunk_size_feed_forward",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "tokenizer_class",
+        "finetuning_task",
+        "task_specific_params",
+    }
+)
+
+
+def is_dropout_field(name: str) -> bool:
+    """Whether a config field is a dropout probability (a name ending in ``dropout`` or ``dropout_prob``): it
+    shapes no weight and acts in training only, so ``--allow_dropout_change`` may change it on resume."""
+    return name.endswith(("dropout", "dropout_prob"))
+
+
+def model_architecture(model) -> dict[str, Any] | None:
+    """The fields of ``model.config`` (a ``PretrainedConfig``) that define the network, as JSON values (what a
+    checkpoint records and a resume compares): ``to_dict()`` without :data:`NOT_ARCHITECTURE` and private keys,
+    with ``num_labels``; a config with ``attention_types()`` (SesameBert) records the resolved per-layer
+    ``layer_types`` (so ``global_attn_every_n_layers: 3`` equals the same layers spelt out). None: a model without
+    a config.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    fields = {k: v for k, v in config.to_dict().items() if k not in NOT_ARCHITECTURE and not k.startswith("_")}
+    if "id2label" in config.to_dict():
+        fields["num_labels"] = len(config.to_dict()["id2label"] or {})
+    if callable(getattr(config, "attention_types", None)):
+        fields["layer_types"] = config.attention_types()
+        fields.pop("global_attn_every_n_layers", None)
+    return json.loads(json.dumps(fields, default=str))  # as trainer_state.json gives it back
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_resume_model(
+    path,
+    saved: Mapping[str, Any] | None,
+    current: Mapping[str, Any] | None,
+    allow_dropout_change: bool = False,
+    warn: bool = True,
+    flag: str = "--resume_from_checkpoint",
+) -> None:
+    """Refuse a resume whose model differs from the checkpoint's in any architecture field (the weights would be
+    loaded into another network: another attention window, rotary base, activation, norm, layer layout, ...; a
+    shape change is named here too, before the weights are read). Dropout probabilities (:func:`is_dropout_field`)
+    are refused as well unless ``allow_dropout_change``; then they are warned about (on the main process, ``warn``)
+    and the run continues with the new ones.
+
+    Args:
+        saved: the checkpoint's ``model_config`` (:func:`model_architecture`); None (a checkpoint of an older
+            version, or a model without a config): nothing to compare.
+        current: this run's. ``flag``: the flag named in the error.
+
+    Raises:
+        InputError: one line naming each changed field, the checkpoint's value and this run's.
+    """
+    if saved is None or current is None:
+        return
+    differ = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+    dropout = [k for k in differ if is_dropout_field(k)]
+    refused = [k for k in differ if not (allow_dropout_change and k in dropout)]
+    if refused:
+        changes = "; ".join(f"{k} {_value(saved.get(k))} -> {_value(current.get(k))}" for k in refused[:4])
+        more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+        hint = " (--allow_dropout_change accepts other dropout probabilities)" if set(refused) <= set(dropout) else ""
+        raise InputError(
+            f"{flag} {path}: the model config differs from the checkpoint's ({changes}{more}); "
+            f"expected the checkpoint's model config{hint} (start a new run for another model)"
+        )
+    if dropout and warn:
+        logger.warning(
+            "--allow_dropout_change: the model's dropout differs from the checkpoint's (%s): the run continues with "
+            "the new values (not bitwise an uninterrupted run)",
+            "; ".join(f"{k} {_value(saved.get(k))} -> {_value(current.get(k))}" for k in dropout),
+        )
+
+
+__all__ = [
+    "NOT_ARCHITECTURE",
+    "PHASE_SETTINGS",
+    "Checkpointer",
+    "check_pickles",
+    "check_resume_geometry",
+    "check_resume_model",
+    "check_resume_settings",
+    "is_dropout_field",
+    "model_architecture",
+]

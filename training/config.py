@@ -90,6 +90,11 @@ class TrainingConfig:
         "resume from a checkpoint without its file manifest or RNG state "
         "files (a warning instead of a refusal; the run does not continue bitwise)",
     )
+    allow_dropout_change: bool = arg(
+        False,
+        "resume although the model config's dropout probabilities differ from the checkpoint's (a warning; the run "
+        "continues with the new ones); any other model config change is refused on resume",
+    )
     logging_steps: int = arg(10, "log every N optimizer steps")
     eval_steps: float | None = arg(
         None, "evaluate every N optimizer steps, or every fraction of the run when below 1 (and at the end)"

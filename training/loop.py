@@ -105,13 +105,13 @@ from training.accelerator import (
     replica_difference,
 )
 from training.best import should_stop_early, update_best
-from training.checkpointer import Checkpointer
+from training.checkpointer import Checkpointer, model_architecture
 from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
 from training.evaluation import EvaluationInterrupted, stop_when
 from training.optim import create_scheduler
 from training.plan import RunPlan, make_plan
-from training.progress import Session, TimeEstimate, is_terminal, loss_jump
+from training.progress import ESTIMATE_WARMUP_STEPS, Session, TimeEstimate, is_terminal, loss_jump
 from training.state import TrainerState
 from training.stats import StepStatistics
 from training.trackers import sanitize_config
@@ -227,6 +227,7 @@ class Trainer:
             run_id=run_id,
             data_fingerprint=data_fingerprint,
             optimizer_settings=optimizer_settings(config, plan.num_warmup_steps),
+            model_config=model_architecture(model),
         )
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
         self.run_config = {
@@ -371,8 +372,10 @@ class Trainer:
         if not acc.optimizer_step_was_skipped:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.stats.interval.time += time.perf_counter() - self._step_started
+        elapsed = time.perf_counter() - self._step_started
+        self.stats.interval.time += elapsed
         self.stats.interval.steps += 1
+        self._estimate.add_step(elapsed)
         self.state.global_step = step
         if self.state.consume(len(group), self.plan.batches_per_process):
             self._batches = None
@@ -424,7 +427,9 @@ class Trainer:
         if logging_step or evaluated or periodic or (self.accelerator.num_processes == 1 and self.stop_requested):
             started = time.perf_counter()
             self._read()
-            self.stats.interval.time += time.perf_counter() - started
+            waited = time.perf_counter() - started
+            self.stats.interval.time += waited
+            self._estimate.add_wait(waited)
         stop_now = self.stats.interval.stop > 0 and not last
         if logging_step:
             self._log_interval(step)
@@ -476,10 +481,18 @@ class Trainer:
             record.update(self.log_fn(step))
         self.accelerator.log(record, step=step)
         self.state.log_history.append({"step": step, **record})
-        if not self._estimate.logged and self.accelerator.is_main_process and step < self.plan.max_train_steps:
-            self._estimate.logged = True
-            self._estimate.per_step = interval.time / max(interval.steps, 1)
-            rate = f"{self._estimate.per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
+        per_step = self._estimate.rate()  # (None until a step after the warm-up steps is timed)
+        if (
+            not self._estimate.logged
+            and per_step
+            and self.accelerator.is_main_process
+            and step < self.plan.max_train_steps
+        ):
+            self._estimate.logged, self._estimate.per_step = True, per_step
+            rate = (
+                f"{per_step:.3g} s per optimizer step (the first {ESTIMATE_WARMUP_STEPS} warm-up steps left out), "
+                f"{record['tokens_per_second']:.0f} tokens/s"
+            )
             logger.info("%s", self._estimate.message(step, rate))
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
         self._log_progress(step, record)
