@@ -260,3 +260,11 @@ def test_decay_phase_resumed_inside_is_one_warmup_stable_decay_run(toy, tmp_path
     assert lrs == [r["learning_rate"] for r in one["log_history"]] and lrs[-1] == 0.0
     _, fresh = _phase_run(toy, tmp_path, "fresh", 6, wsd, num_warmup_steps=0, num_decay_steps=6)
     assert fresh["train_loss"] != decay["train_loss"], "the check can fail: the phase starts from the checkpoint"
+
+
+def test_continue_from_checkpoint_is_checked_before_any_work(tmp_path):
+    with pytest.raises(InputError, match="^--continue_from_checkpoint .*nope: no such folder; expected a checkpoint"):
+        _config(tmp_path, continue_from_checkpoint=str(tmp_path / "nope"))
+    (tmp_path / "half").mkdir()
+    with pytest.raises(InputError, match="--continue_from_checkpoint .*half: not a complete checkpoint"):
+        _config(tmp_path, continue_from_checkpoint=str(tmp_path / "half"))
