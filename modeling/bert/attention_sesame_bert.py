@@ -257,7 +257,7 @@ class LocalBlocks:
     work grow linearly in T: (B|1) x T x 3 ``block`` mask elements instead of T x T. Built by :func:`local_blocks`.
 
     Args:
-        allowed: (B|1, 1, n, block, 3 * block) bool, True = may attend; n = ceil(T / block).
+        allowed: (B|1, n, 1, block, 3 * block) bool, True = may attend; n = ceil(T / block).
         block: query block size (tokens).
         window: ``local_attention`` (a token attends to the tokens at most ``window // 2`` positions away).
     """
@@ -291,25 +291,31 @@ def local_blocks(groups: torch.Tensor, window: int, min_block: int = 16) -> Loca
     key_ids = padded.unfold(1, 3 * block, block)  # (B, n, 3 block)
     query_ids = padded[:, block : (n + 1) * block].view(-1, n, block)
     allowed = band & (query_ids[..., None] == key_ids[:, :, None, :])
-    return LocalBlocks(allowed[:, None], block, window)
+    return LocalBlocks(allowed[:, :, None], block, window)
 
 
-def _to_blocks(query, key, value, block: int):
-    """(B, A, T, D) queries, keys, values -> (B, A, n, block, D) query blocks and (B, A, n, 3 block, D) key and value
-    windows (strided views of the zero-padded keys; no copy of T x T), and the function that maps the blocked
-    context (B, A, n, block, D) back to (B, T, A, D)."""
+def _to_blocks(query, key, value, blocks: LocalBlocks):
+    """(B, A, T, D) queries, keys, values -> (B * n, A, block, D) query blocks, (B * n, A, 3 block, D) key and value
+    windows (from the zero-padded keys: each key is copied 3 times, nothing of T x T), the (B * n, 1, block, 3 block)
+    mask, and the function that maps the blocked context (B * n, A, block, D) back to (B, T, A, D). Four dimensions,
+    so that SDPA can take its fused kernel (on the CPU the flash kernel, which takes a mask)."""
     batch, heads, length, dim = query.shape
+    block = blocks.block
     n = -(-length // block)
-    blocks = F.pad(query, (0, 0, 0, n * block - length)).view(batch, heads, n, block, dim)
 
-    def windows(x):
-        padded = F.pad(x, (0, 0, block, (n + 1) * block - length))
-        return padded.unfold(2, 3 * block, block).transpose(-1, -2)
+    def rows(x, before: int, size: int):  # (B, A, T, D) -> (B * n, A, size, D)
+        padded = F.pad(x, (0, 0, before, (n * block - length) + (size - block - before)))
+        windows = padded.view(batch, heads, n, block, dim) if size == block else padded.unfold(2, size, block)
+        windows = windows if size == block else windows.transpose(-1, -2)
+        return windows.transpose(1, 2).reshape(batch * n, heads, size, dim)
+
+    mask = blocks.allowed.expand(batch, -1, -1, -1, -1).reshape(batch * n, 1, block, 3 * block)
 
     def unblock(context):
-        return context.reshape(batch, heads, n * block, dim)[:, :, :length].transpose(1, 2)
+        context = context.view(batch, n, heads, block, dim).transpose(2, 3).reshape(batch, n * block, heads, dim)
+        return context[:, :length]
 
-    return blocks, windows(key), windows(value), unblock
+    return rows(query, 0, block), rows(key, block, 3 * block), rows(value, block, 3 * block), mask, unblock
 
 
 def local_sdpa_attention(
@@ -336,11 +342,8 @@ def local_sdpa_attention(
     Returns:
         ``(context (B, T, A, D), None)``.
     """
-    q, k, v, unblock = _to_blocks(query, key, value, attention_mask.block)
-    context = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attention_mask.allowed, dropout_p=dropout, scale=scaling
-    )
-    return unblock(context), None
+    q, k, v, mask, unblock = _to_blocks(query, key, value, attention_mask)
+    return unblock(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)), None
 
 
 def local_eager_attention(
@@ -366,19 +369,21 @@ def local_eager_attention(
     Returns:
         ``(context (B, T, A, D), probabilities (B, A, T, T) or None)``.
     """
-    q, k, v, unblock = _to_blocks(query, key, value, attention_mask.block)
+    q, k, v, mask, unblock = _to_blocks(query, key, value, attention_mask)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
-    weights = scores.masked_fill(~attention_mask.allowed, torch.finfo(scores.dtype).min).softmax(-1)
+    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)  # (B * n, A, block, 3 block)
     context = unblock(torch.matmul(F.dropout(weights, dropout, module.training), v))
     if not output_attentions:
         return context, None
-    batch, heads, n, block, span = weights.shape
-    length = query.shape[2]
+    batch, heads, length = query.shape[:3]
+    block = attention_mask.block
+    n = weights.shape[0] // batch
     dense = weights.new_zeros(batch, heads, n * block, (n + 2) * block)
     width = dense.shape[-1]
     # query block i's window starts at column i * block of the key axis padded by one block on each side
-    strided = dense.as_strided((batch, heads, n, block, span), (*dense.stride()[:2], block * width + block, width, 1))
-    strided.copy_(weights)
+    strided = dense.as_strided((batch, n, heads, block, 3 * block), (dense.stride(0), block * width + block,
+                               dense.stride(1), width, 1))  # fmt: skip
+    strided.copy_(weights.view(batch, n, heads, block, 3 * block))
     return context, dense[:, :, :length, block : block + length]
 
 
