@@ -1,5 +1,6 @@
 """Attention parts of SesameBert that do not depend on the model classes: position encodings (sinusoidal table,
-rotary embeddings), the eager kernel, grouped-query attention, the masks of local (sliding-window) attention, and
+rotary embeddings), the eager kernel, grouped-query attention, local (sliding-window) attention without a (T, T)
+mask (blocked kernels, FlashAttention's window, a sliding ``BlockMask``; :func:`local_attention_kernel`), and
 packed documents: their masks and the CUDA kernels that run them (FlexAttention on a ``BlockMask``, the varlen
 kernels on unpadded documents, :func:`packed_documents_kernel`).
 

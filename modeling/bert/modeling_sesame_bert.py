@@ -218,16 +218,17 @@ class SesameBertSelfAttention(nn.Module):
     ``forward(hidden_states (B, T, H), attention_mask, output_attentions=False, **kwargs)``
     ``-> (out (B, T, H), probabilities (B, A, T, T) or None)``: ``attention_mask`` is what
     ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
-    flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
-    kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
-    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`;
-    given :class:`DocumentSequences` (the same while attention dropout is in effect), :func:`document_varlen_attention`.
+    flash varlen ``cu_seq_lens_q`` ...). The kernel is ``kwargs["attention_kernel"]``, a name registered with
+    transformers' ``AttentionInterface`` that :class:`SesameBertModel` chose once per forward for the layer's type
+    (e.g. ``"sesame_document_flex"``, ``"sesame_local_sdpa"``, :data:`KERNELS`), with the mask metadata that kernel
+    takes; without it, ``config._attn_implementation``. With ``output_attentions`` an "sdpa" layer runs the eager
+    kernel; other kernels return what they return (``None`` for flex and flash: transformers then warns).
 
     Modern options: with ``num_key_value_heads`` K < A, ``qkv`` gives A queries and K keys and values (H -> (A + 2K) D,
     grouped-query attention; each key/value head is repeated for its A / K query heads before the kernel); with
     ``position_embeddings`` ``(cos, sin)`` the queries and keys are rotated (RoPE); a ``"sliding_attention"`` layer
-    (``attention_type``) passes ``sliding_window = local_attention // 2 + 1`` to the kernel (flash reads it, as for
-    ModernBERT; the other kernels get the window in their mask).
+    (``attention_type``) passes ``sliding_window = local_attention // 2 + 1`` to the kernel (transformers' flash
+    wrapper reads it, as for ModernBERT; the project's local kernels get the window with their metadata).
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
@@ -501,6 +502,14 @@ class SesameBertModel(SesameBertPreTrainedModel):
     so the ``cls`` pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` /
     ``attention`` pooling span every document of the row. A ``[SEP]`` whose position continues the document before it
     belongs to that document.
+
+    **Local layers** (``"sliding_attention"``, a token attends to the tokens at most ``local_attention // 2``
+    positions away) never get a (T, T) mask: on the CPU "sdpa" and "eager" run in blocks of queries against the keys
+    within the window (:func:`local_sdpa_attention`, :func:`local_eager_attention`); on CUDA "sdpa" runs
+    FlashAttention's varlen kernel with its window (:func:`local_varlen_attention`; the blocks in float32), or
+    FlexAttention on a sliding + document ``BlockMask`` (:func:`local_block_mask`) for packed documents without
+    attention dropout; "flex_attention" gets that ``BlockMask``; flash_attention_* the window as ``sliding_window``
+    (:func:`local_attention_kernel`). Padding tokens attend to themselves only there.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
