@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 from _helpers import assert_same_gradients
+from _tiny import micro_modern_kwargs
 from transformers.masking_utils import sliding_window_bidirectional_overlay
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -25,26 +26,10 @@ from modeling.bert.attention_sesame_bert import (
 )
 
 WINDOW = 8  # local_attention: a token sees the tokens at most 4 positions away
-LENGTH = 200  # > 3 query blocks of 32 tokens: a (T, T) tensor is larger than every block structure
-MODERN = dict(
-    vocab_size=40,
-    hidden_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=24,
-    hidden_act="swiglu",
-    position_embedding_type="rope",
-    local_rope_theta=1000.0,
+LENGTH = 200  # 13 query blocks of 16 tokens: a (T, T) tensor is larger than every block structure
+MODERN = micro_modern_kwargs(
     local_attention=WINDOW,
     max_position_embeddings=256,
-    type_vocab_size=0,
-    norm_position="pre",
-    first_layer_attention_norm=False,
-    attention_bias=False,
-    mlp_bias=False,
-    norm_bias=False,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
     num_hidden_layers=3,
     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
 )

@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 import transformers
+from _tiny import micro_modern_kwargs
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import modeling
@@ -18,26 +19,7 @@ from modeling import SesameBertConfig, SesameBertModel
 from modeling.bert import modeling_sesame_bert
 from modeling.bert.convert_modern import transformers_config
 
-MODERN = dict(
-    vocab_size=40,
-    hidden_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=24,
-    hidden_act="swiglu",
-    position_embedding_type="rope",
-    local_rope_theta=1000.0,
-    local_attention=4,  # a token sees the tokens at most 2 positions away
-    max_position_embeddings=64,
-    type_vocab_size=0,
-    norm_position="pre",
-    first_layer_attention_norm=False,
-    attention_bias=False,
-    mlp_bias=False,
-    norm_bias=False,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+MODERN = micro_modern_kwargs()
 
 
 @pytest.fixture(autouse=True)
