@@ -580,7 +580,7 @@ class SesameBertModel(SesameBertPreTrainedModel):
         sequences = None
         if "sesame_document_varlen" in kernels.values() or "sesame_local_varlen" in kernels.values():
             sequences = _sequences(embeddings, documents, keep, given)
-        masks = {"full_attention": self._attention_mask(embeddings, attention_mask, documents, keep, given, choice)}
+        masks = {"full_attention": self._attention_mask(embeddings, attention_mask, documents, keep, choice)}
         masks["full_attention"] = sequences if choice == "document_varlen" else masks["full_attention"]
         if choice.startswith("flash_attention") and documents is not None:
             kernel_kwargs.update(given or flash_varlen_kwargs(documents, keep))
@@ -607,7 +607,7 @@ class SesameBertModel(SesameBertPreTrainedModel):
         blocks = local_blocks(groups, window)
         return LocalSequences(sequences, blocks) if kernel == "sesame_local_varlen" else blocks
 
-    def _attention_mask(self, embeddings, attention_mask, documents, keep, given: dict, choice: str):
+    def _attention_mask(self, embeddings, attention_mask, documents, keep, choice: str):
         """The mask of the full-attention layers for ``config._attn_implementation`` (see the class docstring) and
         ``choice`` (the kernel chosen by :meth:`_attention`): ``None`` for flash with packed documents (the varlen
         arguments go to the kernel), a ``BlockMask`` for ``"document_flex"``; the dense masks otherwise (``None`` for
