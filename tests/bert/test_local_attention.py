@@ -249,22 +249,23 @@ def test_flex_local_block_mask_is_the_reference_mask_and_runs(monkeypatch):
     FlexAttention document path (forced on the CPU: flex's unfused forward) equals the dense reference."""
     batch, documents, keep = _batch(packed=True)
     groups = token_groups(documents, keep, documents.shape)
-    block = 16
-    mask = attention_sesame_bert.local_block_mask(groups, WINDOW, block=block)
-    expected = reference_mask(LENGTH, WINDOW, documents, keep)[:, 0]
+    block, n = 16, -(-LENGTH // 16)
     q, kv = torch.arange(LENGTH)[:, None], torch.arange(LENGTH)[None, :]
     b = torch.arange(2)[:, None, None]
-    torch.testing.assert_close(mask.mask_mod(b, 0, q, kv), expected, rtol=0, atol=0)
-    dense_blocks = mask.to_dense()[:, 0].bool()  # (B, q blocks, kv blocks): visited (partial or full)
-    n = -(-LENGTH // block)
-    padded = F.pad(expected, (0, n * block - LENGTH, 0, n * block - LENGTH)).view(2, n, block, n, block)
-    assert not (padded.any(-1).any(-2) & ~dense_blocks).any()  # every block with an allowed pair is visited
-    full_mask = torch.zeros(2, n, n, dtype=torch.bool)
-    counts, indices = mask.full_kv_num_blocks[:, 0], mask.full_kv_indices[:, 0]
-    for row in range(2):
-        for i in range(n):
-            full_mask[row, i, indices[row, i, : counts[row, i]].long()] = True
-    assert padded.all(-1).all(-2)[full_mask].all()
+    for window in (WINDOW, 64):  # 64: blocks next to each other within the window (full blocks)
+        mask = attention_sesame_bert.local_block_mask(groups, window, block=block)
+        expected = reference_mask(LENGTH, window, documents, keep)[:, 0]
+        torch.testing.assert_close(mask.mask_mod(b, 0, q, kv), expected, rtol=0, atol=0)
+        dense_blocks = mask.to_dense()[:, 0].bool()  # (B, q blocks, kv blocks): visited (partial or full)
+        padded = F.pad(expected, (0, n * block - LENGTH, 0, n * block - LENGTH)).view(2, n, block, n, block)
+        assert not (padded.any(-1).any(-2) & ~dense_blocks).any()  # every block with an allowed pair is visited
+        full_mask = torch.zeros(2, n, n, dtype=torch.bool)
+        counts, indices = mask.full_kv_num_blocks[:, 0], mask.full_kv_indices[:, 0]
+        for row in range(2):
+            for i in range(n):
+                full_mask[row, i, indices[row, i, : counts[row, i]].long()] = True
+        assert padded.all(-1).all(-2)[full_mask].all()  # full blocks: every pair allowed
+        assert (window == WINDOW) == (not full_mask.any())  # the check can fail
 
     model, reference = _model("sdpa").eval(), _model("sdpa").eval()
     monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_flex")
