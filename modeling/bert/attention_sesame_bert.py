@@ -371,8 +371,10 @@ def local_eager_attention(
     Args:
         query, key, value: (B, A, T, D) float; attention_mask: the blocks; scaling: ``D ** -0.5``; dropout: on the
             probabilities (in training).
-        output_attentions: also return the probabilities, scattered into a (B, A, T, T) tensor (zero outside the
-            window): what the caller asked for; without it no (T, T) tensor is made.
+        output_attentions: also return the probabilities (after dropout), scattered into a (B, A, T, T) tensor (zero
+            outside the window), from which the context is then computed, so that they are in the graph (their
+            gradients, as transformers' eager attention); what the caller asked for: without it no (T, T) tensor is
+            made.
 
     Returns:
         ``(context (B, T, A, D), probabilities (B, A, T, T) or None)``.
@@ -380,9 +382,8 @@ def local_eager_attention(
     q, k, v, mask, unblock = _to_blocks(query, key, value, attention_mask)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
     weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)  # (B * n, A, block, 3 block)
-    context = unblock(torch.matmul(F.dropout(weights, dropout, module.training), v))
     if not output_attentions:
-        return context, None
+        return unblock(torch.matmul(F.dropout(weights, dropout, module.training), v)), None
     batch, heads, length = query.shape[:3]
     block = attention_mask.block
     n = weights.shape[0] // batch
@@ -392,7 +393,9 @@ def local_eager_attention(
     strided = dense.as_strided((batch, n, heads, block, 3 * block), (dense.stride(0), block * width + block,
                                dense.stride(1), width, 1))  # fmt: skip
     strided.copy_(weights.view(batch, n, heads, block, 3 * block))
-    return context, dense[:, :, :length, block : block + length]
+    # the context from the (T, T) probabilities returned, as eager attention computes it: they are in the graph
+    probs = F.dropout(dense[:, :, :length, block : block + length], dropout, module.training)
+    return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 
 
 def local_block_mask(groups: torch.Tensor, window: int, block: int = 128) -> BlockMask:
