@@ -234,12 +234,20 @@ def test_peft_lora_on_a_modern_config():
     with torch.no_grad():
         torch.testing.assert_close(lora(**batch).logits, before, rtol=0, atol=0)
     lora.train()
-    optimizer = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=5e-2)
+    frozen = {n: p.detach().clone() for n, p in lora.named_parameters() if not _trained_by_lora(n)}
+    adapters = {n: p.detach().clone() for n, p in lora.named_parameters() if _trained_by_lora(n)}
+    assert frozen and adapters
+    optimizer = torch.optim.AdamW(lora.parameters(), lr=5e-2)  # all of them: what is frozen must stay so
     for _ in range(3):
         optimizer.zero_grad()
         lora(**batch, labels=torch.tensor([0, 1])).loss.backward()
         optimizer.step()
     lora.eval()
+    trained = dict(lora.named_parameters())
+    for name, before_training in frozen.items():  # the base model's weights: bitwise unchanged
+        assert torch.equal(trained[name], before_training), name
+    for name in ("lora_B", "classifier"):  # the adapters (B starts at 0) and the task head: trained
+        assert any(not torch.equal(trained[n], p) for n, p in adapters.items() if name in n), name
     with torch.no_grad():
         adapted = lora(**batch).logits
         merged = lora.merge_and_unload()
@@ -259,3 +267,8 @@ def test_rotary_equals_transformers_modernbert_bit_for_bit(dtype):
     cos, sin = rotary_cos_sin(torch.arange(50)[None], 16, 10000.0, torch.float32)
     for ours, theirs in zip(apply_rotary(q, k, cos, sin), apply_rotary_pos_emb(q, k, cos, sin)):
         assert ours.dtype == dtype and torch.equal(ours, theirs)
+
+
+def _trained_by_lora(name: str) -> bool:
+    """peft's trainable parameters of a ``SEQ_CLS`` LoRA model: the adapters and the task head it saves whole."""
+    return "lora_" in name or "modules_to_save" in name

@@ -4,11 +4,12 @@ that word first; integrated gradients are complete (sum = f(x) - f(baseline)); b
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
 import torch
-from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
+from _tiny import modern_layout, tiny_bert_kwargs, tiny_elmo_kwargs
 
 from core.errors import InputError, run_cli
 from finetune import explain as ex
@@ -130,8 +131,8 @@ def test_elmo_explanation_on_cuda_matches_the_cpu(elmo_classifier):
 
 
 @pytest.mark.parametrize("family", ["bert", "elmo"])
-def test_integrated_gradients_are_complete(bert_classifier, elmo_classifier, family):
-    model, tok = bert_classifier[:2] if family == "bert" else elmo_classifier
+def test_integrated_gradients_are_complete(brief_bert, elmo_classifier, family):
+    model, tok = brief_bert if family == "bert" else elmo_classifier
     for text, pair in (("the cat is good and warm", None), ("he said the film was bad", "a man is playing")):
         e = ex.explain(model, tok, text, pair, method="integrated_gradients", n_steps=64)
         gap = e["score"] - e["baseline_score"]
@@ -143,6 +144,109 @@ def test_integrated_gradients_are_complete(bert_classifier, elmo_classifier, fam
         if pair is not None:
             assert {w["segment"] for w in e["words"]} == {0, 1}
             assert [w["word"] for w in e["words"] if w["segment"] == 1] == pair.split()
+
+
+def _briefly_trained(modern: bool):
+    """A classifier of bert-tiny's layout (2 layers) or modernbert-tiny's (``_tiny.modern_layout``: rotary positions,
+    so no position embedding is added before the embedding norm; GeGLU, pre-norm, local layers in a 16-token window;
+    3 layers), width 32, trained briefly on the one-word task (60 steps at 1e-3: p(label) about 0.8-0.9; the
+    :func:`bert_classifier` trained to p > 0.998 switches within 0.6% of the path from [MASK] and needs 3200 points,
+    100 s on a shared CPU). Returns ``(model, tokenizer)``."""
+    from transformers import BertTokenizer
+
+    from modeling import SesameBertConfig, SesameBertForSequenceClassification
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(specials + FILLERS + sorted(DECIDERS))})
+    labels = dict(num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    kwargs = tiny_bert_kwargs(len(tok), 64, layers=3 if modern else 2, **labels)
+    kwargs.update(modern_layout(local_attention=16) if modern else {})
+    torch.manual_seed(0)
+    model = SesameBertForSequenceClassification(SesameBertConfig(**kwargs))
+    _train(model, tok, synthetic(480, seed=0), steps=60, lr=1e-3)
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def brief_bert():
+    return _briefly_trained(modern=False)
+
+
+@pytest.fixture(scope="module")
+def brief_modern():
+    return _briefly_trained(modern=True)
+
+
+@pytest.fixture(params=["bert", "modern"])
+def layout_classifier(request, brief_bert, brief_modern):
+    """:func:`_briefly_trained` of either layout."""
+    return brief_bert if request.param == "bert" else brief_modern
+
+
+def test_integrated_gradients_are_complete_on_every_layout_at_the_default_steps(layout_classifier, caplog):
+    """Issue 49: from a zero baseline the embedding norm of the ModernBERT layout (no position embedding added before
+    it) maps every point of the path to the same vector except next to α = 0, and integrated gradients missed
+    completeness by 270-600%. From the [MASK] baseline the scores sum to f(x) - f(x') within 5% at the defaults
+    (no warning), on gaps of more than a nat (the deciding word flips the baseline's prediction), on bert-tiny's and
+    modernbert-tiny's layouts, with 0 for the special tokens (kept in the baseline) and the deciding word first."""
+    model, tok = layout_classifier
+    for text, pair in (("he said the film was bad", None), ("the movie was bad", None), ("a cat is good", "he sat")):
+        e = ex.explain(model, tok, text, pair, method="integrated_gradients")
+        gap, total = e["score"] - e["baseline_score"], sum(t["score"] for t in e["tokens"])
+        assert abs(total - gap) <= max(0.05 * abs(gap), 1e-4), (total, gap, e["n_steps"])
+        assert e["baseline"] == ex.BASELINES["mask"]
+        assert all(t["score"] == 0.0 for t, s in zip(e["tokens"], _special(tok, text, pair)) if s)
+        assert not caplog.records  # complete within 3200 points
+        if pair is None:  # "bad" flips the prediction of the [MASK] baseline: the completeness is about > 1 nat
+            assert abs(gap) > 1.0 and ex.top_words(e, k=1)[0][0] == "bad", gap
+
+
+def test_a_gap_that_more_points_cannot_close_says_why(layout_classifier, caplog):
+    """Where the score jumps next to the baseline the warning says that more points cannot close the gap, and where
+    it jumps, instead of advising --max_steps: the modern layout from the zero baseline with word embeddings 100 times
+    larger (the model's function barely changes, the embedding norm maps them to the same vectors; the path's jump
+    moves to α < 0.01, as in the saturated models of issue 49). bert-tiny's smooth path from the [MASK] baseline
+    stopped early (4 points) is told to raise --max_steps."""
+    import copy
+
+    model, tok = layout_classifier
+    modern = model.config.position_embedding_type == "rope"
+    if modern:
+        model = copy.deepcopy(model)
+        with torch.no_grad():
+            model.get_input_embeddings().weight.mul_(100.0)
+    inputs, meta = ex._encode(tok, "he said the film was bad", None, 64)
+    layer0 = ex.Layer0(model)
+    f, x, extra = ex._score_fn(layer0, False, list(inputs)), layer0.representations(inputs), tuple(inputs.values())
+    with torch.no_grad():
+        out = f(x, *extra)[0]
+    label = int(out.argmax())
+    mask, _ = layer0.baseline(inputs, torch.tensor(meta["special"], dtype=torch.bool), tok)
+    baseline, kind = (torch.zeros_like(x), "zero") if modern else (mask, "mask")
+    with caplog.at_level(logging.WARNING, logger="finetune.explain"):
+        ex._integrated_gradients(f, x.requires_grad_(), baseline, kind, extra, label, float(out[label]), 4, 16, 0.05)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("integrated gradients: the scores miss f(x) - f(baseline) = ")
+    if modern:
+        assert "more points cannot close it: the score changes by " in message and "--max_steps" not in message
+    else:
+        assert message.endswith("more points may close it: raise --max_steps")
+
+
+def test_the_incompleteness_warning_names_the_reason():
+    smooth = [0.0, 0.0, 0.0, 0.0, 0.01, 0.1]  # f near the baseline: no jump
+    assert _reason(6.0, [(50, 3.0), (200, 2.0), (800, 1.5)], smooth) == "more points do not shrink it"
+    assert _reason(6.0, [(50, 3.0), (200, 1.0), (800, 0.9)], smooth) == "raise --max_steps"
+    assert _reason(6.0, [(50, 3.0)], smooth) == "raise --max_steps"
+    jump = [0.0, 0.0, 0.0, 0.1, 3.5, 3.6]
+    assert _reason(6.0, [(50, 3.0), (200, 1.0)], jump) == "more points cannot close it"
+
+
+def _reason(gap, deltas, near) -> str:
+    message = ex._incompleteness(gap, deltas, near)
+    reasons = ("more points cannot close it", "more points do not shrink it", "raise --max_steps")
+    (found,) = [r for r in reasons if r in message]
+    return found
 
 
 def _special(tok, text, pair):

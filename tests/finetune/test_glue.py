@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -366,18 +365,32 @@ def test_the_one_class_warning_is_not_given_at_the_step_0_evaluation(
 ):
     """Issue 43: the evaluation before training (the start of the validation curve) has had no update, so "learned
     nothing; try a higher --learning_rate" would be wrong there; the evaluations after updates keep the check."""
-    steps = []
+    from training import threads
+
+    steps, threads_used = [], []
 
     def record(split, predictions, labels, label_of, learning_rate):
         steps.append(split)
+        threads_used.append(torch.get_num_threads())
         return False
 
     monkeypatch.setattr(glue, "warn_if_one_class", record)
+    # issue 43 item 1: make_accelerator applies the thread choice (a user's OMP_NUM_THREADS=1 over the 3 threads the
+    # process had) and the plan line reports that choice (issue 49: a fresh one, not one left by an earlier test)
+    for name in ("OMP_NUM_THREADS", *threads.LAUNCHER_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(threads, "_CHOSEN", None)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
     out = tmp_path / "sst2"
-    with caplog.at_level(logging.INFO):
-        _run(task_args(tiny_bert, out, glue_dir, "sst2", "--max_train_steps", "2", "--eval_steps", "1"))
-    # issue 43 item 1: the plan line says how many CPU threads the process uses
+    try:
+        with caplog.at_level(logging.INFO):
+            _run(task_args(tiny_bert, out, glue_dir, "sst2", "--max_train_steps", "2", "--eval_steps", "1"))
+    finally:
+        torch.set_num_threads(before)
+    assert threads_used == [1, 1], threads_used  # during the evaluations after steps 1 and 2
     (plan,) = [r.getMessage() for r in caplog.records if "optimizer steps; learning rate" in r.getMessage()]
-    assert re.search(r"; \d+ CPU threads? per process \(", plan), plan
+    assert plan.endswith("; 1 CPU thread per process (OMP_NUM_THREADS=1, yours)"), plan
     # evaluations at steps 0 (before any update), 1 and 2: the check runs at the last two only (three before)
     assert steps == ["validation", "validation"], steps

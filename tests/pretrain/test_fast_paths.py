@@ -6,6 +6,7 @@ process)."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -112,12 +113,14 @@ def test_workers_train_and_resume_bitwise_like_the_main_process(corpus_dir, bert
 @pytest.mark.parametrize("preset", ["bert-tiny", "modernbert-tiny"])
 def test_compiled_run_saves_the_trained_model(corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch, preset):
     """``--torch_compile``: the saved ``model.safetensors`` has the model's own keys (not the compiled wrapper's
-    ``_orig_mod.`` ones) and ``from_pretrained`` gives the trained weights; the run evaluated and trained compiled.
+    ``_orig_mod.`` ones) and ``from_pretrained`` gives the trained weights; the run trained compiled (dynamo handed
+    the model's graphs to the compiler) and evaluated (the eager module the compiled one wraps, at steps 0, 1 and 2).
     Also for a ModernBERT-class config (rope, GeGLU, local layers in a 16-token window on 32-token blocks)."""
     import modeling
     from modeling import SesameBertForMaskedLM
 
-    compile_without_inductor(monkeypatch)
+    torch._dynamo.reset()  # graphs cached by an earlier test would not reach this test's compiler
+    graphs = compile_without_inductor(monkeypatch)
     tok, out, config = tmp_path / "tok", tmp_path / "compiled", tmp_path / "config"
     bert_tokenizer.save_pretrained(tok)
     window = {"local_attention": 16} if "modern" in preset else {}
@@ -126,6 +129,10 @@ def test_compiled_run_saves_the_trained_model(corpus_dir, bert_tokenizer, tmp_pa
     argv = _args(corpus_dir, tok, out, *compiled)
     assert run_cli(main, argv) == 0
     assert json.loads((out / "run_config.json").read_text())["torch_compile"] is True
+    assert any(n.op in ("call_module", "call_function") for g in graphs for n in g.graph.nodes), graphs
+    history = json.loads((out / "eval_history.json").read_text())
+    assert [e["step"] for e in history] == [0, 1, 2] and all(math.isfinite(e["eval_loss"]) for e in history), history
+    assert history[-1]["eval_loss"] == json.loads((out / "all_results.json").read_text())["eval_loss"]
     assert_saved_as_trained(out, out / "checkpoints" / "step_2", SesameBertForMaskedLM)
 
 
