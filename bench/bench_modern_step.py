@@ -204,9 +204,8 @@ def make_documents(args, kind: str, length: int) -> list[dict[str, torch.Tensor]
         ids = torch.randint(5, args.vocab_size, (n,), generator=g)
         chosen = torch.rand(n, generator=g) < args.mlm_probability
         chosen[torch.randint(0, n, (1,), generator=g)] = True
-        documents.append(
-            dict(input_ids=ids.masked_fill(chosen, MASK_ID), labels=torch.where(chosen, ids, torch.full_like(ids, -100)))
-        )
+        labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+        documents.append(dict(input_ids=ids.masked_fill(chosen, MASK_ID), labels=labels))
     return documents
 
 
