@@ -41,7 +41,9 @@ the first round's losses are the same (``first_step_loss``, ``loss_spread``: the
 transformers variant's, nats). Rounds are interleaved (one step of each variant per round), ``--warmup`` untimed,
 then the median of ``--steps``: real tokens / s (padding not counted), the ratio of each SesameBert variant to
 ``transformers`` (> 1: ours is faster) and ``best_ratio`` (the faster SesameBert variant). Peak memory: on CUDA
-``max_memory_allocated`` over the timed steps minus the memory before them; on the CPU (unless ``--no_memory``)
+``max_memory_allocated`` over the timed steps minus the memory before them; MFU (``mfu``; CUDA GPUs of
+:data:`training.mfu.PEAK_TFLOPS` only) from the model FLOPs of the documents (:func:`model_flops`, the same for every
+variant) over the median step time; on the CPU (unless ``--no_memory``)
 each variant runs again in a process of its own (``--warmup`` + 2 steps), the peak resident set minus the resident
 set before its first step. ``--profile`` profiles one step per variant (``torch.profiler``) and writes the top
 operators by self time to ``profile_<case>.txt``. Writes ``results.json`` and ``results.md`` to ``--output_dir``.
@@ -62,6 +64,8 @@ from pathlib import Path
 
 import _script_env  # noqa: F401  (offline, the project root on sys.path; bench/ is the script's folder)
 import torch
+
+from training.mfu import peak_flops
 
 VARIANTS = ("transformers", "transformers_dense", "transformers_padding_free", "sesame_padded", "sesame_packed")
 SESAME = ("sesame_padded", "sesame_packed")
@@ -335,6 +339,20 @@ def optimizer_for(model, device) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=fused or None)
 
 
+def model_flops(models: dict, documents: list[dict]) -> float:
+    """The model FLOPs of a training step on the documents (:class:`training.mfu.FlopCounter` of the SesameBert
+    model, each document counted as a row of its own length: the attention within documents that every variant
+    computes at least), the same for every variant."""
+    from training.mfu import FlopCounter
+
+    model = next((m for v, m in models.items() if v in SESAME), None) or next(iter(models.values()))
+    counter = FlopCounter(model)
+    total = 0.0
+    for d in documents:
+        total += counter({"input_ids": d["input_ids"][None], "labels": d["labels"][None]}, len(d["input_ids"])).item()
+    return total
+
+
 def make_step(args, model, optimizer, batch):
     """The variant's training step: returns the loss tensor (detached)."""
     device = torch.device(args.device)
@@ -390,6 +408,8 @@ def run_case(args, kind: str, length: int) -> dict:
                     peaks[variant] = max(peaks.get(variant, 0.0), peak)
     medians = {v: statistics.median(t) for v, t in times.items()}
     rates = {v: real / s for v, s in medians.items()}
+    flops = model_flops(models, documents)
+    peak = peak_flops(device, args.mixed_precision)
     result = {
         "documents": kind,
         "length": length,
@@ -399,6 +419,8 @@ def run_case(args, kind: str, length: int) -> dict:
         "rows": {v: b["input_ids"].shape[0] for v, b in batches.items()},
         "median_step_s": medians,
         "tokens_per_s": rates,
+        "model_flops_per_step": flops,
+        "mfu": {v: flops / (s * peak) for v, s in medians.items()} if peak else None,
         "first_step_loss": losses,
     }
     if "transformers" in losses:

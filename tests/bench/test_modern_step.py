@@ -21,7 +21,8 @@ TINY = ["--config_name", "modernbert-tiny", "--lengths", "64", "--batch_tokens",
 ONE_STEP = ["--steps", "1", "--warmup", "0", "--threads", "0", "--vocab_size", "500", "--device", "cpu"]
 
 
-def test_every_layout_gives_the_transformers_loss(tmp_path):
+def test_every_layout_gives_the_transformers_loss(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "peak_flops", lambda device, precision: 1e9)  # a device with a known peak
     report = bench.main([*TINY, *ONE_STEP, "--variants", *bench.VARIANTS, "--output_dir", str(tmp_path)])
     full, mixed = report["results"]
     for result in (full, mixed):
@@ -31,6 +32,10 @@ def test_every_layout_gives_the_transformers_loss(tmp_path):
         assert 5.0 < losses["transformers"] < 7.5  # about ln(500) = 6.2 nats at initialisation
         assert all(rate > 0 for rate in result["tokens_per_s"].values())
         assert result["best_ratio"] == max(result["ratio_to_transformers"].values())
+        # MFU: the same model FLOPs for every variant (those of the documents) over each one's median step
+        assert result["model_flops_per_step"] > 0
+        for variant, seconds in result["median_step_s"].items():
+            assert result["mfu"][variant] == pytest.approx(result["model_flops_per_step"] / (seconds * 1e9))
     # full rows: no padding anywhere; mixed: transformers pads every row to the longest, packing fills rows
     assert set(full["slots"].values()) == {full["real_tokens"]} == {3 * 64}
     assert mixed["slots"]["transformers_padding_free"] == mixed["real_tokens"]
