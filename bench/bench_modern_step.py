@@ -107,8 +107,9 @@ def parse_args(argv=None):
 def flash_varlen_kernel(query, key, value, cu_q, cu_k, max_q, max_k, dropout, scale, window):
     """FlashAttention-2's varlen forward (Dao 2023) through torch's own op, differentiable (aten's derivative is
     ``_flash_attention_backward``). query, key, value: (N, A, D) bf16 / fp16 on CUDA; ``cu_q`` / ``cu_k``: (S + 1,)
-    int32 sequence starts; ``window``: keys within ``window`` positions on each side, or -1 (no window). Returns
-    the (N, A, D) context."""
+    int32 sequence starts; ``window``: keys within ``window`` positions on each side, or -1 (no window: the op's
+    ``None``). Returns the (N, A, D) context."""
+    side = window if window >= 0 else None
     return torch.ops.aten._flash_attention_forward(
         query,
         key,
@@ -121,8 +122,8 @@ def flash_varlen_kernel(query, key, value, cu_q, cu_k, max_q, max_k, dropout, sc
         False,
         False,
         scale=scale,
-        window_size_left=window,
-        window_size_right=window,
+        window_size_left=side,
+        window_size_right=side,
     )[0]
 
 
