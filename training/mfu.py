@@ -71,10 +71,20 @@ def peak_flops(device: torch.device | str, mixed_precision: str = "no") -> float
 
 
 def _layer_contexts(config) -> list[str]:
+    """The attention type of every layer: ``attention_types()`` (SesameBert), ``layer_types``, else every one of
+    ``num_hidden_layers`` (0 when absent) global."""
     types = config.attention_types() if hasattr(config, "attention_types") else None
     if types is None:
-        types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        types = getattr(config, "layer_types", None) or ["full_attention"] * getattr(config, "num_hidden_layers", 0)
     return list(types)
+
+
+def _output_embeddings(model: nn.Module):
+    """The model's output projection (``get_output_embeddings()``), or ``None`` where it has none or cannot say."""
+    try:
+        return model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    except (NotImplementedError, AttributeError):
+        return None
 
 
 class FlopCounter:
@@ -87,7 +97,9 @@ class FlopCounter:
     def __init__(self, model: nn.Module):
         config = getattr(model, "config", None)
         embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-        output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        output = _output_embeddings(model)
+        if not isinstance(output, nn.Module):
+            output = None
         out_ids = {id(p) for p in output.parameters()} if output is not None else set()
         seen: set[int] = set()
         self.matmul_params = 0
@@ -100,7 +112,7 @@ class FlopCounter:
         self.sparse = bool(getattr(config, "sparse_prediction", False))
         self.attention_width = 0
         self.windows: list[int | None] = []
-        if config is not None and getattr(config, "num_attention_heads", None):
+        if config is not None and getattr(config, "num_attention_heads", None) and getattr(config, "hidden_size", None):
             head_dim = getattr(config, "attention_head_dim", None) or config.hidden_size // config.num_attention_heads
             self.attention_width = config.num_attention_heads * head_dim
             window = getattr(config, "local_attention", None)
