@@ -144,7 +144,7 @@ def test_device_type_follows_accelerate_cpu_flag(monkeypatch):
     assert default_device_type() == "cpu"
 
 
-def test_plan_line_says_which_size_and_why(on_device, corpus_dir, bert_tokenizer, tmp_path, fresh_state, caplog):
+def test_plan_and_progress_lines(on_device, corpus_dir, bert_tokenizer, tmp_path, fresh_state, caplog):
     import logging
 
     from _launch import corpus_args
@@ -155,7 +155,7 @@ def test_plan_line_says_which_size_and_why(on_device, corpus_dir, bert_tokenizer
     on_device("cpu")
     bert_tokenizer.save_pretrained(tmp_path / "tok")
     args = corpus_args(corpus_dir, tmp_path / "out", "--max_train_steps", "2", tokenizer=tmp_path / "tok", config=None)
-    with caplog.at_level(logging.INFO, logger="pretrain"):
+    with caplog.at_level(logging.INFO, logger="pretrain"), caplog.at_level(logging.INFO, logger="training.loop"):
         assert run_cli(main, args) == 0
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("modernbert-tiny (mlm): "))
     assert line.endswith(
@@ -163,3 +163,6 @@ def test_plan_line_says_which_size_and_why(on_device, corpus_dir, bert_tokenizer
         "within a CPU run (modernbert-base, the GPU default, would take hours and learn little "
         "beyond word frequencies here; --config_name to choose))"
     ), line
+    # the progress line (no terminal here) carries the packing efficiency; no MFU without a known peak (the CPU)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 2/2: ")]
+    assert progress and ", packing efficiency " in progress[-1] and "MFU" not in progress[-1], progress
