@@ -12,7 +12,10 @@ forward + backward passes (no optimizer), in tokens/s. Peak memory: on CUDA ``to
 the CPU the process's peak resident set (``ru_maxrss``) minus the resident set before the first step, i.e. what the
 steps added (activations, the attention's scores and masks, gradients). A step that runs out of memory (or past
 ``--timeout_s``) is reported as such. Writes ``results.json``, ``results.md`` and ``results.png`` (both against the
-length) and prints the table.
+length) and prints the table, with the machine's load average (``results.json``: ``load_average``).
+
+Local layers run without a (T, T) mask on every path (issue 50): on the CPU "sdpa" runs them in blocks of queries
+against the keys within the window (``modeling.bert.attention_sesame_bert.local_sdpa_attention``).
 """
 
 from __future__ import annotations
@@ -151,7 +154,9 @@ def main(argv=None) -> dict:
                 f"| {r['length']} | {r['rows']} | {r['variant']} | {r['tokens_per_s']:.0f} | {r['peak_mb']:.0f} |"
             )
     print("\n".join(lines))
-    report = {"args": vars(args), "results": results}
+    load = os.getloadavg()  # the machine's 1/5/15-minute load at the end (shared machines: read the figures with it)
+    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    report = {"args": vars(args), "results": results, "load_average": load}
     if args.output_dir:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
@@ -158,18 +159,24 @@ def remove_dead_temporaries(output_dir: PathLike) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> Iterator[Path]:
+def atomic_output_dir(
+    output_dir: PathLike, arg_name: str = "--output_dir", stale: Sequence[str] = ()
+) -> Iterator[Path]:
     """Write an output folder atomically: yield a fresh temporary folder next to ``output_dir``, and move
     its contents into ``output_dir`` only when the ``with`` block succeeds.
 
     If ``output_dir`` does not exist, the temporary folder is renamed to it (one atomic rename). If it
-    exists, each entry of the temporary folder replaces the entry of the same name there (other entries
-    are kept). If the block raises, the temporary folder is removed and ``output_dir`` is left as it was
-    (not created if it did not exist).
+    exists, each entry of the temporary folder replaces the entry of the same name there (each an atomic rename),
+    then the entries that match ``stale`` and that the new outputs do not hold are removed; every other entry is
+    kept: a command never deletes what it did not write. If the block raises, the temporary folder is removed and
+    ``output_dir`` is left as it was (not created if it did not exist).
 
     Args:
         output_dir: the folder to write; its parent folders are created if needed.
         arg_name: the command-line argument it came from, used in error messages.
+        stale: ``fnmatch`` patterns of the entries this command writes in some run or another (e.g. a model folder's
+            weights, shards and tokenizer files); an earlier run's entries of these names that this run does not
+            write are removed, so that the folder never mixes two runs' files.
 
     Yields:
         The temporary folder (a ``Path`` in the same parent as ``output_dir``) to write into.
@@ -217,11 +224,18 @@ def atomic_output_dir(output_dir: PathLike, arg_name: str = "--output_dir") -> I
         if not out.exists():
             os.replace(tmp, out)
         else:
+            written = {entry.name for entry in tmp.iterdir()}
             for entry in sorted(tmp.iterdir()):
                 target = out / entry.name
                 if target.is_dir() and not target.is_symlink():
                     shutil.rmtree(target)
                 os.replace(entry, target)
+            for entry in sorted(out.iterdir()):
+                if entry.name not in written and any(fnmatch.fnmatchcase(entry.name, p) for p in stale):
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -325,10 +339,61 @@ def check_output_dir_reuse(output_dir: PathLike, overwrite: bool, resuming: bool
     )
 
 
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_sources_outside(
+    output_dir: PathLike,
+    sources: Mapping[str, PathLike | Sequence[PathLike] | None],
+    replaced: Sequence[str] | None = None,
+    arg_name: str = "--output_dir",
+) -> None:
+    """Refuse an output folder whose writing would delete or replace what a command reads: no command deletes what
+    it did not write.
+
+    Args:
+        output_dir: the command's output folder (need not exist).
+        sources: the command's inputs by argument name (``{"--source": "m"}``); each a path, a list of paths or
+            ``None``. Values that are not existing local paths (hub repo ids) are skipped.
+        replaced: ``None`` for a command whose output folder is a whole model folder (``modeling.bert.convert``): a
+            source that is the output folder, lies inside it or contains it is refused. Otherwise the entries of
+            the output folder that the command deletes or replaces (``["checkpoints", "tokenizer"]``): a source that
+            is the output folder or lies inside one of them is refused.
+
+    Raises:
+        InputError: one line naming both arguments and paths.
+    """
+    out = Path(output_dir).expanduser().resolve()
+    for name, value in sources.items():
+        values = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
+        for source in values:
+            path = Path(source).expanduser()
+            if not path.exists():
+                continue
+            path = path.resolve()
+            if path == out:
+                relation = f"is the {name} folder"
+            elif replaced is None and _within(path, out):
+                relation = f"contains {name} {source}"
+            elif replaced is None and _within(out, path):
+                relation = f"lies inside {name} {source}"
+            elif replaced is not None and any(_within(path, out / entry) for entry in replaced):
+                entry = next(e for e in replaced if _within(path, out / e))
+                relation = f"holds {name} {source} in {entry}/, which this command replaces"
+            else:
+                continue
+            raise InputError(
+                f"{arg_name} {output_dir}: {relation}; expected an output folder apart from the command's inputs "
+                "(writing it would replace or delete them)"
+            )
+
+
 __all__ = [
     "BOOKKEEPING_FILES",
     "atomic_output_dir",
     "check_output_dir_reuse",
+    "check_sources_outside",
     "file_mode",
     "file_sha256",
     "open_atomic",

@@ -161,11 +161,18 @@ def resolve_training(training, config, script: str, unfreeze_backbone: bool, met
 
 
 def start_command(model_args: FinetuneModelArguments, training, train_file, validation_file, logger) -> None:
-    """What a fine-tuning command does once its arguments are checked: :func:`check_output_is_not_the_model` (raises
-    InputError), tokenizers' own threads off, logging set up, :func:`warn_if_same_file`."""
+    """What a fine-tuning command does once its arguments are checked: :func:`check_output_is_not_the_model` and, with
+    ``--overwrite_output_dir``, no input inside the checkpoints it deletes (:func:`core.files.check_sources_outside`;
+    both raise InputError), tokenizers' own threads off, logging set up, :func:`warn_if_same_file`."""
     from core.logs import setup_logging
 
     check_output_is_not_the_model(model_args.model_name_or_path, training.output_dir)
+    if training.output_dir and training.overwrite_output_dir and not training.resume_from_checkpoint:
+        from core.files import check_sources_outside
+
+        sources = {"--model_name_or_path": model_args.model_name_or_path, "--train_file": train_file}
+        sources["--validation_file"] = validation_file
+        check_sources_outside(training.output_dir, sources, replaced=("checkpoints",))  # the run deletes them
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging()
     warn_if_same_file(train_file, validation_file, logger)

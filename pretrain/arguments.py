@@ -164,6 +164,17 @@ class MaskingArguments:
     mask_replace_prob: float = arg(0.8, "of the selected tokens: replaced by [MASK]")
     random_replace_prob: float = arg(0.1, "of the selected tokens: replaced by a random token (the rest are kept)")
     whole_word_mask: bool = arg(False, "select whole words (all their WordPiece pieces)")
+    mlm_probability_end: float | None = arg(
+        None,
+        "masking-rate schedule: the rate moves linearly from --mlm_probability at the first optimizer step to this "
+        "at the last (e.g. 0.3 -> 0.15, as ModernBERT / Ettin phases lower it); the held-out evaluation keeps "
+        "--mlm_probability, so its curves compare (default: a fixed rate)",
+    )
+
+    def __post_init__(self) -> None:
+        end = self.mlm_probability_end
+        if end is not None and not 0 < end < 1:
+            raise InputError(f"--mlm_probability_end {end}: expected a number in (0, 1)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -527,6 +538,11 @@ def resolve(
         defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
     training = _fill(training, defaults)  # its construction checks the values
     masking = _fill(masking, defaults)
+    if masking.mlm_probability_end is not None and objective.family.name != DEFAULT_FAMILY:
+        raise InputError(
+            f"--mlm_probability_end {masking.mlm_probability_end}: a masking-rate schedule, and the {objective.name} "
+            "objective masks no token; expected a BERT-like objective (mlm, mlm+nsp, rtd)"
+        )
     parts = (model, objective, objective_args, masking, corpus, data, training, hub)
     return PretrainArguments(*parts, budget=budget, device_choice=device_choice)
 

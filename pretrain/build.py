@@ -9,9 +9,9 @@ from pathlib import Path
 
 from core.errors import InputError, check_local_path, first_line
 from pretrain.arguments import CorpusArguments, ModelArguments, PretrainArguments
-from pretrain.objectives import FamilyPretraining
+from pretrain.objectives import FAMILIES, FamilyPretraining
 from tokenizer import train_tokenizer  # the family's trainer
-from training.pretrained import check_model_fits, load_pretrained
+from training.pretrained import check_model_fits, hub_offline, load_pretrained
 
 logger = logging.getLogger("pretrain")
 
@@ -211,10 +211,12 @@ def train_run_tokenizer(family: FamilyPretraining, corpus: CorpusArguments, voca
 
 def load_model_config(plan: PretrainArguments, **overrides):
     """The config of the model to pretrain: ``--model_name_or_path``'s, a preset's, or ``--config_name``'s (a path
-    or a hub repo id), with ``overrides``; checked to belong to the objective's family.
+    or a hub repo id), with ``overrides``; checked to belong to the objective's family. A config file of the user's
+    gets one warning per field the config class does not know (:func:`warn_unknown_fields`).
 
     Raises:
-        InputError: an unknown preset, a config that cannot be loaded or that belongs to another family.
+        InputError: an unknown preset, a config that cannot be loaded or is refused by its validators (the line leads
+            with the reason), or one that belongs to another family.
     """
     from transformers import AutoConfig
 
@@ -224,28 +226,138 @@ def load_model_config(plan: PretrainArguments, **overrides):
     if model.model_name_or_path:
         return _from_model_path(AutoConfig.from_pretrained, model)
     presets = sorted(plan.family.spec.presets)
-    if model.config_name in presets:
-        config = modeling.get_preset_config(model.config_name, **overrides)
+    expected = f"expected a preset ({', '.join(presets)}), a config path or a hub repo id"
+    name = model.config_name
+    if name in presets:
+        config = modeling.get_preset_config(name, **overrides)
     else:
-        expected = (
-            f"--config_name {model.config_name}{_rev(model)}: expected a preset ({', '.join(presets)}), a "
-            "config path or a hub repo id"
-        )
-        if not model.config_name:
-            raise InputError(expected)
-        check_local_path(model.config_name, "--config_name", "a preset, a config path or a hub repo id")
+        if not name:
+            raise InputError(f"--config_name: not given; {expected}")
+        check_local_path(name, "--config_name", "a preset, a config path or a hub repo id")
+        local = Path(name).expanduser().exists()
         try:  # a config.json file or folder, or a hub repo id (at --revision)
             config = AutoConfig.from_pretrained(
-                model.config_name, revision=model.revision, trust_remote_code=model.trust_remote_code, **overrides
+                name, revision=model.revision, trust_remote_code=model.trust_remote_code, **overrides
             )
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"{expected} (could not be loaded: {type(err).__name__}: {first_line(err)})") from err
+            reason = config_problem(err)
+            if local:
+                tail = "" if "expected" in reason else "; expected a model config.json (file or folder)"
+                raise InputError(f"--config_name {name}: {reason}{tail}") from err
+            if hub_offline():
+                reason = "HF_HUB_OFFLINE is set"
+            raise InputError(
+                f"--config_name {name}{_rev(model)}: not a preset, a config file or a loadable hub repo ({reason}); "
+                f"{expected}"
+            ) from err
+        if local and not overrides:  # (build_model loads it again with the tokenizer's sizes: warned once)
+            warn_unknown_fields(name, config)
     if not plan.family.accepts(config):
+        owner = next((f.name for f in FAMILIES.values() if f.accepts(config)), None)
+        hint = f" (or --model_type {owner})" if owner else ""
         raise InputError(
-            f"--config_name {model.config_name}: a {config.model_type} config; expected one for "
-            f"--model_type {plan.family.name}"
+            f"--config_name {name}: a {config.model_type} config; expected one for --model_type "
+            f"{plan.family.name}{hint}"
         )
     return config
+
+
+#: Longest reason (characters) quoted from a library's error in a config refusal line.
+REASON_CHARS = 120
+
+
+def config_problem(err: BaseException) -> str:
+    """The reason a config could not be loaded, short: the first sentence of the innermost cause's first line (a
+    ``@strict`` validator's ``ValueError`` / ``TypeError`` as it is, rather than huggingface_hub's wrapper around it;
+    other errors with their type's name), cut to :data:`REASON_CHARS` characters."""
+    while err.__cause__ is not None and err.__cause__ is not err:
+        err = err.__cause__
+    text = first_line(err).split(". ")[0].rstrip(".")
+    if type(err) not in (ValueError, TypeError):
+        text = f"{type(err).__name__}: {text}"
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+def _config_file(path: str) -> Path:
+    p = Path(path).expanduser()
+    return p / "config.json" if p.is_dir() else p
+
+
+def warn_unknown_fields(path: str, config) -> list[str]:
+    """Warn once per field of the user's config file ``path`` (a config.json or its folder) that ``config``'s class
+    does not know (transformers would keep it as a plain attribute and the model would ignore it: a typo such as
+    ``local_attenton`` would silently train the default), naming the closest known field. A warning rather than a
+    refusal: config files written by other tools and versions carry bookkeeping fields that are harmless. Only the
+    first process warns. Returns the unknown fields, in file order.
+    """
+    import difflib
+    import json
+    import os
+
+    try:
+        saved = json.loads(_config_file(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(saved, dict):
+        return []
+    cls = type(config)
+    known = {name for klass in cls.__mro__ for name in getattr(klass, "__annotations__", {})}
+    try:
+        known |= set(cls().to_dict())  # the fields a fresh config writes (a class that needs arguments: skipped)
+    except Exception:  # noqa: BLE001
+        pass
+    known |= set(getattr(cls, "attribute_map", {})) | GENERIC_CONFIG_FIELDS
+    known |= set(modeling_fields().get(getattr(cls, "model_type", ""), ()))
+    unknown = [k for k in saved if k not in known and not k.startswith("_")]
+    if os.environ.get("RANK", "0") == "0":
+        for field in unknown:
+            close = difflib.get_close_matches(field, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            logger.warning(
+                "--config_name %s: unknown field %s = %s is not a %s setting and is ignored%s",
+                path,
+                field,
+                json.dumps(saved[field])[:40],
+                cls.model_type,
+                hint,
+            )
+    return unknown
+
+
+#: Fields of ``PretrainedConfig`` kept as plain attributes (token ids, bookkeeping of other tools and versions).
+GENERIC_CONFIG_FIELDS = frozenset(
+    {
+        "auto_map",
+        "torch_dtype",
+        "num_labels",
+        "bos_token_id",
+        "eos_token_id",
+        "sep_token_id",
+        "cls_token_id",
+        "mask_token_id",
+        "unk_token_id",
+        "decoder_start_token_id",
+        "tokenizer_class",
+        "use_cache",
+        "is_decoder",
+        "add_cross_attention",
+        "tie_encoder_decoder",
+        "finetuning_task",
+        "task_specific_params",
+        "prefix",
+        "pruned_heads",
+        "torchscript",
+        "output_attentions",
+    }
+)
+
+
+def modeling_fields() -> dict[str, tuple[str, ...]]:
+    """Fields a model type records beyond its config class's (a discriminator saved by RTD pretraining records how
+    the pair was trained: :data:`modeling.bert.configuration_sesame_bert.RTD_FIELDS`)."""
+    from modeling.bert.configuration_sesame_bert import RTD_FIELDS
+
+    return {"sesame-bert": RTD_FIELDS}
 
 
 def _from_model_path(load, model: ModelArguments, **kwargs):

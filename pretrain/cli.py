@@ -82,18 +82,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from accelerate.utils import set_seed
 
-    from core.files import check_output_dir_reuse
+    from core.files import check_output_dir_reuse, check_sources_outside
     from core.logs import setup_logging
     from pretrain.build import build_model, get_tokenizer, load_model_config
     from pretrain.parts import pretraining_parts
     from training.driver import Run
+    from training.pretrained import check_sequence_length
 
     plan = parse(argv)
     setup_logging()
     training = plan.training
     check_output_dir_reuse(training.output_dir, training.overwrite_output_dir, bool(training.resume_from_checkpoint))
+    if training.overwrite_output_dir and not training.resume_from_checkpoint:  # it deletes checkpoints/, tokenizer/
+        sources = {
+            "--model_name_or_path": plan.model.model_name_or_path,
+            "--tokenizer_name": plan.model.tokenizer_name,
+            "--train_file": plan.corpus.train_file,
+            "--validation_file": plan.corpus.validation_file,
+            "--prepared_dataset": plan.data.prepared_dataset,
+            "--continue_from_checkpoint": training.continue_from_checkpoint,
+        }
+        check_sources_outside(training.output_dir, sources, replaced=("checkpoints", "tokenizer"))
     check_data_files(plan.corpus)
-    plan = plan.with_model_config(load_model_config(plan))
+    config = load_model_config(plan)
+    check_sequence_length(config, plan.corpus.max_seq_length)  # before a tokenizer is trained for nothing
+    plan = plan.with_model_config(config)
     with Run(
         plan.training,
         plan.hub,

@@ -50,15 +50,7 @@ def mask_tokens(
     Returns:
         ``(masked_input_ids, labels)``, both ``(B, T)`` long; labels are -100 where not selected.
     """
-    if word_start is not None:
-        word_index = torch.cumsum(word_start.long(), dim=1) - 1  # (B, T), the word each token belongs to
-        word_index = word_index.clamp_min(0)
-        start_pos = torch.zeros_like(u_select).scatter_reduce(
-            1, word_index, u_select * word_start, reduce="sum", include_self=False
-        )
-        u_tok = start_pos.gather(1, word_index)
-    else:
-        u_tok = u_select
+    u_tok = token_draws(u_select, word_start)
     selected = candidates & (u_tok < mlm_probability)
     # at least one prediction per sequence: the candidate (word) with the smallest draw
     empty = ~selected.any(dim=1) & candidates.any(dim=1)
@@ -71,6 +63,104 @@ def mask_tokens(
     out = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
     out = torch.where(to_random, random_tokens, out)
     return out, labels
+
+
+def token_draws(u_select: torch.Tensor, word_start: torch.Tensor | None = None) -> torch.Tensor:
+    """The selection draw of each token, ``(B, T)`` float: ``u_select`` itself, or with ``word_start`` ((B, T) 0/1,
+    whole-word masking) the draw at the first piece of the token's word."""
+    if word_start is None:
+        return u_select
+    word_index = torch.cumsum(word_start.long(), dim=1) - 1  # (B, T), the word each token belongs to
+    word_index = word_index.clamp_min(0)
+    start_pos = torch.zeros_like(u_select).scatter_reduce(
+        1, word_index, u_select * word_start, reduce="sum", include_self=False
+    )
+    return start_pos.gather(1, word_index)
+
+
+#: The batch key of the selection draws an :class:`MLMCollator` keeps for a masking-rate schedule.
+SELECTION_DRAWS = "selection_draws"
+
+
+def select_at_rate(batch: dict[str, torch.Tensor], rate: float) -> dict[str, torch.Tensor]:
+    """The batch masked at ``rate`` from one masked at a higher rate with :data:`SELECTION_DRAWS` kept (popped).
+
+    ``batch["selection_draws"]`` (B, T) float holds each token's selection draw (:func:`token_draws`; 2.0 where the
+    token may not be selected). A token stays selected when its draw is below ``rate``, or, in a sequence where no
+    draw is, when its draw is the sequence's smallest (:func:`mask_tokens`' one prediction per sequence); the other
+    tokens selected at the higher rate get their original id back (from ``labels``) and the label -100. With the
+    same draws this is exactly :func:`mask_tokens` at ``rate`` (the replacement draws are per token): a pure function
+    of the batch, on its device, with no host read.
+
+    Args:
+        batch: ``input_ids`` and ``labels`` (B, T) long, ``selection_draws`` (B, T) float.
+        rate: the masking rate, at most the rate the batch was masked at.
+
+    Returns:
+        a new dict: the batch without ``selection_draws``, ``input_ids`` and ``labels`` masked at ``rate``.
+    """
+    batch = dict(batch)
+    draws = batch.pop(SELECTION_DRAWS)
+    input_ids, labels = batch["input_ids"], batch["labels"]
+    keep = draws < rate
+    lowest = draws == draws.min(dim=1, keepdim=True).values
+    keep = keep | (~keep.any(dim=1, keepdim=True) & lowest)
+    drop = (labels != -100) & ~keep
+    batch["input_ids"] = torch.where(drop, labels, input_ids)
+    batch["labels"] = labels.masked_fill(drop, -100)
+    return batch
+
+
+class MaskingRateSchedule:
+    """A masking rate that moves linearly from ``start`` (optimizer step 1) to ``end`` (the last step), as the
+    phases of ModernBERT / Ettin / mmBERT lower it (30% -> 15% -> 5%); ``pretrain --mlm_probability P
+    --mlm_probability_end Q``.
+
+    The training collator masks at :attr:`ceiling` (the larger rate) and keeps its selection draws; the loop calls
+    the schedule on each micro-batch of step ``s`` (:class:`training.loop.Trainer`'s ``batch_fn``), which masks it
+    at :meth:`rate` (``s``) by :func:`select_at_rate`: a pure function of the batch and the step, so a resumed run
+    masks as an uninterrupted one. The held-out evaluation keeps its own fixed rate.
+
+    Args:
+        start, end: the rates at the first and the last step, in (0, 1).
+        max_train_steps: the run's optimizer steps (>= 1).
+    """
+
+    def __init__(self, start: float, end: float, max_train_steps: int):
+        self.start, self.end, self.max_train_steps = start, end, max_train_steps
+        self.ceiling = max(start, end)
+
+    def rate(self, step: int) -> float:
+        """The masking rate of optimizer step ``step`` (1-based): ``start + (end - start) * (step - 1) / (N - 1)``."""
+        progress = min(max(step - 1, 0), self.max_train_steps - 1) / max(self.max_train_steps - 1, 1)
+        return self.start + (self.end - self.start) * progress
+
+    def __call__(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
+        return select_at_rate(batch, self.rate(step))
+
+    def logged(self, step: int) -> dict[str, float]:
+        """``{"mlm_probability": rate}`` of step ``step``, for the loop's log."""
+        return {"mlm_probability": self.rate(step)}
+
+
+def keep_selection_draws(collator) -> None:
+    """Make the :class:`MLMCollator` inside ``collator`` (itself, or a wrapper's ``collator`` / ``mlm``) add
+    :data:`SELECTION_DRAWS` to its batches.
+
+    Raises:
+        InputError: ``collator`` does not mask (e.g. the BiLM's).
+    """
+    from core.errors import InputError
+
+    inner = collator
+    while not isinstance(inner, MLMCollator):
+        inner = getattr(inner, "collator", None) or getattr(inner, "mlm", None)
+        if inner is None:
+            raise InputError(
+                f"--mlm_probability_end: the {type(collator).__name__} masks no token; expected a BERT-like "
+                "objective (mlm, mlm+nsp, rtd)"
+            )
+    inner.keep_selection_draws = True
 
 
 def _pad(rows: Sequence[Sequence[int]], value: int, dtype=torch.long) -> torch.Tensor:
@@ -131,6 +221,8 @@ class MLMCollator:
             random_replace_prob,
         )
         self.whole_word_mask, self.seed, self.salt, self.epoch = whole_word_mask, seed, salt, 0
+        #: add :data:`SELECTION_DRAWS` to the batches (a masking-rate schedule, :class:`MaskingRateSchedule`)
+        self.keep_selection_draws = False
 
     def set_epoch(self, epoch: int) -> None:
         """New masks every epoch (the training loop calls this; also at resume)."""
@@ -167,6 +259,8 @@ class MLMCollator:
             word_start,
         )
         batch = {"input_ids": masked, "labels": labels}
+        if self.keep_selection_draws:
+            batch[SELECTION_DRAWS] = torch.where(candidates, token_draws(u_sel, word_start), 2.0)
         if not bool(attention_mask.all()):  # a host tensor: no device synchronisation
             batch["attention_mask"] = attention_mask
         if "token_type_ids" in examples[0]:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from core.errors import InputError
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 DEFAULT_TRAIN_FILES = [str(CORPUS_DIR / "train.txt.gz")]
 DEFAULT_VALIDATION_FILE = str(CORPUS_DIR / "validation.txt.gz")
+
+logger = logging.getLogger("pretrain")
 
 
 # -- raw text ------------------------------------------------------------------------------------------------
@@ -59,17 +62,26 @@ def load_raw_datasets(
         sample_by: ``paragraph`` (one example per blank-line-separated document, the corpus format) or ``line``.
         streaming: return an ``IterableDatasetDict`` read lazily (``load_dataset(..., streaming=True)``: a hub
             dataset is not downloaded whole); without a validation split/file, the first
-            :data:`STREAMING_VALIDATION_DOCUMENTS` documents are held out (a stream has no length to take a share of).
+            :data:`STREAMING_VALIDATION_DOCUMENTS` documents are held out (a stream has no length to take a share of),
+            or, from a stream of no more documents than that, ``validation_split_percentage`` % of them (at least
+            one; :func:`stream_held_out`).
 
     Raises:
         InputError: a file is missing/empty/not text (see ``tokenizer.corpus.check_text_files``), the dataset
-            has no ``text_column_name`` column, or a split is empty.
+            has no ``text_column_name`` column, a split is empty, or a stream without a validation split has fewer
+            than two documents.
     """
     if not 0 < validation_split_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_split_percentage}: expected 1..99")
     if streaming:
         return _load_stream(
-            train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by
+            train_files,
+            validation_file,
+            dataset_name,
+            dataset_config_name,
+            text_column_name,
+            sample_by,
+            validation_split_percentage,
         )
     if dataset_name:
         return _load_hub_dataset(
@@ -169,15 +181,45 @@ def _load_text_files(train_files, validation_file, validation_split_percentage, 
 STREAMING_VALIDATION_DOCUMENTS = 200
 
 
-def _load_stream(train_files, validation_file, dataset_name, dataset_config_name, text_column_name, sample_by):
-    """The streaming branch of :func:`load_raw_datasets` (``IterableDatasetDict`` with ``train``/``validation``)."""
+def stream_held_out(stream, percentage: int, source: str) -> int:
+    """How many documents to hold out for validation from the head of ``stream`` (a ``datasets.IterableDataset`` of
+    non-empty documents without a validation split): :data:`STREAMING_VALIDATION_DOCUMENTS`, or, when the stream
+    holds no more than that (counted by reading its first documents), ``percentage`` % of them, at least one, as
+    a file that is not streamed (else every document would be held out and training would get none).
+
+    Raises:
+        InputError: ``source`` (the flag and value) gives fewer than two documents.
+    """
+    count = sum(1 for _ in stream.take(STREAMING_VALIDATION_DOCUMENTS + 1))
+    if count > STREAMING_VALIDATION_DOCUMENTS:
+        return STREAMING_VALIDATION_DOCUMENTS
+    if count < 2:
+        raise InputError(
+            f"--streaming: {source} holds {count} document(s), too few to hold one out for validation; expected "
+            "--validation_file or at least two documents (separated by a blank line)"
+        )
+    held = max(1, count * percentage // 100)
+    logger.info(
+        "--streaming: %s holds %d documents, no more than the %d a stream holds out: %d (%d%%) held out for validation",
+        source,
+        count,
+        STREAMING_VALIDATION_DOCUMENTS,
+        held,
+        percentage,
+    )
+    return held
+
+
+def _load_stream(train_files, validation_file, dataset_name, config_name, text_column_name, sample_by, percentage=5):
+    """The streaming branch of :func:`load_raw_datasets` (``IterableDatasetDict`` with ``train``/``validation``;
+    ``percentage``: ``validation_split_percentage``)."""
     from datasets import IterableDatasetDict, load_dataset
 
     from tokenizer.corpus import check_text_files
 
     try:
         if dataset_name:
-            raw = load_dataset(dataset_name, dataset_config_name, streaming=True)
+            raw = load_dataset(dataset_name, config_name, streaming=True)
         else:
             files = {"train": [str(p) for p in check_text_files(train_files or DEFAULT_TRAIN_FILES, "--train_file")]}
             if validation_file:
@@ -199,12 +241,9 @@ def _load_stream(train_files, validation_file, dataset_name, dataset_config_name
         raw = IterableDatasetDict({k: v.rename_column(text_column_name, "text") for k, v in raw.items()})
     raw = raw.filter(lambda b: [bool(t and t.strip()) for t in b["text"]], batched=True)
     if "validation" not in raw:
-        raw = IterableDatasetDict(
-            {
-                "train": raw["train"].skip(STREAMING_VALIDATION_DOCUMENTS),
-                "validation": raw["train"].take(STREAMING_VALIDATION_DOCUMENTS),
-            }
-        )
+        source = f"--dataset_name {dataset_name}" if dataset_name else f"--train_file {' '.join(files['train'])}"
+        held = stream_held_out(raw["train"], percentage, source)
+        raw = IterableDatasetDict({"train": raw["train"].skip(held), "validation": raw["train"].take(held)})
     return IterableDatasetDict({"train": raw["train"], "validation": raw["validation"]})
 
 
@@ -707,6 +746,7 @@ def seed_for(*keys: int) -> int:
 __all__ = [
     "load_corpus",
     "load_raw_datasets",
+    "stream_held_out",
     "tokenize_bert",
     "tokenize_elmo",
     "pack_blocks",

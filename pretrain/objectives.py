@@ -92,8 +92,12 @@ class FamilyPretraining:
         return self.spec.name
 
     def accepts(self, config) -> bool:
-        """Whether this family trains a model of ``config``."""
-        return self.any_config or getattr(config, "model_type", None) == self.spec.model_type
+        """Whether this family trains a model of ``config``: one of its model type, or with ``any_config`` any that
+        is not another family's (an ELMo config is not a BERT-like model the Auto class could build)."""
+        model_type = getattr(config, "model_type", None)
+        if model_type == self.spec.model_type:
+            return True
+        return self.any_config and not any(f.spec.model_type == model_type for f in FAMILIES.values())
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@ the objective's loss and outputs, the unigram plateau (:class:`training.unigram.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from core.errors import InputError
@@ -20,13 +21,30 @@ def pretraining_parts(plan: PretrainArguments, model, tokenizer, train_blocks, v
     objective's loss, item count and extra output files, and the unigram plateau (:func:`unigram_plateau`)."""
     from training.driver import RunParts
 
-    objective, training = plan.objective, plan.training
-    train_collator, eval_collator = objective.collators(tokenizer, plan.masking, training.seed)
+    objective, training, masking = plan.objective, plan.training, plan.masking
+    train_collator, eval_collator = objective.collators(tokenizer, masking, training.seed)
+    scheduled = masking.mlm_probability_end is not None
+    if scheduled:  # masked at the larger rate, then at each step's (MaskingRateSchedule); evaluation: fixed
+        from pretrain.collators import keep_selection_draws, select_at_rate
+
+        ceiling = max(masking.mlm_probability, masking.mlm_probability_end)
+        train_collator, _ = objective.collators(
+            tokenizer, dataclasses.replace(masking, mlm_probability=ceiling), training.seed
+        )
+        keep_selection_draws(train_collator)
     plateau = unigram_plateau(plan, model, tokenizer, train_blocks, accelerator)
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}
     counted = None if plan.corpus.streaming else len(train_blocks)
-    run_plan = make_run_plan(plan, model, loader, loop_kwargs, counted, accelerator)
+    probe_kwargs = dict(loop_kwargs)
+    if scheduled:  # a --time_budget probe times steps at the first step's rate
+        probe_kwargs["batch_fn"] = lambda batch, step: select_at_rate(batch, masking.mlm_probability)
+    run_plan = make_run_plan(plan, model, loader, probe_kwargs, counted, accelerator)
+    if scheduled:
+        from pretrain.collators import MaskingRateSchedule
+
+        schedule = MaskingRateSchedule(masking.mlm_probability, masking.mlm_probability_end, run_plan.max_train_steps)
+        loop_kwargs.update(batch_fn=schedule, log_fn=schedule.logged)
     available = len(valid_blocks)
     if run_plan.eval_examples is not None and run_plan.eval_examples < available:
         valid_blocks = valid_blocks.select(range(run_plan.eval_examples))

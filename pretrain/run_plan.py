@@ -54,13 +54,15 @@ def make_run_plan(plan: PretrainArguments, model, loader, loop_kwargs, train_blo
     )
     if budget.max_train_tokens is not None:
         how = f"--max_train_tokens {budget.max_train_tokens} / {run_plan.tokens_per_step} tokens per optimizer step"
+        if run_plan.batch_warmup is not None:
+            how += f" (the batch-size warmup's {run_plan.batch_warmup.steps} smaller steps counted)"
     if budget.given and accelerator.is_main_process:
         logger.info(
             "budget: %s = %d optimizer steps (%.4g tokens); to repeat this run exactly: --max_train_steps %d "
             "instead of %s",
             how,
             run_plan.max_train_steps,
-            run_plan.max_train_steps * run_plan.tokens_per_step,
+            run_plan.total_tokens,
             run_plan.max_train_steps,
             budget.given,
         )
@@ -123,7 +125,7 @@ def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | No
         "%s", run_plan.summary(f"{data} ({validation})", plan.training.learning_rate, plan.learning_rate_source)
     )
     if not plan.demo and plan.model.model_name_or_path is None:
-        warn_few_tokens(run_plan.tokens_per_step * run_plan.max_train_steps, n_params)
+        warn_few_tokens(run_plan.total_tokens, n_params)
 
 
 def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKENS_PER_PARAMETER) -> bool:

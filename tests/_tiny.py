@@ -33,6 +33,35 @@ def modern_layout(**overrides) -> dict:
     return {**{k: v for k, v in MODERN_PRESETS["modernbert-tiny"][1].items() if k not in sizes}, **overrides}
 
 
+def micro_modern_kwargs(**overrides) -> dict:
+    """A micro modern encoder's config fields (32 wide, 4 query heads on 2 key/value heads, SwiGLU, rotary positions
+    with a local base, a 4-token window, pre-norm, no biases, no dropout), for the local-attention and
+    packed-document tests; then ``overrides``."""
+    return (
+        dict(
+            vocab_size=40,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=24,
+            hidden_act="swiglu",
+            position_embedding_type="rope",
+            local_rope_theta=1000.0,
+            local_attention=4,  # a token sees the tokens at most 2 positions away
+            max_position_embeddings=64,
+            type_vocab_size=0,
+            norm_position="pre",
+            first_layer_attention_norm=False,
+            attention_bias=False,
+            mlp_bias=False,
+            norm_bias=False,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+        | overrides
+    )
+
+
 def padded_batch(vocab_size: int, shape: tuple[int, int], lengths: dict[int, int], seed: int) -> dict:
     """``input_ids`` (random ids from 5 to ``vocab_size``, seeded by ``seed``) and ``attention_mask`` of ``shape``,
     int64; row ``r`` of ``lengths`` padded (id 0, mask 0) after its ``lengths[r]`` first tokens."""

@@ -60,6 +60,7 @@ def time_optimizer_steps(
     warmup: int = 2,
     loss_fn: Callable | None = None,
     weight_fn: Callable | None = None,
+    batch_fn: Callable | None = None,
 ) -> float:
     """Mean seconds of an optimizer step after ``warmup`` untimed ones (``steps`` in all), measured on a copy.
 
@@ -80,8 +81,8 @@ def time_optimizer_steps(
         dataloader: the run's training loader (its dataset, batch size and collator are used; it is not iterated).
         config: the loop's settings (accumulation, optimizer, clipping, gradient checkpointing, compile).
         steps / warmup: optimizer steps run / not timed.
-        loss_fn / weight_fn: as :class:`training.loop.Trainer` (defaults: ``model(**batch).loss`` and the labels
-            that are not -100).
+        loss_fn / weight_fn / batch_fn: as :class:`training.loop.Trainer` (defaults: ``model(**batch).loss``, the
+            labels that are not -100, the batches as they are; ``batch_fn`` is called with step 1).
 
     Raises:
         InputError: ``steps <= warmup``, or a loader that gives no batch.
@@ -115,6 +116,8 @@ def time_optimizer_steps(
         for step in range(steps):
             started = clock() if step >= warmup else 0.0
             group, batches = _next_group(probe, batches, config.gradient_accumulation_steps)
+            if batch_fn is not None:
+                group = [batch_fn(b, 1) for b in group]
             _probe_step(accelerator, forward, twin, optimizer, group, config, loss_fn, weight_fn, probe.pin_memory)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

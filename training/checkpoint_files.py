@@ -163,19 +163,20 @@ def _problem(path: Path, ignore_integrity: bool) -> str | None:
     return damaged or incomplete
 
 
-def check_checkpoint_path(spec: str) -> Path:
-    """Cheap check of a ``--resume_from_checkpoint`` folder (exists, holds ``trainer_state.json``), done before
-    any work; :func:`resolve_checkpoint` verifies its files at resume time.
+def check_checkpoint_path(spec: str, flag: str = "--resume_from_checkpoint") -> Path:
+    """Cheap check of a ``--resume_from_checkpoint`` (or ``flag``) folder (exists, holds ``trainer_state.json``),
+    done before any work; :func:`resolve_checkpoint` verifies its files at resume time.
 
     Raises:
         InputError: no such folder, or not a complete checkpoint.
     """
     path = Path(spec)
     if not path.is_dir():
-        raise InputError(f"--resume_from_checkpoint {spec}: no such folder; expected 'latest' or a checkpoint folder")
+        latest = "'latest' or " if flag == "--resume_from_checkpoint" else ""
+        raise InputError(f"{flag} {spec}: no such folder; expected {latest}a checkpoint folder")
     if not (path / STATE_FILE).is_file():
         raise InputError(
-            f"--resume_from_checkpoint {spec}: not a complete checkpoint (no {STATE_FILE}); expected a folder "
+            f"{flag} {spec}: not a complete checkpoint (no {STATE_FILE}); expected a folder "
             "written by the training loop, e.g. <output_dir>/checkpoints/step_N"
         )
     return path

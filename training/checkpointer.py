@@ -1,7 +1,8 @@
 """The loop's checkpointer (:class:`Checkpointer`, held by :class:`training.loop.Trainer`): write a checkpoint and
 rotate the old ones, find and check the checkpoint to resume from and load it, load the best model at the end.
 The files and their manifest are :mod:`training.checkpoint_files`'s; the resume checks are
-:func:`check_resume_geometry`, :func:`check_resume_settings` and :func:`check_pickles`. What it guarantees:
+:func:`check_resume_geometry`, :func:`check_resume_model`, :func:`check_resume_settings` and :func:`check_pickles`.
+What it guarantees:
 
 * **Checkpoints.** Every ``checkpointing_steps`` optimizer steps (a fraction below 1: of the run) and at the end,
   ``<output_dir>/checkpoints/step_N/`` written atomically with a size + SHA-256 manifest
@@ -12,8 +13,9 @@ The files and their manifest are :mod:`training.checkpoint_files`'s; the resume 
 * **Exact resume.** ``resume_from_checkpoint`` (``latest`` or a path; with a ``run_id``, ``latest`` and the
   rotation consider only that run's checkpoints) restores weights, optimizer, schedule, every process's RNG
   states, the log and evaluation histories and the position in the data (it refuses another global batch, number
-  of steps, training data by content, or optimizer settings; a changed ``max_grad_norm`` is warned about): the epoch is
-  set on the sampler and collator, and
+  of steps, training data by content, optimizer settings, or a model config that differs in any architecture field
+  -- dropout too, unless ``allow_dropout_change``; a changed ``max_grad_norm`` is warned about): the epoch is set on
+  the sampler and collator, and
   the micro-batches already consumed are skipped with ``accelerator.skip_first_batches`` (without collating
   them), so the run continues with the very batches and dropout masks of an uninterrupted run. For that the
   training data must be ordered by a sampler seeded from (seed, epoch) (e.g.
@@ -24,6 +26,7 @@ The files and their manifest are :mod:`training.checkpoint_files`'s; the resume 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -38,6 +41,18 @@ from training.state import TrainerState
 
 #: the loop's logger: these lines are the loop's, and keep its name in the log
 logger = logging.getLogger("training.loop")
+
+#: The optimizer settings a new phase (``--continue_from_checkpoint``) must share with the checkpoint: those its
+#: optimizer state depends on (the schedule is the phase's own).
+PHASE_SETTINGS = (
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "optim",
+    "decoupled_weight_decay",
+)
 
 
 class Checkpointer:
@@ -79,7 +94,8 @@ class Checkpointer:
 
     def resume(self, state: TrainerState, scheduler, per_device_train_batch_size: int) -> str | None:
         """Resume from ``resume_from_checkpoint`` (``latest`` or a path; None: nothing to do): check it against
-        the run (:func:`check_resume_geometry`, :func:`check_pickles`, :func:`check_resume_settings`), load the
+        the run (:func:`check_resume_geometry`, :func:`check_resume_model`, :func:`check_pickles`,
+        :func:`check_resume_settings`), load the
         weights, optimizer, RNG states and schedule, and restore ``state`` with the position in the epoch counted
         in examples. Returns the checkpoint's path, or None when there is none to resume from.
 
@@ -101,18 +117,15 @@ class Checkpointer:
             "num_train_examples": state.num_train_examples,
         }
         check_resume_geometry(path, saved, current)
+        check_resume_model(
+            path, saved.get("model_config"), state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process
+        )
         check_pickles(path, acc.process_index)
         _load(acc, path, saved, scheduler)
         # after the load: another model is named first, not its default lr
         check_resume_settings(path, saved, state, warn=acc.is_main_process)
         state.load_resumed(saved)
-        # the position in the epoch is counted in examples, so that another split of the same global batch
-        # (processes x per-device batch x accumulation) continues with the very next examples
-        per_micro_batch = per_device_train_batch_size * acc.num_processes
-        saved_micro_batch = int(saved.get("per_device_train_batch_size", per_device_train_batch_size)) * int(
-            saved.get("num_processes", acc.num_processes)
-        )
-        state.batches_in_epoch = int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
+        state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
         if acc.is_main_process:
             logger.info(
                 "resumed from %s at step %d (epoch %d, %d micro-batches in)",
@@ -120,6 +133,58 @@ class Checkpointer:
                 state.global_step,
                 state.epoch,
                 state.batches_in_epoch,
+            )
+        return str(path)
+
+    def start_phase(self, state: TrainerState, scheduler, per_device_train_batch_size: int) -> str | None:
+        """Start a new phase from ``continue_from_checkpoint`` (None: nothing to do): the weights, optimizer state
+        and RNG states of that checkpoint of an earlier run, and its position in the data (epoch, micro-batches in,
+        counted in examples as on resume); this run's own steps (from 0), schedule and histories. The
+        optimizer's learning rate is set to this run's schedule at its step 0. So a decay phase of M steps from the
+        step-N checkpoint of a constant-after-warmup run takes the very steps, batches and learning rates of steps N
+        + 1 .. N + M of one warmup-stable-decay run.
+
+        Raises:
+            InputError: a damaged checkpoint, another global batch or training set, another model config
+                (:func:`check_resume_model`), other training data, other optimizer settings (learning rate, weight
+                decay, betas, epsilon, ``--optim``), or one that does not fit the model/optimizer.
+        """
+        spec, acc, flag = self.config.continue_from_checkpoint, self.accelerator, "--continue_from_checkpoint"
+        if not spec:
+            return None
+        path = ckpt.check_checkpoint_path(spec, flag)
+        damaged, incomplete = ckpt.checkpoint_problems(path)
+        if damaged or incomplete:
+            raise InputError(f"{flag} {spec}: damaged checkpoint ({damaged or incomplete}); expected an intact one")
+        saved = ckpt.read_state(path)
+        current = {
+            "num_processes": acc.num_processes,
+            "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
+            "per_device_train_batch_size": per_device_train_batch_size,
+            "max_train_steps": saved.get("max_train_steps"),  # a phase has its own steps
+            "num_train_examples": state.num_train_examples,
+        }
+        check_resume_geometry(path, saved, current, flag)
+        allow_dropout = self.config.allow_dropout_change
+        check_resume_model(
+            path, saved.get("model_config"), state.model_config, allow_dropout, acc.is_main_process, flag
+        )
+        check_pickles(path, acc.process_index)
+        _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
+        for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr()):
+            group["lr"] = lr  # the loaded optimizer holds the earlier run's last rate
+        check_resume_settings(path, saved, state, warn=acc.is_main_process, keys=PHASE_SETTINGS, flag=flag)
+        state.epoch = int(saved.get("epoch", 0))
+        state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
+        if acc.is_main_process:
+            logger.info(
+                "a new phase from %s (step %s of the run that wrote it; epoch %d, %d micro-batches in): its weights, "
+                "optimizer and random states, then %d steps of this run's schedule",
+                path,
+                saved.get("global_step"),
+                state.epoch,
+                state.batches_in_epoch,
+                state.max_train_steps,
             )
         return str(path)
 
@@ -151,6 +216,17 @@ class Checkpointer:
             )
         record = next(e for e in reversed(state.eval_history) if e["step"] == best)
         return {k: v for k, v in record.items() if k != "step"}
+
+
+def _batches_in_epoch(saved: Mapping[str, Any], per_device_train_batch_size: int, num_processes: int) -> int:
+    """The micro-batches per process of this run consumed in the checkpoint's epoch (``saved``: its
+    ``trainer_state.json``). The position is counted in examples, so that another split of the same global batch
+    (processes x per-device batch x accumulation) continues with the very next examples."""
+    per_micro_batch = per_device_train_batch_size * num_processes
+    saved_micro_batch = int(saved.get("per_device_train_batch_size", per_device_train_batch_size)) * int(
+        saved.get("num_processes", num_processes)
+    )
+    return int(saved.get("batches_in_epoch", 0)) * saved_micro_batch // per_micro_batch
 
 
 def _load(accelerator, path, saved: Mapping[str, Any], scheduler) -> None:
@@ -211,7 +287,14 @@ def check_pickles(path, process_index: int) -> None:
         ) from err
 
 
-def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, warn: bool = True) -> None:
+def check_resume_settings(
+    path,
+    saved: Mapping[str, Any],
+    state: TrainerState,
+    warn: bool = True,
+    keys: tuple[str, ...] | None = None,
+    flag: str = "--resume_from_checkpoint",
+) -> None:
     """Refuse a resume with other training data (by content) or other optimizer settings than the checkpoint's
     (its optimizer state and schedule would silently keep the old values); warn about another
     ``max_grad_norm`` (applied as given from here on) when ``warn`` (the main process).
@@ -219,6 +302,8 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
     Args:
         saved: the checkpoint's ``trainer_state.json``; ``state``: this run's (its ``data_fingerprint`` and
             ``optimizer_settings``).
+        keys: the optimizer settings compared (default: all; a new phase: :data:`PHASE_SETTINGS`, its schedule is
+            its own). ``flag``: the flag named in the error.
 
     Raises:
         InputError: one line naming what changed, the saved and the current value.
@@ -226,14 +311,14 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
     changed = data_change(saved.get("data_fingerprint"), state.data_fingerprint)
     if changed:
         raise InputError(
-            f"--resume_from_checkpoint {path}: the training data changed since the checkpoint "
+            f"{flag} {path}: the training data changed since the checkpoint "
             f"({changed}); expected the same files and settings (start a new run for other data)"
         )
     old, new = saved.get("optimizer_settings") or {}, state.optimizer_settings
-    differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm"]
+    differ = [k for k in new if k in old and old[k] != new[k] and k != "max_grad_norm" and (keys is None or k in keys)]
     if differ:
         raise InputError(
-            f"--resume_from_checkpoint {path}: optimizer settings differ from the checkpoint's "
+            f"{flag} {path}: optimizer settings differ from the checkpoint's "
             f"({'; '.join(f'{k} {old[k]} -> {new[k]}' for k in differ)}): the checkpoint's optimizer state and "
             "schedule would keep its values; expected the same settings (to train on with others, start a new "
             "run from the saved model)"
@@ -247,7 +332,9 @@ def check_resume_settings(path, saved: Mapping[str, Any], state: TrainerState, w
         )
 
 
-def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def check_resume_geometry(
+    path, saved: Mapping[str, Any], current: Mapping[str, Any], flag: str = "--resume_from_checkpoint"
+) -> None:
     """Refuse a resume that would skip or repeat data or change the schedule: another global batch, another
     number of optimizer steps or another training set size. Another split of the same global batch
     (processes, per-device batch, accumulation) is fine: the position is counted in examples.
@@ -256,6 +343,7 @@ def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, 
         saved: the checkpoint's ``trainer_state.json``.
         current: this run's ``num_processes``, ``gradient_accumulation_steps``, ``per_device_train_batch_size``,
             ``max_train_steps`` and ``num_train_examples`` (None: a stream).
+        flag: the flag named in the error.
 
     Raises:
         InputError: one line naming what changed, the saved and the current value.
@@ -281,10 +369,118 @@ def check_resume_geometry(path, saved: Mapping[str, Any], current: Mapping[str, 
         changes.append(f"training examples {saved.get('num_train_examples')} -> {num_train_examples}")
     if changes:
         raise InputError(
-            f"--resume_from_checkpoint {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
+            f"{flag} {path}: the run changed since the checkpoint ({'; '.join(changes)}); "
             "expected the same global batch, number of steps and training data (another split of the same "
             "global batch over processes, per-device batch and accumulation is fine)"
         )
 
 
-__all__ = ["Checkpointer", "check_pickles", "check_resume_geometry", "check_resume_settings"]
+#: ``PretrainedConfig.to_dict`` keys that do not describe the network a checkpoint's weights belong to: bookkeeping,
+#: output switches, the label names (their number is kept as ``num_labels``) and the loss choice that transformers
+#: fills in at the first forward (``problem_type``). Keys starting with ``_`` are left out too.
+NOT_ARCHITECTURE = frozenset(
+    {
+        "transformers_version",
+        "architectures",
+        "auto_map",
+        "dtype",
+        "torch_dtype",
+        "output_hidden_states",
+        "output_attentions",
+        "return_dict",
+        "use_cache",
+        "chunk_size_feed_forward",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "tokenizer_class",
+        "finetuning_task",
+        "task_specific_params",
+    }
+)
+
+
+def is_dropout_field(name: str) -> bool:
+    """Whether a config field is a dropout probability (a name ending in ``dropout`` or ``dropout_prob``): it
+    shapes no weight and acts in training only, so ``--allow_dropout_change`` may change it on resume."""
+    return name.endswith(("dropout", "dropout_prob"))
+
+
+def model_architecture(model) -> dict[str, Any] | None:
+    """The fields of ``model.config`` (a ``PretrainedConfig``) that define the network, as JSON values (what a
+    checkpoint records and a resume compares): ``to_dict()`` without :data:`NOT_ARCHITECTURE` and private keys,
+    with ``num_labels``; a config with ``attention_types()`` (SesameBert) records the resolved per-layer
+    ``layer_types`` (so ``global_attn_every_n_layers: 3`` equals the same layers spelt out). None: a model without
+    a config.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    fields = {k: v for k, v in config.to_dict().items() if k not in NOT_ARCHITECTURE and not k.startswith("_")}
+    if "id2label" in config.to_dict():
+        fields["num_labels"] = len(config.to_dict()["id2label"] or {})
+    if callable(getattr(config, "attention_types", None)):
+        fields["layer_types"] = config.attention_types()
+        fields.pop("global_attn_every_n_layers", None)
+    return json.loads(json.dumps(fields, default=str))  # as trainer_state.json gives it back
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_resume_model(
+    path,
+    saved: Mapping[str, Any] | None,
+    current: Mapping[str, Any] | None,
+    allow_dropout_change: bool = False,
+    warn: bool = True,
+    flag: str = "--resume_from_checkpoint",
+) -> None:
+    """Refuse a resume whose model differs from the checkpoint's in any architecture field (the weights would be
+    loaded into another network: another attention window, rotary base, activation, norm, layer layout, ...; a
+    shape change is named here too, before the weights are read). Dropout probabilities (:func:`is_dropout_field`)
+    are refused as well unless ``allow_dropout_change``; then they are warned about (on the main process, ``warn``)
+    and the run continues with the new ones.
+
+    Args:
+        saved: the checkpoint's ``model_config`` (:func:`model_architecture`); None (a checkpoint of an older
+            version, or a model without a config): nothing to compare.
+        current: this run's. ``flag``: the flag named in the error.
+
+    Raises:
+        InputError: one line naming each changed field, the checkpoint's value and this run's.
+    """
+    if saved is None or current is None:
+        return
+    differ = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+    dropout = [k for k in differ if is_dropout_field(k)]
+    refused = [k for k in differ if not (allow_dropout_change and k in dropout)]
+    if refused:
+        changes = "; ".join(f"{k} {_value(saved.get(k))} -> {_value(current.get(k))}" for k in refused[:4])
+        more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+        hint = " (--allow_dropout_change accepts other dropout probabilities)" if set(refused) <= set(dropout) else ""
+        raise InputError(
+            f"{flag} {path}: the model config differs from the checkpoint's ({changes}{more}); "
+            f"expected the checkpoint's model config{hint} (start a new run for another model)"
+        )
+    if dropout and warn:
+        logger.warning(
+            "--allow_dropout_change: the model's dropout differs from the checkpoint's (%s): the run continues with "
+            "the new values (not bitwise an uninterrupted run)",
+            "; ".join(f"{k} {_value(saved.get(k))} -> {_value(current.get(k))}" for k in dropout),
+        )
+
+
+__all__ = [
+    "NOT_ARCHITECTURE",
+    "PHASE_SETTINGS",
+    "Checkpointer",
+    "check_pickles",
+    "check_resume_geometry",
+    "check_resume_model",
+    "check_resume_settings",
+    "is_dropout_field",
+    "model_architecture",
+]

@@ -38,6 +38,11 @@ class TrainingConfig:
     per_device_train_batch_size: int = arg(32, "micro-batch size per process")
     per_device_eval_batch_size: int = arg(64, "evaluation batch size per process")
     gradient_accumulation_steps: int = arg(1, "micro-batches per process per optimizer step")
+    batch_size_warmup_tokens: int | None = arg(
+        None,
+        "pretrain: batch-size warmup over the first N tokens: the global batch grows linearly in tokens from one "
+        "micro-batch per process to the full --gradient_accumulation_steps (ModernBERT's batch-size warmup)",
+    )
     learning_rate: float = arg(5e-4, "peak learning rate")
     weight_decay: float = arg(0.01, "AdamW weight decay, not on biases/norms")
     adam_beta1: float = arg(0.9, "AdamW beta1")
@@ -45,8 +50,15 @@ class TrainingConfig:
     adam_epsilon: float = arg(1e-8, "AdamW epsilon")
     optim: str = arg(
         "adamw_torch_fused",
-        "AdamW implementation: the fused kernel (where the device has it) or foreach",
+        "optimizer: torch's AdamW, fused kernel (where the device has it) or foreach; stable_adamw: torch-optimi's "
+        "StableAdamW (AdamW with per-tensor update clipping, ModernBERT's)",
         choices=list(OPTIMIZERS),
+    )
+    decoupled_weight_decay: bool = arg(
+        False,
+        "weight decay independent of the learning rate's size: each step multiplies the weights by 1 - (lr_t / peak "
+        "lr) x --weight_decay (Composer's DecoupledAdamW, optimi's decouple_lr; ModernBERT: 1e-5), not 1 - lr_t x "
+        "--weight_decay",
     )
     lr_scheduler_type: str = arg("linear", "learning-rate schedule", choices=list(SCHEDULERS))
     num_warmup_steps: int | None = arg(None, "optimizer steps of linear warmup (overrides --warmup_ratio)")
@@ -66,10 +78,22 @@ class TrainingConfig:
     resume_from_checkpoint: str | None = arg(
         None, "'latest' (newest in <output_dir>/checkpoints) or a checkpoint folder"
     )
+    continue_from_checkpoint: str | None = arg(
+        None,
+        "start a new phase from a checkpoint of an earlier run (e.g. a decay phase after a stable one): its weights, "
+        "optimizer state, random states and position in the training data, with this run's steps and schedule "
+        "(e.g. --lr_scheduler_type warmup_stable_decay_1sqrt --num_warmup_steps 0 --num_decay_steps M "
+        "--max_train_steps M); the same data, global batch and optimizer settings",
+    )
     ignore_checkpoint_integrity: bool = arg(
         False,
         "resume from a checkpoint without its file manifest or RNG state "
         "files (a warning instead of a refusal; the run does not continue bitwise)",
+    )
+    allow_dropout_change: bool = arg(
+        False,
+        "resume although the model config's dropout probabilities differ from the checkpoint's (a warning; the run "
+        "continues with the new ones); any other model config change is refused on resume",
     )
     logging_steps: int = arg(10, "log every N optimizer steps")
     eval_steps: float | None = arg(
@@ -114,6 +138,7 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         for name, low in (
             ("gradient_accumulation_steps", 1),
+            ("batch_size_warmup_tokens", 1),
             ("max_train_steps", 1),
             ("num_warmup_steps", 0),
             ("skip_nonfinite_steps", 0),
@@ -159,6 +184,8 @@ class TrainingConfig:
             check_output_dir(self.output_dir)
         if self.resume_from_checkpoint not in (None, "", "latest"):
             check_checkpoint_path(self.resume_from_checkpoint)
+        if self.continue_from_checkpoint:
+            check_checkpoint_path(self.continue_from_checkpoint, "--continue_from_checkpoint")
 
     def _is_set(self, name: str) -> bool:
         return getattr(self, name) is not None or name not in self._resolved_later
@@ -195,9 +222,11 @@ def optimizer_settings(config: TrainingConfig, num_warmup_steps: int) -> dict[st
         "adam_beta2": config.adam_beta2,
         "adam_epsilon": config.adam_epsilon,
         "optim": config.optim,
+        "decoupled_weight_decay": config.decoupled_weight_decay,
         "lr_scheduler_type": config.lr_scheduler_type,
         "num_warmup_steps": num_warmup_steps,
         "num_decay_steps": config.num_decay_steps,
+        "batch_size_warmup_tokens": config.batch_size_warmup_tokens,
         "max_grad_norm": config.max_grad_norm,
     }
 

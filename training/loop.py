@@ -18,9 +18,11 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 (:mod:`training.evaluation`) and checkpoints (:mod:`training.checkpoint_files`). What it guarantees:
 
 * **Optimizer steps.** One optimizer step consumes ``gradient_accumulation_steps`` (G) micro-batches per
-  process (fewer at the end of an epoch). The learning-rate schedule is stepped by the loop exactly once per
-  optimizer step (skipped when a mixed-precision step is skipped), so after N optimizer steps the schedule has
-  taken N steps for any G and any number of processes P (see :mod:`training.optim`; accelerate#662).
+  process (fewer at the end of an epoch, and during a batch-size warmup: the plan's
+  :meth:`training.plan.RunPlan.micro_batches`, a function of the step number). The learning-rate schedule is
+  stepped by the loop exactly once per optimizer step (skipped when a mixed-precision step is skipped), so after N
+  optimizer steps the schedule has taken N steps for any G and any number of processes P (see
+  :mod:`training.optim`; accelerate#662).
 * **Exact loss normalisation.** Each micro-batch's loss is the model's mean over its predicted items (tokens
   for MLM/BiLM, examples for classification) and ``weight_fn(batch)`` counts those items. The loop sums the
   counts of the G micro-batches on all P processes (one all-reduce per step) and back-propagates
@@ -52,6 +54,9 @@ state a checkpoint records (:mod:`training.state`), the device-side step statist
 * **Checkpoints and exact resume** (:mod:`training.checkpointer`). Every ``checkpointing_steps`` optimizer steps
   (a fraction below 1: of the run) and at the end, ``<output_dir>/checkpoints/step_N/``; ``resume_from_checkpoint``
   continues with the very batches and dropout masks of an uninterrupted run (what it needs: see there).
+  ``continue_from_checkpoint`` starts a new phase (its own steps and schedule) from another run's checkpoint with
+  the same continuity (:meth:`training.checkpointer.Checkpointer.start_phase`): no evaluation at its step 0 (the
+  earlier run's last evaluation is that point, and an evaluation draws a DataLoader seed from the global RNG).
 * **Stopping on request.** :meth:`Trainer.request_stop` (e.g. from a SIGTERM handler) makes every process
   finish the current optimizer step (with several processes: the steps up to the next logging step, where all
   processes read the combined flag), write its checkpoint and raise :class:`TrainingStopped`;
@@ -100,14 +105,14 @@ from training.accelerator import (
     replica_difference,
 )
 from training.best import should_stop_early, update_best
-from training.checkpointer import Checkpointer
+from training.checkpointer import Checkpointer, model_architecture
 from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
 from training.evaluation import EvaluationInterrupted, stop_when
 from training.mfu import FlopCounter, peak_flops, token_slots
 from training.optim import create_scheduler
 from training.plan import RunPlan, make_plan
-from training.progress import Session, TimeEstimate, is_terminal, loss_jump
+from training.progress import ESTIMATE_WARMUP_STEPS, Session, TimeEstimate, is_terminal, loss_jump
 from training.state import TrainerState
 from training.stats import StepStatistics
 from training.trackers import sanitize_config
@@ -146,6 +151,10 @@ class Trainer:
             in checkpoints; a resume with other data is refused.
         plan: the run's counts (:func:`training.plan.make_plan`, from the command); default: the plan of
             ``config`` on the prepared loader.
+        batch_fn: ``(batch, step) -> batch``, applied to each micro-batch of optimizer step ``step`` (1-based) before
+            ``weight_fn`` and ``loss_fn`` (e.g. a masking-rate schedule); a pure function of its arguments keeps a
+            resume exact.
+        log_fn: ``step -> {name: value}``, more values logged at each logging step (e.g. the masking rate).
 
     Raises:
         InputError: the training data gives no batch; a ``plan`` of another number of batches than the loader's.
@@ -168,8 +177,11 @@ class Trainer:
         run_id: str | None = None,
         data_fingerprint: list[dict[str, Any]] | None = None,
         plan: RunPlan | None = None,
+        batch_fn: Callable[[dict, int], dict] | None = None,
+        log_fn: Callable[[int], Mapping[str, float]] | None = None,
     ):
         self.accelerator, self.config, self.on_save = accelerator, config, on_save
+        self.batch_fn, self.log_fn = batch_fn, log_fn
         self.loss_fn, self.weight_fn, self.tokens_fn, self.eval_fn = loss_fn, weight_fn, tokens_fn, eval_fn
         self.collator = train_dataloader.collate_fn
         self.per_device_train_batch_size = int(train_dataloader.batch_size or 1)
@@ -216,6 +228,7 @@ class Trainer:
             run_id=run_id,
             data_fingerprint=data_fingerprint,
             optimizer_settings=optimizer_settings(config, plan.num_warmup_steps),
+            model_config=model_architecture(model),
         )
         self.stats = StepStatistics(self.state, config.skip_nonfinite_steps)
         self.run_config = {
@@ -290,8 +303,10 @@ class Trainer:
             # checkpoint already, so they are not drawn twice
             with torch.random.fork_rng(devices=[]):
                 self.evaluate()
-        elif self.eval_fn is not None and self.plan.eval_steps and self.state.global_step == 0:
-            self.evaluate()  # the starting point of the validation curve
+        elif (
+            self.eval_fn is not None and self.plan.eval_steps and self.state.global_step == 0 and not self._phase_start
+        ):
+            self.evaluate()  # the starting point of the validation curve (a new phase's: the earlier run's last)
         # A progress bar redraws its line with carriage returns: in a file (not a terminal) log lines would be glued
         # onto it, so there the progress goes into plain log lines instead (:meth:`_log_progress`).
         self._bar_in_terminal = is_terminal(sys.stderr)
@@ -319,7 +334,7 @@ class Trainer:
                 loader = self.accelerator.skip_first_batches(loader, self.state.batches_in_epoch)
             self._batches = iter(loader)
         self._step_started = time.perf_counter()
-        group = list(islice(self._batches, self.config.gradient_accumulation_steps))
+        group = list(islice(self._batches, self.plan.micro_batches(self.state.global_step + 1)))
         if not group:
             if self.plan.batches_per_process is None:
                 self.state.next_epoch()
@@ -331,6 +346,8 @@ class Trainer:
         """Forward and backward over ``group``, clipping, then the update (or its skip on a non-finite step) and the
         schedule step; the step's statistics are queued on the device."""
         acc = self.accelerator
+        if self.batch_fn is not None:
+            group = [self.batch_fn(b, self.state.global_step + 1) for b in group]
         loss_sum, nonfinite, total_weight, tokens, samples, slots, flops = self._forward_backward(group)
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm else float("inf")
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -359,8 +376,10 @@ class Trainer:
         if not acc.optimizer_step_was_skipped:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.stats.interval.time += time.perf_counter() - self._step_started
+        elapsed = time.perf_counter() - self._step_started
+        self.stats.interval.time += elapsed
         self.stats.interval.steps += 1
+        self._estimate.add_step(elapsed)
         self.state.global_step = step
         if self.state.consume(len(group), self.plan.batches_per_process):
             self._batches = None
@@ -417,7 +436,9 @@ class Trainer:
         if logging_step or evaluated or periodic or (self.accelerator.num_processes == 1 and self.stop_requested):
             started = time.perf_counter()
             self._read()
-            self.stats.interval.time += time.perf_counter() - started
+            waited = time.perf_counter() - started
+            self.stats.interval.time += waited
+            self._estimate.add_wait(waited)
         stop_now = self.stats.interval.stop > 0 and not last
         if logging_step:
             self._log_interval(step)
@@ -467,12 +488,22 @@ class Trainer:
         }
         telemetry = self._telemetry(interval.tokens, interval.slots, interval.flops, interval.time)
         record.update({k: v for k, v in telemetry.items() if v is not None})  # (trackers take numbers only)
+        if self.log_fn is not None:
+            record.update(self.log_fn(step))
         self.accelerator.log(record, step=step)
         self.state.log_history.append({"step": step, **record})
-        if not self._estimate.logged and self.accelerator.is_main_process and step < self.plan.max_train_steps:
-            self._estimate.logged = True
-            self._estimate.per_step = interval.time / max(interval.steps, 1)
-            rate = f"{self._estimate.per_step:.3g} s per optimizer step, {record['tokens_per_second']:.0f} tokens/s"
+        per_step = self._estimate.rate()  # (None until a step after the warm-up steps is timed)
+        if (
+            not self._estimate.logged
+            and per_step
+            and self.accelerator.is_main_process
+            and step < self.plan.max_train_steps
+        ):
+            self._estimate.logged, self._estimate.per_step = True, per_step
+            rate = (
+                f"{per_step:.3g} s per optimizer step (the first {ESTIMATE_WARMUP_STEPS} warm-up steps left out), "
+                f"{record['tokens_per_second']:.0f} tokens/s"
+            )
             logger.info("%s", self._estimate.message(step, rate))
         self._bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
         self._log_progress(step, record)
@@ -574,9 +605,14 @@ class Trainer:
         return path
 
     def _resume(self) -> None:
-        """Resume from ``resume_from_checkpoint`` when given (:meth:`Checkpointer.resume`)."""
+        """Resume from ``resume_from_checkpoint`` when given (:meth:`Checkpointer.resume`); else start a new phase
+        from ``continue_from_checkpoint`` when given (:meth:`Checkpointer.start_phase`)."""
+        self._phase_start = False
         path = self.checkpointer.resume(self.state, self.scheduler, self.per_device_train_batch_size)
-        if path is not None:
+        if path is None and self.config.continue_from_checkpoint:
+            self.checkpointer.start_phase(self.state, self.scheduler, self.per_device_train_batch_size)
+            self._phase_start = True
+        elif path is not None:
             self.last_checkpoint = path
 
     def request_stop(self) -> None:

@@ -1,8 +1,14 @@
 """Optimizer and learning-rate schedule of the shared training loop.
 
-* :func:`create_optimizer`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization") with
-  weight decay on every weight matrix and embedding, none on biases (LSTM biases included) and normalisation
-  weights (as BERT's ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``).
+* :func:`create_optimizer`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization") or
+  StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale vision-language models",
+  alg. 2: AdamW with Adafactor's update clipping, the learning rate of each tensor divided by max(1, RMS(g^2 /
+  v)); torch-optimi's implementation, as transformers' ``--optim stable_adamw`` and ModernBERT use it) with weight
+  decay on every weight matrix and embedding, none on biases (LSTM biases included) and normalisation weights (as
+  BERT's ``AdamWeightDecayOptimizer`` excludes ``bias`` / ``LayerNorm``). The weight decay is torch's (each step
+  multiplies the weights by ``1 - lr_t * weight_decay``) or, with ``decoupled_weight_decay``, independent of the
+  learning rate's size: ``1 - (lr_t / peak lr) * weight_decay`` (Composer's ``DecoupledAdamW``, optimi's
+  ``decouple_lr``; Loshchilov & Hutter's own eq. of AdamW with the schedule multiplier eta_t).
 * :func:`create_scheduler`: a schedule from :func:`transformers.get_scheduler` counted in **optimizer steps**.
   The shared loop steps it itself, exactly once per optimizer step, so ``num_training_steps`` is the number of
   optimizer updates whatever ``gradient_accumulation_steps`` and the number of processes are (the schedule is
@@ -58,9 +64,13 @@ def no_decay_parameter_names(model: nn.Module) -> set[str]:
     return names
 
 
-OPTIMIZERS: dict[str, bool | None] = {"adamw_torch_fused": None, "adamw_torch": False}
+OPTIMIZERS: dict[str, bool | None] = {"adamw_torch_fused": None, "adamw_torch": False, "stable_adamw": None}
 """``--optim`` names (transformers' ``TrainingArguments.optim``) -> ``fused`` of :func:`create_optimizer`
-(None: the fused kernel wherever torch has it for the parameters)."""
+(None: the fused kernel wherever torch has it for the parameters; ``stable_adamw``: torch-optimi's StableAdamW,
+which has no fused kernel: its own Triton kernel on a GPU where Triton runs, else its for-loop)."""
+
+#: The ``--optim`` name of torch-optimi's StableAdamW.
+STABLE_ADAMW = "stable_adamw"
 
 
 def create_optimizer(
@@ -70,23 +80,35 @@ def create_optimizer(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
     fused: bool | None = None,
-) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters of ``model``, two groups: decayed and not decayed.
+    *,
+    stable: bool = False,
+    decoupled_weight_decay: bool = False,
+) -> torch.optim.Optimizer:
+    """AdamW (or StableAdamW) over the trainable parameters of ``model``, two groups: decayed and not decayed.
 
     Args:
         model: the (unwrapped) model.
         learning_rate: peak learning rate (> 0).
-        weight_decay: decoupled weight decay for weight matrices and embeddings (>= 0); biases and
-            normalisation weights (see :func:`no_decay_parameter_names`) get 0.
+        weight_decay: weight decay for weight matrices and embeddings (>= 0); biases and normalisation weights
+            (see :func:`no_decay_parameter_names`) get 0.
         betas, eps: Adam's moment coefficients and denominator epsilon.
-        fused: use torch's fused AdamW kernel (one kernel for all parameters; the same update up to rounding).
-            Default: wherever torch has it for the parameters (CPU and CUDA floating-point tensors), else the
-            default (foreach) implementation. The fused kernel takes a ``found_inf`` tensor, with which the loop
-            skips a non-finite step on the device instead of reading every step's statistics back
+        fused: AdamW only: use torch's fused AdamW kernel (one kernel for all parameters; the same update up to
+            rounding). Default: wherever torch has it for the parameters (CPU and CUDA floating-point tensors),
+            else the default (foreach) implementation. The fused kernel takes a ``found_inf`` tensor, with which the
+            loop skips a non-finite step on the device instead of reading every step's statistics back
             (:mod:`training.loop`); on the CPU it is also ~6x faster than foreach on 4M float32 parameters.
+        stable: torch-optimi's ``StableAdamW`` instead of AdamW (Wortsman et al. 2023, alg. 2; the step of each
+            tensor uses the learning rate divided by max(1, RMS(g^2 / max(v, eps^2))), with bias-corrected betas).
+            It has no ``found_inf``: the loop reads every step's statistics to skip a non-finite one.
+        decoupled_weight_decay: each step multiplies the decayed weights by ``1 - (lr_t / learning_rate) *
+            weight_decay`` (lr-independent: Composer's ``DecoupledAdamW``, optimi's ``decouple_lr`` with ``max_lr =
+            learning_rate``) instead of ``1 - lr_t * weight_decay``. AdamW gets it as the group weight decay
+            ``weight_decay / learning_rate`` (torch's update ``1 - lr_t * wd'`` is then the same formula, up to
+            the rounding of the quotient).
 
     Raises:
         InputError: ``learning_rate <= 0``, ``weight_decay < 0`` or ``model`` has no trainable parameter.
+        ImportError: ``stable`` without torch-optimi installed (a dependency of sesame-lm).
     """
     if not learning_rate > 0 or not math.isfinite(learning_rate):
         raise InputError(f"--learning_rate {learning_rate}: expected a positive finite number")
@@ -102,8 +124,23 @@ def create_optimizer(
         (other_params if name in no_decay else decay_params).append(param)
     if not decay_params and not other_params:
         raise InputError("the model has no trainable parameter")
+    if stable:
+        from optimi import StableAdamW
+
+        groups = [{"params": decay_params, "weight_decay": weight_decay}, {"params": other_params, "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        return StableAdamW(
+            groups,
+            lr=learning_rate,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            decouple_lr=decoupled_weight_decay,
+            max_lr=learning_rate if decoupled_weight_decay else None,
+        )
+    decay = weight_decay / learning_rate if decoupled_weight_decay else weight_decay
     groups = [
-        {"params": decay_params, "weight_decay": weight_decay},
+        {"params": decay_params, "weight_decay": decay},
         {"params": other_params, "weight_decay": 0.0},
     ]
     groups = [g for g in groups if g["params"]]
@@ -115,11 +152,11 @@ def create_optimizer(
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused or None)
 
 
-def optimizer_from_config(model: nn.Module, config) -> torch.optim.AdamW:
+def optimizer_from_config(model: nn.Module, config) -> torch.optim.Optimizer:
     """:func:`create_optimizer` with a run's settings: ``config`` (a :class:`training.config.TrainingConfig` or any
-    object with ``learning_rate``, ``weight_decay``, ``adam_beta1``, ``adam_beta2``, ``adam_epsilon`` and ``optim``, a
-    key of :data:`OPTIMIZERS`). The loop and the time-budget probe build their optimizers with it, so that the probe
-    times the very update the run makes.
+    object with ``learning_rate``, ``weight_decay``, ``adam_beta1``, ``adam_beta2``, ``adam_epsilon``, ``optim``, a
+    key of :data:`OPTIMIZERS`, and optionally ``decoupled_weight_decay``). The loop and the time-budget probe build
+    their optimizers with it, so that the probe times the very update the run makes.
 
     Raises:
         InputError: as :func:`create_optimizer`.
@@ -131,6 +168,8 @@ def optimizer_from_config(model: nn.Module, config) -> torch.optim.AdamW:
         (config.adam_beta1, config.adam_beta2),
         config.adam_epsilon,
         fused=OPTIMIZERS[config.optim],
+        stable=config.optim == STABLE_ADAMW,
+        decoupled_weight_decay=bool(getattr(config, "decoupled_weight_decay", False)),
     )
 
 

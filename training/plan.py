@@ -69,6 +69,85 @@ def _interval(steps: int | None) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class BatchWarmup:
+    """Batch-size warmup by tokens (``--batch_size_warmup_tokens``): the global batch grows from one micro-batch per
+    process to the full ``gradient_accumulation_steps`` (G) of them, through gradient accumulation, as ModernBERT's
+    batch-size warmup (Warner et al. 2024, sec. 2.2.1) and Megatron-LM's ``--rampup-batch-size`` grow it.
+
+    An optimizer step that starts after ``t`` tokens (block positions of every process, padding included) takes
+    ``k(t) = min(G, 1 + floor((G - 1) * t / tokens))`` micro-batches per process: 1 at the start, G from ``tokens``
+    on, linear in the tokens in between. ``t`` counts the planned tokens (``tokens_per_micro_batch`` per micro-batch
+    of every process), so ``k`` is a pure function of the step number: a resumed run takes the very same steps.
+    The loss of a step stays the mean over all its predicted items (:mod:`training.loop`).
+
+    Attributes:
+        tokens: warmup tokens (>= 1). ``tokens_per_micro_batch``: processes x per-device batch x block length.
+        accumulation: G, the micro-batches per process of a full step (>= 2).
+        segments: ``((k, steps), ...)`` for k = 1 .. G - 1: the warmup's steps of k micro-batches, in order.
+    """
+
+    tokens: int
+    tokens_per_micro_batch: int
+    accumulation: int
+    segments: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def make(cls, tokens: int, tokens_per_micro_batch: int, accumulation: int) -> BatchWarmup:
+        """The warmup of ``tokens`` tokens for micro-batches of ``tokens_per_micro_batch`` and G = ``accumulation``.
+
+        Raises:
+            InputError: ``tokens < 1``, or G = 1 (the batch grows through accumulation: nothing to grow).
+        """
+        if tokens < 1:
+            raise InputError(f"--batch_size_warmup_tokens {tokens}: expected an integer >= 1")
+        if accumulation < 2:
+            raise InputError(
+                f"--batch_size_warmup_tokens {tokens}: the batch grows through gradient accumulation, and "
+                f"--gradient_accumulation_steps is {accumulation}; expected --gradient_accumulation_steps >= 2 (the "
+                "full batch; the warmup starts from one micro-batch per process)"
+            )
+        G, u = accumulation, tokens_per_micro_batch
+        seen, segments = 0, []
+        for k in range(1, G):
+            threshold = -(-k * tokens // (G - 1))  # the first t with k(t) > k
+            steps = max(0, -(-(threshold - seen) // (k * u)))
+            seen += steps * k * u
+            segments.append((k, steps))
+        return cls(tokens, u, G, tuple(segments))
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of the warmup (those with fewer than G micro-batches)."""
+        return sum(n for _, n in self.segments)
+
+    def micro_batches(self, step: int) -> int:
+        """Micro-batches per process of optimizer step ``step`` (1-based)."""
+        for k, n in self.segments:
+            if step <= n:
+                return k
+            step -= n
+        return self.accumulation
+
+    def micro_batches_in(self, steps: int) -> int:
+        """Micro-batches per process of the first ``steps`` optimizer steps."""
+        total = 0
+        for k, n in self.segments:
+            if steps <= n:
+                return total + steps * k
+            total, steps = total + n * k, steps - n
+        return total + steps * self.accumulation
+
+    def steps_for(self, micro_batches: int) -> int:
+        """Optimizer steps that take at least ``micro_batches`` micro-batches per process."""
+        steps = 0
+        for k, n in self.segments:
+            if micro_batches <= n * k:
+                return steps + -(-micro_batches // k)
+            steps, micro_batches = steps + n, micro_batches - n * k
+        return steps + -(-micro_batches // self.accumulation)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunPlan:
     """The counts of one training run (see :func:`make_plan`).
 
@@ -79,6 +158,7 @@ class RunPlan:
         num_processes, per_device_train_batch_size, gradient_accumulation_steps: the factors of the global batch.
         tokens_per_step: block positions per step (fixed-length blocks); seconds_per_step: a time budget's probe.
         eval_examples: examples one evaluation covers (None: all of them).
+        batch_warmup: the batch-size warmup (None: every step takes ``gradient_accumulation_steps`` micro-batches).
     """
 
     max_train_steps: int
@@ -93,6 +173,27 @@ class RunPlan:
     tokens_per_step: int | None = None
     seconds_per_step: float | None = None
     eval_examples: int | None = None
+    batch_warmup: BatchWarmup | None = None
+
+    def micro_batches(self, step: int) -> int:
+        """Micro-batches per process of optimizer step ``step`` (1-based): ``gradient_accumulation_steps``, fewer
+        during a batch-size warmup (:class:`BatchWarmup`)."""
+        if self.batch_warmup is None:
+            return self.gradient_accumulation_steps
+        return self.batch_warmup.micro_batches(step)
+
+    def micro_batches_in(self, steps: int) -> int:
+        """Micro-batches per process of the first ``steps`` optimizer steps (epoch ends not counted)."""
+        if self.batch_warmup is None:
+            return steps * self.gradient_accumulation_steps
+        return self.batch_warmup.micro_batches_in(steps)
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Block positions the run trains on (fixed-length blocks; None otherwise)."""
+        if self.tokens_per_step is None:
+            return None
+        return self.tokens_per_step * self.micro_batches_in(self.max_train_steps) // self.gradient_accumulation_steps
 
     @property
     def global_batch_size(self) -> int:
@@ -102,6 +203,8 @@ class RunPlan:
     @property
     def epochs(self) -> float | None:
         """Passes over the training data the run makes (None: a stream)."""
+        if self.batch_warmup is not None and self.batches_per_process:
+            return self.micro_batches_in(self.max_train_steps) / self.batches_per_process
         return self.max_train_steps / self.steps_per_epoch if self.steps_per_epoch else None
 
     @property
@@ -117,10 +220,17 @@ class RunPlan:
         rate, steps = f"learning rate {learning_rate:g} ({source})", self.max_train_steps
         if self.tokens_per_step is None:
             return f"{data}; {steps} optimizer steps; {rate}{threads}"
+        ramp = ""
+        if (warm := self.batch_warmup) is not None:
+            start = self.num_processes * self.per_device_train_batch_size
+            ramp = (
+                f"; batch-size warmup over the first {warm.tokens:.4g} tokens: {start} -> {self.global_batch_size} "
+                f"sequences per step (1 -> {warm.accumulation} accumulation, linear in tokens) in {warm.steps} steps"
+            )
         return (
             f"run plan: {steps} optimizer steps = {data}; global batch {self.global_batch_size} sequences = "
             f"{self.tokens_per_step} tokens ({self.num_processes} processes x {self.per_device_train_batch_size} per "
-            f"device x {self.gradient_accumulation_steps} accumulation), {self.tokens_per_step * steps:.4g} tokens in "
+            f"device x {self.gradient_accumulation_steps} accumulation){ramp}, {self.total_tokens:.4g} tokens in "
             f"all; warmup {self.num_warmup_steps} steps; {rate}; evaluation {_interval(self.eval_steps)}, checkpoints "
             f"{_interval(self.checkpointing_steps)}{threads}"
         )
@@ -129,9 +239,11 @@ class RunPlan:
         """The resolved settings recorded with the run (trackers, ``run_config.json``, the card): the steps, the
         warmup and the intervals in optimizer steps (None: never), and a time budget's probed seconds per step."""
         seconds = {} if self.seconds_per_step is None else {"time_budget_seconds_per_step": self.seconds_per_step}
+        ramp = {} if self.batch_warmup is None else {"batch_size_warmup_steps": self.batch_warmup.steps}
         return {
             "max_train_steps": self.max_train_steps,
             **seconds,
+            **ramp,
             "num_warmup_steps": self.num_warmup_steps,
             "eval_steps": self.eval_steps,
             "checkpointing_steps": self.checkpointing_steps,
@@ -156,7 +268,10 @@ def make_plan(
     Steps: ``max_train_tokens`` converted (:func:`steps_for_tokens`, needs ``max_seq_length``), else
     ``max_train_steps`` (a time budget converted into steps), else ``config.max_train_steps``, else
     ``num_train_epochs`` passes (rounded up, at least 1 step); warmup ``num_warmup_steps``, else ``warmup_ratio`` of
-    the steps (rounded up); intervals by :func:`resolve_interval`.
+    the steps (rounded up); intervals by :func:`resolve_interval`. With ``config.batch_size_warmup_tokens`` (needs
+    ``max_seq_length``) the steps of a token budget, of epochs or of a time budget (``seconds_per_step`` given: its
+    ``max_train_steps`` are full steps) count the warmup's smaller steps (:class:`BatchWarmup`): they take the same
+    tokens (the same time) as the warmup-free run.
 
     Args:
         max_seq_length: tokens per block, for ``tokens_per_step`` (None: examples of varying length).
@@ -171,7 +286,8 @@ def make_plan(
             :data:`MAX_EVAL_TOKENS` tokens, never fewer than :data:`MIN_EVAL_EXAMPLES` (False: evaluate all).
 
     Raises:
-        InputError: no batch at all, or a stream without ``max_train_steps``.
+        InputError: no batch at all, a stream without ``max_train_steps``, a batch-size warmup without
+            ``max_seq_length`` or without accumulation.
     """
     batch = per_device_train_batch_size or config.per_device_train_batch_size
     if num_epoch_batches is None and train_examples is not None:
@@ -180,15 +296,30 @@ def make_plan(
         raise InputError("the training data gives no batch on this process; expected more examples than processes")
     accumulation = config.gradient_accumulation_steps
     tokens_per_step = None if max_seq_length is None else batch * accumulation * num_processes * max_seq_length
+    warm = None
+    if getattr(config, "batch_size_warmup_tokens", None) is not None:
+        if max_seq_length is None:
+            raise InputError(
+                f"--batch_size_warmup_tokens {config.batch_size_warmup_tokens}: counts the tokens of fixed-length "
+                "blocks, and this run's examples vary in length; expected it with pretrain only"
+            )
+        warm = BatchWarmup.make(config.batch_size_warmup_tokens, batch * num_processes * max_seq_length, accumulation)
     steps = max_train_steps or config.max_train_steps
     if max_train_tokens is not None:
         steps = steps_for_tokens(max_train_tokens, tokens_per_step)
+        if warm is not None:
+            steps = warm.steps_for(steps_for_tokens(max_train_tokens, warm.tokens_per_micro_batch))
+    elif warm is not None and max_train_steps and seconds_per_step is not None:
+        # a time budget's full steps: as many micro-batches (each about 1/G of a full step's time), fewer steps
+        steps = warm.steps_for(max_train_steps * accumulation)
     if num_epoch_batches is None and steps is None:  # a stream: no length until it ends
         raise InputError(
             "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
             "in; expected --max_train_steps with --streaming"
         )
     per_epoch = None if num_epoch_batches is None else math.ceil(num_epoch_batches / accumulation)
+    if steps is None and warm is not None:
+        steps = max(1, warm.steps_for(math.ceil(config.num_train_epochs * num_epoch_batches)))
     if steps is None:
         steps = max(1, math.ceil(config.num_train_epochs * per_epoch))
     warmup = config.num_warmup_steps
@@ -204,15 +335,20 @@ def make_plan(
         gradient_accumulation_steps=accumulation,
         tokens_per_step=tokens_per_step,
         seconds_per_step=seconds_per_step,
+        batch_warmup=warm,
     )
     if not cap_eval:
         return plan
-    by_compute = int(EVAL_SHARE * steps * plan.global_batch_size / plan.evaluations)
+    if warm is None:
+        by_compute = int(EVAL_SHARE * steps * plan.global_batch_size / plan.evaluations)
+    else:  # the examples of the planned steps, the warmup's smaller ones included
+        by_compute = int(EVAL_SHARE * plan.micro_batches_in(steps) * batch * num_processes / plan.evaluations)
     cap = max(MIN_EVAL_EXAMPLES, min(by_compute, MAX_EVAL_TOKENS // max_seq_length))
     return dataclasses.replace(plan, eval_examples=cap)
 
 
 __all__ = [
+    "BatchWarmup",
     "EVAL_SHARE",
     "MAX_EVAL_TOKENS",
     "MIN_EVAL_EXAMPLES",

@@ -1,6 +1,7 @@
-"""Loading what a user names (a folder or a hub repo id) with one error line, and checking that the tokenizer fits
-the model: :func:`load_pretrained`, :func:`check_model_fits`. Used by the commands and their builders
-(``pretrain.build``, ``finetune``), which need not import the run driver for them."""
+"""Loading what a user names (a folder or a hub repo id) with one error line, and checking that the tokenizer and
+the sequence length fit the model: :func:`load_pretrained`, :func:`check_model_fits`, :func:`check_sequence_length`.
+Used by the commands and their builders (``pretrain.build``, ``finetune``), which need not import the run driver for
+them."""
 
 from __future__ import annotations
 
@@ -76,6 +77,16 @@ def check_model_fits(config, tokenizer, max_seq_length: int | None, tokenizer_ar
             f"the model config's char_vocab_size {chars}: {tokenizer_arg} writes character ids 0..{needed - 1}; "
             f"expected char_vocab_size >= {needed} (the ELMo default is {needed})"
         )
+    check_sequence_length(config, max_seq_length)
+
+
+def check_sequence_length(config, max_seq_length: int | None) -> None:
+    """Refuse sequences longer than the model's positions (``max_position_embeddings``; a config without it, e.g.
+    ELMo's, takes any length). Needs only the config: commands call it before training a tokenizer.
+
+    Raises:
+        InputError: ``"--max_seq_length N: exceeds the model's max_position_embeddings M; expected at most M"``.
+    """
     max_pos = getattr(config, "max_position_embeddings", None)
     if max_seq_length is not None and max_pos is not None and max_seq_length > max_pos:
         raise InputError(
@@ -93,4 +104,4 @@ def hub_offline() -> bool:
     )
 
 
-__all__ = ["check_model_fits", "hub_offline", "load_pretrained"]
+__all__ = ["check_model_fits", "check_sequence_length", "hub_offline", "load_pretrained"]

@@ -135,10 +135,17 @@ class Session:
         self.flops += interval.flops
 
 
+#: Optimizer steps at the start of each session (a run or a resume) left out of the estimate's rate: the first steps
+#: carry one-off work (lazy initialisation, the optimizer's state, memory allocation, compilation) that made the
+#: first estimate of short runs 1.5-5x too long when counted (as the ``--time_budget`` probe leaves them out).
+ESTIMATE_WARMUP_STEPS = 2
+
+
 @dataclasses.dataclass
 class TimeEstimate:
-    """The estimated time to finish a run, logged once after the first logging interval and again once every
-    event kind due has been timed.
+    """The estimated time to finish a run, logged once at the first logging step after a step beyond the
+    :data:`ESTIMATE_WARMUP_STEPS` warm-up steps (whose time the rate leaves out), and again once every event kind due
+    has been timed.
 
     Attributes:
         max_train_steps: optimizer steps of the run.
@@ -148,7 +155,10 @@ class TimeEstimate:
         eval_seconds / checkpoint_seconds: durations (seconds) of this session's evaluations and checkpoint writes.
         logged: the first estimate was logged (this call of ``train``).
         complete: the last estimate counted every event due (see :func:`estimate_finish`).
-        per_step: seconds per optimizer step (training only) measured over the first logging interval.
+        per_step: seconds per optimizer step (training only) measured after the warm-up steps.
+        steps_seen: optimizer steps of this session so far.
+        measured_seconds / measured_steps: the training seconds and steps of this session after the warm-up steps
+            (the rate is their ratio).
     """
 
     max_train_steps: int
@@ -161,10 +171,30 @@ class TimeEstimate:
     logged: bool = False
     complete: bool = True
     per_step: float = 0.0
+    steps_seen: int = 0
+    measured_seconds: float = 0.0
+    measured_steps: int = 0
 
     def start(self) -> None:
-        """A new call of ``train``: nothing logged yet (the measured durations are kept)."""
+        """A new call of ``train``: nothing logged yet, a new warm-up (the measured event durations are kept)."""
         self.logged, self.complete, self.per_step = False, True, 0.0
+        self.steps_seen, self.measured_seconds, self.measured_steps = 0, 0.0, 0
+
+    def add_step(self, seconds: float) -> None:
+        """Count one optimizer step that took ``seconds`` (host time); the warm-up steps are not measured."""
+        self.steps_seen += 1
+        if self.steps_seen > ESTIMATE_WARMUP_STEPS:
+            self.measured_seconds += seconds
+            self.measured_steps += 1
+
+    def add_wait(self, seconds: float) -> None:
+        """Count ``seconds`` spent waiting for the device's queued steps (a statistics read) after the warm-up."""
+        if self.steps_seen > ESTIMATE_WARMUP_STEPS:
+            self.measured_seconds += seconds
+
+    def rate(self) -> float | None:
+        """Seconds per optimizer step after the warm-up steps; None before a step beyond them has been timed."""
+        return self.measured_seconds / self.measured_steps if self.measured_steps else None
 
     def incomplete(self, step: int) -> bool:
         """True when an estimate was logged without every event kind timed and the run is not over after ``step``:
@@ -190,6 +220,7 @@ class TimeEstimate:
 
 
 __all__ = [
+    "ESTIMATE_WARMUP_STEPS",
     "LOSS_JUMP_NATS",
     "Session",
     "TimeEstimate",

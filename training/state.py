@@ -3,9 +3,9 @@
 :class:`TrainerState` holds the position in the run (optimizer step, epoch, micro-batches consumed in the epoch),
 the running loss sums, the run geometry a resume is checked against, the evaluation history and the best-model
 bookkeeping, the run id and what a resume is compared with (the training data's fingerprint, the optimizer
-settings), and the log history. :meth:`TrainerState.state_dict` gives the JSON keys of ``trainer_state.json`` (keys
-are only ever added: a checkpoint of an older version lacks the newer ones), :meth:`TrainerState.load_resumed`
-takes them back.
+settings, the model's architecture), and the log history. :meth:`TrainerState.state_dict` gives the JSON keys of
+``trainer_state.json`` (keys are only ever added: a checkpoint of an older version lacks the newer ones),
+:meth:`TrainerState.load_resumed` takes them back.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class TrainerState:
     """What the training data is made of (:func:`training.data.fingerprint_sources`), compared on resume."""
     optimizer_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The optimizer and schedule settings (learning rate, betas, ...), compared on resume."""
+    model_config: dict[str, Any] | None = None
+    """The model's architecture (:func:`training.checkpointer.model_architecture`), compared on resume; None: a
+    model without a ``config``."""
     log_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """``{"step": N, "train_loss": ..., ...}`` per logging step (``trainer_log.json``), kept across resumes."""
     eval_pending: bool = False

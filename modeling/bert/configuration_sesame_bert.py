@@ -6,6 +6,7 @@ import only the standard library, torch, transformers / huggingface_hub, and sib
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from huggingface_hub.dataclasses import strict
@@ -178,12 +179,36 @@ class SesameBertConfig(PretrainedConfig):
         return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     def validate_architecture(self):
-        """Check the shape, the dropout probabilities and the string-valued choices (``@strict`` validator); raises
-        ``ValueError``."""
-        for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+        """Check every numeric field (finite, sign, range), the shape, the dropout probabilities and the
+        string-valued choices (``@strict`` validator); raises ``ValueError`` naming the first field off it."""
+        for field in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}={value!r}; expected a positive integer")
+        if (
+            isinstance(self.type_vocab_size, bool)
+            or not isinstance(self.type_vocab_size, int)
+            or self.type_vocab_size < 0
+        ):
+            raise ValueError(f"type_vocab_size={self.type_vocab_size!r}; expected an integer >= 0 (0: no segment ids)")
+        for field, what in (("initializer_range", "standard deviation"), ("layer_norm_eps", "epsilon")):
+            value = getattr(self, field)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and value > 0)
+            ):
+                raise ValueError(f"{field}={value!r}; expected a positive finite {what}")
+        pad = self.pad_token_id
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
+            raise ValueError(f"pad_token_id={pad!r}; expected a token id in [0, vocab_size {self.vocab_size}) or None")
         for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, field)
             if value is not None and (
@@ -219,8 +244,8 @@ class SesameBertConfig(PretrainedConfig):
             raise ValueError(f"rotary position embeddings need an even head dimension, got {self.attention_head_dim}")
         for field in ("rope_theta", "local_rope_theta"):
             value = getattr(self, field)
-            if value is not None and not value > 1:
-                raise ValueError(f"{field}={value!r}; expected a rotary base > 1")
+            if value is not None and (isinstance(value, bool) or not (value > 1 and math.isfinite(value))):
+                raise ValueError(f"{field}={value!r}; expected a finite rotary base > 1")
         if self.head_layout == "eurobert" and self.embedding_width != self.hidden_size:
             raise ValueError(
                 f"head_layout='eurobert' puts the MLM decoder on the hidden states (width {self.hidden_size}); "
@@ -290,6 +315,8 @@ class SesameBertRTDConfig(SesameBertConfig):
         super().validate_architecture()
         if not 0 < self.generator_size <= 1:
             raise ValueError(f"generator_size={self.generator_size}; expected a fraction in (0, 1]")
+        if not (math.isfinite(self.discriminator_weight) and self.discriminator_weight > 0):
+            raise ValueError(f"discriminator_weight={self.discriminator_weight}; expected a positive finite weight")
         hidden, heads = self._generator_shape()[:2]
         if hidden < 1 or hidden % heads:
             raise ValueError(

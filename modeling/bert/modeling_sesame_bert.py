@@ -31,8 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -52,6 +51,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .attention_sesame_bert import (
     PACKED_SEQUENCE_KEYS,
     DocumentSequences,
+    LocalSequences,
     SinusoidalPositionEmbedding,
     apply_rotary,
     document_block_mask,
@@ -63,13 +63,34 @@ from .attention_sesame_bert import (
     document_varlen_attention,
     eager_attention_forward,
     flash_varlen_kwargs,
+    local_attention_kernel,
+    local_block_mask,
+    local_blocks,
+    local_eager_attention,
+    local_sdpa_attention,
+    local_varlen_attention,
     packed_documents_kernel,
     repeat_kv,
     rotary_embeddings,
     sinusoidal_table,
     sliding_window_mask,
+    token_groups,
 )
 from .configuration_sesame_bert import GLU_ACTS, SesameBertConfig
+
+#: The project's attention paths, registered with transformers' ``AttentionInterface`` under their own names (the
+#: model picks one per layer type once per forward, :meth:`SesameBertModel._attention`, and builds its metadata).
+KERNELS = {
+    "sesame_document_flex": document_flex_attention,
+    "sesame_document_varlen": document_varlen_attention,
+    "sesame_local_sdpa": local_sdpa_attention,
+    "sesame_local_eager": local_eager_attention,
+    "sesame_local_varlen": local_varlen_attention,
+}
+for _name, _kernel in KERNELS.items():
+    AttentionInterface.register(_name, _kernel)
+#: :func:`packed_documents_kernel`'s answers -> the registered kernels of the full-attention layers
+FULL_KERNELS = {"document_flex": "sesame_document_flex", "document_varlen": "sesame_document_varlen"}
 
 IGNORE_INDEX = -100  # label of positions that are not predicted (MLM) / not scored (tagging)
 
@@ -197,16 +218,17 @@ class SesameBertSelfAttention(nn.Module):
     ``forward(hidden_states (B, T, H), attention_mask, output_attentions=False, **kwargs)``
     ``-> (out (B, T, H), probabilities (B, A, T, T) or None)``: ``attention_mask`` is what
     ``create_bidirectional_mask`` built for the implementation (or ``None``); ``kwargs`` go to the kernel (e.g. the
-    flash varlen ``cu_seq_lens_q`` ...). With ``output_attentions`` an "sdpa" layer runs the eager kernel; other
-    kernels return what they return (``None`` for flex and flash: transformers then warns). An "sdpa" layer given a
-    ``BlockMask`` (packed documents on CUDA, :func:`packed_documents_kernel`) runs :func:`document_flex_attention`;
-    given :class:`DocumentSequences` (the same while attention dropout is in effect), :func:`document_varlen_attention`.
+    flash varlen ``cu_seq_lens_q`` ...). The kernel is ``kwargs["attention_kernel"]``, a name registered with
+    transformers' ``AttentionInterface`` that :class:`SesameBertModel` chose once per forward for the layer's type
+    (e.g. ``"sesame_document_flex"``, ``"sesame_local_sdpa"``, :data:`KERNELS`), with the mask metadata that kernel
+    takes; without it, ``config._attn_implementation``. With ``output_attentions`` an "sdpa" layer runs the eager
+    kernel; other kernels return what they return (``None`` for flex and flash: transformers then warns).
 
     Modern options: with ``num_key_value_heads`` K < A, ``qkv`` gives A queries and K keys and values (H -> (A + 2K) D,
     grouped-query attention; each key/value head is repeated for its A / K query heads before the kernel); with
     ``position_embeddings`` ``(cos, sin)`` the queries and keys are rotated (RoPE); a ``"sliding_attention"`` layer
-    (``attention_type``) passes ``sliding_window = local_attention // 2 + 1`` to the kernel (flash reads it, as for
-    ModernBERT; the other kernels get the window in their mask).
+    (``attention_type``) passes ``sliding_window = local_attention // 2 + 1`` to the kernel (transformers' flash
+    wrapper reads it, as for ModernBERT; the project's local kernels get the window with their metadata).
     """
 
     is_causal = False  # read by transformers' sdpa / flash kernels: an encoder attends both ways
@@ -233,15 +255,10 @@ class SesameBertSelfAttention(nn.Module):
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)
         if self.sliding_window is not None:
             kwargs["sliding_window"] = self.sliding_window
-        implementation = self.config._attn_implementation
+        implementation = kwargs.pop("attention_kernel", None) or self.config._attn_implementation
         if output_attentions and implementation == "sdpa":
             implementation = "eager"
-        if implementation == "sdpa" and isinstance(attention_mask, BlockMask):
-            attention: Callable = document_flex_attention
-        elif implementation == "sdpa" and isinstance(attention_mask, DocumentSequences):
-            attention = document_varlen_attention
-        else:
-            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         context, probs = attention(
             self,
             q,
@@ -314,14 +331,18 @@ class SesameBertEncoder(nn.Module):
         self.layer = nn.ModuleList([SesameBertLayer(config, i) for i in range(config.num_hidden_layers)])
         self.final_norm = _norm(config) if config.norm_position == "pre" else nn.Identity()
 
-    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, **kwargs):
-        """``attention_mask``: one mask for every layer, or a dict layer type -> mask; ``position_embeddings``: a
-        dict layer type -> rotary ``(cos, sin)`` (:func:`rotary_embeddings`), or ``None``."""
+    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, kernels=None, **kwargs):
+        """``attention_mask``: a dict layer type -> the mask metadata of its kernel; ``position_embeddings``: a dict
+        layer type -> rotary ``(cos, sin)`` (:func:`rotary_embeddings`), or ``None``; ``kernels``: a dict layer type
+        -> the name of its kernel in transformers' ``AttentionInterface`` (:meth:`SesameBertModel._attention`), or
+        ``None`` (``config._attn_implementation``)."""
         for layer in self.layer:
             kind = layer.attention_type
-            mask = attention_mask.get(kind) if isinstance(attention_mask, dict) else attention_mask
+            extra = {"attention_kernel": kernels[kind]} if kernels else {}
             rotary = (position_embeddings or {}).get(kind)
-            hidden_states = layer(hidden_states, mask, **({"position_embeddings": rotary} if rotary else {}), **kwargs)
+            if rotary:
+                extra["position_embeddings"] = rotary
+            hidden_states = layer(hidden_states, (attention_mask or {}).get(kind), **extra, **kwargs)
         return self.final_norm(hidden_states)
 
 
@@ -481,6 +502,14 @@ class SesameBertModel(SesameBertPreTrainedModel):
     so the ``cls`` pooler of a packed row (and NSP) summarises its first document only; ``mean`` / ``max`` /
     ``attention`` pooling span every document of the row. A ``[SEP]`` whose position continues the document before it
     belongs to that document.
+
+    **Local layers** (``"sliding_attention"``, a token attends to the tokens at most ``local_attention // 2``
+    positions away) never get a (T, T) mask: on the CPU "sdpa" and "eager" run in blocks of queries against the keys
+    within the window (:func:`local_sdpa_attention`, :func:`local_eager_attention`); on CUDA "sdpa" runs
+    FlashAttention's varlen kernel with its window (:func:`local_varlen_attention`; the blocks in float32), or
+    FlexAttention on a sliding + document ``BlockMask`` (:func:`local_block_mask`) for packed documents without
+    attention dropout; "flex_attention" gets that ``BlockMask``; flash_attention_* the window as ``sliding_window``
+    (:func:`local_attention_kernel`). Padding tokens attend to themselves only there.
     """
 
     def __init__(self, config: SesameBertConfig, add_pooling_layer: bool = True):
@@ -514,52 +543,87 @@ class SesameBertModel(SesameBertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        mask = self._attention_mask(x, attention_mask, position_ids, kwargs, output_attentions)
-        if "sliding_attention" in self.config.attention_types():
-            window = self._window_mask(x, attention_mask, position_ids, output_attentions)
-            mask = {"full_attention": mask, "sliding_attention": window}
+        masks, kernels = self._attention(x, attention_mask, position_ids, kwargs, output_attentions)
         positions = torch.arange(x.shape[1], device=x.device)[None] if position_ids is None else position_ids
         rotary = rotary_embeddings(self.config, positions, x.dtype)
-        last = self.encoder(x, mask, position_embeddings=rotary, output_attentions=output_attentions, **kwargs)
+        last = self.encoder(
+            x, masks, position_embeddings=rotary, kernels=kernels, output_attentions=output_attentions, **kwargs
+        )
         pooled = None
         if self.pooler is not None:
             pooled = self.pooler(last, _keep_mask(attention_mask, last.shape[:2], last.device))
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
-    def _window_mask(self, embeddings, attention_mask, position_ids, output_attentions=False):
-        """The mask of the ``"sliding_attention"`` layers (:func:`sliding_window_mask`), within the packed documents of
-        ``position_ids`` when given, for the kernel that runs the full-attention layers."""
-        if position_ids is None:
-            return sliding_window_mask(self.config, embeddings, attention_mask, None, self.config._attn_implementation)
-        documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
-        implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
-        return sliding_window_mask(self.config, embeddings, attention_mask, documents, implementation)
+    def _attention(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
+        """The attention of every layer type, chosen once per forward: ``(masks, kernels)``, two dicts layer type ->
+        the mask metadata its kernel takes, and the kernel's name in transformers' ``AttentionInterface``.
 
-    def _attention_mask(self, embeddings, attention_mask, position_ids, kernel_kwargs: dict, output_attentions=False):
-        """The mask for ``config._attn_implementation`` (see the class docstring); for flash with packed documents,
-        ``None``, and the varlen arguments are added to ``kernel_kwargs``; for SDPA with packed documents on CUDA, a
-        ``BlockMask`` or :class:`DocumentSequences` (:func:`packed_documents_kernel`). The batch's
-        :data:`PACKED_SEQUENCE_KEYS` (the collator's, computed on the host) are taken out of ``kernel_kwargs`` and
-        used by the varlen paths instead of reading the sequences from the device."""
-        if position_ids is None:
+        Full-attention layers run ``config._attn_implementation`` ("eager" for "sdpa" asked for the probabilities;
+        for packed documents :func:`packed_documents_kernel`'s answer, its CUDA paths as ``"sesame_document_flex"``
+        / ``"sesame_document_varlen"``); ``"sliding_attention"`` layers the kernel of :func:`local_attention_kernel`.
+        The batch's :data:`PACKED_SEQUENCE_KEYS` (the collator's, computed on the host) are taken out of
+        ``kernel_kwargs`` and used by the varlen paths instead of reading the sequences from the device; for
+        flash_attention_* with packed documents the varlen arguments are added to ``kernel_kwargs``."""
+        given = {key: kernel_kwargs.pop(key) for key in PACKED_SEQUENCE_KEYS if key in kernel_kwargs}
+        choice = self.config._attn_implementation
+        documents = None
+        if position_ids is not None:
+            documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
+            choice = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
+        if output_attentions and choice == "sdpa":
+            choice = "eager"
+        keep = None if attention_mask is None else attention_mask.bool()
+        kernels = {"full_attention": FULL_KERNELS.get(choice, choice)}
+        local = "sliding_attention" in self.config.attention_types()
+        if local:
+            kernels["sliding_attention"] = local_attention_kernel(choice, embeddings.device)
+        sequences = None
+        if "sesame_document_varlen" in kernels.values() or "sesame_local_varlen" in kernels.values():
+            sequences = _sequences(embeddings, documents, keep, given)
+        masks = {"full_attention": self._attention_mask(embeddings, attention_mask, documents, keep, choice)}
+        masks["full_attention"] = sequences if choice == "document_varlen" else masks["full_attention"]
+        if choice.startswith("flash_attention") and documents is not None:
+            kernel_kwargs.update(given or flash_varlen_kwargs(documents, keep))
+        if local:
+            masks["sliding_attention"] = self._window_mask(
+                kernels["sliding_attention"], embeddings, attention_mask, documents, keep, sequences, masks
+            )
+        return masks, kernels
+
+    def _window_mask(self, kernel, embeddings, attention_mask, documents, keep, sequences, masks):
+        """The mask metadata of the ``"sliding_attention"`` layers for their ``kernel``
+        (:func:`local_attention_kernel`): :class:`LocalBlocks`, :class:`LocalSequences` or a ``BlockMask`` of
+        :func:`local_block_mask` for the project's kernels (no (T, T) tensor), the full layers' for flash_attention_*
+        (the window goes to the kernel), and :func:`sliding_window_mask` for an implementation registered by the
+        user."""
+        window = self.config.local_attention
+        if kernel.startswith("flash_attention"):
+            return masks["full_attention"]
+        if kernel not in KERNELS and kernel != "flex_attention":
+            return sliding_window_mask(self.config, embeddings, attention_mask, documents)
+        groups = token_groups(documents, keep, embeddings.shape[:2], embeddings.device)
+        if kernel in ("flex_attention", "sesame_document_flex"):
+            return local_block_mask(groups.expand(embeddings.shape[0], -1), window)
+        blocks = local_blocks(groups, window)
+        return LocalSequences(sequences, blocks) if kernel == "sesame_local_varlen" else blocks
+
+    def _attention_mask(self, embeddings, attention_mask, documents, keep, choice: str):
+        """The mask of the full-attention layers for ``config._attn_implementation`` (see the class docstring) and
+        ``choice`` (the kernel chosen by :meth:`_attention`): ``None`` for flash with packed documents (the varlen
+        arguments go to the kernel), a ``BlockMask`` for ``"document_flex"``; the dense masks otherwise (``None`` for
+        ``"document_varlen"``, whose :class:`DocumentSequences` :meth:`_attention` sets)."""
+        if documents is None:
             if attention_mask is None:
                 return None
             return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
-        given = {key: kernel_kwargs.pop(key) for key in PACKED_SEQUENCE_KEYS if key in kernel_kwargs}
-        documents = document_ids(position_ids.expand(embeddings.shape[0], -1))
-        keep = None if attention_mask is None else attention_mask.bool()
-        implementation = packed_documents_kernel(self.config, embeddings.device, self.training, output_attentions)
+        implementation = choice
         if implementation == "document_flex":
             return document_block_mask(documents, keep)
-        if implementation == "document_varlen":
-            return document_sequences(documents, keep, given)
-        if implementation.startswith("flash_attention"):
-            kernel_kwargs.update(given or flash_varlen_kwargs(documents, keep))
+        if implementation == "document_varlen" or implementation.startswith("flash_attention"):
             return None
         if implementation in ("sdpa", "eager"):
             return document_dense_mask(documents, keep)
-        # the registered mask functions (transformers reads _global_mapping too: dynamo traces it on every Python)
-        if implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:  # a mask function registered for it
             raise ValueError(
                 f"position_ids (packed documents) need a mask function for attn_implementation={implementation!r}: "
                 "register one with transformers.AttentionMaskInterface.register, or leave position_ids out"
@@ -567,6 +631,18 @@ class SesameBertModel(SesameBertPreTrainedModel):
         return create_bidirectional_mask(
             self.config, embeddings, attention_mask, and_mask_function=document_mask_function(documents, keep)
         )
+
+
+def _sequences(embeddings, documents, keep, given: dict) -> DocumentSequences:
+    """The sequences of the flattened (B * T) tokens for the varlen kernels: every row when there are no packed
+    documents and no padding (no device read), else :func:`document_sequences` (the documents and padding runs)."""
+    batch, length = embeddings.shape[:2]
+    if documents is None and keep is None:
+        starts = torch.arange(0, batch * length + 1, length, dtype=torch.int32, device=embeddings.device)
+        return DocumentSequences(starts, length)
+    if documents is None:
+        documents = torch.zeros(batch, length, dtype=torch.long, device=embeddings.device)
+    return document_sequences(documents, keep, given)
 
 
 def _extras(outputs) -> dict:

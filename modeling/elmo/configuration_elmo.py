@@ -8,6 +8,7 @@ Field names follow bilm-tf's ``options.json`` where one exists (``char_cnn.filte
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Literal, get_args, get_origin
 
 from huggingface_hub.dataclasses import strict
@@ -38,26 +39,54 @@ def finish_post_init(config: PretrainedConfig, cls: type, kwargs: dict, auto_map
     config.validate_architecture()
 
 
-def check_fields(config: PretrainedConfig) -> None:
-    """Check the fields annotated on ``type(config)`` itself: each ``Literal[...]`` one against its choices, then each
-    dropout (a name ending in ``dropout`` or ``dropout_prob``; ``None`` allowed) against [0, 1): ``torch.nn.Dropout``
-    takes a probability, and a value off it used to fail only when the model was built, as a traceback.
+def check_fields(config: PretrainedConfig, positive: tuple[str, ...] = ()) -> None:
+    """Check the fields annotated on ``type(config)`` itself: each ``Literal[...]`` one against its choices, each
+    number (not a bool; ``None`` allowed) finite and >= 0 (no field of these configs has a negative meaning), the
+    ``positive`` ones (sizes, scales) > 0, then each dropout (a name ending in ``dropout`` or ``dropout_prob``)
+    against [0, 1): ``torch.nn.Dropout`` takes a probability, and a value off it used to fail only when the model was
+    built, as a traceback.
 
     Raises:
-        ValueError: ``"<Class>.<field>=<value>; expected one of (<choices>)"`` for the first field off its choices,
-            else ``"<Class>.<field>=<value>; expected a probability in [0, 1)"`` for the first dropout off it.
+        ValueError: ``"<Class>.<field>=<value>; expected ..."`` for the first field off its choices, its sign or
+            range.
     """
     annotations = inspect.get_annotations(type(config), eval_str=True)
+    name = type(config).__name__
     for field, annotation in annotations.items():
         allowed = get_args(annotation) if get_origin(annotation) is Literal else ()
         if allowed and getattr(config, field) not in allowed:
-            raise ValueError(f"{type(config).__name__}.{field}={getattr(config, field)!r}; expected one of {allowed}")
+            raise ValueError(f"{name}.{field}={getattr(config, field)!r}; expected one of {allowed}")
+    for field in annotations:
+        value = getattr(config, field, None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value) or value < 0 or (field in positive and value == 0):
+            expected = "a positive finite number" if field in positive else "a finite number >= 0"
+            raise ValueError(f"{name}.{field}={value!r}; expected {expected}")
     for field in annotations:
         value = getattr(config, field, None)
         if not field.endswith(("dropout", "dropout_prob")) or value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{type(config).__name__}.{field}={value!r}; expected a probability in [0, 1)")
+
+
+#: The :class:`SesameElmoConfig` fields that must be > 0 (sizes, scales; :func:`check_fields`).
+ELMO_POSITIVE = (
+    "vocab_size",
+    "char_vocab_size",
+    "max_characters_per_token",
+    "char_embedding_dim",
+    "projection_dim",
+    "cell_size",
+    "num_sampled",
+    "adaptive_div_value",
+    "initializer_range",
+    "task_hidden_size",
+    "cnn_pool_filters",
+    "cell_clip",
+    "proj_clip",
+)
 
 
 @strict
@@ -178,7 +207,7 @@ class SesameElmoConfig(PretrainedConfig):
             ValueError: with the field, its value and what is expected.
         """
         super().validate_architecture()
-        check_fields(self)
+        check_fields(self, ELMO_POSITIVE)
         if self.cell_type == "gru" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError("SesameElmoConfig: cell_clip/proj_clip apply to cell_type='lstm' only")
         if self.num_layers < 1:

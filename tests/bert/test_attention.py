@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _helpers import assert_documents_alone, assert_same_gradients
+from torch.nn.attention.flex_attention import BlockMask
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (
     AttentionInterface,
@@ -169,24 +170,24 @@ def test_document_ids_follow_transformers_packed_convention():
     assert torch.equal(document_ids(position_ids), find_packed_sequence_indices(position_ids))
 
 
-CUDA_PATHS = {  # the kernels SDPA takes for packed documents on CUDA, and the mask type each gets
-    "document_flex": ("document_flex_attention", modeling_sesame_bert.BlockMask),
-    "document_varlen": ("document_varlen_attention", modeling_sesame_bert.DocumentSequences),
+CUDA_PATHS = {  # the kernels SDPA takes for packed documents on CUDA (their AttentionInterface names), their masks
+    "document_flex": ("sesame_document_flex", BlockMask),
+    "document_varlen": ("sesame_document_varlen", modeling_sesame_bert.DocumentSequences),
 }
 
 
 def _force_cuda_path(monkeypatch, path: str) -> list:
     """Make SDPA take the CUDA path ``path`` (a key of :data:`CUDA_PATHS`) on the CPU; returns the list that
-    records the mask every call of its kernel gets."""
+    records the mask every call of its kernel (the one registered with transformers' ``AttentionInterface``) gets."""
     name, _ = CUDA_PATHS[path]
-    kernel, masks = getattr(modeling_sesame_bert, name), []
+    kernel, masks = ALL_ATTENTION_FUNCTIONS[name], []
     monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: path)
 
     def recording(m, q, k, v, mask, **kw):
         masks.append(mask)
         return kernel(m, q, k, v, mask, **kw)
 
-    monkeypatch.setattr(modeling_sesame_bert, name, recording)
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, name, recording)
     return masks
 
 
@@ -344,7 +345,7 @@ def test_collated_sequences_need_no_device_read(tiny_kwargs, monkeypatch, autoca
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         dense = model(**batch).last_hidden_state
     masks = _force_cuda_path(monkeypatch, "document_varlen")
-    counter, kernel = DeviceReads(), modeling_sesame_bert.document_varlen_attention
+    counter, kernel = DeviceReads(), ALL_ATTENTION_FUNCTIONS["sesame_document_varlen"]
 
     def paused_kernel(*args, **kwargs):
         counter.paused = True
@@ -353,7 +354,7 @@ def test_collated_sequences_need_no_device_read(tiny_kwargs, monkeypatch, autoca
         finally:
             counter.paused = False
 
-    monkeypatch.setattr(modeling_sesame_bert, "document_varlen_attention", paused_kernel)
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sesame_document_varlen", paused_kernel)
     reads = {}
     for name, inputs in (("collated", collated), ("position_ids only", batch)):
         counter.reads.clear()
@@ -527,7 +528,7 @@ def test_flash_kernels_get_varlen_arguments(tiny_kwargs, monkeypatch):
             out[start:end] = F.scaled_dot_product_attention(q, k, v, scale=scaling).transpose(0, 1)
         return out.reshape(b, t, a, d), None
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "flash_attention_sesame_test", varlen)
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "flash_attention_sesame_test", varlen)
     model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).eval()
     batch, splits = _packed(model.config.vocab_size, pad=3)
     with torch.no_grad():

@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 import transformers
+from _tiny import micro_modern_kwargs
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import modeling
@@ -18,26 +19,7 @@ from modeling import SesameBertConfig, SesameBertModel
 from modeling.bert import modeling_sesame_bert
 from modeling.bert.convert_modern import transformers_config
 
-MODERN = dict(
-    vocab_size=40,
-    hidden_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=24,
-    hidden_act="swiglu",
-    position_embedding_type="rope",
-    local_rope_theta=1000.0,
-    local_attention=4,  # a token sees the tokens at most 2 positions away
-    max_position_embeddings=64,
-    type_vocab_size=0,
-    norm_position="pre",
-    first_layer_attention_norm=False,
-    attention_bias=False,
-    mlp_bias=False,
-    norm_bias=False,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+MODERN = micro_modern_kwargs()
 
 
 @pytest.fixture(autouse=True)
@@ -174,26 +156,67 @@ def test_document_masking_and_sliding_window_combine(path, monkeypatch):
             assert moved[~reach & real].max() <= 1e-6, (row, column)  # ... and nothing else does
 
 
-def test_flash_local_layers_get_the_padding_and_the_window():
-    """flash_attention_* (not installed here): a local layer passes ``sliding_window = local_attention // 2 + 1`` to
-    the kernel (transformers' flash wrapper makes it ``window_size = local_attention // 2`` each side, as ModernBERT)
-    and gets the padding mask the full layers get; with packed documents it gets none (the varlen arguments)."""
-    from transformers.masking_utils import create_bidirectional_mask
+def _fake_flash_attention(monkeypatch, calls: list) -> None:
+    """flash_attention_2 on the CPU: transformers' own flash wrapper (``_flash_attention_forward``: unpadding,
+    the varlen arguments, ``sliding_window`` -> ``window_size``) with the flash-attn functions replaced by a reference
+    written here (SDPA per sequence, keys within ``window_size``) that records what it is given."""
+    from transformers import modeling_flash_attention_utils as fa
 
-    from modeling.bert.attention_sesame_bert import sliding_window_mask
+    def attend(q, k, v, softmax_scale, window_size):  # one sequence (n, A, D); window_size (left, right), -1: all
+        distance = torch.arange(q.shape[0])[:, None] - torch.arange(q.shape[0])[None, :]
+        left, right = window_size
+        allowed = ((distance <= left) | (left < 0)) & ((-distance <= right) | (right < 0))
+        q, k, v = (x.transpose(0, 1) for x in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=softmax_scale)
+        return out.transpose(0, 1)
 
-    config = SesameBertConfig(**MODERN, num_hidden_layers=2, global_attn_every_n_layers=2)
-    model = SesameBertModel(config)
-    assert [layer.attn.sliding_window for layer in model.encoder.layer] == [None, 3]
-    config._attn_implementation = "flash_attention_2"
-    embeddings = torch.zeros(2, 8, config.hidden_size)
-    attention_mask = torch.ones(2, 8, dtype=torch.long)
-    attention_mask[1, 5:] = 0
-    full = create_bidirectional_mask(config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
-    local = sliding_window_mask(config, embeddings, attention_mask, None, "flash_attention_2")
-    assert torch.equal(local, full) and not local[1, 5:].any()
-    documents = torch.zeros(2, 8, dtype=torch.long)
-    assert sliding_window_mask(config, embeddings, attention_mask, documents, "flash_attention_2") is None
+    def flash_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                     softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False):  # fmt: skip
+        calls.append(("varlen", tuple(q.shape), cu_seqlens_q.tolist(), tuple(window_size), causal))
+        bounds = cu_seqlens_q.tolist()
+        pieces = [attend(q[s:e], k[s:e], v[s:e], softmax_scale, window_size) for s, e in zip(bounds, bounds[1:])]
+        return torch.cat(pieces)
+
+    def flash(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False):
+        calls.append(("flash", tuple(q.shape), None, tuple(window_size), causal))
+        return torch.stack([attend(*row, softmax_scale, window_size) for row in zip(q, k, v)])
+
+    functions = (flash, flash_varlen, None, fa._pad_input, fa._unpad_input)
+    processing = (fa._lazy_define_process_function(flash_varlen), dict)
+    monkeypatch.setattr(fa, "lazy_import_flash_attention", lambda *args, **kwargs: (functions, processing))
+
+
+@pytest.mark.parametrize("packed, pad", [(False, False), (False, True), (True, True)])
+def test_flash_local_layers_get_the_padding_and_the_window(monkeypatch, packed, pad):
+    """flash_attention_2 with the flash-attn kernels faked (:func:`_fake_flash_attention`): a local layer's kernel
+    gets ``window_size = (local_attention // 2, local_attention // 2)`` (ModernBERT's window; the global layer
+    none), the real tokens unpadded (padding) or the documents' varlen arguments (packed), never a (T, T) mask; and
+    the model's hidden states at the real tokens equal the sdpa path's (blocked local attention)."""
+    calls = []
+    _fake_flash_attention(monkeypatch, calls)
+    layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
+    config = SesameBertConfig(**MODERN, num_hidden_layers=3, layer_types=layer_types)
+    model = SesameBertModel(config).eval()
+    batch, _ = _packed_batch(config.vocab_size)
+    if not packed:
+        batch.pop("position_ids")
+    if not pad:
+        batch.pop("attention_mask")
+    keep = batch.get("attention_mask", torch.ones_like(batch["input_ids"])).bool()
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+        monkeypatch.setattr(config, "_attn_implementation_internal", "flash_attention_2")
+        got = model(**batch).last_hidden_state
+    half = config.local_attention // 2
+    assert [c[3] for c in calls] == [(half, half), (-1, -1), (half, half)], calls
+    assert not any(c[4] for c in calls)  # bidirectional
+    kind = "varlen" if pad or packed else "flash"
+    real = int(keep.sum())
+    shape = (real, 4, 8) if kind == "varlen" and not packed else (2 * 16, 4, 8) if packed else (2, 16, 4, 8)
+    assert all(c[0] == kind and c[1] == shape for c in calls), calls
+    if packed:  # documents of 9, 7; 5, 6 tokens, then the padding (position ids 0 1 2 3 4: one run)
+        assert all(c[2] == [0, 9, 16, 21, 27, 32] for c in calls), calls
+    torch.testing.assert_close(got[keep], expected[keep], rtol=0, atol=1e-5)
 
 
 def test_peft_lora_on_a_modern_config():
@@ -222,3 +245,17 @@ def test_peft_lora_on_a_modern_config():
         merged = lora.merge_and_unload()
         torch.testing.assert_close(merged(**batch).logits, adapted, rtol=0, atol=1e-5)
     assert not torch.allclose(adapted, before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_equals_transformers_modernbert_bit_for_bit(dtype):
+    """:func:`apply_rotary` (the sign folded into the sines, a roll instead of negate + concatenate) gives exactly
+    transformers' ModernBERT ``apply_rotary_pos_emb`` (float32 arithmetic, rounded to the input dtype)."""
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    from modeling.bert.attention_sesame_bert import apply_rotary, rotary_cos_sin
+
+    q, k = torch.randn(2, 4, 50, 16).to(dtype), torch.randn(2, 2, 50, 16).to(dtype)
+    cos, sin = rotary_cos_sin(torch.arange(50)[None], 16, 10000.0, torch.float32)
+    for ours, theirs in zip(apply_rotary(q, k, cos, sin), apply_rotary_pos_emb(q, k, cos, sin)):
+        assert ours.dtype == dtype and torch.equal(ours, theirs)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from _tiny import micro_elmo_kwargs, tiny_bert_kwargs
+from _tiny import micro_elmo_kwargs, modern_layout, tiny_bert_kwargs
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -155,6 +155,67 @@ BERT_ROWS = {
 }
 
 
+# ---- SesameBert in the ModernBERT and EuroBERT layouts (issue 50) ---------------------------------------------------
+#: ModernBERT's layout (rotary positions with a global and a local base, GeGLU, pre-norm without biases, its head) with
+#: a 4-token window, so that the 10-token batch has local layers that see part of it; layers 0 and 3 global.
+MODERN_TINY = dict(
+    modern_layout(local_attention=4, global_attn_every_n_layers=3),
+    **tiny_bert_kwargs(40, 32, width=16, layers=4, num_labels=3),
+    pad_token_id=0,
+)
+#: EuroBERT's layout: the Llama block (pre-norm RMSNorm, SwiGLU, rotary positions), grouped-query attention with a
+#: head_dim of its own, no embedding norm, a final norm, its heads (mean pooling).
+EURO_TINY = dict(
+    tiny_bert_kwargs(40, 32, width=16, layers=2, num_labels=3),
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    hidden_act="swiglu",
+    position_embedding_type="rope",
+    rope_theta=10_000.0,
+    type_vocab_size=0,
+    norm_position="pre",
+    norm_type="rmsnorm",
+    embedding_norm=False,
+    attention_bias=False,
+    mlp_bias=False,
+    head_layout="eurobert",
+    classifier_pooling="mean",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    pad_token_id=0,
+)
+
+
+def _layout_row(layout: dict, cls, output, labels, **kwargs):
+    return Row(
+        cls,
+        lambda **overrides: modeling.SesameBertConfig(**{**layout, **overrides}),
+        lambda: {k: v for k, v in bert_batch().items() if k != "token_type_ids"},  # no segment embeddings
+        labels,
+        output,
+        num_layers=layout["num_hidden_layers"],
+        **kwargs,
+    )
+
+
+def _layout_rows(name: str, layout: dict) -> dict:
+    heads = {
+        "model": (modeling.SesameBertModel, "last_hidden_state", lambda b: {}),
+        "mlm": (modeling.SesameBertForMaskedLM, "logits", lambda b: dict(labels=_mlm_labels(b))),
+        "classification": (modeling.SesameBertForSequenceClassification, "logits", _class_labels),
+        "tagging": (
+            modeling.SesameBertForTokenClassification,
+            "logits",
+            lambda b: dict(labels=(b["input_ids"] % 3).masked_fill(b["attention_mask"] == 0, -100)),
+        ),
+    }
+    return {f"{name}-{head}": _layout_row(layout, *spec) for head, spec in heads.items()}
+
+
+MODERN_ROWS = {**_layout_rows("modernbert", MODERN_TINY), **_layout_rows("eurobert", EURO_TINY)}
+
+
 # ---- the classic baselines ---------------------------------------------------------------------------------------
 def baseline_config(**overrides):
     return SesameBaselineConfig(
@@ -286,7 +347,7 @@ ELMO_ROWS = {
     ),
 }
 
-ROWS = {**BERT_ROWS, **BASELINE_ROWS, **ELMO_ROWS}
+ROWS = {**BERT_ROWS, **MODERN_ROWS, **BASELINE_ROWS, **ELMO_ROWS}
 rows = pytest.mark.parametrize("row", list(ROWS.values()), ids=list(ROWS))
 
 
@@ -373,7 +434,9 @@ def test_attentions_shapes_and_gradients(row):
         assert probs.shape == (b, heads, t, t)
         sums = probs.sum(-1)
         torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=1e-5)
-        assert probs.masked_select(~keep[:, None, None, :].expand_as(probs)).abs().max() == 0  # never to padding
+        # a real token never attends to padding (a padding token's own row is free: local layers give it itself)
+        to_padding = keep[:, None, :, None] & ~keep[:, None, None, :]
+        assert probs.masked_select(to_padding.expand_as(probs)).abs().max() == 0
     grads = torch.autograd.grad(out[row.output].sum(), out.attentions)
     assert all(g.abs().sum() > 0 for g in grads)
 

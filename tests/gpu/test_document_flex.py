@@ -13,6 +13,7 @@ import pytest
 import torch
 from _helpers import assert_documents_alone, assert_same_gradients
 from precision.conftest import BERT_TINY  # tests/ is on sys.path (pyproject's pythonpath)
+from torch.nn.attention.flex_attention import BlockMask
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertModel
 from modeling.bert import modeling_sesame_bert as msb
@@ -47,12 +48,16 @@ def _packed(vocab_size: int, rows: int = 4, length: int = 64, seed: int = 0):
     return dict(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids), splits
 
 
-def _recording(monkeypatch, kernel: str = "document_flex_attention"):
-    """Record the mask every call of ``kernel`` (:func:`document_flex_attention` or
-    :func:`document_varlen_attention`) gets."""
-    seen, original = [], getattr(msb, kernel)
-    monkeypatch.setattr(
-        msb, kernel, lambda m, q, k, v, mask, **kw: (seen.append(mask), original(m, q, k, v, mask, **kw))[1]
+def _recording(monkeypatch, kernel: str = "sesame_document_flex"):
+    """Record the mask every call of ``kernel`` (``"sesame_document_flex"`` or ``"sesame_document_varlen"``, as
+    registered with transformers' ``AttentionInterface``) gets."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    seen, original = [], ALL_ATTENTION_FUNCTIONS[kernel]
+    monkeypatch.setitem(
+        ALL_ATTENTION_FUNCTIONS,
+        kernel,
+        lambda m, q, k, v, mask, **kw: (seen.append(mask), original(m, q, k, v, mask, **kw))[1],
     )
     return seen
 
@@ -65,7 +70,7 @@ def test_packed_documents_on_cuda_take_flex_and_equal_separate_passes(monkeypatc
     seen = _recording(monkeypatch)
     with torch.no_grad():
         packed = model(**batch).last_hidden_state
-        assert len(seen) == model.config.num_hidden_layers and all(isinstance(m, msb.BlockMask) for m in seen)
+        assert len(seen) == model.config.num_hidden_layers and all(isinstance(m, BlockMask) for m in seen)
         assert_documents_alone(model, batch["input_ids"], packed, splits, atol=1e-4)
 
 
@@ -95,7 +100,7 @@ def test_attention_dropout_in_training_takes_the_varlen_path(monkeypatch):
     model = SesameBertForMaskedLM(SesameBertConfig(**CUDA_TINY)).cuda().train()
     batch, _ = _packed(model.config.vocab_size)
     batch = {k: v.cuda() for k, v in batch.items()}
-    flex, varlen = _recording(monkeypatch), _recording(monkeypatch, "document_varlen_attention")
+    flex, varlen = _recording(monkeypatch), _recording(monkeypatch, "sesame_document_varlen")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(**batch, labels=batch["input_ids"]).loss
     loss.backward()
@@ -124,7 +129,7 @@ def test_document_paths_backward_matches_the_dense_sdpa_mask(monkeypatch, no_tf3
         with monkeypatch.context() as m:
             m.setattr(msb, "packed_documents_kernel", lambda config, *args: config._attn_implementation)
             dense = dense_model(**batch, labels=labels).loss
-        seen = _recording(monkeypatch, f"{path}_attention")
+        seen = _recording(monkeypatch, f"sesame_{path}")
         monkeypatch.setattr(msb, "packed_documents_kernel", lambda *args: path)
         loss = (torch.compile(model) if compiled else model)(**batch, labels=labels).loss
     dense.backward()

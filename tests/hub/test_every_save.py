@@ -172,10 +172,10 @@ def test_revision_loads_the_tagged_weights_and_config_errors_name_it(module_hub,
         "1",
     )
     assert bad.returncode == 2, bad.stderr[-3000:]
-    assert "--config_name alice/no-such-config (--revision v-step2): expected a preset (bert-base" in bad.stderr, (
+    assert "--config_name alice/no-such-config (--revision v-step2): not a preset, a config file" in bad.stderr, (
         bad.stderr[-2000:]
     )
-    assert "a config path or a hub repo id" in bad.stderr
+    assert "expected a preset (bert-base" in bad.stderr and "a config path or a hub repo id" in bad.stderr
     assert not (root / "bad" / "model.safetensors").exists()
 
 

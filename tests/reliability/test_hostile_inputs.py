@@ -122,6 +122,43 @@ def test_glue_refuses_output_dir_equal_to_the_model_with_overwrite(tmp_path, cap
     assert (model / "config.json").read_text() == "{}"
 
 
+def test_overwrite_refuses_an_input_inside_what_the_command_deletes(tmp_path, capsys):
+    """Issue 49 item 3: ``--overwrite_output_dir`` deletes the earlier run's checkpoints (and ``pretrain`` its trained
+    tokenizer): an input inside them, or an output folder that is the input, is refused before anything is deleted;
+    inputs elsewhere in the folder are allowed (a run never deletes them)."""
+    from core.errors import run_cli
+    from core.files import check_sources_outside
+    from finetune import glue
+    from pretrain.cli import main as pretrain
+
+    out = tmp_path / "out"
+    step = out / "checkpoints" / "step_2"
+    step.mkdir(parents=True)
+    (step / "config.json").write_text("{}")
+    (out / "tokenizer").mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    corpus = out / "corpus.txt"
+    corpus.write_text("a b c\n")
+    common = ["--output_dir", str(out), "--overwrite_output_dir"]
+    cases = [
+        (pretrain, ["--model_name_or_path", str(step), *common], "holds --model_name_or_path"),
+        (pretrain, ["--tokenizer_name", str(out / "tokenizer"), "--train_file", str(corpus), *common], "tokenizer/"),
+        (glue.main, ["--model_name_or_path", str(step), "--task_name", "sst2", *common], "in checkpoints/"),
+    ]
+    for main, argv, message in cases:
+        assert run_cli(main, argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"error: --output_dir {out}: ") and message in err, err
+        assert (step / "config.json").is_file() and (out / "tokenizer").is_dir()
+    check_sources_outside(out, {"--train_file": [str(corpus)], "--x": "user/repo"}, replaced=("checkpoints",))
+    with pytest.raises(InputError, match=r": is the --model_name_or_path folder; expected an output folder apart"):
+        check_sources_outside(out, {"--model_name_or_path": str(tmp_path / "." / "out")}, replaced=())
+    with pytest.raises(InputError, match=r": lies inside --source"):
+        check_sources_outside(out / "sub", {"--source": str(out)})
+    with pytest.raises(InputError, match=r": contains --source"):
+        check_sources_outside(tmp_path, {"--source": str(out)})
+
+
 def test_a_truncated_checkpoint_with_a_rewritten_manifest_is_one_error_line(toy_run, tmp_path):
     """The manifest check passes (it was rewritten to match the truncated file); the weights cannot be read: one
     InputError naming the checkpoint, not a SafetensorError traceback."""

@@ -1,0 +1,88 @@
+"""A resume refuses another architecture of the same shapes (issue 49, item 4): a modernbert-tiny run checkpointed at
+step 2, resumed with a config whose ``local_attention``, ``rope_theta`` or ``hidden_act`` changed (every tensor keeps
+its shape, so the weights would load), exits 2 with one line naming the field and both values, before a step is
+trained; another dropout is refused too unless ``--allow_dropout_change``, which warns and continues."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from _helpers import reset_accelerate_state
+from _launch import checkpoint_args
+from _launch import corpus_args as _run_args
+
+from core.errors import run_cli
+from pretrain.cli import main
+
+#: (field, the run's value, the resumed run's value): each keeps every tensor's shape (geglu -> swiglu: the same fc1)
+CHANGES = [("local_attention", 16, 8), ("rope_theta", 160000.0, 10000.0), ("hidden_act", "geglu", "swiglu")]
+
+
+@pytest.fixture(scope="module")
+def checkpointed(corpus_dir, bert_tokenizer, tmp_path_factory):
+    """``(root, common arguments)`` of a 4-step modernbert-tiny run (window 16) with checkpoints at steps 2 and 4,
+    whose step-4 checkpoint is removed (a resume then has steps left to train)."""
+    import shutil
+
+    import modeling
+
+    root = tmp_path_factory.mktemp("resume-architecture")
+    tok = root / "tok"
+    bert_tokenizer.save_pretrained(tok)
+    modeling.get_preset_config("modernbert-tiny", local_attention=16).save_pretrained(root / "preset")
+    common = ["--tokenizer_name", str(tok), *checkpoint_args(4, 2), "--learning_rate", "2e-3"]
+    reset_accelerate_state()
+    assert run_cli(main, _run_args(corpus_dir, root / "run", *common, config=str(root / "preset"))) == 0
+    reset_accelerate_state()
+    shutil.rmtree(root / "run" / "checkpoints" / "step_4")
+    return root, common
+
+
+def _resume_with(root, corpus_dir, common, name: str, **fields) -> list[str]:
+    config = json.loads((root / "preset" / "config.json").read_text())
+    config.update(fields)
+    (root / name).mkdir()
+    (root / name / "config.json").write_text(json.dumps(config))
+    return _run_args(corpus_dir, root / "run", *common, "--resume_from_checkpoint", "latest", config=str(root / name))
+
+
+def _state(root) -> str:
+    return (root / "run" / "checkpoints" / "step_2" / "trainer_state.json").read_text()
+
+
+@pytest.mark.parametrize("field, old, new", CHANGES, ids=[c[0] for c in CHANGES])
+def test_resume_with_another_architecture_of_the_same_shapes_is_refused_naming_the_field(
+    checkpointed, corpus_dir, capsys, fresh_state, field, old, new
+):
+    root, common = checkpointed
+    recorded = json.loads(_state(root))["model_config"]
+    assert recorded[field] == old
+    before = sorted(p.name for p in (root / "run" / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert run_cli(main, _resume_with(root, corpus_dir, common, f"changed-{field}", **{field: new})) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert "the model config differs from the checkpoint's" in lines[0], lines[0]
+    assert f"{field} {json.dumps(old)} -> {json.dumps(new)}" in lines[0], lines[0]
+    assert sorted(p.name for p in (root / "run" / "checkpoints").iterdir()) == before, "nothing trained on"
+
+
+def test_another_dropout_is_refused_unless_allow_dropout_change_which_warns_and_trains_on(
+    checkpointed, corpus_dir, capsys, caplog, fresh_state
+):
+    root, common = checkpointed
+    argv = _resume_with(root, corpus_dir, common, "dropout", hidden_dropout_prob=0.1)
+    capsys.readouterr()
+    assert run_cli(main, argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "hidden_dropout_prob 0.0 -> 0.1" in lines[0], lines
+    assert "--allow_dropout_change" in lines[0]
+    reset_accelerate_state()
+    with caplog.at_level(logging.WARNING):
+        assert run_cli(main, [*argv, "--allow_dropout_change"]) == 0
+    assert any("hidden_dropout_prob 0.0 -> 0.1" in r.getMessage() for r in caplog.records)
+    assert json.loads((root / "run" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
+    assert (root / "run" / "checkpoints" / "step_4").is_dir()
