@@ -28,8 +28,10 @@ The proof's model has :data:`PROOF_LAYERS` layers of ``--config_name``'s width (
 compilation takes less time).
 
 ``--time eager|compiled|both``: the MLM step (forward under autocast, backward, fused AdamW step, ``zero_grad``;
-sparse prediction; attention dropout 0.1 as the recipe: the varlen path when on) for masking off and on, interleaved
-rounds, ``--warmup`` untimed (compilation happens there), the median of ``--steps``: tokens/s and on / off.
+sparse prediction) for masking off and on, interleaved rounds, ``--warmup`` untimed (compilation happens there), the
+median of ``--steps``: tokens/s and on / off. The attention dropout is ``--attention_dropout``, by default the
+preset's (BERT's recipe 0.1: packed documents run the varlen path; the modern presets' 0: FlexAttention); it picks
+the kernel that is timed (:func:`modeling.bert.attention_sesame_bert.packed_documents_kernel`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def parse_args(argv=None):
     p.add_argument("--prove", action="store_true", help="run the kernel proof")
     p.add_argument("--time", default="none", choices=["none", "eager", "compiled", "both"])
     p.add_argument("--masking", nargs="+", default=["off", "on"], choices=["off", "on"], help="what --time times")
+    p.add_argument(
+        "--attention_dropout",
+        type=float,
+        default=None,
+        help="attention dropout of the timed model (--time); default: the preset's. It picks the packed documents' "
+        "kernel on CUDA: > 0 the varlen path, 0 FlexAttention",
+    )
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--output", default=None, help="write the results as JSON here")
@@ -98,16 +107,18 @@ def load_batch(args, device):
     return on, off, len(tokenizer)
 
 
-def make_model(args, vocab_size, device, attention_dropout: float, head: bool, layers: int | None = None):
-    """SesameBert at ``--config_name`` (``layers`` layers where given) with sparse prediction, in training mode."""
+def make_model(args, vocab_size, device, attention_dropout: float | None, head: bool, layers: int | None = None):
+    """SesameBert at ``--config_name`` (``layers`` layers where given) with sparse prediction, in training mode, with
+    ``attention_dropout`` (``None``: the preset's; 0: no dropout anywhere, for the comparisons)."""
     import modeling
     from modeling import SesameBertForMaskedLM, SesameBertModel
 
     config = modeling.get_preset_config(args.config_name, vocab_size=vocab_size)
     if layers is not None:
         config.num_hidden_layers = layers
-    config.attention_probs_dropout_prob = attention_dropout
-    if not attention_dropout:  # the comparisons: no dropout anywhere (each call would draw other masks)
+    if attention_dropout is not None:
+        config.attention_probs_dropout_prob = attention_dropout
+    if attention_dropout == 0.0:  # the comparisons: no dropout anywhere (each call would draw other masks)
         config.hidden_dropout_prob = 0.0
     config.sparse_prediction = True
     torch.manual_seed(0)
@@ -217,7 +228,7 @@ def time_steps(args, device) -> dict:
     from training.optim import create_optimizer
 
     on, off, vocab = load_batch(args, device)
-    model = make_model(args, vocab, device, 0.1, head=True)
+    model = make_model(args, vocab, device, args.attention_dropout, head=True)
     kinds = {"eager": ["eager"], "compiled": ["compiled"], "both": ["eager", "compiled"]}[args.time]
     variants = {}
     for kind in kinds:

@@ -10,7 +10,9 @@ dataset's manifest) to a :class:`PretrainArguments` of new frozen values:
   ``demo_defaults`` (bert-tiny, 300 steps, ...);
 * a run on the user's data takes the family's ``data_defaults``, one epoch unless ``--max_train_steps``, warmup
   6%, and evaluation + checkpoints every 10% of the run (``eval_steps = 0.1``, a fraction the run plan resolves:
-  :func:`training.plan.make_plan`);
+  :func:`training.plan.make_plan`); over them, its ``device_defaults`` for the device the run will train on
+  (:func:`device_choices`; BERT-like: modernbert-tiny on the CPU, modernbert-base on a GPU, where a modern preset
+  takes ModernBERT's length 1,024 and 32 rows per device), said with their reason in the run plan's line;
 * the learning rate follows the family's rule for the model config (:meth:`PretrainArguments.with_model_config`).
 """
 
@@ -34,6 +36,60 @@ DATA_INTERVAL = 0.1
 DOCUMENT_BOUNDARIES_KEY = "document_boundaries"
 
 
+def _default_configs(family) -> str:
+    """The family's preset for the user's data, per device type where they differ (for ``--help``)."""
+    if not family.device_defaults:
+        return family.data_defaults["config_name"]
+    where = {"cuda": "a GPU", "cpu": "the CPU"}
+    return " / ".join(f"{d.config_name} on {where.get(k, k)}" for k, d in family.device_defaults.items())
+
+
+def default_device_type() -> str:
+    """The device type a run will train on: ``"cuda"`` when a CUDA device is available and accelerate is not told to
+    use the CPU (``ACCELERATE_USE_CPU``, e.g. ``accelerate launch --cpu``), else ``"cpu"`` (other accelerators have no
+    device defaults of their own)."""
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_choices(
+    objective: Objective, given: Mapping[str, Any], demo: bool, device_type: str
+) -> tuple[dict[str, Any], str | None]:
+    """The defaults of a run on the user's data on ``device_type`` over the family's ``data_defaults`` (the family's
+    :class:`pretrain.objectives.DeviceDefaults`), and the phrase that says which were taken and why.
+
+    Args:
+        objective: the run's objective (its family's ``device_defaults``).
+        given: the user's values (``None`` or absent: not given) of ``config_name``, ``model_name_or_path``,
+            ``max_seq_length`` (a prepared dataset's counts as given) and ``per_device_train_batch_size``.
+        demo: the demo job (no device defaults).
+        device_type: ``"cuda"``, ``"cpu"``, ...
+
+    Returns:
+        ``(defaults, why)``: the device's preset where neither ``--config_name`` nor ``--model_name_or_path`` is
+        given; the device's settings of a modern preset (chosen or given) where not given; ``why`` is ``None`` when
+        nothing was taken.
+    """
+    chosen = objective.family.device_defaults.get(device_type)
+    if demo or chosen is None:
+        return {}, None
+    defaults: dict[str, Any] = {}
+    why = []
+    config_name = given.get("config_name")
+    if config_name is None and given.get("model_name_or_path") is None:
+        config_name = defaults["config_name"] = chosen.config_name
+        why.append(f"{config_name}, {chosen.why}")
+    if config_name in chosen.modern_presets:
+        taken = {k: v for k, v in chosen.modern.items() if given.get(k) is None}
+        defaults.update(taken)
+        if taken:
+            why.append(f"{', '.join(f'--{k} {v}' for k, v in taken.items())}: {chosen.modern_why}")
+    return defaults, "; ".join(why) or None
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelArguments:
     """Which model to pretrain and with which tokenizer."""
@@ -48,7 +104,7 @@ class ModelArguments:
     config_name: str | None = arg(
         None,
         f"preset ({', '.join(p for f in FAMILIES.values() for p in f.spec.presets)}), a config.json path or folder, "
-        f"or a hub repo id (default: {' / '.join(f.data_defaults['config_name'] for f in FAMILIES.values())}; the "
+        f"or a hub repo id (default: {' / '.join(_default_configs(f) for f in FAMILIES.values())}; the "
         f"demo job: {FAMILIES[DEFAULT_FAMILY].demo_defaults['config_name']})",
     )
     model_name_or_path: str | None = arg(
@@ -277,6 +333,8 @@ class PretrainArguments:
     hub: HubArguments
     learning_rate_source: str = "--learning_rate"
     budget: BudgetArguments = BudgetArguments()
+    device_choice: str | None = None
+    """Which of the device's defaults were taken and why (:func:`device_choices`), for the run plan's line."""
 
     @property
     def demo(self) -> bool:
@@ -341,15 +399,29 @@ def family_defaults(
     return defaults
 
 
+def _given(model: ModelArguments, corpus: CorpusArguments, batch_size: int | None) -> dict[str, Any]:
+    """The user's values that :func:`device_choices` reads."""
+    return dict(
+        config_name=model.config_name,
+        model_name_or_path=model.model_name_or_path,
+        max_seq_length=corpus.max_seq_length,
+        per_device_train_batch_size=batch_size,
+    )
+
+
 def resolve_inputs(
     model: ModelArguments,
     objective_args: ObjectiveArguments,
     corpus: CorpusArguments,
     demo: bool,
     manifest: Mapping[str, Any] | None = None,
+    device_type: str | None = None,
+    batch_size: int | None = None,
 ) -> tuple[Objective, ModelArguments, CorpusArguments]:
-    """The objective, and the model and corpus arguments with the family's defaults (``pretrain`` and
-    ``pretrain.prepare``); a prepared dataset's ``manifest`` gives the block length.
+    """The objective, and the model and corpus arguments with the family's defaults and the device's (``pretrain``
+    and ``pretrain.prepare``; :func:`device_choices` for ``device_type``, ``None``: :func:`default_device_type`, with
+    ``batch_size`` the given ``--per_device_train_batch_size``); a prepared dataset's ``manifest`` gives the block
+    length.
 
     Raises:
         InputError: an objective that does not fit ``--model_type`` / ``--nsp``, or a size argument below 1.
@@ -359,6 +431,8 @@ def resolve_inputs(
         corpus = dataclasses.replace(corpus, max_seq_length=manifest["max_seq_length"])
     corpus = dataclasses.replace(corpus, document_masking=resolve_document_masking(objective, corpus, manifest))
     defaults = family_defaults(objective, demo)
+    given = _given(model, corpus, batch_size)
+    defaults.update(device_choices(objective, given, demo, device_type or default_device_type())[0])
     model, corpus = _fill(model, defaults), _fill(corpus, defaults)
     for name, value in (("max_seq_length", corpus.max_seq_length), ("vocab_size", model.vocab_size)):
         if value is not None and value < 1:
@@ -429,6 +503,7 @@ def resolve(
     hub: HubArguments,
     manifest: Mapping[str, Any] | None = None,
     budget: BudgetArguments | None = None,
+    device_type: str | None = None,
 ) -> PretrainArguments:
     """The resolved arguments of the parsed ones (a pure function; the learning rate is resolved later, once the model
     config is known: :meth:`PretrainArguments.with_model_config`; a budget once the accelerator and the data are:
@@ -437,6 +512,8 @@ def resolve(
     Args:
         manifest: the ``--prepared_dataset``'s manifest (its block length fills ``--max_seq_length``).
         budget: ``--max_train_tokens`` / ``--time_budget`` (then no run length is filled in).
+        device_type: the device the run trains on, for its defaults (:func:`device_choices`); ``None``:
+            :func:`default_device_type`.
 
     Raises:
         InputError: an objective that does not fit ``--model_type`` / ``--nsp``, a size argument below 1, or a budget
@@ -445,10 +522,17 @@ def resolve(
     budget = budget or BudgetArguments()
     check_budget(budget, training)
     demo = corpus.demo and not data.prepared_dataset
-    objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo, manifest)
+    device_type = device_type or default_device_type()
+    batch = training.per_device_train_batch_size
+    given = _given(model, corpus, batch)
+    if manifest is not None and given["max_seq_length"] is None:  # the prepared blocks' length counts as given
+        given["max_seq_length"] = manifest["max_seq_length"]
+    objective, model, corpus = resolve_inputs(model, objective_args, corpus, demo, manifest, device_type, batch)
+    device, device_choice = device_choices(objective, given, demo, device_type)
     defaults = family_defaults(
         objective, demo, epochs_given=training.num_train_epochs is not None, budget_given=budget.given is not None
     )
+    defaults.update(device)
     if not demo:
         defaults.update(eval_steps=training.eval_steps or DATA_INTERVAL)
         defaults.update(checkpointing_steps=training.checkpointing_steps or defaults["eval_steps"])
@@ -459,7 +543,8 @@ def resolve(
             f"--mlm_probability_end {masking.mlm_probability_end}: a masking-rate schedule, and the {objective.name} "
             "objective masks no token; expected a BERT-like objective (mlm, mlm+nsp, rtd)"
         )
-    return PretrainArguments(model, objective, objective_args, masking, corpus, data, training, hub, budget=budget)
+    parts = (model, objective, objective_args, masking, corpus, data, training, hub)
+    return PretrainArguments(*parts, budget=budget, device_choice=device_choice)
 
 
 __all__ = [
@@ -473,6 +558,8 @@ __all__ = [
     "PretrainTrainingArguments",
     "TrainDataArguments",
     "check_budget",
+    "default_device_type",
+    "device_choices",
     "family_defaults",
     "resolve",
     "resolve_document_masking",

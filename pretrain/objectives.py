@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core.errors import InputError
+from modeling.bert import MODERN_PRESETS, SesameBertConfig, SesameBertRTDConfig
 from modeling.bert import SPEC as BERT_SPEC
-from modeling.bert import SesameBertConfig, SesameBertRTDConfig
 from modeling.elmo import SPEC as ELMO_SPEC
 from modeling.spec import ModelSpec
 from pretrain.collators import BiLMCollator, MLMCollator, RTDCollator
@@ -38,6 +38,26 @@ from pretrain.data import make_nsp_pairs, pack_blocks, tokenize_bert, tokenize_e
 
 if TYPE_CHECKING:
     from pretrain.arguments import CorpusArguments, MaskingArguments
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceDefaults:
+    """What a run on the user's data takes on one device type where not given (:func:`pretrain.arguments.resolve`).
+
+    Attributes:
+        config_name: the preset without ``--config_name`` / ``--model_name_or_path``.
+        why: the reason, said in the run plan's line when that preset was taken.
+        modern: settings of a run of a modern (ModernBERT-class) preset (``modern_presets``), chosen or given, where
+            not given.
+        modern_why: their reason, said in the plan's line.
+        modern_presets: the presets ``modern`` applies to.
+    """
+
+    config_name: str
+    why: str
+    modern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    modern_why: str = ""
+    modern_presets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +80,9 @@ class FamilyPretraining:
     """``(tokenizer) -> None`` when the family can use it, else what the family needs instead (one phrase)."""
     any_config: bool = False
     """Whether it trains any config the objective's Auto class builds (else only configs of the spec's model_type)."""
+    device_defaults: Mapping[str, DeviceDefaults] = dataclasses.field(default_factory=dict)
+    """Device type (``"cuda"``, ``"cpu"``) -> the defaults of a run on the user's data on it, over ``data_defaults``
+    (:func:`pretrain.arguments.device_defaults`)."""
     packing_problem: str = "its blocks hold one sequence each (no packing)"
     """Why its objectives' blocks cannot keep packed documents apart (``--document_masking true`` refused)."""
 
@@ -357,11 +380,18 @@ def _word_tokenizer_problem(tokenizer) -> str | None:
 _BERT_RUN = dict(max_seq_length=128, per_device_train_batch_size=32, weight_decay=0.01, lr_scheduler_type="linear")
 _ELMO_RUN = dict(config_name="elmo-small", max_seq_length=32, per_device_train_batch_size=16, weight_decay=0.0)
 
-#: The BERT-like preset of a run on the user's data: the ModernBERT-class layout won the time-to-quality benchmark
-#: (issue 41; README "Measured results": modernbert-tiny against bert-tiny, 10 CPU minutes, 2 repeats: 0.29 nats lower
-#: held-out MLM loss at 0.95M tokens, at the same tokens per second relative to the paired reference), so its
-#: ModernBERT-base sizes.
+#: The BERT-like preset of a run on the user's data on a GPU: the ModernBERT-class layout won the time-to-quality
+#: benchmark (issue 41; README "Measured results": modernbert-tiny against bert-tiny, 10 CPU minutes, 2 repeats: 0.29
+#: nats lower held-out MLM loss at 0.95M tokens, at the same tokens per second relative to the paired reference), so
+#: its ModernBERT-base sizes.
 BERT_DATA_PRESET = "modernbert-base"
+#: ... and on the CPU (issue 50): modernbert-base (129.6M parameters) on 3 MB of text took 9.9 GB and an estimated
+#: 1h18m for one epoch, and its own plan warned it would learn nothing beyond word frequencies; modernbert-tiny on the
+#: same data: 1m41s, 2 GB, 0.33 nats below the unigram plateau.
+BERT_CPU_DATA_PRESET = "modernbert-tiny"
+#: ModernBERT's training length (Warner et al. 2024: 1,024 tokens until the context extension) and about 32k tokens
+#: per optimizer step: a modern preset's run on the user's data on CUDA, where not given.
+MODERN_GPU_RUN = dict(max_seq_length=1024, per_device_train_batch_size=32)
 
 BERT = FamilyPretraining(
     spec=BERT_SPEC,
@@ -384,6 +414,21 @@ BERT = FamilyPretraining(
     tokenize=tokenize_bert,
     tokenizer_problem=_subword_tokenizer_problem,
     any_config=True,
+    device_defaults={
+        "cuda": DeviceDefaults(
+            BERT_DATA_PRESET,
+            why="ModernBERT-base's sizes, the default for your data on a GPU",
+            modern=MODERN_GPU_RUN,
+            modern_why="ModernBERT's length and about 32k tokens per optimizer step on a GPU",
+            modern_presets=tuple(MODERN_PRESETS),
+        ),
+        "cpu": DeviceDefaults(
+            BERT_CPU_DATA_PRESET,
+            why=f"the default for your data on the CPU, a size that learns within a CPU run ({BERT_DATA_PRESET}, "
+            "the GPU default, would take hours and learn little beyond word frequencies here; --config_name to "
+            "choose)",
+        ),
+    },
 )
 ELMO = FamilyPretraining(
     spec=ELMO_SPEC,
@@ -496,7 +541,10 @@ def get_objective(model_type: str | None = None, nsp: bool = False, objective: s
 
 
 __all__ = [
+    "BERT_CPU_DATA_PRESET",
+    "BERT_DATA_PRESET",
     "DEFAULT_FAMILY",
+    "DeviceDefaults",
     "FAMILIES",
     "OBJECTIVES",
     "FamilyPretraining",

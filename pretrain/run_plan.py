@@ -94,15 +94,21 @@ def time_budget_steps(
 
 
 def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | None, valid_blocks: int, available: int):
-    """Log (main process) the model's size, the run plan (:meth:`training.plan.RunPlan.summary`) with the data
+    """Log (main process) the model's size (with the device's defaults taken and why: ``plan.device_choice``), the run
+    plan (:meth:`training.plan.RunPlan.summary`) with the data
     phrase (epochs of ``train_blocks`` training blocks, None: a stream; the ``valid_blocks`` validation blocks
     evaluated, of ``available`` when the plan's evaluation cap chose fewer) and a warning when the tokens are few
     for the model (:func:`warn_few_tokens`)."""
     from training.plan import EVAL_SHARE
 
     n_params = sum(p.numel() for p in model.parameters())
+    choice = f" ({plan.device_choice})" if plan.device_choice else ""
     logger.info(
-        "%s (%s): %d parameters", plan.model.model_name_or_path or plan.model.config_name, plan.objective.name, n_params
+        "%s (%s): %d parameters%s",
+        plan.model.model_name_or_path or plan.model.config_name,
+        plan.objective.name,
+        n_params,
+        choice,
     )
     data = (
         f"{run_plan.epochs:.3g} epochs of {train_blocks} training blocks"

@@ -44,6 +44,8 @@ RESULT_KEYS = (
     "train_runtime_s",
     "train_samples_per_second",
     "train_tokens_per_second",
+    "train_packing_efficiency",
+    "train_mfu",
     "global_step",
     "epoch",
     "best_step",

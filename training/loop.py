@@ -109,6 +109,7 @@ from training.checkpointer import Checkpointer, model_architecture
 from training.config import TrainingConfig, best_metric_name, optimizer_settings
 from training.data import default_loss_fn, default_tokens_fn, default_weight_fn, length_of
 from training.evaluation import EvaluationInterrupted, stop_when
+from training.mfu import FlopCounter, peak_flops, token_slots
 from training.optim import create_scheduler
 from training.plan import RunPlan, make_plan
 from training.progress import ESTIMATE_WARMUP_STEPS, Session, TimeEstimate, is_terminal, loss_jump
@@ -238,6 +239,9 @@ class Trainer:
         self.last_checkpoint: str | None = None
         self.checkpointer = Checkpointer(accelerator, config)
         self.checkpoints_dir = self.checkpointer.checkpoints_dir
+        #: telemetry (:mod:`training.mfu`): the model FLOPs of a micro-batch; the device's peak (None: unknown)
+        self._flops = FlopCounter(self.unwrapped_model)
+        self.peak_flops = peak_flops(accelerator.device, accelerator.mixed_precision)
 
     @property
     def log_history(self) -> list[dict[str, Any]]:
@@ -344,11 +348,12 @@ class Trainer:
         acc = self.accelerator
         if self.batch_fn is not None:
             group = [self.batch_fn(b, self.state.global_step + 1) for b in group]
-        loss_sum, nonfinite, total_weight, tokens, samples = self._forward_backward(group)
+        loss_sum, nonfinite, total_weight, tokens, samples, slots, flops = self._forward_backward(group)
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm else float("inf")
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), max_norm)
         measured = grad_norm is not None  # DeepSpeed clips inside its engine and returns None
-        local = torch.stack([loss_sum, nonfinite, tokens, torch.full_like(loss_sum, float(self.stop_requested))])
+        stop = torch.full_like(loss_sum, float(self.stop_requested))
+        local = torch.stack([loss_sum, nonfinite, tokens, stop, torch.full_like(loss_sum, float(slots)), flops])
         reduced = reduce_sum(acc, local)  # one all-reduce per step, on the device
         nan = torch.full((), float("nan"), dtype=torch.float64, device=acc.device)
         norm = grad_norm.detach().double().reshape(()).to(acc.device) if measured else nan
@@ -357,9 +362,8 @@ class Trainer:
             bad = bad | ~torch.isfinite(norm)
         step, first = self.state.global_step + 1, self.state.batches_in_epoch + 1
         where = f"epoch {self.state.epoch}, micro-batches {first}-{first + len(group) - 1} of the epoch"
-        self.stats.add(
-            step, where, samples, torch.stack([reduced[0], total_weight, reduced[2], bad.double(), norm, reduced[3]])
-        )
+        row = [reduced[0], total_weight, reduced[2], bad.double(), norm, reduced[3], reduced[4], reduced[5]]
+        self.stats.add(step, where, samples, torch.stack(row))
         if self._device_skip:  # the fused kernel leaves weights, moments and step count as they are when bad
             inner = inner_optimizer(self.optimizer)
             inner.found_inf = bad.float()
@@ -384,10 +388,15 @@ class Trainer:
     def _forward_backward(self, group: list) -> tuple[torch.Tensor, ...]:
         """Back-propagate ``loss_i * count_i * P / total_count`` for each micro-batch (inside ``no_sync`` but the
         last), so that the gradient is that of the mean over all items of the step. Returns the 0-d device
-        tensors (loss x items, non-finite flag, total items over processes, tokens) and the samples (int)."""
+        tensors (loss x items, non-finite flag, total items over processes, tokens), the samples and token slots
+        (ints, host-side: :func:`training.mfu.token_slots`) and the model FLOPs (0-d device tensor,
+        :class:`training.mfu.FlopCounter`) of this process."""
         acc = self.accelerator
         weights = [as_device_scalar(self.weight_fn(b), acc.device) for b in group]  # 0-d, or (K,) for K loss terms
-        tokens = sum(as_device_scalar(self.tokens_fn(b), acc.device) for b in group)
+        counts = [as_device_scalar(self.tokens_fn(b), acc.device) for b in group]
+        tokens = sum(counts)
+        flops = sum(self._flops(b, count) for b, count in zip(group, counts))
+        slots = sum(token_slots(b) for b in group)
         samples = sum(int(next(v for v in b.values() if isinstance(v, torch.Tensor)).shape[0]) for b in group)
         total_weight = reduce_sum(acc, torch.stack(weights).sum(0))
         scale = acc.num_processes / total_weight.clamp_min(1e-12)
@@ -414,7 +423,7 @@ class Trainer:
             else:
                 nonfinite = torch.maximum(nonfinite, (~torch.isfinite(detached)).double())
                 loss_sum += detached * weights[i]
-        return loss_sum, nonfinite, total_weight[0] if terms else total_weight, tokens, samples
+        return loss_sum, nonfinite, total_weight[0] if terms else total_weight, tokens, samples, slots, flops
 
     def _on_step_end(self) -> None:
         """After an optimizer step: read the statistics at a sync point, then log, evaluate, checkpoint, stop
@@ -477,6 +486,8 @@ class Trainer:
             "train_seconds": self._session.seconds,
             "train_tokens": self._session.tokens,
         }
+        telemetry = self._telemetry(interval.tokens, interval.slots, interval.flops, interval.time)
+        record.update({k: v for k, v in telemetry.items() if v is not None})  # (trackers take numbers only)
         if self.log_fn is not None:
             record.update(self.log_fn(step))
         self.accelerator.log(record, step=step)
@@ -506,14 +517,30 @@ class Trainer:
         if now - self._progress_logged_at < PROGRESS_LOG_SECONDS and step < self.plan.max_train_steps:
             return
         self._progress_logged_at = now
+        telemetry = ""
+        if record.get("packing_efficiency") is not None:
+            telemetry += f", packing efficiency {record['packing_efficiency']:.3f}"
+        if record.get("mfu") is not None:
+            telemetry += f", MFU {record['mfu']:.3f}"
         logger.info(
-            "step %d/%d: train_loss %.4f, learning rate %.2e, %.0f tokens/s",
+            "step %d/%d: train_loss %.4f, learning rate %.2e, %.0f tokens/s%s",
             step,
             self.plan.max_train_steps,
             record["train_loss"],
             record["learning_rate"],
             record["tokens_per_second"],
+            telemetry,
         )
+
+    def _telemetry(self, tokens: float, slots: float, flops: float, seconds: float) -> dict[str, float | None]:
+        """``packing_efficiency`` (real ``tokens`` / token ``slots``) and ``mfu`` (model ``flops`` / (``seconds`` x
+        processes x peak FLOP/s), :mod:`training.mfu`) of a logging interval or the session; ``None`` where unknown
+        (no slots counted; no peak for this device)."""
+        packing = tokens / slots if slots else None
+        mfu = None
+        if self.peak_flops and seconds > 0:
+            mfu = flops / (seconds * self.accelerator.num_processes * self.peak_flops)
+        return {"packing_efficiency": packing, "mfu": mfu}
 
     def _end(self) -> dict[str, Any]:
         """The last read, the final evaluation and checkpoint, the best model, and the result."""
@@ -534,6 +561,10 @@ class Trainer:
             "train_runtime_s": time.perf_counter() - session.started,
             "train_tokens_per_second": session.tokens / max(session.seconds, 1e-9),
             "train_samples_per_second": session.samples / max(session.seconds, 1e-9),
+            **{
+                f"train_{k}": v
+                for k, v in self._telemetry(session.tokens, session.slots, session.flops, session.seconds).items()
+            },
             "global_step": self.state.global_step,
             "epoch": self.state.epoch_position(self.plan.batches_per_process),
         }

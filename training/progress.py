@@ -116,19 +116,23 @@ def estimate_finish(
 
 @dataclasses.dataclass
 class Session:
-    """What this session (since the start or the resume) measured: training seconds, tokens and samples
-    (evaluation and checkpoints excluded), and its start time."""
+    """What this session (since the start or the resume) measured: training seconds, tokens, samples, token slots
+    and model FLOPs (evaluation and checkpoints excluded), and its start time."""
 
     started: float = 0.0
     seconds: float = 0.0
     tokens: float = 0.0
     samples: float = 0.0
+    slots: float = 0.0
+    flops: float = 0.0
 
     def add(self, interval: Interval) -> None:
         """Count a finished logging interval (:class:`training.stats.Interval`) into the session."""
         self.seconds += interval.time
         self.tokens += interval.tokens
         self.samples += interval.samples
+        self.slots += interval.slots
+        self.flops += interval.flops
 
 
 #: Optimizer steps at the start of each session (a run or a resume) left out of the estimate's rate: the first steps

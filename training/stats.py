@@ -1,6 +1,7 @@
 """Step statistics of the training loop: kept on the device, read back by the host in one copy at sync points.
 
-Each optimizer step leaves one row ``[loss x items, items, tokens, non-finite flag, gradient norm, stop flag]``
+Each optimizer step leaves one row ``[loss x items, items, tokens, non-finite flag, gradient norm, stop flag,
+token slots, model FLOPs]``
 (float64, on the accelerator's device, already summed over processes). The rows wait in
 :attr:`StepStatistics.pending` until a sync point (a logging, evaluation or checkpoint step, the last step, or every
 step when the optimizer cannot skip a non-finite update on the device); :meth:`StepStatistics.read` then copies them
@@ -32,6 +33,10 @@ class Interval:
     """Items of the finite steps."""
     tokens: float = 0.0
     samples: float = 0.0
+    slots: float = 0.0
+    """Token slots (rows x length) of the batches: ``tokens / slots`` is the packing efficiency."""
+    flops: float = 0.0
+    """Model FLOPs of the steps (:class:`training.mfu.FlopCounter`)."""
     time: float = 0.0
     """Seconds spent in the steps (and their reads), evaluation and checkpoints excluded."""
     steps: int = 0
@@ -55,7 +60,8 @@ class PendingStep:
     """Epoch and micro-batches of the step, for messages."""
     samples: int
     row: torch.Tensor
-    """``(6,)`` float64: loss x items, items, tokens, non-finite flag (0/1), gradient norm, stop flag."""
+    """``(8,)`` float64: loss x items, items, tokens, non-finite flag (0/1), gradient norm, stop flag, token slots,
+    model FLOPs (all but the items, flag and norm summed over processes)."""
 
 
 class StepStatistics:
@@ -101,8 +107,10 @@ class StepStatistics:
         steps, last_bad = self.pending, False
         self.pending = []
         interval, state = self.interval, self.state
-        for pending, (loss, weight, tokens, bad, norm, stop) in zip(steps, rows):
+        for pending, (loss, weight, tokens, bad, norm, stop, slots, flops) in zip(steps, rows):
             interval.tokens += tokens
+            interval.slots += slots
+            interval.flops += flops
             interval.samples += pending.samples
             interval.grad_norm = norm
             interval.stop = max(interval.stop, stop)

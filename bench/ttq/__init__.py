@@ -46,8 +46,10 @@ What runs (every run is a child process; the project is driven through its comma
    ``BertForMaskedLM`` (``attn_implementation="sdpa"``) of the shape, ``DataCollatorForLanguageModeling``
    (``mlm_probability`` 0.15) on the reference blocks, shuffled each epoch; AdamW (fused where available, weight decay
    ``--reference_weight_decay`` 0.0, betas (0.9, 0.999), eps 1e-8), linear decay to 0 without warmup, gradient clipping
-   at 1.0 -- transformers ``TrainingArguments``' defaults, which run_mlm uses -- in a plain PyTorch loop. Its peak
-   learning rate is the best (lowest final held-out loss) of ``--reference_lrs`` after
+   at 1.0 -- transformers ``TrainingArguments``' defaults, which run_mlm uses -- in a plain PyTorch loop. With
+   ``--reference_model modernbert`` the model is ``ModernBertForMaskedLM`` at the modern preset of the shape's width
+   (modernbert-tiny at bert-tiny, ``common.MODERN_SHAPES``; the ``sesame-modern`` recipe's peer), the loop the same.
+   Its peak learning rate is the best (lowest final held-out loss) of ``--reference_lrs`` after
    ``--reference_sweep_fraction`` of its steps (a sweep run's schedule decays over those steps).
 5. **Our recipes** (:data:`RECIPES`; ``--recipes`` picks, ``--recipe_flags`` adds): ``python -m pretrain
    --prepared_dataset D/prepared --config_name SHAPE --per_device_train_batch_size B <recipe flags>`` plus the bench's

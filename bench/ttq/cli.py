@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from . import __doc__ as BENCH_DOC
-from .common import SCRIPT, SHAPES, log
+from .common import REFERENCE_MODELS, SCRIPT, SHAPES, log
 from .data import build_heldout, prepare_shared_data
 from .downstream import (
     FINETUNE,
@@ -60,6 +60,14 @@ def _add_budget_args(p: argparse.ArgumentParser) -> None:
     b.add_argument("--budget_minutes", type=float, default=None, help="training minutes per run")
     b.add_argument("--budget_tokens", type=int, default=None, help="training tokens per run (instead of minutes)")
     b.add_argument("--model_shape", choices=list(SHAPES), default="bert-tiny")
+    b.add_argument(
+        "--reference_model",
+        choices=REFERENCE_MODELS,
+        default="bert",
+        help="the reference trained the run_mlm way: transformers' BertForMaskedLM at --model_shape (default), or "
+        "ModernBertForMaskedLM at the modern preset of its width (modernbert-tiny at bert-tiny: the peer of the "
+        "sesame-modern recipe)",
+    )
     b.add_argument("--batch_size", type=int, default=32, help="blocks per optimizer step (default 32)")
     b.add_argument(
         "--recipes",

@@ -27,6 +27,28 @@ SHAPES: dict[str, dict[str, int]] = {
 }
 
 
+#: ModernBERT's layout (Warner et al. 2024; transformers' ``ModernBertConfig`` defaults: GeGLU, RoPE 160k / 10k, no
+#: biases, a global layer every third) at the sizes of ``pretrain``'s modern presets, keyed by the ``--model_shape``
+#: whose width they share (:data:`MODERN_PRESET_OF`): the transformers ModernBERT reference (``--reference_model
+#: modernbert``) at the size of the ``sesame-modern`` recipe (modernbert-tiny at bert-tiny).
+MODERN_SHAPES: dict[str, dict[str, int]] = {
+    "bert-tiny": dict(
+        num_hidden_layers=3, hidden_size=128, num_attention_heads=2, intermediate_size=192, local_attention=64
+    ),
+    "bert-mini": dict(
+        num_hidden_layers=6, hidden_size=256, num_attention_heads=4, intermediate_size=384, local_attention=64
+    ),
+    "bert-base": dict(
+        num_hidden_layers=22, hidden_size=768, num_attention_heads=12, intermediate_size=1152, local_attention=128
+    ),
+}
+#: ``--model_shape`` -> the modern preset of :data:`MODERN_SHAPES`' sizes.
+MODERN_PRESET_OF = {"bert-tiny": "modernbert-tiny", "bert-mini": "modernbert-mini", "bert-base": "modernbert-base"}
+#: The reference models (``--reference_model``): transformers' BERT (``BertForMaskedLM``, the default) or ModernBERT
+#: (``ModernBertForMaskedLM``), each trained the ``run_mlm`` way.
+REFERENCE_MODELS = ("bert", "modernbert")
+
+
 #: Optimizer steps of ``pretrain --time_budget``'s in-process probe (``pretrain.run_plan.BUDGET_PROBE_STEPS``; tested).
 PRETRAIN_PROBE_STEPS = 10
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import SHAPES, BenchError
+from .common import MODERN_SHAPES, REFERENCE_MODELS, SHAPES, BenchError
 from .scoring import heldout_loss
 
 #: The project's packages: the reference process refuses to import them (:func:`block_project_imports`).
@@ -61,6 +61,12 @@ def reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", required=True, help="save_to_disk folder of group_texts blocks")
     p.add_argument("--tokenizer", required=True)
     p.add_argument("--model_shape", choices=list(SHAPES), required=True)
+    p.add_argument(
+        "--reference_model",
+        choices=REFERENCE_MODELS,
+        default="bert",
+        help="BertForMaskedLM at --model_shape, or ModernBertForMaskedLM at the modern preset of its width",
+    )
     p.add_argument("--learning_rate", type=float, required=True)
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument("--max_train_steps", type=int, default=None)
@@ -102,9 +108,26 @@ def reference_parser() -> argparse.ArgumentParser:
     return p
 
 
-def reference_model(shape: str, tokenizer):
-    """transformers' ``BertForMaskedLM`` of ``shape`` (:data:`SHAPES`, BERT's other defaults) for ``tokenizer``,
-    with SDPA attention."""
+def reference_model(shape: str, tokenizer, family: str = "bert"):
+    """transformers' ``BertForMaskedLM`` of ``shape`` (:data:`SHAPES`, BERT's other defaults) for ``tokenizer``, or
+    (``family`` ``"modernbert"``) its ``ModernBertForMaskedLM`` at the modern preset of that width
+    (:data:`MODERN_SHAPES`, ModernBERT's other defaults: dense MLM head, no dropout, the tokenizer's special ids),
+    with SDPA attention.
+
+    Raises:
+        BenchError: a shape without a modern size (``bert-small``) for ModernBERT.
+    """
+    if family == "modernbert":
+        from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+        if shape not in MODERN_SHAPES:
+            raise BenchError(f"--model_shape {shape}: no ModernBERT size; expected one of {', '.join(MODERN_SHAPES)}")
+        ids = {f"{k}_token_id": getattr(tokenizer, f"{k}_token_id") for k in ("pad", "cls", "sep", "mask")}
+        ids.update(bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"])
+        sizes = MODERN_SHAPES[shape]
+        config = ModernBertConfig(vocab_size=len(tokenizer), global_attn_every_n_layers=3, **ids, **sizes)
+        config._attn_implementation = "sdpa"
+        return ModernBertForMaskedLM(config)
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])
@@ -247,7 +270,7 @@ def _setup(args) -> dict:
 
         heldout = load_file(args.heldout)
     torch.manual_seed(args.seed)
-    model = reference_model(args.model_shape, tokenizer).to(device).train()
+    model = reference_model(args.model_shape, tokenizer, args.reference_model).to(device).train()
     collator, loader = mlm_loader(tokenizer, blocks, args.batch_size, args.seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
     return dict(

@@ -7,7 +7,7 @@ import os
 import shlex
 from pathlib import Path
 
-from .common import SHAPES
+from .common import MODERN_PRESET_OF, MODERN_SHAPES, SHAPES
 from .data import HELDOUT_FILE
 from .downstream import CLASSIC_BASELINES, FINETUNE, FINETUNE_MAX_TRAIN_SAMPLES, TASK_METRICS
 from .recipes import RECIPES
@@ -25,7 +25,13 @@ def write_outputs(results: dict, out: Path) -> None:
 def _reference_protocol(args, lr: float) -> dict:
     """Take the parsed args and the reference's chosen learning rate; return protocol["reference"]."""
     return {
-        "model": "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise",
+        "model": (
+            f"transformers ModernBertForMaskedLM at {MODERN_PRESET_OF[args.model_shape]}'s sizes "
+            f"{MODERN_SHAPES[args.model_shape]}, attn_implementation sdpa, ModernBertConfig defaults otherwise "
+            "(dense MLM head)"
+            if getattr(args, "reference_model", "bert") == "modernbert"
+            else "transformers BertForMaskedLM, attn_implementation sdpa, BertConfig defaults otherwise"
+        ),
         "collator": "DataCollatorForLanguageModeling(mlm_probability=0.15)",
         "data": "run_mlm group_texts blocks of the documents ([CLS] doc [SEP]), shuffled per epoch",
         "optimizer": "torch AdamW fused, betas (0.9, 0.999), eps 1e-8",

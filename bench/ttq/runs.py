@@ -83,6 +83,8 @@ def _reference_command(run: Run, args, data: dict, steps: int | None, points: in
         str(data["tokenizer"]),
         "--model_shape",
         args.model_shape,
+        "--reference_model",
+        getattr(args, "reference_model", "bert"),
         "--learning_rate",
         str(run.lr),
         *length,

@@ -312,3 +312,67 @@ def test_a_worker_stops_after_a_fine_tune_stopped_by_a_signal(tmp_path, monkeypa
     assert "RuntimeError: boom" in (tmp_path / "crash.log").read_text()
     assert not (tmp_path / "never.log").exists()
     assert "running" not in capfd.readouterr().out  # nothing on this process's own output
+
+
+def test_modernbert_reference_trains_the_run_mlm_way(tokenizer, tmp_path, seeded_single_thread):
+    """--reference_model modernbert (issue 50, item 7): transformers' ModernBertForMaskedLM at modernbert-tiny's
+    sizes (its modern preset of the bert-tiny width, the sesame-modern recipe's), trained by the same run_mlm loop
+    (group_texts blocks, DataCollatorForLanguageModeling, AdamW, linear decay) without project code; its held-out
+    score at a save step is the score of its saved weights."""
+    from datasets import Dataset
+    from safetensors.torch import save_file
+    from transformers import AutoModelForMaskedLM
+
+    import modeling
+
+    enc = tokenizer(_documents(40, seed=1), return_special_tokens_mask=True)
+    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
+        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
+    )
+    blocks.save_to_disk(str(tmp_path / "blocks"))
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    heldout = ttq.data.mask_heldout(
+        ttq.data.heldout_blocks(_documents(6, seed=2), tokenizer, max_len=24), tokenizer, seed=5
+    )
+    save_file(heldout, str(tmp_path / "heldout.safetensors"))
+    log = run_reference_in_process(
+        ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape", "bert-tiny"]
+        + ["--reference_model", "modernbert", "--learning_rate", "1e-3", "--batch_size", "4"]
+        + ["--max_train_steps", "3", "--save_steps", "3", "--save_checkpoints"]
+        + ["--heldout", str(tmp_path / "heldout.safetensors"), "--output_dir", str(tmp_path / "ref")]
+    )
+    assert log["model_class"].endswith("ModernBertForMaskedLM") and log["attn_implementation"] == "sdpa"
+    assert log["collator_class"].endswith("DataCollatorForLanguageModeling") and len(log["steps"]) == 3
+    saved = AutoModelForMaskedLM.from_pretrained(tmp_path / "ref" / "checkpoints" / "step_3")
+    assert log["scores"]["3"] == pytest.approx(ttq.scoring.heldout_loss(saved, heldout), rel=1e-5)
+    # its sizes and layer types are modernbert-tiny's (the preset pretrain trains for sesame-modern)
+    preset = modeling.get_preset_config(ttq.common.MODERN_PRESET_OF["bert-tiny"])
+    config = saved.config
+    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "local_attention"):
+        assert getattr(config, name) == getattr(preset, name), name
+    assert config.layer_types == preset.attention_types() and not config.sparse_prediction
+
+
+def test_modern_shapes_are_the_modern_presets():
+    import modeling
+
+    for shape, sizes in ttq.common.MODERN_SHAPES.items():
+        preset = modeling.get_preset_config(ttq.common.MODERN_PRESET_OF[shape])
+        assert {k: getattr(preset, k) for k in sizes} == sizes
+        assert preset.hidden_size == ttq.common.SHAPES[shape]["hidden_size"]  # the width of its --model_shape
+
+
+def test_reference_model_reaches_the_reference_command(tmp_path):
+    data = {
+        "reference_blocks": tmp_path / "blocks",
+        "tokenizer": tmp_path / "tok",
+        "variants": {"prepared": {"path": tmp_path / "prepared"}},
+    }
+    for given, expected in (([], "bert"), (["--reference_model", "modernbert"], "modernbert")):
+        argv = [*BASE_ARGS, "--output_dir", str(tmp_path), "--budget_minutes", "1", *given]
+        args = ttq.cli.parse_args(argv, cuda=False)
+        ref = ttq.runs.plan_pairs(args, tmp_path)[0][0]
+        ref.lr, ref.budget_s = 1e-3, 60.0
+        cmd = ttq.runs.run_command(ref, args, data, None, 6)
+        assert cmd[cmd.index("--reference_model") + 1] == expected
+        assert expected in ttq.report._reference_protocol(args, 1e-3)["model"].lower()

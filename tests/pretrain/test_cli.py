@@ -50,13 +50,15 @@ def test_bert_mlm_end_to_end(corpus_dir, tmp_path, fresh_state):
     ) in "train_loss eval_loss perplexity train_runtime_s train_tokens_per_second train_samples_per_second".split():
         assert isinstance(results[key], float), key
     assert results["perplexity"] == pytest.approx(2.718281828 ** results["eval_loss"], rel=1e-9)
+    # telemetry (training.mfu): full packed blocks but the last, shorter one; no peak FLOP/s known for the CPU
+    assert 0.9 < results["train_packing_efficiency"] <= 1.0 and results["train_mfu"] is None
     history = json.loads((out / "eval_history.json").read_text())
     assert [h["step"] for h in history] == [0, 3, 6] and history[-1]["perplexity"] < history[1]["perplexity"] < history[
         0
     ]["perplexity"]
     log = json.loads((out / "trainer_log.json").read_text())
     assert len(log) == 6 and all(
-        {"train_loss", "learning_rate", "grad_norm", "tokens_per_second"} <= set(r) for r in log
+        {"train_loss", "learning_rate", "grad_norm", "tokens_per_second", "packing_efficiency"} <= set(r) for r in log
     )
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert type(model).__name__ == "SesameBertForMaskedLM" and model.config.vocab_size == len(

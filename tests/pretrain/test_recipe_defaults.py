@@ -79,3 +79,90 @@ def test_elmo_defaults_follow_the_elmo_recipe_benchmark():
     assert get_preset_config("elmo-original", vocab_size=100).softmax == "sampled"
     plan = parse(["--train_file", "x.txt", "--model_type", "elmo"])
     assert plan.with_model_config(get_preset_config("elmo-small", vocab_size=100)).training.learning_rate == 2e-3
+
+
+# ---- device-sized defaults (issue 50, item 4) ---------------------------------------------------------------------
+@pytest.fixture
+def on_device(monkeypatch):
+    """``on_device("cpu" | "cuda")``: ``parse`` resolves as on that device (``default_device_type`` faked)."""
+
+    def choose(device_type: str) -> None:
+        monkeypatch.setattr("pretrain.arguments.default_device_type", lambda: device_type)
+
+    return choose
+
+
+def _run(plan) -> tuple:
+    return plan.model.config_name, plan.corpus.max_seq_length, plan.training.per_device_train_batch_size
+
+
+def test_cpu_picks_a_size_that_learns_and_says_why(on_device):
+    on_device("cpu")
+    plan = parse(["--train_file", "x.txt"])
+    assert _run(plan) == ("modernbert-tiny", 128, 32)
+    assert plan.device_choice.startswith("modernbert-tiny, the default for your data on the CPU")
+    assert "modernbert-base" in plan.device_choice and "--config_name" in plan.device_choice
+    # a size the user names is theirs, and nothing is said; the demo job keeps its own settings
+    given = parse(["--train_file", "x.txt", "--config_name", "modernbert-base"])
+    assert _run(given) == ("modernbert-base", 128, 32) and given.device_choice is None
+    assert _run(parse([]))[0] == "bert-tiny" and parse([]).device_choice is None
+
+
+def test_cuda_takes_modernbert_length_and_32k_tokens_per_step(on_device):
+    on_device("cuda")
+    plan = parse(["--train_file", "x.txt"])
+    assert _run(plan) == ("modernbert-base", 1024, 32)  # 32 x 1,024 = 32,768 tokens per optimizer step
+    assert plan.device_choice == (
+        "modernbert-base, ModernBERT-base's sizes, the default for your data on a GPU; --max_seq_length 1024, "
+        "--per_device_train_batch_size 32: ModernBERT's length and about 32k tokens per optimizer step on a GPU"
+    )
+    # a modern preset the user names takes them too, but for what the user sets; a BERT preset keeps BERT's
+    mini = parse(["--train_file", "x.txt", "--config_name", "modernbert-mini", "--max_seq_length", "512"])
+    assert _run(mini) == ("modernbert-mini", 512, 32)
+    assert mini.device_choice == (
+        "--per_device_train_batch_size 32: ModernBERT's length and about 32k tokens per optimizer step on a GPU"
+    )
+    assert _run(parse(["--train_file", "x.txt", "--config_name", "bert-base"])) == ("bert-base", 128, 32)
+    assert parse(["--train_file", "x.txt", "--config_name", "bert-base"]).device_choice is None
+    assert _run(parse([]))[:2] == ("bert-tiny", 128)  # the demo job
+    elmo = parse(["--train_file", "x.txt", "--model_type", "elmo"])
+    assert _run(elmo) == ("elmo-small", 32, 16) and elmo.device_choice is None
+
+
+def test_device_type_follows_accelerate_cpu_flag(monkeypatch):
+    import torch
+
+    from pretrain.arguments import default_device_type
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    assert default_device_type() == "cuda"
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")  # accelerate launch --cpu
+    assert default_device_type() == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("ACCELERATE_USE_CPU")
+    assert default_device_type() == "cpu"
+
+
+def test_plan_and_progress_lines(on_device, corpus_dir, bert_tokenizer, tmp_path, fresh_state, caplog):
+    import logging
+
+    from _launch import corpus_args
+
+    from core.errors import run_cli
+    from pretrain.cli import main
+
+    on_device("cpu")
+    bert_tokenizer.save_pretrained(tmp_path / "tok")
+    args = corpus_args(corpus_dir, tmp_path / "out", "--max_train_steps", "2", tokenizer=tmp_path / "tok", config=None)
+    with caplog.at_level(logging.INFO, logger="pretrain"), caplog.at_level(logging.INFO, logger="training.loop"):
+        assert run_cli(main, args) == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("modernbert-tiny (mlm): "))
+    assert line.endswith(
+        "parameters (modernbert-tiny, the default for your data on the CPU, a size that learns "
+        "within a CPU run (modernbert-base, the GPU default, would take hours and learn little "
+        "beyond word frequencies here; --config_name to choose))"
+    ), line
+    # the progress line (no terminal here) carries the packing efficiency; no MFU without a known peak (the CPU)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 2/2: ")]
+    assert progress and ", packing efficiency " in progress[-1] and "MFU" not in progress[-1], progress
