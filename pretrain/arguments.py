@@ -168,7 +168,7 @@ class MaskingArguments:
         None,
         "masking-rate schedule: the rate moves linearly from --mlm_probability at the first optimizer step to this "
         "at the last (e.g. 0.3 -> 0.15, as ModernBERT / Ettin phases lower it); the held-out evaluation keeps "
-        "--mlm_probability, so its curves compare (default: a fixed rate)",
+        "--mlm_probability, so its curves compare (unset: one fixed rate)",
     )
 
     def __post_init__(self) -> None:

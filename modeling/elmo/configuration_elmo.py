@@ -71,7 +71,8 @@ def check_fields(config: PretrainedConfig, positive: tuple[str, ...] = ()) -> No
             raise ValueError(f"{type(config).__name__}.{field}={value!r}; expected a probability in [0, 1)")
 
 
-#: The :class:`SesameElmoConfig` fields that must be > 0 (sizes, scales; :func:`check_fields`).
+#: The :class:`SesameElmoConfig` fields that must be > 0 (sizes, scales; :func:`check_fields`); the others may be 0
+#: (``task_hidden_size`` 0: no task BiLSTM; ``classifier_hidden_size`` 0: a linear classifier).
 ELMO_POSITIVE = (
     "vocab_size",
     "char_vocab_size",
@@ -82,7 +83,6 @@ ELMO_POSITIVE = (
     "num_sampled",
     "adaptive_div_value",
     "initializer_range",
-    "task_hidden_size",
     "cnn_pool_filters",
     "cell_clip",
     "proj_clip",
