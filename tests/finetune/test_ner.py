@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import reset_accelerate_state
 from _tiny import tiny_bert_kwargs, tiny_elmo_kwargs
 
 import modeling  # noqa: F401  (registers the Auto classes)
@@ -254,6 +255,14 @@ def test_end_to_end_sesame_bert_f1_equals_seqeval_on_its_prediction_file(wordpie
     config = json.loads((out / "config.json").read_text())
     assert sorted(config["id2label"].values()) == ["B-animal", "B-person", "B-thing", "I-thing", "O"]
     assert "## eval" in (out / "entity_scores.md").read_text()
+    # under bf16 autocast the tagged test file's scores are still seqeval's on the written predictions
+    bf16 = tmp_path / "bf16"
+    flags = ["--model_name_or_path", str(out), "--do_predict", "--test_file", str(paths["test"])]
+    reset_accelerate_state()  # one process, two precisions
+    assert ner.main([*flags, "--output_dir", str(bf16), "--mixed_precision", "bf16"]) == 0
+    gold, predicted = _conll_columns(bf16 / "predictions.conll")
+    assert json.loads((bf16 / "all_results.json").read_text())["test_f1"] == f1_score(gold, predicted, zero_division=0)
+    reset_accelerate_state()
     # the fine-tuned model tags an unlabelled file as it is (its id2label is the tag set)
     untagged = write(tmp_path / "words.conll", "the\ncat\n\nhe\n")
     again = tmp_path / "again"

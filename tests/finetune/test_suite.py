@@ -183,7 +183,16 @@ def test_tiny_table_from_real_runs_and_a_cell_equals_a_plain_glue_run(tiny_bert,
     from finetune import glue
 
     out = tmp_path / "suite"
-    flags = ["--max_train_steps", "2", "--per_device_train_batch_size", "2", "--learning_rate", "1e-3"]
+    flags = [
+        "--max_train_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--max_seq_length",
+        "32",
+    ]
     argv = [str(tiny_bert), "--glue_dir", str(glue_dir), "--tasks", "sst2", "stsb", "--seeds", "1", "2"]
     assert suite.main([*argv, "--output_dir", str(out), "--", *flags]) == 0
     doc = json.loads((out / "results.json").read_text())
