@@ -205,3 +205,16 @@ def test_tiny_table_from_real_runs_and_a_cell_equals_a_plain_glue_run(tiny_bert,
     assert glue.main([*args, "--output_dir", str(plain), "--report_to", "none", *flags]) == 0
     assert json.loads((plain / "all_results.json").read_text())["eval_accuracy"] == cell["eval_accuracy"]
     assert s["tasks"]["sst2"]["scores"][0] == cell["eval_accuracy"]
+
+
+def test_parallel_2_gives_the_table_of_parallel_1(fake_runner, glue_dir, tmp_path):
+    model = model_folder(tmp_path)
+    argv = [str(model), "--glue_dir", str(glue_dir), "--tasks", "sst2", "mrpc", "cola", "--seeds", "1", "2"]
+    assert suite.main([*argv, "--output_dir", str(tmp_path / "one")]) == 0
+    assert suite.main([*argv, "--output_dir", str(tmp_path / "two"), "--parallel", "2"]) == 0
+    one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert one["models"] == two["models"]
+    assert [r["seed"] for r in one["runs"]] == [r["seed"] for r in two["runs"]]  # table order, not finishing order
+    assert (tmp_path / "one" / "results.md").read_text() == (tmp_path / "two" / "results.md").read_text()
+    threads = {env.get("OMP_NUM_THREADS") for _, env in fake_runner[6:]}
+    assert len(threads) == 1  # both workers got the same share of the CPUs
