@@ -37,7 +37,7 @@ import torch
 
 from core.arguments import arg, parse_arguments, with_defaults
 from core.arguments import build_parser as parser_of
-from core.errors import InputError, run_cli
+from core.errors import InputError, first_line, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
     card_family,
@@ -62,6 +62,10 @@ class NerDataArguments:
     train_file: str | None = arg(None, "CoNLL training file: token and tag columns (tab or space separated, tag last)")
     validation_file: str | None = arg(None, "CoNLL validation file, same layout")
     test_file: str | None = arg(None, "CoNLL test file (tags optional), tagged with --do_predict")
+    dataset_name: str | None = arg(
+        None, "instead of files: a datasets dataset with tokens / ner_tags (a save_to_disk folder or a hub name)"
+    )
+    dataset_config_name: str | None = arg(None, "its configuration (hub datasets)")
     tag_scheme: str = arg(
         "auto",
         "IOB1, IOB2 or BIOES (auto: found in the training file; every file is checked against it)",
@@ -117,12 +121,17 @@ def check_arguments(data: NerDataArguments, modes: RunModes, training) -> None:
     """
     if not training.output_dir:
         raise InputError("--output_dir: required (the fine-tuned model and all_results.json go there)")
-    if modes.do_train and not data.train_file:
-        raise InputError("--do_train needs --train_file (a CoNLL file)")
-    if modes.do_eval and not data.validation_file:
-        raise InputError("--do_eval needs --validation_file (a CoNLL file)")
-    if modes.do_predict and not data.test_file:
-        raise InputError("--do_predict needs --test_file (a CoNLL file)")
+    files = data.train_file or data.validation_file or data.test_file
+    if data.dataset_name and files:
+        raise InputError(
+            "--dataset_name and --train_file/--validation_file/--test_file: give one data source, not both"
+        )
+    if modes.do_train and not (data.train_file or data.dataset_name):
+        raise InputError("--do_train needs --train_file (a CoNLL file) or --dataset_name")
+    if modes.do_eval and not (data.validation_file or data.dataset_name):
+        raise InputError("--do_eval needs --validation_file (a CoNLL file) or --dataset_name")
+    if modes.do_predict and not (data.test_file or data.dataset_name):
+        raise InputError("--do_predict needs --test_file (a CoNLL file) or --dataset_name")
     for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
         if getattr(data, name) is not None and getattr(data, name) < 1:
             raise InputError(f"--{name} {getattr(data, name)}: expected an integer >= 1")
@@ -154,16 +163,24 @@ def load_data(model_args, data: NerDataArguments, modes: RunModes) -> NerData:
     Raises:
         InputError: naming the file and line.
     """
-    from finetune.ner_data import check_known_tags, check_scheme, detect_scheme, read_conll
+    from finetune.ner_data import check_known_tags, check_scheme, conll_from_dataset, detect_scheme, read_conll
 
-    train = read_conll(data.train_file, "--train_file") if modes.do_train else None
-    validation = read_conll(data.validation_file, "--validation_file") if modes.do_eval else None
-    test = read_conll(data.test_file, "--test_file", allow_unlabelled=True) if modes.do_predict else None
-    labelled = [
-        (f, flag)
-        for f, flag in ((train, "--train_file"), (validation, "--validation_file"), (test, "--test_file"))
-        if f and f.labelled
-    ]
+    if data.dataset_name:
+        splits = load_dataset_splits(data.dataset_name, data.dataset_config_name)
+        wanted = {"train": modes.do_train, "validation": modes.do_eval, "test": modes.do_predict}
+        for split, needed in wanted.items():
+            if needed and split not in splits:
+                raise InputError(f"--dataset_name {data.dataset_name}: no {split} split (found {sorted(splits)})")
+        train, validation, test = (
+            conll_from_dataset(splits[s], f"{data.dataset_name}[{s}]") if wanted[s] else None
+            for s in ("train", "validation", "test")
+        )
+    else:
+        train = read_conll(data.train_file, "--train_file") if modes.do_train else None
+        validation = read_conll(data.validation_file, "--validation_file") if modes.do_eval else None
+        test = read_conll(data.test_file, "--test_file", allow_unlabelled=True) if modes.do_predict else None
+    flags = ("--dataset_name",) * 3 if data.dataset_name else ("--train_file", "--validation_file", "--test_file")
+    labelled = [(f, flag) for f, flag in zip((train, validation, test), flags) if f and f.labelled]
     if train is not None:
         label_names = sorted({t for s in train.sentences for t in s.tags})
         source = f"--train_file {train.path}"
@@ -178,6 +195,25 @@ def load_data(model_args, data: NerDataArguments, modes: RunModes) -> NerData:
         if file is not train:
             check_known_tags(file, label_names, flag, source)
     return NerData(train, validation, test, scheme, label_names)
+
+
+def load_dataset_splits(name: str, config: str | None):
+    """The splits of ``--dataset_name``: a ``save_to_disk`` folder (``datasets.load_from_disk``) or a hub dataset.
+
+    Raises:
+        InputError: it cannot be loaded (offline and not cached, no such dataset), naming it.
+    """
+    import datasets
+
+    try:
+        if Path(name).is_dir():
+            return datasets.load_from_disk(name)
+        return datasets.load_dataset(name, config)
+    except Exception as err:  # noqa: BLE001 - connection, cache and format errors of many kinds
+        raise InputError(
+            f"--dataset_name {name}: cannot be loaded ({type(err).__name__}: {first_line(err)}); "
+            "expected a save_to_disk folder or a reachable hub dataset with tokens / ner_tags, or pass CoNLL files"
+        ) from None
 
 
 def load_model_and_tokenizer(model_args: FinetuneModelArguments, label_names: list[str], training_run: bool):
@@ -292,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
-    modes = parsed_modes.resolve(has_validation=bool(data_args.validation_file))
+    modes = parsed_modes.resolve(has_validation=bool(data_args.validation_file or data_args.dataset_name))
     check_arguments(data_args, modes, training)
     start_command(model_args, training, data_args.train_file, data_args.validation_file, logger)
     data = load_data(model_args, data_args, modes)  # every file checked before the model is loaded
@@ -396,8 +432,13 @@ def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_a
     if modes.do_train:
         train = splits["train"]
         train_loader = make_train_dataloader(train, training.per_device_train_batch_size, collate, training.seed)
+        import hashlib
+
         fingerprint = fingerprint_sources(
-            [data_args.train_file],
+            [data_args.train_file] if data_args.train_file else [],
+            dataset_lines_sha256=None
+            if data_args.train_file
+            else hashlib.sha256("\n".join(train.file.lines).encode("utf-8")).hexdigest(),
             labels=data.label_names,
             max_seq_length=data_args.max_seq_length,
             doc_stride=data_args.doc_stride,
@@ -406,7 +447,7 @@ def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_a
         )
         described = (
             f"NER ({data.scheme}, {len(data.label_names)} tags): {len(train.sentences)} training sentences in "
-            f"{len(train)} windows, evaluation on {data_args.validation_file or 'nothing'}"
+            f"{len(train)} windows, evaluation on {data.validation.path if data.validation else 'nothing'}"
         )
         plan = logged_plan(accelerator, training, len(train), described, lr_source, logger)
     return RunParts(

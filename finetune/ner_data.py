@@ -104,7 +104,11 @@ def read_conll(path: str | os.PathLike, flag: str, allow_unlabelled: bool = Fals
         raise InputError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start}); expected UTF-8") from None
     except OSError as err:
         raise InputError(f"{where}: cannot be read ({err.strerror})") from None
-    lines = text.splitlines()
+    return _parse(text.splitlines(), where, allow_unlabelled, str(path))
+
+
+def _parse(lines: list[str], where: str, allow_unlabelled: bool, path: str) -> ConllFile:
+    """The :class:`ConllFile` of a file's ``lines`` (see :func:`read_conll`); ``where`` names it in messages."""
     if not any(line.strip() for line in lines):
         raise InputError(f"{where} line 1: the file is empty; expected CoNLL lines (token and tag columns)")
     sentences: list[Sentence] = []
@@ -161,7 +165,44 @@ def read_conll(path: str | os.PathLike, flag: str, allow_unlabelled: bool = Fals
         raise InputError(
             f"{where} line {docstarts[0]}: the file holds only -DOCSTART- lines, no sentence; expected token lines"
         )
-    return ConllFile(str(path), sentences, lines, token_lines, bool(labelled))
+    return ConllFile(path, sentences, lines, token_lines, bool(labelled))
+
+
+def conll_from_dataset(split, name: str) -> ConllFile:
+    """A ``datasets`` split with ``tokens`` (lists of words) and ``ner_tags`` (``ClassLabel`` ids as the hub's NER
+    sets have them, or tag strings) as a :class:`ConllFile`: its CoNLL rendering (``token<TAB>tag`` lines, an empty
+    line after each sentence), which refusals name by line and ``predictions.conll`` follows.
+
+    Args:
+        split: the ``datasets.Dataset``.
+        name: how messages name it (``"wnut_17[validation]"``, after ``--dataset_name``).
+
+    Raises:
+        InputError: no ``tokens`` / ``ner_tags`` column, a sentence whose tag count differs from its token count, a
+            token with whitespace (the rendering could not be read back), a tag that is not a named-entity tag, an
+            empty split.
+    """
+    where = f"--dataset_name {name}"
+    missing = [c for c in ("tokens", "ner_tags") if c not in split.column_names]
+    if missing:
+        raise InputError(
+            f"{where}: no {' / '.join(missing)} column (found {split.column_names}); expected tokens and ner_tags"
+        )
+    feature = split.features["ner_tags"]
+    names = getattr(getattr(feature, "feature", None), "names", None)  # Sequence(ClassLabel)
+    lines: list[str] = []
+    for i, (words, tags) in enumerate(zip(split["tokens"], split["ner_tags"])):
+        tags = [names[t] if names else str(t) for t in tags]
+        if len(words) != len(tags):
+            raise InputError(
+                f"{where} example {i}: {len(words)} tokens but {len(tags)} tags; expected one tag per token"
+            )
+        for word, tag in zip(words, tags):
+            if not word or any(c.isspace() for c in word):
+                raise InputError(f"{where} example {i}: token {word!r} is empty or holds whitespace; expected words")
+            lines.append(f"{word}\t{tag}")
+        lines.append("")
+    return _parse(lines, where, allow_unlabelled=False, path=name)
 
 
 def _split(tag: str) -> tuple[str, str | None]:
@@ -465,6 +506,7 @@ __all__ = [
     "align_windows",
     "check_known_tags",
     "check_scheme",
+    "conll_from_dataset",
     "detect_scheme",
     "plan_windows",
     "read_conll",

@@ -304,3 +304,33 @@ def test_elmo_tagging_trains_and_predicts(tmp_path, tiny_corpus):
     assert 0.0 <= results["eval_f1"] <= 1.0 and "test_f1" in results
     assert json.loads((out / "config.json").read_text())["architectures"] == ["SesameElmoForTokenClassification"]
     assert len((out / "predictions.conll").read_text().splitlines()) == len(TEST.splitlines())
+
+
+def test_a_datasets_dataset_with_tokens_and_ner_tags(wordpiece_bert, tmp_path, capsys):
+    import datasets
+
+    tags = datasets.Sequence(datasets.ClassLabel(names=["O", "B-animal", "I-animal", "B-person"]))
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")), "ner_tags": tags})
+    rows = {"tokens": [["the", "cat", "sat"], ["he", "said", "yes"]], "ner_tags": [[0, 1, 0], [3, 0, 0]]}
+    folder = tmp_path / "ds"
+    split = datasets.Dataset.from_dict(rows, features=features)
+    datasets.DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(folder)
+    out = tmp_path / "out"
+    args = ["--model_name_or_path", str(wordpiece_bert), "--dataset_name", str(folder), "--output_dir", str(out)]
+    assert ner.main([*args, "--max_train_steps", "2", "--do_train", "--do_eval", "--do_predict"]) == 0
+    lines = (out / "predictions.conll").read_text().splitlines()
+    assert [line.split("\t")[:2] for line in lines if line] == [
+        ["the", "O"], ["cat", "B-animal"], ["sat", "O"], ["he", "B-person"], ["said", "O"], ["yes", "O"]
+    ]  # fmt: skip
+    # an I- tag that IOB2 forbids, named by its line of the CoNLL rendering
+    bad = {"tokens": [["the", "cat"], ["a", "dog"]], "ner_tags": [[0, 2], [1, 0]]}  # IOB2: B- after O below
+    bad_folder = tmp_path / "bad"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(bad, features=features)}).save_to_disk(bad_folder)
+    argv = ["--model_name_or_path", str(wordpiece_bert), "--dataset_name", str(bad_folder), "--do_train"]
+    capsys.readouterr()  # the progress bars of save_to_disk
+    assert run_cli(ner.main, [*argv, "--output_dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: --dataset_name {bad_folder}[train] line 2: tag 'I-animal': IOB2 starts every entity with B-; "
+        "I-animal must follow B-animal or I-animal"
+    ]
