@@ -112,7 +112,7 @@ class SuiteArguments:
     seeds: list[int] = arg(default_factory=lambda: [42], help="one run per seed; the table shows the median", nargs="+")
     protocol: str = arg(
         "default",
-        "; ".join(f"{p.name}: {p.source}" for p in PROTOCOLS.values()),
+        "; ".join(f"{p.name}: {p.source}" for p in PROTOCOLS.values()).replace("%", "%%"),  # argparse formats help
         choices=tuple(PROTOCOLS),
     )
     warm_start: str | None = arg(

@@ -218,3 +218,11 @@ def test_parallel_2_gives_the_table_of_parallel_1(fake_runner, glue_dir, tmp_pat
     assert (tmp_path / "one" / "results.md").read_text() == (tmp_path / "two" / "results.md").read_text()
     threads = {env.get("OMP_NUM_THREADS") for _, env in fake_runner[6:]}
     assert len(threads) == 1  # both workers got the same share of the CPUs
+
+
+def test_help_names_each_protocol_and_its_source(capsys):
+    with pytest.raises(SystemExit):
+        suite.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "glue_sane: Cramming (Geiping & Goldstein 2023" in text and "10% warmup" in text
+    assert "default: sesame-lm's finetune.glue defaults" in text
