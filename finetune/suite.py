@@ -287,9 +287,9 @@ def summarize(records: list[dict], tasks: list[str], score_wnli: bool) -> dict:
     return summary
 
 
-def write_results(out: Path, records: list[dict], tasks: list[str], args: SuiteArguments) -> dict:
-    """``results.json``, ``results.md``, ``results.png`` (rewritten after every cell, atomically). Returns the
-    summary of :func:`summarize`."""
+def write_results(out: Path, records: list[dict], tasks: list[str], args: SuiteArguments, picture: bool = True) -> dict:
+    """``results.json``, ``results.md`` (atomically; after every cell) and with ``picture`` ``results.png`` (at the
+    end). Returns the summary of :func:`summarize`."""
     from core.files import write_text_atomic
 
     summary = summarize(records, tasks, args.score_wnli)
@@ -298,7 +298,8 @@ def write_results(out: Path, records: list[dict], tasks: list[str], args: SuiteA
     doc.update(models=summary, runs=records)
     write_text_atomic(out / "results.json", json.dumps(doc, indent=2) + "\n")
     write_text_atomic(out / "results.md", results_markdown(summary, tasks, args))
-    plot(out / "results.png", summary, tasks)
+    if picture:
+        plot(out / "results.png", summary, tasks)
     return summary
 
 
@@ -460,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, task, seed = meta[res.cell.name]
         with lock:
             records[res.cell.name] = record_of(res, model, task, seed)
-            write_results(out, [records[c.name] for c in cells if c.name in records], tasks, args)
+            write_results(out, [records[c.name] for c in cells if c.name in records], tasks, args, picture=False)
 
     results = run_cells(cells, args.parallel, env, on_result)
     summary = write_results(out, [records[c.name] for c in cells], tasks, args)
