@@ -51,6 +51,28 @@ class FinetuneModelArguments:
 
         return self._from(AutoConfig.from_pretrained, "config_name", "cannot load the config")
 
+    def load_head(self, auto_class, config, logger, ignore_mismatched_sizes: bool = False):
+        """The model with a task head: ``auto_class.from_pretrained`` (e.g. ``AutoModelForTokenClassification``) of
+        ``--model_name_or_path`` with ``config`` (the task's labels set), transformers' load report sent to
+        ``logger``.
+
+        Raises:
+            InputError: the weights cannot be loaded (the message of :func:`training.pretrained.load_pretrained`).
+        """
+        from core.logs import from_pretrained_quietly
+        from training.pretrained import load_pretrained
+
+        return load_pretrained(
+            from_pretrained_quietly(auto_class.from_pretrained, logger),
+            self.model_name_or_path,
+            "--model_name_or_path",
+            "a model folder with model.safetensors (save_pretrained) or a hub repo id",
+            failure="cannot load the weights",
+            config=config,
+            ignore_mismatched_sizes=ignore_mismatched_sizes,
+            **self.hub_kwargs(),
+        )
+
     def load_tokenizer(self):
         """The tokenizer of ``--tokenizer_name`` or the model; raises ``InputError``."""
         from transformers import AutoTokenizer
@@ -106,7 +128,8 @@ def warn_if_same_file(train_file, validation_file, logger) -> bool:
 BERT_BASE_WIDTH = 768
 #: Peak learning rate of BERT-base-sized backbones by script: BERT's (Devlin et al. 2019: GLUE 2e-5..5e-5, SQuAD
 #: 3e-5).
-BERT_BASE_RATES = {"glue": 2e-5, "squad": 3e-5}
+#: NER: 5e-5, the default of transformers' ``run_ner.py``.
+BERT_BASE_RATES = {"glue": 2e-5, "squad": 3e-5, "ner": 5e-5}
 #: Peak learning rate of narrower BERT-like backbones (bert-tiny .. bert-small, MiniLM-L6-H384): 1e-4, as Turc et
 #: al. 2019 found for small BERTs and as this project's fine-tunes use (README "Measured results": SST-2 at 2e-5
 #: stayed at the majority class, 0.509, on a bert-mini pretrained by the README's own-data command).
@@ -119,7 +142,7 @@ def default_learning_rate(config, script: str, unfreeze_backbone: bool = False) 
 
     Args:
         config: the backbone's ``PretrainedConfig`` (``model_type``, ``hidden_size``).
-        script: ``"glue"`` or ``"squad"``.
+        script: ``"glue"``, ``"squad"`` or ``"ner"``.
         unfreeze_backbone: ``--unfreeze_backbone`` (SesameElmo: the BiLM is trained too).
 
     Returns:

@@ -42,7 +42,6 @@ import dataclasses
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -431,18 +430,12 @@ def check_inputs(args: BaselinesArguments) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from core.arguments import split_secrets
+    from finetune.cells import split_command_line
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # a --hub_token for the children goes to them through the environment (HF_TOKEN), never on a command line,
-    # in results.json or in the log
-    extra, secrets = split_secrets(argv[argv.index("--") + 1 :] if "--" in argv else [])
-    child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if secrets.get("hub_token"):
-        child_env["HF_TOKEN"] = secrets["hub_token"]
+    own, extra, child_env = split_command_line(argv)
     (args,) = parse_arguments(
         [BaselinesArguments],
-        argv[: argv.index("--")] if "--" in argv else argv,
+        own,
         prog="python -m finetune.baselines",
         description=DESCRIPTION,
     )
@@ -535,10 +528,11 @@ def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, en
     Returns:
         the run's record: task, backbone (row name), metric, command, wall time, and either the metric's ``value``,
         ``train_runtime_s`` and every ``eval_*`` figure, or the ``error`` (the run's last stderr line)."""
+    from finetune import cells  # the cell runner shared with finetune.suite
+
     logger.info("%s / %s: %s", task_name, name, " ".join(cmd))
     start = time.perf_counter()
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    returncode, stderr_tail = _run_with_progress(
+    returncode, stderr_tail = cells.run_command(
         cmd, env, run_dir.with_name(run_dir.name + ".log"), f"{task_name} / {name}"
     )
     wall = time.perf_counter() - start
@@ -561,47 +555,6 @@ def _run_cell(task_name: str, task, name: str, cmd: list[str], run_dir: Path, en
     )
     logger.info("%s / %s: %s = %.4f (%.0f s)", task_name, name, task.main_metric, record["value"], wall)
     return record
-
-
-#: Seconds between two progress lines while a cell trains (:func:`_run_with_progress`).
-PROGRESS_EVERY_S = 60.0
-
-
-def _run_with_progress(cmd: list[str], env: dict, log: Path, cell: str) -> tuple[int, str]:
-    """Run ``cmd``, its stdout and stderr written to ``log`` as they come, and log a progress line every
-    :data:`PROGRESS_EVERY_S` seconds while it runs (the cell, the minutes so far, the child's last stderr line, e.g.
-    its progress line).
-
-    Returns:
-        ``(exit status, the child's last non-empty stderr line or "")``.
-    """
-    import threading
-
-    last = [""]
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
-        lock = threading.Lock()
-
-        def pump() -> None:
-            for line in proc.stderr:
-                with lock:
-                    out.write(line)
-                    out.flush()
-                if line.strip():
-                    last[0] = line.strip()
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        start = time.perf_counter()
-        while True:
-            try:
-                proc.wait(timeout=PROGRESS_EVERY_S)
-                break
-            except subprocess.TimeoutExpired:
-                minutes = (time.perf_counter() - start) / 60
-                logger.info("%s: training, %.1f min so far; last line: %s", cell, minutes, last[0] or "(none yet)")
-        reader.join()
-    return proc.returncode, last[0]
 
 
 def _init_baselines(

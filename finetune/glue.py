@@ -191,8 +191,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from core.logs import from_pretrained_quietly
-    from training.pretrained import check_model_fits, load_pretrained
+    from training.pretrained import check_model_fits
     from training.unigram import backbone_plateau_message
 
     source, hub = model_args.model_name_or_path, model_args.hub_kwargs()
@@ -210,16 +209,7 @@ def load_model_and_tokenizer(
     if hasattr(pretrained, "freeze_backbone"):  # a model with a frozen-backbone option (SesameElmo)
         overrides["freeze_backbone"] = not model_args.unfreeze_backbone
     config = AutoConfig.from_pretrained(config_source, **hub, **overrides)
-    model = load_pretrained(
-        from_pretrained_quietly(AutoModelForSequenceClassification.from_pretrained, logger),
-        source,
-        "--model_name_or_path",
-        "a model folder with model.safetensors (save_pretrained) or a hub repo id",
-        failure="cannot load the weights",
-        config=config,
-        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-        **hub,
-    )
+    model = model_args.load_head(AutoModelForSequenceClassification, config, logger, model_args.ignore_mismatched_sizes)
     check_model_fits(model.config, tokenizer, max_seq_length, f"--tokenizer_name {model_args.tokenizer_name or source}")
     plateau = backbone_plateau_message(source)
     if plateau:

@@ -76,6 +76,7 @@ _BASELINE_AUTO_MAP = {
     "AutoConfig": "configuration_baseline.SesameBaselineConfig",
     "AutoModel": "modeling_baseline.SesameBaselineModel",
     "AutoModelForSequenceClassification": "modeling_baseline.SesameBaselineForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_baseline.SesameBaselineForTokenClassification",
 }
 #: config.json files as the configs with an ``__init__`` of ``self.x = x`` wrote them (main at 4b28f4f), non-defaults
 #: (clipping given as an int, a cnn pooling, a problem type, labels) included.

@@ -100,10 +100,10 @@ def write_run_files(
 
 
 def flat_results(result: Mapping[str, Any], keys: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The ``all_results.json`` content: :data:`RESULT_KEYS`, then ``keys``, then every ``eval_*`` metric of
-    ``result`` (histories left out)."""
+    """The ``all_results.json`` content: :data:`RESULT_KEYS`, then ``keys``, then every ``eval_*`` and ``test_*``
+    metric of ``result`` (histories left out)."""
     flat = {k: result[k] for k in (*RESULT_KEYS, *keys) if k in result}
-    flat.update({k: v for k, v in result.items() if k.startswith("eval_") and k != "eval_history"})
+    flat.update({k: v for k, v in result.items() if k.startswith(("eval_", "test_")) and k != "eval_history"})
     return flat
 
 
@@ -117,6 +117,8 @@ class RunParts:
         train_dataloader: for a training run (:func:`training.data.make_train_dataloader`).
         evaluate: ``(prepared model) -> {eval_* metric: value}`` on all processes.
         predict: ``(prepared model) -> predictions`` on all processes, after training / evaluation.
+        prediction_results: ``(predictions) -> {test_* metric: value}``: scores of the predictions (a labelled test
+            split), added to the result and ``all_results.json``.
         write_outputs: ``(temporary output folder, predictions) -> None`` on the main process: extra files.
         loop_kwargs: more :class:`training.loop.Trainer` arguments (``weight_fn``, ``loss_fn``, ...).
         plan: the run plan of a training run (:func:`training.plan.make_plan`, built and logged by the command).
@@ -137,6 +139,7 @@ class RunParts:
     train_dataloader: Any = None
     evaluate: Callable[[Any], dict[str, float]] | None = None
     predict: Callable[[Any], Any] | None = None
+    prediction_results: Callable[[Any], dict[str, float]] | None = None
     write_outputs: Callable[[Path, Any], None] | None = None
     loop_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     plan: RunPlan | None = None
@@ -168,7 +171,7 @@ def final_lines(output_dir: str | os.PathLike, result: Mapping[str, Any], writte
     metrics = {
         k: v
         for k, v in result.items()
-        if (k == "perplexity" or k.startswith("eval_"))
+        if (k == "perplexity" or k.startswith(("eval_", "test_")))
         and k not in _NOT_METRICS
         and isinstance(v, (int, float))
         and not isinstance(v, bool)
@@ -325,6 +328,8 @@ class Run:
             parts = dataclasses.replace(parts, model=None)
             result = parts.evaluate(prepared) if parts.evaluate else {}
         predictions = parts.predict(prepared) if parts.predict else None
+        if predictions is not None and parts.prediction_results is not None:
+            result = {**result, **parts.prediction_results(predictions)}
         with signals_deferred("saving the outputs") as stopper:  # a signal now must not cut the save short
             state_dict = acc.get_state_dict(prepared) if model is not None else None  # all processes (FSDP gathers)
             if acc.is_main_process:

@@ -14,7 +14,12 @@ Word vectors: ``python -m tokenizer vectors`` trains fastText vectors (gensim) f
 import sys
 
 import torch
-from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
+from transformers import (
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    PretrainedConfig,
+)
 
 from .._auto import register_family
 from ..elmo import SPEC as ELMO_SPEC
@@ -32,6 +37,7 @@ from .configuration_baseline import ENCODER_TYPES, SesameBaselineConfig  # noqa:
 from .encoders_baseline import BinaryTreeLSTMCell, parse_binary_tree  # noqa: E402
 from .modeling_baseline import (  # noqa: E402
     SesameBaselineForSequenceClassification,
+    SesameBaselineForTokenClassification,
     SesameBaselineModel,
     SesameBaselinePreTrainedModel,
     ngram_bucket_ids,
@@ -53,6 +59,7 @@ PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
 AUTO_CLASSES = {
     AutoModel: SesameBaselineModel,
     AutoModelForSequenceClassification: SesameBaselineForSequenceClassification,
+    AutoModelForTokenClassification: SesameBaselineForTokenClassification,
 }
 
 register_family(SesameBaselineConfig, AUTO_CLASSES, SesameElmoTokenizer)
@@ -95,6 +102,7 @@ __all__ = [
     "SesameBaselineModel",
     "SesameBaselinePreTrainedModel",
     "SesameBaselineForSequenceClassification",
+    "SesameBaselineForTokenClassification",
     "BinaryTreeLSTMCell",
     "load_word_vectors",
     "ngram_bucket_ids",

@@ -20,6 +20,7 @@ DEFAULT_AUTO_MAP = {
     "AutoConfig": "configuration_baseline.SesameBaselineConfig",
     "AutoModel": "modeling_baseline.SesameBaselineModel",
     "AutoModelForSequenceClassification": "modeling_baseline.SesameBaselineForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_baseline.SesameBaselineForTokenClassification",
 }
 
 ENCODER_TYPES = ("cbow", "fasttext", "cnn", "rnn", "treelstm")

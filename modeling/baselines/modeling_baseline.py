@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_baseline import SesameBaselineConfig
 from .configuration_elmo import SesameElmoConfig
@@ -664,6 +664,65 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             if model.elmo is not None and model.elmo.l2_coef:
                 loss = loss + model.elmo.l2_penalty()
         output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
+        )
+        return self._finish(output, return_dict)
+
+
+class SesameBaselineForTokenClassification(SesameBaselinePreTrainedModel):
+    """Per-word tagging (NER) with a classic encoder that has token states (``encoder_type="rnn"``): the classic
+    BiLSTM tagger (Huang et al. 2015 without the CRF; Lample et al. 2016's word-level part): word vectors -- with
+    ``elmo_config`` the frozen BiLM's ScalarMix concatenated to them, as ELMo's taggers do (Peters et al. 2018,
+    section 3.3) -- through the (Bi)LSTM, then dropout (``classifier_dropout``) and a linear layer on each word's state.
+
+    Forward args: ``input_ids (B, T)`` word ids, ``char_ids (B, T, 50)``, ``attention_mask (B, T)``, ``labels (B, T)``
+    long with -100 ignored (``<S>``, ``</S>``, padding), ``output_hidden_states``, ``return_dict``. Returns
+    ``TokenClassifierOutput`` with ``logits (B, T, num_labels)`` (those of ``<S>`` / ``</S>`` / padding are the bias
+    alone: their state is 0) and ``loss`` (mean cross-entropy over the labelled words, plus the ScalarMix's L2 penalty).
+
+    Raises:
+        ValueError: an encoder without token states (cbow, fasttext, cnn: their tokens are the word vectors alone;
+            treelstm); none or both of ``input_ids`` and ``inputs_embeds``.
+    """
+
+    def __init__(self, config: SesameBaselineConfig):
+        super().__init__(config)
+        if config.encoder_type != "rnn":
+            raise ValueError(
+                f"SesameBaselineForTokenClassification: encoder_type {config.encoder_type!r}; expected 'rnn' (a tagger "
+                "needs each word's state in context)"
+            )
+        self.num_labels = config.num_labels
+        self.baseline = SesameBaselineModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(self.baseline.encoder.output_size, config.num_labels)
+        self.post_init()
+        self.baseline.freeze()
+
+    def forward(
+        self,
+        input_ids=None,
+        char_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        labels=None,
+        inputs_embeds=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        model = self.baseline
+        attention_mask = model._inputs(input_ids, inputs_embeds, attention_mask)
+        select = model.sentence_mask(input_ids, attention_mask)
+        layers = model.elmo_layers(char_ids, attention_mask)
+        hidden, _ = model.encode(input_ids, char_ids, select, inputs_embeds=inputs_embeds, elmo_layers=layers)
+        logits = self.classifier(self.dropout(hidden[-1]))  # hidden[-1]: the RNN's states at the input positions
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            if model.elmo is not None and model.elmo.l2_coef:
+                loss = loss + model.elmo.l2_penalty()
+        output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
         )
         return self._finish(output, return_dict)

@@ -86,9 +86,10 @@ def test_a_bilm_folder_without_tokenizer_files_is_warned_about_and_loads_without
 
 def test_a_failed_cell_exits_1_with_a_final_line_naming_results_md(folders, capsys, monkeypatch):
     import finetune.baselines as baselines
+    from finetune import cells
 
     args, out, _ = folders
-    monkeypatch.setattr(baselines, "_run_with_progress", lambda cmd, env, log, cell: (1, "IndexError: out of range"))
+    monkeypatch.setattr(cells, "run_command", lambda cmd, env, log, cell: (1, "IndexError: out of range"))
     assert baselines.main(args) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("error: 1 of 1 cell(s) failed: sst2 / cbow / seed 42 (IndexError: out of range)")
@@ -98,6 +99,7 @@ def test_a_failed_cell_exits_1_with_a_final_line_naming_results_md(folders, caps
 
 def test_a_successful_table_ends_with_a_line_naming_results_md(folders, capsys, monkeypatch, tmp_path):
     import finetune.baselines as baselines
+    from finetune import cells
 
     args, out, _ = folders
 
@@ -107,7 +109,7 @@ def test_a_successful_table_ends_with_a_line_naming_results_md(folders, capsys, 
         (run_dir / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.5, "train_runtime_s": 1.0}))
         return 0, ""
 
-    monkeypatch.setattr(baselines, "_run_with_progress", ok)
+    monkeypatch.setattr(cells, "run_command", ok)
     assert baselines.main(args) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         f"results: {out / 'results.md'} (1 cell run(s) of this invocation, none failed)"
@@ -115,15 +117,15 @@ def test_a_successful_table_ends_with_a_line_naming_results_md(folders, capsys, 
 
 
 def test_progress_lines_while_a_cell_runs_and_its_output_in_the_log(tmp_path, monkeypatch, caplog):
-    import finetune.baselines as baselines
+    from finetune import cells
 
-    monkeypatch.setattr(baselines, "PROGRESS_EVERY_S", 0.2)
+    monkeypatch.setattr(cells, "PROGRESS_EVERY_S", 0.2)
     child = (
         "import sys, time\nprint('out line')\n"
         "for i in range(3):\n    print(f'step {i}', file=sys.stderr, flush=True)\n    time.sleep(0.3)\n"
     )
     caplog.set_level(logging.INFO)
-    status, last = baselines._run_with_progress([sys.executable, "-c", child], None, tmp_path / "c.log", "sst2 / cnn")
+    status, last = cells.run_command([sys.executable, "-c", child], None, tmp_path / "c.log", "sst2 / cnn")
     assert (status, last) == (0, "step 2")
     assert "sst2 / cnn: training," in caplog.text and "last line: step" in caplog.text
     assert {"out line", "step 0", "step 2"} <= set((tmp_path / "c.log").read_text().splitlines())

@@ -267,12 +267,12 @@ def test_baselines_cli_adds_elmo_and_random_bilm_rows_over_seeds(
     values = [r["value"] for r in runs if r["backbone"] == "cbow+elmo"]
     assert f"{100 * statistics.median(values):.2f}" in row and " / " in row
     # --resume: every cell is in results.json with the same command, so nothing runs again
-    import finetune.baselines as baselines
+    from finetune import cells
 
     def no_run(*a, **k):
         raise AssertionError(f"a cell ran again: {a}")
 
-    monkeypatch.setattr(baselines.subprocess, "Popen", no_run)
+    monkeypatch.setattr(cells.subprocess, "Popen", no_run)
     assert main([*args, "--seeds", "1", "2", "--resume"]) == 0
     assert json.loads((out / "results.json").read_text())["runs"] == runs
 

@@ -279,7 +279,7 @@ def test_learning_rate_rule_by_backbone_width_and_family():
     assert default_learning_rate(elmo, "glue")[0] == 3e-3
     assert default_learning_rate(elmo, "glue", unfreeze_backbone=True)[0] == 1e-4
     with pytest.raises(ValueError):
-        default_learning_rate(elmo, "ner")
+        default_learning_rate(elmo, "pos")
 
 
 def test_default_learning_rate_is_used_and_logged_with_its_source(tiny_bert, glue_dir, tmp_path, caplog):

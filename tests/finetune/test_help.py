@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from finetune import glue, squad
+from finetune import glue, ner, squad
 
 
 def _entries(parser, monkeypatch) -> dict[str, str]:
@@ -25,7 +25,7 @@ def _entries(parser, monkeypatch) -> dict[str, str]:
     return entries
 
 
-@pytest.mark.parametrize("module", [glue, squad], ids=["glue", "squad"])
+@pytest.mark.parametrize("module", [glue, squad, ner], ids=["glue", "squad", "ner"])
 def test_help_shows_one_default_per_flag(module, monkeypatch):
     entries = _entries(module.build_parser(), monkeypatch)
     assert len(entries) > 40

@@ -47,6 +47,7 @@ def test_parsing_removes_the_token_from_sys_argv_before_any_tracker_starts(monke
 
 def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_path, monkeypatch, caplog):
     import finetune.baselines as baselines
+    from finetune import cells
 
     spec = importlib.util.spec_from_file_location("_finetune_conftest", ROOT / "tests" / "finetune" / "conftest.py")
     module = importlib.util.module_from_spec(spec)
@@ -61,7 +62,7 @@ def test_baselines_hand_the_token_to_children_through_the_environment_only(tmp_p
         calls.append((cmd, env or {}))
         return 1, "error: stopped by the test"
 
-    monkeypatch.setattr(baselines, "_run_with_progress", fake_run)
+    monkeypatch.setattr(cells, "run_command", fake_run)
     out = tmp_path / "table"
     caplog.set_level("INFO")
     assert (
