@@ -147,7 +147,9 @@ def build_reference_blocks(
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
+    # "sequence length is longer than the specified maximum": documents, not inputs (this logger only: transformers'
+    # global verbosity stays, so that a process that goes on loading models still hears of missing weights)
+    hf_logging.get_logger("transformers.tokenization_utils_base").setLevel(hf_logging.ERROR)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     num_proc = num_proc if num_proc and num_proc > 1 else None
     docs = load_documents(files, num_proc)
@@ -229,7 +231,9 @@ def build_heldout(args, out: Path, data: dict) -> tuple[dict, dict]:
         if info.get("settings") == settings and heldout_sha256(heldout) == info.get("sha256"):
             log(f"reusing {out / HELDOUT_FILE}")
             return heldout, info
-    hf_logging.set_verbosity_error()  # "sequence length is longer than the specified maximum": documents, not inputs
+    # "sequence length is longer than the specified maximum": documents, not inputs (this logger only: transformers'
+    # global verbosity stays, so that a process that goes on loading models still hears of missing weights)
+    hf_logging.get_logger("transformers.tokenization_utils_base").setLevel(hf_logging.ERROR)
     tok = AutoTokenizer.from_pretrained(str(data["tokenizer"]))
     blocks = heldout_blocks(list(load_documents([args.validation_file])["text"]), tok, args.max_seq_length)
     heldout = mask_heldout(blocks[: args.max_heldout_blocks], tok, args.heldout_seed)

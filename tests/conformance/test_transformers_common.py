@@ -233,6 +233,13 @@ class _FamilyTest(common.ModelTesterMixin):
 
     def setUp(self):
         self.model_tester = self.model_tester_class(self)
+        # the mixin reads transformers' warnings (e.g. "Reinit due to size mismatch"): its default verbosity, whatever
+        # a test before this one in the same worker process set
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_warning()
+        self.addCleanup(hf_logging.set_verbosity, verbosity)
 
     def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
         inputs = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
