@@ -360,12 +360,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
 
+def _training_inputs(accelerator, data: NerData, train, collate, data_args, training, lr_source):
+    """(training loader, logged run plan, data fingerprint) of a NER run's training split ``train``."""
+    import hashlib
+
+    from training.data import fingerprint_sources, make_train_dataloader
+
+    train_loader = make_train_dataloader(train, training.per_device_train_batch_size, collate, training.seed)
+    fingerprint = fingerprint_sources(
+        [data_args.train_file] if data_args.train_file else [],
+        dataset_lines_sha256=None
+        if data_args.train_file
+        else hashlib.sha256("\n".join(train.file.lines).encode("utf-8")).hexdigest(),
+        labels=data.label_names,
+        max_seq_length=data_args.max_seq_length,
+        doc_stride=data_args.doc_stride,
+        label_all_tokens=data_args.label_all_tokens,
+        max_train_samples=data_args.max_train_samples,
+    )
+    described = (
+        f"NER ({data.scheme}, {len(data.label_names)} tags): {len(train.sentences)} training sentences in "
+        f"{len(train)} windows, evaluation on {data.validation.path if data.validation else 'nothing'}"
+    )
+    plan = logged_plan(accelerator, training, len(train), described, lr_source, logger)
+    return train_loader, plan, fingerprint
+
+
 def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_args, training, modes, lr_source):
     """The :class:`training.driver.RunParts` of a NER run: the training loader, the evaluation of the validation file
     (``eval_*`` scores, the per-type table), the tagging of the test file (``test_*`` scores when tagged) and the
     files ``entity_scores.md`` and ``predictions.conll``."""
     from finetune.ner_data import write_predictions_conll
-    from training.data import fingerprint_sources, make_train_dataloader
     from training.driver import RunParts
 
     collate = make_collator(tokenizer, 8 if accelerator.mixed_precision != "no" else None)
@@ -430,26 +455,9 @@ def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_a
 
     train_loader = plan = fingerprint = None
     if modes.do_train:
-        train = splits["train"]
-        train_loader = make_train_dataloader(train, training.per_device_train_batch_size, collate, training.seed)
-        import hashlib
-
-        fingerprint = fingerprint_sources(
-            [data_args.train_file] if data_args.train_file else [],
-            dataset_lines_sha256=None
-            if data_args.train_file
-            else hashlib.sha256("\n".join(train.file.lines).encode("utf-8")).hexdigest(),
-            labels=data.label_names,
-            max_seq_length=data_args.max_seq_length,
-            doc_stride=data_args.doc_stride,
-            label_all_tokens=data_args.label_all_tokens,
-            max_train_samples=data_args.max_train_samples,
+        train_loader, plan, fingerprint = _training_inputs(
+            accelerator, data, splits["train"], collate, data_args, training, lr_source
         )
-        described = (
-            f"NER ({data.scheme}, {len(data.label_names)} tags): {len(train.sentences)} training sentences in "
-            f"{len(train)} windows, evaluation on {data.validation.path if data.validation else 'nothing'}"
-        )
-        plan = logged_plan(accelerator, training, len(train), described, lr_source, logger)
     return RunParts(
         model=model,
         tokenizer=tokenizer,
