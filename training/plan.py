@@ -296,14 +296,7 @@ def make_plan(
         raise InputError("the training data gives no batch on this process; expected more examples than processes")
     accumulation = config.gradient_accumulation_steps
     tokens_per_step = None if max_seq_length is None else batch * accumulation * num_processes * max_seq_length
-    warm = None
-    if getattr(config, "batch_size_warmup_tokens", None) is not None:
-        if max_seq_length is None:
-            raise InputError(
-                f"--batch_size_warmup_tokens {config.batch_size_warmup_tokens}: counts the tokens of fixed-length "
-                "blocks, and this run's examples vary in length; expected it with pretrain only"
-            )
-        warm = BatchWarmup.make(config.batch_size_warmup_tokens, batch * num_processes * max_seq_length, accumulation)
+    warm = _batch_warmup(config, max_seq_length, batch * num_processes, accumulation)
     steps = max_train_steps or config.max_train_steps
     if max_train_tokens is not None:
         steps = steps_for_tokens(max_train_tokens, tokens_per_step)
@@ -337,12 +330,36 @@ def make_plan(
         seconds_per_step=seconds_per_step,
         batch_warmup=warm,
     )
-    if not cap_eval:
-        return plan
-    if warm is None:
+    return _with_eval_cap(plan, max_seq_length) if cap_eval else plan
+
+
+def _batch_warmup(config: TrainingConfig, max_seq_length: int | None, rows: int, accumulation: int):
+    """The :class:`BatchWarmup` of ``config.batch_size_warmup_tokens`` (None without it) for micro-batches of ``rows``
+    blocks of ``max_seq_length`` tokens over all processes.
+
+    Raises:
+        InputError: a warmup for examples of varying length (``max_seq_length`` None).
+    """
+    if getattr(config, "batch_size_warmup_tokens", None) is None:
+        return None
+    if max_seq_length is None:
+        raise InputError(
+            f"--batch_size_warmup_tokens {config.batch_size_warmup_tokens}: counts the tokens of fixed-length "
+            "blocks, and this run's examples vary in length; expected it with pretrain only"
+        )
+    return BatchWarmup.make(config.batch_size_warmup_tokens, rows * max_seq_length, accumulation)
+
+
+def _with_eval_cap(plan: RunPlan, max_seq_length: int) -> RunPlan:
+    """``plan`` with ``eval_examples``: all evaluations together cover at most :data:`EVAL_SHARE` of the training
+    examples of the planned steps (a batch-size warmup's smaller steps included), one at most
+    :data:`MAX_EVAL_TOKENS` tokens, never fewer than :data:`MIN_EVAL_EXAMPLES`."""
+    steps = plan.max_train_steps
+    if plan.batch_warmup is None:
         by_compute = int(EVAL_SHARE * steps * plan.global_batch_size / plan.evaluations)
-    else:  # the examples of the planned steps, the warmup's smaller ones included
-        by_compute = int(EVAL_SHARE * plan.micro_batches_in(steps) * batch * num_processes / plan.evaluations)
+    else:
+        rows = plan.per_device_train_batch_size * plan.num_processes
+        by_compute = int(EVAL_SHARE * plan.micro_batches_in(steps) * rows / plan.evaluations)
     cap = max(MIN_EVAL_EXAMPLES, min(by_compute, MAX_EVAL_TOKENS // max_seq_length))
     return dataclasses.replace(plan, eval_examples=cap)
 
