@@ -349,7 +349,7 @@ def plot(path: Path, summary: dict, tasks: list[str]) -> None:
 
     groups = [*tasks, "GLUE score"]
     models = list(summary)
-    fig = Figure(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(models)) / 2), 4.2))
+    fig = Figure(figsize=(max(6.0, 1.5 * len(groups) * max(1, len(models)) / 2), 4.4))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     width = 0.8 / max(1, len(models))
@@ -366,7 +366,8 @@ def plot(path: Path, summary: dict, tasks: list[str]) -> None:
                 ax.plot([x] * len(row["scores"]), [100 * v for v in row["scores"]], "k.", markersize=3)
         bars = ax.bar(xs, ys, width, label=model)
         ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-    ax.set_xticks(range(len(groups)), [g if g == "GLUE score" else f"{g}\n({task_metrics(g)})" for g in groups])
+    labels = [g if g == "GLUE score" else f"{g}\n" + task_metrics(g).replace("/", "/\n") for g in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=8)  # the metric names one per line: no overlap
     ax.set_ylabel("dev score x 100 (median over seeds)")
     ax.axhline(0, color="black", linewidth=0.5)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(4, len(models)))
