@@ -252,10 +252,14 @@ def probe(args) -> dict:
         entry: dict = {"length": length, "batch": batch, "documents": sum(len(r) for r in rows), "kernels": {}}
         references = {}
         for kind, window in (("full", None), ("local", args.window)):
-            inputs = [x.detach().float().requires_grad_() for x in (q, k, v)]
-            out = reference_attention(*inputs, dense_mask(documents, window), scaling)
-            out.backward(upstream.float())
-            references[kind] = (out.detach(), [x.grad for x in inputs])
+            outs, grads = [], []
+            for row in range(batch):  # a row at a time: float32 (T, T) scores of one row (S8192: 3.2 GB a head-set)
+                inputs = [x[row : row + 1].detach().float().requires_grad_() for x in (q, k, v)]
+                out = reference_attention(*inputs, dense_mask(documents[row : row + 1], window), scaling)
+                out.backward(upstream[row : row + 1].float())
+                outs.append(out.detach())
+                grads.append([x.grad for x in inputs])
+            references[kind] = (torch.cat(outs), [torch.cat(g) for g in zip(*grads)])
         for name, (kind, kernel, build, backward) in probe_kernels(device, dtype, args.window).items():
             meta = build(documents, groups)
             inputs = [x.detach().clone().requires_grad_(backward) for x in (q, k, v)]
@@ -516,10 +520,13 @@ def profile_kernels(step) -> dict[str, int]:
     """One profiled step: the device kernels by class (:func:`classify`)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    return classify({e.key: e.count for e in prof.key_averages() if e.device_type.name == "CUDA"})
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        return classify({e.key: e.count for e in prof.key_averages() if e.device_type.name == "CUDA"})
+    except Exception as err:  # a record, not a check: the recorder's kernels are the assertion
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
 
 
 def steps(args) -> dict:
