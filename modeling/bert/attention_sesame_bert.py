@@ -102,13 +102,19 @@ def apply_rotary(
     query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate queries and keys by their positions (RoPE, Su et al. 2021, eq. 34): ``x * cos + rotate_half(x) * sin``
-    with ``rotate_half([x1; x2]) = [-x2; x1]``, computed in float32 (as transformers' ModernBERT) and rounded back to
-    the input dtype.
+    with ``rotate_half([x1; x2]) = [-x2; x1]``, for float32 inputs computed as transformers' ModernBERT does.
 
     ``rotate_half(x) * sin`` is computed as ``roll(x, D/2) * [-sin1; sin2]`` with the sign folded into the (B|1, T, D)
     sines once per call: one copy of x (the roll) instead of a negation and a concatenation, the same values bit for
     bit (IEEE products are sign-symmetric), about 10% less time for the rotation's forward + backward on the CPU
     (fp32, B8 T1024 A4 D64, 2 runs of interleaved medians).
+
+    Queries and keys in bfloat16 / float16 (under autocast) are rotated in their own dtype instead, with the cosines
+    and sines rounded to it: ``addcmul(x * cos, roll(x), signed)``, no float32 copy of x and no cast back (two
+    roundings per element instead of one: a relative error of 2.4e-3 against float64 where the float32 round trip
+    has 1.7e-3, bf16 B2 A4 T1024 D64; bf16's epsilon is 7.8e-3); forward + backward of the rotation in 0.77-0.84x
+    the time of the round trip on the CPU (one thread, bf16 B2 A4 T1024 D64, 2 runs of 28 interleaved repeats,
+    medians). Float32 is unchanged (bit-identical to transformers' ModernBERT).
 
     Args:
         query: (B, A, T, D); key: (B, K, T, D); cos, sin: (B|1, T, D) from :func:`rotary_cos_sin`.
@@ -117,6 +123,10 @@ def apply_rotary(
         The rotated ``(query, key)``, shapes and dtypes as given.
     """
     half = sin.shape[-1] // 2
+    if query.dtype in (torch.bfloat16, torch.float16):
+        cos, sin = cos.unsqueeze(1).to(query.dtype), sin.unsqueeze(1).to(query.dtype)
+        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return tuple(torch.addcmul(x * cos, x.roll(half, -1), signed) for x in (query, key))
     cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
     signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 

@@ -444,6 +444,29 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         if isinstance(module, SinusoidalPositionEmbedding):
             init.copy_(module.table, sinusoidal_table(*module.table.shape, dtype=module.table.dtype))
 
+    def compile_regions(self, **compile_kwargs) -> list[str]:
+        """Regional compilation, as ModernBERT's ``reference_compile``: ``torch.compile`` of every layer's
+        feed-forward network (``ffn``), every norm and the MLM prediction head (``cls``), module by module and in place
+        (``nn.Module.compile``: parameter names and the state dict unchanged; attention stays eager, its kernel chosen
+        per forward). A module inside one already compiled is left to it. Meant for CUDA (``--regional_compile``);
+        not measured yet against eager and whole-model compilation.
+
+        Args:
+            compile_kwargs: for ``torch.compile`` (default ``dynamic=True``: the sparse head's rows change every batch).
+
+        Returns:
+            The names of the compiled modules, in ``named_modules`` order.
+        """
+        compile_kwargs.setdefault("dynamic", True)
+        compiled: list[str] = []
+        for name, module in self.named_modules():
+            if any(name.startswith(f"{done}.") for done in compiled):
+                continue
+            if isinstance(module, (SesameBertMLMHead, nn.LayerNorm, nn.RMSNorm)) or name.endswith(".ffn"):
+                module.compile(**compile_kwargs)
+                compiled.append(name)
+        return compiled
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As ``PreTrainedModel.save_pretrained``; when the class is registered for an Auto class (importing
         ``modeling`` does it), ``config.json`` gets the ``auto_map`` of every SesameBert class, so that each
