@@ -34,8 +34,10 @@ first step a recorder on transformers' ``AttentionInterface`` (the project's reg
 ``LocalSequences`` and whether flash ran, ``LocalBlocks``, a 4-D mask tensor, ``None``); on CUDA one profiled step
 classifies the device kernels (flash, memory-efficient, cuDNN, triton/flex, math). **Asserts** that no local layer
 gets a 4-D mask tensor (``dense_local_layers`` 0), and on CUDA in bf16 the kernels of :func:`expected_kernels`.
-``--compiled``: ``torch.compile`` of the model; the first step's seconds (compilation) and dynamo's graph, break and
-recompilation counters, asserting no recompilation in the timed steps.
+``--compiled``: ``torch.compile`` of the model; ``--regional``: regional compilation (``compile_regions``: the
+feed-forward networks, norms and MLM head, module by module; results as ``"<case> regional"``); either way the first
+step's seconds (compilation) and dynamo's graph, break and recompilation counters, asserting no recompilation in the
+timed steps.
 """
 
 from __future__ import annotations
@@ -444,8 +446,9 @@ def build_model(config_name: str, length: int, vocab: int, dropout: float | None
     return model.to(device).train()
 
 
-def run_case(args, case: str) -> dict:
-    """One step case (module docstring)."""
+def run_case(args, case: str, mode: str = "eager") -> dict:
+    """One step case (module docstring); ``mode``: ``"eager"``, ``"whole"`` (``torch.compile`` of the model) or
+    ``"regional"`` (the model's ``compile_regions``: feed-forward networks, norms, MLM head)."""
     from training.mfu import FlopCounter, peak_flops
 
     device = torch.device(args.device)
@@ -457,18 +460,20 @@ def run_case(args, case: str) -> dict:
     real = int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
     model = build_model(config_name, length, args.vocab_size, dropout, device)
     flops = float(FlopCounter(model)(batch, real))
-    forward = torch.compile(model) if args.compiled else model
+    forward = torch.compile(model) if mode == "whole" else model
+    if mode == "regional":
+        model.compile_regions()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
     step = make_step(args, forward, optimizer, batch)  # forward under autocast, backward, AdamW, zero_grad
 
     result: dict = {"config": config_name, "length": length, "rows": batch["input_ids"].shape[0], "real_tokens": real}
-    result.update(masking=masking, attention_dropout=model.config.attention_probs_dropout_prob, compiled=args.compiled)
+    result.update(masking=masking, attention_dropout=model.config.attention_probs_dropout_prob, compiled=mode)
     from torch._dynamo.utils import counters as dynamo_counters
 
-    counters = dynamo_counters if args.compiled else None
+    counters = dynamo_counters if mode != "eager" else None
     recorder = KernelRecorder()
     started = time.perf_counter()
-    if args.compiled:
+    if mode != "eager":
         first_loss = step()
     else:
         with recorder:
@@ -534,8 +539,10 @@ def steps(args) -> dict:
     if torch.device(args.device).type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(0)
     ok = True
-    for case in args.cases:
-        result = run_case(args, case)
+    modes = ["whole"] * args.compiled + ["regional"] * args.regional or ["eager"]
+    for case, mode in ((case, mode) for case in args.cases for mode in modes):
+        result = run_case(args, case, mode)
+        case = case if mode != "regional" else f"{case} regional"
         if torch.device(args.device).type == "cuda":
             torch.cuda.empty_cache()  # the case's model and optimizer are gone
         report["cases"][case] = result
@@ -603,6 +610,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--compiled", action="store_true", help="step: torch.compile the model")
+    p.add_argument("--regional", action="store_true", help="step: regional compilation (compile_regions), too")
     p.add_argument("--profile", action="store_true", help="step: one profiled step per case (CUDA kernel classes)")
     args = p.parse_args(argv)
     if args.mixed_precision is None:

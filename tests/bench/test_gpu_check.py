@@ -78,7 +78,8 @@ def test_modern_phase_commands_carry_the_run_shape(tmp_path):
     step = plan["step"]
     assert step[step.index("--config_name") + 1] == "modernbert-base" and "--profile" in step
     assert step[step.index("--mixed_precision") + 1] == "bf16"
-    assert plan["compiled"][-5:] == ["--compiled", "--cases", "a", "--output", str(tmp_path / "modern_compiled.json")]
+    compiled = ["--compiled", "--regional", "--cases", "a", "--output", str(tmp_path / "modern_compiled.json")]
+    assert plan["compiled"][-6:] == compiled
     reference = plan["reference"]
     assert reference[reference.index("--lengths") + 1 : reference.index("--lengths") + 3] == ["1024", "8192"]
     assert {"transformers", "transformers_padding_free", "sesame_packed"} <= set(reference)
@@ -109,7 +110,8 @@ def test_modern_summary_from_the_phase_files(tmp_path):
     }
     _write(out / "modern_step.json", {"cases": cases})
     compiled = {"tokens_per_s": 320000.0, "mfu": 0.3, "first_step_s": 40.0, "checks": {"no recompilation": True}}
-    _write(out / "modern_compiled.json", {"cases": {"a": compiled}})
+    regional = {**compiled, "tokens_per_s": 250000.0, "first_step_s": 12.0}
+    _write(out / "modern_compiled.json", {"cases": {"a": compiled, "a regional": regional}})
     rates = {"transformers": 125000.0, "transformers_padding_free": 160000.0, "sesame_packed": 190000.0}
     losses = {"transformers": 10.3, "transformers_padding_free": 10.301, "sesame_packed": 10.305}
     result = {"length": 1024, "tokens_per_s": rates, "mfu": {v: r / 1e6 for v, r in rates.items()}}
@@ -125,6 +127,11 @@ def test_modern_summary_from_the_phase_files(tmp_path):
     assert modern["gpu"] == "NVIDIA H200"
     assert modern["figures"]["ours eager S1024 masking on"] == {"tokens_per_s": 200000.0, "mfu": 0.2}
     assert modern["figures"]["ours compiled S1024 masking on"]["first_step_s"] == 40.0
+    assert modern["figures"]["ours regional compiled S1024 masking on"] == {
+        "tokens_per_s": 250000.0,
+        "mfu": 0.3,
+        "first_step_s": 12.0,
+    }
     assert modern["figures"]["reference S1024"]["transformers"] == {"tokens_per_s": 125000.0, "mfu": 0.125}
     goals = modern["goals"]
     assert goals["ours compiled S1024 tokens/s (goal >= 312k)"] == 320000.0
