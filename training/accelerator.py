@@ -102,13 +102,14 @@ def prepare(accelerator, config: TrainingConfig, model: torch.nn.Module, optimiz
     """The model, optimizer and training DataLoader prepared by ``accelerator`` for the loop: the optimizer
     defaults to :func:`training.optim.optimizer_from_config`; gradient checkpointing is enabled first
     (``gradient_checkpointing``) and ``torch.compile`` applied after ``accelerator.prepare`` (``torch_compile``:
-    accelerate saves and loads the eager model it holds).
+    accelerate saves and loads the eager model it holds; ``regional_compile``: :func:`compile_regions`, in place).
 
     Returns:
         ``(model, optimizer, train_dataloader)`` as prepared.
 
     Raises:
-        InputError: ``gradient_checkpointing`` with a model that has none.
+        InputError: ``gradient_checkpointing`` with a model that has none; ``regional_compile`` with a model without
+            ``compile_regions``.
     """
     if optimizer is None:
         optimizer = optimizer_from_config(model, config)
@@ -117,7 +118,26 @@ def prepare(accelerator, config: TrainingConfig, model: torch.nn.Module, optimiz
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if config.torch_compile:  # after prepare: accelerate saves/loads the eager (prepared) model it holds
         model = torch.compile(model)
+    if config.regional_compile:
+        compile_regions(accelerator.unwrap_model(model))
     return model, optimizer, train_dataloader
+
+
+def compile_regions(model: torch.nn.Module) -> list[str]:
+    """``--regional_compile``: the model's own regional compilation (``model.compile_regions()``, in place).
+
+    Returns:
+        The names of the compiled modules.
+
+    Raises:
+        InputError: the model has no ``compile_regions``.
+    """
+    if not hasattr(model, "compile_regions"):
+        raise InputError(
+            f"--regional_compile: {type(model).__name__} has no compile_regions; expected a SesameBert model, or "
+            "use --torch_compile"
+        )
+    return model.compile_regions()
 
 
 def as_device_scalar(value, device) -> torch.Tensor:

@@ -114,6 +114,13 @@ class TrainingConfig:
     torch_compile: bool = arg(
         False, "compile the model with torch.compile (faster steps on a GPU after a compilation of a minute or so)"
     )
+    regional_compile: bool = arg(
+        False,
+        "compile the feed-forward layers, norms and MLM head module by module (ModernBERT's reference_compile; "
+        "models with compile_regions, e.g. SesameBert) instead of the whole model; meant for CUDA. Off by default: "
+        "not yet measured against eager and --torch_compile (no GPU where it was written; on the CPU inductor "
+        "compiles for minutes)",
+    )
     metric_for_best_model: str | None = arg(
         None,
         "evaluation metric that picks the best model and drives early "
@@ -149,6 +156,8 @@ class TrainingConfig:
             value = getattr(self, name)
             if value is not None and value < low:
                 raise InputError(f"--{name} {value}: expected an integer >= {low}")
+        if self.regional_compile and self.torch_compile:
+            raise InputError("--regional_compile with --torch_compile: expected one of them (both compile the model)")
         if self._is_set("learning_rate") and not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise InputError(f"--learning_rate {self.learning_rate}: expected a positive finite number")
         if self._is_set("warmup_ratio") and not 0.0 <= self.warmup_ratio < 1.0:

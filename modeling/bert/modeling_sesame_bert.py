@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers import initialization as init
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -48,47 +48,37 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .attention_sesame_bert import (
+from .attention_sesame_bert import (  # noqa: F401  (DocumentSequences ... document_sequences: this module's names too)
+    ATTENTION_PATHS,
     PACKED_SEQUENCE_KEYS,
     DocumentSequences,
-    LocalSequences,
+    MaskInputs,
     SinusoidalPositionEmbedding,
     apply_rotary,
     document_block_mask,
     document_dense_mask,
-    document_flex_attention,
     document_ids,
     document_mask_function,
     document_sequences,
-    document_varlen_attention,
     eager_attention_forward,
     flash_varlen_kwargs,
     local_attention_kernel,
     local_block_mask,
-    local_blocks,
-    local_eager_attention,
-    local_sdpa_attention,
-    local_varlen_attention,
     packed_documents_kernel,
     repeat_kv,
     rotary_embeddings,
     sinusoidal_table,
     sliding_window_mask,
-    token_groups,
 )
 from .configuration_sesame_bert import GLU_ACTS, SesameBertConfig
 
-#: The project's attention paths, registered with transformers' ``AttentionInterface`` under their own names (the
-#: model picks one per layer type once per forward, :meth:`SesameBertModel._attention`, and builds its metadata).
-KERNELS = {
-    "sesame_document_flex": document_flex_attention,
-    "sesame_document_varlen": document_varlen_attention,
-    "sesame_local_sdpa": local_sdpa_attention,
-    "sesame_local_eager": local_eager_attention,
-    "sesame_local_varlen": local_varlen_attention,
-}
-for _name, _kernel in KERNELS.items():
+#: The project's attention paths (:data:`ATTENTION_PATHS`): each kernel registered with transformers'
+#: ``AttentionInterface`` and its mask builder with ``AttentionMaskInterface``, under the path's own name (the model
+#: picks one per layer type once per forward, :meth:`SesameBertModel._attention`, and the path builds its metadata).
+for _name, (_kernel, _mask) in ATTENTION_PATHS.items():
     AttentionInterface.register(_name, _kernel)
+    AttentionMaskInterface.register(_name, _mask)
+KERNELS = {name: kernel for name, (kernel, _) in ATTENTION_PATHS.items()}
 #: :func:`packed_documents_kernel`'s answers -> the registered kernels of the full-attention layers
 FULL_KERNELS = {"document_flex": "sesame_document_flex", "document_varlen": "sesame_document_varlen"}
 
@@ -454,6 +444,29 @@ class SesameBertPreTrainedModel(PreTrainedModel):
         if isinstance(module, SinusoidalPositionEmbedding):
             init.copy_(module.table, sinusoidal_table(*module.table.shape, dtype=module.table.dtype))
 
+    def compile_regions(self, **compile_kwargs) -> list[str]:
+        """Regional compilation, as ModernBERT's ``reference_compile``: ``torch.compile`` of every layer's
+        feed-forward network (``ffn``), every norm and the MLM prediction head (``cls``), module by module and in place
+        (``nn.Module.compile``: parameter names and the state dict unchanged; attention stays eager, its kernel chosen
+        per forward). A module inside one already compiled is left to it. Meant for CUDA (``--regional_compile``);
+        not measured yet against eager and whole-model compilation.
+
+        Args:
+            compile_kwargs: for ``torch.compile`` (default ``dynamic=True``: the sparse head's rows change every batch).
+
+        Returns:
+            The names of the compiled modules, in ``named_modules`` order.
+        """
+        compile_kwargs.setdefault("dynamic", True)
+        compiled: list[str] = []
+        for name, module in self.named_modules():
+            if any(name.startswith(f"{done}.") for done in compiled):
+                continue
+            if isinstance(module, (SesameBertMLMHead, nn.LayerNorm, nn.RMSNorm)) or name.endswith(".ffn"):
+                module.compile(**compile_kwargs)
+                compiled.append(name)
+        return compiled
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As ``PreTrainedModel.save_pretrained``; when the class is registered for an Auto class (importing
         ``modeling`` does it), ``config.json`` gets the ``auto_map`` of every SesameBert class, so that each
@@ -561,9 +574,12 @@ class SesameBertModel(SesameBertPreTrainedModel):
         Full-attention layers run ``config._attn_implementation`` ("eager" for "sdpa" asked for the probabilities;
         for packed documents :func:`packed_documents_kernel`'s answer, its CUDA paths as ``"sesame_document_flex"``
         / ``"sesame_document_varlen"``); ``"sliding_attention"`` layers the kernel of :func:`local_attention_kernel`.
-        The batch's :data:`PACKED_SEQUENCE_KEYS` (the collator's, computed on the host) are taken out of
-        ``kernel_kwargs`` and used by the varlen paths instead of reading the sequences from the device; for
-        flash_attention_* with packed documents the varlen arguments are added to ``kernel_kwargs``."""
+        The project's paths (:data:`ATTENTION_PATHS`) build their own metadata: their builder registered under the
+        same name with transformers' ``AttentionMaskInterface``, on the batch's :class:`MaskInputs`; transformers'
+        implementations get theirs from :meth:`_attention_mask` / :meth:`_window_mask`. The batch's
+        :data:`PACKED_SEQUENCE_KEYS` (the collator's, computed on the host) are taken out of ``kernel_kwargs`` and used
+        by the varlen paths instead of reading the sequences from the device; for flash_attention_* with packed
+        documents the varlen arguments are added to ``kernel_kwargs``."""
         given = {key: kernel_kwargs.pop(key) for key in PACKED_SEQUENCE_KEYS if key in kernel_kwargs}
         choice = self.config._attn_implementation
         documents = None
@@ -574,75 +590,57 @@ class SesameBertModel(SesameBertPreTrainedModel):
             choice = "eager"
         keep = None if attention_mask is None else attention_mask.bool()
         kernels = {"full_attention": FULL_KERNELS.get(choice, choice)}
-        local = "sliding_attention" in self.config.attention_types()
-        if local:
+        if "sliding_attention" in self.config.attention_types():
             kernels["sliding_attention"] = local_attention_kernel(choice, embeddings.device)
-        sequences = None
-        if "sesame_document_varlen" in kernels.values() or "sesame_local_varlen" in kernels.values():
-            sequences = _sequences(embeddings, documents, keep, given)
-        masks = {"full_attention": self._attention_mask(embeddings, attention_mask, documents, keep, choice)}
-        masks["full_attention"] = sequences if choice == "document_varlen" else masks["full_attention"]
+        inputs = MaskInputs(self.config, tuple(embeddings.shape[:2]), embeddings.device, documents, keep, given)
+        masks = {}
+        for kind, name in kernels.items():
+            if name in ATTENTION_PATHS:  # the path's own builder, through transformers' mask interface
+                batch, length = inputs.shape
+                masks[kind] = ALL_MASK_ATTENTION_FUNCTIONS[name](
+                    batch, length, length, attention_mask=attention_mask, inputs=inputs, layer_type=kind
+                )
+            elif kind == "full_attention":
+                masks[kind] = self._attention_mask(embeddings, attention_mask, documents, keep, choice)
+            else:
+                masks[kind] = self._window_mask(name, embeddings, attention_mask, inputs, masks)
         if choice.startswith("flash_attention") and documents is not None:
             kernel_kwargs.update(given or flash_varlen_kwargs(documents, keep))
-        if local:
-            masks["sliding_attention"] = self._window_mask(
-                kernels["sliding_attention"], embeddings, attention_mask, documents, keep, sequences, masks
-            )
         return masks, kernels
 
-    def _window_mask(self, kernel, embeddings, attention_mask, documents, keep, sequences, masks):
-        """The mask metadata of the ``"sliding_attention"`` layers for their ``kernel``
-        (:func:`local_attention_kernel`): :class:`LocalBlocks`, :class:`LocalSequences` or a ``BlockMask`` of
-        :func:`local_block_mask` for the project's kernels (no (T, T) tensor), the full layers' for flash_attention_*
-        (the window goes to the kernel), and :func:`sliding_window_mask` for an implementation registered by the
-        user."""
-        window = self.config.local_attention
+    def _window_mask(self, kernel, embeddings, attention_mask, inputs: MaskInputs, masks):
+        """The mask of the ``"sliding_attention"`` layers for a ``kernel`` of transformers' (the project's paths
+        build their own, :data:`ATTENTION_PATHS`): the full layers' for flash_attention_* (the window goes to the
+        kernel), a ``BlockMask`` of :func:`local_block_mask` for "flex_attention" (no (T, T) tensor), and
+        :func:`sliding_window_mask` for an implementation registered by the user."""
         if kernel.startswith("flash_attention"):
             return masks["full_attention"]
-        if kernel not in KERNELS and kernel != "flex_attention":
-            return sliding_window_mask(self.config, embeddings, attention_mask, documents)
-        groups = token_groups(documents, keep, embeddings.shape[:2], embeddings.device)
-        if kernel in ("flex_attention", "sesame_document_flex"):
-            return local_block_mask(groups.expand(embeddings.shape[0], -1), window)
-        blocks = local_blocks(groups, window)
-        return LocalSequences(sequences, blocks) if kernel == "sesame_local_varlen" else blocks
+        if kernel == "flex_attention":
+            return local_block_mask(inputs.groups.expand(inputs.shape[0], -1), self.config.local_attention)
+        return sliding_window_mask(self.config, embeddings, attention_mask, inputs.documents)
 
     def _attention_mask(self, embeddings, attention_mask, documents, keep, choice: str):
-        """The mask of the full-attention layers for ``config._attn_implementation`` (see the class docstring) and
-        ``choice`` (the kernel chosen by :meth:`_attention`): ``None`` for flash with packed documents (the varlen
-        arguments go to the kernel), a ``BlockMask`` for ``"document_flex"``; the dense masks otherwise (``None`` for
-        ``"document_varlen"``, whose :class:`DocumentSequences` :meth:`_attention` sets)."""
+        """The mask of the full-attention layers for ``choice``, an implementation of transformers' (the kernel
+        chosen by :meth:`_attention`; the project's paths build their own, :data:`ATTENTION_PATHS`): the padding
+        mask of ``create_bidirectional_mask`` without packed documents; with them ``None`` for flash (the varlen
+        arguments go to the kernel), the dense :func:`document_dense_mask` for "sdpa" and "eager", and
+        ``create_bidirectional_mask`` with :func:`document_mask_function` for the others."""
         if documents is None:
             if attention_mask is None:
                 return None
             return create_bidirectional_mask(self.config, embeddings, attention_mask, allow_is_bidirectional_skip=False)
-        implementation = choice
-        if implementation == "document_flex":
-            return document_block_mask(documents, keep)
-        if implementation == "document_varlen" or implementation.startswith("flash_attention"):
+        if choice.startswith("flash_attention"):
             return None
-        if implementation in ("sdpa", "eager"):
+        if choice in ("sdpa", "eager"):
             return document_dense_mask(documents, keep)
-        if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:  # a mask function registered for it
+        if choice not in ALL_MASK_ATTENTION_FUNCTIONS:  # a mask function registered for it
             raise ValueError(
-                f"position_ids (packed documents) need a mask function for attn_implementation={implementation!r}: "
+                f"position_ids (packed documents) need a mask function for attn_implementation={choice!r}: "
                 "register one with transformers.AttentionMaskInterface.register, or leave position_ids out"
             )
         return create_bidirectional_mask(
             self.config, embeddings, attention_mask, and_mask_function=document_mask_function(documents, keep)
         )
-
-
-def _sequences(embeddings, documents, keep, given: dict) -> DocumentSequences:
-    """The sequences of the flattened (B * T) tokens for the varlen kernels: every row when there are no packed
-    documents and no padding (no device read), else :func:`document_sequences` (the documents and padding runs)."""
-    batch, length = embeddings.shape[:2]
-    if documents is None and keep is None:
-        starts = torch.arange(0, batch * length + 1, length, dtype=torch.int32, device=embeddings.device)
-        return DocumentSequences(starts, length)
-    if documents is None:
-        documents = torch.zeros(batch, length, dtype=torch.long, device=embeddings.device)
-    return document_sequences(documents, keep, given)
 
 
 def _extras(outputs) -> dict:

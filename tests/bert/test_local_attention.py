@@ -275,3 +275,55 @@ def test_flex_local_block_mask_is_the_reference_mask_and_runs(monkeypatch):
         assert len(calls) == 2 and all(torch.Size(s).numel() < LENGTH * LENGTH for _, s, _ in calls for s in s)
         _dense_reference(monkeypatch, "sesame_document_flex", documents, keep)
         torch.testing.assert_close(got[keep], reference(**batch).logits[keep], rtol=0, atol=1e-5)
+
+
+def test_each_path_builds_its_metadata_through_the_mask_interface(monkeypatch):
+    """Every project path is registered with transformers' ``AttentionMaskInterface`` (a new instance, the public
+    mapping, sees it) under its kernel's name, and the model takes the path's metadata from there: a builder registered
+    over it with the public ``register`` is what the kernel then gets (and the original, registered back, restores the
+    outputs bit for bit). Packed documents on the varlen path compute the shared sequences once per forward."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    masks = AttentionMaskInterface()
+    for name, (kernel, builder) in attention_sesame_bert.ATTENTION_PATHS.items():
+        assert masks[name] is builder and AttentionInterface()[name] is kernel
+    batch, documents, keep = _batch(packed=True)
+    model = _model("sdpa").eval()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    original = masks["sesame_local_sdpa"]
+    seen = []
+
+    def spy(*args, inputs, layer_type, **kwargs):
+        seen.append((layer_type, inputs.shape, inputs.documents is not None))
+        return original(*args, inputs=inputs, layer_type=layer_type, **kwargs)
+
+    AttentionMaskInterface.register("sesame_local_sdpa", spy)
+    try:
+        with torch.no_grad():
+            got = model(**batch).logits
+    finally:
+        AttentionMaskInterface.register("sesame_local_sdpa", original)
+    assert seen == [("sliding_attention", (2, LENGTH), True)]  # once per forward, not once per layer
+    assert torch.equal(got, expected)
+    # both varlen paths (full and local layers) share one computation of the sequences
+    calls = []
+    sequences = attention_sesame_bert.document_sequences
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return sequences(*args, **kwargs)
+
+    monkeypatch.setattr(attention_sesame_bert, "document_sequences", counting)
+    monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: "document_varlen")
+    with torch.no_grad():
+        model(**batch)
+    assert len(calls) == 1
+
+
+def test_no_private_transformers_mapping_in_the_model():
+    """The attention and mask interfaces are used through their public API only (issue 50, item 2)."""
+    for module in (attention_sesame_bert, modeling_sesame_bert):
+        source = open(module.__file__).read()
+        assert "_global_mapping" not in source and "_local_mapping" not in source

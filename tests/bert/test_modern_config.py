@@ -255,20 +255,92 @@ def test_peft_lora_on_a_modern_config():
     assert not torch.allclose(adapted, before)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rotary_equals_transformers_modernbert_bit_for_bit(dtype):
+def test_rotary_equals_transformers_modernbert_bit_for_bit():
     """:func:`apply_rotary` (the sign folded into the sines, a roll instead of negate + concatenate) gives exactly
-    transformers' ModernBERT ``apply_rotary_pos_emb`` (float32 arithmetic, rounded to the input dtype)."""
+    transformers' ModernBERT ``apply_rotary_pos_emb`` in float32."""
     from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
 
     from modeling.bert.attention_sesame_bert import apply_rotary, rotary_cos_sin
 
-    q, k = torch.randn(2, 4, 50, 16).to(dtype), torch.randn(2, 2, 50, 16).to(dtype)
+    q, k = torch.randn(2, 4, 50, 16), torch.randn(2, 2, 50, 16)
     cos, sin = rotary_cos_sin(torch.arange(50)[None], 16, 10000.0, torch.float32)
     for ours, theirs in zip(apply_rotary(q, k, cos, sin), apply_rotary_pos_emb(q, k, cos, sin)):
-        assert ours.dtype == dtype and torch.equal(ours, theirs)
+        assert ours.dtype == torch.float32 and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_rotary_in_its_own_dtype_within_its_rounding(dtype):
+    """bf16 / fp16 queries and keys are rotated in their own dtype (no float32 round trip): the values and the
+    gradients stay in the dtype and within a few of its roundings of the rotation computed in float64 (transformers'
+    ModernBERT, the float32 round trip, is within one): relative error below 2 epsilon and below 2x the round
+    trip's."""
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    from modeling.bert.attention_sesame_bert import apply_rotary, rotary_cos_sin
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 300, 32, generator=g).to(dtype), torch.randn(2, 2, 300, 32, generator=g).to(dtype)
+    cos, sin = rotary_cos_sin(torch.arange(300)[None], 32, 10000.0, torch.float32)
+    upstream = torch.randn(2, 4, 300, 32, generator=g)
+    eps = torch.finfo(dtype).eps
+
+    def rotated(fn, x_dtype, q=q, k=k):
+        q, k = (x.to(x_dtype).clone().requires_grad_() for x in (q, k))  # fresh leaves: no shared .grad
+        out_q, out_k = fn(q, k, cos.to(torch.float64) if x_dtype == torch.float64 else cos, sin.to(cos.dtype))
+        (out_q * upstream.to(x_dtype)).sum().backward()
+        return out_q, out_k, q.grad
+
+    exact = rotated(lambda q, k, c, s: apply_rotary_pos_emb(q, k, c.to(q.dtype), s.to(q.dtype)), torch.float64)
+    ours = rotated(apply_rotary, dtype)
+    theirs = rotated(apply_rotary_pos_emb, dtype)
+    for mine, reference, round_trip in zip(ours, exact, theirs):
+        assert mine.dtype == dtype
+        error = float((mine.double() - reference).norm() / reference.norm())
+        assert error < 2 * eps and error < 2 * float((round_trip.double() - reference).norm() / reference.norm())
 
 
 def _trained_by_lora(name: str) -> bool:
     """peft's trainable parameters of a ``SEQ_CLS`` LoRA model: the adapters and the task head it saves whole."""
     return "lora_" in name or "modules_to_save" in name
+
+
+def test_regional_compilation_keeps_the_weights_names_and_the_results():
+    """``compile_regions`` (``--regional_compile``) compiles every feed-forward network, norm and the MLM head in place:
+    the state dict's names are unchanged, and a training step gives the eager model's loss and gradients bit for bit
+    (dynamo's ``eager`` backend here: the graphs traced and run without inductor, which would compile for minutes on
+    the CPU). The flag: refused with ``--torch_compile`` and for a model without regions, in one line each."""
+    from core.errors import InputError
+    from training.accelerator import compile_regions
+    from training.config import TrainingConfig
+
+    torch.manual_seed(0)
+    config = SesameBertConfig(**micro_modern_kwargs(num_hidden_layers=2, layer_types=["full_attention"] * 2))
+    model = modeling.SesameBertForMaskedLM(config).train()
+    reference = modeling.SesameBertForMaskedLM(config).train()
+    reference.load_state_dict(model.state_dict())
+    keys = list(model.state_dict())
+    names = model.compile_regions(backend="eager")
+    assert names == [  # the first layer's attention norm is an identity (ModernBERT), the head's norm in the head
+        "bert.embeddings.norm",
+        "bert.encoder.layer.0.ffn",
+        "bert.encoder.layer.0.norm2",
+        "bert.encoder.layer.1.norm1",
+        "bert.encoder.layer.1.ffn",
+        "bert.encoder.layer.1.norm2",
+        "bert.encoder.final_norm",
+        "cls",
+    ]
+    assert list(model.state_dict()) == keys
+    ids = torch.randint(5, config.vocab_size, (2, 24))
+    losses = []
+    for m in (model, reference):
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss)
+    assert torch.equal(*losses)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    with pytest.raises(InputError, match="--regional_compile with --torch_compile"):
+        TrainingConfig(output_dir="", regional_compile=True, torch_compile=True)
+    with pytest.raises(InputError, match="--regional_compile: Linear has no compile_regions"):
+        compile_regions(torch.nn.Linear(2, 2))
