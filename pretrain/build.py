@@ -270,10 +270,10 @@ def _checked_overrides(config, model: ModelArguments):
     Raises:
         InputError: ``--rope_theta`` and a config whose ``position_embedding_type`` is not ``"rope"``.
     """
-    kind = getattr(config, "position_embedding_type", None)
-    if model.rope_theta is not None and kind != "rope":
+    kind, theta = getattr(config, "position_embedding_type", None), getattr(model, "rope_theta", None)
+    if theta is not None and kind != "rope":
         raise InputError(
-            f"--rope_theta {model.rope_theta:g}: the model has {kind or 'no'} position embeddings, no rotary base; "
+            f"--rope_theta {theta:g}: the model has {kind or 'no'} position embeddings, no rotary base; "
             "expected a rotary model (position_embedding_type rope, e.g. --config_name modernbert-base)"
         )
     return config

@@ -153,8 +153,9 @@ class Checkpointer:
         + 1 .. N + M of one warmup-stable-decay run.
 
         A context-extension phase may change the block length (the same text cut into longer blocks: the position
-        becomes the same share of the epoch, :func:`_batches_at_share`) and the model's global rotary base and
-        positions (:func:`phase_model_changes`); nothing else of the model or the data.
+        becomes the same share of the epoch, :func:`_batches_at_share`; the global batch in sequences may change with
+        it, e.g. to keep the tokens per step) and the model's global rotary base and positions
+        (:func:`phase_model_changes`); nothing else of the model or the data.
 
         Raises:
             InputError: a damaged checkpoint, another global batch or training set, another model config than
@@ -178,8 +179,12 @@ class Checkpointer:
             "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
             "per_device_train_batch_size": per_device_train_batch_size,
             "max_train_steps": saved.get("max_train_steps"),  # a phase has its own steps
-            "num_train_examples": saved.get("num_train_examples") if lengths else state.num_train_examples,
+            "num_train_examples": state.num_train_examples,
         }
+        if lengths:  # other blocks: their number and the sequences per step are the phase's own
+            geometry = ("num_processes", "gradient_accumulation_steps", "per_device_train_batch_size")
+            current.update({k: saved.get(k, current[k]) for k in geometry})
+            current["num_train_examples"] = saved.get("num_train_examples")
         check_resume_geometry(path, saved, current, flag)
         allow_dropout = self.config.allow_dropout_change
         check_resume_model(

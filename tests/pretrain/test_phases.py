@@ -161,11 +161,12 @@ def test_context_extension_phase_carries_weights_optimizer_and_position(
     corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch, caplog
 ):
     """A context-extension phase (ModernBERT: 1,024 -> 8,192 tokens, global rotary base 10k -> 160k): a 3-step
-    modernbert-tiny run at 32 tokens with global base 10,000, continued at 64 tokens with 160,000. At the phase's
-    start the model holds bitwise the checkpoint's weights, the optimizer its state (Adam's moments and step count),
-    and the data position is the same share of the epoch in the blocks of 64 (e examples of N consumed -> floor(e x
-    N' / N / 8) micro-batches of 8); the plan line says the new length and base; config.json has the new global base
-    and the old local one. Another change (the layer count) is still refused, so is a resume with another base."""
+    modernbert-tiny run at 32 tokens with global base 10,000, continued at 64 tokens with 160,000. At the phase's start
+    the model holds bitwise the checkpoint's weights, the optimizer its state (Adam's moments and step count), and the
+    data position is the same share of the epoch in the blocks of 64 (e examples of N consumed -> floor(e x N' / N / 4)
+    micro-batches of 4: the phase halves the sequences per step, keeping the tokens); the plan line says the new length
+    and base; config.json has the new global base and the old local one. Another change (the layer count) is still
+    refused, so is a resume with another base."""
     from safetensors.torch import load_file
 
     from training.checkpointer import Checkpointer
@@ -191,6 +192,7 @@ def test_context_extension_phase_carries_weights_optimizer_and_position(
     assert run_cli(main, [*stable_args, "--rope_theta", "10000"]) == 0
     ckpt = stable / "checkpoints" / "step_3"
     phase = ["--continue_from_checkpoint", str(ckpt), "--max_seq_length", "64", "--rope_theta", "160000"]
+    phase += ["--per_device_train_batch_size", "4"]  # the same tokens per step as 8 x 32
     ext_args = corpus_args(corpus_dir, ext, *common, "--max_train_steps", "1", *phase, config="modernbert-tiny")
     with caplog.at_level("INFO"):
         assert run_cli(main, ext_args) == 0
@@ -208,7 +210,7 @@ def test_context_extension_phase_carries_weights_optimizer_and_position(
     epoch, batches, n_now = seen["position"]
     consumed = saved_state["batches_in_epoch"] * 8
     assert n_now < saved_state["num_train_examples"], "the check can fail: longer blocks, fewer of them"
-    assert (epoch, batches) == (saved_state["epoch"], consumed * n_now // saved_state["num_train_examples"] // 8)
+    assert (epoch, batches) == (saved_state["epoch"], consumed * n_now // saved_state["num_train_examples"] // 4)
     assert batches >= 1
     configs = {d.name: json.loads((d / "config.json").read_text()) for d in (stable, ext)}
     assert (configs["stable"]["rope_theta"], configs["ext"]["rope_theta"]) == (10000, 160000)
