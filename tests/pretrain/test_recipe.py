@@ -18,7 +18,7 @@ from _launch import QUIET, corpus_args, hub_env
 
 from core.errors import InputError, run_cli
 from pretrain.cli import main, parse
-from pretrain.recipe import load_recipe, phase_commands
+from pretrain.recipe import load_recipe, phase_commands, split_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_alice_write_0123456789"  # the hub_url fixture's (conftest)
@@ -165,3 +165,38 @@ def test_demo_recipe_stopped_in_phase_two_resumes_and_pushes_each_phase(corpus_d
     assert {"stable", "ext", "decay"} <= set(result["branches"])
     assert [result[n]["rope_theta"] for n in ("stable", "ext", "decay")] == [10000, 160000, 160000]
     assert all(result[n]["same_as_local"] for n in ("stable", "ext", "decay"))
+
+
+def _readme_pretrain_commands(marker: str) -> list[list[str]]:
+    """The README's ``pretrain`` commands (shell-split, after ``pretrain``) in the bash blocks that contain
+    ``marker``."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        if marker not in block:
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if "pretrain" in words:
+                commands.append(words[words.index("pretrain") + 1 :])
+    return commands
+
+
+def test_readme_phase_commands_resolve(monkeypatch):
+    """The README's --recipe commands resolve into their phases (the shipped recipes, the flags as written), and its
+    context-extension commands parse with the documented base and lengths."""
+    monkeypatch.chdir(ROOT)
+    recipes = _readme_pretrain_commands("--recipe recipes/")
+    assert len(recipes) == 2
+    for argv in recipes:
+        recipe, rest = split_recipe(argv)
+        out, commands = phase_commands(recipe, rest, parse)
+        assert [phase.name for phase, _ in commands] == ["stable", "ext", "decay"] and out.startswith("outputs/")
+    stable, ext = _readme_pretrain_commands("--rope_theta 160000 --max_seq_length 512")
+    monkeypatch.setattr(
+        "training.checkpoint_files.check_checkpoint_path", lambda *a, **k: None
+    )  # no such checkpoint here
+    assert (parse(stable).model.rope_theta, parse(stable).corpus.max_seq_length) == (10000, 128)
+    assert (parse(ext).model.rope_theta, parse(ext).corpus.max_seq_length) == (160000, 512)
