@@ -278,18 +278,30 @@ def run_recipe(recipe: str | os.PathLike, argv: Sequence[str], main: Callable[[l
     Raises:
         InputError: a bad recipe or phase arguments (before anything is written), or a phase's own refusal.
     """
-    from accelerate.state import AcceleratorState, GradientState
-
-    from core.files import write_text_atomic
     from core.logs import setup_logging
     from pretrain.cli import parse
-    from training.checkpoint_files import checkpoint_dirs, resolve_checkpoint
+    from training.accelerator import keep_process_group
 
     output_dir, commands = phase_commands(recipe, argv, parse)
     setup_logging(int(os.environ.get("RANK", "0")) == 0)
+    tokenizer_given = _given(argv, "tokenizer_name", "model_name_or_path", "prepared_dataset")
+    with keep_process_group():  # one process group for all the phases (a second rendezvous would fail)
+        status = _run_phases(recipe, output_dir, commands, main, tokenizer_given)
+    if status == 0:
+        logger.info("recipe %s: %d phases finished in %s", recipe, len(commands), output_dir)
+    return status
+
+
+def _run_phases(recipe, output_dir: str, commands, main, tokenizer_given: bool) -> int:
+    """The phases of :func:`run_recipe`, in turn; the exit status (0, or the first phase's that is not 0)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from core.files import write_text_atomic
+    from pretrain.cli import parse
+    from training.checkpoint_files import checkpoint_dirs, resolve_checkpoint
+
     state_path = Path(output_dir) / STATE_FILE
     state = _read_state(state_path)
-    tokenizer_given = _given(argv, "tokenizer_name", "model_name_or_path", "prepared_dataset")
     previous: str | None = None
     for i, (phase, args) in enumerate(commands):
         folder = Path(output_dir) / phase.name
@@ -314,7 +326,7 @@ def run_recipe(recipe: str | os.PathLike, argv: Sequence[str], main: Callable[[l
                 run += ["--overwrite_output_dir"]
             what = f"starts from {previous}" if previous else "starts"
         logger.info("%s: %s", label, what)
-        AcceleratorState._reset_state()  # each phase makes its accelerator (the process group is kept)
+        AcceleratorState._reset_state()  # each phase makes its accelerator (keep_process_group: the same group)
         GradientState._reset_state()
         status = main(run)
         if status not in (None, 0):
@@ -323,7 +335,6 @@ def run_recipe(recipe: str | os.PathLike, argv: Sequence[str], main: Callable[[l
         state["finished"][phase.name] = {"checkpoint": previous}
         if int(os.environ.get("RANK", "0")) == 0:
             write_text_atomic(state_path, json.dumps(state, indent=2) + "\n")
-    logger.info("recipe %s: %d phases finished in %s", recipe, len(commands), output_dir)
     return 0
 
 

@@ -167,6 +167,26 @@ def test_demo_recipe_stopped_in_phase_two_resumes_and_pushes_each_phase(corpus_d
     assert all(result[n]["same_as_local"] for n in ("stable", "ext", "decay"))
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_recipe_under_accelerate_launch_with_two_processes(corpus_dir, bert_tokenizer, tmp_path):
+    """``accelerate launch`` (2 CPU processes) runs every phase in one process group (kept from phase to phase:
+    training.accelerator.keep_process_group); each later phase starts from the previous phase's last checkpoint."""
+    from _launch import run_pretrain
+
+    bert_tokenizer.save_pretrained(tmp_path / "tok")
+    out = tmp_path / "two"
+    args = corpus_args(corpus_dir, out, "--tokenizer_name", str(tmp_path / "tok"), "--max_train_tokens", "40000")
+    run_pretrain(2, ["--recipe", str(ROOT / "recipes" / "demo.yaml"), *args])
+    finished = json.loads((out / "recipe_state.json").read_text())["finished"]
+    assert list(finished) == ["stable", "ext", "decay"]
+    for before, after in (("stable", "ext"), ("ext", "decay")):
+        assert Path(finished[before]["checkpoint"]).parent == out / before / "checkpoints"
+        settings = json.loads((out / after / "run_config.json").read_text())
+        assert settings["continue_from_checkpoint"] == finished[before]["checkpoint"]
+    assert json.loads((out / "decay" / "config.json").read_text())["rope_theta"] == 160000
+
+
 def _readme_pretrain_commands(marker: str) -> list[list[str]]:
     """The README's ``pretrain`` commands (shell-split, after ``pretrain``) in the bash blocks that contain
     ``marker``."""
