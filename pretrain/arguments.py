@@ -133,6 +133,56 @@ class ModelArguments:
         choices=["unigram", "zeros"],
     )
 
+    @property
+    def config_overrides(self) -> dict[str, Any]:
+        """The model config fields given on the command line (:class:`PretrainModelArguments`; here none)."""
+        return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainModelArguments(ModelArguments):
+    """:class:`ModelArguments` with the config fields ``pretrain`` may set (a context-extension phase changes them)."""
+
+    rope_theta: float | None = arg(
+        None,
+        "global rotary base (rope_theta) of a rotary model, over its config's; local layers keep local_rope_theta. "
+        "A context-extension phase raises it: ModernBERT trains at 1,024 tokens with 10,000, then extends to 8,192 "
+        "with 160,000 (--continue_from_checkpoint with a longer --max_seq_length)",
+    )
+    max_position_embeddings: int | None = arg(
+        None,
+        "longest sequence the model takes, over its config's (a rotary model: no weights depend on it, so a "
+        "context-extension phase may raise it)",
+    )
+
+    def __post_init__(self) -> None:
+        theta, positions = self.rope_theta, self.max_position_embeddings
+        if theta is not None and not (theta > 1 and math.isfinite(theta)):
+            raise InputError(f"--rope_theta {theta}: expected a finite rotary base > 1")
+        if positions is not None and positions < 1:
+            raise InputError(f"--max_position_embeddings {positions}: expected an integer >= 1")
+
+    @property
+    def config_overrides(self) -> dict[str, Any]:
+        """The model config fields given (``--rope_theta``, ``--max_position_embeddings``)."""
+        given = {"rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings}
+        return {k: v for k, v in given.items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeArguments:
+    """Pretraining in phases from a recipe file (:mod:`pretrain.recipe`)."""
+
+    _argument_group_name: ClassVar[str] = "phases"
+
+    recipe: str | None = arg(
+        None,
+        "run the phases of this YAML recipe in turn (e.g. recipes/modernbert.yaml: stable, context extension, decay), "
+        "each a pretrain run with these flags and the phase's over them, in <output_dir>/<phase>, continuing the "
+        "previous phase's last checkpoint; run again after an interruption: finished phases are skipped, the "
+        "interrupted one resumes; with --push_to_hub each phase is a hub branch named after it",
+    )
+
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveArguments:
@@ -555,7 +605,9 @@ __all__ = [
     "ModelArguments",
     "ObjectiveArguments",
     "PretrainArguments",
+    "PretrainModelArguments",
     "PretrainTrainingArguments",
+    "RecipeArguments",
     "TrainDataArguments",
     "check_budget",
     "default_device_type",

@@ -223,8 +223,9 @@ def load_model_config(plan: PretrainArguments, **overrides):
     import modeling
 
     model = plan.model
+    overrides = {**overrides, **model.config_overrides}
     if model.model_name_or_path:
-        return _from_model_path(AutoConfig.from_pretrained, model)
+        return _checked_overrides(_from_model_path(AutoConfig.from_pretrained, model, **overrides), model)
     presets = sorted(plan.family.spec.presets)
     expected = f"expected a preset ({', '.join(presets)}), a config path or a hub repo id"
     name = model.config_name
@@ -252,12 +253,28 @@ def load_model_config(plan: PretrainArguments, **overrides):
             ) from err
         if local and not overrides:  # (build_model loads it again with the tokenizer's sizes: warned once)
             warn_unknown_fields(name, config)
+    _checked_overrides(config, model)
     if not plan.family.accepts(config):
         owner = next((f.name for f in FAMILIES.values() if f.accepts(config)), None)
         hint = f" (or --model_type {owner})" if owner else ""
         raise InputError(
             f"--config_name {name}: a {config.model_type} config; expected one for --model_type "
             f"{plan.family.name}{hint}"
+        )
+    return config
+
+
+def _checked_overrides(config, model: ModelArguments):
+    """``config``, refused when ``--rope_theta`` is given for a model without rotary positions (it would be ignored).
+
+    Raises:
+        InputError: ``--rope_theta`` and a config whose ``position_embedding_type`` is not ``"rope"``.
+    """
+    kind, theta = getattr(config, "position_embedding_type", None), getattr(model, "rope_theta", None)
+    if theta is not None and kind != "rope":
+        raise InputError(
+            f"--rope_theta {theta:g}: the model has {kind or 'no'} position embeddings, no rotary base; "
+            "expected a rotary model (position_embedding_type rope, e.g. --config_name modernbert-base)"
         )
     return config
 
@@ -383,7 +400,10 @@ def build_model(plan: PretrainArguments, tokenizer):
     model_args, auto = plan.model, plan.objective.auto_model_class()
     wrap = plan.objective.model_config  # e.g. rtd: the discriminator's config -> generator + discriminator
     if model_args.model_name_or_path:
-        kwargs = {} if wrap is None else {"config": wrap(load_model_config(plan))}
+        kwargs = {}
+        if wrap is not None or model_args.config_overrides:
+            config = load_model_config(plan)
+            kwargs["config"] = config if wrap is None else wrap(config)
         model = _from_model_path(auto.from_pretrained, model_args, **kwargs)
     else:
         overrides = {"vocab_size": len(tokenizer)}

@@ -20,10 +20,11 @@ from pretrain.arguments import (
     BudgetArguments,
     CorpusArguments,
     MaskingArguments,
-    ModelArguments,
     ObjectiveArguments,
     PretrainArguments,
+    PretrainModelArguments,
     PretrainTrainingArguments,
+    RecipeArguments,
     TrainDataArguments,
     resolve,
 )
@@ -40,7 +41,7 @@ DESCRIPTION = (
 )
 #: The argument dataclasses of ``pretrain``, in ``--help`` order.
 ARGUMENTS = (
-    ModelArguments,
+    PretrainModelArguments,
     CorpusArguments,
     TrainDataArguments,
     ObjectiveArguments,
@@ -48,6 +49,7 @@ ARGUMENTS = (
     HubArguments,
     PretrainTrainingArguments,
     BudgetArguments,
+    RecipeArguments,
 )
 
 
@@ -64,7 +66,7 @@ def parse(argv: Sequence[str] | None = None) -> PretrainArguments:
     Raises:
         InputError: refused values; a prepared dataset that does not fit the run.
     """
-    model, corpus, data, objective, masking, hub, training, budget = parse_arguments(
+    model, corpus, data, objective, masking, hub, training, budget, _ = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
     manifest = None
@@ -79,7 +81,20 @@ def parse(argv: Sequence[str] | None = None) -> PretrainArguments:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``pretrain``: one run, or with ``--recipe FILE`` the recipe's phases in turn (:mod:`pretrain.recipe`).
+    Returns the exit status.
+
+    Raises:
+        InputError: refused input (one line; exit status 2 under :func:`core.errors.run_cli`).
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import sys
+
+    from pretrain.recipe import run_recipe, split_recipe
+
+    recipe, rest = split_recipe(sys.argv[1:] if argv is None else argv)
+    if recipe is not None:
+        return run_recipe(recipe, rest, main)
     from accelerate.utils import set_seed
 
     from core.files import check_output_dir_reuse, check_sources_outside

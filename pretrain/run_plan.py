@@ -121,11 +121,32 @@ def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | No
             f"{valid_blocks} of {available} validation blocks: evaluations within "
             f"~{EVAL_SHARE:.0%} of the training blocks, --max_eval_samples to choose"
         )
-    logger.info(
-        "%s", run_plan.summary(f"{data} ({validation})", plan.training.learning_rate, plan.learning_rate_source)
-    )
+    phase = phase_phrase(plan, model)
+    data = f"{data} ({validation})" + (f", {phase}" if phase else "")
+    logger.info("%s", run_plan.summary(data, plan.training.learning_rate, plan.learning_rate_source))
     if not plan.demo and plan.model.model_name_or_path is None:
         warn_few_tokens(run_plan.total_tokens, n_params)
+
+
+def phase_phrase(plan: PretrainArguments, model) -> str | None:
+    """The plan line's phrase of a new phase (``--continue_from_checkpoint``; None otherwise): the checkpoint, and
+    what the phase changes, e.g. a context extension's ``blocks of 8192 tokens (were 1024), global rotary base
+    160000 (was 10000)``, read from the checkpoint's ``trainer_state.json`` (its data fingerprint and model config)."""
+    spec = plan.training.continue_from_checkpoint
+    if not spec:
+        return None
+    from training.checkpoint_files import read_state
+
+    saved = read_state(spec)
+    lengths = [e.get("value") for e in saved.get("data_fingerprint") or () if e.get("name") == "max_seq_length"]
+    changes = []
+    if lengths and str(plan.corpus.max_seq_length) != lengths[0]:
+        changes.append(f"blocks of {plan.corpus.max_seq_length} tokens (were {lengths[0]})")
+    old, new = (saved.get("model_config") or {}).get("rope_theta"), getattr(model.config, "rope_theta", None)
+    if getattr(model.config, "position_embedding_type", None) == "rope" and old is not None and old != new:
+        changes.append(f"global rotary base {new:g} (was {old:g})")
+    what = ", ".join(changes) or "the same blocks and model"
+    return f"a new phase from {spec} (step {saved.get('global_step')} of its run): {what}"
 
 
 def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKENS_PER_PARAMETER) -> bool:
@@ -153,6 +174,7 @@ __all__ = [
     "MIN_TOKENS_PER_PARAMETER",
     "log_plan",
     "make_run_plan",
+    "phase_phrase",
     "time_budget_steps",
     "warn_few_tokens",
 ]

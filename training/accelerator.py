@@ -4,7 +4,9 @@ project folder, gloo on the loopback interface, CPU when no accelerator device i
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -190,8 +192,27 @@ def replica_difference(accelerator, model: torch.nn.Module) -> float:
     return float((gathered - gathered[0]).abs().max())
 
 
+#: While true (:func:`keep_process_group`), :func:`finish` leaves the process group for the next run in the process.
+_KEEP_PROCESS_GROUP = [False]
+
+
+@contextlib.contextmanager
+def keep_process_group() -> Iterator[None]:
+    """Several runs in one process (``pretrain --recipe``'s phases): :func:`finish` keeps the process group for the
+    next run (made again, a second rendezvous on torchrun's store would read the first one's stale addresses) and it is
+    destroyed when the block ends."""
+    _KEEP_PROCESS_GROUP[0] = True
+    try:
+        yield
+    finally:
+        _KEEP_PROCESS_GROUP[0] = False
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 def finish(accelerator, *holders: Any) -> None:
-    """Clean shutdown: end trackers, drop references held by the accelerator, destroy the process group.
+    """Clean shutdown: end trackers, drop references held by the accelerator, destroy the process group (unless
+    inside :func:`keep_process_group`).
 
     Call after saving; delete your own references to the model/optimizer first (``holders`` such as the
     :class:`training.loop.Trainer` have theirs cleared). Destroying the process group avoids gloo's abort at exit.
@@ -201,9 +222,13 @@ def finish(accelerator, *holders: Any) -> None:
         for name in ("model", "optimizer", "scheduler", "train_dataloader"):
             if hasattr(holder, name):
                 setattr(holder, name, None)
-    accelerator.end_training()
+    if _KEEP_PROCESS_GROUP[0]:  # accelerator.end_training() without its destroy_process_group()
+        for tracker in accelerator.trackers:
+            tracker.finish()
+    else:
+        accelerator.end_training()
     accelerator.free_memory()
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and not _KEEP_PROCESS_GROUP[0]:
         torch.distributed.destroy_process_group()
 
 
@@ -213,6 +238,7 @@ __all__ = [
     "enable_gradient_checkpointing",
     "finish",
     "inner_optimizer",
+    "keep_process_group",
     "make_accelerator",
     "prepare",
     "reduce_sum",

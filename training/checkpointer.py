@@ -54,6 +54,14 @@ PHASE_SETTINGS = (
     "decoupled_weight_decay",
 )
 
+#: The model config fields a new phase may change (a context-extension phase: ModernBERT raises the global rotary
+#: base from 10,000 to 160,000 when it extends the context from 1,024 to 8,192 tokens); ``max_position_embeddings``
+#: only with rotary positions (a learned table's shape depends on it). Everything else is refused.
+PHASE_MODEL_CHANGES = ("rope_theta", "max_position_embeddings")
+
+#: The data settings (:func:`training.data.fingerprint_sources` entries) a new phase may change: the block length.
+PHASE_DATA_CHANGES = ("max_seq_length",)
+
 
 class Checkpointer:
     """``<output_dir>/checkpoints/step_N`` of one run (what it guarantees: this module's docstring).
@@ -144,10 +152,16 @@ class Checkpointer:
         step-N checkpoint of a constant-after-warmup run takes the very steps, batches and learning rates of steps N
         + 1 .. N + M of one warmup-stable-decay run.
 
+        A context-extension phase may change the block length (the same text cut into longer blocks: the position
+        becomes the same share of the epoch, :func:`_batches_at_share`; the global batch in sequences may change with
+        it, e.g. to keep the tokens per step) and the model's global rotary base and positions
+        (:func:`phase_model_changes`); nothing else of the model or the data.
+
         Raises:
-            InputError: a damaged checkpoint, another global batch or training set, another model config
-                (:func:`check_resume_model`), other training data, other optimizer settings (learning rate, weight
-                decay, betas, epsilon, ``--optim``), or one that does not fit the model/optimizer.
+            InputError: a damaged checkpoint, another global batch or training set, another model config than
+                :func:`phase_model_changes` allows (:func:`check_resume_model`), other training data, other
+                optimizer settings (learning rate, weight decay, betas, epsilon, ``--optim``), or one that does not
+                fit the model/optimizer.
         """
         spec, acc, flag = self.config.continue_from_checkpoint, self.accelerator, "--continue_from_checkpoint"
         if not spec:
@@ -157,6 +171,9 @@ class Checkpointer:
         if damaged or incomplete:
             raise InputError(f"{flag} {spec}: damaged checkpoint ({damaged or incomplete}); expected an intact one")
         saved = ckpt.read_state(path)
+        lengths = phase_data_changes(saved.get("data_fingerprint"), state.data_fingerprint)
+        if lengths:  # another block length: the same text cut into other blocks; compared as the checkpoint's
+            saved = dict(saved, data_fingerprint=state.data_fingerprint)
         current = {
             "num_processes": acc.num_processes,
             "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
@@ -164,10 +181,20 @@ class Checkpointer:
             "max_train_steps": saved.get("max_train_steps"),  # a phase has its own steps
             "num_train_examples": state.num_train_examples,
         }
+        if lengths:  # other blocks: their number and the sequences per step are the phase's own
+            geometry = ("num_processes", "gradient_accumulation_steps", "per_device_train_batch_size")
+            current.update({k: saved.get(k, current[k]) for k in geometry})
+            current["num_train_examples"] = saved.get("num_train_examples")
         check_resume_geometry(path, saved, current, flag)
         allow_dropout = self.config.allow_dropout_change
         check_resume_model(
-            path, saved.get("model_config"), state.model_config, allow_dropout, acc.is_main_process, flag
+            path,
+            saved.get("model_config"),
+            state.model_config,
+            allow_dropout,
+            acc.is_main_process,
+            flag,
+            phase_changes=phase_model_changes(saved.get("model_config"), state.model_config),
         )
         check_pickles(path, acc.process_index)
         _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
@@ -175,7 +202,10 @@ class Checkpointer:
             group["lr"] = lr  # the loaded optimizer holds the earlier run's last rate
         check_resume_settings(path, saved, state, warn=acc.is_main_process, keys=PHASE_SETTINGS, flag=flag)
         state.epoch = int(saved.get("epoch", 0))
-        state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
+        if lengths:
+            state.batches_in_epoch = _batches_at_share(saved, state, per_device_train_batch_size, acc.num_processes)
+        else:
+            state.batches_in_epoch = _batches_in_epoch(saved, per_device_train_batch_size, acc.num_processes)
         if acc.is_main_process:
             logger.info(
                 "a new phase from %s (step %s of the run that wrote it; epoch %d, %d micro-batches in): its weights, "
@@ -216,6 +246,52 @@ class Checkpointer:
             )
         record = next(e for e in reversed(state.eval_history) if e["step"] == best)
         return {k: v for k, v in record.items() if k != "step"}
+
+
+def _batches_at_share(saved: Mapping[str, Any], state: TrainerState, per_device_train_batch_size: int, P: int) -> int:
+    """The micro-batches per process of a new phase with another block length (its training set re-cut into
+    ``state.num_train_examples`` blocks) that cover the share of the epoch the checkpoint had consumed: ``floor(e x
+    N' / N / (b' x P'))`` for ``e`` examples consumed of the checkpoint's ``N`` (a stream, ``N`` unknown: 0, the
+    stream is read from its start)."""
+    n_saved, n_now = saved.get("num_train_examples"), state.num_train_examples
+    if not n_saved or not n_now:
+        return 0
+    consumed = int(saved.get("batches_in_epoch", 0)) * int(saved.get("per_device_train_batch_size", 1))
+    consumed *= int(saved.get("num_processes", 1))
+    return consumed * int(n_now) // (int(n_saved) * per_device_train_batch_size * P)
+
+
+def phase_data_changes(
+    saved: list[Mapping[str, Any]] | None, current: list[Mapping[str, Any]] | None
+) -> dict[str, tuple[str, str]]:
+    """The :data:`PHASE_DATA_CHANGES` settings that differ between a checkpoint's data fingerprint and this run's,
+    as ``{name: (saved value, current value)}``, when they are the only difference ({} otherwise: the usual data
+    check then names what changed)."""
+    if not saved or not current or len(saved) != len(current):
+        return {}
+    changes = {}
+    for old, new in zip(saved, current):
+        if old == new:
+            continue
+        if old.get("name") != new.get("name") or old.get("name") not in PHASE_DATA_CHANGES:
+            return {}
+        changes[old["name"]] = (old.get("value"), new.get("value"))
+    return changes
+
+
+def phase_model_changes(saved: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The model config fields a new phase from a checkpoint with ``saved`` (:func:`model_architecture`) may change
+    to ``current``: :data:`PHASE_MODEL_CHANGES`, without ``max_position_embeddings`` unless both use rotary
+    positions, and without ``rope_theta`` when a local layer takes its base from it (``local_rope_theta`` unset):
+    the local base would change too."""
+    if not saved or not current:
+        return ()
+    rotary = saved.get("position_embedding_type") == current.get("position_embedding_type") == "rope"
+    allowed = [f for f in PHASE_MODEL_CHANGES if rotary or f != "max_position_embeddings"]
+    local = "sliding_attention" in (current.get("layer_types") or ())
+    if local and current.get("local_rope_theta") is None:
+        allowed.remove("rope_theta")
+    return tuple(allowed)
 
 
 def _batches_in_epoch(saved: Mapping[str, Any], per_device_train_batch_size: int, num_processes: int) -> int:
@@ -437,6 +513,7 @@ def check_resume_model(
     allow_dropout_change: bool = False,
     warn: bool = True,
     flag: str = "--resume_from_checkpoint",
+    phase_changes: tuple[str, ...] = (),
 ) -> None:
     """Refuse a resume whose model differs from the checkpoint's in any architecture field (the weights would be
     loaded into another network: another attention window, rotary base, activation, norm, layer layout, ...; a
@@ -448,19 +525,23 @@ def check_resume_model(
         saved: the checkpoint's ``model_config`` (:func:`model_architecture`); None (a checkpoint of an older
             version, or a model without a config): nothing to compare.
         current: this run's. ``flag``: the flag named in the error.
+        phase_changes: fields allowed to differ (a new phase: :func:`phase_model_changes`), e.g. the rotary base of
+            a context-extension phase.
 
     Raises:
         InputError: one line naming each changed field, the checkpoint's value and this run's.
     """
     if saved is None or current is None:
         return
-    differ = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+    differ = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k) and k not in phase_changes]
     dropout = [k for k in differ if is_dropout_field(k)]
     refused = [k for k in differ if not (allow_dropout_change and k in dropout)]
     if refused:
         changes = "; ".join(f"{k} {_value(saved.get(k))} -> {_value(current.get(k))}" for k in refused[:4])
         more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
         hint = " (--allow_dropout_change accepts other dropout probabilities)" if set(refused) <= set(dropout) else ""
+        if phase_changes:
+            hint += f"; a new phase may change only {', '.join(phase_changes)}"
         raise InputError(
             f"{flag} {path}: the model config differs from the checkpoint's ({changes}{more}); "
             f"expected the checkpoint's model config{hint} (start a new run for another model)"
@@ -475,6 +556,8 @@ def check_resume_model(
 
 __all__ = [
     "NOT_ARCHITECTURE",
+    "PHASE_DATA_CHANGES",
+    "PHASE_MODEL_CHANGES",
     "PHASE_SETTINGS",
     "Checkpointer",
     "check_pickles",
@@ -483,4 +566,6 @@ __all__ = [
     "check_resume_settings",
     "is_dropout_field",
     "model_architecture",
+    "phase_data_changes",
+    "phase_model_changes",
 ]

@@ -83,7 +83,8 @@ class TrainingConfig:
         "start a new phase from a checkpoint of an earlier run (e.g. a decay phase after a stable one): its weights, "
         "optimizer state, random states and position in the training data, with this run's steps and schedule "
         "(e.g. --lr_scheduler_type warmup_stable_decay_1sqrt --num_warmup_steps 0 --num_decay_steps M "
-        "--max_train_steps M); the same data, global batch and optimizer settings",
+        "--max_train_steps M); the same data, global batch and optimizer settings, except that a context-extension "
+        "phase may cut the data into longer blocks (--max_seq_length), with another global batch and rotary base",
     )
     ignore_checkpoint_integrity: bool = arg(
         False,

@@ -33,13 +33,19 @@ SCHEDULERS = {
     "constant_with_warmup": "constant_with_warmup",
     "warmup_stable_decay": "warmup_stable_decay",
     "warmup_stable_decay_1sqrt": "warmup_stable_decay",
+    "decay_1sqrt": "warmup_stable_decay",
 }
 
 #: Warmup-stable-decay schedules: ``--lr_scheduler_type`` -> (decay shape of ``transformers.get_wsd_schedule``,
 #: default decay steps in percent of the run). ``1-sqrt``: lr factor 1 - sqrt(t / decay steps) over the last 20%
 #: (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations", sec. 3: a
-#: 1-sqrt cooldown over 20% of the run matches or beats a cosine schedule of the same length).
-WSD_DECAY = {"warmup_stable_decay": ("cosine", 10), "warmup_stable_decay_1sqrt": ("1-sqrt", 20)}
+#: 1-sqrt cooldown over 20% of the run matches or beats a cosine schedule of the same length). ``decay_1sqrt``: the
+#: 1-sqrt decay over the whole run after its warmup (a decay phase, ModernBERT's learning-rate-decay phase).
+WSD_DECAY = {
+    "warmup_stable_decay": ("cosine", 10),
+    "warmup_stable_decay_1sqrt": ("1-sqrt", 20),
+    "decay_1sqrt": ("1-sqrt", 100),
+}
 
 #: Module types whose parameters are never decayed (normalisation layers).
 _NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
@@ -186,7 +192,8 @@ def create_scheduler(
         name: a key of :data:`SCHEDULERS` (``linear``: linear warmup then linear decay to 0; ``cosine``: linear
             warmup then half-cosine to 0; ``constant_with_warmup``; ``constant``; ``warmup_stable_decay``:
             linear warmup, constant, then cosine decay to 0 over ``num_decay_steps``;
-            ``warmup_stable_decay_1sqrt``: the same with the decay 1 - sqrt(progress), :data:`WSD_DECAY`).
+            ``warmup_stable_decay_1sqrt``: the same with the decay 1 - sqrt(progress), :data:`WSD_DECAY`;
+            ``decay_1sqrt``: that decay over all the steps after warmup, a decay phase).
         num_warmup_steps: optimizer steps of linear warmup from 0 to the peak learning rate.
         num_training_steps: optimizer steps of the whole run (the loop's ``max_train_steps``).
         num_decay_steps: warmup-stable-decay schedules only; default 10% (cosine) / 20% (1-sqrt) of

@@ -139,7 +139,8 @@ def _training_phases(args, costs: dict) -> list[dict]:
         {
             "phase": "pretraining",
             "seconds": pretraining,
-            "detail": f"{r} repeat(s) x {k} recipe(s), {run_s['recipe']:.0f} s of steps per run, {points} curve "
+            "detail": f"{r} repeat(s) x {k} recipe(s) ({', '.join(args.recipe_table)}), {run_s['recipe']:.0f} s of "
+            f"steps per run, {points} curve "
             f"points (reference: scored in its process; ours: saved, then scored in the bench){sized}",
         },
     ]

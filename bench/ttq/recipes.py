@@ -9,6 +9,10 @@ from pathlib import Path
 
 from .common import flag_value
 
+#: sesame-modern in micro-batches of 8 blocks x 4 accumulation (the bench's default 32 blocks per step).
+_MODERN_8X4 = ["--config_name", "modernbert-tiny", "--per_device_train_batch_size", "8"]
+_MODERN_8X4 += ["--gradient_accumulation_steps", "4"]
+
 #: Our recipes: name -> the ``python -m pretrain`` flags added to ``--prepared_dataset D/prepared --config_name SHAPE
 #: --per_device_train_batch_size B`` and the bench's run flags (:data:`BENCH_FLAGS` may not be set by a recipe).
 #: ``note`` says what the recipe is. ``--recipe_flags NAME='--flag v ...'`` adds one for a single invocation.
@@ -40,6 +44,37 @@ RECIPES: dict[str, dict] = {
         note="the default with the ModernBERT-class preset modernbert-tiny (issue 41: pre-LN without biases, GeGLU, "
         "RoPE, local attention in a 64-token window on two layers of three; 4.31M parameters against bert-tiny's "
         "4.35M at vocab 30,000) and its default lr (pre-LN: 1e-3); with --model_shape bert-tiny",
+    ),
+    # issue 52, item 5: ModernBERT's training choices, each alone on top of sesame-modern
+    "sesame-modern-stable-adamw": dict(
+        flags=[
+            "--config_name",
+            "modernbert-tiny",
+            "--optim",
+            "stable_adamw",
+            "--decoupled_weight_decay",
+            "--weight_decay",
+            "1e-5",
+        ],
+        note="sesame-modern with StableAdamW (torch-optimi, ModernBERT's optimizer) and decoupled weight decay 1e-5 "
+        "(ModernBERT's): at the peak lr 1e-3 the same decay per step as sesame-modern's AdamW with 0.01 "
+        "(1e-3 x 0.01), so the optimizer is what differs",
+    ),
+    "sesame-modern-mask30to15": dict(
+        flags=["--config_name", "modernbert-tiny", "--mlm_probability", "0.3", "--mlm_probability_end", "0.15"],
+        note="sesame-modern with the masking rate lowered linearly from 30% to 15% over the run (Ettin / mmBERT "
+        "lower it per phase); the held-out scoring keeps one rate, so curves compare",
+    ),
+    "sesame-modern-bsw": dict(
+        flags=[*_MODERN_8X4, "--batch_size_warmup_tokens", "100000"],
+        note="sesame-modern with a batch-size warmup: 8 -> 32 blocks per step over the first 100k tokens (~10% of a "
+        "10-minute CPU run; ModernBERT: 50B of 1.7T), in micro-batches of 8 x 4 accumulation; compare with "
+        "sesame-modern-8x4 (the same micro-batches, no warmup) and sesame-modern (one batch of 32) at --batch_size 32",
+    ),
+    "sesame-modern-8x4": dict(
+        flags=_MODERN_8X4,
+        note="sesame-modern in micro-batches of 8 x 4 accumulation (32 blocks per step), no batch-size warmup: the "
+        "control of sesame-modern-bsw",
     ),
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(

@@ -208,6 +208,52 @@ def test_recipes_and_flags():
     assert ttq.runs.save_steps(10, 4) == [3, 6, 9, 10]
 
 
+ISSUE_52 = ("sesame-modern-stable-adamw", "sesame-modern-mask30to15", "sesame-modern-bsw", "sesame-modern-8x4")
+
+
+def test_issue_52_recipes_are_sesame_modern_with_one_change_each(tmp_path, capsys):
+    """The item-5 recipes (issue 52) resolve through pretrain's own parser into sesame-modern plus one change each
+    (StableAdamW + decoupled weight decay; masking 30% -> 15%; a batch-size warmup, and its control with the same
+    micro-batches: 8 x 4 = the bench's default 32 blocks per step), and --plan_only lists them by name."""
+    from pretrain.cli import parse
+
+    base = [
+        "--train_file",
+        str(tmp_path / "t.txt"),
+        "--output_dir",
+        str(tmp_path / "o"),
+        "--per_device_train_batch_size",
+    ]
+    plans = {
+        n: parse([*base, "32", *f]) for n, f in ttq.recipes.select_recipes(["sesame-modern", *ISSUE_52], []).items()
+    }
+    modern = plans.pop("sesame-modern")
+
+    def changed(plan):
+        return {
+            k: v
+            for part in ("training", "masking")
+            for k, v in vars(getattr(plan, part)).items()
+            if getattr(getattr(modern, part), k) != v
+        }
+
+    assert changed(plans["sesame-modern-stable-adamw"]) == {
+        "optim": "stable_adamw",
+        "decoupled_weight_decay": True,
+        "weight_decay": 1e-5,
+    }
+    assert changed(plans["sesame-modern-mask30to15"]) == {"mlm_probability_end": 0.15}
+    assert modern.masking.mlm_probability == 0.3
+    control = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}
+    assert changed(plans["sesame-modern-8x4"]) == control
+    assert changed(plans["sesame-modern-bsw"]) == {**control, "batch_size_warmup_tokens": 100000}
+    argv = ["--train_file", "t.txt", "--validation_file", "v.txt", "--glue_dir", str(tmp_path)]
+    argv += ["--output_dir", str(tmp_path / "b"), "--budget_minutes", "10"]
+    plan = ttq.cli.parse_args([*argv, "--recipes", "sesame-modern", *ISSUE_52, "--plan_only"])
+    ttq.plan.print_plan(plan, "h100")
+    assert f"5 recipe(s) (sesame-modern, {', '.join(ISSUE_52)})" in capsys.readouterr().out
+
+
 def test_shapes_are_the_presets():
     import modeling
 

@@ -49,3 +49,21 @@ def corpus_tools():
     import types
 
     return types.SimpleNamespace(write_corpus=write_corpus, random_documents=random_documents)
+
+
+@pytest.fixture
+def hub_url():
+    """The URL of the project's Hub-compatible test server (tests/hub/hub_server.py) on 127.0.0.1, with one write
+    token ``hf_alice_write_0123456789`` for user alice; stopped after the test."""
+    from _launch import load_module
+
+    path = Path(__file__).resolve().parents[1] / "hub" / "hub_server.py"
+    server = (
+        load_module(path, "sesame_tests_hub_server_for_pretrain")
+        .HubServer({"hf_alice_write_0123456789": ("alice", "write")})
+        .start()
+    )
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -5,6 +5,7 @@ bitwise equal to the uninterrupted run."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -154,3 +155,72 @@ def test_stable_then_decay_phase_is_one_warmup_stable_decay_run(
     assert run_cli(main, corpus_args(corpus_dir, tmp_path / "other", *common, *phase, "--learning_rate", "1e-3")) == 2
     error = capsys.readouterr().err
     assert "--continue_from_checkpoint" in error and "optimizer settings differ" in error and "learning_rate" in error
+
+
+def test_context_extension_phase_carries_weights_optimizer_and_position(
+    corpus_dir, bert_tokenizer, tmp_path, fresh_state, monkeypatch, caplog
+):
+    """A context-extension phase (ModernBERT: 1,024 -> 8,192 tokens, global rotary base 10k -> 160k): a 3-step
+    modernbert-tiny run at 32 tokens with global base 10,000, continued at 64 tokens with 160,000. At the phase's start
+    the model holds bitwise the checkpoint's weights, the optimizer its state (Adam's moments and step count), and the
+    data position is the same share of the epoch in the blocks of 64 (e examples of N consumed -> floor(e x N' / N / 4)
+    micro-batches of 4: the phase halves the sequences per step, keeping the tokens); the plan line says the new length
+    and base; config.json has the new global base and the old local one. Another change (the layer count) is still
+    refused, so is a resume with another base."""
+    from safetensors.torch import load_file
+
+    from training.checkpointer import Checkpointer
+
+    seen = {}
+    original = Checkpointer.start_phase
+
+    def spy(self, state, scheduler, per_device_train_batch_size):
+        path = original(self, state, scheduler, per_device_train_batch_size)
+        if path is not None:
+            model, optimizer = self.accelerator._models[0], self.accelerator._optimizers[0]
+            seen.update(
+                weights={k: v.detach().clone() for k, v in model.state_dict().items()},
+                optimizer=copy.deepcopy(optimizer.state_dict()),
+                position=(state.epoch, state.batches_in_epoch, state.num_train_examples),
+            )
+        return path
+
+    monkeypatch.setattr(Checkpointer, "start_phase", spy)
+    common = [*_tokenizer_args(bert_tokenizer, tmp_path), "--learning_rate", "2e-3", "--num_warmup_steps", "1"]
+    stable, ext = tmp_path / "stable", tmp_path / "ext"
+    stable_args = corpus_args(corpus_dir, stable, *common, *checkpoint_args(3, 3), config="modernbert-tiny")
+    assert run_cli(main, [*stable_args, "--rope_theta", "10000"]) == 0
+    ckpt = stable / "checkpoints" / "step_3"
+    phase = ["--continue_from_checkpoint", str(ckpt), "--max_seq_length", "64", "--rope_theta", "160000"]
+    phase += ["--per_device_train_batch_size", "4"]  # the same tokens per step as 8 x 32
+    ext_args = corpus_args(corpus_dir, ext, *common, "--max_train_steps", "1", *phase, config="modernbert-tiny")
+    with caplog.at_level("INFO"):
+        assert run_cli(main, ext_args) == 0
+    saved_weights = load_file(ckpt / "model.safetensors")
+    assert saved_weights and set(saved_weights) <= set(seen["weights"])
+    for name, tensor in saved_weights.items():
+        assert torch.equal(seen["weights"][name], tensor), name
+    saved_opt = torch.load(ckpt / "optimizer.bin", weights_only=True)
+    assert saved_opt["state"].keys() == seen["optimizer"]["state"].keys()
+    for key, tensors in saved_opt["state"].items():
+        for name, value in tensors.items():
+            assert torch.equal(torch.as_tensor(seen["optimizer"]["state"][key][name]), torch.as_tensor(value))
+    assert int(torch.as_tensor(next(iter(saved_opt["state"].values()))["step"])) == 3
+    saved_state = json.loads((ckpt / "trainer_state.json").read_text())
+    epoch, batches, n_now = seen["position"]
+    consumed = saved_state["batches_in_epoch"] * 8
+    assert n_now < saved_state["num_train_examples"], "the check can fail: longer blocks, fewer of them"
+    assert (epoch, batches) == (saved_state["epoch"], consumed * n_now // saved_state["num_train_examples"] // 4)
+    assert batches >= 1
+    configs = {d.name: json.loads((d / "config.json").read_text()) for d in (stable, ext)}
+    assert (configs["stable"]["rope_theta"], configs["ext"]["rope_theta"]) == (10000, 160000)
+    assert configs["ext"]["local_rope_theta"] == configs["stable"]["local_rope_theta"] == 10000
+    assert "blocks of 64 tokens (were 32), global rotary base 160000 (was 10000)" in caplog.text
+
+    other = tmp_path / "deeper.json"
+    other.write_text(json.dumps(dict(json.loads((stable / "config.json").read_text()), num_hidden_layers=4)))
+    refused = corpus_args(corpus_dir, tmp_path / "x", *common, "--max_train_steps", "1", *phase, config=str(other))
+    with pytest.raises(InputError, match="num_hidden_layers 3 -> 4.*a new phase may change only rope_theta"):
+        main(refused)
+    with pytest.raises(InputError, match="--resume_from_checkpoint .*rope_theta 10000.0 -> 160000.0"):
+        main([*stable_args, "--rope_theta", "160000", "--resume_from_checkpoint", "latest"])

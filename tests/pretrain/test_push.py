@@ -8,22 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from _launch import QUIET, corpus_args, hub_env, load_module
+from _launch import QUIET, corpus_args, hub_env
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "hf_alice_write_0123456789"
+TOKEN = "hf_alice_write_0123456789"  # the hub_url fixture's (conftest)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def hub_url():
-    module = load_module(ROOT / "tests" / "hub" / "hub_server.py", "sesame_tests_hub_server_for_pretrain")
-    server = module.HubServer({TOKEN: ("alice", "write")}).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def test_pretrain_pushes_the_model_without_checkpoints(hub_url, corpus_dir, tmp_path):

@@ -83,6 +83,20 @@ def test_schedules_follow_their_formulas(name):
         sched.step()
 
 
+@pytest.mark.parametrize("W", [0, 3])
+def test_decay_1sqrt_decays_over_the_whole_run_after_warmup(W):
+    """``decay_1sqrt`` (a decay phase): linear warmup over W steps, then lr factor 1 - sqrt((s - W) / (N - W)) down
+    to 0 at step N, with no stable part."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    N = 12
+    sched = create_scheduler("decay_1sqrt", torch.optim.AdamW([param], lr=1.0), W, N)
+    for s in range(N + 1):
+        expected = s / W if s < W else 1.0 - math.sqrt((s - W) / (N - W))
+        assert sched.get_last_lr()[0] == pytest.approx(expected, abs=1e-9), f"step {s}"
+        sched.optimizer.step()
+        sched.step()
+
+
 def test_warmup_stable_decay_default_decay_steps():
     param = torch.nn.Parameter(torch.zeros(1))
     for name, decay in (("warmup_stable_decay", 10), ("warmup_stable_decay_1sqrt", 20)):  # 10% / 20% of 100 steps
