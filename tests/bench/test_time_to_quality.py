@@ -793,21 +793,21 @@ def test_plan_arithmetic_by_hand(tmp_path):
 
 
 def _readme_gpu_protocol() -> list[str]:
-    """The GPU protocol command of the README's time-to-quality section, as argv (after the script)."""
+    """The GPU protocol command of the time-to-quality section (``docs/benchmarks.md``), as argv (after the script)."""
     import re
     import shlex
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     found = re.search(r"GPU protocol.*?```bash\n(.*?)```", text, flags=re.S)
-    assert found, "README: no GPU protocol command"
+    assert found, "docs/benchmarks.md: no GPU protocol command"
     argv = shlex.split(found.group(1).replace("\\\n", " "), comments=True)
     assert argv[:2] == ["python", "bench/bench_time_to_quality.py"]
     return argv[2:]
 
 
 def test_readme_gpu_protocol_plans_within_nine_minutes(capsys):
-    """The README's GPU protocol: bert-base, a sweep of two learning rates, SST-2 and STS-B with one seed, CUDA
-    defaults; its plan under the H100 cost model (issue 30's measured step times and data phase) is <= 9 minutes."""
+    """The GPU protocol of docs/benchmarks.md: bert-base, a sweep of two learning rates, SST-2 and STS-B with one seed,
+    CUDA defaults; its plan under the H100 cost model (issue 30: measured step times, data phase) is <= 9 minutes."""
     argv = _readme_gpu_protocol()
     args = ttq.cli.parse_args(argv, cuda=True)
     assert args.model_shape == "bert-base" and len(args.reference_lrs) == 2

@@ -154,7 +154,7 @@ def test_torch_compile_resumes_bitwise_against_itself(
     On one CPU thread (``seeded_single_thread``): with several, inductor splits a reduction by the size it knows, and
     the resumed run's first graph (static shapes for step 3's masked-row count) and the uninterrupted run's (dynamic
     after its first recompile) round differently in the last bit (measured: one byte of the weights with 2 threads;
-    README "torch.compile")."""
+    docs/pretraining.md, "--torch_compile")."""
     tok = tmp_path / "tok"
     bert_tokenizer.save_pretrained(tok)
     common = ["--max_train_steps", "4", "--gradient_accumulation_steps", "2", "--torch_compile", "true"]

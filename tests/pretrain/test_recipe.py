@@ -187,12 +187,12 @@ def test_recipe_under_accelerate_launch_with_two_processes(corpus_dir, bert_toke
     assert json.loads((out / "decay" / "config.json").read_text())["rope_theta"] == 160000
 
 
-def _readme_pretrain_commands(marker: str) -> list[list[str]]:
-    """The README's ``pretrain`` commands (shell-split, after ``pretrain``) in the bash blocks that contain
-    ``marker``."""
+def _documented_pretrain_commands(marker: str) -> list[list[str]]:
+    """The ``pretrain`` commands of the pretraining page, ``docs/pretraining.md`` (shell-split, after ``pretrain``), in
+    the bash blocks that contain ``marker``."""
     import shlex
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "pretraining.md").read_text(encoding="utf-8")
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         if marker not in block:
@@ -205,16 +205,16 @@ def _readme_pretrain_commands(marker: str) -> list[list[str]]:
 
 
 def test_readme_phase_commands_resolve(monkeypatch):
-    """The README's --recipe commands resolve into their phases (the shipped recipes, the flags as written), and its
-    context-extension commands parse with the documented base and lengths."""
+    """The --recipe commands of docs/pretraining.md resolve into their phases (the shipped recipes, the flags as
+    written), and its context-extension commands parse with the documented base and lengths."""
     monkeypatch.chdir(ROOT)
-    recipes = _readme_pretrain_commands("--recipe recipes/")
+    recipes = _documented_pretrain_commands("--recipe recipes/")
     assert len(recipes) == 2
     for argv in recipes:
         recipe, rest = split_recipe(argv)
         out, commands = phase_commands(recipe, rest, parse)
         assert [phase.name for phase, _ in commands] == ["stable", "ext", "decay"] and out.startswith("outputs/")
-    stable, ext = _readme_pretrain_commands("--rope_theta 160000 --max_seq_length 512")
+    stable, ext = _documented_pretrain_commands("--rope_theta 160000 --max_seq_length 512")
     monkeypatch.setattr(
         "training.checkpoint_files.check_checkpoint_path", lambda *a, **k: None
     )  # no such checkpoint here

@@ -6,7 +6,7 @@ the launcher does; the kernel then kills every process left in the namespace. Re
 --fork --mount-proc bash entry.sh ...`` and SIGTERM to the namespace's PID 1 during training: through
 ``configs/one-process.yaml`` (torchrun, which forwards the signal and waits for its worker) the worker writes its
 checkpoint and prints its ``error:`` line; through accelerate's single-process launcher (its choice for one process
-without a config) the launcher dies at once and nothing is written -- pinned here because RELIABILITY.md says so.
+without a config) the launcher dies at once and nothing is written -- pinned here because docs/reliability.md says so.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def test_sigterm_to_a_containers_init_checkpoints_through_the_one_process_config
     assert signalled_at is not None, log[-3000:]
     steps = sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))
     stops = [line for line in lines if line.startswith("error: training stopped on request")]
-    if config == "none":  # accelerate's simple launcher: dies at once, the namespace with it (RELIABILITY.md, Limits)
+    if config == "none":  # accelerate's simple launcher: dies at once, the namespace with it (docs/reliability.md)
         assert steps == [] and stops == [], log[-3000:]
         assert "`--num_processes` was set to a value of" in log  # and it warns on a fresh machine
         return

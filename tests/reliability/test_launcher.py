@@ -114,7 +114,7 @@ def test_sigterm_to_the_launcher_alone_checkpoints_every_worker_and_resumes_bitw
 
 @pytest.mark.parametrize("quiet", [False, True], ids=["plain", "quiet"])
 def test_bad_input_through_the_single_process_launcher(tmp_path, quiet):
-    """What RELIABILITY.md states for bad input through ``accelerate launch`` with 1 process: the worker prints its
+    """What docs/reliability.md states for bad input through ``accelerate launch`` with 1 process: the worker prints its
     one ``error:`` line (exit 2) and the launcher exits 1; with ``--quiet`` that line is the last one on stderr,
     without it accelerate's own ``CalledProcessError`` traceback follows it. accelerate has no config key for
     ``--quiet`` (huggingface/accelerate#4277): when that changes, this test says so."""
