@@ -131,8 +131,8 @@ BERT_BASE_WIDTH = 768
 #: NER: 5e-5, the default of transformers' ``run_ner.py``.
 BERT_BASE_RATES = {"glue": 2e-5, "squad": 3e-5, "ner": 5e-5}
 #: Peak learning rate of narrower BERT-like backbones (bert-tiny .. bert-small, MiniLM-L6-H384): 1e-4, as Turc et
-#: al. 2019 found for small BERTs and as this project's fine-tunes use (README "Measured results": SST-2 at 2e-5
-#: stayed at the majority class, 0.509, on a bert-mini pretrained by the README's own-data command).
+#: al. 2019 found for small BERTs and as this project's fine-tunes use (docs/results.md: SST-2 at 2e-5
+#: stayed at the majority class, 0.509, on a bert-mini pretrained by the own-data command of docs/pretraining.md).
 SMALL_MODEL_RATE = 1e-4
 
 

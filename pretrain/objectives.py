@@ -330,7 +330,7 @@ def bilm_eval_step(model, batch) -> dict[str, torch.Tensor]:
 
 
 #: Peak learning rate of a post-LN BERT-like model of hidden size :data:`POST_LN_REFERENCE_WIDTH` (bert-tiny), chosen
-#: on the time-to-quality benchmark (bench/bench_time_to_quality.py; README, "Measured results"): at 3M tokens,
+#: on the time-to-quality benchmark (bench/bench_time_to_quality.py; docs/results.md): at 3M tokens,
 #: batch 32 x 128, held-out MLM loss 6.92 (1e-4, BERT's rate), 6.50 (1e-3), 6.41 (2e-3); unigram plateau 6.89.
 POST_LN_LEARNING_RATE = 2e-3
 POST_LN_REFERENCE_WIDTH = 128
@@ -381,7 +381,7 @@ _BERT_RUN = dict(max_seq_length=128, per_device_train_batch_size=32, weight_deca
 _ELMO_RUN = dict(config_name="elmo-small", max_seq_length=32, per_device_train_batch_size=16, weight_decay=0.0)
 
 #: The BERT-like preset of a run on the user's data on a GPU: the ModernBERT-class layout won the time-to-quality
-#: benchmark (issue 41; README "Measured results": modernbert-tiny against bert-tiny, 10 CPU minutes, 2 repeats: 0.29
+#: benchmark (issue 41; docs/results.md: modernbert-tiny against bert-tiny, 10 CPU minutes, 2 repeats: 0.29
 #: nats lower held-out MLM loss at 0.95M tokens, at the same tokens per second relative to the paired reference), so
 #: its ModernBERT-base sizes.
 BERT_DATA_PRESET = "modernbert-base"
@@ -469,7 +469,7 @@ def register_objective(objective: Objective) -> Objective:
     return objective
 
 
-#: MLM's recipe on the user's data, chosen on the time-to-quality benchmark (README, "Measured results"): 30% masking
+#: MLM's recipe on the user's data, chosen on the time-to-quality benchmark (docs/results.md): 30% masking
 #: (Wettig et al. 2023, "Should You Mask 15% in Masked Language Modeling?") and warmup-stable-decay with a 1 - sqrt
 #: decay over the last 20% (Hägele et al. 2024); each lowered bert-tiny's held-out loss at 3M tokens by ~0.05 nats.
 MLM_DATA_DEFAULTS = dict(mlm_probability=0.3, lr_scheduler_type="warmup_stable_decay_1sqrt")

@@ -131,7 +131,7 @@ def log_unigram_bias(counts, size: int, alpha: float = 1.0) -> np.ndarray:
 
     A fresh MLM head with this bias predicts the unigram distribution from its first step, so the encoder does not
     have to collapse its token states onto one vector to get there (the prior initialisation of Lin et al. 2017,
-    "Focal Loss for Dense Object Detection", section 4.1; measured on bert-mini: README, "unigram plateau").
+    "Focal Loss for Dense Object Detection", section 4.1; measured on bert-mini: docs/pretraining.md).
 
     Raises:
         ValueError: ``size`` smaller than ``len(counts)``, or ``alpha`` not > 0.

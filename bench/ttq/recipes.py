@@ -79,7 +79,7 @@ RECIPES: dict[str, dict] = {
     "sesame-lr1e-3": dict(flags=["--learning_rate", "1e-3"], note="the default with peak learning rate 1e-3"),
     "sesame-lr1e-3-bf16": dict(
         flags=["--learning_rate", "1e-3", "--mixed_precision", "bf16"],
-        note="lr 1e-3 with bf16 autocast (README: the CPU choice for pretraining)",
+        note="lr 1e-3 with bf16 autocast (docs/results.md: the CPU choice for pretraining)",
     ),
     "rtd": dict(
         flags=["--objective", "rtd", "--learning_rate", "1e-3"],

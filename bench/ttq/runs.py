@@ -218,7 +218,7 @@ def _length(steps: int | None, run: Run) -> str:
     return f"{steps} steps" if steps else f"{run.budget_s:g} s of steps, sized in its process"
 
 
-#: What ``pretrain`` logs once its set-up is done, right before its first step (README: "the run plan").
+#: What ``pretrain`` logs once its set-up is done, right before its first step (docs/pretraining.md: "the run plan").
 RUN_PLAN_LINE = "run plan:"
 
 
