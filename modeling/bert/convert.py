@@ -45,7 +45,7 @@ from core.errors import InputError, first_line, run_cli
 from core.files import share_like_umask
 
 from . import convert_modern
-from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
+from .configuration_sesame_bert import HIDDEN_ACTS, LAYOUTS, SesameBertConfig
 from .modeling_sesame_bert import SesameBertForPreTraining
 
 #: BertConfig fields copied as they are (the SesameBert fields have the same names and meanings).
@@ -504,28 +504,10 @@ BERT_CLASSES = {
     "SesameBertForQuestionAnswering": "BertForQuestionAnswering",
     "SesameBertForTokenClassification": "BertForTokenClassification",
 }
-#: The SesameBert fields (and their values) of the BERT layout: a config with another value has no BERT counterpart.
-BERT_LAYOUT = dict(
-    norm_position="post",
-    norm_type="layernorm",
-    classifier_pooling="cls",
-    embedding_size=None,
-    num_key_value_heads=None,
-    head_dim=None,
-    attention_bias=True,
-    mlp_bias=True,
-    norm_bias=True,
-    decoder_bias=True,
-    classifier_bias=True,
-    embedding_norm=True,
-    head_layout="bert",
-    layer_types=None,
-    global_attn_every_n_layers=None,
-)
 
 
 def bert_config_from_sesame(config: SesameBertConfig):
-    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (:data:`BERT_LAYOUT`, learned
+    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (``LAYOUTS["bert"]``, learned
     positions, one of ``HIDDEN_ACTS``, segment embeddings); the inverse of :func:`sesame_config_from_bert`.
 
     Raises:
@@ -533,7 +515,7 @@ def bert_config_from_sesame(config: SesameBertConfig):
     """
     from transformers import BertConfig
 
-    wrong = {f: getattr(config, f) for f, v in BERT_LAYOUT.items() if getattr(config, f) != v}
+    wrong = {f: getattr(config, f) for f, v in LAYOUTS["bert"].fixed.items() if getattr(config, f) != v}
     if config.position_embedding_type not in ("learned", "absolute"):
         wrong["position_embedding_type"] = config.position_embedding_type
     if config.hidden_act not in HIDDEN_ACTS or config.type_vocab_size < 1:

@@ -29,7 +29,7 @@ from huggingface_hub.errors import StrictDataclassError
 from core.errors import InputError, first_line
 
 from . import modeling_sesame_bert as sesame
-from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, SesameBertConfig
+from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYOUTS, SesameBertConfig
 
 #: The families this module converts (the ``model_type`` of their transformers configs).
 FAMILIES = ("modernbert", "eurobert")
@@ -130,11 +130,8 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
         attention_probs_dropout_prob=config.attention_dropout,
         attention_bias=config.attention_bias,
         mlp_bias=config.mlp_bias,
-        position_embedding_type="rope",
-        norm_position="pre",
-        type_vocab_size=0,
         classifier_pooling=pooling,
-        head_layout=family,
+        **LAYOUTS[family].fixed,
         num_labels=config.num_labels,
         id2label=config.id2label,
         label2id=config.label2id,
@@ -169,22 +166,17 @@ def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertC
             local_rope_theta=_rope_theta(config.rope_parameters.get("sliding_attention"), where),
             layer_types=list(config.layer_types),
             local_attention=config.local_attention,
-            first_layer_attention_norm=False,
             sparse_prediction=config.sparse_prediction,
         )
     return SesameBertConfig(
         **common,
+        **LAYOUTS[family].reference,
         hidden_act=_glu(config.hidden_act, where),
-        hidden_dropout_prob=0.0,
-        classifier_dropout=0.0,
         layer_norm_eps=config.rms_norm_eps,
-        norm_type="rmsnorm",
         decoder_bias=config.mlp_bias,
-        classifier_activation="gelu",
         rope_theta=_rope_theta(config.rope_parameters, where),
         num_key_value_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
-        embedding_norm=False,
     )
 
 
@@ -211,8 +203,7 @@ def transformers_config(config: SesameBertConfig, family: str):
     if family not in FAMILIES:
         raise InputError(f"--to {family}: expected one of bert, {', '.join(FAMILIES)}")
     c = config
-    shared = dict(position_embedding_type="rope", norm_position="pre", type_vocab_size=0, head_layout=family)
-    shared.update(embedding_size=None, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
+    shared = dict(LAYOUTS[family].fixed, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
     common = dict(
         vocab_size=c.vocab_size,
         hidden_size=c.hidden_size,
@@ -243,20 +234,14 @@ def transformers_config(config: SesameBertConfig, family: str):
 
 def _modernbert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: str):
     """transformers' ``ModernBertConfig`` of ``c`` (:func:`transformers_config`); ``common`` holds the fields both
-    families share, ``shared`` the layout every converted config has (refused otherwise, :func:`_refuse`)."""
+    families share, ``shared`` the fixed values of the family's layout (``LAYOUTS``) and a GLU (refused otherwise,
+    :func:`_refuse`)."""
     from transformers import ModernBertConfig
 
     _refuse(
         c,
         "modernbert",
-        dict(
-            shared,
-            norm_type="layernorm",
-            embedding_norm=True,
-            first_layer_attention_norm=False,
-            key_value_heads=c.num_attention_heads,
-            attention_head_dim=c.hidden_size // c.num_attention_heads,
-        ),
+        dict(shared, key_value_heads=c.num_attention_heads, attention_head_dim=c.hidden_size // c.num_attention_heads),
     )
     return ModernBertConfig(
         **common,
@@ -286,15 +271,7 @@ def _eurobert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: s
     _refuse(
         c,
         "eurobert",
-        dict(
-            shared,
-            norm_type="rmsnorm",
-            embedding_norm=False,
-            first_layer_attention_norm=True,
-            decoder_bias=c.mlp_bias,
-            classifier_bias=True,
-            classifier_activation="gelu",
-        ),
+        dict(shared, decoder_bias=c.mlp_bias),
     )
     if "sliding_attention" in c.attention_types():
         raise InputError("a SesameBert config with sliding_attention layers has no eurobert counterpart")
