@@ -135,7 +135,7 @@ class SesameBertConfig(PretrainedConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
-    position_embedding_type: Literal["learned", "sinusoidal", "absolute"] = "learned"
+    position_embedding_type: Literal["learned", "sinusoidal", "absolute", "rope"] = "learned"
     norm_position: Literal["post", "pre"] = "post"
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
     classifier_pooling: Literal["cls", "mean", "max", "attention", "late"] = "cls"

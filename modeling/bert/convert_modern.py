@@ -13,7 +13,7 @@ SesameBert configs (``configuration_sesame_bert``'s modern fields):
   tagger.
 
 :func:`to_sesame` / :func:`from_sesame` map a model of either family to the SesameBert class with the same head and
-back (:data:`CLASSES`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
+back (:data:`SESAME_CLASS_OF`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
 SesameBert's ``qkv`` and ``fc1``), so the two compute the same function (``tests/bert/test_convert_modern.py``).
 
 Errors: :class:`core.errors.InputError` for configs that have no counterpart on the other side (a rope scaling
@@ -31,10 +31,10 @@ from core.errors import InputError, first_line
 from . import modeling_sesame_bert as sesame
 from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYOUTS, SesameBertConfig
 
-#: The families this module converts (the ``model_type`` of their transformers configs).
-FAMILIES = ("modernbert", "eurobert")
+#: The conversion sources this module reads (the ``model_type`` of their transformers configs; ``--to`` targets too).
+SOURCES = ("modernbert", "eurobert")
 #: transformers class name -> SesameBert class name (the same head).
-CLASSES = {
+SESAME_CLASS_OF = {
     "ModernBertModel": "SesameBertModel",
     "ModernBertForMaskedLM": "SesameBertForMaskedLM",
     "ModernBertForSequenceClassification": "SesameBertForSequenceClassification",
@@ -47,7 +47,7 @@ CLASSES = {
 }
 #: Parameter name parts of the encoder, transformers (without ``model.``) -> SesameBert (without ``bert.``), per
 #: family; a part ending in "." at the start of a name is a prefix (the final norms).
-RENAMES = {
+ENCODER_RENAMES = {
     "modernbert": (
         ("embeddings.tok_embeddings.", "embeddings.word_embeddings."),
         ("attn_norm.", "norm1."),
@@ -81,7 +81,11 @@ HEAD_RENAMES = {
 }
 #: Special-token ids carried over both ways (as plain config attributes on the SesameBert side).
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
-POOLINGS = {"modernbert": {"cls": "cls", "mean": "mean"}, "eurobert": {"bos": "cls", "mean": "mean", "late": "late"}}
+#: A source's ``classifier_pooling`` -> SesameBert's, per source (``modeling_sesame_bert.POOLINGS`` are functions).
+POOLING_NAMES = {
+    "modernbert": {"cls": "cls", "mean": "mean"},
+    "eurobert": {"bos": "cls", "mean": "mean", "late": "late"},
+}
 
 
 def _rope_theta(parameters: dict | None, where: str) -> float:
@@ -110,12 +114,13 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
         InputError: another family, a rope scaling type, an activation without a GLU, a pooling SesameBert lacks.
     """
     family = getattr(config, "model_type", None)
-    if family not in FAMILIES:
-        raise InputError(f"{where}: model_type={family!r}; expected one of {', '.join(FAMILIES)}")
-    pooling = POOLINGS[family].get(config.classifier_pooling, None if pooled else "cls")
+    if family not in SOURCES:
+        raise InputError(f"{where}: model_type={family!r}; expected one of {', '.join(SOURCES)}")
+    pooling = POOLING_NAMES[family].get(config.classifier_pooling, None if pooled else "cls")
     if pooling is None:
         raise InputError(
-            f"{where}: classifier_pooling={config.classifier_pooling!r}; expected one of {', '.join(POOLINGS[family])}"
+            f"{where}: classifier_pooling={config.classifier_pooling!r}; expected one of "
+            f"{', '.join(POOLING_NAMES[family])}"
         )
     common = dict(
         vocab_size=config.vocab_size,
@@ -200,8 +205,8 @@ def transformers_config(config: SesameBertConfig, family: str):
     Raises:
         InputError: an unknown family, or a config with a field that the family cannot express (named).
     """
-    if family not in FAMILIES:
-        raise InputError(f"--to {family}: expected one of bert, {', '.join(FAMILIES)}")
+    if family not in SOURCES:
+        raise InputError(f"--to {family}: expected one of bert, {', '.join(SOURCES)}")
     c = config
     shared = dict(LAYOUTS[family].fixed, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
     common = dict(
@@ -222,11 +227,11 @@ def transformers_config(config: SesameBertConfig, family: str):
         label2id=c.label2id,
         **{k: getattr(c, k) for k in TOKEN_FIELDS if getattr(c, k, None) is not None},
     )
-    pooling = {v: k for k, v in POOLINGS[family].items()}.get(c.classifier_pooling)
+    pooling = {v: k for k, v in POOLING_NAMES[family].items()}.get(c.classifier_pooling)
     if pooling is None:
         raise InputError(
             f"a SesameBert config with classifier_pooling={c.classifier_pooling!r} has no {family} counterpart; "
-            f"expected one of {', '.join(POOLINGS[family].values())}"
+            f"expected one of {', '.join(POOLING_NAMES[family].values())}"
         )
     build = _modernbert_config if family == "modernbert" else _eurobert_config
     return build(c, common, shared, pooling)
@@ -305,7 +310,7 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
             name = key if base else key[len("model.") :]
             if name.startswith(FINAL_NORMS[family]):
                 name = "encoder.final_norm." + name[len(FINAL_NORMS[family]) :]
-            for old, new in RENAMES[family]:
+            for old, new in ENCODER_RENAMES[family]:
                 name = name.replace(old, new)
             name = ("" if base else "bert.") + name.replace("layers.", "encoder.layer.", 1)
         else:
@@ -320,17 +325,17 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
 
 
 def to_sesame(model):
-    """The SesameBert model (eval mode, float32) with the same head (:data:`CLASSES`) and the same function as a
+    """The SesameBert model (eval mode, float32) with the same head (:data:`SESAME_CLASS_OF`) and the same function as a
     transformers ModernBERT / EuroBERT ``model``.
 
     Raises:
         InputError: a class without a SesameBert counterpart, or a config :func:`sesame_config` refuses.
     """
     name = type(model).__name__
-    if name not in CLASSES:
-        raise InputError(f"{name}: expected one of {', '.join(CLASSES)}")
+    if name not in SESAME_CLASS_OF:
+        raise InputError(f"{name}: expected one of {', '.join(SESAME_CLASS_OF)}")
     config = sesame_config(model.config, f"{name}.config", pooled=name.endswith("SequenceClassification"))
-    ours = getattr(sesame, CLASSES[name])(config).eval()
+    ours = getattr(sesame, SESAME_CLASS_OF[name])(config).eval()
     state = model.state_dict()
     parts: dict[str, list] = {}
     for key, (target, _, _) in key_map(state, name).items():
@@ -354,7 +359,7 @@ def from_sesame(model, family: str):
 
     config = transformers_config(model.config, family)
     prefix = {"modernbert": "ModernBert", "eurobert": "EuroBert"}[family]
-    name = next((k for k, v in CLASSES.items() if k.startswith(prefix) and v == type(model).__name__), None)
+    name = next((k for k, v in SESAME_CLASS_OF.items() if k.startswith(prefix) and v == type(model).__name__), None)
     if name is None:
         raise InputError(f"{type(model).__name__}: has no {family} counterpart")
     theirs = getattr(transformers, name)(config).eval()
@@ -367,4 +372,4 @@ def from_sesame(model, family: str):
     return theirs
 
 
-__all__ = ["CLASSES", "FAMILIES", "from_sesame", "key_map", "sesame_config", "to_sesame", "transformers_config"]
+__all__ = ["SESAME_CLASS_OF", "SOURCES", "from_sesame", "key_map", "sesame_config", "to_sesame", "transformers_config"]
