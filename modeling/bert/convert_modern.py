@@ -79,6 +79,38 @@ HEAD_RENAMES = {
     "EuroBertForMaskedLM": (("lm_head.", "cls.decoder."),),
     "EuroBertForSequenceClassification": (("dense.", "bert.pooler.dense."),),
 }
+#: Config fields of the same name and meaning in SesameBert and both sources.
+_SAME_NAMES = """vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size max_position_embeddings
+initializer_range pad_token_id tie_word_embeddings attention_bias mlp_bias num_labels id2label label2id"""
+#: Config fields carried over as they are, both ways: transformers name -> SesameBert name, for both sources (``""``)
+#: and per source (the special tokens, :data:`TOKEN_FIELDS`, when set).
+FIELDS = {
+    "": {
+        **{name: name for name in _SAME_NAMES.split()},
+        "attention_dropout": "attention_probs_dropout_prob",
+    },
+    "modernbert": {
+        "mlp_dropout": "hidden_dropout_prob",
+        "norm_eps": "layer_norm_eps",
+        **{n: n for n in "norm_bias decoder_bias classifier_bias classifier_activation local_attention".split()},
+        "sparse_prediction": "sparse_prediction",
+    },
+    "eurobert": {"rms_norm_eps": "layer_norm_eps"},
+}
+
+
+def _fields(config, family: str, to_sesame: bool) -> dict:
+    """The :data:`FIELDS` of ``family`` (and the special tokens that are set) read from ``config``, named for the
+    other side: SesameBert's names when ``to_sesame``, transformers' otherwise."""
+    pairs = [*FIELDS[""].items(), *FIELDS[family].items(), *((t, t) for t in TOKEN_FIELDS)]
+    pairs = [(theirs, ours) if to_sesame else (ours, theirs) for theirs, ours in pairs]
+    return {
+        new: getattr(config, old)
+        for old, new in pairs
+        if getattr(config, old, None) is not None or old not in TOKEN_FIELDS
+    }
+
+
 #: Special-token ids carried over both ways (as plain config attributes on the SesameBert side).
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
 #: A source's ``classifier_pooling`` -> SesameBert's, per source (``modeling_sesame_bert.POOLINGS`` are functions).
@@ -122,26 +154,7 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
             f"{where}: classifier_pooling={config.classifier_pooling!r}; expected one of "
             f"{', '.join(POOLING_NAMES[family])}"
         )
-    common = dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        initializer_range=config.initializer_range,
-        pad_token_id=config.pad_token_id,
-        tie_word_embeddings=config.tie_word_embeddings,
-        attention_probs_dropout_prob=config.attention_dropout,
-        attention_bias=config.attention_bias,
-        mlp_bias=config.mlp_bias,
-        classifier_pooling=pooling,
-        **LAYOUTS[family].fixed,
-        num_labels=config.num_labels,
-        id2label=config.id2label,
-        label2id=config.label2id,
-        **{k: getattr(config, k) for k in TOKEN_FIELDS if getattr(config, k, None) is not None},
-    )
+    common = dict(_fields(config, family, to_sesame=True), classifier_pooling=pooling, **LAYOUTS[family].fixed)
     try:
         return _sesame_config(config, family, common, where)
     except (ValueError, StrictDataclassError) as err:  # the SesameBertConfig validators: a field it cannot take
@@ -160,24 +173,15 @@ def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertC
         return SesameBertConfig(
             **common,
             hidden_act=_glu(config.hidden_activation, where),
-            hidden_dropout_prob=config.mlp_dropout,
             classifier_dropout=config.classifier_dropout,
-            layer_norm_eps=config.norm_eps,
-            norm_bias=config.norm_bias,
-            decoder_bias=config.decoder_bias,
-            classifier_bias=config.classifier_bias,
-            classifier_activation=config.classifier_activation,
             rope_theta=_rope_theta(config.rope_parameters.get("full_attention"), where),
             local_rope_theta=_rope_theta(config.rope_parameters.get("sliding_attention"), where),
             layer_types=list(config.layer_types),
-            local_attention=config.local_attention,
-            sparse_prediction=config.sparse_prediction,
         )
     return SesameBertConfig(
         **common,
         **LAYOUTS[family].reference,
         hidden_act=_glu(config.hidden_act, where),
-        layer_norm_eps=config.rms_norm_eps,
         decoder_bias=config.mlp_bias,
         rope_theta=_rope_theta(config.rope_parameters, where),
         num_key_value_heads=config.num_key_value_heads,
@@ -209,24 +213,7 @@ def transformers_config(config: SesameBertConfig, family: str):
         raise InputError(f"--to {family}: expected one of bert, {', '.join(SOURCES)}")
     c = config
     shared = dict(LAYOUTS[family].fixed, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
-    common = dict(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        intermediate_size=c.intermediate_size,
-        max_position_embeddings=c.max_position_embeddings,
-        initializer_range=c.initializer_range,
-        pad_token_id=c.pad_token_id,
-        tie_word_embeddings=c.tie_word_embeddings,
-        attention_dropout=c.attention_probs_dropout_prob,
-        attention_bias=c.attention_bias,
-        mlp_bias=c.mlp_bias,
-        num_labels=c.num_labels,
-        id2label=c.id2label,
-        label2id=c.label2id,
-        **{k: getattr(c, k) for k in TOKEN_FIELDS if getattr(c, k, None) is not None},
-    )
+    common = _fields(c, family, to_sesame=False)
     pooling = {v: k for k, v in POOLING_NAMES[family].items()}.get(c.classifier_pooling)
     if pooling is None:
         raise InputError(
@@ -251,21 +238,13 @@ def _modernbert_config(c: SesameBertConfig, common: dict, shared: dict, pooling:
     return ModernBertConfig(
         **common,
         hidden_activation=GLU_ACTS[c.hidden_act],
-        mlp_dropout=c.hidden_dropout_prob,
         classifier_dropout=c.classifier_dropout or 0.0,
-        norm_eps=c.layer_norm_eps,
-        norm_bias=c.norm_bias,
-        decoder_bias=c.decoder_bias,
-        classifier_bias=c.classifier_bias,
-        classifier_activation=c.classifier_activation,
         classifier_pooling=pooling,
         layer_types=c.attention_types(),
-        local_attention=c.local_attention,
         rope_parameters={
             "full_attention": dict(ROPE, rope_theta=c.rope_theta),
             "sliding_attention": dict(ROPE, rope_theta=c.local_rope_theta or c.rope_theta),
         },
-        sparse_prediction=c.sparse_prediction,
     )
 
 
@@ -283,7 +262,6 @@ def _eurobert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: s
     return EuroBertConfig(
         **common,
         hidden_act=GLU_ACTS[c.hidden_act],
-        rms_norm_eps=c.layer_norm_eps,
         num_key_value_heads=c.key_value_heads,
         head_dim=c.attention_head_dim,
         rope_parameters=dict(ROPE, rope_theta=c.rope_theta),
