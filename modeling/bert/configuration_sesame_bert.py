@@ -330,8 +330,9 @@ def _layout(name: str, fields: dict, heads: HeadLayout, reference: dict | None =
     return ReferenceLayout(name=name, fields=fields, reference=reference, heads=heads)
 
 
-def _defaults(*names: str) -> dict:
-    return {name: SesameBertConfig.__dataclass_fields__[name].default for name in names}
+def _defaults(names: str) -> dict:
+    """The config defaults of the fields ``names`` (separated by white space), in that order."""
+    return {name: SesameBertConfig.__dataclass_fields__[name].default for name in names.split()}
 
 
 #: The fixed values both modern layouts share: rotary positions, pre-LN, no segment embeddings, embeddings of width H.
@@ -344,20 +345,8 @@ LAYOUTS: dict[str, ReferenceLayout] = {
     "bert": _layout(
         "bert",
         _defaults(
-            "norm_position",
-            "norm_type",
-            "classifier_pooling",
-            "embedding_size",
-            "num_key_value_heads",
-            "head_dim",
-            "attention_bias",
-            "mlp_bias",
-            "norm_bias",
-            "decoder_bias",
-            "classifier_bias",
-            "embedding_norm",
-            "layer_types",
-            "global_attn_every_n_layers",
+            """norm_position norm_type classifier_pooling embedding_size num_key_value_heads head_dim attention_bias
+            mlp_bias norm_bias decoder_bias classifier_bias embedding_norm layer_types global_attn_every_n_layers"""
         ),
         HeadLayout(pooler_activation="tanh", transform_activation="hidden_act"),
     ),
