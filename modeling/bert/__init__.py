@@ -26,7 +26,7 @@ from transformers import (
 from .._auto import register_family
 from ..spec import ModelSpec
 from . import modeling_sesame_bert, modeling_sesame_bert_rtd
-from .configuration_sesame_bert import SesameBertConfig, SesameBertRTDConfig
+from .configuration_sesame_bert import LAYOUTS, SesameBertConfig, SesameBertRTDConfig
 from .modeling_sesame_bert import (
     SesameBertForMaskedLM,
     SesameBertForPreTraining,
@@ -57,60 +57,35 @@ register_family(SesameBertConfig, AUTO_CLASSES)
 register_family(SesameBertRTDConfig, RTD_AUTO_CLASSES)
 
 
-def _sizes(layers: int, hidden: int, heads: int) -> dict:
-    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden)
+def _preset(layout: str, layers: int, hidden: int, heads: int, intermediate: int, **sizes) -> tuple:
+    """A preset: the reference layout ``LAYOUTS[layout]`` (:attr:`ReferenceLayout.config`) with these sizes."""
+    return SesameBertConfig, dict(
+        LAYOUTS[layout].config,
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        **sizes,
+    )
 
 
 #: The compact BERT sizes of Turc et al. 2019 ("Well-Read Students Learn Better"), intermediate size 4H,
 #: vocab_size 30522 (pretrain overrides it with the tokenizer's).
 PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
-    "bert-tiny": (SesameBertConfig, _sizes(2, 128, 2)),
-    "bert-mini": (SesameBertConfig, _sizes(4, 256, 4)),
-    "bert-small": (SesameBertConfig, _sizes(4, 512, 8)),
-    "bert-base": (SesameBertConfig, _sizes(12, 768, 12)),
+    "bert-tiny": _preset("bert", 2, 128, 2, 4 * 128),
+    "bert-mini": _preset("bert", 4, 256, 4, 4 * 256),
+    "bert-small": _preset("bert", 4, 512, 8, 4 * 512),
+    "bert-base": _preset("bert", 12, 768, 12, 4 * 768),
 }
-
-
-def _modernbert(layers: int, hidden: int, heads: int, intermediate: int, window: int) -> dict:
-    """ModernBERT's architecture (Warner et al. 2024, transformers' ``ModernBertConfig`` defaults): pre-LN without
-    biases (the MLM decoder keeps its bias), embedding norm, the identity as layer 0's attention norm, GeGLU, RoPE
-    (global base 160,000, local 10,000), global attention every third layer and local attention in a window of
-    ``window`` tokens otherwise, 8,192 positions, no segment embeddings, no dropout, its prediction head."""
-    return dict(
-        num_hidden_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        intermediate_size=intermediate,
-        hidden_act="geglu",
-        position_embedding_type="rope",
-        rope_theta=160_000.0,
-        local_rope_theta=10_000.0,
-        global_attn_every_n_layers=3,
-        local_attention=window,
-        max_position_embeddings=8192,
-        type_vocab_size=0,
-        norm_position="pre",
-        layer_norm_eps=1e-5,
-        first_layer_attention_norm=False,
-        attention_bias=False,
-        mlp_bias=False,
-        norm_bias=False,
-        classifier_bias=False,
-        head_layout="modernbert",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        classifier_dropout=0.0,
-    )
-
-
-#: ModernBERT-class presets: ``modernbert-base`` has ModernBERT-base's sizes (22 layers, H 768, 12 heads, GeGLU
-#: intermediate 1152, window 128); ``-mini`` and ``-tiny`` keep its ratios (intermediate 1.5H) at bert-mini's and
-#: bert-tiny's widths, with a 64-token window so that local attention acts on 128-token blocks. With :data:`PRESETS`
-#: in the BERT model spec (``SPEC.presets``, what ``--config_name`` accepts).
+#: ModernBERT-class presets (``LAYOUTS["modernbert"]``, Warner et al. 2024): ``modernbert-base`` has ModernBERT-base's
+#: sizes (22 layers, H 768, 12 heads, GeGLU intermediate 1152, a local attention window of 128 tokens); ``-mini`` and
+#: ``-tiny`` keep its ratios (intermediate 1.5H) at bert-mini's and bert-tiny's widths, with a 64-token window so that
+#: local attention acts on 128-token blocks. With :data:`PRESETS` in the BERT model spec (``SPEC.presets``, what
+#: ``--config_name`` accepts).
 MODERN_PRESETS: dict[str, tuple[type[PretrainedConfig], dict]] = {
-    "modernbert-tiny": (SesameBertConfig, _modernbert(3, 128, 2, 192, 64)),
-    "modernbert-mini": (SesameBertConfig, _modernbert(6, 256, 4, 384, 64)),
-    "modernbert-base": (SesameBertConfig, _modernbert(22, 768, 12, 1152, 128)),
+    "modernbert-tiny": _preset("modernbert", 3, 128, 2, 192, local_attention=64),
+    "modernbert-mini": _preset("modernbert", 6, 256, 4, 384, local_attention=64),
+    "modernbert-base": _preset("modernbert", 22, 768, 12, 1152, local_attention=128),
 }
 
 

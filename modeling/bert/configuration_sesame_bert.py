@@ -6,7 +6,10 @@ import only the standard library, torch, transformers / huggingface_hub, and sib
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Literal
 
 from huggingface_hub.dataclasses import strict
@@ -25,7 +28,7 @@ CHOICES = {
     "classifier_pooling": ("cls", "mean", "max", "attention", "late"),
     "hidden_act": (*HIDDEN_ACTS, *GLU_ACTS),
     "classifier_activation": HIDDEN_ACTS,
-    "head_layout": ("bert", "modernbert", "eurobert"),
+    # "head_layout": the names of LAYOUTS (below)
 }
 
 
@@ -132,7 +135,7 @@ class SesameBertConfig(PretrainedConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
-    position_embedding_type: Literal["learned", "sinusoidal", "absolute"] = "learned"
+    position_embedding_type: Literal["learned", "sinusoidal", "absolute", "rope"] = "learned"
     norm_position: Literal["post", "pre"] = "post"
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
     classifier_pooling: Literal["cls", "mean", "max", "attention", "late"] = "cls"
@@ -270,6 +273,113 @@ class SesameBertConfig(PretrainedConfig):
             )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeadLayout:
+    """The heads a reference layout puts on the encoder (``head_layout``; built by ``modeling_sesame_bert``).
+
+    Attributes:
+        pooler_activation: the activation of the pooler / prediction head (a name of ``HIDDEN_ACTS``); ``None``:
+            ``classifier_activation``.
+        transform_activation: the activation of the MLM transform: ``None``: ``classifier_activation``;
+            ``"hidden_act"``: ``hidden_act``'s (its gate's for a GLU, :data:`GLU_ACTS`).
+        pooler_norm: a norm after the pooler's activation.
+        prediction_head: the prediction head (the pooler's dense, activation and norm on every token) before the
+            tagging and QA classifiers; False: they read the hidden states.
+        mlm_transform: the MLM transform before the decoder; False: the decoder reads the hidden states.
+    """
+
+    pooler_activation: str | None = None
+    transform_activation: str | None = None
+    pooler_norm: bool = False
+    prediction_head: bool = False
+    mlm_transform: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReferenceLayout:
+    """One reference architecture as SesameBert config values: BERT (Devlin et al. 2019), ModernBERT (Warner et al.
+    2024) or EuroBERT (Boizard et al. 2025). Its ``name`` is the config's ``head_layout``.
+
+    Attributes:
+        name: the layout's name (``head_layout``, the ``--to`` format, the transformers ``model_type``).
+        fields: the fixed field values: a config with another value has no counterpart in the reference (the
+            converters refuse it; in order of the refusal).
+        reference: the published model's values of other fields: presets take them; a converter sets those its
+            source does not carry (EuroBERT's dropout) and carries the others over.
+        heads: its heads (:class:`HeadLayout`).
+    """
+
+    name: str
+    fields: Mapping[str, object]
+    reference: Mapping[str, object]
+    heads: HeadLayout
+
+    @property
+    def fixed(self) -> dict:
+        """The fixed field values, ``head_layout`` first: what a config of this layout has."""
+        return {"head_layout": self.name, **self.fields}
+
+    @property
+    def config(self) -> dict:
+        """The config fields of a preset of this layout, sizes aside: :attr:`fixed` and :attr:`reference`."""
+        return {**self.fixed, **self.reference}
+
+
+def _layout(name: str, fields: dict, heads: HeadLayout, reference: dict | None = None) -> ReferenceLayout:
+    fields, reference = MappingProxyType(fields), MappingProxyType(reference or {})
+    return ReferenceLayout(name=name, fields=fields, reference=reference, heads=heads)
+
+
+def _defaults(names: str) -> dict:
+    """The config defaults of the fields ``names`` (separated by white space), in that order."""
+    return {name: SesameBertConfig.__dataclass_fields__[name].default for name in names.split()}
+
+
+#: The fixed values both modern layouts share: rotary positions, pre-LN, no segment embeddings, embeddings of width H.
+_MODERN = dict(position_embedding_type="rope", norm_position="pre", type_vocab_size=0, embedding_size=None)
+#: ``head_layout`` -> its reference layout. BERT's fixed values are the config defaults; its learned / ``"absolute"``
+#: positions, one of ``HIDDEN_ACTS`` and segment embeddings are checked apart (``convert.bert_config_from_sesame``).
+#: ModernBERT and EuroBERT also need a GLU activation; ModernBERT one key/value head per query head and the default
+#: head width, EuroBERT ``decoder_bias == mlp_bias`` and no sliding-window layers (their converters check these).
+LAYOUTS: dict[str, ReferenceLayout] = {
+    "bert": _layout(
+        "bert",
+        _defaults(
+            """norm_position norm_type classifier_pooling embedding_size num_key_value_heads head_dim attention_bias
+            mlp_bias norm_bias decoder_bias classifier_bias embedding_norm layer_types global_attn_every_n_layers"""
+        ),
+        HeadLayout(pooler_activation="tanh", transform_activation="hidden_act"),
+    ),
+    # pre-LN without biases (the MLM decoder keeps its bias), embedding norm, the identity as layer 0's attention
+    # norm, GeGLU, RoPE (global base 160,000, local 10,000), global attention every third layer, 8,192 positions, no
+    # segment embeddings, no dropout (transformers' ``ModernBertConfig`` defaults)
+    "modernbert": _layout(
+        "modernbert",
+        dict(_MODERN, norm_type="layernorm", embedding_norm=True, first_layer_attention_norm=False),
+        HeadLayout(pooler_norm=True, prediction_head=True),
+        reference=dict(
+            hidden_act="geglu",
+            rope_theta=160_000.0,
+            local_rope_theta=10_000.0,
+            global_attn_every_n_layers=3,
+            max_position_embeddings=8192,
+            layer_norm_eps=1e-5,
+            **dict.fromkeys(("attention_bias", "mlp_bias", "norm_bias", "classifier_bias"), False),
+            **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"), 0.0),
+        ),
+    ),
+    # the Llama block: pre-LN RMSNorm, no embedding norm, RoPE; EuroBERT has no dropout
+    "eurobert": _layout(
+        "eurobert",
+        dict(_MODERN, norm_type="rmsnorm", embedding_norm=False, first_layer_attention_norm=True)
+        | dict(classifier_bias=True, classifier_activation="gelu"),  # the dense layer of its heads
+        HeadLayout(mlm_transform=False),
+        reference=dict(hidden_dropout_prob=0.0, classifier_dropout=0.0),
+    ),
+}
+CHOICES["head_layout"] = tuple(LAYOUTS)
+
+
 #: The fields :class:`SesameBertRTDConfig` adds to the discriminator's :class:`SesameBertConfig` fields.
 RTD_FIELDS = ("generator_size", "discriminator_weight", "embedding_sharing")
 #: ``to_dict`` keys that are not SesameBertConfig settings (left out when the two encoders' configs are derived).
@@ -371,4 +481,4 @@ class SesameBertRTDConfig(SesameBertConfig):
         return cls(**{**settings, **recorded, **fields})
 
 
-__all__ = ["RTD_FIELDS", "SesameBertConfig", "SesameBertRTDConfig"]
+__all__ = ["LAYOUTS", "RTD_FIELDS", "HeadLayout", "ReferenceLayout", "SesameBertConfig", "SesameBertRTDConfig"]

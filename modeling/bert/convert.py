@@ -8,7 +8,7 @@ directory, or a SesameBert directory back into BERT / ModernBERT / EuroBERT.
 
 A hub repo id is downloaded first (:func:`resolve_source`), so every source family and ``--to`` reads a local folder.
 A ``modernbert`` / ``eurobert`` source (``config.json``'s ``model_type``) becomes the SesameBert class with the same
-head (``convert_modern.CLASSES``); ``--to`` writes the transformers class with the SesameBert folder's head, in
+head (``convert_modern.SESAME_CLASS_OF``); ``--to`` writes the transformers class with the SesameBert folder's head, in
 transformers' format (``config.json``, ``model.safetensors``, the tokenizer).
 
 The source may hold a ``BertModel``, ``BertForMaskedLM`` or ``BertForPreTraining`` checkpoint (safetensors or
@@ -45,7 +45,7 @@ from core.errors import InputError, first_line, run_cli
 from core.files import share_like_umask
 
 from . import convert_modern
-from .configuration_sesame_bert import HIDDEN_ACTS, SesameBertConfig
+from .configuration_sesame_bert import HIDDEN_ACTS, LAYOUTS, SesameBertConfig
 from .modeling_sesame_bert import SesameBertForPreTraining
 
 #: BertConfig fields copied as they are (the SesameBert fields have the same names and meanings).
@@ -67,7 +67,7 @@ COPIED_FIELDS = (
     "tie_word_embeddings",
 )
 #: transformers BERT parameter name part -> SesameBert name part (Q, K, V are fused into ``attn.qkv``).
-RENAMES = (
+BERT_RENAMES = (
     ("embeddings.LayerNorm.", "embeddings.norm."),
     ("attention.output.dense.", "attn.out."),
     ("attention.output.LayerNorm.", "norm1."),
@@ -115,7 +115,7 @@ def convert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> dict[
             continue
         if key.endswith("token_type_ids"):
             continue
-        for old, new in RENAMES:
+        for old, new in BERT_RENAMES:
             key = key.replace(old, new)
         out[key] = value
     for i in range(num_layers):
@@ -423,7 +423,7 @@ def convert(
     torch.manual_seed(seed)
     family = _model_type(folder)
     where = f"--source {source}" + (f" (--revision {revision})" if revision else "")
-    if to is not None or family in convert_modern.FAMILIES:
+    if to is not None or family in convert_modern.SOURCES:
         report = _convert_modern(folder, where, output_dir, family, to, tokenizer_name)
     else:
         report = _convert_bert(folder, where, output_dir, tokenizer_name)
@@ -494,7 +494,7 @@ def _save(output_dir: Path, model, tokenizer) -> None:
 
 
 #: What ``--to`` writes: transformers' BERT, ModernBERT or EuroBERT format.
-TARGETS = ("bert", *convert_modern.FAMILIES)
+TARGETS = ("bert", *convert_modern.SOURCES)
 #: SesameBert class -> the transformers BERT class with the same head (``--to bert``).
 BERT_CLASSES = {
     "SesameBertModel": "BertModel",
@@ -504,28 +504,10 @@ BERT_CLASSES = {
     "SesameBertForQuestionAnswering": "BertForQuestionAnswering",
     "SesameBertForTokenClassification": "BertForTokenClassification",
 }
-#: The SesameBert fields (and their values) of the BERT layout: a config with another value has no BERT counterpart.
-BERT_LAYOUT = dict(
-    norm_position="post",
-    norm_type="layernorm",
-    classifier_pooling="cls",
-    embedding_size=None,
-    num_key_value_heads=None,
-    head_dim=None,
-    attention_bias=True,
-    mlp_bias=True,
-    norm_bias=True,
-    decoder_bias=True,
-    classifier_bias=True,
-    embedding_norm=True,
-    head_layout="bert",
-    layer_types=None,
-    global_attn_every_n_layers=None,
-)
 
 
 def bert_config_from_sesame(config: SesameBertConfig):
-    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (:data:`BERT_LAYOUT`, learned
+    """The transformers ``BertConfig`` of a SesameBert config of the BERT layout (``LAYOUTS["bert"]``, learned
     positions, one of ``HIDDEN_ACTS``, segment embeddings); the inverse of :func:`sesame_config_from_bert`.
 
     Raises:
@@ -533,7 +515,7 @@ def bert_config_from_sesame(config: SesameBertConfig):
     """
     from transformers import BertConfig
 
-    wrong = {f: getattr(config, f) for f, v in BERT_LAYOUT.items() if getattr(config, f) != v}
+    wrong = {f: getattr(config, f) for f, v in LAYOUTS["bert"].fixed.items() if getattr(config, f) != v}
     if config.position_embedding_type not in ("learned", "absolute"):
         wrong["position_embedding_type"] = config.position_embedding_type
     if config.hidden_act not in HIDDEN_ACTS or config.type_vocab_size < 1:
@@ -548,7 +530,7 @@ def bert_config_from_sesame(config: SesameBertConfig):
 def bert_key_map(keys, hidden: int) -> dict[str, tuple[str, int | None, int | None]]:
     """Where each parameter of a transformers BERT model (its state-dict ``keys``) lives in SesameBert's:
     name -> ``(SesameBert name, first row, end row)``; query, key and value are the row blocks of ``attn.qkv`` (in that
-    order, ``hidden`` rows each), every other parameter a whole tensor (rows ``None``), renamed by :data:`RENAMES`;
+    order, ``hidden`` rows each), every other parameter a whole tensor (rows ``None``), renamed by :data:`BERT_RENAMES`;
     ``cls.predictions.bias`` is the decoder's bias."""
     out = {}
     for key in keys:
@@ -556,7 +538,7 @@ def bert_key_map(keys, hidden: int) -> dict[str, tuple[str, int | None, int | No
         target = key.replace("cls.predictions.bias", "cls.predictions.decoder.bias")
         if part is not None:
             target = target.replace(f"attention.self.{('query', 'key', 'value')[part]}.", "attn.qkv.")
-        for old, new in RENAMES:
+        for old, new in BERT_RENAMES:
             target = target.replace(old, new)
         out[key] = (target, None, None) if part is None else (target, part * hidden, (part + 1) * hidden)
     return out
@@ -565,7 +547,7 @@ def bert_key_map(keys, hidden: int) -> dict[str, tuple[str, int | None, int | No
 def to_bert(model):
     """The transformers BERT model (:data:`BERT_CLASSES`, eval mode) with the same head and function as a SesameBert
     ``model`` of the BERT layout: ``attn.qkv`` is split into query, key and value (rows in that order), the other
-    parameters renamed back (:data:`RENAMES`, :func:`bert_key_map`).
+    parameters renamed back (:data:`BERT_RENAMES`, :func:`bert_key_map`).
 
     Raises:
         InputError: a class or a config without a BERT counterpart.
@@ -609,7 +591,7 @@ def _convert_modern(
 
     from .. import bert
 
-    expected = "sesame-bert" if to is not None else "one of bert, " + ", ".join(convert_modern.FAMILIES)
+    expected = "sesame-bert" if to is not None else "one of bert, " + ", ".join(convert_modern.SOURCES)
     if (to is not None) != (family == "sesame-bert"):
         raise InputError(f"{where}: model_type={family!r}; expected {expected}")
     if to is not None and to not in TARGETS:
@@ -619,9 +601,11 @@ def _convert_modern(
     except (OSError, ValueError, StrictDataclassError) as err:  # the last: a field the config's validators refuse
         raise InputError(f"{where}: cannot read a config ({type(err).__name__}: {first_line(err)})") from err
     architecture = (getattr(config, "architectures", None) or ["?"])[0]
-    classes = bert.__dict__ if to is not None else convert_modern.CLASSES
+    classes = bert.__dict__ if to is not None else convert_modern.SESAME_CLASS_OF
     if architecture not in classes:
-        names = sorted(set(convert_modern.CLASSES.values()) if to is not None else convert_modern.CLASSES)
+        names = sorted(
+            set(convert_modern.SESAME_CLASS_OF.values()) if to is not None else convert_modern.SESAME_CLASS_OF
+        )
         raise InputError(f"{where}: architectures={[architecture]}; expected one of {', '.join(names)}")
     load = getattr(bert if to is not None else transformers, architecture).from_pretrained
     try:

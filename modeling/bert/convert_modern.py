@@ -13,7 +13,7 @@ SesameBert configs (``configuration_sesame_bert``'s modern fields):
   tagger.
 
 :func:`to_sesame` / :func:`from_sesame` map a model of either family to the SesameBert class with the same head and
-back (:data:`CLASSES`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
+back (:data:`SESAME_CLASS_OF`); the parameters are copied (fused or split: EuroBERT's q/k/v and gate/up projections are
 SesameBert's ``qkv`` and ``fc1``), so the two compute the same function (``tests/bert/test_convert_modern.py``).
 
 Errors: :class:`core.errors.InputError` for configs that have no counterpart on the other side (a rope scaling
@@ -29,12 +29,12 @@ from huggingface_hub.errors import StrictDataclassError
 from core.errors import InputError, first_line
 
 from . import modeling_sesame_bert as sesame
-from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, SesameBertConfig
+from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYOUTS, SesameBertConfig
 
-#: The families this module converts (the ``model_type`` of their transformers configs).
-FAMILIES = ("modernbert", "eurobert")
+#: The conversion sources this module reads (the ``model_type`` of their transformers configs; ``--to`` targets too).
+SOURCES = ("modernbert", "eurobert")
 #: transformers class name -> SesameBert class name (the same head).
-CLASSES = {
+SESAME_CLASS_OF = {
     "ModernBertModel": "SesameBertModel",
     "ModernBertForMaskedLM": "SesameBertForMaskedLM",
     "ModernBertForSequenceClassification": "SesameBertForSequenceClassification",
@@ -47,7 +47,7 @@ CLASSES = {
 }
 #: Parameter name parts of the encoder, transformers (without ``model.``) -> SesameBert (without ``bert.``), per
 #: family; a part ending in "." at the start of a name is a prefix (the final norms).
-RENAMES = {
+ENCODER_RENAMES = {
     "modernbert": (
         ("embeddings.tok_embeddings.", "embeddings.word_embeddings."),
         ("attn_norm.", "norm1."),
@@ -79,9 +79,45 @@ HEAD_RENAMES = {
     "EuroBertForMaskedLM": (("lm_head.", "cls.decoder."),),
     "EuroBertForSequenceClassification": (("dense.", "bert.pooler.dense."),),
 }
+#: Config fields of the same name and meaning in SesameBert and both sources.
+_SAME_NAMES = """vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size max_position_embeddings
+initializer_range pad_token_id tie_word_embeddings attention_bias mlp_bias num_labels id2label label2id"""
+#: Config fields carried over as they are, both ways: transformers name -> SesameBert name, for both sources (``""``)
+#: and per source (the special tokens, :data:`TOKEN_FIELDS`, when set).
+FIELDS = {
+    "": {
+        **{name: name for name in _SAME_NAMES.split()},
+        "attention_dropout": "attention_probs_dropout_prob",
+    },
+    "modernbert": {
+        "mlp_dropout": "hidden_dropout_prob",
+        "norm_eps": "layer_norm_eps",
+        **{n: n for n in "norm_bias decoder_bias classifier_bias classifier_activation local_attention".split()},
+        "sparse_prediction": "sparse_prediction",
+    },
+    "eurobert": {"rms_norm_eps": "layer_norm_eps"},
+}
+
+
+def _fields(config, family: str, to_sesame: bool) -> dict:
+    """The :data:`FIELDS` of ``family`` (and the special tokens that are set) read from ``config``, named for the
+    other side: SesameBert's names when ``to_sesame``, transformers' otherwise."""
+    pairs = [*FIELDS[""].items(), *FIELDS[family].items(), *((t, t) for t in TOKEN_FIELDS)]
+    pairs = [(theirs, ours) if to_sesame else (ours, theirs) for theirs, ours in pairs]
+    return {
+        new: getattr(config, old)
+        for old, new in pairs
+        if getattr(config, old, None) is not None or old not in TOKEN_FIELDS
+    }
+
+
 #: Special-token ids carried over both ways (as plain config attributes on the SesameBert side).
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
-POOLINGS = {"modernbert": {"cls": "cls", "mean": "mean"}, "eurobert": {"bos": "cls", "mean": "mean", "late": "late"}}
+#: A source's ``classifier_pooling`` -> SesameBert's, per source (``modeling_sesame_bert.POOLINGS`` are functions).
+POOLING_NAMES = {
+    "modernbert": {"cls": "cls", "mean": "mean"},
+    "eurobert": {"bos": "cls", "mean": "mean", "late": "late"},
+}
 
 
 def _rope_theta(parameters: dict | None, where: str) -> float:
@@ -110,36 +146,15 @@ def sesame_config(config, where: str = "config.json", pooled: bool = True) -> Se
         InputError: another family, a rope scaling type, an activation without a GLU, a pooling SesameBert lacks.
     """
     family = getattr(config, "model_type", None)
-    if family not in FAMILIES:
-        raise InputError(f"{where}: model_type={family!r}; expected one of {', '.join(FAMILIES)}")
-    pooling = POOLINGS[family].get(config.classifier_pooling, None if pooled else "cls")
+    if family not in SOURCES:
+        raise InputError(f"{where}: model_type={family!r}; expected one of {', '.join(SOURCES)}")
+    pooling = POOLING_NAMES[family].get(config.classifier_pooling, None if pooled else "cls")
     if pooling is None:
         raise InputError(
-            f"{where}: classifier_pooling={config.classifier_pooling!r}; expected one of {', '.join(POOLINGS[family])}"
+            f"{where}: classifier_pooling={config.classifier_pooling!r}; expected one of "
+            f"{', '.join(POOLING_NAMES[family])}"
         )
-    common = dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        initializer_range=config.initializer_range,
-        pad_token_id=config.pad_token_id,
-        tie_word_embeddings=config.tie_word_embeddings,
-        attention_probs_dropout_prob=config.attention_dropout,
-        attention_bias=config.attention_bias,
-        mlp_bias=config.mlp_bias,
-        position_embedding_type="rope",
-        norm_position="pre",
-        type_vocab_size=0,
-        classifier_pooling=pooling,
-        head_layout=family,
-        num_labels=config.num_labels,
-        id2label=config.id2label,
-        label2id=config.label2id,
-        **{k: getattr(config, k) for k in TOKEN_FIELDS if getattr(config, k, None) is not None},
-    )
+    common = dict(_fields(config, family, to_sesame=True), classifier_pooling=pooling, **LAYOUTS[family].fixed)
     try:
         return _sesame_config(config, family, common, where)
     except (ValueError, StrictDataclassError) as err:  # the SesameBertConfig validators: a field it cannot take
@@ -158,33 +173,19 @@ def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertC
         return SesameBertConfig(
             **common,
             hidden_act=_glu(config.hidden_activation, where),
-            hidden_dropout_prob=config.mlp_dropout,
             classifier_dropout=config.classifier_dropout,
-            layer_norm_eps=config.norm_eps,
-            norm_bias=config.norm_bias,
-            decoder_bias=config.decoder_bias,
-            classifier_bias=config.classifier_bias,
-            classifier_activation=config.classifier_activation,
             rope_theta=_rope_theta(config.rope_parameters.get("full_attention"), where),
             local_rope_theta=_rope_theta(config.rope_parameters.get("sliding_attention"), where),
             layer_types=list(config.layer_types),
-            local_attention=config.local_attention,
-            first_layer_attention_norm=False,
-            sparse_prediction=config.sparse_prediction,
         )
     return SesameBertConfig(
         **common,
+        **LAYOUTS[family].reference,
         hidden_act=_glu(config.hidden_act, where),
-        hidden_dropout_prob=0.0,
-        classifier_dropout=0.0,
-        layer_norm_eps=config.rms_norm_eps,
-        norm_type="rmsnorm",
         decoder_bias=config.mlp_bias,
-        classifier_activation="gelu",
         rope_theta=_rope_theta(config.rope_parameters, where),
         num_key_value_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
-        embedding_norm=False,
     )
 
 
@@ -208,34 +209,16 @@ def transformers_config(config: SesameBertConfig, family: str):
     Raises:
         InputError: an unknown family, or a config with a field that the family cannot express (named).
     """
-    if family not in FAMILIES:
-        raise InputError(f"--to {family}: expected one of bert, {', '.join(FAMILIES)}")
+    if family not in SOURCES:
+        raise InputError(f"--to {family}: expected one of bert, {', '.join(SOURCES)}")
     c = config
-    shared = dict(position_embedding_type="rope", norm_position="pre", type_vocab_size=0, head_layout=family)
-    shared.update(embedding_size=None, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
-    common = dict(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        intermediate_size=c.intermediate_size,
-        max_position_embeddings=c.max_position_embeddings,
-        initializer_range=c.initializer_range,
-        pad_token_id=c.pad_token_id,
-        tie_word_embeddings=c.tie_word_embeddings,
-        attention_dropout=c.attention_probs_dropout_prob,
-        attention_bias=c.attention_bias,
-        mlp_bias=c.mlp_bias,
-        num_labels=c.num_labels,
-        id2label=c.id2label,
-        label2id=c.label2id,
-        **{k: getattr(c, k) for k in TOKEN_FIELDS if getattr(c, k, None) is not None},
-    )
-    pooling = {v: k for k, v in POOLINGS[family].items()}.get(c.classifier_pooling)
+    shared = dict(LAYOUTS[family].fixed, hidden_act=c.hidden_act if c.hidden_act in GLU_ACTS else "geglu")
+    common = _fields(c, family, to_sesame=False)
+    pooling = {v: k for k, v in POOLING_NAMES[family].items()}.get(c.classifier_pooling)
     if pooling is None:
         raise InputError(
             f"a SesameBert config with classifier_pooling={c.classifier_pooling!r} has no {family} counterpart; "
-            f"expected one of {', '.join(POOLINGS[family].values())}"
+            f"expected one of {', '.join(POOLING_NAMES[family].values())}"
         )
     build = _modernbert_config if family == "modernbert" else _eurobert_config
     return build(c, common, shared, pooling)
@@ -243,39 +226,25 @@ def transformers_config(config: SesameBertConfig, family: str):
 
 def _modernbert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: str):
     """transformers' ``ModernBertConfig`` of ``c`` (:func:`transformers_config`); ``common`` holds the fields both
-    families share, ``shared`` the layout every converted config has (refused otherwise, :func:`_refuse`)."""
+    families share, ``shared`` the fixed values of the family's layout (``LAYOUTS``) and a GLU (refused otherwise,
+    :func:`_refuse`)."""
     from transformers import ModernBertConfig
 
     _refuse(
         c,
         "modernbert",
-        dict(
-            shared,
-            norm_type="layernorm",
-            embedding_norm=True,
-            first_layer_attention_norm=False,
-            key_value_heads=c.num_attention_heads,
-            attention_head_dim=c.hidden_size // c.num_attention_heads,
-        ),
+        dict(shared, key_value_heads=c.num_attention_heads, attention_head_dim=c.hidden_size // c.num_attention_heads),
     )
     return ModernBertConfig(
         **common,
         hidden_activation=GLU_ACTS[c.hidden_act],
-        mlp_dropout=c.hidden_dropout_prob,
         classifier_dropout=c.classifier_dropout or 0.0,
-        norm_eps=c.layer_norm_eps,
-        norm_bias=c.norm_bias,
-        decoder_bias=c.decoder_bias,
-        classifier_bias=c.classifier_bias,
-        classifier_activation=c.classifier_activation,
         classifier_pooling=pooling,
         layer_types=c.attention_types(),
-        local_attention=c.local_attention,
         rope_parameters={
             "full_attention": dict(ROPE, rope_theta=c.rope_theta),
             "sliding_attention": dict(ROPE, rope_theta=c.local_rope_theta or c.rope_theta),
         },
-        sparse_prediction=c.sparse_prediction,
     )
 
 
@@ -286,22 +255,13 @@ def _eurobert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: s
     _refuse(
         c,
         "eurobert",
-        dict(
-            shared,
-            norm_type="rmsnorm",
-            embedding_norm=False,
-            first_layer_attention_norm=True,
-            decoder_bias=c.mlp_bias,
-            classifier_bias=True,
-            classifier_activation="gelu",
-        ),
+        dict(shared, decoder_bias=c.mlp_bias),
     )
     if "sliding_attention" in c.attention_types():
         raise InputError("a SesameBert config with sliding_attention layers has no eurobert counterpart")
     return EuroBertConfig(
         **common,
         hidden_act=GLU_ACTS[c.hidden_act],
-        rms_norm_eps=c.layer_norm_eps,
         num_key_value_heads=c.key_value_heads,
         head_dim=c.attention_head_dim,
         rope_parameters=dict(ROPE, rope_theta=c.rope_theta),
@@ -328,7 +288,7 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
             name = key if base else key[len("model.") :]
             if name.startswith(FINAL_NORMS[family]):
                 name = "encoder.final_norm." + name[len(FINAL_NORMS[family]) :]
-            for old, new in RENAMES[family]:
+            for old, new in ENCODER_RENAMES[family]:
                 name = name.replace(old, new)
             name = ("" if base else "bert.") + name.replace("layers.", "encoder.layer.", 1)
         else:
@@ -343,17 +303,17 @@ def key_map(state: dict[str, torch.Tensor], class_name: str) -> dict[str, tuple[
 
 
 def to_sesame(model):
-    """The SesameBert model (eval mode, float32) with the same head (:data:`CLASSES`) and the same function as a
+    """The SesameBert model (eval mode, float32) with the same head (:data:`SESAME_CLASS_OF`) and the same function as a
     transformers ModernBERT / EuroBERT ``model``.
 
     Raises:
         InputError: a class without a SesameBert counterpart, or a config :func:`sesame_config` refuses.
     """
     name = type(model).__name__
-    if name not in CLASSES:
-        raise InputError(f"{name}: expected one of {', '.join(CLASSES)}")
+    if name not in SESAME_CLASS_OF:
+        raise InputError(f"{name}: expected one of {', '.join(SESAME_CLASS_OF)}")
     config = sesame_config(model.config, f"{name}.config", pooled=name.endswith("SequenceClassification"))
-    ours = getattr(sesame, CLASSES[name])(config).eval()
+    ours = getattr(sesame, SESAME_CLASS_OF[name])(config).eval()
     state = model.state_dict()
     parts: dict[str, list] = {}
     for key, (target, _, _) in key_map(state, name).items():
@@ -377,7 +337,7 @@ def from_sesame(model, family: str):
 
     config = transformers_config(model.config, family)
     prefix = {"modernbert": "ModernBert", "eurobert": "EuroBert"}[family]
-    name = next((k for k, v in CLASSES.items() if k.startswith(prefix) and v == type(model).__name__), None)
+    name = next((k for k, v in SESAME_CLASS_OF.items() if k.startswith(prefix) and v == type(model).__name__), None)
     if name is None:
         raise InputError(f"{type(model).__name__}: has no {family} counterpart")
     theirs = getattr(transformers, name)(config).eval()
@@ -390,4 +350,4 @@ def from_sesame(model, family: str):
     return theirs
 
 
-__all__ = ["CLASSES", "FAMILIES", "from_sesame", "key_map", "sesame_config", "to_sesame", "transformers_config"]
+__all__ = ["SESAME_CLASS_OF", "SOURCES", "from_sesame", "key_map", "sesame_config", "to_sesame", "transformers_config"]

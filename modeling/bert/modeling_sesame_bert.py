@@ -70,7 +70,7 @@ from .attention_sesame_bert import (  # noqa: F401  (DocumentSequences ... docum
     sinusoidal_table,
     sliding_window_mask,
 )
-from .configuration_sesame_bert import GLU_ACTS, SesameBertConfig
+from .configuration_sesame_bert import GLU_ACTS, LAYOUTS, SesameBertConfig
 
 #: The project's attention paths (:data:`ATTENTION_PATHS`): each kernel registered with transformers'
 #: ``AttentionInterface`` and its mask builder with ``AttentionMaskInterface``, under the path's own name (the model
@@ -121,15 +121,10 @@ POSITION_EMBEDDINGS = {  # (config, width) -> module
     "sinusoidal": lambda c, w: SinusoidalPositionEmbedding(c.max_position_embeddings, w),
     "rope": lambda c, w: None,  # rotary: applied to the queries and keys of every layer
 }
-#: head_layout -> (the activation of the pooler / prediction head, of the MLM transform (None: classifier_activation,
-#: "hidden_act": hidden_act's, its gate's for a GLU), a norm after the pooler's, the prediction head before the tagging
-#: and QA classifiers, the MLM transform before the decoder)
-HEAD_LAYOUTS = {"bert": ("tanh", "hidden_act", False, False, True), "modernbert": (None, None, True, True, True)}
-HEAD_LAYOUTS["eurobert"] = (None, None, False, False, False)
 
 
 def _head_act(config: SesameBertConfig, name: str | None) -> nn.Module:
-    """The activation ``name`` of a :data:`HEAD_LAYOUTS` entry."""
+    """The activation ``name`` of a ``HeadLayout`` (``LAYOUTS[head_layout].heads``)."""
     hidden = GLU_ACTS.get(config.hidden_act, config.hidden_act)
     return ACTIVATIONS[{None: config.classifier_activation, "hidden_act": hidden}.get(name, name)]()
 
@@ -345,10 +340,10 @@ class SesameBertPooler(nn.Module):
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         self.pooling = config.classifier_pooling
-        act, _, norm = HEAD_LAYOUTS[config.head_layout][:3]
+        heads = LAYOUTS[config.head_layout].heads
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
-        self.act = _head_act(config, act)
-        self.norm = _norm(config) if norm else nn.Identity()
+        self.act = _head_act(config, heads.pooler_activation)
+        self.norm = _norm(config) if heads.pooler_norm else nn.Identity()
         if self.pooling == "attention":
             self.attention = nn.Linear(config.hidden_size, 1, bias=False)  # w of alpha = softmax(w^T h_i)
 
@@ -372,7 +367,8 @@ class SesameBertMLMHead(nn.Module):
     def __init__(self, config: SesameBertConfig):
         super().__init__()
         width = config.embedding_width
-        _, act, _, _, transform = HEAD_LAYOUTS[config.head_layout]
+        heads = LAYOUTS[config.head_layout].heads
+        act, transform = heads.transform_activation, heads.mlm_transform
         self.dense = nn.Linear(config.hidden_size, width, bias=config.classifier_bias) if transform else nn.Identity()
         self.act = _head_act(config, act) if transform else nn.Identity()
         self.norm = _norm(config, width) if transform else nn.Identity()
@@ -794,9 +790,9 @@ def _add_classifier(model, config):
 
 
 def _prediction_head(config) -> nn.Module:
-    """The prediction head of the tagging and QA heads (:data:`HEAD_LAYOUTS`): a :class:`SesameBertPooler` whose
-    ``transform`` runs on every token (``"modernbert"``), or ``None``."""
-    return SesameBertPooler(config) if HEAD_LAYOUTS[config.head_layout][3] else None
+    """The prediction head of the tagging and QA heads (``HeadLayout.prediction_head``): a :class:`SesameBertPooler`
+    whose ``transform`` runs on every token (``"modernbert"``), or ``None``."""
+    return SesameBertPooler(config) if LAYOUTS[config.head_layout].heads.prediction_head else None
 
 
 class SesameBertForSequenceClassification(SesameBertHeadModel):

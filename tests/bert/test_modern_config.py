@@ -27,6 +27,35 @@ def _seed_and_threads(seeded_single_thread):
     """Every test here: seed 0, one torch thread (tests/conftest.py)."""
 
 
+def test_literal_annotations_equal_the_validators_choices():
+    """Every string field with a ``Literal`` annotation names exactly the values ``validate_architecture`` accepts
+    (``CHOICES``; issue 53: ``position_embedding_type``'s omitted ``"rope"``), and ``head_layout``'s are ``LAYOUTS``."""
+    import dataclasses
+    import typing
+
+    from modeling.bert import configuration_sesame_bert as module
+
+    literals = {
+        f.name: typing.get_args(eval(f.type, vars(module)))  # noqa: S307  (the module's own annotation strings)
+        for f in dataclasses.fields(SesameBertConfig)
+        if f.name in module.CHOICES and str(f.type).startswith("Literal")
+    }
+    assert set(literals) == {
+        "position_embedding_type",
+        "norm_position",
+        "norm_type",
+        "classifier_pooling",
+        "head_layout",
+    }
+    assert all(literals[name] == tuple(module.CHOICES[name]) for name in literals), literals
+    assert literals["head_layout"] == tuple(module.LAYOUTS)
+    for name, values in literals.items():  # each accepted, and a value outside refused with the field named
+        for value in values:
+            SesameBertConfig(**{**MODERN, name: value, "embedding_size": None})
+        with pytest.raises(StrictDataclassClassValidationError, match=f"{name}='other'"):
+            SesameBertConfig(**{**MODERN, name: "other"})
+
+
 def test_modernbert_base_preset_has_modernbert_base_sizes():
     """modernbert-base written as a transformers config equals ``ModernBertConfig()`` (ModernBERT-base) in every
     architecture field; the presets are listed by ``pretrain --help``."""
