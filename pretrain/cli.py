@@ -80,6 +80,12 @@ def parse(argv: Sequence[str] | None = None) -> PretrainArguments:
     return resolve(model, objective, masking, corpus, data, training, hub, manifest, budget)
 
 
+def known_flags() -> set[str]:
+    """The names of ``pretrain``'s flags without the leading ``--`` (those a ``--recipe`` phase may set)."""
+    parser = build_parser()
+    return {s[2:] for s in parser._option_string_actions if s.startswith("--") and "-" not in s[2:]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``pretrain``: one run, or with ``--recipe FILE`` the recipe's phases in turn (:mod:`pretrain.recipe`).
     Returns the exit status.
@@ -94,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     recipe, rest = split_recipe(sys.argv[1:] if argv is None else argv)
     if recipe is not None:
-        return run_recipe(recipe, rest, main)
+        return run_recipe(recipe, rest, main, parse, known_flags())
     from accelerate.utils import set_seed
 
     from core.files import check_output_dir_reuse, check_sources_outside

@@ -185,13 +185,6 @@ def _flags(where: str, flags: Any, known_flags: set[str], shared: bool) -> list[
     return args
 
 
-def _known_flags() -> set[str]:
-    from pretrain.cli import build_parser
-
-    parser = build_parser()
-    return {s[2:] for s in parser._option_string_actions if s.startswith("--") and "-" not in s[2:]}
-
-
 def _given(argv: Sequence[str], *flags: str) -> bool:
     return any(a == f"--{f}" or a.startswith(f"--{f}=") for a in argv for f in flags)
 
@@ -213,18 +206,19 @@ def _without(argv: Sequence[str], flag: str) -> tuple[list[str], str | None]:
 
 
 def phase_commands(
-    recipe: str | os.PathLike, argv: Sequence[str], parse: Callable[[list[str]], Any]
+    recipe: str | os.PathLike, argv: Sequence[str], parse: Callable[[list[str]], Any], known_flags: set[str]
 ) -> tuple[str, list[tuple[Phase, list[str]]]]:
     """The recipe's output folder and, per phase, its ``pretrain`` arguments without the runner's (the command's
     ``argv`` without ``--output_dir`` and a budget that the recipe's shares divide, the phase's ``--max_train_tokens``
-    and flags, ``--output_dir <folder>/<name>``), each checked by ``parse`` (nothing is written).
+    and flags, ``--output_dir <folder>/<name>``), each checked by ``parse`` (``pretrain.cli.parse``; nothing is
+    written); ``known_flags`` are ``pretrain``'s flag names (``pretrain.cli.known_flags``), which a phase may set.
 
     Raises:
         InputError: a bad recipe (:func:`load_recipe`), ``--hub_revision`` on the command (the runner names the
             branches), ``--push_to_hub`` without ``--hub_model_id``, shares without a budget, or a phase whose
             arguments ``parse`` refuses (the line names the phase).
     """
-    budget, phases = load_recipe(recipe, _known_flags())
+    budget, phases = load_recipe(recipe, known_flags)
     where = f"--recipe {recipe}"
     for flag in RUNNER_FLAGS:
         if flag != "output_dir" and _given(argv, flag):
@@ -270,34 +264,40 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state if isinstance(state, dict) and isinstance(state.get("finished"), dict) else {"finished": {}}
 
 
-def run_recipe(recipe: str | os.PathLike, argv: Sequence[str], main: Callable[[list[str]], int | None]) -> int:
+def run_recipe(
+    recipe: str | os.PathLike,
+    argv: Sequence[str],
+    main: Callable[[list[str]], int | None],
+    parse: Callable[[list[str]], Any],
+    known_flags: set[str],
+) -> int:
     """Run the recipe's phases in turn with ``main`` (``pretrain``'s), skipping those recorded as finished in
     ``<output_dir>/recipe_state.json`` and resuming an interrupted one (see the module docstring). Returns the exit
     status: 0, or the first phase's that is not 0 (e.g. 143 after SIGTERM; run the command again to resume).
+    ``parse`` and ``known_flags``: as :func:`phase_commands` takes them (``pretrain.cli`` passes its own, so that this
+    module does not import the command line that imports it).
 
     Raises:
         InputError: a bad recipe or phase arguments (before anything is written), or a phase's own refusal.
     """
     from core.logs import setup_logging
-    from pretrain.cli import parse
     from training.accelerator import keep_process_group
 
-    output_dir, commands = phase_commands(recipe, argv, parse)
+    output_dir, commands = phase_commands(recipe, argv, parse, known_flags)
     setup_logging(int(os.environ.get("RANK", "0")) == 0)
     tokenizer_given = _given(argv, "tokenizer_name", "model_name_or_path", "prepared_dataset")
     with keep_process_group():  # one process group for all the phases (a second rendezvous would fail)
-        status = _run_phases(recipe, output_dir, commands, main, tokenizer_given)
+        status = _run_phases(recipe, output_dir, commands, main, parse, tokenizer_given)
     if status == 0:
         logger.info("recipe %s: %d phases finished in %s", recipe, len(commands), output_dir)
     return status
 
 
-def _run_phases(recipe, output_dir: str, commands, main, tokenizer_given: bool) -> int:
+def _run_phases(recipe, output_dir: str, commands, main, parse, tokenizer_given: bool) -> int:
     """The phases of :func:`run_recipe`, in turn; the exit status (0, or the first phase's that is not 0)."""
     from accelerate.state import AcceleratorState, GradientState
 
     from core.files import write_text_atomic
-    from pretrain.cli import parse
     from training.checkpoint_files import checkpoint_dirs, resolve_checkpoint
 
     state_path = Path(output_dir) / STATE_FILE

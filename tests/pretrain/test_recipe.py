@@ -25,9 +25,9 @@ TOKEN = "hf_alice_write_0123456789"  # the hub_url fixture's (conftest)
 
 
 def _known() -> set[str]:
-    from pretrain.recipe import _known_flags
+    from pretrain.cli import known_flags
 
-    return _known_flags()
+    return known_flags()
 
 
 def test_shipped_recipes_are_modernberts_three_phases(corpus_dir, tmp_path):
@@ -40,7 +40,9 @@ def test_shipped_recipes_are_modernberts_three_phases(corpus_dir, tmp_path):
     assert [round(p.share * budget / 1e9) for p in phases] == [1719, 250, 50]
     for name in ("modernbert.yaml", "demo.yaml"):
         data = corpus_args(corpus_dir, tmp_path / name, config=None)
-        out, commands = phase_commands(ROOT / "recipes" / name, [*data, "--max_train_tokens", "1000000"], parse)
+        out, commands = phase_commands(
+            ROOT / "recipes" / name, [*data, "--max_train_tokens", "1000000"], parse, _known()
+        )
         assert out == str(tmp_path / name)
         plans = [parse(args) for _, args in commands]
         assert [p.model.rope_theta for p in plans] == [10000, 160000, 160000]
@@ -53,7 +55,7 @@ def test_shipped_recipes_are_modernberts_three_phases(corpus_dir, tmp_path):
         shares = [phase.share for phase, _ in commands]
         assert [p.budget.max_train_tokens for p in plans] == [round(s * 1_000_000) for s in shares]
         assert [p.training.output_dir for p in plans] == [str(tmp_path / name / ph.name) for ph, _ in commands]
-    modern = [parse(args) for _, args in phase_commands(ROOT / "recipes" / "modernbert.yaml", data, parse)[1]]
+    modern = [parse(args) for _, args in phase_commands(ROOT / "recipes" / "modernbert.yaml", data, parse, _known())[1]]
     assert [p.corpus.max_seq_length for p in modern] == [1024, 8192, 8192]
 
 
@@ -212,7 +214,7 @@ def test_readme_phase_commands_resolve(monkeypatch):
     assert len(recipes) == 2
     for argv in recipes:
         recipe, rest = split_recipe(argv)
-        out, commands = phase_commands(recipe, rest, parse)
+        out, commands = phase_commands(recipe, rest, parse, _known())
         assert [phase.name for phase, _ in commands] == ["stable", "ext", "decay"] and out.startswith("outputs/")
     stable, ext = _documented_pretrain_commands("--rope_theta 160000 --max_seq_length 512")
     monkeypatch.setattr(
