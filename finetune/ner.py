@@ -386,6 +386,27 @@ def _training_inputs(accelerator, data: NerData, train, collate, data_args, trai
     return train_loader, plan, fingerprint
 
 
+def _tagging_step(accelerator, width: int):
+    """The evaluation step of a NER run for :func:`training.evaluation.gather_predictions`: per batch the (B, width)
+    long predicted tag ids (-1 past the batch's length, so that batches of different lengths gather), and with labels
+    the (B,) float32 sum of the token losses and the (B,) long count of scored tokens."""
+
+    def step(model, batch):
+        labels = batch.pop("labels", None)
+        with accelerator.autocast():
+            logits = model(**batch).logits.float()
+        predicted = torch.full((logits.shape[0], width), -1, dtype=torch.long, device=logits.device)
+        predicted[:, : logits.shape[1]] = logits.argmax(-1)
+        out = {"predicted": predicted}
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+            out["loss_sum"] = loss.sum(1)
+            out["scored"] = (labels != -100).sum(1)
+        return out
+
+    return step
+
+
 def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_args, training, modes, lr_source):
     """The :class:`training.driver.RunParts` of a NER run: the training loader, the evaluation of the validation file
     (``eval_*`` scores, the per-type table), the tagging of the test file (``test_*`` scores when tagged) and the
@@ -413,20 +434,7 @@ def ner_parts(accelerator, model, tokenizer, data: NerData, splits: dict, data_a
         from finetune.ner_data import word_predictions
         from training.evaluation import gather_predictions
 
-        def step(model, batch):
-            labels = batch.pop("labels", None)
-            with accelerator.autocast():
-                logits = model(**batch).logits.float()
-            predicted = torch.full((logits.shape[0], width), -1, dtype=torch.long, device=logits.device)
-            predicted[:, : logits.shape[1]] = logits.argmax(-1)
-            out = {"predicted": predicted}
-            if labels is not None:
-                loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-                out["loss_sum"] = loss.sum(1)
-                out["scored"] = (labels != -100).sum(1)
-            return out
-
-        out = gather_predictions(accelerator, model, loaders[name], step)
+        out = gather_predictions(accelerator, model, loaders[name], _tagging_step(accelerator, width))
         split = splits[name]
         ids = word_predictions(split.sentences, split.windows, split.firsts, out["predicted"].tolist(), outside)
         tags = [[id2label[i] for i in row] for row in ids]
