@@ -24,7 +24,7 @@ from _mlm_common import make_batch, reference_bert_config, sync  # bench/ is the
 from transformers import BertForMaskedLM
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM
-from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
+from modeling.bert.sources import bert
 
 
 def make_models(args):
@@ -32,11 +32,11 @@ def make_models(args):
     shape = (args.hidden_size, args.layers, args.heads, 4 * args.hidden_size)
     hf_config = reference_bert_config(args.vocab_size, *shape, args.seq_len, args.dropout)
     hf = BertForMaskedLM(hf_config)
-    config = sesame_config_from_bert(hf_config)
+    config = bert.SOURCE.sesame_config(hf_config)
     models = {"transformers": hf}
     for name, sparse in (("sesame_sparse", True), ("sesame_dense", False)):
         model = SesameBertForMaskedLM(SesameBertConfig(**{**config.to_diff_dict(), "sparse_prediction": sparse}))
-        model.load_state_dict(convert_state_dict(hf.state_dict(), hf_config.num_hidden_layers))
+        model.load_state_dict(bert.SOURCE.sesame_state(hf.state_dict(), "BertForMaskedLM"))
         models[name] = model
     return {k: m.to(args.device).train() for k, m in models.items()}
 

@@ -92,16 +92,16 @@ def make_models(args, device):
 
     import modeling
     from modeling import SesameBertForMaskedLM
-    from modeling.bert.convert import convert_state_dict, sesame_config_from_bert
+    from modeling.bert.sources import bert
 
     preset = modeling.get_preset_config(args.config_name)
     torch.manual_seed(0)
     shape = (preset.hidden_size, preset.num_hidden_layers, preset.num_attention_heads, preset.intermediate_size)
     hf_config = reference_bert_config(args.vocab_size, *shape, args.seq_len, args.dropout, attn_implementation="sdpa")
     hf = BertForMaskedLM(hf_config)
-    sesame = SesameBertForMaskedLM(sesame_config_from_bert(hf_config))
+    sesame = SesameBertForMaskedLM(bert.SOURCE.sesame_config(hf_config))
     sesame.config.sparse_prediction = True
-    sesame.load_state_dict(convert_state_dict(hf.state_dict(), hf_config.num_hidden_layers))
+    sesame.load_state_dict(bert.SOURCE.sesame_state(hf.state_dict(), "BertForMaskedLM"))
     return hf.to(device).train(), sesame.to(device).train()
 
 

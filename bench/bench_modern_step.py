@@ -6,10 +6,10 @@
     python bench/bench_modern_step.py --config_name modernbert-mini --lengths 1024 --profile --output_dir out/prof
 
 ``SesameBertForMaskedLM`` at ``--config_name`` (a ModernBERT-class preset; dropout 0, sparse prediction) is built
-once; transformers' ``ModernBertForMaskedLM`` gets its weights in-process (``modeling.bert.convert_modern
-.from_sesame``), so both compute the same function. A step is forward (under autocast with ``--mixed_precision``) +
-backward + AdamW step + ``zero_grad``. Each step's batch holds about ``--batch_tokens`` real tokens of random ids in
-documents (``--documents``):
+once; transformers' ``ModernBertForMaskedLM`` gets its weights in-process
+(``modeling.bert.sources.modernbert.from_sesame``), so both compute the same function. A step is forward (under
+autocast with ``--mixed_precision``) + backward + AdamW step + ``zero_grad``. Each step's batch holds about
+``--batch_tokens`` real tokens of random ids in documents (``--documents``):
 
 * ``full``: every document is ``length`` tokens (run_mlm's ``group_texts`` blocks: no padding anywhere);
 * ``mixed``: lengths drawn from a lognormal (median ``length`` / 4, sigma 1, clipped to [16, ``length``]), as a
@@ -307,7 +307,7 @@ def build_models(args, length: int, variants) -> dict:
     transformers conversions, each a copy of its own."""
     import modeling
     from modeling import SesameBertForMaskedLM
-    from modeling.bert.convert_modern import from_sesame
+    from modeling.bert.sources.modernbert import from_sesame
 
     config = modeling.get_preset_config(args.config_name, vocab_size=args.vocab_size)
     if config.head_layout != "modernbert":
@@ -326,7 +326,7 @@ def build_models(args, length: int, variants) -> dict:
             model = copy.deepcopy(ours)
             model.set_attn_implementation("sdpa")
         else:
-            model = from_sesame(ours, "modernbert")
+            model = from_sesame(ours)
             model.set_attn_implementation(register_padding_free() if variant.endswith("padding_free") else "sdpa")
             if variant == "transformers_dense":
                 model.config.sparse_prediction = model.sparse_prediction = False

@@ -27,8 +27,8 @@ from modeling import (
     SesameBertModel,
 )
 from modeling.bert import modeling_sesame_bert
-from modeling.bert.convert import convert_state_dict
 from modeling.bert.modeling_sesame_bert import document_ids, sinusoidal_table
+from modeling.bert.sources import bert
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -46,7 +46,7 @@ def _bert_pair(tiny_kwargs):
             if name.endswith("bias") or "LayerNorm" in name:
                 p.add_(0.1 * torch.randn_like(p))
     ours = SesameBertForPreTraining(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).eval()
-    ours.load_state_dict(convert_state_dict(hf.state_dict(), hf.config.num_hidden_layers))
+    ours.load_state_dict(bert.SOURCE.sesame_state(hf.state_dict(), "BertForPreTraining"))
     return hf, ours
 
 

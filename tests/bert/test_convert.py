@@ -11,7 +11,8 @@ from transformers import BertForPreTraining, BertModel
 
 from core.errors import run_cli
 from modeling import SesameBertForPreTraining, SesameBertModel
-from modeling.bert.convert import convert, convert_state_dict, main
+from modeling.bert.convert import convert, main
+from modeling.bert.sources import bert
 
 
 def _max_diff(a, b):
@@ -71,7 +72,7 @@ def test_training_step_parity(hf_bert_dir, tmp_path, make_batch):
 
     params = dict(hf.named_parameters(remove_duplicate=False))  # tied names included, as in the state dict
     hf_grads = {k: params[k].grad for k in hf.state_dict() if k in params}
-    expected = convert_state_dict(hf_grads, hf.config.num_hidden_layers)
+    expected = bert.SOURCE.sesame_state(hf_grads, "BertForPreTraining")
     got = dict(ours.named_parameters())
     assert set(got) <= set(expected)
     worst = 0.0

@@ -9,7 +9,7 @@ import torch
 import transformers
 from _tiny import padded_batch
 
-from modeling.bert.convert_modern import from_sesame, sesame_config, to_sesame
+from modeling.bert.sources import SOURCES
 
 TOLERANCE = 1e-5
 TOKENS = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)
@@ -73,6 +73,7 @@ CONFIGS = {
     ),
 }
 PREFIX = {"modernbert": "ModernBert", "eurobert": "EuroBert"}
+MODERNBERT, EUROBERT = SOURCES["modernbert"].SOURCE, SOURCES["eurobert"].SOURCE
 HEADS = ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"]
 CASES = [
     (family, size, head, pooling)
@@ -143,17 +144,17 @@ def test_parity_both_directions_and_round_trip(family, size, head, pooling):
     for implementation in ("eager", "sdpa"):
         # transformers -> SesameBert
         reference = _reference(family, size, head, pooling, implementation)
-        ours = to_sesame(reference)
+        ours = SOURCES[family].to_sesame(reference)
         ours.set_attn_implementation(implementation)
         _assert_same_function(reference, ours, batch)
         # SesameBert (its own random weights) -> transformers
         mine = _perturb(type(ours)(ours.config))
         mine.set_attn_implementation(implementation)
-        theirs = from_sesame(mine, family)
+        theirs = SOURCES[family].from_sesame(mine)
         theirs.set_attn_implementation(implementation)
         _assert_same_function(theirs, mine, batch)
         # the round trip gives the same tensors
-        back = to_sesame(theirs).state_dict()
+        back = SOURCES[family].to_sesame(theirs).state_dict()
         assert back.keys() == mine.state_dict().keys()
         # (a bare encoder's pooler has no counterpart: the converted one is new)
         assert all(torch.equal(back[k], v) for k, v in mine.state_dict().items() if not k.startswith("pooler."))
@@ -161,11 +162,11 @@ def test_parity_both_directions_and_round_trip(family, size, head, pooling):
 
 def test_converted_config_fields():
     """The converted configs say what the references are (the fields the tests above cannot see)."""
-    modern = sesame_config(transformers.ModernBertConfig(**CONFIGS["modernbert", "small"], **TOKENS))
+    modern = MODERNBERT.sesame_config(transformers.ModernBertConfig(**CONFIGS["modernbert", "small"], **TOKENS))
     assert modern.attention_types() == ["full_attention", "sliding_attention", "sliding_attention"]
     assert (modern.rope_theta, modern.local_rope_theta, modern.local_attention) == (160_000.0, 10_000.0, 8)
     assert modern.hidden_act == "geglu" and not modern.first_layer_attention_norm and modern.type_vocab_size == 0
-    euro = sesame_config(transformers.EuroBertConfig(**CONFIGS["eurobert", "wide"], **TOKENS), pooled=False)
+    euro = EUROBERT.sesame_config(transformers.EuroBertConfig(**CONFIGS["eurobert", "wide"], **TOKENS), pooled=False)
     assert (euro.key_value_heads, euro.attention_head_dim, euro.hidden_act) == (3, 16, "geglu")
     assert euro.norm_type == "rmsnorm" and not euro.embedding_norm
 

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from core.errors import run_cli
 from modeling.bert import convert as convert_module
 from modeling.bert.convert import convert, main
+from modeling.bert.sources import modernbert
 
 SIZES = dict(
     hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48, max_position_embeddings=64
@@ -144,7 +145,7 @@ def test_the_files_are_the_reference_not_the_loaded_model(tmp_path, tokenizer, m
     monkeypatch.undo()
 
     _rewrite(source, lambda t: complete)
-    real = convert_module.convert_modern.to_sesame
+    real = modernbert.to_sesame
 
     def altered(model):
         ours = real(model)
@@ -152,7 +153,7 @@ def test_the_files_are_the_reference_not_the_loaded_model(tmp_path, tokenizer, m
             ours.bert.encoder.layer[1].ffn.fc2.weight[0, 0] += 1e-3
         return ours
 
-    monkeypatch.setattr(convert_module.convert_modern, "to_sesame", altered)
+    monkeypatch.setattr(modernbert, "to_sesame", altered)
     with pytest.raises(RuntimeError, match="bert.encoder.layer.1.ffn.fc2.weight: differs"):
         convert(source, tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

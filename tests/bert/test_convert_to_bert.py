@@ -11,8 +11,11 @@ import transformers
 
 import modeling
 from core.errors import run_cli
-from modeling.bert.convert import BERT_CLASSES, convert_state_dict, main, to_bert
+from modeling.bert.convert import main
+from modeling.bert.sources import bert
 
+#: SesameBert class -> the transformers BERT class with the same head.
+BERT_CLASSES = {ours: theirs for theirs, ours in bert.CLASSES.items()}
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -35,7 +38,7 @@ def _perturbed(cls_name, **fields):
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 def test_to_bert_computes_the_same_function(cls_name, implementation):
     ours = _perturbed(cls_name)
-    theirs = to_bert(ours)
+    theirs = bert.from_sesame(ours)
     assert type(theirs).__name__ == BERT_CLASSES[cls_name]
     ours.set_attn_implementation(implementation)
     theirs.set_attn_implementation(implementation)
@@ -59,7 +62,7 @@ def test_to_bert_computes_the_same_function(cls_name, implementation):
             x, y = x[real], y[real]
         assert (x - y).abs().max() <= 1e-5, field
     if cls_name == "SesameBertForPreTraining":  # and back with the BERT -> SesameBert converter: the same tensors
-        back = convert_state_dict(theirs.state_dict(), TINY["num_hidden_layers"])
+        back = bert.SOURCE.sesame_state(theirs.state_dict(), "BertForPreTraining")
         assert all(torch.equal(back[k], v) for k, v in ours.state_dict().items())
 
 

@@ -17,7 +17,7 @@ import modeling
 from core.errors import run_cli
 from modeling import SesameBertConfig, SesameBertModel
 from modeling.bert import modeling_sesame_bert
-from modeling.bert.convert_modern import transformers_config
+from modeling.bert.sources import modernbert
 
 MODERN = micro_modern_kwargs()
 
@@ -63,7 +63,7 @@ def test_modernbert_base_preset_has_modernbert_base_sizes():
 
     reference = transformers.ModernBertConfig()
     ours = modeling.get_preset_config("modernbert-base", vocab_size=reference.vocab_size, pad_token_id=50283)
-    written = transformers_config(ours, "modernbert")
+    written = modernbert.SOURCE.transformers_config(ours)
     fields = (
         "hidden_size intermediate_size num_hidden_layers num_attention_heads hidden_activation max_position_embeddings "
         "norm_eps norm_bias attention_bias mlp_bias decoder_bias classifier_bias classifier_activation layer_types "
