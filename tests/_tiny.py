@@ -37,29 +37,24 @@ def micro_modern_kwargs(**overrides) -> dict:
     """A micro modern encoder's config fields (32 wide, 4 query heads on 2 key/value heads, SwiGLU, rotary positions
     with a local base, a 4-token window, pre-norm, no biases, no dropout), for the local-attention and
     packed-document tests; then ``overrides``."""
-    return (
-        dict(
-            vocab_size=40,
-            hidden_size=32,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=24,
-            hidden_act="swiglu",
-            position_embedding_type="rope",
-            local_rope_theta=1000.0,
-            local_attention=4,  # a token sees the tokens at most 2 positions away
-            max_position_embeddings=64,
-            type_vocab_size=0,
-            norm_position="pre",
-            first_layer_attention_norm=False,
-            attention_bias=False,
-            mlp_bias=False,
-            norm_bias=False,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-        | overrides
-    )
+    sizes = dict(vocab_size=40, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=24)
+    rotary = dict(position_embedding_type="rope", local_rope_theta=1000.0, max_position_embeddings=64)
+    window = dict(local_attention=4)  # a token sees the tokens at most 2 positions away
+    block = dict(hidden_act="swiglu", type_vocab_size=0, norm_position="pre", first_layer_attention_norm=False)
+    return sizes | rotary | window | block | NO_BIASES | dict(norm_bias=False) | NO_DROPOUT | overrides
+
+
+#: Linear layers without biases, and no dropout (the modern layouts' reference values).
+NO_BIASES = dict(attention_bias=False, mlp_bias=False)
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def eurobert_layout(**overrides) -> dict:
+    """EuroBERT's layout (``LAYOUTS["eurobert"]``: the Llama block with pre-norm RMSNorm and rotary positions, no
+    embedding norm, a final norm, its heads) without biases or dropout, for any sizes; then ``overrides``."""
+    from modeling.bert.configuration_sesame_bert import LAYOUTS
+
+    return {**LAYOUTS["eurobert"].config, **NO_BIASES, **NO_DROPOUT, **overrides}
 
 
 def padded_batch(vocab_size: int, shape: tuple[int, int], lengths: dict[int, int], seed: int) -> dict:

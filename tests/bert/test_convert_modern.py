@@ -13,64 +13,22 @@ from modeling.bert.sources import SOURCES
 
 TOLERANCE = 1e-5
 TOKENS = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)
+#: The sizes of both families' configs (ModernBERT's special tokens apart), the wide one with attention biases.
+SMALL = dict(vocab_size=60, hidden_size=32, num_attention_heads=4, intermediate_size=48, max_position_embeddings=64)
+WIDE = dict(vocab_size=70, hidden_size=48, intermediate_size=40, max_position_embeddings=128, attention_bias=True)
+MODERN = dict(cls_token_id=2, sep_token_id=3)
+MODERN_WIDE = dict(
+    hidden_activation="silu", classifier_activation="silu", decoder_bias=False, global_attn_every_n_layers=2
+)
 #: (family, size) -> the transformers config's keyword arguments; the second size of each family switches on what the
 #: first leaves off (biases, another GLU, GQA with a head_dim of its own, layer types every 2 layers).
 CONFIGS = {
-    ("modernbert", "small"): dict(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=48,
-        local_attention=8,
-        max_position_embeddings=64,
-        cls_token_id=2,
-        sep_token_id=3,
-    ),
-    ("modernbert", "wide"): dict(
-        vocab_size=70,
-        hidden_size=48,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=40,
-        local_attention=12,
-        max_position_embeddings=128,
-        global_attn_every_n_layers=2,
-        hidden_activation="silu",
-        classifier_activation="silu",
-        attention_bias=True,
-        mlp_bias=True,
-        norm_bias=True,
-        classifier_bias=True,
-        decoder_bias=False,
-        cls_token_id=2,
-        sep_token_id=3,
-    ),
-    ("eurobert", "small"): dict(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        mask_token_id=4,
-    ),
-    ("eurobert", "wide"): dict(
-        vocab_size=70,
-        hidden_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=6,
-        num_key_value_heads=3,
-        head_dim=16,
-        intermediate_size=40,
-        max_position_embeddings=128,
-        hidden_act="gelu",
-        attention_bias=True,
-        mlp_bias=True,
-        tie_word_embeddings=True,
-        mask_token_id=4,
-    ),
+    ("modernbert", "small"): dict(SMALL, num_hidden_layers=3, local_attention=8, **MODERN),
+    ("modernbert", "wide"): dict(WIDE, **MODERN_WIDE, num_hidden_layers=4, num_attention_heads=4, local_attention=12)
+    | dict(mlp_bias=True, norm_bias=True, classifier_bias=True, **MODERN),
+    ("eurobert", "small"): dict(SMALL, num_hidden_layers=2, num_key_value_heads=2, mask_token_id=4),
+    ("eurobert", "wide"): dict(WIDE, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=3, head_dim=16)
+    | dict(hidden_act="gelu", mlp_bias=True, tie_word_embeddings=True, mask_token_id=4),
 }
 PREFIX = {"modernbert": "ModernBert", "eurobert": "EuroBert"}
 MODERNBERT, EUROBERT = SOURCES["modernbert"].SOURCE, SOURCES["eurobert"].SOURCE

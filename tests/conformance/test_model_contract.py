@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from _tiny import micro_elmo_kwargs, modern_layout, tiny_bert_kwargs
+from _tiny import eurobert_layout, micro_elmo_kwargs, modern_layout, tiny_bert_kwargs
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -167,22 +167,8 @@ MODERN_TINY = dict(
 #: head_dim of its own, no embedding norm, a final norm, its heads (mean pooling).
 EURO_TINY = dict(
     tiny_bert_kwargs(40, 32, width=16, layers=2, num_labels=3),
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    hidden_act="swiglu",
-    position_embedding_type="rope",
-    rope_theta=10_000.0,
-    type_vocab_size=0,
-    norm_position="pre",
-    norm_type="rmsnorm",
-    embedding_norm=False,
-    attention_bias=False,
-    mlp_bias=False,
-    head_layout="eurobert",
+    **eurobert_layout(num_attention_heads=4, num_key_value_heads=2, head_dim=8, hidden_act="swiglu", rope_theta=1e4),
     classifier_pooling="mean",
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
     pad_token_id=0,
 )
 
