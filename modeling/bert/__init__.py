@@ -9,7 +9,8 @@ Replaced-token detection (ELECTRA, ``modeling_sesame_bert_rtd``): ``AutoModelFor
 generator + discriminator pretraining model; it saves a SesameBert discriminator folder with the generator in
 ``generator/``.
 
-``python -m modeling.bert.convert --source DIR|REPO --output_dir D`` converts a Hugging Face BERT checkpoint.
+``python -m modeling.bert.convert --source DIR|REPO --output_dir D`` converts a Hugging Face BERT, ModernBERT or
+EuroBERT checkpoint (one module a source in ``sources/``).
 """
 
 import torch

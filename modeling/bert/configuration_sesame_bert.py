@@ -338,7 +338,7 @@ def _defaults(names: str) -> dict:
 #: The fixed values both modern layouts share: rotary positions, pre-LN, no segment embeddings, embeddings of width H.
 _MODERN = dict(position_embedding_type="rope", norm_position="pre", type_vocab_size=0, embedding_size=None)
 #: ``head_layout`` -> its reference layout. BERT's fixed values are the config defaults; its learned / ``"absolute"``
-#: positions, one of ``HIDDEN_ACTS`` and segment embeddings are checked apart (``convert.bert_config_from_sesame``).
+#: positions, one of ``HIDDEN_ACTS`` and segment embeddings are checked apart (``sources.bert``).
 #: ModernBERT and EuroBERT also need a GLU activation; ModernBERT one key/value head per query head and the default
 #: head width, EuroBERT ``decoder_bias == mlp_bias`` and no sliding-window layers (their converters check these).
 LAYOUTS: dict[str, ReferenceLayout] = {
