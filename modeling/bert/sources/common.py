@@ -26,7 +26,8 @@ LABELS = ("num_labels", "id2label", "label2id")
 MODERN_FIELDS = {
     **{name: name for name in "vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size".split()},
     **{name: name for name in "max_position_embeddings initializer_range pad_token_id tie_word_embeddings".split()},
-    **{name: name for name in ("attention_bias", "mlp_bias")},
+    "attention_bias": "attention_bias",
+    "mlp_bias": "mlp_bias",
     "attention_dropout": "attention_probs_dropout_prob",
 }
 #: The rotary scaling of every converted rotary config: none (transformers' ``rope_type`` "default").
@@ -88,8 +89,8 @@ def refuse(config: SesameBertConfig, title: str, expected: Mapping[str, object])
         got = getattr(config, field)
         if got in value if isinstance(value, tuple) else got == value:
             continue
-        want = f"one of {', '.join(map(repr, value))}" if isinstance(value, tuple) else repr(value)
-        raise InputError(f"a SesameBert config with {field}={got!r} has no {title} counterpart; expected {want}")
+        want = f" one of {', '.join(map(repr, value))}" if isinstance(value, tuple) else f"={value!r}"
+        raise InputError(f"a SesameBert config with {field}={got!r} has no {title} counterpart; expected {field}{want}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
