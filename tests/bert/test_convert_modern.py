@@ -160,3 +160,21 @@ def test_cli_converts_both_ways(tmp_path, tokenizer, capsys, family, head):
     assert run_cli(convert.main, argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: --source") and "expected sesame-bert" in err, err
+
+
+def test_every_source_is_one_module_of_the_same_names(capsys):
+    """Issue 53 item 3: each source module declares the same names, its layout is its ``LAYOUTS`` row (not a copy),
+    its classes exist on both sides, and the command's help names every source."""
+    import modeling
+    from modeling.bert import LAYOUTS, convert
+
+    for name, module in SOURCES.items():
+        assert {"LAYOUT", "TITLE", "FIELDS", "KEYS", "HEADS", "CLASSES", "SOURCE", "to_sesame", "from_sesame"} <= set(
+            vars(module)
+        ), name
+        assert module.LAYOUT is LAYOUTS[name] and module.SOURCE.name == name
+        assert all(hasattr(transformers, theirs) and hasattr(modeling, ours) for theirs, ours in module.CLASSES.items())
+    with pytest.raises(SystemExit):
+        convert.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(module.TITLE in text and name in text for name, module in SOURCES.items()), text
