@@ -295,11 +295,28 @@ class TrainDataArguments:
         "DataLoader worker processes that collate and mask ahead of the step: a number, or auto = "
         "min(4, CPU cores per local process) on CUDA (0 on the CPU and for --streaming)",
     )
+    short_seq_length: int | None = arg(
+        None,
+        "mixing lengths: cut a training batch's blocks into rows of this many tokens (a divisor of "
+        "--max_seq_length) with probability --short_seq_probability, e.g. 1024 in a context extension at 8192",
+    )
+    short_seq_probability: float | None = arg(
+        None, "the share of training batches cut into rows of --short_seq_length (BERT's short_seq_prob, per batch)"
+    )
 
     def __post_init__(self) -> None:
         from training.data import resolve_num_workers
 
         resolve_num_workers(self.dataloader_num_workers, "cpu")  # validates (InputError)
+        length, probability = self.short_seq_length, self.short_seq_probability
+        if (length is None) != (probability is None):
+            raise InputError(
+                "--short_seq_length and --short_seq_probability: expected both (mixing lengths) or neither"
+            )
+        if length is not None and length < 1:
+            raise InputError(f"--short_seq_length {length}: expected a number of tokens >= 1")
+        if probability is not None and not 0 <= probability <= 1:
+            raise InputError(f"--short_seq_probability {probability}: expected a number in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -593,8 +610,32 @@ def resolve(
             f"--mlm_probability_end {masking.mlm_probability_end}: a masking-rate schedule, and the {objective.name} "
             "objective masks no token; expected a BERT-like objective (mlm, mlm+nsp, rtd)"
         )
+    check_short_rows(data, objective, corpus.max_seq_length)
     parts = (model, objective, objective_args, masking, corpus, data, training, hub)
     return PretrainArguments(*parts, budget=budget, device_choice=device_choice)
+
+
+def check_short_rows(data: TrainDataArguments, objective, max_seq_length: int | None) -> None:
+    """Refuse ``--short_seq_length`` (mixing lengths, :class:`pretrain.collators.ShortRows`) where it cannot apply:
+    an objective other than MLM / RTD (NSP pairs and BiLM sentences are not cut), or a length that is not a divisor
+    of ``--max_seq_length`` below it.
+
+    Raises:
+        InputError: naming the flag, the value and what was expected.
+    """
+    length = data.short_seq_length
+    if length is None:
+        return
+    if objective.family.name != DEFAULT_FAMILY or objective.nsp:
+        raise InputError(
+            f"--short_seq_length {length}: the {objective.name} objective's examples are not cut into rows; "
+            "expected mlm or rtd"
+        )
+    if max_seq_length is None or length >= max_seq_length or max_seq_length % length:
+        raise InputError(
+            f"--short_seq_length {length}: blocks of {max_seq_length} tokens (--max_seq_length); expected a "
+            "divisor below it (e.g. 1024 at 8192)"
+        )
 
 
 __all__ = [
@@ -610,6 +651,7 @@ __all__ = [
     "RecipeArguments",
     "TrainDataArguments",
     "check_budget",
+    "check_short_rows",
     "default_device_type",
     "device_choices",
     "family_defaults",

@@ -272,6 +272,69 @@ class MLMCollator:
         return batch
 
 
+class ShortRows:
+    """Mixing lengths within a phase: with probability ``probability`` a batch of blocks of ``T`` tokens is cut into
+    rows of ``length`` tokens, ``(B, T)`` -> ``(B * T / length, length)`` in every per-token tensor (``input_ids``,
+    ``labels``, ``position_ids``, ``attention_mask``, ...); the other batches keep their blocks. ``pretrain
+    --short_seq_length L --short_seq_probability P``; e.g. a context-extension phase at 8,192 tokens that keeps
+    training at 1,024 on some of its steps.
+
+    The batch-level counterpart of BERT's ``short_seq_prob`` (``create_pretraining_data.py``: that share of the
+    examples is made shorter than the maximum length): the tokens, their masks and labels are the wrapped collator's,
+    only the rows change, so the loss (per predicted token) and the tokens per step stay the same. With document
+    masking each row's first piece is the tail of the document it was cut from (its ``position_ids`` continue), and
+    attention ends at the row. Rows of padding only are dropped, and ``attention_mask`` with them when no padding is
+    left (:class:`MLMCollator`'s rule).
+
+    Whether a batch is cut is drawn from a generator seeded with ``(seed, epoch, first example index,`` 2``)``, so a
+    batch is cut alike whatever the processes, the workers or a resume (a pure function of the batch's examples).
+
+    Args:
+        collator: the wrapped collator (:class:`MLMCollator` or :class:`RTDCollator`): batches of (B, T) tensors.
+        length: the short rows' length in tokens; must divide every batch's ``T``.
+        probability: in [0, 1], the share of batches cut.
+        seed: the run's seed.
+
+    Raises:
+        ValueError: a batch whose length ``length`` does not divide, or a batch with a per-sequence tensor such as
+            NSP's ``next_sentence_label`` (the objective's arguments refuse this first, with an ``InputError``).
+    """
+
+    STREAM = 2
+
+    def __init__(self, collator, length: int, probability: float, seed: int):
+        self.collator, self.length, self.probability, self.seed, self.epoch = collator, length, probability, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The wrapped collator's ``set_epoch``, and new draws every epoch (the training loop calls this)."""
+        self.epoch = epoch
+        if hasattr(self.collator, "set_epoch"):
+            self.collator.set_epoch(epoch)
+
+    def cut(self, examples: Sequence[dict]) -> bool:
+        """Whether the batch of ``examples`` is cut into short rows."""
+        g = torch.Generator().manual_seed(seed_for(self.seed, self.epoch, examples[0]["index"], self.STREAM))
+        return bool(torch.rand((), generator=g) < self.probability)
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.collator(examples)
+        if not self.cut(examples):
+            return batch
+        rows, length = batch["input_ids"].shape
+        if length % self.length:
+            raise ValueError(f"short rows of {self.length} tokens: blocks of {length} tokens; expected a multiple")
+        odd = [k for k, v in batch.items() if v.shape[:2] != (rows, length)]
+        if odd:
+            raise ValueError(f"short rows: {', '.join(odd)} is not per token; expected (B, T) tensors only")
+        short = {k: v.reshape(-1, self.length, *v.shape[2:]) for k, v in batch.items()}
+        if "attention_mask" in short:
+            keep = short["attention_mask"].any(dim=1)
+            short = {k: v[keep] for k, v in short.items()}
+            if bool(short["attention_mask"].all()):
+                del short["attention_mask"]
+        return short
+
+
 class PackedSequences:
     """A collator's batches with FlashAttention's varlen arguments of their packed documents, computed on the host
     (in the DataLoader workers, ahead of the step), as transformers' ``DataCollatorWithFlattening(

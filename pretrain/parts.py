@@ -32,6 +32,11 @@ def pretraining_parts(plan: PretrainArguments, model, tokenizer, train_blocks, v
             tokenizer, dataclasses.replace(masking, mlm_probability=ceiling), training.seed
         )
         keep_selection_draws(train_collator)
+    if plan.data.short_seq_length is not None:  # mixing lengths: some batches in short rows
+        from pretrain.collators import ShortRows
+
+        short = (plan.data.short_seq_length, plan.data.short_seq_probability, training.seed)
+        train_collator = ShortRows(train_collator, *short)
     plateau = unigram_plateau(plan, model, tokenizer, train_blocks, accelerator)
     loader = train_loader(plan, train_blocks, train_collator, accelerator.device.type)
     loop_kwargs = {k: getattr(objective, k) for k in ("weight_fn", "loss_fn") if getattr(objective, k) is not None}

@@ -123,6 +123,11 @@ def log_plan(plan: PretrainArguments, run_plan, *, model, train_blocks: int | No
         )
     phase = phase_phrase(plan, model)
     data = f"{data} ({validation})" + (f", {phase}" if phase else "")
+    if plan.data.short_seq_length is not None:
+        data += (
+            f", {plan.data.short_seq_probability:.0%} of the batches in rows of {plan.data.short_seq_length} tokens "
+            f"(blocks of {plan.corpus.max_seq_length} cut, --short_seq_probability)"
+        )
     logger.info("%s", run_plan.summary(data, plan.training.learning_rate, plan.learning_rate_source))
     if not plan.demo and plan.model.model_name_or_path is None:
         warn_few_tokens(run_plan.total_tokens, n_params)
