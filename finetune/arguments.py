@@ -172,15 +172,31 @@ def card_family(config) -> dict:
     return {"family": spec.description} if spec else {}
 
 
-def resolve_training(training, config, script: str, unfreeze_backbone: bool, metric: str):
-    """``(training, source)``: ``training`` with ``metric`` as ``--metric_for_best_model`` where none was given, and
-    with :func:`default_learning_rate` filled in where ``--learning_rate`` was not given (``learning_rate`` None),
-    source ``"--learning_rate"`` otherwise."""
+#: The model card's pipeline task of each fine-tuning script.
+CARD_TASKS = {"glue": "text-classification", "squad": "question-answering", "ner": "token-classification"}
+
+
+def finetune_run(script: str, backbone, metric: str, modes, training, hub, *groups):
+    """The :class:`training.driver.Run` of the fine-tuning ``script`` (a key of :data:`CARD_TASKS`) and where its
+    learning rate comes from, ``(run, source)``.
+
+    ``training`` is resolved first: ``metric`` as ``--metric_for_best_model`` where none was given, and where
+    ``--learning_rate`` was not given (``None``) the rate of :func:`default_learning_rate` for the ``backbone`` config
+    (source ``"--learning_rate"`` otherwise); ``run.training`` is the resolved one. The run's settings are those of the
+    argument ``groups`` (the model arguments first: their ``unfreeze_backbone``), then ``training`` and ``hub``
+    (:func:`core.arguments.run_config`); it trains when ``modes.do_train``; its model card names the script's task and
+    the backbone's family (:func:`card_family`). Raises ``InputError`` on bad hub flags (``Run``)."""
+    from core.arguments import run_config
+    from training.driver import Run
+
     source = "--learning_rate"
     if training.learning_rate is None:
-        rate, source = default_learning_rate(config, script, unfreeze_backbone)
+        rate, source = default_learning_rate(backbone, script, groups[0].unfreeze_backbone)
         training = training.resolved(learning_rate=rate)
-    return training.resolved(metric_for_best_model=training.metric_for_best_model or metric), source
+    training = training.resolved(metric_for_best_model=training.metric_for_best_model or metric)
+    settings = run_config(*groups, training, hub)
+    card = dict(card_task=CARD_TASKS[script], card_overrides=card_family(backbone))
+    return Run(training, hub, settings, do_train=modes.do_train, **card), source
 
 
 def start_command(model_args: FinetuneModelArguments, training, train_file, validation_file, logger) -> None:
@@ -239,10 +255,10 @@ __all__ = [
     "card_family",
     "check_output_is_not_the_model",
     "default_learning_rate",
+    "finetune_run",
     "finetune_training_arguments",
     "learning_rate_help",
     "logged_plan",
-    "resolve_training",
     "start_command",
     "warn_if_same_file",
 ]

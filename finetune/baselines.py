@@ -672,34 +672,13 @@ def median_cells(records: list[dict]) -> dict[tuple[str, str], dict]:
 def plot_results(path: Path, tasks, backbones, cell, metric) -> None:
     """Grouped bars: one group per task, one bar per backbone, labelled with the (median) value; with several seeds
     each seed's value as a dot on its bar."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: the process's backend stays as it is
-    from matplotlib.figure import Figure
+    from finetune.cells import grouped_bars
 
-    fig = Figure(figsize=(max(6.0, 1.6 * len(tasks) * max(1, len(backbones)) / 3), 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    width = 0.8 / max(1, len(backbones))
-    for j, b in enumerate(backbones):
-        xs, ys = [], []
-        for i, t in enumerate(tasks):
-            r = cell.get((t, b))
-            if r is not None and r.get("value") is not None:
-                xs.append(i + (j - (len(backbones) - 1) / 2) * width)
-                ys.append(100 * r["value"])
-        bars = ax.bar(xs, ys, width, label=b)
-        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-        for i, t in enumerate(tasks):
-            r = cell.get((t, b))
-            if r is not None and len(r.get("values", ())) > 1:
-                x = i + (j - (len(backbones) - 1) / 2) * width
-                ax.plot([x] * len(r["values"]), [100 * v for v in r["values"]], "k.", markersize=2)
-    ax.set_xticks(range(len(tasks)), [f"{t}\n({metric[t]})" for t in tasks])
-    ax.set_ylabel("dev metric x 100")
-    ax.set_title("GLUE dev: classic baselines and pretrained models")
-    ax.legend(fontsize=7, ncol=min(4, len(backbones)), loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    ax.axhline(0, color="black", linewidth=0.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    series = {
+        b: [(r["value"], r.get("values", ())) if (r := cell.get((t, b))) else None for t in tasks] for b in backbones
+    }
+    groups = [f"{t}\n({metric[t]})" for t in tasks]
+    grouped_bars(path, groups, series, "dev metric x 100", "GLUE dev: classic baselines and pretrained models")
 
 
 if __name__ == "__main__":

@@ -228,10 +228,39 @@ def run_cells(
     return [results[c.name] for c in cells]
 
 
+def grouped_bars(path: Path, groups: Sequence[str], series: Mapping[str, Sequence], ylabel: str, title: str = ""):
+    """A grouped bar chart of scores x 100 as a PNG (120 dpi): one group per label of ``groups``, in it one bar per
+    ``series`` name at the group's ``(value, seed_values)`` (``None``: no bar), labelled with the value, each seed's
+    value a dot on its bar when there are several; the legend below. matplotlib's Agg canvas (no pyplot: the
+    process's backend stays as it is). Returns the matplotlib ``Figure``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(max(6.0, 0.6 * len(groups) * max(1, len(series))), 4.4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(series))
+    for j, (name, cells) in enumerate(series.items()):
+        points = [(i + (j - (len(series) - 1) / 2) * width, c) for i, c in enumerate(cells) if c and c[0] is not None]
+        bars = ax.bar([x for x, _ in points], [100 * value for _, (value, _) in points], width, label=name)
+        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+        for x, (_, seeds) in points:
+            if len(seeds) > 1:
+                ax.plot([x] * len(seeds), [100 * v for v in seeds], "k.", markersize=3)
+    ax.set_xticks(range(len(groups)), groups, fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(4, len(series)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return fig
+
+
 __all__ = [
     "PROGRESS_EVERY_S",
     "Cell",
     "CellResult",
+    "grouped_bars",
     "is_finished",
     "run_cell",
     "run_cells",

@@ -44,10 +44,9 @@ from core.arguments import build_parser as parser_of
 from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
-    card_family,
+    finetune_run,
     finetune_training_arguments,
     logged_plan,
-    resolve_training,
     start_command,
 )
 from finetune.tasks import TASK_NAMES, GlueTask, get_task
@@ -335,9 +334,6 @@ def load_data(model_args, data: GlueDataArguments, modes: RunModes, explicit: bo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from core.arguments import run_config
-    from training.driver import Run
-
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
@@ -349,15 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the metric of the best model: the task's main metric (the GLUE leaderboard's) unless given
     default = f"eval_{task.main_metric}" if task else ("eval_pearson" if data.regression else "eval_accuracy")
     backbone = model_args.load_config()
-    training, lr_source = resolve_training(training, backbone, "glue", model_args.unfreeze_backbone, default)
-    with Run(
-        training,
-        hub,
-        run_config(model_args, data_args, modes, training, hub),
-        do_train=modes.do_train,
-        card_task="text-classification",
-        card_overrides=card_family(backbone),
-    ) as run:
+    run, lr_source = finetune_run("glue", backbone, default, modes, training, hub, model_args, data_args, modes)
+    with run:
         accelerator = run.start()
         tokenizer, model, mapping = load_model_and_tokenizer(
             model_args, data.label_names, data.regression, data_args.task_name, data_args.max_seq_length
@@ -366,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokenized = tokenize_splits({s: data.raw[s] for s in splits}, tokenizer, data_args, mapping, accelerator)
         return run.execute(
             glue_parts(
-                accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, training, modes, lr_source
+                accelerator, model, tokenizer, task, data, tokenized, mapping, data_args, run.training, modes, lr_source
             )
         )
 

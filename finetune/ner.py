@@ -40,10 +40,9 @@ from core.arguments import build_parser as parser_of
 from core.errors import InputError, first_line, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
-    card_family,
+    finetune_run,
     finetune_training_arguments,
     logged_plan,
-    resolve_training,
     start_command,
 )
 from finetune.ner_data import SCHEMES, ConllFile
@@ -322,9 +321,6 @@ def make_collator(tokenizer, pad_to_multiple_of: int | None):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from core.arguments import run_config
-    from training.driver import Run
-
     model_args, data_args, parsed_modes, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
@@ -333,15 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_command(model_args, training, data_args.train_file, data_args.validation_file, logger)
     data = load_data(model_args, data_args, modes)  # every file checked before the model is loaded
     backbone = model_args.load_config()
-    training, lr_source = resolve_training(training, backbone, "ner", model_args.unfreeze_backbone, "eval_f1")
-    with Run(
-        training,
-        hub,
-        run_config(model_args, data_args, modes, training, hub),
-        do_train=modes.do_train,
-        card_task="token-classification",
-        card_overrides=card_family(backbone),
-    ) as run:
+    run, lr_source = finetune_run("ner", backbone, "eval_f1", modes, training, hub, model_args, data_args, modes)
+    with run:
         accelerator = run.start()
         tokenizer, model = load_model_and_tokenizer(model_args, data.label_names, modes.do_train)
         label2id = {n: int(i) for n, i in model.config.label2id.items()}
@@ -356,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if data.test is not None:
                 splits["test"] = _Split(data.test, tokenizer, label2id, data_args, None, data.test.labelled)
         return run.execute(
-            ner_parts(accelerator, model, tokenizer, data, splits, data_args, training, modes, lr_source)
+            ner_parts(accelerator, model, tokenizer, data, splits, data_args, run.training, modes, lr_source)
         )
 
 

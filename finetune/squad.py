@@ -64,10 +64,9 @@ from core.arguments import build_parser as parser_of
 from core.errors import InputError, run_cli
 from finetune.arguments import (
     FinetuneModelArguments,
-    card_family,
+    finetune_run,
     finetune_training_arguments,
     logged_plan,
-    resolve_training,
     start_command,
 )
 from training.driver import RunModes
@@ -432,9 +431,6 @@ def make_eval_fn(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from core.arguments import run_config
-    from training.driver import Run
-
     model_args, data, parsed_modes, post, training, hub = parse_arguments(
         ARGUMENTS, argv, prog=PROG, description=DESCRIPTION
     )
@@ -444,24 +440,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything the user gave is checked (data, tokenizer, windows, hub) before the model is loaded.
     examples = load_examples(data, modes)
     pretrained_config, tokenizer = load_tokenizer(model_args, data)
-    training, lr_source = resolve_training(
-        training, pretrained_config, "squad", model_args.unfreeze_backbone, "eval_f1"
-    )
-    with Run(
-        training,
-        hub,
-        run_config(model_args, data, modes, post, training, hub),
-        do_train=modes.do_train,
-        card_task="question-answering",
-        card_overrides=card_family(pretrained_config),
-    ) as run:
+    settings = (model_args, data, modes, post)
+    run, lr_source = finetune_run("squad", pretrained_config, "eval_f1", modes, training, hub, *settings)
+    with run:
         accelerator = run.start()
         features = tokenize(examples, tokenizer, data, accelerator)
         return run.execute(  # the model loaded into the parts alone: the driver frees it when done with it
             squad_parts(
                 accelerator,
                 load_model(model_args, pretrained_config),
-                *(tokenizer, examples, features, data, post, training, modes, lr_source),
+                *(tokenizer, examples, features, data, post, run.training, modes, lr_source),
             )
         )
 

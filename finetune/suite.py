@@ -344,35 +344,15 @@ def results_markdown(summary: dict, tasks: list[str], args: SuiteArguments) -> s
 
 def plot(path: Path, summary: dict, tasks: list[str]) -> None:
     """Grouped bars (one group per task plus the GLUE score, one bar per model: the median), each seed a dot."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from finetune.cells import grouped_bars
 
-    groups = [*tasks, "GLUE score"]
-    models = list(summary)
-    fig = Figure(figsize=(max(6.0, 1.5 * len(groups) * max(1, len(models)) / 2), 4.4))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    width = 0.8 / max(1, len(models))
-    for j, model in enumerate(models):
-        xs, ys = [], []
-        for i, g in enumerate(groups):
-            x = i + (j - (len(models) - 1) / 2) * width
-            row = summary[model]["tasks"].get(g)
-            value = summary[model]["glue_score"] if g == "GLUE score" else (row or {}).get("median")
-            if value is None:
-                continue
-            xs.append(x), ys.append(100 * value)
-            if row and len(row["scores"]) > 1:
-                ax.plot([x] * len(row["scores"]), [100 * v for v in row["scores"]], "k.", markersize=3)
-        bars = ax.bar(xs, ys, width, label=model)
-        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-    labels = [g if g == "GLUE score" else f"{g}\n" + task_metrics(g).replace("/", "/\n") for g in groups]
-    ax.set_xticks(range(len(groups)), labels, fontsize=8)  # the metric names one per line: no overlap
-    ax.set_ylabel("dev score x 100 (median over seeds)")
-    ax.axhline(0, color="black", linewidth=0.5)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(4, len(models)))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    def cell(model, task):
+        row = summary[model]["tasks"].get(task)
+        return (row.get("median"), row["scores"]) if row else None
+
+    series = {m: [*(cell(m, t) for t in tasks), (summary[m]["glue_score"], ())] for m in summary}
+    labels = [f"{t}\n" + task_metrics(t).replace("/", "/\n") for t in tasks]  # one metric name a line: no overlap
+    grouped_bars(path, [*labels, "GLUE score"], series, "dev score x 100 (median over seeds)")
 
 
 #: The hub's dataset id and metric names of each task, for ``model-index``.

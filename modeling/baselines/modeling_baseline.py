@@ -375,6 +375,16 @@ class SesameBaselinePreTrainedModel(_OutputFlags, PreTrainedModel):
         getattr(model, model.base_model_prefix, model).freeze()
         return loaded
 
+    def _head_output(self, output_class, loss, logits, hidden, output_hidden_states, return_dict):
+        """A head's ``output_class`` (or its tuple, :meth:`_finish`): ``loss`` (``None`` without labels) plus the
+        frozen BiLM's ScalarMix L2 penalty (:meth:`ElmoFeatures.l2_penalty`) when ``elmo_l2_coef`` is set,
+        ``logits``, and the encoder's ``hidden`` states when asked (:meth:`_hidden_flag`)."""
+        elmo = self.baseline.elmo
+        if loss is not None and elmo is not None and elmo.l2_coef:
+            loss = loss + elmo.l2_penalty()
+        hidden = hidden if self._hidden_flag(output_hidden_states) else None
+        return self._finish(output_class(loss=loss, logits=logits, hidden_states=hidden), return_dict)
+
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Conv1d)):
             init.xavier_uniform_(module.weight)
@@ -660,13 +670,7 @@ class SesameBaselineForSequenceClassification(SesameBaselinePreTrainedModel):
             # (find_unused_parameters=False) requires; its gradient is 0.
             logits = self.classifier(u) + 0.0 * sum(p.sum() for p in self.pair_classifier.parameters())
         loss = _sequence_loss(self, logits, labels)
-        if loss is not None:
-            if model.elmo is not None and model.elmo.l2_coef:
-                loss = loss + model.elmo.l2_penalty()
-        output = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
-        )
-        return self._finish(output, return_dict)
+        return self._head_output(SequenceClassifierOutput, loss, logits, hidden, output_hidden_states, return_dict)
 
 
 class SesameBaselineForTokenClassification(SesameBaselinePreTrainedModel):
@@ -720,9 +724,4 @@ class SesameBaselineForTokenClassification(SesameBaselinePreTrainedModel):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-            if model.elmo is not None and model.elmo.l2_coef:
-                loss = loss + model.elmo.l2_penalty()
-        output = TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=hidden if self._hidden_flag(output_hidden_states) else None
-        )
-        return self._finish(output, return_dict)
+        return self._head_output(TokenClassifierOutput, loss, logits, hidden, output_hidden_states, return_dict)

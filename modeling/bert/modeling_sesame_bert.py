@@ -331,30 +331,45 @@ class SesameBertEncoder(nn.Module):
         return self.final_norm(hidden_states)
 
 
-class SesameBertPooler(nn.Module):
-    """Sequence summary for NSP and classification: ``tanh(W pool(h) + b)`` with ``pool`` from :data:`POOLINGS`.
-
-    ``forward(h (B, T, H), keep (B, T) bool) -> (B, H)``. With ``classifier_pooling="cls"`` this is BERT's pooler.
+class SesameBertPredictionHeadTransform(nn.Module):
+    """The prediction head transform ``norm(act(dense(x)))`` on every position: (..., H) -> (..., H), in the dtype of
+    ``x`` (autocast's under autocast). The tagging and QA heads run it on every token before their classifier where
+    the layout has one (``HeadLayout.prediction_head``: ModernBERT's ``head``, Warner et al. 2024); the pooler runs
+    it on its summary. ``dense`` H -> H (bias: ``classifier_bias``), ``act`` and ``norm`` from
+    ``LAYOUTS[head_layout].heads`` (``pooler_activation``, ``pooler_norm``: without it the identity).
     """
 
     def __init__(self, config: SesameBertConfig):
         super().__init__()
-        self.pooling = config.classifier_pooling
         heads = LAYOUTS[config.head_layout].heads
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
         self.act = _head_act(config, heads.pooler_activation)
         self.norm = _norm(config) if heads.pooler_norm else nn.Identity()
+
+    def forward(self, x):
+        return self.norm(self.act(self.dense(x)))
+
+
+class SesameBertPooler(SesameBertPredictionHeadTransform):
+    """Sequence summary for NSP and classification: the prediction head transform of ``pool(h)``, ``pool`` from
+    :data:`POOLINGS` (``classifier_pooling``); with ``"late"`` (EuroBERT's) the mean of the transform of every token.
+
+    ``forward(h (B, T, H) float, keep (B, T) bool) -> (B, H)`` in the dtype of ``h``. With ``classifier_pooling="cls"``
+    and the ``"bert"`` layout this is BERT's pooler, ``tanh(W h_[CLS] + b)`` (Devlin et al. 2019, sec. 3). Its
+    parameters are the transform's (``dense``, ``norm``) and, with ``"attention"`` pooling, ``attention`` (w of
+    alpha = softmax(w^T h_i)).
+    """
+
+    def __init__(self, config: SesameBertConfig):
+        super().__init__(config)
+        self.pooling = config.classifier_pooling
         if self.pooling == "attention":
-            self.attention = nn.Linear(config.hidden_size, 1, bias=False)  # w of alpha = softmax(w^T h_i)
+            self.attention = nn.Linear(config.hidden_size, 1, bias=False)
 
     def forward(self, h, keep):
-        if self.pooling == "late":  # EuroBERT's: the transform on every token, then the mean
-            return _pool_mean(self, self.transform(h), keep)
-        return self.transform(POOLINGS[self.pooling](self, h, keep))
-
-    def transform(self, x):
-        """The prediction head without pooling, ``norm(act(dense(x)))``: (..., H) -> (..., H)."""
-        return self.norm(self.act(self.dense(x)))
+        if self.pooling == "late":
+            return _pool_mean(self, super().forward(h), keep)
+        return super().forward(POOLINGS[self.pooling](self, h, keep))
 
 
 class SesameBertMLMHead(nn.Module):
@@ -789,10 +804,15 @@ def _add_classifier(model, config):
     model.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
 
-def _prediction_head(config) -> nn.Module:
-    """The prediction head of the tagging and QA heads (``HeadLayout.prediction_head``): a :class:`SesameBertPooler`
-    whose ``transform`` runs on every token (``"modernbert"``), or ``None``."""
-    return SesameBertPooler(config) if LAYOUTS[config.head_layout].heads.prediction_head else None
+#: Checkpoints from before the prediction head was split from the pooler (issue 53) carry the unused ``attention`` of a
+#: tagging / QA head with ``classifier_pooling="attention"``: ignored on load.
+_POOLER_ONLY_KEYS = [r"^head\.attention\.weight$"]
+
+
+def _prediction_head(config) -> nn.Module | None:
+    """The tagging and QA heads' :class:`SesameBertPredictionHeadTransform` where the layout has one
+    (``HeadLayout.prediction_head``: ``"modernbert"``), else ``None`` (the classifier reads the hidden states)."""
+    return SesameBertPredictionHeadTransform(config) if LAYOUTS[config.head_layout].heads.prediction_head else None
 
 
 class SesameBertForSequenceClassification(SesameBertHeadModel):
@@ -830,6 +850,8 @@ class SesameBertForQuestionAnswering(SesameBertHeadModel):
     ``start_logits`` / ``end_logits`` (B, T); loss = (CE(start) + CE(end)) / 2, positions outside [0, T) ignored.
     """
 
+    _keys_to_ignore_on_load_unexpected = _POOLER_ONLY_KEYS
+
     def __init__(self, config: SesameBertConfig):
         super().__init__(config)
         self.bert = SesameBertModel(config, add_pooling_layer=False)
@@ -851,7 +873,7 @@ class SesameBertForQuestionAnswering(SesameBertHeadModel):
     ):
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
         h = outputs.last_hidden_state
-        start_logits, end_logits = self.qa_outputs(h if self.head is None else self.head.transform(h)).unbind(-1)
+        start_logits, end_logits = self.qa_outputs(h if self.head is None else self.head(h)).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
             length = start_logits.size(1)  # positions outside the sequence are ignored, as transformers does
@@ -873,6 +895,8 @@ class SesameBertForTokenClassification(SesameBertHeadModel):
     (B, T, num_labels); loss = mean cross-entropy over the scored tokens.
     """
 
+    _keys_to_ignore_on_load_unexpected = _POOLER_ONLY_KEYS
+
     def __init__(self, config: SesameBertConfig):
         super().__init__(config)
         self.bert = SesameBertModel(config, add_pooling_layer=False)
@@ -882,7 +906,7 @@ class SesameBertForTokenClassification(SesameBertHeadModel):
 
     def _head(self, outputs, labels, attention_mask):
         h = outputs.last_hidden_state
-        logits = self.classifier(self.dropout(h if self.head is None else self.head.transform(h)))
+        logits = self.classifier(self.dropout(h if self.head is None else self.head(h)))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)

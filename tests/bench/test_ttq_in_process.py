@@ -109,28 +109,31 @@ def test_time_budget_commands(tmp_path):
     assert cmd[cmd.index("--save_steps") + 1 : cmd.index("--weight_decay")] == ["5", "10", "15", "20", "25", "30"]
 
 
+def _reference_data(tokenizer, tmp_path) -> list[str]:
+    """The reference's data flags: ``--blocks`` (40 documents in 16-token blocks), ``--tokenizer``, ``--heldout``
+    (6 documents masked with seed 5), written under ``tmp_path``."""
+    from datasets import Dataset
+    from safetensors.torch import save_file
+
+    blocks, tok, heldout = (str(tmp_path / name) for name in ("blocks", "tok", "heldout.safetensors"))
+    enc = tokenizer(_documents(40, seed=1), return_special_tokens_mask=True)
+    Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
+        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
+    ).save_to_disk(blocks)
+    tokenizer.save_pretrained(tok)
+    rows = ttq.data.heldout_blocks(_documents(6, seed=2), tokenizer, max_len=24)
+    save_file(ttq.data.mask_heldout(rows, tokenizer, seed=5), heldout)
+    return ["--blocks", blocks, "--tokenizer", tok, "--heldout", heldout]
+
+
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_reference_sizes_its_schedule_in_its_process(tokenizer, tmp_path, precision, seeded_single_thread):
     """--time_budget_s: the probe (on a copy of the model) gives max(1, floor(budget / seconds per step)) steps, and
     the run is then the run of --max_train_steps N with --save_steps of --save_points: the same losses at every
     step and the same held-out scores, bit for bit on the CPU (the probe leaves the model, the data order and the
     masking stream as they were); under bf16 autocast too."""
-    from datasets import Dataset
-    from safetensors.torch import save_file
-
-    enc = tokenizer(_documents(40, seed=1), return_special_tokens_mask=True)
-    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
-        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
-    )
-    blocks.save_to_disk(str(tmp_path / "blocks"))
-    tokenizer.save_pretrained(str(tmp_path / "tok"))
-    heldout = ttq.data.mask_heldout(
-        ttq.data.heldout_blocks(_documents(6, seed=2), tokenizer, max_len=24), tokenizer, seed=5
-    )
-    save_file(heldout, str(tmp_path / "heldout.safetensors"))
-    common = ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape"]
-    common += ["bert-tiny", "--learning_rate", "3e-3", "--batch_size", "4", "--mixed_precision", precision]
-    common += ["--heldout", str(tmp_path / "heldout.safetensors")]
+    common = [*_reference_data(tokenizer, tmp_path), "--model_shape", "bert-tiny", "--learning_rate", "3e-3"]
+    common += ["--batch_size", "4", "--mixed_precision", precision]
     sized = run_reference_in_process(
         [*common, "--time_budget_s", "0.4", "--probe_steps", "4", "--probe_warmup", "1", "--save_points", "3"]
         + ["--output_dir", str(tmp_path / "sized")]
@@ -319,31 +322,20 @@ def test_modernbert_reference_trains_the_run_mlm_way(tokenizer, tmp_path, seeded
     sizes (its modern preset of the bert-tiny width, the sesame-modern recipe's), trained by the same run_mlm loop
     (group_texts blocks, DataCollatorForLanguageModeling, AdamW, linear decay) without project code; its held-out
     score at a save step is the score of its saved weights."""
-    from datasets import Dataset
-    from safetensors.torch import save_file
+    from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM
 
     import modeling
 
-    enc = tokenizer(_documents(40, seed=1), return_special_tokens_mask=True)
-    blocks = Dataset.from_dict({k: list(v) for k, v in enc.items()}).map(
-        ttq.data.group_texts, batched=True, fn_kwargs={"block_size": 16}
-    )
-    blocks.save_to_disk(str(tmp_path / "blocks"))
-    tokenizer.save_pretrained(str(tmp_path / "tok"))
-    heldout = ttq.data.mask_heldout(
-        ttq.data.heldout_blocks(_documents(6, seed=2), tokenizer, max_len=24), tokenizer, seed=5
-    )
-    save_file(heldout, str(tmp_path / "heldout.safetensors"))
     log = run_reference_in_process(
-        ["--blocks", str(tmp_path / "blocks"), "--tokenizer", str(tmp_path / "tok"), "--model_shape", "bert-tiny"]
+        [*_reference_data(tokenizer, tmp_path), "--model_shape", "bert-tiny"]
         + ["--reference_model", "modernbert", "--learning_rate", "1e-3", "--batch_size", "4"]
-        + ["--max_train_steps", "3", "--save_steps", "3", "--save_checkpoints"]
-        + ["--heldout", str(tmp_path / "heldout.safetensors"), "--output_dir", str(tmp_path / "ref")]
+        + ["--max_train_steps", "3", "--save_steps", "3", "--save_checkpoints", "--output_dir", str(tmp_path / "ref")]
     )
     assert log["model_class"].endswith("ModernBertForMaskedLM") and log["attn_implementation"] == "sdpa"
     assert log["collator_class"].endswith("DataCollatorForLanguageModeling") and len(log["steps"]) == 3
     saved = AutoModelForMaskedLM.from_pretrained(tmp_path / "ref" / "checkpoints" / "step_3")
+    heldout = load_file(tmp_path / "heldout.safetensors")
     assert log["scores"]["3"] == pytest.approx(ttq.scoring.heldout_loss(saved, heldout), rel=1e-5)
     # its sizes and layer types are modernbert-tiny's (the preset pretrain trains for sesame-modern)
     preset = modeling.get_preset_config(ttq.common.MODERN_PRESET_OF["bert-tiny"])

@@ -126,6 +126,110 @@ def test_pooling_modes_by_hand(tiny_kwargs, make_batch):
         torch.testing.assert_close(out.pooler_output, expected, rtol=0, atol=1e-5)
 
 
+#: The head parameters of each layout (state-dict keys outside the encoder's trunk) as checkpoints have had them since
+#: the ModernBERT / EuroBERT heads came (issue 41): the pooler's under ``bert.pooler.``, the tagging / QA prediction
+#: head's under ``head.``. The pooler / prediction-head split (issue 53) kept them: checkpoints load with none missing.
+HEAD_KEYS = {
+    "bert": {
+        "seq": "bert.pooler.dense.weight bert.pooler.dense.bias classifier.weight classifier.bias",
+        "qa": "qa_outputs.weight qa_outputs.bias",
+        "tag": "classifier.weight classifier.bias",
+    },
+    "modernbert": {
+        "seq": "bert.pooler.dense.weight bert.pooler.dense.bias bert.pooler.norm.weight bert.pooler.norm.bias "
+        "classifier.weight classifier.bias",
+        "qa": "head.dense.weight head.dense.bias head.norm.weight head.norm.bias qa_outputs.weight qa_outputs.bias",
+        "tag": "head.dense.weight head.dense.bias head.norm.weight head.norm.bias classifier.weight classifier.bias",
+    },
+    "eurobert": {
+        "seq": "bert.pooler.dense.weight bert.pooler.dense.bias classifier.weight classifier.bias",
+        "qa": "qa_outputs.weight qa_outputs.bias",
+        "tag": "classifier.weight classifier.bias",
+    },
+}
+HEAD_CLASSES = {
+    "seq": SesameBertForSequenceClassification,
+    "qa": SesameBertForQuestionAnswering,
+    "tag": SesameBertForTokenClassification,
+}
+#: Each layout with its reference pooling (BERT's [CLS], ModernBERT's mean, EuroBERT's late mean).
+LAYOUT_POOLING = {"bert": "cls", "modernbert": "mean", "eurobert": "late"}
+
+
+def _layout_config(tiny_kwargs, layout: str, **extra) -> SesameBertConfig:
+    fixed = modeling.bert.LAYOUTS[layout].fixed
+    return SesameBertConfig(**{**tiny_kwargs, **NO_DROPOUT, **fixed, "num_labels": 3, **extra})
+
+
+def _transform_by_hand(x, sd: dict, prefix: str, config: SesameBertConfig):
+    """``norm(act(dense(x)))`` of the layout's heads from the state dict: BERT tanh, the modern layouts GELU;
+    ModernBERT's LayerNorm after it."""
+    x = F.linear(x, sd[f"{prefix}dense.weight"], sd[f"{prefix}dense.bias"])
+    x = torch.tanh(x) if config.head_layout == "bert" else F.gelu(x)
+    if config.head_layout != "modernbert":
+        return x
+    return F.layer_norm(x, x.shape[-1:], sd[f"{prefix}norm.weight"], sd[f"{prefix}norm.bias"], config.layer_norm_eps)
+
+
+def _head_logits_by_hand(name: str, h, keep, sd: dict, config: SesameBertConfig):
+    """The logits of head ``name`` (:data:`HEAD_CLASSES`) from the hidden states ``h`` (B, T, H) and ``keep``
+    (B, T, 1) bool: the pooled vector's for ``"seq"``, every token's (after ModernBERT's prediction head) else."""
+    layout = config.head_layout
+    if name == "seq":
+        x = _transform_by_hand(h, sd, "bert.pooler.", config) if layout == "eurobert" else h  # late: then the mean
+        pooled = x[:, 0] if layout == "bert" else (x * keep).sum(1) / keep.sum(1)
+        pooled = pooled if layout == "eurobert" else _transform_by_hand(pooled, sd, "bert.pooler.", config)
+        return F.linear(pooled, sd["classifier.weight"], sd["classifier.bias"])
+    x = _transform_by_hand(h, sd, "head.", config) if layout == "modernbert" else h
+    prefix = "qa_outputs" if name == "qa" else "classifier"
+    return F.linear(x, sd[f"{prefix}.weight"], sd[f"{prefix}.bias"])
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("layout", list(LAYOUT_POOLING))
+def test_heads_keys_and_outputs_by_hand(tiny_kwargs, make_batch, layout, autocast):
+    """The pooler, the tagging / QA prediction head and the classifiers of every layout: their state-dict keys are
+    :data:`HEAD_KEYS` and their logits equal :func:`_head_logits_by_hand`'s, computed from the state dict with
+    ``torch.nn.functional`` (BERT: tanh of [CLS], no prediction head; ModernBERT: GELU then LayerNorm of the mean, a
+    prediction head; EuroBERT: the mean of GELU of every token, no prediction head), also under bf16 autocast."""
+    batch = make_batch(tiny_kwargs["vocab_size"])
+    batch.pop("token_type_ids", None)  # the modern layouts have no segment embeddings
+    keep = batch["attention_mask"].bool()[..., None]
+    config = _layout_config(tiny_kwargs, layout, classifier_pooling=LAYOUT_POOLING[layout])
+    for name, cls in HEAD_CLASSES.items():
+        torch.manual_seed(0)
+        model = cls(config).eval()
+        sd = model.state_dict()
+        assert {k for k in sd if not k.startswith("bert.") or ".pooler." in k} == set(HEAD_KEYS[layout][name].split())
+        with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            out = model(**batch)
+            expected = _head_logits_by_hand(name, model.bert(**batch).last_hidden_state, keep, sd, config)
+        got = torch.stack([out.start_logits, out.end_logits], -1) if name == "qa" else out.logits
+        tolerance = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.float(), expected.float(), **tolerance)
+
+
+def test_tagging_and_qa_checkpoints_with_the_old_prediction_head_attention_load(tiny_kwargs, tmp_path):
+    """Before the split (issue 53) the tagging / QA prediction head was a pooler: with ``classifier_pooling=
+    "attention"`` it carried an unused ``head.attention.weight``. Such a checkpoint loads with no key missing or
+    unexpected and the same outputs."""
+    from safetensors.torch import save_file
+
+    config = _layout_config(tiny_kwargs, "modernbert", classifier_pooling="attention")
+    ids = torch.randint(5, tiny_kwargs["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(0))
+    for cls in (SesameBertForQuestionAnswering, SesameBertForTokenClassification):
+        torch.manual_seed(0)
+        model = cls(config).eval()
+        assert "head.attention.weight" not in model.state_dict()
+        model.save_pretrained(tmp_path / cls.__name__)
+        old = {**model.state_dict(), "head.attention.weight": torch.randn(1, config.hidden_size)}
+        save_file(old, tmp_path / cls.__name__ / "model.safetensors", metadata={"format": "pt"})
+        loaded, info = cls.from_pretrained(tmp_path / cls.__name__, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        with torch.no_grad():
+            torch.testing.assert_close(loaded.eval()(ids)[0], model(ids)[0], rtol=0, atol=0)
+
+
 def test_sequence_classification_problem_types(tiny_kwargs, make_batch):
     batch = make_batch(tiny_kwargs["vocab_size"])
     torch.manual_seed(0)

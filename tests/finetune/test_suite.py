@@ -226,3 +226,18 @@ def test_help_names_each_protocol_and_its_source(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "glue_sane: Cramming (Geiping & Goldstein 2023" in text and "10% warmup" in text
     assert "default: sesame-lm's finetune.glue defaults" in text
+
+
+def test_grouped_bars_draw_each_value_and_each_seed(tmp_path):
+    """cells.grouped_bars (the suite's and finetune.baselines' picture): one bar per (group, series) with a value, of
+    height 100 x value, centred in its group; a dot per seed where a bar has several; nothing where the value is
+    missing."""
+    series = {"a": [(0.8, [0.79, 0.81]), None, (0.5, ())], "b": [(0.7, [0.7]), (None, []), (0.4, ())]}
+    fig = cells.grouped_bars(tmp_path / "bars.png", ["sst2", "cola", "GLUE score"], series, "score x 100")
+    assert (tmp_path / "bars.png").stat().st_size > 1000
+    (ax,) = fig.axes
+    bars = [(round(p.get_x() + p.get_width() / 2, 6), round(p.get_height(), 6)) for p in ax.patches]
+    assert bars == [(-0.2, 80.0), (1.8, 50.0), (0.2, 70.0), (2.2, 40.0)]
+    dots = [line.get_ydata().tolist() for line in ax.lines if line.get_linestyle() == "None"]
+    assert dots == [pytest.approx([79.0, 81.0])]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["sst2", "cola", "GLUE score"]

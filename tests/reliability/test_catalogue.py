@@ -134,26 +134,18 @@ def pre(tmp, a, *extra):
     return asset_args(a, tmp / "out", "--max_train_steps", "2", *extra)
 
 
+def _finetune(tmp, a, train, valid, *extra):
+    """Arguments of a fine-tuning command: the tiny model, the ``train`` and ``valid`` files, batches of 2, one step,
+    the output folder ``tmp/out``; then ``extra``."""
+    files = ["--train_file", str(train), "--validation_file", str(valid)]
+    steps = ["--per_device_train_batch_size", "2", "--max_train_steps", "1"]
+    return ["--model_name_or_path", str(a / "tiny-model"), *files, *steps, "--output_dir", str(tmp / "out"), *extra]
+
+
 def glue(tmp, a, *extra, train=None, valid=None):
     train = train or _sst(tmp / "train.csv", GOOD_ROWS)
     valid = valid or _sst(tmp / "valid.csv", GOOD_ROWS)
-    return [
-        "--model_name_or_path",
-        str(a / "tiny-model"),
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(valid),
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "2",
-        "--max_train_steps",
-        "1",
-        "--output_dir",
-        str(tmp / "out"),
-        *extra,
-    ]
+    return _finetune(tmp, a, train, valid, "--max_seq_length", "32", *extra)
 
 
 #: A good JSON-lines record of a single-sentence task, and one of label 0.
@@ -167,25 +159,7 @@ def glue_jsonl(tmp, a, name: str, train: str, valid: str = OK_JSON):
 
 def squad(tmp, a, *extra, train=None):
     train = train or _squad(tmp / "train.json")
-    return [
-        "--model_name_or_path",
-        str(a / "tiny-model"),
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(train),
-        "--max_seq_length",
-        "48",
-        "--doc_stride",
-        "16",
-        "--per_device_train_batch_size",
-        "2",
-        "--max_train_steps",
-        "1",
-        "--output_dir",
-        str(tmp / "out"),
-        *extra,
-    ]
+    return _finetune(tmp, a, train, train, "--max_seq_length", "48", "--doc_stride", "16", *extra)
 
 
 CASES = [

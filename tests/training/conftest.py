@@ -44,7 +44,8 @@ def collate(examples):
 
 @pytest.fixture
 def toy():
-    """Factories: ``toy.model()``, ``toy.data(n)``, ``toy.collate``, ``toy.accelerator(config)``."""
+    """Factories: ``toy.model()``, ``toy.data(n)``, ``toy.collate``, ``toy.accelerator(config)``, ``toy.config(dir)``,
+    ``toy.trainer(config)``."""
     from accelerate.state import AcceleratorState, GradientState
 
     def accelerator(config):
@@ -58,6 +59,26 @@ def toy():
         torch.manual_seed(seed)
         return ToyRegressor(p_drop)
 
-    yield types.SimpleNamespace(model=model, data=ToyData, collate=collate, accelerator=accelerator)
+    def config(output_dir, **fields):
+        """The toy runs' ``TrainingConfig``: learning rate 0.05, a log record every step, seed 0; then ``fields``."""
+        from training.config import TrainingConfig
+
+        return TrainingConfig(
+            output_dir=str(output_dir), **{"learning_rate": 0.05, "logging_steps": 1, "seed": 0, **fields}
+        )
+
+    def trainer(config, batch_size: int = 4, seed: int = 0, p_drop: float = 0.2, **kwargs):
+        """A ``Trainer`` of ``config`` (a fresh accelerator) on ``model(seed, p_drop)`` and 40 toy examples in
+        batches of ``batch_size`` shuffled with ``seed``; ``kwargs`` for the Trainer."""
+        from training.data import make_train_dataloader
+        from training.loop import Trainer
+
+        acc = accelerator(config)
+        loader = make_train_dataloader(ToyData(40), batch_size, collate, seed=seed)
+        return Trainer(acc, model(seed, p_drop), loader, config, **kwargs)
+
+    yield types.SimpleNamespace(
+        model=model, data=ToyData, collate=collate, accelerator=accelerator, config=config, trainer=trainer
+    )
     AcceleratorState._reset_state(True)
     GradientState._reset_state()

@@ -30,21 +30,17 @@ def _curve_trainer(
     metric="accuracy",
     **extra,
 ):
-    config = TrainingConfig(
-        output_dir=str(tmp_path / out),
-        learning_rate=0.05,
+    config = toy.config(
+        tmp_path / out,
         max_train_steps=steps,
         eval_steps=2,
         checkpoints_total_limit=limit,
-        logging_steps=1,
-        seed=0,
         metric_for_best_model=metric,
         load_best_model_at_end=load_best,
         early_stopping_patience=patience,
         resume_from_checkpoint=resume,
         **extra,
     )
-    acc = toy.accelerator(config)
     seen: dict[int, dict[str, torch.Tensor]] = {}
 
     def eval_fn(trainer):
@@ -53,15 +49,7 @@ def _curve_trainer(
         return {"eval_accuracy": CURVE.get(step, 0.0), "eval_loss": 1.0 - CURVE.get(step, 0.0)}
 
     kwargs = {"loss_fn": loss_fn} if loss_fn else {}
-    trainer = Trainer(
-        acc,
-        toy.model(0),
-        make_train_dataloader(toy.data(40), 4, toy.collate, seed=0),
-        config,
-        eval_fn=eval_fn,
-        **kwargs,
-    )
-    return trainer, seen
+    return toy.trainer(config, eval_fn=eval_fn, **kwargs), seen
 
 
 def _equal_weights(model, reference: dict[str, torch.Tensor]) -> bool:

@@ -135,22 +135,17 @@ def test_default_decay_fits_within_a_short_run(steps, warmup, expected):
 
 
 def _run(toy, tmp_path, *, steps, G=1, bs=4, resume=None, ckpt_steps=None, loss_fn=None, seed=0, out="run"):
-    config = TrainingConfig(
-        output_dir=str(tmp_path / out),
-        learning_rate=0.05,
+    config = toy.config(
+        tmp_path / out,
         max_train_steps=steps,
         gradient_accumulation_steps=G,
         num_warmup_steps=2,
         checkpointing_steps=ckpt_steps,
         checkpoints_total_limit=0,
         resume_from_checkpoint=resume,
-        logging_steps=1,
         seed=seed,
     )
-    acc = toy.accelerator(config)
-    loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=seed)
-    kwargs = {"loss_fn": loss_fn} if loss_fn else {}
-    trainer = Trainer(acc, toy.model(seed), loader, config, **kwargs)
+    trainer = toy.trainer(config, bs, seed, **({"loss_fn": loss_fn} if loss_fn else {}))
     return trainer, trainer.train()
 
 
@@ -171,16 +166,8 @@ def test_accumulation_gives_the_gradient_of_the_whole_batch(toy, tmp_path):
     """G micro-batches of B/G examples follow the same trajectory as one batch of B (no dropout)."""
 
     def run(G, bs, out):
-        config = TrainingConfig(
-            output_dir=str(tmp_path / out),
-            learning_rate=0.05,
-            max_train_steps=4,
-            gradient_accumulation_steps=G,
-            logging_steps=1,
-        )
-        acc = toy.accelerator(config)
-        loader = make_train_dataloader(toy.data(40), bs, toy.collate, seed=0)
-        trainer = Trainer(acc, toy.model(0, p_drop=0.0), loader, config)
+        config = toy.config(tmp_path / out, max_train_steps=4, gradient_accumulation_steps=G)
+        trainer = toy.trainer(config, bs, p_drop=0.0)
         trainer.train()
         return trainer.log_history, trainer.unwrapped_model.state_dict()
 
@@ -278,19 +265,8 @@ def test_requested_stop_writes_a_checkpoint_and_resumes_exactly(toy, tmp_path):
             holder["trainer"].request_stop()  # e.g. a SIGTERM handler, during step 3
         return model(**batch).loss
 
-    config = TrainingConfig(
-        output_dir=str(tmp_path / "stop"),
-        learning_rate=0.05,
-        max_train_steps=6,
-        num_warmup_steps=2,
-        checkpoints_total_limit=0,
-        logging_steps=1,
-        seed=0,
-    )
-    acc = toy.accelerator(config)
-    trainer = Trainer(
-        acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config, loss_fn=loss_fn
-    )
+    config = toy.config(tmp_path / "stop", max_train_steps=6, num_warmup_steps=2, checkpoints_total_limit=0)
+    trainer = toy.trainer(config, loss_fn=loss_fn)
     holder["trainer"] = trainer
     with pytest.raises(TrainingStopped, match="after optimizer step 3.*--resume_from_checkpoint latest"):
         trainer.train()

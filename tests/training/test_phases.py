@@ -14,8 +14,6 @@ import torch
 from core.errors import InputError
 from training import checkpoint_files as ckpt
 from training.config import TrainingConfig
-from training.data import make_train_dataloader
-from training.loop import Trainer
 from training.optim import create_optimizer, no_decay_parameter_names, optimizer_from_config
 from training.plan import BatchWarmup, make_plan
 
@@ -164,10 +162,8 @@ def test_plan_counts_the_tokens_of_the_warmup(tmp_path):
 
 
 def _run(toy, tmp_path, *, out, resume=None, warmup=40, optim="adamw_torch_fused", steps=9, mixed_precision=None):
-    config = _config(
-        tmp_path,
-        out=out,
-        learning_rate=0.05,
+    config = toy.config(
+        tmp_path / out,
         max_train_steps=steps,
         gradient_accumulation_steps=3,
         batch_size_warmup_tokens=warmup,
@@ -175,16 +171,13 @@ def _run(toy, tmp_path, *, out, resume=None, warmup=40, optim="adamw_torch_fused
         checkpointing_steps=3,
         checkpoints_total_limit=0,
         resume_from_checkpoint=resume,
-        logging_steps=1,
         optim=optim,
         decoupled_weight_decay=optim == "stable_adamw",
         mixed_precision=mixed_precision,
     )
-    acc = toy.accelerator(config)
-    loader = make_train_dataloader(toy.data(40), 4, toy.collate, seed=0)
     # one "token" per example: micro-batches of 4 tokens
     plan = make_plan(config, train_examples=40, num_processes=1, max_seq_length=1, per_device_train_batch_size=4)
-    trainer = Trainer(acc, toy.model(0), loader, config, plan=plan)
+    trainer = toy.trainer(config, plan=plan)
     return trainer, trainer.train()
 
 
@@ -225,18 +218,10 @@ def test_resume_refuses_another_batch_size_warmup(toy, tmp_path):
 
 
 def _phase_run(toy, tmp_path, out, steps, schedule, **kw):
-    config = _config(
-        tmp_path,
-        out=out,
-        learning_rate=0.05,
-        max_train_steps=steps,
-        lr_scheduler_type=schedule,
-        checkpoints_total_limit=0,
-        logging_steps=1,
-        **kw,
+    config = toy.config(
+        tmp_path / out, max_train_steps=steps, lr_scheduler_type=schedule, checkpoints_total_limit=0, **kw
     )
-    acc = toy.accelerator(config)
-    trainer = Trainer(acc, toy.model(0), make_train_dataloader(toy.data(40), 4, toy.collate, seed=0), config)
+    trainer = toy.trainer(config)
     return trainer, trainer.train()
 
 
