@@ -33,6 +33,10 @@ def modern_layout(**overrides) -> dict:
     return {**{k: v for k, v in MODERN_PRESETS["modernbert-tiny"][1].items() if k not in sizes}, **overrides}
 
 
+#: the rotary bases of the micro modern encoder: global 10,000, local 1,000
+LOCAL_BASES = {"full_attention": 10_000.0, "sliding_attention": 1000.0}
+
+
 def micro_modern_kwargs(**overrides) -> dict:
     """A micro modern encoder's config fields (32 wide, 4 query heads on 2 key/value heads, SwiGLU, rotary positions
     with a local base, a 4-token window, pre-norm, no biases, no dropout), for the local-attention and
@@ -46,7 +50,7 @@ def micro_modern_kwargs(**overrides) -> dict:
             intermediate_size=24,
             hidden_act="swiglu",
             position_embedding_type="rope",
-            local_rope_theta=1000.0,
+            rope_parameters={t: {"rope_type": "default", "rope_theta": b} for t, b in LOCAL_BASES.items()},
             local_attention=4,  # a token sees the tokens at most 2 positions away
             max_position_embeddings=64,
             type_vocab_size=0,

@@ -29,7 +29,7 @@ from huggingface_hub.errors import StrictDataclassError
 from core.errors import InputError, first_line
 
 from . import modeling_sesame_bert as sesame
-from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYOUTS, SesameBertConfig
+from .configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYER_TYPES, LAYOUTS, SesameBertConfig
 
 #: The conversion sources this module reads (the ``model_type`` of their transformers configs; ``--to`` targets too).
 SOURCES = ("modernbert", "eurobert")
@@ -174,8 +174,9 @@ def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertC
             **common,
             hidden_act=_glu(config.hidden_activation, where),
             classifier_dropout=config.classifier_dropout,
-            rope_theta=_rope_theta(config.rope_parameters.get("full_attention"), where),
-            local_rope_theta=_rope_theta(config.rope_parameters.get("sliding_attention"), where),
+            rope_parameters={
+                t: dict(ROPE, rope_theta=_rope_theta(config.rope_parameters.get(t), where)) for t in LAYER_TYPES
+            },
             layer_types=list(config.layer_types),
         )
     return SesameBertConfig(
@@ -183,7 +184,7 @@ def _sesame_config(config, family: str, common: dict, where: str) -> SesameBertC
         **LAYOUTS[family].reference,
         hidden_act=_glu(config.hidden_act, where),
         decoder_bias=config.mlp_bias,
-        rope_theta=_rope_theta(config.rope_parameters, where),
+        rope_parameters={"full_attention": dict(ROPE, rope_theta=_rope_theta(config.rope_parameters, where))},
         num_key_value_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
     )
@@ -241,10 +242,7 @@ def _modernbert_config(c: SesameBertConfig, common: dict, shared: dict, pooling:
         classifier_dropout=c.classifier_dropout or 0.0,
         classifier_pooling=pooling,
         layer_types=c.attention_types(),
-        rope_parameters={
-            "full_attention": dict(ROPE, rope_theta=c.rope_theta),
-            "sliding_attention": dict(ROPE, rope_theta=c.local_rope_theta or c.rope_theta),
-        },
+        rope_parameters={t: dict(c.rope_parameters.get(t, c.rope_parameters["full_attention"])) for t in LAYER_TYPES},
     )
 
 
@@ -264,7 +262,7 @@ def _eurobert_config(c: SesameBertConfig, common: dict, shared: dict, pooling: s
         hidden_act=GLU_ACTS[c.hidden_act],
         num_key_value_heads=c.key_value_heads,
         head_dim=c.attention_head_dim,
-        rope_parameters=dict(ROPE, rope_theta=c.rope_theta),
+        rope_parameters=dict(c.rope_parameters["full_attention"]),
         classifier_pooling=pooling,
     )
 

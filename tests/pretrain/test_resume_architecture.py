@@ -1,7 +1,8 @@
 """A resume refuses another architecture of the same shapes (issue 49, item 4): a modernbert-tiny run checkpointed at
-step 2, resumed with a config whose ``local_attention``, ``rope_theta`` or ``hidden_act`` changed (every tensor keeps
-its shape, so the weights would load), exits 2 with one line naming the field and both values, before a step is
-trained; another dropout is refused too unless ``--allow_dropout_change``, which warns and continues."""
+step 2, resumed with a config whose ``local_attention``, local rotary base (``rope_parameters``) or ``hidden_act``
+changed (every tensor keeps its shape, so the weights would load), exits 2 with one line naming the field and both
+values, before a step is trained; another dropout is refused too unless ``--allow_dropout_change``, which warns and
+continues."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from core.errors import run_cli
 from pretrain.cli import main
 
 #: (field, the run's value, the resumed run's value): each keeps every tensor's shape (geglu -> swiglu: the same fc1)
-CHANGES = [("local_attention", 16, 8), ("rope_theta", 160000.0, 10000.0), ("hidden_act", "geglu", "swiglu")]
+#: modernbert-tiny's rotary bases, and the same with another local base (named by its dotted name when refused)
+ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 160000.0}}
+ROPE |= {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+LOCAL = dict(ROPE, sliding_attention={"rope_type": "default", "rope_theta": 20000.0})
+CHANGES = [("local_attention", 16, 8), ("rope_parameters", ROPE, LOCAL), ("hidden_act", "geglu", "swiglu")]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,10 @@ def test_resume_with_another_architecture_of_the_same_shapes_is_refused_naming_t
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
     assert "the model config differs from the checkpoint's" in lines[0], lines[0]
-    assert f"{field} {json.dumps(old)} -> {json.dumps(new)}" in lines[0], lines[0]
+    named = f"{field} {json.dumps(old)} -> {json.dumps(new)}"
+    if field == "rope_parameters":
+        named = "rope_parameters.sliding_attention.rope_theta 10000.0 -> 20000.0"
+    assert named in lines[0], lines[0]
     assert sorted(p.name for p in (root / "run" / "checkpoints").iterdir()) == before, "nothing trained on"
 
 
