@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from core.errors import InputError, first_line
@@ -72,10 +73,11 @@ class Checkpointer:
             model, optimizer and RNG states).
         config: the loop's settings (``output_dir``, ``checkpoints_total_limit``, ``resume_from_checkpoint``,
             ``ignore_checkpoint_integrity``, ``load_best_model_at_end``).
+        model: the model, whose config class reads a checkpoint's record (:func:`recorded_architecture`).
     """
 
-    def __init__(self, accelerator, config: TrainingConfig):
-        self.accelerator, self.config = accelerator, config
+    def __init__(self, accelerator, config: TrainingConfig, model=None):
+        self.accelerator, self.config, self.model = accelerator, config, model
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
 
     def save(self, state: TrainerState, scheduler) -> str:
@@ -126,9 +128,8 @@ class Checkpointer:
             "num_train_examples": state.num_train_examples,
         }
         check_resume_geometry(path, saved, current)
-        check_resume_model(
-            path, saved.get("model_config"), state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process
-        )
+        recorded = recorded_architecture(self.model, saved.get("model_config"))
+        check_resume_model(path, recorded, state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process)
         check_pickles(path, acc.process_index)
         _load(acc, path, saved, scheduler)
         # after the load: another model is named first, not its default lr
@@ -187,15 +188,15 @@ class Checkpointer:
             current.update({k: saved.get(k, current[k]) for k in geometry})
             current["num_train_examples"] = saved.get("num_train_examples")
         check_resume_geometry(path, saved, current, flag)
-        allow_dropout = self.config.allow_dropout_change
+        recorded = recorded_architecture(self.model, saved.get("model_config"))
         check_resume_model(
             path,
-            saved.get("model_config"),
+            recorded,
             state.model_config,
-            allow_dropout,
+            self.config.allow_dropout_change,
             acc.is_main_process,
             flag,
-            phase_changes=phase_model_changes(saved.get("model_config"), state.model_config),
+            phase_changes=phase_model_changes(recorded, state.model_config),
         )
         check_pickles(path, acc.process_index)
         _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
@@ -496,6 +497,20 @@ def model_architecture(model) -> dict[str, Any] | None:
     return json.loads(json.dumps(fields, default=str))  # as trainer_state.json gives it back
 
 
+def recorded_architecture(model, recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpoint's ``recorded`` :func:`model_architecture` as this version records it: that of the config which
+    ``model``'s config class builds from it, so a record of an earlier version names its fields as this one does
+    (e.g. SesameBert's ``rope_theta`` as ``rope_parameters``); the record as it is when the class refuses it (the
+    comparison then names the fields); None when nothing was recorded."""
+    config = getattr(model, "config", None)
+    if recorded is None or not hasattr(config, "to_dict"):
+        return recorded
+    try:
+        return model_architecture(SimpleNamespace(config=type(config)(**recorded)))
+    except Exception:  # noqa: BLE001  (any refusal of the record: compared as it is)
+        return dict(recorded)
+
+
 def _leaves(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``fields`` with each nested mapping's entries under dotted names (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
     out = {}
@@ -573,6 +588,7 @@ __all__ = [
     "check_resume_settings",
     "is_dropout_field",
     "model_architecture",
+    "recorded_architecture",
     "phase_data_changes",
     "phase_model_changes",
 ]

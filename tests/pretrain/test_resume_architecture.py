@@ -94,3 +94,31 @@ def test_another_dropout_is_refused_unless_allow_dropout_change_which_warns_and_
     assert any("hidden_dropout_prob 0.0 -> 0.1" in r.getMessage() for r in caplog.records)
     assert json.loads((root / "run" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
     assert (root / "run" / "checkpoints" / "step_4").is_dir()
+
+
+def test_a_checkpoint_recorded_by_an_earlier_version_resumes(checkpointed, corpus_dir, capsys, fresh_state, tmp_path):
+    """A checkpoint whose ``model_config`` names transformers 4's fields (``rope_theta``, ``local_rope_theta``, as main
+    703f97b recorded them) is read through the config class: the same model resumes and trains on; another global
+    base in the record is still refused, by its new name."""
+    import shutil
+
+    root, common = checkpointed
+    for name, theta in (("same", 160000.0), ("other", 20000.0)):
+        run = tmp_path / name
+        shutil.copytree(root / "run", run)
+        shutil.rmtree(run / "checkpoints" / "step_4", ignore_errors=True)  # (a test above trains on to step 4)
+        state_file = run / "checkpoints" / "step_2" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        rope = state["model_config"].pop("rope_parameters")
+        assert rope == ROPE  # the record this version writes, rewritten as the earlier version wrote it
+        state["model_config"].update(rope_theta=theta, local_rope_theta=rope["sliding_attention"]["rope_theta"])
+        state_file.write_text(json.dumps(state))
+        argv = _run_args(corpus_dir, run, *common, "--resume_from_checkpoint", "latest", config=str(root / "preset"))
+        capsys.readouterr()
+        reset_accelerate_state()
+        if name == "same":
+            assert run_cli(main, argv) == 0
+            assert (run / "checkpoints" / "step_4").is_dir()
+        else:
+            assert run_cli(main, argv) == 2
+            assert "rope_parameters.full_attention.rope_theta 20000.0 -> 160000.0" in capsys.readouterr().err
