@@ -175,12 +175,8 @@ class SesameBertConfig(PretrainedConfig):
         return self.num_attention_heads if self.num_key_value_heads is None else self.num_key_value_heads
 
     def __post_init__(self, **kwargs):
-        """``layer_types`` from ``global_attn_every_n_layers`` (transformers 4's name, not stored), then
-        ``PreTrainedConfig``'s (which reads ``rope_theta`` / ``local_rope_theta``: :meth:`convert_rope_params_to_dict`).
-
-        Raises:
-            ValueError: ``global_attn_every_n_layers`` not a positive integer, or given with ``layer_types``.
-        """
+        """``layer_types`` from ``global_attn_every_n_layers`` (not stored; ``ValueError`` when it is not a positive
+        integer or comes with ``layer_types``), then ``PreTrainedConfig``'s (:meth:`convert_rope_params_to_dict`)."""
         every = kwargs.pop("global_attn_every_n_layers", None)
         if every is not None:
             if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -191,13 +187,8 @@ class SesameBertConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
     def convert_rope_params_to_dict(self, **kwargs) -> dict:
-        """``rope_parameters`` in transformers 5's shape, one dict per layer type (``PreTrainedConfig.__post_init__``
-        calls it with its other keyword arguments and keeps those returned): each entry copied, ``rope_type``
-        ``"default"`` when missing; a layer type of ``layer_types`` without one takes ``"full_attention"``'s. Without
-        ``rope_parameters``: from ``rope_theta`` and ``local_rope_theta`` (configs saved by earlier versions: the bases
-        of full and sliding attention, the latter ``rope_theta``'s when ``None``), base 10,000 when neither is given.
-        Without rotary positions ``rope_parameters`` is ``None`` (what a config gives there is unused, as the old
-        names were).
+        """``rope_parameters`` as the class docstring says (``PreTrainedConfig.__post_init__`` calls it with its other
+        keyword arguments and keeps those returned): entries copied, ``rope_type`` ``"default"`` when missing.
 
         Raises:
             ValueError: ``rope_theta`` / ``local_rope_theta`` not a finite base > 1, or disagreeing with

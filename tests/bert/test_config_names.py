@@ -149,6 +149,15 @@ def test_a_missing_layer_type_entry_takes_the_global_one():
     assert old.rope_parameters == config.rope_parameters
 
 
+def test_a_rotary_config_without_bases_has_base_10000_for_its_layer_types():
+    """As the old ``rope_theta`` default: an all-global rotary config gets one entry, nested by layer type (not read as
+    a flat dict by transformers' rotary validation, which would add a top-level ``rope_type``)."""
+    config = SesameBertConfig(position_embedding_type="rope")
+    assert config.rope_parameters == {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    local = SesameBertConfig(position_embedding_type="rope", num_hidden_layers=2, global_attn_every_n_layers=2)
+    assert local.rope_parameters == dict.fromkeys(MODERN_LAYERS[:2], {"rope_type": "default", "rope_theta": 10000.0})
+
+
 #: (fields over modernbert-tiny's, the words of the refusal): one ValueError naming the field
 BAD = [
     (dict(layer_types=MODERN_LAYERS[:2]), "layer_types=['full_attention', 'sliding_attention']; expected 3 entries"),
@@ -175,3 +184,21 @@ def test_inconsistent_fields_are_refused_naming_the_field(fields, message):
     with pytest.raises((StrictDataclassClassValidationError, ValueError)) as info:
         SesameBertConfig(**{**preset("modernbert-tiny").to_dict(), **fields})
     assert message in str(info.value.__cause__ or info.value), info.value
+
+
+def test_a_config_file_whose_old_and_new_names_disagree_is_one_error_line(tmp_path, tokenizer, capsys):
+    """Through a command (``modeling.bert.convert``, which loads the folder with ``from_pretrained``): exit 2, one
+    ``error:`` line naming both, nothing written."""
+    from core.errors import run_cli
+    from modeling.bert import convert
+
+    folder = tmp_path / "both"
+    folder.mkdir()
+    saved = {**preset("modernbert-tiny").to_dict(), "rope_theta": 10000.0, "architectures": ["SesameBertForMaskedLM"]}
+    (folder / "config.json").write_text(json.dumps(saved))
+    tokenizer.save_pretrained(folder)
+    argv = ["--source", str(folder), "--to", "modernbert", "--output_dir", str(tmp_path / "out")]
+    assert run_cli(convert.main, argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: --source") and "disagrees with rope_theta=10000.0" in lines[-1], lines[-1]
+    assert not (tmp_path / "out").exists()
