@@ -164,7 +164,8 @@ class PretrainModelArguments(ModelArguments):
 
     @property
     def config_overrides(self) -> dict[str, Any]:
-        """The model config fields given (``--rope_theta``, ``--max_position_embeddings``)."""
+        """The model config settings given: ``max_position_embeddings``, and ``rope_theta`` (the global rotary base:
+        ``rope_parameters["full_attention"]``, written by ``pretrain.build.load_model_config``)."""
         given = {"rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings}
         return {k: v for k, v in given.items() if v is not None}
 

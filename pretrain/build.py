@@ -224,6 +224,7 @@ def load_model_config(plan: PretrainArguments, **overrides):
 
     model = plan.model
     overrides = {**overrides, **model.config_overrides}
+    overrides.pop("rope_theta", None)  # written by _checked_overrides
     if model.model_name_or_path:
         return _checked_overrides(_from_model_path(AutoConfig.from_pretrained, model, **overrides), model)
     presets = sorted(plan.family.spec.presets)
@@ -265,7 +266,8 @@ def load_model_config(plan: PretrainArguments, **overrides):
 
 
 def _checked_overrides(config, model: ModelArguments):
-    """``config``, refused when ``--rope_theta`` is given for a model without rotary positions (it would be ignored).
+    """``config`` with ``--rope_theta`` as the base of its ``"full_attention"`` layers (``rope_parameters``; the
+    others keep theirs), refused when it is given for a model without rotary positions (it would be ignored).
 
     Raises:
         InputError: ``--rope_theta`` and a config whose ``position_embedding_type`` is not ``"rope"``.
@@ -276,6 +278,11 @@ def _checked_overrides(config, model: ModelArguments):
             f"--rope_theta {theta:g}: the model has {kind or 'no'} position embeddings, no rotary base; "
             "expected a rotary model (position_embedding_type rope, e.g. --config_name modernbert-base)"
         )
+    if theta is not None:
+        config.rope_parameters = {
+            **config.rope_parameters,
+            "full_attention": {"rope_type": "default", "rope_theta": theta},
+        }
     return config
 
 

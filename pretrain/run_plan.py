@@ -147,11 +147,19 @@ def phase_phrase(plan: PretrainArguments, model) -> str | None:
     changes = []
     if lengths and str(plan.corpus.max_seq_length) != lengths[0]:
         changes.append(f"blocks of {plan.corpus.max_seq_length} tokens (were {lengths[0]})")
-    old, new = (saved.get("model_config") or {}).get("rope_theta"), getattr(model.config, "rope_theta", None)
+    old, new = _global_base(saved.get("model_config") or {}), _global_base(model.config.to_dict())
     if getattr(model.config, "position_embedding_type", None) == "rope" and old is not None and old != new:
         changes.append(f"global rotary base {new:g} (was {old:g})")
     what = ", ".join(changes) or "the same blocks and model"
     return f"a new phase from {spec} (step {saved.get('global_step')} of its run): {what}"
+
+
+def _global_base(fields: dict) -> float | None:
+    """The rotary base of full-attention layers in a config's ``fields`` (``rope_parameters``; ``rope_theta`` in
+    a checkpoint of an earlier version), or None."""
+    return ((fields.get("rope_parameters") or {}).get("full_attention") or {}).get(
+        "rope_theta", fields.get("rope_theta")
+    )
 
 
 def warn_few_tokens(total_tokens: int, n_params: int, minimum: float = MIN_TOKENS_PER_PARAMETER) -> bool:

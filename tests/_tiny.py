@@ -33,12 +33,17 @@ def modern_layout(**overrides) -> dict:
     return {**{k: v for k, v in MODERN_PRESETS["modernbert-tiny"][1].items() if k not in sizes}, **overrides}
 
 
+#: the rotary bases of the micro modern encoder: global 10,000, local 1,000
+LOCAL_BASES = {"full_attention": 10_000.0, "sliding_attention": 1000.0}
+
+
 def micro_modern_kwargs(**overrides) -> dict:
     """A micro modern encoder's config fields (32 wide, 4 query heads on 2 key/value heads, SwiGLU, rotary positions
     with a local base, a 4-token window, pre-norm, no biases, no dropout), for the local-attention and
     packed-document tests; then ``overrides``."""
     sizes = dict(vocab_size=40, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=24)
-    rotary = dict(position_embedding_type="rope", local_rope_theta=1000.0, max_position_embeddings=64)
+    bases = {t: {"rope_type": "default", "rope_theta": b} for t, b in LOCAL_BASES.items()}
+    rotary = dict(position_embedding_type="rope", rope_parameters=bases, max_position_embeddings=64)
     window = dict(local_attention=4)  # a token sees the tokens at most 2 positions away
     block = dict(hidden_act="swiglu", type_vocab_size=0, norm_position="pre", first_layer_attention_norm=False)
     return sizes | rotary | window | block | NO_BIASES | dict(norm_bias=False) | NO_DROPOUT | overrides

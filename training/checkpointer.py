@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from core.errors import InputError, first_line
@@ -55,9 +56,10 @@ PHASE_SETTINGS = (
 )
 
 #: The model config fields a new phase may change (a context-extension phase: ModernBERT raises the global rotary
-#: base from 10,000 to 160,000 when it extends the context from 1,024 to 8,192 tokens); ``max_position_embeddings``
-#: only with rotary positions (a learned table's shape depends on it). Everything else is refused.
-PHASE_MODEL_CHANGES = ("rope_theta", "max_position_embeddings")
+#: base from 10,000 to 160,000 when it extends the context from 1,024 to 8,192 tokens; the base of its local layers
+#: stays); ``max_position_embeddings`` only with rotary positions (a learned table's shape depends on it). Everything
+#: else is refused. (Nested fields by their dotted names, as :func:`check_resume_model` compares them.)
+PHASE_MODEL_CHANGES = ("rope_parameters.full_attention.rope_theta", "max_position_embeddings")
 
 #: The data settings (:func:`training.data.fingerprint_sources` entries) a new phase may change: the block length.
 PHASE_DATA_CHANGES = ("max_seq_length",)
@@ -71,10 +73,11 @@ class Checkpointer:
             model, optimizer and RNG states).
         config: the loop's settings (``output_dir``, ``checkpoints_total_limit``, ``resume_from_checkpoint``,
             ``ignore_checkpoint_integrity``, ``load_best_model_at_end``).
+        model: the model, whose config class reads a checkpoint's record (:func:`recorded_architecture`).
     """
 
-    def __init__(self, accelerator, config: TrainingConfig):
-        self.accelerator, self.config = accelerator, config
+    def __init__(self, accelerator, config: TrainingConfig, model=None):
+        self.accelerator, self.config, self.model = accelerator, config, model
         self.checkpoints_dir = os.path.join(config.output_dir, "checkpoints")
 
     def save(self, state: TrainerState, scheduler) -> str:
@@ -125,9 +128,8 @@ class Checkpointer:
             "num_train_examples": state.num_train_examples,
         }
         check_resume_geometry(path, saved, current)
-        check_resume_model(
-            path, saved.get("model_config"), state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process
-        )
+        recorded = recorded_architecture(self.model, saved.get("model_config"))
+        check_resume_model(path, recorded, state.model_config, cfg.allow_dropout_change, warn=acc.is_main_process)
         check_pickles(path, acc.process_index)
         _load(acc, path, saved, scheduler)
         # after the load: another model is named first, not its default lr
@@ -186,15 +188,15 @@ class Checkpointer:
             current.update({k: saved.get(k, current[k]) for k in geometry})
             current["num_train_examples"] = saved.get("num_train_examples")
         check_resume_geometry(path, saved, current, flag)
-        allow_dropout = self.config.allow_dropout_change
+        recorded = recorded_architecture(self.model, saved.get("model_config"))
         check_resume_model(
             path,
-            saved.get("model_config"),
+            recorded,
             state.model_config,
-            allow_dropout,
+            self.config.allow_dropout_change,
             acc.is_main_process,
             flag,
-            phase_changes=phase_model_changes(saved.get("model_config"), state.model_config),
+            phase_changes=phase_model_changes(recorded, state.model_config),
         )
         check_pickles(path, acc.process_index)
         _load(acc, path, {k: v for k, v in saved.items() if k != "lr_scheduler"}, scheduler)
@@ -282,16 +284,11 @@ def phase_data_changes(
 def phase_model_changes(saved: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The model config fields a new phase from a checkpoint with ``saved`` (:func:`model_architecture`) may change
     to ``current``: :data:`PHASE_MODEL_CHANGES`, without ``max_position_embeddings`` unless both use rotary
-    positions, and without ``rope_theta`` when a local layer takes its base from it (``local_rope_theta`` unset):
-    the local base would change too."""
+    positions."""
     if not saved or not current:
         return ()
     rotary = saved.get("position_embedding_type") == current.get("position_embedding_type") == "rope"
-    allowed = [f for f in PHASE_MODEL_CHANGES if rotary or f != "max_position_embeddings"]
-    local = "sliding_attention" in (current.get("layer_types") or ())
-    if local and current.get("local_rope_theta") is None:
-        allowed.remove("rope_theta")
-    return tuple(allowed)
+    return tuple(f for f in PHASE_MODEL_CHANGES if rotary or f != "max_position_embeddings")
 
 
 def _batches_in_epoch(saved: Mapping[str, Any], per_device_train_batch_size: int, num_processes: int) -> int:
@@ -486,8 +483,8 @@ def model_architecture(model) -> dict[str, Any] | None:
     """The fields of ``model.config`` (a ``PretrainedConfig``) that define the network, as JSON values (what a
     checkpoint records and a resume compares): ``to_dict()`` without :data:`NOT_ARCHITECTURE` and private keys,
     with ``num_labels``; a config with ``attention_types()`` (SesameBert) records the resolved per-layer
-    ``layer_types`` (so ``global_attn_every_n_layers: 3`` equals the same layers spelt out). None: a model without
-    a config.
+    ``layer_types`` (so ``None``, every layer global, equals the same layers spelt out). None: a model without a
+    config.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
@@ -497,8 +494,31 @@ def model_architecture(model) -> dict[str, Any] | None:
         fields["num_labels"] = len(config.to_dict()["id2label"] or {})
     if callable(getattr(config, "attention_types", None)):
         fields["layer_types"] = config.attention_types()
-        fields.pop("global_attn_every_n_layers", None)
     return json.loads(json.dumps(fields, default=str))  # as trainer_state.json gives it back
+
+
+def recorded_architecture(model, recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpoint's ``recorded`` :func:`model_architecture` as this version records it: that of the config which
+    ``model``'s config class builds from it, so a record of an earlier version names its fields as this one does
+    (e.g. SesameBert's ``rope_theta`` as ``rope_parameters``); the record as it is when the class refuses it (the
+    comparison then names the fields); None when nothing was recorded."""
+    config = getattr(model, "config", None)
+    if recorded is None or not hasattr(config, "to_dict"):
+        return recorded
+    try:
+        return model_architecture(SimpleNamespace(config=type(config)(**recorded)))
+    except Exception:  # noqa: BLE001  (any refusal of the record: compared as it is)
+        return dict(recorded)
+
+
+def _leaves(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``fields`` with each nested mapping's entries under dotted names (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
+    out = {}
+    for name, value in fields.items():
+        out.update(
+            _leaves(value, f"{prefix}{name}.") if isinstance(value, Mapping) and value else {prefix + name: value}
+        )
+    return out
 
 
 def _value(value: Any) -> str:
@@ -529,10 +549,12 @@ def check_resume_model(
             a context-extension phase.
 
     Raises:
-        InputError: one line naming each changed field, the checkpoint's value and this run's.
+        InputError: one line naming each changed field (a nested one by its dotted name, e.g.
+            ``rope_parameters.full_attention.rope_theta``), the checkpoint's value and this run's.
     """
     if saved is None or current is None:
         return
+    saved, current = _leaves(saved), _leaves(current)
     differ = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k) and k not in phase_changes]
     dropout = [k for k in differ if is_dropout_field(k)]
     refused = [k for k in differ if not (allow_dropout_change and k in dropout)]
@@ -566,6 +588,7 @@ __all__ = [
     "check_resume_settings",
     "is_dropout_field",
     "model_architecture",
+    "recorded_architecture",
     "phase_data_changes",
     "phase_model_changes",
 ]

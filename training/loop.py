@@ -237,7 +237,7 @@ class Trainer:
         }
         self.stop_requested = False
         self.last_checkpoint: str | None = None
-        self.checkpointer = Checkpointer(accelerator, config)
+        self.checkpointer = Checkpointer(accelerator, config, model)
         self.checkpoints_dir = self.checkpointer.checkpoints_dir
         #: telemetry (:mod:`training.mfu`): the model FLOPs of a micro-batch; the device's peak (None: unknown)
         self._flops = FlopCounter(self.unwrapped_model)

@@ -70,7 +70,7 @@ def rotary_cos_sin(
     Args:
         position_ids: (B|1, T) integer positions (restarting per packed document).
         dim: the head dimension D (even).
-        theta: the rotary base (``rope_theta`` or ``local_rope_theta``).
+        theta: the rotary base (the ``rope_theta`` of the layer type's ``rope_parameters``).
         dtype: the dtype of the queries and keys.
 
     Returns:
@@ -83,8 +83,8 @@ def rotary_cos_sin(
 
 
 def rotary_embeddings(config: SesameBertConfig, position_ids: torch.Tensor, dtype: torch.dtype) -> dict:
-    """The rotary ``(cos, sin)`` of every layer type of ``config`` (``"full_attention"`` with ``rope_theta``,
-    ``"sliding_attention"`` with ``local_rope_theta``), or ``{}`` unless ``position_embedding_type`` is ``"rope"``.
+    """The rotary ``(cos, sin)`` of every layer type of ``config``, each with its base (``rope_parameters[type]
+    ["rope_theta"]``), or ``{}`` unless ``position_embedding_type`` is ``"rope"``.
 
     Args:
         config: the model's config.
@@ -93,9 +93,8 @@ def rotary_embeddings(config: SesameBertConfig, position_ids: torch.Tensor, dtyp
     """
     if config.position_embedding_type != "rope":
         return {}
-    thetas = {"full_attention": config.rope_theta, "sliding_attention": config.local_rope_theta or config.rope_theta}
-    dim = config.attention_head_dim
-    return {kind: rotary_cos_sin(position_ids, dim, thetas[kind], dtype) for kind in set(config.attention_types())}
+    theta, dim = {kind: p["rope_theta"] for kind, p in config.rope_parameters.items()}, config.attention_head_dim
+    return {kind: rotary_cos_sin(position_ids, dim, theta[kind], dtype) for kind in set(config.attention_types())}
 
 
 def apply_rotary(

@@ -21,6 +21,8 @@ HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish",
 GLU_ACTS = {"geglu": "gelu", "swiglu": "silu"}
 #: The attention of a layer (``layer_types``): every token (global), or the tokens within ``local_attention / 2``.
 LAYER_TYPES = ("full_attention", "sliding_attention")
+#: The rotary base of a rotary config that names none (RoFormer's, Su et al. 2021).
+DEFAULT_ROPE_THETA = 10000.0
 CHOICES = {
     "position_embedding_type": ("learned", "sinusoidal", "absolute", "rope"),
     "norm_position": ("post", "pre"),
@@ -83,10 +85,14 @@ class SesameBertConfig(PretrainedConfig):
 
         position_embedding_type ``"rope"``: rotary position embeddings (Su et al. 2021, "RoFormer", eq. 34) on the
             queries and keys of every layer, no position table; positions restart per packed document.
-        rope_theta (float): the base of the rotary frequencies of ``"full_attention"`` layers,
-            theta_i = rope_theta^(-2i/D) (RoFormer eq. 15; ModernBERT's global base 160,000).
-        local_rope_theta (float | None): the base of ``"sliding_attention"`` layers (ModernBERT: 10,000); ``None``:
-            ``rope_theta``.
+        rope_parameters (dict | None): the rotary embeddings of each layer type, transformers 5's shape:
+            ``{"full_attention": {"rope_type": "default", "rope_theta": 160000.0}, "sliding_attention": {...}}``;
+            ``rope_theta`` is the base of the frequencies theta_i = rope_theta^(-2i/D) (RoFormer eq. 15; ModernBERT:
+            160,000 global, 10,000 local). A rotary config has a ``"full_attention"`` entry and one for each layer
+            type it uses (a missing one takes ``"full_attention"``'s; ``None`` gives every one base 10,000); only
+            ``"default"`` (unscaled) rotary embeddings. ``None`` without rotary positions (set to it). Configs of
+            earlier versions (transformers 4's names) load: ``rope_theta`` (full attention) and ``local_rope_theta``
+            (sliding attention; ``None``: ``rope_theta``).
         hidden_act ``"geglu"`` / ``"swiglu"``: a gated feed-forward layer (Shazeer 2020, eq. 5-6):
             ``fc2(act(a) * b)`` with ``[a; b] = fc1(x)``, so ``fc1`` gives 2 x ``intermediate_size`` (as both
             references); the gate's activation is GELU / SiLU (:data:`GLU_ACTS`).
@@ -96,9 +102,9 @@ class SesameBertConfig(PretrainedConfig):
         decoder_bias (bool): the bias of the MLM decoder (the output projection onto the vocabulary).
         classifier_bias (bool): the bias of the dense layer of the heads (MLM transform, pooler / prediction head).
         layer_types (list[str] | None): per layer ``"full_attention"`` or ``"sliding_attention"`` (local attention
-            within a window of ``local_attention`` tokens). ``None``: from ``global_attn_every_n_layers``.
-        global_attn_every_n_layers (int | None): layer i is ``"full_attention"`` when i % n == 0, else
-            ``"sliding_attention"`` (ModernBERT: 3). ``None`` (and no ``layer_types``): every layer is global.
+            within a window of ``local_attention`` tokens). ``None``: every layer is global. The argument
+            ``global_attn_every_n_layers=n`` (transformers 4's name, as ``ModernBertConfig`` still takes it) gives
+            layer i ``"full_attention"`` when i % n == 0, else ``"sliding_attention"`` (ModernBERT: 3).
         local_attention (int): the window of ``"sliding_attention"`` layers in tokens, ModernBERT's meaning: a token
             attends to the tokens at most ``local_attention // 2`` positions away (either side); even, at most
             ``max_position_embeddings``.
@@ -119,6 +125,8 @@ class SesameBertConfig(PretrainedConfig):
     """
 
     model_type = "sesame-bert"
+    #: the keys of a ``rope_parameters`` nested by layer type (what transformers' rotary helpers read)
+    _rope_type_labels = LAYER_TYPES
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -141,15 +149,13 @@ class SesameBertConfig(PretrainedConfig):
     classifier_pooling: Literal["cls", "mean", "max", "attention", "late"] = "cls"
     sparse_prediction: bool = True
     embedding_size: int | None = None
-    rope_theta: float | int = 10000.0
-    local_rope_theta: float | int | None = None
+    rope_parameters: dict | None = None
     attention_bias: bool = True
     mlp_bias: bool = True
     norm_bias: bool = True
     decoder_bias: bool = True
     classifier_bias: bool = True
     layer_types: list[str] | None = None
-    global_attn_every_n_layers: int | None = None
     local_attention: int = 128
     num_key_value_heads: int | None = None
     head_dim: int | None = None
@@ -168,13 +174,53 @@ class SesameBertConfig(PretrainedConfig):
         """The heads of keys and values: ``num_key_value_heads``, or ``num_attention_heads`` when it is ``None``."""
         return self.num_attention_heads if self.num_key_value_heads is None else self.num_key_value_heads
 
+    def __post_init__(self, **kwargs):
+        """``layer_types`` from ``global_attn_every_n_layers`` (not stored; ``ValueError`` when it is not a positive
+        integer or comes with ``layer_types``), then ``PreTrainedConfig``'s (:meth:`convert_rope_params_to_dict`)."""
+        every = kwargs.pop("global_attn_every_n_layers", None)
+        if every is not None:
+            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+                raise ValueError(f"global_attn_every_n_layers={every!r}; expected a positive integer or None")
+            if self.layer_types is not None:
+                raise ValueError("layer_types and global_attn_every_n_layers are both set; expected one of them")
+            self.layer_types = [LAYER_TYPES[bool(i % every)] for i in range(self.num_hidden_layers)]
+        super().__post_init__(**kwargs)
+
+    def convert_rope_params_to_dict(self, **kwargs) -> dict:
+        """``rope_parameters`` as the class docstring says (``PreTrainedConfig.__post_init__`` calls it with its other
+        keyword arguments and keeps those returned): entries copied, ``rope_type`` ``"default"`` when missing.
+
+        Raises:
+            ValueError: ``rope_theta`` / ``local_rope_theta`` not a finite base > 1, or disagreeing with
+                ``rope_parameters``.
+        """
+        theta, local = kwargs.pop("rope_theta", None), kwargs.pop("local_rope_theta", None)
+        for name, value in (("rope_theta", theta), ("local_rope_theta", local)):
+            if value is not None and not _is_base(value):
+                raise ValueError(f"{name}={value!r}; expected a finite rotary base > 1")
+        if self.position_embedding_type != "rope":
+            self.rope_parameters = None
+            return kwargs
+        given, named = self.rope_parameters, (theta, local) != (None, None)
+        full = DEFAULT_ROPE_THETA if theta is None else theta
+        old = {"full_attention": full, "sliding_attention": full if local is None else local}
+        used = [t for t in LAYER_TYPES if t == "full_attention" or t in self.attention_types()]
+        given = {t: {"rope_theta": old[t]} for t in used} if given is None else given
+        if not (isinstance(given, dict) and isinstance(given.get("full_attention"), dict)):
+            return kwargs  # refused by validate_architecture
+        types = dict.fromkeys([*used, *given])
+        self.rope_parameters = {t: {"rope_type": "default", **(given.get(t) or given["full_attention"])} for t in types}
+        if named and any(self.rope_parameters[t].get("rope_theta") != old[t] for t in used):
+            raise ValueError(
+                f"rope_parameters={given!r} disagrees with rope_theta={theta!r}, local_rope_theta={local!r} "
+                "(transformers 4's names); expected rope_parameters alone"
+            )
+        return kwargs
+
     def attention_types(self) -> list[str]:
-        """The attention of every layer, ``"full_attention"`` or ``"sliding_attention"`` (see ``layer_types`` and
-        ``global_attn_every_n_layers``)."""
-        if self.layer_types is not None:
-            return list(self.layer_types)
-        n = self.global_attn_every_n_layers
-        return [LAYER_TYPES[bool(n and i % n)] for i in range(self.num_hidden_layers)]
+        """The attention of every layer, ``"full_attention"`` or ``"sliding_attention"``: ``layer_types``, or every
+        layer global when it is ``None``."""
+        return list(self.layer_types) if self.layer_types is not None else [LAYER_TYPES[0]] * self.num_hidden_layers
 
     @property
     def embedding_width(self) -> int:
@@ -234,7 +280,7 @@ class SesameBertConfig(PretrainedConfig):
 
     def _validate_modern(self):
         """The checks of the modern-encoder fields (rotary, GQA, local attention); raises ``ValueError``."""
-        for field in ("num_key_value_heads", "head_dim", "global_attn_every_n_layers"):
+        for field in ("num_key_value_heads", "head_dim"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{field}={value!r}; expected a positive integer or None")
@@ -245,23 +291,18 @@ class SesameBertConfig(PretrainedConfig):
             )
         if self.position_embedding_type == "rope" and self.attention_head_dim % 2:
             raise ValueError(f"rotary position embeddings need an even head dimension, got {self.attention_head_dim}")
-        for field in ("rope_theta", "local_rope_theta"):
-            value = getattr(self, field)
-            if value is not None and (isinstance(value, bool) or not (value > 1 and math.isfinite(value))):
-                raise ValueError(f"{field}={value!r}; expected a finite rotary base > 1")
         if self.head_layout == "eurobert" and self.embedding_width != self.hidden_size:
             raise ValueError(
                 f"head_layout='eurobert' puts the MLM decoder on the hidden states (width {self.hidden_size}); "
                 f"expected no embedding_size (got {self.embedding_size})"
             )
-        if self.layer_types is not None and self.global_attn_every_n_layers is not None:
-            raise ValueError("layer_types and global_attn_every_n_layers are both set; expected one of them")
         types = self.attention_types()
         if len(types) != self.num_hidden_layers or any(t not in LAYER_TYPES for t in types):
             raise ValueError(
                 f"layer_types={self.layer_types!r}; expected {self.num_hidden_layers} entries, each one of "
                 f"{', '.join(LAYER_TYPES)}"
             )
+        self._validate_rope(types)
         if "sliding_attention" in types and not (
             isinstance(self.local_attention, int)
             and 2 <= self.local_attention <= self.max_position_embeddings
@@ -271,6 +312,29 @@ class SesameBertConfig(PretrainedConfig):
                 f"local_attention={self.local_attention!r}; expected an even window of tokens between 2 and "
                 f"max_position_embeddings ({self.max_position_embeddings})"
             )
+
+    def _validate_rope(self, types: list[str]):
+        """``rope_parameters``: ``None`` without rotary positions; else an entry for ``"full_attention"`` and each
+        layer type of ``types``, each ``{"rope_type": "default", "rope_theta": base}`` with a finite base > 1."""
+        rope, kind = self.rope_parameters, self.position_embedding_type
+        if kind != "rope" or rope is None:
+            if rope is not None or kind == "rope":
+                raise ValueError(f"rope_parameters={rope!r} with position_embedding_type={kind!r}; expected None")
+            return
+        need = [t for t in LAYER_TYPES if t == "full_attention" or t in types]
+        entry = '{"rope_type": "default", "rope_theta": a finite base > 1}'
+        if not isinstance(rope, dict) or not set(need) <= set(rope) <= set(LAYER_TYPES):
+            raise ValueError(f"rope_parameters={rope!r}; expected an entry {entry} for each of {', '.join(need)}")
+        for layer_type, p in rope.items():
+            if not (isinstance(p, dict) and set(p) == {"rope_type", "rope_theta"} and p["rope_type"] == "default") or (
+                not _is_base(p["rope_theta"])
+            ):
+                raise ValueError(f"rope_parameters[{layer_type!r}]={p!r}; expected {entry}")
+
+
+def _is_base(value) -> bool:
+    """Whether ``value`` is a rotary base: a finite number > 1."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 1 and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -346,7 +410,7 @@ LAYOUTS: dict[str, ReferenceLayout] = {
         "bert",
         _defaults(
             """norm_position norm_type classifier_pooling embedding_size num_key_value_heads head_dim attention_bias
-            mlp_bias norm_bias decoder_bias classifier_bias embedding_norm layer_types global_attn_every_n_layers"""
+            mlp_bias norm_bias decoder_bias classifier_bias embedding_norm layer_types"""
         ),
         HeadLayout(pooler_activation="tanh", transform_activation="hidden_act"),
     ),
@@ -359,9 +423,11 @@ LAYOUTS: dict[str, ReferenceLayout] = {
         HeadLayout(pooler_norm=True, prediction_head=True),
         reference=dict(
             hidden_act="geglu",
-            rope_theta=160_000.0,
-            local_rope_theta=10_000.0,
-            global_attn_every_n_layers=3,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 160_000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+            global_attn_every_n_layers=3,  # the argument that gives layer_types (transformers' ModernBertConfig's)
             max_position_embeddings=8192,
             layer_norm_eps=1e-5,
             **dict.fromkeys(("attention_bias", "mlp_bias", "norm_bias", "classifier_bias"), False),

@@ -122,7 +122,8 @@ def test_converted_config_fields():
     """The converted configs say what the references are (the fields the tests above cannot see)."""
     modern = MODERNBERT.sesame_config(transformers.ModernBertConfig(**CONFIGS["modernbert", "small"], **TOKENS))
     assert modern.attention_types() == ["full_attention", "sliding_attention", "sliding_attention"]
-    assert (modern.rope_theta, modern.local_rope_theta, modern.local_attention) == (160_000.0, 10_000.0, 8)
+    thetas = {kind: p["rope_theta"] for kind, p in modern.rope_parameters.items()}
+    assert (thetas, modern.local_attention) == ({"full_attention": 160_000.0, "sliding_attention": 10_000.0}, 8)
     assert modern.hidden_act == "geglu" and not modern.first_layer_attention_norm and modern.type_vocab_size == 0
     euro = EUROBERT.sesame_config(transformers.EuroBertConfig(**CONFIGS["eurobert", "wide"], **TOKENS), pooled=False)
     assert (euro.key_value_heads, euro.attention_head_dim, euro.hidden_act) == (3, 16, "geglu")

@@ -167,7 +167,7 @@ MODERN_TINY = dict(
 #: head_dim of its own, no embedding norm, a final norm, its heads (mean pooling).
 EURO_TINY = dict(
     tiny_bert_kwargs(40, 32, width=16, layers=2, num_labels=3),
-    **eurobert_layout(num_attention_heads=4, num_key_value_heads=2, head_dim=8, hidden_act="swiglu", rope_theta=1e4),
+    **eurobert_layout(num_attention_heads=4, num_key_value_heads=2, head_dim=8, hidden_act="swiglu"),
     classifier_pooling="mean",
     pad_token_id=0,
 )

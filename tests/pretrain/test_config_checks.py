@@ -38,9 +38,9 @@ def test_every_numeric_field_is_validated(field, value, message):
 
     from modeling.bert.configuration_sesame_bert import SesameBertConfig
 
-    with pytest.raises(StrictDataclassClassValidationError) as info:
+    with pytest.raises((StrictDataclassClassValidationError, ValueError)) as info:  # old names: read before
         SesameBertConfig(**{field: value})
-    assert message in str(info.value.__cause__), info.value
+    assert message in str(info.value.__cause__ or info.value), info.value
 
 
 @pytest.mark.parametrize("value, ok", [(50.0, True), (0.0, False), (math.inf, False), (-1.0, False)])

@@ -30,7 +30,7 @@ def test_modernbert_tiny_trains_resumes_bitwise_and_loads(corpus_dir, bert_token
     assert run_cli(main, _run_args(corpus_dir, a, *common, config=str(preset))) == 0
     config = json.loads((a / "config.json").read_text())
     assert config["position_embedding_type"] == "rope" and config["hidden_act"] == "geglu"
-    assert config["local_attention"] == 16 and config["global_attn_every_n_layers"] == 3
+    assert config["local_attention"] == 16 and config["layer_types"] == ["full_attention", *["sliding_attention"] * 2]
     resumed.mkdir()
     shutil.copytree(a / "checkpoints" / "step_2", resumed / "checkpoints" / "step_2")
     argv = _run_args(corpus_dir, resumed, *common, "--resume_from_checkpoint", "latest", config=str(preset))

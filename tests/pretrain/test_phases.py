@@ -213,14 +213,23 @@ def test_context_extension_phase_carries_weights_optimizer_and_position(
     assert (epoch, batches) == (saved_state["epoch"], consumed * n_now // saved_state["num_train_examples"] // 4)
     assert batches >= 1
     configs = {d.name: json.loads((d / "config.json").read_text()) for d in (stable, ext)}
-    assert (configs["stable"]["rope_theta"], configs["ext"]["rope_theta"]) == (10000, 160000)
-    assert configs["ext"]["local_rope_theta"] == configs["stable"]["local_rope_theta"] == 10000
+    rope = {name: {k: p["rope_theta"] for k, p in c["rope_parameters"].items()} for name, c in configs.items()}
+    assert rope == {
+        "stable": {"full_attention": 10000, "sliding_attention": 10000},
+        "ext": {"full_attention": 160000, "sliding_attention": 10000},
+    }
     assert "blocks of 64 tokens (were 32), global rotary base 160000 (was 10000)" in caplog.text
 
     other = tmp_path / "deeper.json"
-    other.write_text(json.dumps(dict(json.loads((stable / "config.json").read_text()), num_hidden_layers=4)))
+    layers = [*configs["stable"]["layer_types"], "full_attention"]
+    other.write_text(json.dumps(dict(configs["stable"], num_hidden_layers=4, layer_types=layers)))
     refused = corpus_args(corpus_dir, tmp_path / "x", *common, "--max_train_steps", "1", *phase, config=str(other))
-    with pytest.raises(InputError, match="num_hidden_layers 3 -> 4.*a new phase may change only rope_theta"):
+    with pytest.raises(
+        InputError,
+        match="num_hidden_layers 3 -> 4.*a new phase may change only rope_parameters.full_attention.rope_theta",
+    ):
         main(refused)
-    with pytest.raises(InputError, match="--resume_from_checkpoint .*rope_theta 10000.0 -> 160000.0"):
+    with pytest.raises(
+        InputError, match="--resume_from_checkpoint .*rope_parameters.full_attention.rope_theta 10000.0 -> 160000.0"
+    ):
         main([*stable_args, "--rope_theta", "160000", "--resume_from_checkpoint", "latest"])

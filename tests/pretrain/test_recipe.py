@@ -112,7 +112,7 @@ for name in ("stable", "ext", "decay"):
     model = AutoModelForMaskedLM.from_pretrained("alice/phases", revision=name, token=token)
     local = AutoModelForMaskedLM.from_pretrained(f"{out}/{name}")
     same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), local.state_dict().values()))
-    result[name] = {"rope_theta": model.config.rope_theta, "same_as_local": same}
+    result[name] = {"rope_theta": model.config.rope_parameters["full_attention"]["rope_theta"], "same_as_local": same}
 print(json.dumps(result))
 """
 
@@ -186,7 +186,8 @@ def test_recipe_under_accelerate_launch_with_two_processes(corpus_dir, bert_toke
         assert Path(finished[before]["checkpoint"]).parent == out / before / "checkpoints"
         settings = json.loads((out / after / "run_config.json").read_text())
         assert settings["continue_from_checkpoint"] == finished[before]["checkpoint"]
-    assert json.loads((out / "decay" / "config.json").read_text())["rope_theta"] == 160000
+    rope = json.loads((out / "decay" / "config.json").read_text())["rope_parameters"]
+    assert (rope["full_attention"]["rope_theta"], rope["sliding_attention"]["rope_theta"]) == (160000, 10000)
 
 
 def _documented_pretrain_commands(marker: str) -> list[list[str]]:

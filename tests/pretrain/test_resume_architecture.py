@@ -1,7 +1,8 @@
 """A resume refuses another architecture of the same shapes (issue 49, item 4): a modernbert-tiny run checkpointed at
-step 2, resumed with a config whose ``local_attention``, ``rope_theta`` or ``hidden_act`` changed (every tensor keeps
-its shape, so the weights would load), exits 2 with one line naming the field and both values, before a step is
-trained; another dropout is refused too unless ``--allow_dropout_change``, which warns and continues."""
+step 2, resumed with a config whose ``local_attention``, local rotary base (``rope_parameters``) or ``hidden_act``
+changed (every tensor keeps its shape, so the weights would load), exits 2 with one line naming the field and both
+values, before a step is trained; another dropout is refused too unless ``--allow_dropout_change``, which warns and
+continues."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from core.errors import run_cli
 from pretrain.cli import main
 
 #: (field, the run's value, the resumed run's value): each keeps every tensor's shape (geglu -> swiglu: the same fc1)
-CHANGES = [("local_attention", 16, 8), ("rope_theta", 160000.0, 10000.0), ("hidden_act", "geglu", "swiglu")]
+#: modernbert-tiny's rotary bases, and the same with another local base (named by its dotted name when refused)
+ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 160000.0}}
+ROPE |= {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+LOCAL = dict(ROPE, sliding_attention={"rope_type": "default", "rope_theta": 20000.0})
+CHANGES = [("local_attention", 16, 8), ("rope_parameters", ROPE, LOCAL), ("hidden_act", "geglu", "swiglu")]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,10 @@ def test_resume_with_another_architecture_of_the_same_shapes_is_refused_naming_t
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
     assert "the model config differs from the checkpoint's" in lines[0], lines[0]
-    assert f"{field} {json.dumps(old)} -> {json.dumps(new)}" in lines[0], lines[0]
+    named = f"{field} {json.dumps(old)} -> {json.dumps(new)}"
+    if field == "rope_parameters":
+        named = "rope_parameters.sliding_attention.rope_theta 10000.0 -> 20000.0"
+    assert named in lines[0], lines[0]
     assert sorted(p.name for p in (root / "run" / "checkpoints").iterdir()) == before, "nothing trained on"
 
 
@@ -86,3 +94,31 @@ def test_another_dropout_is_refused_unless_allow_dropout_change_which_warns_and_
     assert any("hidden_dropout_prob 0.0 -> 0.1" in r.getMessage() for r in caplog.records)
     assert json.loads((root / "run" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
     assert (root / "run" / "checkpoints" / "step_4").is_dir()
+
+
+def test_a_checkpoint_recorded_by_an_earlier_version_resumes(checkpointed, corpus_dir, capsys, fresh_state, tmp_path):
+    """A checkpoint whose ``model_config`` names transformers 4's fields (``rope_theta``, ``local_rope_theta``, as main
+    703f97b recorded them) is read through the config class: the same model resumes and trains on; another global
+    base in the record is still refused, by its new name."""
+    import shutil
+
+    root, common = checkpointed
+    for name, theta in (("same", 160000.0), ("other", 20000.0)):
+        run = tmp_path / name
+        shutil.copytree(root / "run", run)
+        shutil.rmtree(run / "checkpoints" / "step_4", ignore_errors=True)  # (a test above trains on to step 4)
+        state_file = run / "checkpoints" / "step_2" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        rope = state["model_config"].pop("rope_parameters")
+        assert rope == ROPE  # the record this version writes, rewritten as the earlier version wrote it
+        state["model_config"].update(rope_theta=theta, local_rope_theta=rope["sliding_attention"]["rope_theta"])
+        state_file.write_text(json.dumps(state))
+        argv = _run_args(corpus_dir, run, *common, "--resume_from_checkpoint", "latest", config=str(root / "preset"))
+        capsys.readouterr()
+        reset_accelerate_state()
+        if name == "same":
+            assert run_cli(main, argv) == 0
+            assert (run / "checkpoints" / "step_4").is_dir()
+        else:
+            assert run_cli(main, argv) == 2
+            assert "rope_parameters.full_attention.rope_theta 20000.0 -> 160000.0" in capsys.readouterr().err

@@ -46,7 +46,7 @@ def sesame_fields(config, where: str) -> dict:
         **LAYOUT.reference,
         hidden_act=glu(config.hidden_act, where),
         decoder_bias=config.mlp_bias,
-        rope_theta=rope_theta(config.rope_parameters, where),
+        rope_parameters={"full_attention": dict(ROPE, rope_theta=rope_theta(config.rope_parameters, where))},
         num_key_value_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
     )
@@ -61,7 +61,7 @@ def transformers_fields(c) -> dict:
         hidden_act=GLU_ACTS[c.hidden_act],
         num_key_value_heads=c.key_value_heads,
         head_dim=c.attention_head_dim,
-        rope_parameters=dict(ROPE, rope_theta=c.rope_theta),
+        rope_parameters=dict(c.rope_parameters["full_attention"]),
     )
 
 

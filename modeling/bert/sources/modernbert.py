@@ -10,7 +10,7 @@ import sys
 
 from core.errors import InputError
 
-from ..configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYOUTS
+from ..configuration_sesame_bert import GLU_ACTS, HIDDEN_ACTS, LAYER_TYPES, LAYOUTS
 from .common import MODERN_FIELDS, ROPE, TOKEN_FIELDS, Source, classes, glu, pairs, refuse, rope_theta
 
 LAYOUT, TITLE = LAYOUTS["modernbert"], "ModernBERT"
@@ -54,8 +54,9 @@ def sesame_fields(config, where: str) -> dict:
     return dict(
         hidden_act=glu(config.hidden_activation, where),
         classifier_dropout=config.classifier_dropout,
-        rope_theta=rope_theta(config.rope_parameters.get("full_attention"), where),
-        local_rope_theta=rope_theta(config.rope_parameters.get("sliding_attention"), where),
+        rope_parameters={
+            t: dict(ROPE, rope_theta=rope_theta(config.rope_parameters.get(t), where)) for t in LAYER_TYPES
+        },
         layer_types=list(config.layer_types),
     )
 
@@ -68,10 +69,7 @@ def transformers_fields(c) -> dict:
         hidden_activation=GLU_ACTS[c.hidden_act],
         classifier_dropout=c.classifier_dropout or 0.0,
         layer_types=c.attention_types(),
-        rope_parameters={
-            "full_attention": dict(ROPE, rope_theta=c.rope_theta),
-            "sliding_attention": dict(ROPE, rope_theta=c.local_rope_theta or c.rope_theta),
-        },
+        rope_parameters={t: dict(c.rope_parameters.get(t, c.rope_parameters["full_attention"])) for t in LAYER_TYPES},
     )
 
 
