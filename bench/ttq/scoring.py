@@ -188,9 +188,13 @@ def steps_samples(step: int, n_blocks: int, per_step: int) -> int:
 
 
 def times_from_trainer_log(records: list[dict], n_blocks: int, per_step: int) -> dict[int, dict]:
-    """``{step: {"seconds", "tokens"}}`` cumulative at every logged step of ``pretrain``'s ``trainer_log.json``:
-    an interval's seconds = its blocks (:func:`steps_samples`) / its ``samples_per_second``; its tokens = seconds x
-    ``tokens_per_second``."""
+    """``{step: {"seconds", "tokens"}}`` cumulative at every logged step of ``pretrain``'s ``trainer_log.json``: the
+    loop's own cumulative ``train_seconds`` and ``train_tokens`` where every record has them (a bench run is one
+    session, never resumed; exact under a batch-size warmup, whose first steps hold fewer than ``per_step``
+    blocks); else (logs of earlier versions) an interval's seconds = its blocks (:func:`steps_samples`) / its
+    ``samples_per_second`` and its tokens = seconds x ``tokens_per_second``."""
+    if records and all("train_seconds" in r and "train_tokens" in r for r in records):
+        return {r["step"]: {"seconds": r["train_seconds"], "tokens": r["train_tokens"]} for r in records}
     out, seconds, tokens, prev = {}, 0.0, 0.0, 0
     for rec in sorted(records, key=lambda r: r["step"]):
         blocks = sum(steps_samples(s, n_blocks, per_step) for s in range(prev + 1, rec["step"] + 1))

@@ -187,6 +187,28 @@ def test_times_from_trainer_log_by_hand():
     assert times[4]["seconds"] == pytest.approx(6.0) and times[4]["tokens"] == pytest.approx(4 * 2048 + 2 * 2432)
 
 
+def test_times_from_trainer_log_take_the_loops_own_totals():
+    """A batch-size warmup (pretrain --batch_size_warmup_tokens): step 1 holds 8 blocks of 128 tokens, step 2 holds
+    32, so the blocks per step of the recipe (32) would count 4,096 tokens too many at step 1; the loop's cumulative
+    train_seconds / train_tokens are taken as they are, and every record must have them."""
+    log = [
+        {"step": 1, "samples_per_second": 8.0, "tokens_per_second": 1024.0, "train_seconds": 1.0, "train_tokens": 1024},
+        {
+            "step": 2,
+            "samples_per_second": 16.0,
+            "tokens_per_second": 2048.0,
+            "train_seconds": 3.0,
+            "train_tokens": 5120,
+        },
+    ]
+    times = ttq.scoring.times_from_trainer_log(log, n_blocks=1000, per_step=32)
+    assert times == {1: {"seconds": 1.0, "tokens": 1024}, 2: {"seconds": 3.0, "tokens": 5120}}
+    older = ttq.scoring.times_from_trainer_log(
+        [{k: v for k, v in r.items() if k != "train_tokens"} for r in log], 1000, 32
+    )
+    assert older[1] == {"seconds": 4.0, "tokens": 4096.0}, "the estimate of earlier logs: 32 blocks at step 1"
+
+
 def test_prepared_dataset_variants_follow_the_recipe_flags():
     assert ttq.recipes.data_variant([]) == "prepared" and ttq.recipes.variant_flags("prepared") == []
     assert ttq.recipes.data_variant(["--document_masking", "false", "--learning_rate", "1e-3"]) == "prepared-nodoc"
