@@ -269,6 +269,22 @@ class SesameModernBertModelTest(SesameBertModelTest):
     model_tester_class = SesameModernBertModelTester
 
 
+#: the mixin's rotary tests, which run for every config with a ``rope_parameters`` attribute (SesameBert's since
+#: issue 53 item 5, ``None`` without rotary positions) and set scaled or partial rotary embeddings on it after its
+#: construction
+_ROPE = (
+    "SesameBert's rotary embeddings are RoFormer's, unscaled and on the whole head: the config refuses a rope_type "
+    "other than 'default' and any other rope_parameters key (tests/bert/test_config_names.py), so {} does not apply"
+)
+ROPE_NOT_APPLICABLE = {
+    **{
+        f"test_model_rope_scaling_from_config_{i}_{kind}": _ROPE.format(f"{kind} scaling")
+        for i, kind in enumerate(("linear", "dynamic", "yarn"))
+    },
+    "test_model_rope_with_partial_rotation": _ROPE.format("a partial_rotary_factor"),
+}
+
+
 _CHARACTERS = (
     "ELMo's input is characters: get_input_embeddings() is the character CNN over char_ids (B, T, 50), not a word "
     "embedding matrix over input_ids (B, T)"
@@ -320,6 +336,9 @@ class SesameElmoModelTest(_FamilyTest, unittest.TestCase):
 
 for _name, _reason in NOT_APPLICABLE.items():
     setattr(SesameElmoModelTest, _name, _not_applicable(_reason))
+for _name, _reason in ROPE_NOT_APPLICABLE.items():  # each class holds its own copies of the mixin's tests
+    for _test in (SesameBertModelTest, SesameModernBertModelTest):
+        setattr(_test, _name, _not_applicable(_reason))
 
 
 def test_the_mixin_was_found():
