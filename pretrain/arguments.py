@@ -164,10 +164,9 @@ class PretrainModelArguments(ModelArguments):
 
     @property
     def config_overrides(self) -> dict[str, Any]:
-        """The model config settings given: ``max_position_embeddings``, and ``rope_theta`` (the global rotary base:
-        ``rope_parameters["full_attention"]``, written by ``pretrain.build.load_model_config``)."""
-        given = {"rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings}
-        return {k: v for k, v in given.items() if v is not None}
+        """The model config fields given, set as they are: ``max_position_embeddings``. (``--rope_theta`` is one entry
+        of the config's ``rope_parameters``: ``pretrain.build`` writes it into the loaded config.)"""
+        return {} if self.max_position_embeddings is None else {"max_position_embeddings": self.max_position_embeddings}
 
 
 @dataclasses.dataclass(frozen=True)

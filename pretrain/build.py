@@ -224,7 +224,6 @@ def load_model_config(plan: PretrainArguments, **overrides):
 
     model = plan.model
     overrides = {**overrides, **model.config_overrides}
-    overrides.pop("rope_theta", None)  # written by _checked_overrides
     if model.model_name_or_path:
         return _checked_overrides(_from_model_path(AutoConfig.from_pretrained, model, **overrides), model)
     presets = sorted(plan.family.spec.presets)
@@ -408,7 +407,7 @@ def build_model(plan: PretrainArguments, tokenizer):
     wrap = plan.objective.model_config  # e.g. rtd: the discriminator's config -> generator + discriminator
     if model_args.model_name_or_path:
         kwargs = {}
-        if wrap is not None or model_args.config_overrides:
+        if wrap is not None or model_args.config_overrides or getattr(model_args, "rope_theta", None) is not None:
             config = load_model_config(plan)
             kwargs["config"] = config if wrap is None else wrap(config)
         model = _from_model_path(auto.from_pretrained, model_args, **kwargs)
