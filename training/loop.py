@@ -189,20 +189,7 @@ class Trainer:
         self.model, self.optimizer, self.train_dataloader = prepare(
             accelerator, config, model, optimizer, train_dataloader
         )
-        if plan is None:  # a loop used on its own: the plan of the prepared loader
-            plan = make_plan(
-                config,
-                train_examples=self.num_train_examples,
-                num_processes=accelerator.num_processes,
-                per_device_train_batch_size=self.per_device_train_batch_size,
-                num_epoch_batches=length_of(self.train_dataloader),
-            )
-        elif plan.batches_per_process != length_of(self.train_dataloader):
-            raise InputError(
-                f"the run plan counts {plan.batches_per_process} batches per process and epoch, the prepared "
-                f"training loader gives {length_of(self.train_dataloader)}; expected the plan of this loader"
-            )
-        self.plan = plan
+        self.plan = plan = self._loader_plan(plan, config, accelerator.num_processes)
         #: the time to finish, with the durations of this session's evaluations and checkpoint writes
         self._estimate = TimeEstimate(
             plan.max_train_steps,
@@ -242,6 +229,29 @@ class Trainer:
         #: telemetry (:mod:`training.mfu`): the model FLOPs of a micro-batch; the device's peak (None: unknown)
         self._flops = FlopCounter(self.unwrapped_model)
         self.peak_flops = peak_flops(accelerator.device, accelerator.mixed_precision)
+
+    def _loader_plan(self, plan: RunPlan | None, config: TrainingConfig, num_processes: int) -> RunPlan:
+        """``plan``, checked to count the prepared training loader's batches, or (``None``: a loop used on its own)
+        the plan of that loader (:func:`training.plan.make_plan`).
+
+        Raises:
+            InputError: a plan of another number of batches per process and epoch than the loader gives.
+        """
+        batches = length_of(self.train_dataloader)
+        if plan is None:
+            return make_plan(
+                config,
+                train_examples=self.num_train_examples,
+                num_processes=num_processes,
+                per_device_train_batch_size=self.per_device_train_batch_size,
+                num_epoch_batches=batches,
+            )
+        if plan.batches_per_process != batches:
+            raise InputError(
+                f"the run plan counts {plan.batches_per_process} batches per process and epoch, the prepared "
+                f"training loader gives {batches}; expected the plan of this loader"
+            )
+        return plan
 
     @property
     def log_history(self) -> list[dict[str, Any]]:

@@ -250,6 +250,21 @@ class RunPlan:
         }
 
 
+def _planned_steps(config, max_train_steps, max_train_tokens, tokens_per_step, time_budget, warm) -> int | None:
+    """The optimizer steps of a token budget (``max_train_tokens``), else of ``max_train_steps`` (given, or a time
+    budget's: ``time_budget``, its full steps) or ``config.max_train_steps``; None: count the epochs. With a
+    batch-size warmup (``warm``) a token or time budget's steps count the warmup's smaller steps."""
+    if max_train_tokens is not None:
+        steps = steps_for_tokens(max_train_tokens, tokens_per_step)
+        return (
+            steps if warm is None else warm.steps_for(steps_for_tokens(max_train_tokens, warm.tokens_per_micro_batch))
+        )
+    if warm is not None and time_budget:
+        # a time budget's full steps: as many micro-batches (each about 1/G of a full step's time), fewer steps
+        return warm.steps_for(time_budget * config.gradient_accumulation_steps)
+    return max_train_steps or config.max_train_steps
+
+
 def make_plan(
     config: TrainingConfig,
     *,
@@ -297,14 +312,8 @@ def make_plan(
     accumulation = config.gradient_accumulation_steps
     tokens_per_step = None if max_seq_length is None else batch * accumulation * num_processes * max_seq_length
     warm = _batch_warmup(config, max_seq_length, batch * num_processes, accumulation)
-    steps = max_train_steps or config.max_train_steps
-    if max_train_tokens is not None:
-        steps = steps_for_tokens(max_train_tokens, tokens_per_step)
-        if warm is not None:
-            steps = warm.steps_for(steps_for_tokens(max_train_tokens, warm.tokens_per_micro_batch))
-    elif warm is not None and max_train_steps and seconds_per_step is not None:
-        # a time budget's full steps: as many micro-batches (each about 1/G of a full step's time), fewer steps
-        steps = warm.steps_for(max_train_steps * accumulation)
+    time_budget = max_train_steps if seconds_per_step is not None else None
+    steps = _planned_steps(config, max_train_steps, max_train_tokens, tokens_per_step, time_budget, warm)
     if num_epoch_batches is None and steps is None:  # a stream: no length until it ends
         raise InputError(
             "--max_train_steps: not given, but a streamed dataset has no length to count epochs "
