@@ -21,6 +21,8 @@ item count, evaluation sums and metrics.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -304,11 +306,33 @@ def _bilm_metrics(sums):
     }
 
 
+@functools.cache
+def _takes_skip_logits(model_class: type) -> bool:
+    return "skip_logits" in inspect.signature(model_class.forward).parameters
+
+
+def mlm_outputs(model, batch):
+    """``model(**batch)``, with ``skip_logits=True`` where the model's ``forward`` takes it (SesameBert's MLM heads:
+    the loss without the (N, V) logits, decoder and cross-entropy fused); a wrapped model (DDP's ``module``,
+    ``torch.compile``'s ``_orig_mod``) is judged by the model inside. Other models (any transformers MLM model that
+    ``--model_name_or_path`` names) are called as they are."""
+    inner = model
+    while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
+        inner = getattr(inner, "module", None) or inner._orig_mod
+    return model(**batch, skip_logits=True) if _takes_skip_logits(type(inner)) else model(**batch)
+
+
+def mlm_loss(model, batch) -> torch.Tensor:
+    """The loop's loss of the MLM objectives: :func:`mlm_outputs`' ``loss`` (mean NLL of the predicted tokens, plus
+    NSP's where labelled)."""
+    return mlm_outputs(model, batch).loss
+
+
 def lm_eval_step(model, batch) -> dict[str, torch.Tensor]:
     """Sums over one evaluation batch for exact perplexity, each a 0-d float64 tensor on the batch's device:
     ``nll_sum`` (nats) and ``count`` of predicted (masked) tokens; NSP adds ``nsp_correct``/``nsp_count`` (pairs).
     ``batch``: the collator's tensors, ``input_ids`` (B, T) long ..."""
-    out = model(**batch)
+    out = mlm_outputs(model, batch)
     count = (batch["labels"] != -100).sum().double()
     mlm = getattr(out, "mlm_loss", None)
     mlm = out.loss if mlm is None else mlm
@@ -479,12 +503,12 @@ MLM_DATA_DEFAULTS = dict(mlm_probability=0.3, lr_scheduler_type="warmup_stable_d
 register_objective(Objective(
     name="mlm", family=BERT, auto_class="AutoModelForMaskedLM", card_task="fill-mask", to_blocks=_pack_bert,
     collators=_mlm_collators, eval_keys=("nll_sum", "count"), metrics=_lm_metrics,
-    data_defaults=MLM_DATA_DEFAULTS, document_masking=True, unigram_plateau=True,
+    data_defaults=MLM_DATA_DEFAULTS, document_masking=True, unigram_plateau=True, loss_fn=mlm_loss,
 ))
 register_objective(Objective(
     name="mlm+nsp", family=BERT, auto_class="AutoModelForPreTraining", card_task="fill-mask", to_blocks=_nsp_pairs,
     collators=_mlm_collators, eval_keys=("nll_sum", "count", "nsp_correct", "nsp_count"), metrics=_nsp_metrics,
-    result_keys=("eval_nsp_accuracy",), nsp=True, unigram_plateau=True,
+    result_keys=("eval_nsp_accuracy",), nsp=True, unigram_plateau=True, loss_fn=mlm_loss,
 ))
 register_objective(Objective(
     name="bilm", family=ELMO, auto_class="AutoModelForPreTraining", card_task="feature-extraction",
@@ -553,6 +577,8 @@ __all__ = [
     "bilm_weight",
     "get_objective",
     "lm_eval_step",
+    "mlm_loss",
+    "mlm_outputs",
     "register_objective",
     "rtd_eval_step",
     "rtd_loss",

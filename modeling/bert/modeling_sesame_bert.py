@@ -71,6 +71,7 @@ from .attention_sesame_bert import (  # noqa: F401  (DocumentSequences ... docum
     sliding_window_mask,
 )
 from .configuration_sesame_bert import GLU_ACTS, LAYOUTS, SesameBertConfig
+from .loss_sesame_bert import linear_cross_entropy
 
 #: The project's attention paths (:data:`ATTENTION_PATHS`): each kernel registered with transformers'
 #: ``AttentionInterface`` and its mask builder with ``AttentionMaskInterface``, under the path's own name (the model
@@ -389,8 +390,12 @@ class SesameBertMLMHead(nn.Module):
         self.norm = _norm(config, width) if transform else nn.Identity()
         self.decoder = nn.Linear(width, config.vocab_size, bias=config.decoder_bias)
 
+    def transform(self, h):
+        """(..., H) -> (..., E): ``Norm(act(dense(h)))``, the states the decoder scores."""
+        return self.norm(self.act(self.dense(h)))
+
     def forward(self, h):
-        return self.decoder(self.norm(self.act(self.dense(h))))
+        return self.decoder(self.transform(h))
 
 
 @dataclass
@@ -659,13 +664,15 @@ def _extras(outputs) -> dict:
     return dict(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
-def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels):
+def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels, skip_logits: bool = False):
     """Run the MLM head ``model.cls``; return (logits, loss).
 
     loss = mean over the predicted positions (label != -100) of -log p(label) (nats), computed in float32;
     ``None`` without labels. Sparse (training with labels and ``config.sparse_prediction``): the head runs only at
     the predicted positions, logits (N, V) in row-major (batch, position) order; otherwise (B, T, V). The two losses
-    are equal. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
+    are equal. ``skip_logits`` with labels: the head's transform runs at the predicted positions only (in training
+    and evaluation) and the decoder with the loss in one step (:func:`.loss_sesame_bert.linear_cross_entropy`), logits
+    ``None``. A batch without any predicted position (e.g. a packed ``[CLS] [SEP]`` block) gives a loss
     of 0 with zero gradients (sum over no token / max(N, 1)) -- transformers' BertForMaskedLM gives NaN (0 / 0),
     which the training loop's token weight 0 cannot cancel (NaN * 0 = NaN).
     """
@@ -673,10 +680,16 @@ def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels):
     if labels is None:
         return head(sequence_output), None
     flat = labels.reshape(-1)
-    if model.training and model.config.sparse_prediction:
+    if skip_logits or (model.training and model.config.sparse_prediction):
         index = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        logits = head(sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index))
-        nll = F.cross_entropy(logits.float(), flat.index_select(0, index), reduction="sum")
+        states = sequence_output.reshape(-1, sequence_output.size(-1)).index_select(0, index)
+        targets = flat.index_select(0, index)
+        if skip_logits:
+            decoder = head.decoder
+            nll = linear_cross_entropy(head.transform(states), decoder.weight, decoder.bias, targets)
+            return None, nll / max(index.numel(), 1)
+        logits = head(states)
+        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
         return logits, nll / max(index.numel(), 1)
     logits = head(sequence_output)
     flat_logits = logits.reshape(-1, logits.size(-1)).float()
@@ -719,6 +732,9 @@ class SesameBertForMaskedLM(SesameBertHeadModel):
     processes / batches for an exact corpus perplexity); ``logits`` = (B, T, V), or, in training mode with labels
     and ``config.sparse_prediction``, only the (N, V) rows of the predicted positions in row-major order
     (``logits[i]`` scores ``labels[labels != -100][i]``). ``labels=None`` (fill-mask) always gives (B, T, V).
+    ``skip_logits=True`` with labels (what ``pretrain`` passes; Liger Kernel's name): the loss only, ``logits``
+    ``None``, the decoder and the cross-entropy fused in chunks (:func:`.loss_sesame_bert.linear_cross_entropy`:
+    no (N, V) logits in the graph, the same loss and gradients up to float rounding).
     """
 
     _tied_weights_keys = {"cls.decoder.weight": "bert.embeddings.word_embeddings.weight"}
@@ -735,8 +751,20 @@ class SesameBertForMaskedLM(SesameBertHeadModel):
     def set_output_embeddings(self, new_embeddings):
         self.cls.decoder = new_embeddings
 
-    def _head(self, outputs, labels, attention_mask):
-        logits, loss = _mlm(self, outputs.last_hidden_state, labels)
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        skip_logits: bool = False,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits, loss = _mlm(self, outputs.last_hidden_state, labels, skip_logits)
         return MaskedLMOutput(loss=loss, logits=logits, **_extras(outputs))
 
 
@@ -777,10 +805,11 @@ class SesameBertForPreTraining(SesameBertHeadModel):
         inputs_embeds=None,
         labels=None,
         next_sentence_label=None,
+        skip_logits: bool = False,
         **kwargs,
     ):
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        logits, mlm_loss = _mlm(self, outputs.last_hidden_state, labels)
+        logits, mlm_loss = _mlm(self, outputs.last_hidden_state, labels, skip_logits)
         nsp_logits = self.nsp(outputs.pooler_output)
         nsp_loss = None
         if next_sentence_label is not None:

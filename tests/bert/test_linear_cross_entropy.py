@@ -1,0 +1,197 @@
+"""The fused decoder + cross-entropy (``linear_cross_entropy``) and the MLM heads' ``skip_logits``, against the
+two-step ``F.linear`` + ``F.cross_entropy`` computed in float64 (an independent reference), and ``pretrain``'s loss
+function that passes ``skip_logits`` only to models that take it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+
+import modeling
+from modeling import SesameBertConfig, SesameBertForMaskedLM, SesameBertForPreTraining
+from modeling.bert.loss_sesame_bert import linear_cross_entropy
+from pretrain.objectives import mlm_loss, mlm_outputs
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _problem(n=37, e=16, v=101, seed=0, bias=True):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, e, generator=g)
+    weight = torch.randn(v, e, generator=g) * 0.3
+    b = torch.randn(v, generator=g) * 0.1 if bias else None
+    targets = torch.randint(0, v, (n,), generator=g)
+    return hidden, weight, b, targets
+
+
+def _grads(fn, hidden, weight, bias, targets, dtype=torch.float32):
+    """(loss, grad hidden, grad weight, grad bias) of ``fn`` on float copies of the inputs in ``dtype``."""
+    leaves = [t.detach().to(dtype).requires_grad_() if t is not None else None for t in (hidden, weight, bias)]
+    loss = fn(*leaves, targets)
+    loss.backward()
+    return (loss.detach(), *(t.grad if t is not None else None for t in leaves))
+
+
+def _two_step(hidden, weight, bias, targets):
+    return F.cross_entropy(F.linear(hidden, weight, bias), targets, reduction="sum")
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 37, 100])  # a ragged last chunk, one chunk, more rows than N
+@pytest.mark.parametrize("bias", [True, False])
+def test_loss_and_gradients_equal_float64_two_step(chunk_rows, bias):
+    problem = _problem(bias=bias)
+    expected = _grads(_two_step, *problem, dtype=torch.float64)
+    fused = _grads(lambda h, w, b, y: linear_cross_entropy(h, w, b, y, chunk_elements=chunk_rows * 101), *problem)
+    assert fused[0].dtype == torch.float32
+    for got, want in zip(fused, expected):
+        if want is None:
+            assert got is None
+            continue
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_hand_computed_value():
+    # E = 1, V = 2, h = 1: logits (0, ln 3), p(target 0) = 1 / 4; d(logits) = softmax - one-hot = (-3/4, 3/4)
+    hidden = torch.ones(1, 1, requires_grad=True)
+    weight = torch.tensor([[0.0], [1.0]], requires_grad=True)
+    bias = torch.tensor([0.0, torch.tensor(3.0).log().item() - 1], requires_grad=True)
+    loss = linear_cross_entropy(hidden, weight, bias, torch.zeros(1, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == pytest.approx(torch.tensor(4.0).log().item(), abs=1e-6)
+    torch.testing.assert_close(hidden.grad, torch.tensor([[0.75]]))
+    torch.testing.assert_close(weight.grad, torch.tensor([[-0.75], [0.75]]))
+    torch.testing.assert_close(bias.grad, torch.tensor([-0.75, 0.75]))
+
+
+def test_frozen_weight_and_no_grad():
+    hidden, weight, bias, targets = _problem()
+    h = hidden.clone().requires_grad_()
+    loss = linear_cross_entropy(h, weight, bias, targets, chunk_elements=7 * 101)  # weight, bias without grad
+    loss.backward()
+    reference = hidden.clone().requires_grad_()
+    _two_step(reference, weight, bias, targets).backward()
+    torch.testing.assert_close(h.grad, reference.grad, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        plain = linear_cross_entropy(hidden.requires_grad_(), weight, bias, targets)
+    assert not plain.requires_grad
+    torch.testing.assert_close(plain, _two_step(hidden, weight, bias, targets).detach(), rtol=1e-6, atol=1e-5)
+
+
+def test_no_rows_gives_zero_loss_and_zero_gradients():
+    hidden, weight, bias, _ = _problem()
+    h, w = hidden[:0].clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = linear_cross_entropy(h, w, bias, torch.zeros(0, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == 0.0
+    assert h.grad.shape == (0, 16)
+    assert torch.count_nonzero(w.grad) == 0
+
+
+def test_scales_by_the_incoming_gradient():
+    problem = _problem()
+    fused = _grads(lambda h, w, b, y: 0.25 * linear_cross_entropy(h, w, b, y, chunk_elements=404), *problem)
+    plain = _grads(lambda h, w, b, y: 0.25 * _two_step(h, w, b, y), *problem)
+    for got, want in zip(fused, plain):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_autocast_within_bf16_tolerance_of_float64():
+    problem = _problem(n=64, e=32, v=257, seed=3)
+    expected = _grads(_two_step, *problem, dtype=torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = _grads(lambda h, w, b, y: linear_cross_entropy(h, w, b, y, chunk_elements=9 * 257), *problem)
+        plain = _grads(_two_step, *problem)  # autocast's own two-step computation, for the error it has
+    assert fused[1].dtype == fused[2].dtype == torch.float32  # the leaves' dtypes
+    for got, autocast, want in zip(fused, plain, expected):
+        error = (got.double() - want).abs().max().item()
+        # no worse than autocast's two-step result (plus a bf16 rounding of the largest value)
+        bound = (autocast.double() - want).abs().max().item() + want.abs().max().item() * 2**-8
+        assert error <= bound
+
+
+def test_refuses_mismatched_shapes():
+    hidden, weight, bias, targets = _problem()
+    with pytest.raises(ValueError, match=r"hidden \(N, E\) and weight \(V, E\)"):
+        linear_cross_entropy(hidden, weight[:, :5], bias, targets)
+    with pytest.raises(ValueError, match=r"expected targets \(37,\)"):
+        linear_cross_entropy(hidden, weight, bias, targets[:3])
+
+
+def _labelled(model, make_batch):
+    batch = make_batch(model.config.vocab_size)
+    g = torch.Generator().manual_seed(1)
+    chosen = (torch.rand(batch["input_ids"].shape, generator=g) < 0.3) & batch["attention_mask"].bool()
+    chosen.view(-1)[0] = True
+    batch["labels"] = torch.where(chosen, batch["input_ids"], -100)
+    return batch
+
+
+def _step(model, batch, **kwargs):
+    model.zero_grad()
+    out = model(**batch, **kwargs)
+    out.loss.backward()
+    return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("model_class", [SesameBertForMaskedLM, SesameBertForPreTraining])
+@pytest.mark.parametrize("preset", ["tiny", "modernbert"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_skip_logits_gives_the_loss_and_gradients_without_logits(tiny_kwargs, make_batch, model_class, preset,
+                                                                 autocast):  # fmt: skip
+    torch.manual_seed(0)
+    if preset == "modernbert":
+        config = modeling.get_preset_config("modernbert-tiny", vocab_size=tiny_kwargs["vocab_size"], **NO_DROPOUT)
+    else:
+        config = SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)
+    model = model_class(config).train()
+    batch = _labelled(model, make_batch)
+    if model_class is SesameBertForPreTraining:
+        batch["next_sentence_label"] = torch.tensor([0, 1, 1])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        logits, grads = _step(model, batch)
+        skipped, skipped_grads = _step(model, batch, skip_logits=True)
+    assert (skipped.logits if model_class is SesameBertForMaskedLM else skipped.prediction_logits) is None
+    assert skipped_grads.keys() == grads.keys()
+    if not autocast:
+        torch.testing.assert_close(skipped.loss, logits.loss, rtol=1e-5, atol=1e-6)
+        for name, grad in grads.items():
+            torch.testing.assert_close(skipped_grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    else:  # against float32: within twice the error of autocast's two-step head plus a bf16 rounding of the largest
+        # value (the encoder's own bf16 rounding is the same on both paths; the head's reaches it through the backward)
+        reference, reference_grads = _step(model, batch)
+        assert abs(skipped.loss - reference.loss) <= abs(logits.loss - reference.loss) + 2**-8 * reference.loss
+        for name, want in reference_grads.items():
+            error = (skipped_grads[name] - want).abs().max()
+            assert error <= 2 * (grads[name] - want).abs().max() + 2**-8 * want.abs().max(), name
+    model.eval()  # evaluation: the loss over the predicted positions, the same as with the (B, T, V) logits
+    with torch.no_grad():
+        full, fused = model(**batch), model(**batch, skip_logits=True)
+    torch.testing.assert_close(fused.loss, full.loss, rtol=1e-6, atol=1e-6)
+
+
+def test_pretrain_loss_passes_skip_logits_only_where_taken(tiny_kwargs, make_batch):
+    torch.manual_seed(0)
+    ours = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
+    batch = _labelled(ours, make_batch)
+
+    class Wrapper(torch.nn.Module):  # as DDP: the model inside is ``module``
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, **kwargs):
+            return self.module(**kwargs)
+
+    for model in (ours, Wrapper(ours)):
+        out = mlm_outputs(model, batch)
+        assert out.logits is None
+        torch.testing.assert_close(mlm_loss(model, batch), ours(**batch).loss, rtol=1e-6, atol=1e-6)
+    theirs = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=ours.config.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).train()  # fmt: skip
+    out = mlm_outputs(theirs, batch)  # its forward takes no skip_logits: called as it is
+    assert out.logits.shape == (*batch["labels"].shape, ours.config.vocab_size)
+    assert mlm_loss(theirs, batch).item() == pytest.approx(out.loss.item(), abs=1e-6)
