@@ -312,6 +312,34 @@ def local_blocks(groups: torch.Tensor, window: int, min_block: int = 16) -> Loca
     return LocalBlocks(allowed[:, :, None], block, window)
 
 
+class _KeyWindows(torch.autograd.Function):
+    """(B, A, (n + 2) * b, D) keys padded by one block on each side -> (B * n, A, 3 * b, D): block i's window is
+    padded blocks i, i + 1 and i + 2 (the key block before query block i, its own, the one after), three strided
+    copies. Backward: each window third added back onto its block (three strided adds), instead of
+    ``unfold``'s generic scatter (about 2.5x the time of this on the CPU, B2 A4 T1024 D64 blocks of 32)."""
+
+    @staticmethod
+    def forward(ctx, padded, block: int):
+        batch, heads, length, dim = padded.shape
+        n = length // block - 2
+        blocks = padded.view(batch, heads, n + 2, block, dim).transpose(1, 2)  # (B, n + 2, A, b, D)
+        out = padded.new_empty(batch, n, heads, 3, block, dim)
+        for j in range(3):
+            out[:, :, :, j] = blocks[:, j : j + n]
+        ctx.shape = (batch, heads, n, block, dim)
+        return out.view(batch * n, heads, 3 * block, dim)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        batch, heads, n, block, dim = ctx.shape
+        grad = grad.view(batch, n, heads, 3, block, dim)
+        blocks = grad.new_zeros(batch, n + 2, heads, block, dim)
+        for j in range(3):
+            blocks[:, j : j + n] += grad[:, :, :, j]
+        return blocks.transpose(1, 2).reshape(batch, heads, (n + 2) * block, dim), None
+
+
 def _to_blocks(query, key, value, blocks: LocalBlocks):
     """(B, A, T, D) queries, keys, values -> (B * n, A, block, D) query blocks, (B * n, A, 3 block, D) key and value
     windows (from the zero-padded keys: each key is copied 3 times, nothing of T x T), the (B * n, 1, block, 3 block)
@@ -323,9 +351,9 @@ def _to_blocks(query, key, value, blocks: LocalBlocks):
 
     def rows(x, before: int, size: int):  # (B, A, T, D) -> (B * n, A, size, D)
         padded = F.pad(x, (0, 0, before, (n * block - length) + (size - block - before)))
-        windows = padded.view(batch, heads, n, block, dim) if size == block else padded.unfold(2, size, block)
-        windows = windows if size == block else windows.transpose(-1, -2)
-        return windows.transpose(1, 2).reshape(batch * n, heads, size, dim)
+        if size != block:
+            return _KeyWindows.apply(padded, block)
+        return padded.view(batch, heads, n, block, dim).transpose(1, 2).reshape(batch * n, heads, size, dim)
 
     mask = blocks.allowed.expand(batch, -1, -1, -1, -1).reshape(batch * n, 1, block, 3 * block)
 
