@@ -36,6 +36,9 @@ variants (``--variants``), each with its own copy of the weights and its own Ada
   split; the last rows padded), ``position_ids`` restarting per document (document masking, as ``pretrain``), the
   collator's varlen arguments (:class:`pretrain.collators.PackedSequences`).
 
+The SesameBert variants compute their loss as ``pretrain`` does (``skip_logits=True``: the decoder and the
+cross-entropy fused in chunks, no logits returned; ``--no_skip_logits`` computes the logits as transformers does).
+
 Every variant sees the same documents and predicts the same positions, and the models start from the same weights:
 the first round's losses are the same (``first_step_loss``, ``loss_spread``: the largest difference from the
 transformers variant's, nats). Rounds are interleaved (one step of each variant per round), ``--warmup`` untimed,
@@ -84,6 +87,13 @@ def parse_args(argv=None):
     p.add_argument("--variants", nargs="+", default=None, choices=VARIANTS, help="default: all but padding_free on CPU")
     p.add_argument("--vocab_size", type=int, default=30000)
     p.add_argument("--mlm_probability", type=float, default=0.3, help="ModernBERT's 30%%")
+    p.add_argument(
+        "--no_skip_logits",
+        dest="skip_logits",
+        action="store_false",
+        help="SesameBert computes its (N, V) logits as transformers does (default: pretrain's loss, "
+        "skip_logits: the decoder and cross-entropy fused)",
+    )
     p.add_argument("--mixed_precision", default=None, choices=["no", "bf16", "fp16"], help="default: bf16 on CUDA")
     p.add_argument("--steps", type=int, default=5, help="timed rounds (median over them)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
@@ -335,9 +345,10 @@ def build_models(args, length: int, variants) -> dict:
 
 
 def optimizer_for(model, device) -> torch.optim.Optimizer:
-    """AdamW (lr 1e-4, weight decay 0.01; fused on CUDA, foreach on the CPU), the same for every variant."""
-    fused = torch.device(device).type == "cuda"
-    return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=fused or None)
+    """AdamW (lr 1e-4, weight decay 0.01) with torch's fused kernel, the same for every variant: the optimizer both
+    sides train with by default (``pretrain``'s ``--optim adamw_torch_fused``, and transformers' ``Trainer`` default
+    ``adamw_torch_fused`` with torch >= 2.8), on the CPU as on CUDA."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
 
 
 def model_flops(models: dict, documents: list[dict]) -> float:
@@ -355,7 +366,11 @@ def model_flops(models: dict, documents: list[dict]) -> float:
 
 
 def make_step(args, model, optimizer, batch):
-    """The variant's training step: returns the loss tensor (detached)."""
+    """The variant's training step: returns the loss tensor (detached). The loss is ``pretrain``'s
+    (:func:`pretrain.objectives.mlm_loss`: SesameBert without logits, ``skip_logits``; transformers as it is) unless
+    ``--no_skip_logits``."""
+    from pretrain.objectives import mlm_loss
+
     device = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "no": None}[args.mixed_precision]
     on_device = {k: v.to(device) if torch.is_tensor(v) and not k.startswith("cu_") else v for k, v in batch.items()}
@@ -365,7 +380,7 @@ def make_step(args, model, optimizer, batch):
 
     def step():
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = model(**on_device).loss
+            loss = mlm_loss(model, on_device) if args.skip_logits else model(**on_device).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -540,6 +555,7 @@ def main(argv=None) -> dict:
         "warmup": args.warmup,
         "batch_tokens": args.batch_tokens,
         "mlm_probability": args.mlm_probability,
+        "skip_logits": args.skip_logits,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "results": [],

@@ -612,6 +612,12 @@ def parse_args(argv=None):
     p.add_argument("--compiled", action="store_true", help="step: torch.compile the model")
     p.add_argument("--regional", action="store_true", help="step: regional compilation (compile_regions), too")
     p.add_argument("--profile", action="store_true", help="step: one profiled step per case (CUDA kernel classes)")
+    p.add_argument(
+        "--no_skip_logits",
+        dest="skip_logits",
+        action="store_false",
+        help="step: the MLM head computes its (N, V) logits (default: pretrain's loss, decoder and cross-entropy fused)",
+    )
     args = p.parse_args(argv)
     if args.mixed_precision is None:
         args.mixed_precision = "bf16" if torch.device(args.device).type == "cuda" else "no"
