@@ -7,7 +7,8 @@ alternation of one global layer with local (sliding-window) ones; forward + back
 Each (variant, length) runs in a process of its own (so that the peak is its own): ``SesameBertForMaskedLM`` at the
 ``--config_name`` preset (modernbert-tiny: 3 layers of 128, rotary positions, GeGLU, window 128, global every 3rd
 layer) with ``max_position_embeddings`` 8,192, a batch of ``max(1, --batch_tokens // length)`` rows of random ids (no
-padding), 30% of the positions predicted (sparse head); ``--warmup`` untimed steps, then the median of ``--steps``
+padding), 30% of the positions predicted (the loss as ``pretrain`` computes it: ``skip_logits``, the decoder and the
+cross-entropy fused at the predicted positions); ``--warmup`` untimed steps, then the median of ``--steps``
 forward + backward passes (no optimizer), in tokens/s. Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on
 the CPU the process's peak resident set (``ru_maxrss``) minus the resident set before the first step, i.e. what the
 steps added (activations, the attention's scores and masks, gradients). A step that runs out of memory (or past
@@ -81,7 +82,7 @@ def run_one(args, variant: str, length: int) -> dict:
 
     def step():
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = model(**batch).loss
+            loss = model(**batch, skip_logits=True).loss  # pretrain's MLM loss: no (N, V) logits
         loss.backward()
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":

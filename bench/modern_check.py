@@ -616,7 +616,8 @@ def parse_args(argv=None):
         "--no_skip_logits",
         dest="skip_logits",
         action="store_false",
-        help="step: the MLM head computes its (N, V) logits (default: pretrain's loss, decoder and cross-entropy fused)",
+        help="step: the MLM head computes its (N, V) logits (default: pretrain's loss, decoder and cross-entropy "
+        "fused)",
     )
     args = p.parse_args(argv)
     if args.mixed_precision is None:

@@ -29,7 +29,8 @@ def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[bool, bool, bool]):
     """The summed NLL and, where ``want`` (hidden, weight, bias) says, the gradients of the summed NLL: (N, E) in
-    ``hidden``'s dtype, (V, E) and (V,) in float32. Products in autocast's dtype where it is on."""
+    ``hidden``'s dtype, (V, E) and (V,) in float32. Products in autocast's dtype where it is on; one logits and one
+    log-probabilities buffer serve every chunk."""
     dtype = _compute_dtype(hidden.device, hidden.dtype)
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
@@ -37,13 +38,20 @@ def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[boo
     grad_weight = torch.zeros_like(weight, dtype=torch.float32) if want[1] else None
     grad_bias = torch.zeros_like(bias, dtype=torch.float32) if want[2] and bias is not None else None
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    size = (min(chunk_rows, hidden.shape[0]), weight.shape[0])
+    logits_buffer = torch.empty(size, dtype=dtype, device=hidden.device)
+    log_probs_buffer = torch.empty(size, dtype=torch.float32, device=hidden.device)
     with torch.autocast(hidden.device.type, enabled=False):
         for start in range(0, hidden.shape[0], chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)
             y = targets[start : start + chunk_rows]
             rows = torch.arange(y.shape[0], device=y.device)
-            logits = h @ w.t() if b is None else torch.addmm(b, h, w.t())
-            log_probs = logits.float().log_softmax(-1)  # (c, V) float32
+            logits = logits_buffer[: y.shape[0]]
+            if b is None:
+                torch.mm(h, w.t(), out=logits)
+            else:
+                torch.addmm(b, h, w.t(), out=logits)
+            log_probs = torch.log_softmax(logits, -1, dtype=torch.float32, out=log_probs_buffer[: y.shape[0]])
             loss -= log_probs[rows, y].sum()
             if not any(want):
                 continue
@@ -52,7 +60,9 @@ def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[boo
             if grad_bias is not None:
                 grad_bias += dlogits.sum(0)
             dlogits = dlogits.to(dtype)
-            if grad_hidden is not None:
+            if grad_hidden is not None and grad_hidden.dtype == dtype:
+                torch.mm(dlogits, w, out=grad_hidden[start : start + chunk_rows])
+            elif grad_hidden is not None:
                 grad_hidden[start : start + chunk_rows] = dlogits @ w
             if grad_weight is not None and dtype == torch.float32:
                 grad_weight.addmm_(dlogits.t(), h)
@@ -72,20 +82,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss, *grads = _chunked_nll(hidden, weight, bias, targets, chunk_rows, want)
         ctx.save_for_backward(*grads)
         ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        ctx.consumed = False
         return loss
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        if ctx.consumed:
+            raise RuntimeError(
+                "linear_cross_entropy: a second backward through the same loss (retain_graph=True); its gradients are "
+                "scaled in place by the first: compute the loss again instead"
+            )
+        ctx.consumed = True
         weight_dtype, bias_dtype = ctx.dtypes
-        return (
-            None if grad_hidden is None else grad_hidden * grad_loss.to(grad_hidden.dtype),
-            None if grad_weight is None else (grad_weight * grad_loss).to(weight_dtype),
-            None if grad_bias is None else (grad_bias * grad_loss).to(bias_dtype),
-            None,
-            None,
-        )
+        grads = []
+        for grad, dtype in zip(ctx.saved_tensors, (None, weight_dtype, bias_dtype)):
+            if grad is not None:  # in place: no new (V, E) tensor to allocate (and fault in) per step
+                grad = grad.mul_(grad_loss.to(grad.dtype)).to(dtype or grad.dtype)
+            grads.append(grad)
+        return (*grads, None, None)
 
 
 def linear_cross_entropy(

@@ -112,6 +112,14 @@ def test_bf16_autocast_within_bf16_tolerance_of_float64():
         assert error <= bound
 
 
+def test_a_second_backward_is_refused():
+    hidden, weight, bias, targets = _problem()
+    loss = linear_cross_entropy(hidden.requires_grad_(), weight, bias, targets)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="a second backward through the same loss"):
+        loss.backward()
+
+
 def test_refuses_mismatched_shapes():
     hidden, weight, bias, targets = _problem()
     with pytest.raises(ValueError, match=r"hidden \(N, E\) and weight \(V, E\)"):
