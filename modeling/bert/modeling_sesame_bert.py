@@ -390,12 +390,12 @@ class SesameBertMLMHead(nn.Module):
         self.norm = _norm(config, width) if transform else nn.Identity()
         self.decoder = nn.Linear(width, config.vocab_size, bias=config.decoder_bias)
 
-    def transform(self, h):
-        """(..., H) -> (..., E): ``Norm(act(dense(h)))``, the states the decoder scores."""
-        return self.norm(self.act(self.dense(h)))
-
-    def forward(self, h):
-        return self.decoder(self.transform(h))
+    def forward(self, h, decode: bool = True):
+        """(..., H) -> logits (..., V); with ``decode=False`` the states the decoder scores, (..., E) ``Norm(act(
+        dense(h)))`` (for :func:`.loss_sesame_bert.linear_cross_entropy`; one method, so that regional compilation of
+        the head covers both)."""
+        states = self.norm(self.act(self.dense(h)))
+        return self.decoder(states) if decode else states
 
 
 @dataclass
@@ -686,7 +686,7 @@ def _mlm(model: SesameBertPreTrainedModel, sequence_output, labels, skip_logits:
         targets = flat.index_select(0, index)
         if skip_logits:
             decoder = head.decoder
-            nll = linear_cross_entropy(head.transform(states), decoder.weight, decoder.bias, targets)
+            nll = linear_cross_entropy(head(states, decode=False), decoder.weight, decoder.bias, targets)
             return None, nll / max(index.numel(), 1)
         logits = head(states)
         nll = F.cross_entropy(logits.float(), targets, reduction="sum")

@@ -361,14 +361,16 @@ def test_regional_compilation_keeps_the_weights_names_and_the_results():
     ]
     assert list(model.state_dict()) == keys
     ids = torch.randint(5, config.vocab_size, (2, 24))
-    losses = []
-    for m in (model, reference):
-        loss = m(input_ids=ids, labels=ids).loss
-        loss.backward()
-        losses.append(loss)
-    assert torch.equal(*losses)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        assert torch.equal(p.grad, q.grad), name
+    for skip_logits in (False, True):  # the head's logits, and pretrain's fused loss (the head without its decoder)
+        losses = []
+        for m in (model, reference):
+            m.zero_grad()
+            loss = m(input_ids=ids, labels=ids, skip_logits=skip_logits).loss
+            loss.backward()
+            losses.append(loss)
+        assert torch.equal(*losses)
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            assert torch.equal(p.grad, q.grad), name
     with pytest.raises(InputError, match="--regional_compile with --torch_compile"):
         TrainingConfig(output_dir="", regional_compile=True, torch_compile=True)
     with pytest.raises(InputError, match="--regional_compile: Linear has no compile_regions"):
