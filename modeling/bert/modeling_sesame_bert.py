@@ -773,7 +773,7 @@ class SesameBertForPreTraining(SesameBertHeadModel):
 
     ``forward(..., labels (B, T) MLM labels with -100 = not predicted, next_sentence_label (B,) 0 = IsNext,
     1 = NotNext) -> SesameBertForPreTrainingOutput`` (``loss`` = MLM loss + NSP loss for the labels given;
-    ``prediction_logits`` is sparse as in :class:`SesameBertForMaskedLM`).
+    ``prediction_logits`` is sparse as in :class:`SesameBertForMaskedLM`, and ``None`` with ``skip_logits=True``).
 
     The loss is BERT's (and transformers' ``BertForPreTraining``): the mean MLM NLL over the predicted tokens
     plus the mean NSP NLL over the sentence pairs -- NSP is averaged per pair, not per token. (The shared loop
