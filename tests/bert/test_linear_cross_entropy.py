@@ -203,3 +203,18 @@ def test_pretrain_loss_passes_skip_logits_only_where_taken(tiny_kwargs, make_bat
     out = mlm_outputs(theirs, batch)  # its forward takes no skip_logits: called as it is
     assert out.logits.shape == (*batch["labels"].shape, ours.config.vocab_size)
     assert mlm_loss(theirs, batch).item() == pytest.approx(out.loss.item(), abs=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("autocast", [False, True])
+def test_on_cuda_against_float64(autocast):
+    problem = _problem(n=300, e=64, v=5000, seed=4)
+    expected = _grads(_two_step, *problem, dtype=torch.float64)
+    on_cuda = [t.cuda() if t is not None else None for t in problem]
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        fused = _grads(lambda h, w, b, y: linear_cross_entropy(h, w, b, y, chunk_elements=64 * 5000), *on_cuda)
+        plain = _grads(_two_step, *on_cuda)
+    for got, two_step, want in zip(fused, plain, expected):
+        error = (got.double().cpu() - want).abs().max().item()
+        assert error <= 2 * (two_step.double().cpu() - want).abs().max().item() + 1e-5 * want.abs().max().item()
