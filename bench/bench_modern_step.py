@@ -344,7 +344,7 @@ def build_models(args, length: int, variants) -> dict:
     return models
 
 
-def optimizer_for(model, device) -> torch.optim.Optimizer:
+def optimizer_for(model) -> torch.optim.Optimizer:
     """AdamW (lr 1e-4, weight decay 0.01) with torch's fused kernel, the same for every variant: the optimizer both
     sides train with by default (``pretrain``'s ``--optim adamw_torch_fused``, and transformers' ``Trainer`` default
     ``adamw_torch_fused`` with torch >= 2.8), on the CPU as on CUDA."""
@@ -401,7 +401,7 @@ def run_case(args, kind: str, length: int) -> dict:
     real = sum(len(d["input_ids"]) for d in documents)
     models = build_models(args, length, args.variants)
     batches = {v: batch_for(v, documents, length) for v in args.variants}
-    steps = {v: make_step(args, m, optimizer_for(m, device), batches[v]) for v, m in models.items()}
+    steps = {v: make_step(args, m, optimizer_for(m), batches[v]) for v, m in models.items()}
     times: dict[str, list[float]] = {v: [] for v in steps}
     peaks: dict[str, float] = {}
     losses: dict[str, float] = {}
@@ -484,7 +484,7 @@ def memory_one(args, kind: str, variant: str, length: int) -> dict:
 
     documents = make_documents(args, kind, length)
     model = build_models(args, length, [variant])[variant]
-    step = make_step(args, model, optimizer_for(model, args.device), batch_for(variant, documents, length))
+    step = make_step(args, model, optimizer_for(model), batch_for(variant, documents, length))
     before = _rss_mb()
     for _ in range(args.warmup + 2):
         step()

@@ -313,12 +313,12 @@ def _takes_skip_logits(model_class: type) -> bool:
 
 def mlm_outputs(model, batch):
     """``model(**batch)``, with ``skip_logits=True`` where the model's ``forward`` takes it (SesameBert's MLM heads:
-    the loss without the (N, V) logits, decoder and cross-entropy fused); a wrapped model (DDP's ``module``,
-    ``torch.compile``'s ``_orig_mod``) is judged by the model inside. Other models (any transformers MLM model that
-    ``--model_name_or_path`` names) are called as they are."""
-    inner = model
-    while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
-        inner = getattr(inner, "module", None) or inner._orig_mod
+    the loss without the (N, V) logits, decoder and cross-entropy fused); a wrapped model (DDP, FSDP, DeepSpeed,
+    ``torch.compile``) is judged by the model inside (accelerate's ``extract_model_from_parallel``). Other models (any
+    transformers MLM model that ``--model_name_or_path`` names) are called as they are."""
+    from accelerate.utils import extract_model_from_parallel
+
+    inner = extract_model_from_parallel(model, keep_torch_compile=False)
     return model(**batch, skip_logits=True) if _takes_skip_logits(type(inner)) else model(**batch)
 
 

@@ -356,7 +356,8 @@ class _KeyWindows(torch.autograd.Function):
     """(B, A, (n + 2) * b, D) keys padded by one block on each side -> (B * n, A, 3 * b, D): block i's window is
     padded blocks i, i + 1 and i + 2 (the key block before query block i, its own, the one after), three strided
     copies. Backward: each window third added back onto its block (three strided adds), instead of
-    ``unfold``'s generic scatter (about 2.5x the time of this on the CPU, B2 A4 T1024 D64 blocks of 32)."""
+    ``unfold``'s generic scatter (one-step profiles of modernbert-mini, B2 T1024 A4 D64, blocks of 32, one thread:
+    1.7 ms a call against ``unfold_backward``'s 3.5-4.2 ms)."""
 
     @staticmethod
     def forward(ctx, padded, block: int):

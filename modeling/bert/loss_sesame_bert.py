@@ -34,6 +34,10 @@ def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[boo
     dtype = _compute_dtype(hidden.device, hidden.dtype)
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
+    # the gradients' products: float16 has too little range for softmax - one-hot before any loss scaling
+    # (probabilities under 6e-8 would flush to 0), so they run in float32 there; bfloat16 has float32's range
+    grad_dtype = torch.float32 if dtype == torch.float16 else dtype
+    w_grad = w if grad_dtype == dtype else weight.to(grad_dtype)
     grad_hidden = torch.empty_like(hidden) if want[0] else None
     grad_weight = torch.zeros_like(weight, dtype=torch.float32) if want[1] else None
     grad_bias = torch.zeros_like(bias, dtype=torch.float32) if want[2] and bias is not None else None
@@ -59,12 +63,12 @@ def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[boo
             dlogits[rows, y] -= 1
             if grad_bias is not None:
                 grad_bias += dlogits.sum(0)
-            dlogits = dlogits.to(dtype)
-            if grad_hidden is not None and grad_hidden.dtype == dtype:
-                torch.mm(dlogits, w, out=grad_hidden[start : start + chunk_rows])
+            dlogits, h = dlogits.to(grad_dtype), h.to(grad_dtype)
+            if grad_hidden is not None and grad_hidden.dtype == grad_dtype:
+                torch.mm(dlogits, w_grad, out=grad_hidden[start : start + chunk_rows])
             elif grad_hidden is not None:
-                grad_hidden[start : start + chunk_rows] = dlogits @ w
-            if grad_weight is not None and dtype == torch.float32:
+                grad_hidden[start : start + chunk_rows] = dlogits @ w_grad
+            if grad_weight is not None and grad_dtype == torch.float32:
                 grad_weight.addmm_(dlogits.t(), h)
             elif grad_weight is not None:
                 grad_weight += dlogits.t() @ h
@@ -114,8 +118,9 @@ def linear_cross_entropy(
     in chunks of rows with the gradients taken in the same pass: the logits of the whole batch are never kept.
 
     Equals ``F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")`` and its gradients up
-    to float rounding (the log-softmax in float32 as there; the products in autocast's dtype when it is on, the
-    weight's and bias's gradients accumulated in float32 across chunks). The gradient of the logits is
+    to float rounding (the log-softmax in float32 as there; the products in autocast's dtype when it is on, except
+    the gradients' products under float16, which run in float32 for its range; the weight's and bias's gradients
+    accumulated in float32 across chunks). The gradient of the logits is
     ``softmax - one_hot(target)`` (Bishop 2006, eq. 4.109), formed in place of the log-probabilities and multiplied
     into the hidden states' and the weight's gradients at once. Memory: one chunk of (rows, V) float32 logits plus a
     (N, E) and a (V, E) gradient kept for the backward, instead of (N, V) logits and their log-softmax. Under

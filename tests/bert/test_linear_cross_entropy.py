@@ -112,6 +112,20 @@ def test_bf16_autocast_within_bf16_tolerance_of_float64():
         assert error <= bound
 
 
+def test_fp16_autocast_keeps_small_probabilities_in_the_gradient():
+    # one row whose softmax puts ~1e-9 on most words: float16 (smallest subnormal 6e-8) would flush their gradient
+    # (softmax - one-hot) to 0 before any loss scaling; the gradients' products run in float32 under float16
+    hidden = torch.tensor([[1.0]], requires_grad=True)
+    weight = torch.zeros(50, 1)
+    weight[0] = 21.0  # logit 21 for word 0, 0 for the others: p(other) = 1 / (e^21 + 49) ~ 7.6e-10
+    weight.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.float16):
+        linear_cross_entropy(hidden, weight, None, torch.zeros(1, dtype=torch.long)).backward()
+    p_other = 1 / (torch.tensor(21.0, dtype=torch.float64).exp() + 49)
+    torch.testing.assert_close(weight.grad[1:].double(), torch.full((49, 1), p_other.item(), dtype=torch.float64),
+                               rtol=1e-2, atol=0)  # fmt: skip
+
+
 def test_a_second_backward_is_refused():
     hidden, weight, bias, targets = _problem()
     loss = linear_cross_entropy(hidden.requires_grad_(), weight, bias, targets)
@@ -185,15 +199,8 @@ def test_pretrain_loss_passes_skip_logits_only_where_taken(tiny_kwargs, make_bat
     ours = SesameBertForMaskedLM(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).train()
     batch = _labelled(ours, make_batch)
 
-    class Wrapper(torch.nn.Module):  # as DDP: the model inside is ``module``
-        def __init__(self, module):
-            super().__init__()
-            self.module = module
-
-        def forward(self, **kwargs):
-            return self.module(**kwargs)
-
-    for model in (ours, Wrapper(ours)):
+    # bare, in a data-parallel wrapper (``module``), compiled (``_orig_mod``; the traced loss takes the two-step form)
+    for model in (ours, torch.nn.DataParallel(ours), torch.compile(ours, backend="eager")):
         out = mlm_outputs(model, batch)
         assert out.logits is None
         torch.testing.assert_close(mlm_loss(model, batch), ours(**batch).loss, rtol=1e-6, atol=1e-6)

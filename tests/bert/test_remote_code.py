@@ -41,11 +41,14 @@ CHILD = textwrap.dedent(
     base = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
     clf = AutoModelForSequenceClassification.from_pretrained(model_dir, trust_remote_code=True, num_labels=3)
     tok = AutoTokenizer.from_pretrained(model_dir)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     with torch.no_grad():
         logits = mlm(**batch).logits
         hidden = base(**batch).last_hidden_state
+        fused_loss = mlm(**batch, labels=labels, skip_logits=True).loss  # loss_sesame_bert.py travelled too
     torch.save({
         "logits": logits,
+        "fused_loss": fused_loss,
         "hidden": hidden,
         "tied": mlm.cls.decoder.weight is mlm.bert.embeddings.word_embeddings.weight,
         "classes": [type(m).__module__ + "." + type(m).__name__ for m in (mlm, base, clf)],
@@ -79,7 +82,8 @@ def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
     ).eval()
     got, batch = _load_in_child(model, tokenizer, make_batch, tmp_path)
     files = {p.name for p in (tmp_path / "model").iterdir()}
-    assert {"modeling_sesame_bert.py", "configuration_sesame_bert.py", "model.safetensors"} <= files
+    code = {"modeling_sesame_bert.py", "configuration_sesame_bert.py", "loss_sesame_bert.py"}
+    assert code | {"model.safetensors"} <= files
     auto_map = json.loads((tmp_path / "model" / "config.json").read_text())["auto_map"]
     assert auto_map["AutoModelForMaskedLM"] == "modeling_sesame_bert.SesameBertForMaskedLM"
     assert auto_map["AutoConfig"] == "configuration_sesame_bert.SesameBertConfig"
@@ -92,6 +96,9 @@ def test_remote_code_round_trip(tiny_kwargs, tokenizer, make_batch, tmp_path):
         hidden = model.bert(**batch).last_hidden_state
     assert torch.equal(got["logits"], expected.prediction_logits)
     assert torch.equal(got["hidden"], hidden)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    with torch.no_grad():
+        assert torch.equal(got["fused_loss"], model(**batch, labels=labels, skip_logits=True).mlm_loss)
     assert got["tokens"] == tokenizer("the cat sat")["input_ids"]
 
 
