@@ -137,3 +137,33 @@ def assert_saved_as_trained(output_dir: Path, checkpoint: Path, model_class) -> 
     assert trained.keys() <= loaded.keys()
     for key, value in trained.items():
         assert torch.equal(loaded[key], value), key
+
+
+def attention_kernel(name: str):
+    """The attention kernel the model runs for ``name`` (``modeling_sesame_bert.ALL_ATTENTION_FUNCTIONS[name]``,
+    including a test's own :func:`swap_attention_kernel`)."""
+    from modeling.bert import modeling_sesame_bert
+
+    return modeling_sesame_bert.ALL_ATTENTION_FUNCTIONS[name]
+
+
+def swap_attention_kernel(monkeypatch, name: str, kernel) -> None:
+    """Make the model run ``kernel`` for the attention implementation ``name`` for one test, undone at teardown.
+
+    The model module's ``ALL_ATTENTION_FUNCTIONS`` is replaced by an ``AttentionInterface`` of its own (transformers'
+    local mapping: the kernels the test already swapped, and ``name``). ``monkeypatch.setitem`` on transformers' shared
+    ``ALL_ATTENTION_FUNCTIONS`` would not undo itself: its ``__setitem__`` writes the instance's local mapping, and
+    the undo writes the original kernel back there, an override that shadows every later
+    ``AttentionInterface.register`` in the process (``bench/modern_check.py``'s kernel recorder then saw no local
+    layer when a local-attention test had run before it in the same worker)."""
+    from transformers import AttentionInterface
+
+    from modeling.bert import modeling_sesame_bert
+
+    current, registered = modeling_sesame_bert.ALL_ATTENTION_FUNCTIONS, AttentionInterface()
+    interface = AttentionInterface()
+    for key in current:  # the overrides of the interface the model reads now (a swap earlier in this test)
+        if key not in registered or current[key] is not registered[key]:
+            interface[key] = current[key]
+    interface[name] = kernel
+    monkeypatch.setattr(modeling_sesame_bert, "ALL_ATTENTION_FUNCTIONS", interface)

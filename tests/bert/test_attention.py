@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import assert_documents_alone, assert_same_gradients
+from _helpers import assert_documents_alone, assert_same_gradients, attention_kernel, swap_attention_kernel
 from torch.nn.attention.flex_attention import BlockMask
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (
@@ -180,14 +180,14 @@ def _force_cuda_path(monkeypatch, path: str) -> list:
     """Make SDPA take the CUDA path ``path`` (a key of :data:`CUDA_PATHS`) on the CPU; returns the list that
     records the mask every call of its kernel (the one registered with transformers' ``AttentionInterface``) gets."""
     name, _ = CUDA_PATHS[path]
-    kernel, masks = ALL_ATTENTION_FUNCTIONS[name], []
+    kernel, masks = attention_kernel(name), []
     monkeypatch.setattr(modeling_sesame_bert, "packed_documents_kernel", lambda *args: path)
 
     def recording(m, q, k, v, mask, **kw):
         masks.append(mask)
         return kernel(m, q, k, v, mask, **kw)
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, name, recording)
+    swap_attention_kernel(monkeypatch, name, recording)
     return masks
 
 
@@ -345,7 +345,7 @@ def test_collated_sequences_need_no_device_read(tiny_kwargs, monkeypatch, autoca
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         dense = model(**batch).last_hidden_state
     masks = _force_cuda_path(monkeypatch, "document_varlen")
-    counter, kernel = DeviceReads(), ALL_ATTENTION_FUNCTIONS["sesame_document_varlen"]
+    counter, kernel = DeviceReads(), attention_kernel("sesame_document_varlen")
 
     def paused_kernel(*args, **kwargs):
         counter.paused = True
@@ -354,7 +354,7 @@ def test_collated_sequences_need_no_device_read(tiny_kwargs, monkeypatch, autoca
         finally:
             counter.paused = False
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sesame_document_varlen", paused_kernel)
+    swap_attention_kernel(monkeypatch, "sesame_document_varlen", paused_kernel)
     reads = {}
     for name, inputs in (("collated", collated), ("position_ids only", batch)):
         counter.reads.clear()
@@ -528,7 +528,7 @@ def test_flash_kernels_get_varlen_arguments(tiny_kwargs, monkeypatch):
             out[start:end] = F.scaled_dot_product_attention(q, k, v, scale=scaling).transpose(0, 1)
         return out.reshape(b, t, a, d), None
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "flash_attention_sesame_test", varlen)
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "flash_attention_sesame_test", varlen)  # a new name: undone by delete
     model = SesameBertModel(SesameBertConfig(**tiny_kwargs, **NO_DROPOUT)).eval()
     batch, splits = _packed(model.config.vocab_size, pad=3)
     with torch.no_grad():
@@ -602,3 +602,28 @@ def test_chunk_size_feed_forward_is_honoured(tiny_kwargs, make_batch, norm_posit
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="multiple of the chunk size"):
         chunked(batch["input_ids"][:, :10])
+
+
+def test_swap_attention_kernel_is_undone_and_leaves_registration_working(monkeypatch):
+    """The tests' kernel swap (``_helpers.swap_attention_kernel``) is undone at its end, and leaves no override
+    behind: a later ``AttentionInterface.register`` (``bench/modern_check.py``'s recorder) still reaches the model.
+    ``monkeypatch.setitem`` on transformers' ``ALL_ATTENTION_FUNCTIONS`` failed the second check."""
+    from transformers import AttentionInterface
+
+    original = attention_kernel("sdpa")
+
+    def swapped(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    def registered(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        swap_attention_kernel(patch, "sdpa", swapped)
+        assert attention_kernel("sdpa") is swapped
+    assert attention_kernel("sdpa") is original
+    AttentionInterface.register("sdpa", registered)
+    try:
+        assert attention_kernel("sdpa") is registered
+    finally:
+        AttentionInterface.register("sdpa", original)

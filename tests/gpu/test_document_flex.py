@@ -51,11 +51,11 @@ def _packed(vocab_size: int, rows: int = 4, length: int = 64, seed: int = 0):
 def _recording(monkeypatch, kernel: str = "sesame_document_flex"):
     """Record the mask every call of ``kernel`` (``"sesame_document_flex"`` or ``"sesame_document_varlen"``, as
     registered with transformers' ``AttentionInterface``) gets."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from _helpers import attention_kernel, swap_attention_kernel
 
-    seen, original = [], ALL_ATTENTION_FUNCTIONS[kernel]
-    monkeypatch.setitem(
-        ALL_ATTENTION_FUNCTIONS,
+    seen, original = [], attention_kernel(kernel)
+    swap_attention_kernel(
+        monkeypatch,
         kernel,
         lambda m, q, k, v, mask, **kw: (seen.append(mask), original(m, q, k, v, mask, **kw))[1],
     )

@@ -10,9 +10,8 @@ import copy
 
 import pytest
 import torch
-from _helpers import assert_same_gradients
+from _helpers import assert_same_gradients, attention_kernel, swap_attention_kernel
 from _tiny import micro_modern_kwargs
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM
 from modeling.bert import modeling_sesame_bert as msb
@@ -48,7 +47,7 @@ def _batch(packed: bool):
 
 def _dense(monkeypatch, name, batch):
     """The local layers' kernel ``name`` replaced by the eager kernel on the dense band (the reference)."""
-    kernel = ALL_ATTENTION_FUNCTIONS[name]
+    kernel = attention_kernel(name)
     keep = batch["attention_mask"].bool()
     documents = document_ids(batch["position_ids"]) if "position_ids" in batch else torch.zeros_like(keep).long()
 
@@ -61,7 +60,7 @@ def _dense(monkeypatch, name, batch):
         allowed = allowed | (torch.eye(q.shape[2], dtype=torch.bool, device=q.device) & ~keep[:, :, None])
         return eager_attention_forward(module, q, k, v, allowed[:, None], scaling, dropout)[0], None
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, name, dense)
+    swap_attention_kernel(monkeypatch, name, dense)
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -101,7 +100,7 @@ def test_packed_local_layers_take_flex_on_the_sliding_block_mask(no_tf32, monkey
     model = SesameBertForMaskedLM(SesameBertConfig(**CONFIG)).cuda().eval()
     batch = _batch(packed=True)
     keep = batch["attention_mask"].bool()
-    kernel, masks = ALL_ATTENTION_FUNCTIONS["sesame_document_flex"], []
+    kernel, masks = attention_kernel("sesame_document_flex"), []
 
     def recording(module, q, k, v, mask, **kwargs):
         if module.sliding_window is not None:
@@ -109,7 +108,7 @@ def test_packed_local_layers_take_flex_on_the_sliding_block_mask(no_tf32, monkey
         return kernel(module, q, k, v, mask, **kwargs)
 
     with torch.no_grad():
-        monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sesame_document_flex", recording)
+        swap_attention_kernel(monkeypatch, "sesame_document_flex", recording)
         got = model(**batch).logits
         assert len(masks) == 2 and all(m.shape[-2:] == (LENGTH, LENGTH) for m in masks)  # BlockMasks, not tensors
         _dense(monkeypatch, "sesame_document_flex", batch)
