@@ -13,7 +13,7 @@ remote code): it imports only torch, transformers and, relatively, ``configurati
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -312,10 +312,15 @@ class LocalBlocks:
     """Blocked local attention (the CPU path of ``"sliding_attention"`` layers): the T queries in blocks of
     ``block`` tokens, each against the ``3 * block`` keys from one block before it to one block after it
     (``block >= window // 2``, or one block covering every key), and the small mask of those pairs. Memory and
-    work grow linearly in T: (B|1) x T x 3 ``block`` mask elements instead of T x T. Built by :func:`local_blocks`.
+    work grow linearly in T: B x T x 3 ``block`` mask elements instead of T x T. Built by :func:`local_blocks`.
+
+    The key windows are overlapping views of one copy of the keys (every row's keys one after the other, padded to
+    whole blocks, with one block of padding before the first row and after the last), so that a window can reach into
+    the neighbouring row; ``allowed`` is False there.
 
     Args:
-        allowed: (B|1, n, 1, block, 3 * block) bool, True = may attend; n = ceil(T / block).
+        allowed: (B * n, 1, block, 3 * block) bool, True = may attend; n = ceil(T / block), row-major (row b's
+            block i at b * n + i).
         block: query block size (tokens).
         window: ``local_attention`` (a token attends to the tokens at most ``window // 2`` positions away).
     """
@@ -323,86 +328,123 @@ class LocalBlocks:
     allowed: torch.Tensor
     block: int
     window: int
+    _additive: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """``allowed`` as SDPA's additive mask: (B * n, 1, block, 3 * block) ``dtype``, 0 where allowed and -inf
+        elsewhere (what SDPA would make of the booleans on every call and keep for its backward), made once per dtype
+        and shared by the local layers of a forward."""
+        if dtype not in self._additive:
+            mask = torch.zeros(self.allowed.shape, dtype=dtype, device=self.allowed.device)
+            self._additive[dtype] = mask.masked_fill_(~self.allowed, float("-inf"))
+        return self._additive[dtype]
 
 
-def local_blocks(groups: torch.Tensor, window: int, min_block: int = 16) -> LocalBlocks:
+def local_blocks(groups: torch.Tensor, window: int, min_block: int = 16, batch_size: int | None = None) -> LocalBlocks:
     """The :class:`LocalBlocks` of a batch: query ``q`` may attend to key ``kv`` when ``|q - kv| <= window // 2``
-    (ModernBERT's window, :func:`sliding_window_band`) and both are of one group (:func:`token_groups`).
+    (ModernBERT's window, :func:`sliding_window_band`) and both are of one group (:func:`token_groups`) of one row.
 
     Args:
         groups: (B|1, T) long group ids (:func:`token_groups`).
         window: ``config.local_attention`` (even).
         min_block: the smallest query block (tokens): blocks of ``max(window // 2, min_block)`` tokens (at most T).
+        batch_size: B, the rows of the batch the blocks are for (default: ``groups``' rows); ``groups`` of one row
+            are shared by every row.
 
     Returns:
-        The blocks; the queries past T (the last block's tail) attend to the out-of-range keys near them (an id of
-        -1), so that no row is empty; their outputs are dropped.
+        The blocks; the queries past T (the last block's tail) attend to the out-of-range keys of their row near them
+        (an id of -1), so that no row is empty; their outputs are dropped.
+
+    Raises:
+        ValueError: ``groups`` has neither 1 nor ``batch_size`` rows.
     """
+    rows = groups.shape[0] if batch_size is None else batch_size
+    if groups.shape[0] not in (1, rows):
+        raise ValueError(f"local_blocks: groups has {groups.shape[0]} rows, expected 1 or batch_size={rows}")
     length, half = groups.shape[-1], window // 2
     block = min(max(half, min_block), length)
     n = -(-length // block)
     device = groups.device
-    queries = torch.arange(n * block, device=device).view(n, block, 1)
-    keys = (torch.arange(n, device=device) * block - block)[:, None, None] + torch.arange(3 * block, device=device)
-    band = (queries - keys).abs() <= half  # (n, block, 3 block)
-    padded = F.pad(groups, (block, (n + 1) * block - length), value=-1)  # (B, (n + 2) block): out of range -> -1
-    key_ids = padded.unfold(1, 3 * block, block)  # (B, n, 3 block)
-    query_ids = padded[:, block : (n + 1) * block].view(-1, n, block)
-    allowed = band & (query_ids[..., None] == key_ids[:, :, None, :])
-    return LocalBlocks(allowed[:, :, None], block, window)
+    offsets = torch.arange(3 * block, device=device) - block - torch.arange(block, device=device)[:, None]
+    band = offsets.abs() <= half  # (block, 3 block): key s of a window against query t of its block
+    # every row's ids padded to whole blocks (-1), one after the other, one block of -1 before and after; the row of
+    # each slot (-1 in the outer padding), so that a window reaching into the next row attends to nothing there
+    ids = F.pad(groups.expand(rows, -1), (0, n * block - length), value=-1).reshape(-1)
+    row = torch.arange(rows, device=device).repeat_interleave(n * block)
+    ids, row = F.pad(ids, (block, block), value=-1), F.pad(row, (block, block), value=-1)
+    key_ids, key_rows = ids.unfold(0, 3 * block, block), row.unfold(0, 3 * block, block)  # (B n, 3 block) views
+    query_ids = ids[block:-block].view(-1, block, 1)
+    query_rows = row[block:-block].view(-1, block, 1)
+    allowed = band & (query_ids == key_ids[:, None, :]) & (query_rows == key_rows[:, None, :])
+    return LocalBlocks(allowed[:, None], block, window)
 
 
 class _KeyWindows(torch.autograd.Function):
-    """(B, A, (n + 2) * b, D) keys padded by one block on each side -> (B * n, A, 3 * b, D): block i's window is
-    padded blocks i, i + 1 and i + 2 (the key block before query block i, its own, the one after), three strided
-    copies. Backward: each window third added back onto its block (three strided adds), instead of
-    ``unfold``'s generic scatter (one-step profiles of modernbert-mini, B2 T1024 A4 D64, blocks of 32, one thread:
-    1.7 ms a call against ``unfold_backward``'s 3.5-4.2 ms)."""
+    """(B, A, T, D) keys -> (B * n, A, 3 * b, D) key windows, n = ceil(T / b): window ``r * n + i`` holds row r's
+    padded key blocks i - 1, i and i + 1 (:class:`LocalBlocks`). Forward: one copy of the keys, (A, (B * n + 2) * b,
+    D), whose overlapping strided view is the windows (SDPA reads them in place and saves that view for its
+    backward, so a local layer keeps one copy of its keys and values, as a global one does). Backward: each window
+    third added back onto its block (one strided copy and two strided adds), instead of ``as_strided``'s or
+    ``unfold``'s generic scatter."""
 
     @staticmethod
-    def forward(ctx, padded, block: int):
-        batch, heads, length, dim = padded.shape
-        n = length // block - 2
-        blocks = padded.view(batch, heads, n + 2, block, dim).transpose(1, 2)  # (B, n + 2, A, b, D)
-        out = padded.new_empty(batch, n, heads, 3, block, dim)
-        for j in range(3):
-            out[:, :, :, j] = blocks[:, j : j + n]
-        ctx.shape = (batch, heads, n, block, dim)
-        return out.view(batch * n, heads, 3 * block, dim)
+    def forward(ctx, keys, block: int, n: int):
+        batch, heads, length, dim = keys.shape
+        span = batch * n * block
+        flat = keys.new_empty(heads, span + 2 * block, dim)
+        flat[:, :block].zero_()
+        flat[:, block + span :].zero_()
+        rows = flat[:, block : block + span].view(heads, batch, n * block, dim)
+        rows[:, :, length:].zero_()
+        rows[:, :, :length].copy_(keys.transpose(0, 1))
+        ctx.shape = (batch, heads, length, n, block, dim)
+        return flat.as_strided((batch * n, heads, 3 * block, dim), (block * dim, flat.stride(0), dim, 1))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        batch, heads, n, block, dim = ctx.shape
-        grad = grad.view(batch, n, heads, 3, block, dim)
-        blocks = grad.new_zeros(batch, n + 2, heads, block, dim)
-        for j in range(3):
-            blocks[:, j : j + n] += grad[:, :, :, j]
-        return blocks.transpose(1, 2).reshape(batch, heads, (n + 2) * block, dim), None
+        batch, heads, length, n, block, dim = ctx.shape
+        span = batch * n * block
+        flat = grad.new_empty(heads, span + 2 * block, dim)
+        flat[:, :block].zero_()
+        flat[:, block + span :].zero_()
+        for j in (1, 0, 2):  # the middle third covers every real slot: copied, then the others added
+            third = grad[:, :, j * block : (j + 1) * block].transpose(0, 1)  # (A, B n, b, D)
+            target = flat[:, j * block : j * block + span].view(heads, batch * n, block, dim)
+            if j == 1:
+                target.copy_(third)
+            else:
+                target.add_(third)
+        rows = flat[:, block : block + span].view(heads, batch, n * block, dim)[:, :, :length]
+        return rows.transpose(0, 1), None, None
 
 
 def _to_blocks(query, key, value, blocks: LocalBlocks):
     """(B, A, T, D) queries, keys, values -> (B * n, A, block, D) query blocks, (B * n, A, 3 block, D) key and value
-    windows (from the zero-padded keys: each key is copied 3 times, nothing of T x T), the (B * n, 1, block, 3 block)
-    mask, and the function that maps the blocked context (B * n, A, block, D) back to (B, T, A, D). Four dimensions,
-    so that SDPA can take its fused kernel (on the CPU the flash kernel, which takes a mask)."""
+    windows (strided views of one copy of the keys and of the values, :class:`_KeyWindows`: nothing of T x T), the
+    (B * n, 1, block, 3 block) mask, and the function that maps the blocked context (B * n, A, block, D) back to
+    (B, T, A, D). Four dimensions, so that SDPA can take its fused kernel (on the CPU the flash kernel, which takes a
+    mask).
+
+    Raises:
+        ValueError: the blocks were built for another batch size or length."""
     batch, heads, length, dim = query.shape
     block = blocks.block
     n = -(-length // block)
-
-    def rows(x, before: int, size: int):  # (B, A, T, D) -> (B * n, A, size, D)
-        padded = F.pad(x, (0, 0, before, (n * block - length) + (size - block - before)))
-        if size != block:
-            return _KeyWindows.apply(padded, block)
-        return padded.view(batch, heads, n, block, dim).transpose(1, 2).reshape(batch * n, heads, size, dim)
-
-    mask = blocks.allowed.expand(batch, -1, -1, -1, -1).reshape(batch * n, 1, block, 3 * block)
+    if blocks.allowed.shape[0] != batch * n:
+        raise ValueError(
+            f"LocalBlocks of {blocks.allowed.shape[0]} blocks for a batch of {batch} rows x {n} blocks of {block} "
+            f"tokens (T={length}): build them with local_blocks(groups, window, batch_size={batch})"
+        )
+    padded = F.pad(query, (0, 0, 0, n * block - length))
+    queries = padded.view(batch, heads, n, block, dim).transpose(1, 2).reshape(batch * n, heads, block, dim)
 
     def unblock(context):
         context = context.view(batch, n, heads, block, dim).transpose(2, 3).reshape(batch, n * block, heads, dim)
         return context[:, :length]
 
-    return rows(query, 0, block), rows(key, block, 3 * block), rows(value, block, 3 * block), mask, unblock
+    keys, values = _KeyWindows.apply(key, block, n), _KeyWindows.apply(value, block, n)
+    return queries, keys, values, blocks.allowed, unblock
 
 
 def local_sdpa_attention(
@@ -429,7 +471,8 @@ def local_sdpa_attention(
     Returns:
         ``(context (B, T, A, D), None)``.
     """
-    q, k, v, mask, unblock = _to_blocks(query, key, value, attention_mask)
+    q, k, v, _, unblock = _to_blocks(query, key, value, attention_mask)
+    mask = attention_mask.additive_mask(q.dtype)
     return unblock(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)), None
 
 
@@ -955,12 +998,13 @@ def _document_varlen_mask(batch_size: int, q_length: int, kv_length: int, *args,
 
 def _local_blocks_mask(batch_size: int, q_length: int, kv_length: int, *args, inputs: MaskInputs, **kwargs):
     """The :class:`LocalBlocks` of ``"sesame_local_sdpa"`` and ``"sesame_local_eager"``."""
-    return local_blocks(inputs.groups, inputs.config.local_attention)
+    return local_blocks(inputs.groups, inputs.config.local_attention, batch_size=batch_size)
 
 
 def _local_varlen_mask(batch_size: int, q_length: int, kv_length: int, *args, inputs: MaskInputs, **kwargs):
     """The :class:`LocalSequences` of ``"sesame_local_varlen"``: the sequences and the blocks (for other dtypes)."""
-    return LocalSequences(inputs.sequences, local_blocks(inputs.groups, inputs.config.local_attention))
+    blocks = local_blocks(inputs.groups, inputs.config.local_attention, batch_size=batch_size)
+    return LocalSequences(inputs.sequences, blocks)
 
 
 #: The project's attention paths: name -> (the kernel, its mask builder). The model registers each kernel with

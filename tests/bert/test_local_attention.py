@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from _helpers import assert_same_gradients
+from _helpers import assert_same_gradients, attention_kernel, swap_attention_kernel
 from _tiny import micro_modern_kwargs
 from transformers.masking_utils import sliding_window_bidirectional_overlay
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from modeling import SesameBertConfig, SesameBertForMaskedLM
 from modeling.bert import attention_sesame_bert, modeling_sesame_bert
@@ -97,7 +96,7 @@ def _tensors(value):
 def _record(monkeypatch, name: str) -> list:
     """Wrap the registered kernel ``name``: record (query shape, mask tensors' shapes, kwargs) of its local-layer
     calls."""
-    kernel, calls = ALL_ATTENTION_FUNCTIONS[name], []
+    kernel, calls = attention_kernel(name), []
 
     def recording(module, query, key, value, attention_mask, **kwargs):
         if module.sliding_window is not None:
@@ -105,14 +104,14 @@ def _record(monkeypatch, name: str) -> list:
             calls.append((tuple(query.shape), shapes, {k: v for k, v in kwargs.items() if not torch.is_tensor(v)}))
         return kernel(module, query, key, value, attention_mask, **kwargs)
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, name, recording)
+    swap_attention_kernel(monkeypatch, name, recording)
     return calls
 
 
 def _dense_reference(monkeypatch, name: str, documents, keep):
     """Replace the local layers' kernel ``name`` by the eager kernel on :func:`reference_mask` (full layers keep
     theirs)."""
-    kernel = ALL_ATTENTION_FUNCTIONS[name]
+    kernel = attention_kernel(name)
 
     def dense(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
         if module.sliding_window is None:
@@ -121,7 +120,7 @@ def _dense_reference(monkeypatch, name: str, documents, keep):
         context, _ = eager_attention_forward(module, query, key, value, mask, scaling, dropout)
         return context, None
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, name, dense)
+    swap_attention_kernel(monkeypatch, name, dense)
 
 
 def fake_flash_forward(calls: list):
@@ -241,6 +240,72 @@ def test_blocked_kernels_equal_the_dense_band(length, window):
     scores = (q @ k.transpose(-1, -2)) * 8**-0.5
     dense = scores.masked_fill(~reference_mask(length, window, documents, keep), float("-inf")).softmax(-1)
     torch.testing.assert_close(probabilities, dense, rtol=0, atol=1e-6)
+
+
+def _saved_bytes(function) -> int:
+    """Bytes of the distinct storages autograd saves for the backward of ``function()`` (parameters aside)."""
+    storages = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        function()
+    return sum(storages.values())
+
+
+def test_local_layer_saves_no_more_than_a_global_one():
+    """The key and value windows are strided views of one copy of the keys and values (not three copies each), so
+    that what a local layer keeps for its backward is within the padding (two blocks and the last block's tail) of
+    what global SDPA keeps for the same queries, keys and values, plus the window mask (SDPA's additive float mask,
+    made once and shared by the local layers of a forward: the same storage in two calls); the three copies kept 1.9
+    times as much here, and SDPA's conversion of the booleans a float mask per call."""
+    q, k, v = (torch.randn(2, 4, 256, 16, requires_grad=True) for _ in range(3))
+    blocks = local_blocks(torch.zeros(2, 256, dtype=torch.long), 64)  # blocks of 32: n = 8 per row
+    local = _saved_bytes(lambda: local_sdpa_attention(None, q, k, v, blocks, scaling=0.25))
+    full = _saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v, scale=0.25))
+    padding = 18 / 16  # keys and values: (2 rows x 8 blocks + 2) blocks of 32 for 2 x 256 tokens
+    assert local <= full * padding + blocks.allowed.numel() * 4, (local, full)
+    twice = _saved_bytes(lambda: [local_sdpa_attention(None, q, k, v, blocks, scaling=0.25) for _ in range(2)])
+    assert twice == 2 * local - blocks.allowed.numel() * 4  # the mask once
+
+
+def test_key_windows_gradient_and_rows():
+    """:class:`_KeyWindows`: window ``r * n + i`` is row r's keys from block i - 1 to block i + 1, zero outside the
+    row's (padded) keys where no neighbouring row is, the neighbouring row's keys where one is (the mask hides them);
+    its backward passes ``gradcheck`` (float64)."""
+    block, length = 4, 10  # n = 3 blocks per row, the last one 2 tokens short
+    keys = torch.randn(2, 3, length, 5, dtype=torch.float64, requires_grad=True)
+    windows = attention_sesame_bert._KeyWindows.apply(keys, block, 3)
+    assert windows.shape == (6, 3, 12, 5)
+    padded = F.pad(keys.detach(), (0, 0, 0, 2))  # (2, 3, 12, 5): each row to whole blocks
+    flat = F.pad(padded.transpose(0, 1).reshape(3, 24, 5), (0, 0, block, block))  # rows one after the other
+    for r in range(2):
+        for i in range(3):
+            start = (r * 3 + i) * block
+            torch.testing.assert_close(windows[r * 3 + i].detach(), flat[:, start : start + 3 * block], rtol=0, atol=0)
+    assert torch.count_nonzero(windows[0, :, :block]) == 0  # before the first row: zeros
+    torch.testing.assert_close(windows[3, :, :block].detach(), padded[0, :, 8:])  # row 1's block 0 sees row 0's tail
+    assert torch.autograd.gradcheck(lambda x: attention_sesame_bert._KeyWindows.apply(x, block, 3), (keys,))
+
+
+def test_local_blocks_are_per_row_and_refuse_another_batch():
+    """Blocks for B rows of shared groups (one row of ids) keep each query within its own row (a window that reaches
+    into the neighbouring row allows nothing there), equal per block to the reference band; blocks built for one
+    batch size are refused, with one line naming ``batch_size``, by a batch of another."""
+    length, window = 32, 8  # blocks of 16, n = 2: row 1's first window starts in row 0's last block
+    blocks = local_blocks(torch.zeros(1, length, dtype=torch.long), window, batch_size=3)
+    assert blocks.allowed.shape == (6, 1, 16, 48)
+    band = F.pad(reference_band(length, window), (16, 16))  # (T, T + 2 blocks): a window is 48 of its columns
+    for m in range(6):
+        i = m % 2
+        torch.testing.assert_close(blocks.allowed[m, 0], band[16 * i : 16 * i + 16, 16 * i : 16 * i + 48])
+    q = torch.randn(2, 1, length, 4)
+    with pytest.raises(ValueError, match="batch_size=2"):
+        local_sdpa_attention(None, q, q, q, blocks, scaling=0.5)
+    with pytest.raises(ValueError, match="groups has 2 rows"):
+        local_blocks(torch.zeros(2, length, dtype=torch.long), window, batch_size=3)
 
 
 def test_flex_local_block_mask_is_the_reference_mask_and_runs(monkeypatch):
