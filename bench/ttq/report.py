@@ -183,24 +183,30 @@ def _md_ratio_lines(results: dict) -> list[str]:
         "repeat(s) (every repeat in results.json); the other columns are repeat 0's.",
         "",
         "| recipe | quality per token | at tokens | loss ours / reference there | time to quality | target loss "
-        "| reference s | ours s to target |",
-        "|---|---|---|---|---|---|---|---|",
+        "| reference s | ours s to target | tokens to quality | reference tokens | ours tokens to target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in ratios["by_recipe"].items():
         if r.get("not_applicable"):
-            lines.append(f"| {name} | n/a | | | n/a | | | {r['not_applicable']} |")
+            lines.append(f"| {name} | n/a | | | n/a | | | {r['not_applicable']} | n/a | | |")
             continue
         reached = (
             "not reached"
             if r["seconds_to_target"] is None
             else f"{r['seconds_to_target']:.0f}" + (" (<= first point)" if r["reached_by_first_point"] else "")
         )
+        tokens = (
+            "not reached"
+            if r["tokens_to_target"] is None
+            else f"{r['tokens_to_target']:.3g}" + (" (<= first point)" if r["tokens_reached_by_first_point"] else "")
+        )
         qpt = _fmt(r["quality_per_token"], ".3f", "-- (reference not below unigram)")
         lines.append(
             f"| {name} | {qpt} | {r['tokens_compared']:.3g} | "
             f"{r['loss_at_tokens']['ours']:.4f} / {r['loss_at_tokens']['reference']:.4f} | "
             f"{_fmt(r['time_to_quality'], '.2f', 'not reached')} | {r['target_loss']:.4f} | "
-            f"{r['reference_seconds']:.0f} | {reached} |"
+            f"{r['reference_seconds']:.0f} | {reached} | {_fmt(r['tokens_to_quality'], '.2f', 'not reached')} | "
+            f"{r['reference_tokens']:.3g} | {tokens} |"
         )
     return lines
 
@@ -440,7 +446,8 @@ def print_ratios(results: dict) -> None:
         elif name != ratios["default_recipe"]:
             qpt = _fmt(r["quality_per_token"], ".3f", "None (reference not below unigram)")
             print(
-                f"{name}: quality per token {qpt}, time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}"
+                f"{name}: quality per token {qpt}, time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')}, "
+                f"tokens to quality {_fmt(r['tokens_to_quality'], '.2f', 'not reached')}"
             )
     r = ratios["by_recipe"][ratios["default_recipe"]]
     if r.get("not_applicable"):
@@ -451,4 +458,5 @@ def print_ratios(results: dict) -> None:
         f"(at {r['tokens_compared']:.3g} tokens); time to quality {_fmt(r['time_to_quality'], '.2f', 'not reached')} "
         f"(target {r['target_loss']:.4f}: reference {r['reference_seconds']:.0f} s, ours "
         + ("not reached)" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.0f} s)")
+        + f"; tokens to quality {_fmt(r['tokens_to_quality'], '.2f', 'not reached')}"
     )

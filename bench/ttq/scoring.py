@@ -153,17 +153,22 @@ def quality_per_token(ours: list[dict], reference: list[dict], unigram: float) -
     return {"quality_per_token": ratio, "tokens_compared": tokens, "loss_at_tokens": {"ours": lo, "reference": lr}}
 
 
-def seconds_to_reach(curve: list[dict], target: float) -> tuple[float | None, bool]:
-    """The training seconds at which ``curve`` first reaches ``eval_loss <= target`` (linear between the two points
-    around the crossing), and whether its first point already does (then its seconds: an upper bound);
-    ``(None, False)`` when never reached."""
+def reach(curve: list[dict], target: float, x_key: str = "seconds") -> tuple[float | None, bool]:
+    """The ``x_key`` (``"seconds"`` or ``"tokens"``) at which ``curve`` first reaches ``eval_loss <= target`` (linear
+    between the two points around the crossing), and whether its first point already does (then its value: an upper
+    bound); ``(None, False)`` when never reached."""
     if curve and curve[0]["eval_loss"] <= target:
-        return curve[0]["seconds"], True
+        return curve[0][x_key], True
     for prev, cur in zip(curve, curve[1:]):
         if cur["eval_loss"] <= target < prev["eval_loss"]:
             frac = (prev["eval_loss"] - target) / (prev["eval_loss"] - cur["eval_loss"])
-            return prev["seconds"] + frac * (cur["seconds"] - prev["seconds"]), False
+            return prev[x_key] + frac * (cur[x_key] - prev[x_key]), False
     return None, False
+
+
+def seconds_to_reach(curve: list[dict], target: float) -> tuple[float | None, bool]:
+    """:func:`reach` on the training seconds."""
+    return reach(curve, target, "seconds")
 
 
 def time_to_quality(ours: list[dict], reference: list[dict]) -> dict:
@@ -177,6 +182,20 @@ def time_to_quality(ours: list[dict], reference: list[dict]) -> dict:
         "reference_seconds": ref_seconds,
         "seconds_to_target": seconds,
         "reached_by_first_point": first,
+    }
+
+
+def tokens_to_quality(ours: list[dict], reference: list[dict]) -> dict:
+    """Tokens to quality (data efficiency, the tokens axis of :func:`time_to_quality`): the reference's final
+    training tokens / the tokens ``ours`` needs to reach the reference's final held-out loss (None: not reached;
+    ``tokens_reached_by_first_point``: an upper bound on the tokens, so a lower bound on the ratio)."""
+    ref_tokens = reference[-1]["tokens"]
+    tokens, first = reach(ours, reference[-1]["eval_loss"], "tokens")
+    return {
+        "tokens_to_quality": ref_tokens / tokens if tokens else None,
+        "reference_tokens": ref_tokens,
+        "tokens_to_target": tokens,
+        "tokens_reached_by_first_point": first,
     }
 
 
@@ -266,7 +285,8 @@ def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
     0's details and every repeat's ratios. A run scored by its generator gets ``None`` ratios and
     ``not_applicable`` (:data:`NOT_APPLICABLE`)."""
     if pairs_scored and pairs_scored[0][1].get("heldout_model") == "generator":
-        return {"quality_per_token": None, "time_to_quality": None, "not_applicable": NOT_APPLICABLE, "per_repeat": []}
+        none = {"quality_per_token": None, "time_to_quality": None, "tokens_to_quality": None}
+        return {**none, "not_applicable": NOT_APPLICABLE, "per_repeat": []}
     per = []
     for ref, ours in pairs_scored:
         per.append(
@@ -274,12 +294,14 @@ def ratios_for(pairs_scored: list[tuple[dict, dict]], unigram: float) -> dict:
                 "repeat": ours["repeat"],
                 **quality_per_token(ours["curve"], ref["curve"], unigram),
                 **time_to_quality(ours["curve"], ref["curve"]),
+                **tokens_to_quality(ours["curve"], ref["curve"]),
             }
         )
     first = dict(per[0])
     first.update(
         quality_per_token=median_or_none(p["quality_per_token"] for p in per),
         time_to_quality=median_or_none(p["time_to_quality"] for p in per),
+        tokens_to_quality=median_or_none(p["tokens_to_quality"] for p in per),
         per_repeat=per,
     )
     return first

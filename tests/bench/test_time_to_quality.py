@@ -175,6 +175,17 @@ def test_time_to_quality_by_hand():
     assert early["reached_by_first_point"] and early["seconds_to_target"] == 5.0
 
 
+def test_tokens_to_quality_by_hand():
+    r = ttq.scoring.tokens_to_quality(OURS, REF)
+    # target 7.0 is crossed halfway between 150 tokens (7.5) and 300 (6.5): 225; reference 200 tokens -> 200 / 225
+    assert r["tokens_to_target"] == pytest.approx(225.0) and r["reference_tokens"] == 200.0
+    assert r["tokens_to_quality"] == pytest.approx(200.0 / 225.0) and not r["tokens_reached_by_first_point"]
+    never = [dict(p, eval_loss=p["eval_loss"] + 2.0) for p in OURS]
+    assert ttq.scoring.tokens_to_quality(never, REF)["tokens_to_quality"] is None
+    early = ttq.scoring.tokens_to_quality([dict(p, eval_loss=6.9) for p in OURS], REF)
+    assert early["tokens_reached_by_first_point"] and early["tokens_to_target"] == 150.0
+
+
 def test_times_from_trainer_log_by_hand():
     # 70 blocks, 32 per step: steps 1, 2 full, step 3 has the epoch's last 6 blocks, step 4 starts epoch 2
     assert [ttq.scoring.steps_samples(s, 70, 32) for s in (1, 2, 3, 4, 6)] == [32, 32, 6, 32, 6]
