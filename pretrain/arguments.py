@@ -145,7 +145,8 @@ class PretrainModelArguments(ModelArguments):
 
     rope_theta: float | None = arg(
         None,
-        "global rotary base (rope_theta) of a rotary model, over its config's; local layers keep local_rope_theta. "
+        "rotary base of a rotary model's global layers (rope_parameters['full_attention']['rope_theta']), over its "
+        "config's; local layers keep theirs (rope_parameters['sliding_attention']). "
         "A context-extension phase raises it: ModernBERT trains at 1,024 tokens with 10,000, then extends to 8,192 "
         "with 160,000 (--continue_from_checkpoint with a longer --max_seq_length)",
     )

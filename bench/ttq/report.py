@@ -103,6 +103,15 @@ def budget_protocol(args, copies: dict[str, dict]) -> dict | str:
     }
 
 
+def size_label(proto: dict) -> str:
+    """The size the titles name: ``--model_shape`` (a BERT shape), or with ``--reference_model modernbert`` the
+    modern preset of its width that both sides train (``"modernbert-tiny (bert-tiny width)"``)."""
+    shape = proto["model_shape"]
+    if proto.get("reference_model") == "modernbert" and shape in MODERN_PRESET_OF:
+        return f"{MODERN_PRESET_OF[shape]} ({shape} width)"
+    return shape
+
+
 def protocol(args, data: dict, lr: float, steps: dict, budget: dict | str, load_before: float) -> dict:
     """The ``protocol`` block of ``results.json``: every setting the figures depend on (``steps``: ``{run: steps}``,
     ``budget``: :func:`budget_protocol`)."""
@@ -115,6 +124,7 @@ def protocol(args, data: dict, lr: float, steps: dict, budget: dict | str, load_
         "budget_tokens": args.budget_tokens,
         "model_shape": args.model_shape,
         "shape": SHAPES[args.model_shape],
+        "reference_model": getattr(args, "reference_model", "bert"),
         "vocab_size": manifest["tokenizer_size"],
         "max_seq_length": args.max_seq_length,
         "batch_size": args.batch_size,
@@ -171,7 +181,7 @@ def _md_ratio_lines(results: dict) -> list[str]:
         else f"{proto['budget_tokens']:,} tokens"
     )
     lines = [
-        f"# Time to quality: {proto['model_shape']}, {budget} per run",
+        f"# Time to quality: {size_label(proto)}, {budget} per run",
         "",
         f"Unigram held-out loss {results['unigram_loss']:.4f} nats; held-out set {results['heldout']['blocks']} "
         f"blocks, {results['heldout']['masked']} masked tokens "
@@ -424,7 +434,7 @@ def plot_results(results: dict, path: Path) -> None:
         if proto["budget_minutes"] is not None
         else f"{proto['budget_tokens']:,} tokens"
     )
-    fig.suptitle(f"time to quality: {proto['model_shape']}, {budget} per run, schedule {proto['schedule']}")
+    fig.suptitle(f"time to quality: {size_label(proto)}, {budget} per run, schedule {proto['schedule']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -868,3 +868,10 @@ def test_run_jobs_reports_a_job_done_while_the_others_run(tmp_path):
     seen.clear()
     ttq.common.run_jobs([bad], parallel=1, check=False, on_done=lambda job: seen.append(job.name))
     assert seen == [] and bad.returncode == 3
+
+
+def test_titles_name_the_modern_preset_when_both_sides_train_it():
+    assert ttq.report.size_label({"model_shape": "bert-tiny"}) == "bert-tiny"
+    assert ttq.report.size_label({"model_shape": "bert-tiny", "reference_model": "bert"}) == "bert-tiny"
+    modern = {"model_shape": "bert-tiny", "reference_model": "modernbert"}
+    assert ttq.report.size_label(modern) == "modernbert-tiny (bert-tiny width)"
