@@ -10,7 +10,8 @@ layer) with ``max_position_embeddings`` 8,192, a batch of ``max(1, --batch_token
 padding), 30% of the positions predicted (the loss as ``pretrain`` computes it: ``skip_logits``, the decoder and the
 cross-entropy fused at the predicted positions); ``--warmup`` untimed steps, then the median of ``--steps``
 forward + backward passes (no optimizer), in tokens/s. Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on
-the CPU the process's peak resident set (``ru_maxrss``) minus the resident set before the first step, i.e. what the
+the CPU the process's peak resident set (``VmHWM``, reset before the first step: ``_script_env.start_peak_rss``) minus
+the resident set before the first step, i.e. what the
 steps added (activations, the attention's scores and masks, gradients). A step that runs out of memory (or past
 ``--timeout_s``) is reported as such. Writes ``results.json``, ``results.md`` and ``results.png`` (both against the
 length) and prints the table, with the machine's load average (``results.json``: ``load_average``).
@@ -30,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-import _script_env  # noqa: F401  (offline, the project root on sys.path; bench/ is the script's folder)
+import _script_env  # (offline, the project root on sys.path; bench/ is the script's folder)
 
 VARIANTS = ("global", "local")
 
@@ -55,8 +56,6 @@ def parse_args(argv=None):
 
 def run_one(args, variant: str, length: int) -> dict:
     """One case in this process: tokens/s and peak memory (MB)."""
-    import resource
-
     import torch
 
     import modeling
@@ -92,7 +91,7 @@ def run_one(args, variant: str, length: int) -> dict:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
-        before = _rss_mb()
+        before = _script_env.start_peak_rss()
     times = []
     for i in range(args.warmup + args.steps):
         started = time.perf_counter()
@@ -102,7 +101,7 @@ def run_one(args, variant: str, length: int) -> dict:
     if device.type == "cuda":
         peak = (torch.cuda.max_memory_allocated() - before) / 2**20
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+        peak = _script_env.peak_rss_mb(before)
     return {
         "variant": variant,
         "length": length,
@@ -111,12 +110,6 @@ def run_one(args, variant: str, length: int) -> dict:
         "tokens_per_s": rows * length / statistics.median(times),
         "peak_mb": peak,
     }
-
-
-def _rss_mb() -> float:
-    """This process's resident set now (MB), from /proc (Linux)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main(argv=None) -> dict:

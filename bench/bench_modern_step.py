@@ -58,14 +58,13 @@ import argparse
 import copy
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import _script_env  # noqa: F401  (offline, the project root on sys.path; bench/ is the script's folder)
+import _script_env  # (offline, the project root on sys.path; bench/ is the script's folder)
 import torch
 
 from training.mfu import peak_flops
@@ -479,22 +478,14 @@ def profile_case(args, steps: dict, case: str) -> dict:
 
 def memory_one(args, kind: str, variant: str, length: int) -> dict:
     """Peak memory of one variant in this process (CPU): the peak resident set over ``--warmup`` + 2 steps minus the
-    resident set before the first (MB)."""
-    import resource
-
+    resident set before the first (MB; ``_script_env.start_peak_rss`` / ``peak_rss_mb``)."""
     documents = make_documents(args, kind, length)
     model = build_models(args, length, [variant])[variant]
     step = make_step(args, model, optimizer_for(model), batch_for(variant, documents, length))
-    before = _rss_mb()
+    before = _script_env.start_peak_rss()
     for _ in range(args.warmup + 2):
         step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
-    return {"documents": kind, "variant": variant, "length": length, "peak_mb": peak}
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return {"documents": kind, "variant": variant, "length": length, "peak_mb": _script_env.peak_rss_mb(before)}
 
 
 def cpu_memory(args, argv, kind: str, length: int) -> dict:
