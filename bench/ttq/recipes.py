@@ -43,7 +43,8 @@ RECIPES: dict[str, dict] = {
         flags=["--config_name", "modernbert-tiny"],
         note="the default with the ModernBERT-class preset modernbert-tiny (issue 41: pre-LN without biases, GeGLU, "
         "RoPE, local attention in a 64-token window on two layers of three; 4.31M parameters against bert-tiny's "
-        "4.35M at vocab 30,000) and its default lr (pre-LN: 1e-3); with --model_shape bert-tiny",
+        "4.35M at vocab 30,000) and its default lr (pre-LN at hidden size 128: 2e-3; 1e-3 before session 52, add "
+        "--learning_rate 1e-3 to repeat the earlier tables); with --model_shape bert-tiny",
     ),
     # issue 52, item 5: ModernBERT's training choices, each alone on top of sesame-modern
     "sesame-modern-stable-adamw": dict(

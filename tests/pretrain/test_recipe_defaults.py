@@ -38,7 +38,10 @@ def test_defaults_by_objective_and_given_flags_win(argv, mlm_probability, schedu
         ("bert-small", {}, 5e-4),  # 2e-3 * 128 / 512
         ("bert-base", {}, 3.3e-4),  # 2e-3 * 128 / 768 = 3.33e-4, two significant digits
         ("bert-base", {"hidden_size": 4096, "num_attention_heads": 16}, 1e-4),  # 6.25e-5 -> BERT's floor
-        ("bert-tiny", {"norm_position": "pre"}, 1e-3),  # pre-LN: Cramming
+        ("bert-tiny", {"norm_position": "pre"}, 2e-3),  # pre-LN at H=128: 2e-3 * 128 / 128 (measured)
+        ("modernbert-tiny", {}, 2e-3),  # H=128
+        ("modernbert-mini", {}, 1e-3),  # H=256: 2e-3 * 128 / 256 = 1e-3
+        ("modernbert-base", {}, 1e-3),  # H=768: 3.3e-4 -> Cramming's floor
     ],
 )
 def test_learning_rate_rule(preset, overrides, expected):
