@@ -375,16 +375,16 @@ def _bert_learning_rate(config) -> tuple[float, str]:
     modernbert-mini (1M tokens, one seed, pretrain's held-out loss): 1e-3 5.69, 2e-3 5.64, 4e-3 6.20 -- so the rule
     gives modernbert-tiny 2e-3 and leaves modernbert-mini and modernbert-base at 1e-3."""
     width = int(getattr(config, "hidden_size", POST_LN_REFERENCE_WIDTH))
-    if getattr(config, "norm_position", "post") == "pre":
-        rate = max(PRE_LN_LEARNING_RATE, POST_LN_LEARNING_RATE * POST_LN_REFERENCE_WIDTH / width)
-        return float(f"{rate:.2g}"), (
-            f"pre-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size {width}, at least "
-            "Cramming's 1e-3 (Geiping & Goldstein 2023; 2e-3 measured at modernbert-tiny, 1e-3 kept at modernbert-mini)"
-        )
-    rate = max(BERT_LEARNING_RATE, POST_LN_LEARNING_RATE * POST_LN_REFERENCE_WIDTH / width)
+    pre = getattr(config, "norm_position", "post") == "pre"
+    floor, source = (
+        (PRE_LN_LEARNING_RATE, "Cramming's 1e-3 (Geiping & Goldstein 2023)")
+        if pre
+        else (BERT_LEARNING_RATE, "BERT's 1e-4")
+    )
+    rate = max(floor, POST_LN_LEARNING_RATE * POST_LN_REFERENCE_WIDTH / width)
     return float(f"{rate:.2g}"), (
-        f"post-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size "
-        f"{width} (measured at bert-tiny, 1/width as muP), at least BERT's 1e-4"
+        f"{'pre' if pre else 'post'}-LN: {POST_LN_LEARNING_RATE:g} x {POST_LN_REFERENCE_WIDTH} / hidden size "
+        f"{width} (measured at {'modernbert-tiny' if pre else 'bert-tiny'}, 1/width as muP), at least {source}"
     )
 
 
