@@ -4,6 +4,8 @@ function that passes ``skip_logits`` only to models that take it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,6 +66,26 @@ def test_hand_computed_value():
     torch.testing.assert_close(hidden.grad, torch.tensor([[0.75]]))
     torch.testing.assert_close(weight.grad, torch.tensor([[-0.75], [0.75]]))
     torch.testing.assert_close(bias.grad, torch.tensor([-0.75, 0.75]))
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_target_whose_probability_underflows_float32_keeps_its_exact_loss(grad):
+    # E = 2, V = 4, no bias. Row 0, h = (1, 0): logits (0, -200, -1, 0), target 1: p = e^-200 / (2 + e^-1), 0 in
+    # float32, NLL 200 + ln(2 + e^-1). Row 1, h = (1000, 1): logits (0.5, -199999.5, -999.5, 0.5), target 2: NLL
+    # 1000 + ln 2. Both rows tie at their largest logit.
+    hidden = torch.tensor([[1.0, 0.0], [1000.0, 1.0]])
+    weight = torch.tensor([[0.0, 0.5], [-200.0, 0.5], [-1.0, 0.5], [0.0, 0.5]])
+    targets = torch.tensor([1, 2])
+    by_hand = 200 + math.log(2 + math.exp(-1)) + 1000 + math.log(2)
+    expected = _grads(_two_step, hidden, weight, None, targets, dtype=torch.float64)
+    assert expected[0].item() == pytest.approx(by_hand, rel=1e-12)
+    if grad:
+        fused = _grads(linear_cross_entropy, hidden, weight, None, targets)[:3]
+    else:
+        fused = (linear_cross_entropy(hidden, weight, None, targets),)
+    assert torch.isfinite(fused[0])
+    for got, want in zip(fused, expected):
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-5)
 
 
 def test_frozen_weight_and_no_grad():
