@@ -62,7 +62,8 @@ def _chunked_nll(hidden, weight, bias, targets, chunk_rows: int, want: tuple[boo
             else:
                 torch.addmm(b, h, w.t(), out=logits)
             probs = torch.softmax(logits, -1, dtype=torch.float32, out=probs_buffer[: y.shape[0]])
-            # the largest probability is the largest logit's, 1 / sum exp(x - max): no argmax needed (3 ms on the CPU)
+            # the largest probability is the largest logit's, 1 / sum exp(x - max); amax, not max with indices (CPU,
+            # one thread, 128 x 30,000: 0.24 against 3.3 ms)
             log_sum_exp = logits.amax(-1).float() - probs.amax(-1).log()
             loss += (log_sum_exp - logits[rows, y].float()).sum()
             if not any(want):
